@@ -1,0 +1,108 @@
+//! Errors at the library boundary. Each variant carries what the caller needs to act.
+
+use thiserror::Error;
+
+/// The longest tenant or key, in bytes (DESIGN.md).
+pub const MAX_NAME_LEN: usize = 128;
+
+/// Which name was wrong: the tenant or the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameKind {
+    Tenant,
+    Key,
+}
+
+impl std::fmt::Display for NameKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NameKind::Tenant => "tenant",
+            NameKind::Key => "key",
+        })
+    }
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum Error {
+    #[error("{0} must not be empty")]
+    EmptyName(NameKind),
+    #[error("{kind} is {len} bytes; the limit is {MAX_NAME_LEN}")]
+    NameTooLong { kind: NameKind, len: usize },
+    #[error(
+        "{kind} contains {found:?}; only [A-Za-z0-9._:-] is allowed, and not \".\" or \"..\" alone"
+    )]
+    InvalidName { kind: NameKind, found: String },
+    #[error("payload is {len} bytes; the limit is {limit}")]
+    PayloadTooLarge { len: usize, limit: usize },
+    #[error("deadline {deadline_us} µs is outside the wheel's range (epoch to now + 10 years)")]
+    DeadlineOutOfRange { deadline_us: u64 },
+    #[error("shard {shard} holds {capacity} pending timers, its configured capacity")]
+    CapacityExceeded { shard: usize, capacity: usize },
+    #[error("the ring of shard {shard} is full ({capacity} requests waiting); retry later")]
+    RingFull { shard: usize, capacity: usize },
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("could not start shard {shard}: {reason}")]
+    ShardStart { shard: usize, reason: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Checks a tenant or key against DESIGN.md's rule: 1 to 128 bytes of `[A-Za-z0-9._:-]`,
+/// other than `.` and `..`.
+pub fn validate_name(kind: NameKind, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::EmptyName(kind));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::NameTooLong {
+            kind,
+            len: name.len(),
+        });
+    }
+    if name == "." || name == ".." {
+        return Err(Error::InvalidName {
+            kind,
+            found: name.to_string(),
+        });
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+    {
+        return Err(Error::InvalidName {
+            kind,
+            found: c.to_string(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_design_rule() {
+        assert!(validate_name(NameKind::Key, "order-8812:a_b.c").is_ok());
+        assert!(validate_name(NameKind::Key, &"k".repeat(128)).is_ok());
+        assert_eq!(
+            validate_name(NameKind::Key, &"k".repeat(129)),
+            Err(Error::NameTooLong {
+                kind: NameKind::Key,
+                len: 129
+            })
+        );
+        assert_eq!(
+            validate_name(NameKind::Tenant, ""),
+            Err(Error::EmptyName(NameKind::Tenant))
+        );
+        assert!(validate_name(NameKind::Key, ".").is_err());
+        assert!(validate_name(NameKind::Key, "..").is_err());
+        assert!(validate_name(NameKind::Key, "...").is_ok());
+        assert!(validate_name(NameKind::Key, "a/b").is_err());
+        assert!(validate_name(NameKind::Key, "a%20").is_err());
+        assert!(validate_name(NameKind::Key, "é").is_err());
+    }
+}

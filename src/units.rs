@@ -1,0 +1,80 @@
+//! Units that live in types: a UTC instant in microseconds or nanoseconds, and TSC ticks.
+//!
+//! Conversions between them happen here and in `clock`, nowhere else. All instants are
+//! unsigned: punctual does not represent times before the Unix epoch.
+
+use std::fmt;
+
+/// A UTC instant, microseconds since the Unix epoch. Deadlines use this unit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UtcMicros(pub u64);
+
+/// A UTC instant, nanoseconds since the Unix epoch. The clock works in this unit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UtcNanos(pub u64);
+
+/// A raw reading of the time-stamp counter (or of whatever tick source the clock uses).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TscTicks(pub u64);
+
+/// The deadline of a timer: the UTC microsecond at or after which it fires.
+pub type Deadline = UtcMicros;
+
+/// Ten years of 365 days, the furthest a deadline may lie in the future (DESIGN.md: 3,650 days).
+pub const TEN_YEARS_US: u64 = 3_650 * 86_400 * 1_000_000;
+
+impl UtcMicros {
+    pub const EPOCH: UtcMicros = UtcMicros(0);
+
+    pub fn from_millis(ms: u64) -> Option<Self> {
+        ms.checked_mul(1_000).map(UtcMicros)
+    }
+
+    pub fn as_nanos(self) -> UtcNanos {
+        UtcNanos(self.0.saturating_mul(1_000))
+    }
+
+    pub fn saturating_add_micros(self, us: u64) -> Self {
+        UtcMicros(self.0.saturating_add(us))
+    }
+
+    /// `self - earlier` in microseconds, or 0 when `earlier` is later.
+    pub fn saturating_since(self, earlier: UtcMicros) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+impl UtcNanos {
+    /// Truncates to the microsecond: a clock reading of 10.0000009 s is 10.000000 s, so
+    /// comparing a truncated reading with a deadline never fires early.
+    pub fn as_micros(self) -> UtcMicros {
+        UtcMicros(self.0 / 1_000)
+    }
+
+    pub fn signed_diff(self, other: UtcNanos) -> i64 {
+        (self.0 as i128 - other.0 as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    }
+}
+
+impl fmt::Display for UtcMicros {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:06}s", self.0 / 1_000_000, self.0 % 1_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nanos_to_micros_truncates_so_it_never_rounds_up_into_a_deadline() {
+        assert_eq!(UtcNanos(1_999).as_micros(), UtcMicros(1));
+        assert_eq!(UtcNanos(2_000).as_micros(), UtcMicros(2));
+    }
+
+    #[test]
+    fn from_millis_rejects_overflow() {
+        assert_eq!(UtcMicros::from_millis(u64::MAX), None);
+        assert_eq!(UtcMicros::from_millis(7), Some(UtcMicros(7_000)));
+    }
+}

@@ -1,0 +1,145 @@
+//! One level of the wheel: 64 slots, each the head and tail of an intrusive list of slab
+//! entries, and an `occupied` bitmap with one bit per non-empty slot.
+//!
+//! 64 slots is a power of two on purpose: the slot of a deadline is a shift and a mask, and
+//! the next occupied slot is one `trailing_zeros` on the bitmap.
+
+use super::slab::NIL;
+
+/// log2 of the number of slots per level.
+pub(crate) const SLOT_BITS: u32 = 6;
+/// Slots per level.
+pub(crate) const SLOTS: usize = 1 << SLOT_BITS;
+const SLOT_MASK: u64 = (SLOTS as u64) - 1;
+
+/// Head and tail of one slot's list, as slab indices (`NIL` when empty).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SlotList {
+    pub head: u32,
+    pub tail: u32,
+}
+
+impl SlotList {
+    pub const EMPTY: SlotList = SlotList {
+        head: NIL,
+        tail: NIL,
+    };
+}
+
+pub(crate) struct Level {
+    /// Which level this is; level `n` has slots `64^n` µs wide.
+    level: u32,
+    /// Bit `s` is set when slot `s` holds at least one entry.
+    occupied: u64,
+    slots: [SlotList; SLOTS],
+}
+
+impl Level {
+    pub fn new(level: u32) -> Level {
+        Level {
+            level,
+            occupied: 0,
+            slots: [SlotList::EMPTY; SLOTS],
+        }
+    }
+
+    pub fn slot(&self, s: usize) -> &SlotList {
+        &self.slots[s]
+    }
+
+    pub fn slot_mut(&mut self, s: usize) -> &mut SlotList {
+        &mut self.slots[s]
+    }
+
+    pub fn mark_occupied(&mut self, s: usize) {
+        self.occupied |= occupied_bit(s);
+    }
+
+    pub fn mark_empty(&mut self, s: usize) {
+        self.occupied &= !occupied_bit(s);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.occupied == 0
+    }
+
+    /// The start (in µs) of the first occupied slot at or after `elapsed`'s slot on this
+    /// level, and that slot's index. Entries never sit in a slot before `elapsed`'s slot (the
+    /// wheel cascades a slot when `elapsed` reaches it), so there is no wrap-around to handle.
+    pub fn next_occupied(&self, elapsed: u64) -> Option<(u64, usize)> {
+        let current = slot_for(elapsed, self.level);
+        let candidates = self.occupied & (u64::MAX << current);
+        if candidates == 0 {
+            return None;
+        }
+        let slot = candidates.trailing_zeros() as usize;
+        let level_start = elapsed & !(level_range(self.level) - 1);
+        Some((level_start + slot as u64 * slot_range(self.level), slot))
+    }
+}
+
+fn occupied_bit(slot: usize) -> u64 {
+    1u64 << slot
+}
+
+/// Width of one slot on `level`, in µs: 1, 64, 4096, ...
+pub(crate) fn slot_range(level: u32) -> u64 {
+    1u64 << (SLOT_BITS * level)
+}
+
+/// Span of the whole `level`, in µs: 64 slots of `slot_range(level)`.
+pub(crate) fn level_range(level: u32) -> u64 {
+    1u64 << (SLOT_BITS * (level + 1))
+}
+
+/// The slot that `when` falls into on `level`.
+pub(crate) fn slot_for(when: u64, level: u32) -> usize {
+    ((when >> (SLOT_BITS * level)) & SLOT_MASK) as usize
+}
+
+/// The level on which a deadline `when` belongs, seen from `elapsed`: the level of the
+/// highest bit in which they differ. Equal values belong on level 0.
+pub(crate) fn level_for(elapsed: u64, when: u64) -> u32 {
+    let masked = (elapsed ^ when) | SLOT_MASK;
+    let significant = 63 - masked.leading_zeros();
+    significant / SLOT_BITS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn level_for_picks_the_highest_differing_digit() {
+        assert_eq!(level_for(0, 0), 0);
+        assert_eq!(level_for(0, 63), 0);
+        assert_eq!(level_for(0, 64), 1);
+        assert_eq!(level_for(0, 4095), 1);
+        assert_eq!(level_for(0, 4096), 2);
+        // 130 and 191 share the digits above level 0: both are in level-1 slot 2.
+        assert_eq!(level_for(130, 191), 0);
+        assert_eq!(level_for(130, 192), 1);
+    }
+
+    #[test]
+    fn slot_ranges_grow_by_64() {
+        assert_eq!(slot_range(0), 1);
+        assert_eq!(slot_range(1), 64);
+        assert_eq!(level_range(0), 64);
+        assert_eq!(level_range(1), 4096);
+        assert_eq!(slot_for(4096 + 64 * 3 + 5, 1), 3);
+        assert_eq!(slot_for(4096 + 64 * 3 + 5, 0), 5);
+    }
+
+    #[test]
+    fn next_occupied_skips_slots_before_elapsed() {
+        let mut level = Level::new(1);
+        level.mark_occupied(2);
+        level.mark_occupied(9);
+        // elapsed in slot 3 of level 1 (192..256): slot 2 is behind and must not be chosen.
+        assert_eq!(level.next_occupied(200), Some((9 * 64, 9)));
+        assert_eq!(level.next_occupied(100), Some((2 * 64, 2)));
+        level.mark_empty(9);
+        assert_eq!(level.next_occupied(200), None);
+    }
+}

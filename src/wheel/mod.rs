@@ -1,0 +1,349 @@
+//! A hierarchical timing wheel: one per shard, single-threaded, no locks.
+//!
+//! # Levels
+//!
+//! Deadlines are UTC microseconds. Nine levels of 64 slots each; the slot width of level
+//! `n` is `64^n` µs:
+//!
+//! | level | slot width  | level span   |
+//! |-------|-------------|--------------|
+//! | 0     | 1 µs        | 64 µs        |
+//! | 1     | 64 µs       | 4.1 ms       |
+//! | 2     | 4.1 ms      | 262 ms       |
+//! | 3     | 262 ms      | 16.8 s       |
+//! | 4     | 16.8 s      | 17.9 min     |
+//! | 5     | 17.9 min    | 19.1 h       |
+//! | 6     | 19.1 h      | 50.9 days    |
+//! | 7     | 50.9 days   | 8.9 years    |
+//! | 8     | 8.9 years   | 571 years    |
+//!
+//! Level-0 slots are one microsecond wide, the precision we promise, so an entry in a level-0
+//! slot is due exactly at that slot's start. An entry sits on the level of the highest base-64
+//! digit in which its deadline differs from `elapsed` (the wheel's current time). When
+//! `elapsed` reaches the start of a slot on level `n > 0`, the slot is *cascaded*: each of its
+//! entries moves to a lower level, since its deadline now shares that digit with `elapsed`. An
+//! entry cascades at most eight times over its life; each move is O(1).
+//!
+//! # A walk-through
+//!
+//! `elapsed` = 1,000,000 µs; a timer is due at 1,300,000 (300 ms later). The two values first
+//! differ in base-64 digit 3, so the timer goes to level 3, slot `(1_300_000 >> 18) & 63 = 4`,
+//! which starts at 1,048,576. `next_deadline()` reports 1,048,576: the shard wakes then, the
+//! poll cascades slot 4, and the timer lands on level 2 (slot 15, starting at 1,298,432). At
+//! that instant it cascades again to level 1 (slot 24 at 1,299,968), then to level 0 slot 32,
+//! which starts at 1,300,000: it fires there, not a microsecond before.
+//!
+//! # Invariants
+//!
+//! - Every entry on the levels has `deadline >= elapsed`, and every occupied slot starts at or
+//!   after `elapsed`'s slot on its level, so `next_occupied` never wraps.
+//! - A level holds only deadlines later than every deadline on the levels below it, so the
+//!   earliest slot of the lowest non-empty level holds the earliest deadline.
+//! - Entries inserted with a deadline before `elapsed` go to the *expired* list. They fire
+//!   at the next `poll` whose `now` reaches their deadline: normally the very next one, but
+//!   after the clock stepped backwards (`now < elapsed`) they wait, so nothing fires early.
+//!
+//! # Cost model
+//!
+//! insert and remove: O(1), no allocation once the slab has grown to its peak. `next_deadline`:
+//! O(levels), one `trailing_zeros` per level. `poll`: O(fired + cascaded), plus a sort of the
+//! expired list when it holds anything due.
+
+mod level;
+mod slab;
+pub mod table;
+
+use crate::units::UtcMicros;
+use level::{level_for, slot_for, Level, SlotList};
+use slab::{Pos, Slab, NIL};
+
+pub use slab::Handle;
+
+/// Number of levels; 9 levels of 6 bits cover 2^54 µs, about 571 years.
+pub const LEVELS: usize = 9;
+
+/// Why an insert was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertError {
+    /// The deadline lies beyond what the levels can hold, seen from `elapsed`.
+    OutOfRange,
+    /// The slab has used all of its `u32` index space.
+    Full,
+}
+
+pub struct Wheel<T> {
+    elapsed: u64,
+    levels: Box<[Level; LEVELS]>,
+    expired: SlotList,
+    /// Earliest deadline on the expired list (`u64::MAX` when it is empty).
+    expired_min: u64,
+    slab: Slab<T>,
+    /// Reused by `poll` to sort the expired list; no allocation once it has grown.
+    scratch: Vec<(u64, u32)>,
+}
+
+impl<T> Wheel<T> {
+    /// A wheel whose current time is `now`, with room for `capacity` entries before the slab
+    /// grows.
+    pub fn new(now: UtcMicros, capacity: usize) -> Wheel<T> {
+        Wheel {
+            elapsed: now.0,
+            levels: Box::new(std::array::from_fn(|l| Level::new(l as u32))),
+            expired: SlotList::EMPTY,
+            expired_min: u64::MAX,
+            slab: Slab::with_capacity(capacity),
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slab.len() == 0
+    }
+
+    /// The wheel's current time: everything due at or before it has fired.
+    pub fn elapsed(&self) -> UtcMicros {
+        UtcMicros(self.elapsed)
+    }
+
+    /// Heap bytes of the wheel's own structures (slab and level arrays), not the values'
+    /// heap data.
+    pub fn heap_bytes(&self) -> usize {
+        self.slab.heap_bytes()
+            + std::mem::size_of::<[Level; LEVELS]>()
+            + self.scratch.capacity() * std::mem::size_of::<(u64, u32)>()
+    }
+
+    /// Whether `deadline` fits on the levels as seen from the current time.
+    pub fn in_range(&self, deadline: UtcMicros) -> bool {
+        deadline.0 <= self.elapsed || (level_for(self.elapsed, deadline.0) as usize) < LEVELS
+    }
+
+    /// Schedules `value` at `deadline`.
+    pub fn insert(&mut self, deadline: UtcMicros, value: T) -> Result<Handle, InsertError> {
+        if !self.in_range(deadline) {
+            return Err(InsertError::OutOfRange);
+        }
+        let index = self
+            .slab
+            .insert(deadline.0, value)
+            .ok_or(InsertError::Full)?;
+        self.link(index);
+        Ok(self.slab.handle(index))
+    }
+
+    /// Cancels the entry behind `handle`; `None` when it already fired or was removed.
+    pub fn remove(&mut self, handle: Handle) -> Option<T> {
+        let index = self.slab.resolve(handle)?;
+        Some(self.remove_index(index))
+    }
+
+    pub(crate) fn remove_index(&mut self, index: u32) -> T {
+        self.unlink(index);
+        self.slab.remove(index)
+    }
+
+    /// The deadline and value behind `handle`, when it is still pending.
+    pub fn get(&self, handle: Handle) -> Option<(UtcMicros, &T)> {
+        let index = self.slab.resolve(handle)?;
+        self.get_index(index)
+    }
+
+    pub(crate) fn get_index(&self, index: u32) -> Option<(UtcMicros, &T)> {
+        let entry = self.slab.get(index);
+        entry.value.as_ref().map(|v| (UtcMicros(entry.deadline), v))
+    }
+
+    pub(crate) fn get_index_mut(&mut self, index: u32) -> Option<&mut T> {
+        self.slab.get_mut(index).value.as_mut()
+    }
+
+    /// A lower bound on the earliest pending deadline: exact for level-0 entries and the
+    /// expired list, the start of the slot for entries further out (the shard wakes there,
+    /// cascades, and asks again). `None` when the wheel is empty. O(levels).
+    pub fn next_deadline(&self) -> Option<UtcMicros> {
+        let wheel_next = self
+            .levels
+            .iter()
+            .find(|level| !level.is_empty())
+            .and_then(|level| level.next_occupied(self.elapsed))
+            .map(|(start, _)| start);
+        match (wheel_next, self.expired_min) {
+            (None, u64::MAX) => None,
+            (None, e) => Some(UtcMicros(e)),
+            (Some(w), e) => Some(UtcMicros(w.min(e))),
+        }
+    }
+
+    /// Fires every entry due at or before `now`, in deadline order, and moves the wheel's time
+    /// to `now`. `fire` gets the slab index the entry had, its deadline and its value.
+    /// A `now` before `elapsed` (the clock stepped back) fires only expired-list entries that
+    /// are due by `now`, and leaves `elapsed` where it is.
+    pub fn poll(&mut self, now: UtcMicros, mut fire: impl FnMut(u32, UtcMicros, T)) {
+        let now = now.0;
+        if self.expired_min <= now {
+            self.fire_expired(now, &mut fire);
+        }
+        while let Some((level, slot, start)) = self.next_slot_due(now) {
+            self.elapsed = start;
+            let list = std::mem::replace(self.levels[level].slot_mut(slot), SlotList::EMPTY);
+            self.levels[level].mark_empty(slot);
+            if level == 0 {
+                self.fire_list(list, &mut fire);
+            } else {
+                self.cascade_list(list);
+            }
+        }
+        self.elapsed = self.elapsed.max(now);
+    }
+
+    /// The earliest occupied slot whose start is at or before `now`.
+    fn next_slot_due(&self, now: u64) -> Option<(usize, usize, u64)> {
+        let (level, level_ref) = self
+            .levels
+            .iter()
+            .enumerate()
+            .find(|(_, l)| !l.is_empty())?;
+        let (start, slot) = level_ref.next_occupied(self.elapsed)?;
+        (start <= now).then_some((level, slot, start))
+    }
+
+    fn fire_list(&mut self, list: SlotList, fire: &mut impl FnMut(u32, UtcMicros, T)) {
+        let mut index = list.head;
+        while index != NIL {
+            let next = self.slab.get(index).next;
+            let deadline = UtcMicros(self.slab.get(index).deadline);
+            debug_assert!(
+                deadline.0 == self.elapsed,
+                "level-0 entry {index} due at {} fired at elapsed {}",
+                deadline.0,
+                self.elapsed
+            );
+            let value = self.slab.remove(index);
+            fire(index, deadline, value);
+            index = next;
+        }
+    }
+
+    fn cascade_list(&mut self, list: SlotList) {
+        let mut index = list.head;
+        while index != NIL {
+            let next = self.slab.get(index).next;
+            self.link(index);
+            index = next;
+        }
+    }
+
+    fn fire_expired(&mut self, now: u64, fire: &mut impl FnMut(u32, UtcMicros, T)) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let mut index = self.expired.head;
+        while index != NIL {
+            let entry = self.slab.get(index);
+            scratch.push((entry.deadline, index));
+            index = entry.next;
+        }
+        self.expired = SlotList::EMPTY;
+        self.expired_min = u64::MAX;
+        // Stable: entries with the same deadline fire in the order they were inserted.
+        scratch.sort_by_key(|&(deadline, _)| deadline);
+        for &(deadline, index) in &scratch {
+            if deadline <= now {
+                let value = self.slab.remove(index);
+                fire(index, UtcMicros(deadline), value);
+            } else {
+                self.push_expired(index);
+            }
+        }
+        self.scratch = scratch;
+    }
+
+    /// Puts the (unlinked) entry `index` on the list its deadline calls for.
+    fn link(&mut self, index: u32) {
+        let when = self.slab.get(index).deadline;
+        // `when == elapsed` goes to level 0, in the current slot, which `next_occupied` still
+        // sees; only deadlines strictly behind the wheel's time need the expired list.
+        if when < self.elapsed {
+            self.push_expired(index);
+            return;
+        }
+        let level = level_for(self.elapsed, when);
+        let slot = slot_for(when, level);
+        debug_assert!(
+            (level as usize) < LEVELS,
+            "deadline {when} out of range from elapsed {}",
+            self.elapsed
+        );
+        let list = *self.levels[level as usize].slot(slot);
+        *self.levels[level as usize].slot_mut(slot) =
+            self.append(list, index, Pos::slot(level, slot));
+        self.levels[level as usize].mark_occupied(slot);
+    }
+
+    fn push_expired(&mut self, index: u32) {
+        self.expired = self.append(self.expired, index, Pos::EXPIRED);
+        self.expired_min = self.expired_min.min(self.slab.get(index).deadline);
+    }
+
+    /// Appends `index` to `list` and returns the new list.
+    fn append(&mut self, list: SlotList, index: u32, pos: Pos) -> SlotList {
+        let entry = self.slab.get_mut(index);
+        entry.prev = list.tail;
+        entry.next = NIL;
+        entry.pos = pos;
+        if list.tail == NIL {
+            SlotList {
+                head: index,
+                tail: index,
+            }
+        } else {
+            self.slab.get_mut(list.tail).next = index;
+            SlotList {
+                head: list.head,
+                tail: index,
+            }
+        }
+    }
+
+    /// Takes the entry `index` out of whichever list holds it.
+    fn unlink(&mut self, index: u32) {
+        let (prev, next, pos) = {
+            let e = self.slab.get(index);
+            (e.prev, e.next, e.pos)
+        };
+        if prev != NIL {
+            self.slab.get_mut(prev).next = next;
+        }
+        if next != NIL {
+            self.slab.get_mut(next).prev = prev;
+        }
+        let list = if pos == Pos::EXPIRED {
+            &mut self.expired
+        } else {
+            let (level, slot) = pos.level_and_slot();
+            self.levels[level as usize].slot_mut(slot)
+        };
+        if list.head == index {
+            list.head = next;
+        }
+        if list.tail == index {
+            list.tail = prev;
+        }
+        let now_empty = list.head == NIL;
+        if pos == Pos::EXPIRED {
+            if now_empty {
+                self.expired_min = u64::MAX;
+            }
+            // Otherwise expired_min stays a lower bound; fire_expired recomputes it.
+        } else if now_empty {
+            let (level, slot) = pos.level_and_slot();
+            self.levels[level as usize].mark_empty(slot);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

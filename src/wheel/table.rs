@@ -1,0 +1,380 @@
+//! The shard's timer table: the wheel plus an index from (tenant, key) to the wheel entry,
+//! upsert semantics, and the version counter.
+//!
+//! A timer's tenant, key and payload travel as one [`PackedTimer`] allocation, made by the
+//! caller's thread and moved (not copied) into the wheel. The index is a `hashbrown`
+//! `HashTable<u32>` of slab indices; it stores no key bytes of its own, and compares against
+//! the bytes in the slab entry.
+//!
+//! Versions: each table hands out `max(now in µs, previous + 1)`, so a version is positive,
+//! increases strictly on every (re)schedule, and keeps increasing across restarts (the clock
+//! has moved on) and across recovery ([`TimerTable::observe_version`]).
+//!
+//! Memory per pending timer: one slab entry (48 bytes: deadline, links, generation, position,
+//! version and the packed pointer) plus one index bucket (4 bytes and a control byte, at most
+//! 7/8 full), besides the packed bytes themselves.
+
+use super::{InsertError, Wheel};
+use crate::units::UtcMicros;
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
+
+/// Tenant, key and payload in one allocation: `[tenant_len][key_len][tenant][key][payload]`.
+/// Building one validates nothing; callers validate names first (`error::validate_name`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct PackedTimer {
+    data: Box<[u8]>,
+}
+
+impl PackedTimer {
+    /// `None` when the tenant or key is longer than 255 bytes (validation caps them at 128).
+    pub fn new(tenant: &str, key: &str, payload: &[u8]) -> Option<PackedTimer> {
+        let t = u8::try_from(tenant.len()).ok()?;
+        let k = u8::try_from(key.len()).ok()?;
+        let mut data = Vec::with_capacity(2 + tenant.len() + key.len() + payload.len());
+        data.extend_from_slice(&[t, k]);
+        data.extend_from_slice(tenant.as_bytes());
+        data.extend_from_slice(key.as_bytes());
+        data.extend_from_slice(payload);
+        Some(PackedTimer {
+            data: data.into_boxed_slice(),
+        })
+    }
+
+    fn tenant_len(&self) -> usize {
+        self.data[0] as usize
+    }
+
+    fn key_len(&self) -> usize {
+        self.data[1] as usize
+    }
+
+    /// The bytes that identify the timer: both lengths, the tenant and the key.
+    pub fn identity(&self) -> &[u8] {
+        &self.data[..2 + self.tenant_len() + self.key_len()]
+    }
+
+    pub fn tenant(&self) -> &str {
+        self.str_at(2, self.tenant_len())
+    }
+
+    pub fn key(&self) -> &str {
+        self.str_at(2 + self.tenant_len(), self.key_len())
+    }
+
+    pub fn payload(&self) -> &[u8] {
+        &self.data[2 + self.tenant_len() + self.key_len()..]
+    }
+
+    fn str_at(&self, start: usize, len: usize) -> &str {
+        // Built from &str in `new`, so always UTF-8; an empty string would be a bug, not a panic.
+        std::str::from_utf8(&self.data[start..start + len]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for PackedTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{} ({} payload bytes)",
+            self.tenant(),
+            self.key(),
+            self.payload().len()
+        )
+    }
+}
+
+/// What the wheel holds per timer.
+pub struct TimerRecord {
+    pub version: u64,
+    pub timer: PackedTimer,
+}
+
+/// A pending timer, as `get` shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct TimerView<'a> {
+    pub deadline: UtcMicros,
+    pub version: u64,
+    pub timer: &'a PackedTimer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upserted {
+    pub version: u64,
+    /// A pending timer under the same key was replaced.
+    pub replaced: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpsertError {
+    /// The table already holds `capacity` timers and this one would be new.
+    Capacity,
+    OutOfRange,
+}
+
+/// Seeds for the index hash. The shard router uses a different seed (`shard::route`), so that
+/// the keys that land on one shard are not clustered in its index buckets.
+const INDEX_SEED: u64 = 0x7075_6e63_7475_616c;
+
+pub struct TimerTable {
+    wheel: Wheel<TimerRecord>,
+    index: HashTable<u32>,
+    hasher: foldhash::fast::FixedState,
+    last_version: u64,
+    capacity: usize,
+}
+
+impl TimerTable {
+    pub fn new(now: UtcMicros, capacity: usize) -> TimerTable {
+        TimerTable {
+            wheel: Wheel::new(now, capacity),
+            index: HashTable::with_capacity(capacity),
+            hasher: foldhash::fast::FixedState::with_seed(INDEX_SEED),
+            last_version: 0,
+            capacity,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.wheel.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.wheel.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn next_deadline(&self) -> Option<UtcMicros> {
+        self.wheel.next_deadline()
+    }
+
+    pub fn elapsed(&self) -> UtcMicros {
+        self.wheel.elapsed()
+    }
+
+    /// Heap bytes of the engine's own structures: wheel slab, levels and index buckets. The
+    /// packed tenant/key/payload allocations are not included.
+    pub fn heap_bytes(&self) -> usize {
+        self.wheel.heap_bytes() + self.index.capacity() * (std::mem::size_of::<u32>() + 1)
+    }
+
+    fn hash(&self, identity: &[u8]) -> u64 {
+        self.hasher.hash_one(identity)
+    }
+
+    fn find(&self, identity: &[u8]) -> Option<u32> {
+        let wheel = &self.wheel;
+        self.index
+            .find(self.hash(identity), |&i| {
+                wheel
+                    .get_index(i)
+                    .is_some_and(|(_, r)| r.timer.identity() == identity)
+            })
+            .copied()
+    }
+
+    /// The next version: `max(now, previous + 1)`.
+    pub fn next_version(&mut self, now: UtcMicros) -> u64 {
+        self.last_version = now.0.max(self.last_version + 1);
+        self.last_version
+    }
+
+    /// Raises the version counter past `version` (a version recovered from the store).
+    pub fn observe_version(&mut self, version: u64) {
+        self.last_version = self.last_version.max(version);
+    }
+
+    /// Schedules `timer` at `deadline`, replacing a pending timer under the same key.
+    pub fn upsert(
+        &mut self,
+        timer: PackedTimer,
+        deadline: UtcMicros,
+        now: UtcMicros,
+    ) -> Result<Upserted, UpsertError> {
+        let version = self.next_version(now);
+        self.insert_with_version(timer, deadline, version)
+    }
+
+    /// Like `upsert`, with the version given (recovery). Raises the counter past it.
+    pub fn insert_with_version(
+        &mut self,
+        timer: PackedTimer,
+        deadline: UtcMicros,
+        version: u64,
+    ) -> Result<Upserted, UpsertError> {
+        if !self.wheel.in_range(deadline) {
+            return Err(UpsertError::OutOfRange);
+        }
+        let existing = self.find(timer.identity());
+        if existing.is_none() && self.len() >= self.capacity {
+            return Err(UpsertError::Capacity);
+        }
+        self.observe_version(version);
+        let hash = self.hash(timer.identity());
+        if let Some(old) = existing {
+            // Replace: take the old entry out of the index and the wheel, then insert anew.
+            // A new deadline moves the entry to another slot anyway, so this costs no more.
+            if let Ok(entry) = self.index.find_entry(hash, |&i| i == old) {
+                entry.remove();
+            }
+            self.wheel.remove_index(old);
+        }
+        let index = match self.wheel.insert(deadline, TimerRecord { version, timer }) {
+            Ok(handle) => handle.index,
+            Err(InsertError::OutOfRange) => return Err(UpsertError::OutOfRange),
+            Err(InsertError::Full) => return Err(UpsertError::Capacity),
+        };
+        let wheel = &self.wheel;
+        let hasher = &self.hasher;
+        self.index.insert_unique(hash, index, |&i| {
+            wheel
+                .get_index(i)
+                .map_or(0, |(_, r)| hasher.hash_one(r.timer.identity()))
+        });
+        Ok(Upserted {
+            version,
+            replaced: existing.is_some(),
+        })
+    }
+
+    /// Cancels the pending timer `identity`; its deadline and version, or `None`.
+    pub fn cancel(&mut self, identity: &[u8]) -> Option<(UtcMicros, TimerRecord)> {
+        let index = self.find(identity)?;
+        let hash = self.hash(identity);
+        if let Ok(entry) = self.index.find_entry(hash, |&i| i == index) {
+            entry.remove();
+        }
+        let deadline = self.wheel.get_index(index).map(|(d, _)| d)?;
+        Some((deadline, self.wheel.remove_index(index)))
+    }
+
+    pub fn get(&self, identity: &[u8]) -> Option<TimerView<'_>> {
+        let index = self.find(identity)?;
+        let (deadline, record) = self.wheel.get_index(index)?;
+        Some(TimerView {
+            deadline,
+            version: record.version,
+            timer: &record.timer,
+        })
+    }
+
+    /// Changes nothing but the payload of a pending timer; used by tests of the index.
+    #[cfg(test)]
+    fn payload_of(&mut self, identity: &[u8]) -> Option<Vec<u8>> {
+        let index = self.find(identity)?;
+        self.wheel
+            .get_index_mut(index)
+            .map(|r| r.timer.payload().to_vec())
+    }
+
+    /// Fires every timer due at or before `now`, in deadline order.
+    pub fn poll(&mut self, now: UtcMicros, mut fire: impl FnMut(UtcMicros, TimerRecord)) {
+        let index = &mut self.index;
+        let hasher = &self.hasher;
+        self.wheel.poll(now, |slab_index, deadline, record| {
+            let hash = hasher.hash_one(record.timer.identity());
+            if let Ok(entry) = index.find_entry(hash, |&i| i == slab_index) {
+                entry.remove();
+            }
+            fire(deadline, record);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packed(key: &str) -> PackedTimer {
+        PackedTimer::new("shop", key, b"{\"order\":1}").expect("short names")
+    }
+
+    #[test]
+    fn packed_timer_round_trips_its_parts() {
+        let p = PackedTimer::new("t1", "order:9", b"xyz").expect("short names");
+        assert_eq!(
+            (p.tenant(), p.key(), p.payload()),
+            ("t1", "order:9", &b"xyz"[..])
+        );
+        // Same key under another tenant is another identity.
+        let q = PackedTimer::new("t", "1order:9", b"").expect("short names");
+        assert_ne!(p.identity(), q.identity());
+    }
+
+    #[test]
+    fn upsert_replaces_and_bumps_the_version() {
+        let mut t = TimerTable::new(UtcMicros(1_000), 16);
+        let a = t
+            .upsert(packed("o1"), UtcMicros(5_000), UtcMicros(1_000))
+            .expect("room");
+        assert!(!a.replaced);
+        let b = t
+            .upsert(packed("o1"), UtcMicros(9_000), UtcMicros(1_000))
+            .expect("room");
+        assert!(b.replaced);
+        assert!(b.version > a.version);
+        assert_eq!(t.len(), 1);
+        let view = t.get(packed("o1").identity()).expect("pending");
+        assert_eq!((view.deadline, view.version), (UtcMicros(9_000), b.version));
+        assert_eq!(
+            t.payload_of(packed("o1").identity()),
+            Some(b"{\"order\":1}".to_vec())
+        );
+    }
+
+    #[test]
+    fn cancel_after_fire_returns_not_found() {
+        let mut t = TimerTable::new(UtcMicros(0), 16);
+        t.upsert(packed("o1"), UtcMicros(10), UtcMicros(0))
+            .expect("room");
+        let mut fired = vec![];
+        t.poll(UtcMicros(10), |d, r| {
+            fired.push((d, r.timer.key().to_string()))
+        });
+        assert_eq!(fired, vec![(UtcMicros(10), "o1".to_string())]);
+        assert!(t.cancel(packed("o1").identity()).is_none());
+        assert!(t.get(packed("o1").identity()).is_none());
+    }
+
+    #[test]
+    fn capacity_refuses_new_keys_but_not_replacements() {
+        let mut t = TimerTable::new(UtcMicros(0), 1);
+        t.upsert(packed("a"), UtcMicros(10), UtcMicros(0))
+            .expect("room");
+        assert_eq!(
+            t.upsert(packed("b"), UtcMicros(10), UtcMicros(0)),
+            Err(UpsertError::Capacity)
+        );
+        assert!(
+            t.upsert(packed("a"), UtcMicros(20), UtcMicros(0))
+                .expect("replace")
+                .replaced
+        );
+    }
+
+    #[test]
+    fn versions_stay_above_recovered_ones() {
+        let mut t = TimerTable::new(UtcMicros(0), 4);
+        t.observe_version(1_000_000);
+        let v = t
+            .upsert(packed("a"), UtcMicros(10), UtcMicros(5))
+            .expect("room")
+            .version;
+        assert_eq!(v, 1_000_001);
+    }
+
+    #[test]
+    fn out_of_range_deadline_is_refused_and_leaves_nothing_behind() {
+        let mut t = TimerTable::new(UtcMicros(0), 4);
+        let far = UtcMicros(1 << 60);
+        assert_eq!(
+            t.upsert(packed("a"), far, UtcMicros(0)),
+            Err(UpsertError::OutOfRange)
+        );
+        assert_eq!(t.len(), 0);
+        assert!(t.get(packed("a").identity()).is_none());
+    }
+}

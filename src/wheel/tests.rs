@@ -1,0 +1,255 @@
+//! Model check: the timer table (wheel + index) against a plain `BTreeMap`, on generated
+//! sequences of insert, reschedule, cancel, advance and backward clock steps.
+
+use super::table::{PackedTimer, TimerTable};
+use super::Wheel;
+use crate::units::{UtcMicros, TEN_YEARS_US};
+use proptest::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Upsert key `k` at `now + offset` (or `now - offset` when `past`).
+    Upsert {
+        k: u8,
+        offset: u64,
+        past: bool,
+    },
+    Cancel {
+        k: u8,
+    },
+    Advance {
+        by: u64,
+    },
+    /// The clock steps back by `by` (a backward step of the system clock).
+    StepBack {
+        by: u64,
+    },
+}
+
+fn scale() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => 0u64..70,
+        4 => 0u64..5_000,
+        3 => 0u64..400_000,
+        2 => 0u64..100_000_000,
+        1 => 0u64..TEN_YEARS_US,
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u8..40, scale(), prop::bool::weighted(0.1))
+            .prop_map(|(k, offset, past)| Op::Upsert { k, offset, past }),
+        2 => (0u8..40).prop_map(|k| Op::Cancel { k }),
+        4 => scale().prop_map(|by| Op::Advance { by }),
+        1 => (0u64..10_000).prop_map(|by| Op::StepBack { by }),
+    ]
+}
+
+fn packed(k: u8) -> PackedTimer {
+    PackedTimer::new("tenant", &format!("key-{k}"), &[k]).expect("short names")
+}
+
+/// The reference: pending timers ordered by (deadline, key).
+#[derive(Default)]
+struct Model {
+    by_deadline: BTreeMap<(u64, u8), u64>,
+    by_key: HashMap<u8, (u64, u64)>,
+}
+
+impl Model {
+    fn upsert(&mut self, k: u8, deadline: u64, version: u64) -> bool {
+        let replaced = self.cancel(k).is_some();
+        self.by_deadline.insert((deadline, k), version);
+        self.by_key.insert(k, (deadline, version));
+        replaced
+    }
+
+    fn cancel(&mut self, k: u8) -> Option<(u64, u64)> {
+        let (deadline, version) = self.by_key.remove(&k)?;
+        self.by_deadline.remove(&(deadline, k));
+        Some((deadline, version))
+    }
+
+    /// Everything due at or before `now`, in deadline order (ties by key).
+    fn fire(&mut self, now: u64) -> Vec<(u64, u8, u64)> {
+        let later = self.by_deadline.split_off(&(now + 1, 0));
+        let due = std::mem::replace(&mut self.by_deadline, later);
+        due.into_iter()
+            .map(|((d, k), v)| {
+                self.by_key.remove(&k);
+                (d, k, v)
+            })
+            .collect()
+    }
+}
+
+fn run(start: u64, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut now = start;
+    let mut table = TimerTable::new(UtcMicros(now), 64);
+    let mut model = Model::default();
+    let mut fired_total = 0usize;
+    for op in ops {
+        match *op {
+            Op::Upsert { k, offset, past } => {
+                let deadline = if past {
+                    now.saturating_sub(offset)
+                } else {
+                    now + offset
+                };
+                let got = table.upsert(packed(k), UtcMicros(deadline), UtcMicros(now));
+                let got = got.map_err(|e| TestCaseError::fail(format!("upsert {k}: {e:?}")))?;
+                let replaced = model.upsert(k, deadline, got.version);
+                prop_assert_eq!(got.replaced, replaced, "replaced flag for key {}", k);
+            }
+            Op::Cancel { k } => {
+                let got = table
+                    .cancel(packed(k).identity())
+                    .map(|(d, r)| (d.0, r.version));
+                prop_assert_eq!(got, model.cancel(k), "cancel of key {}", k);
+            }
+            Op::Advance { by } => now += by,
+            Op::StepBack { by } => now = now.saturating_sub(by).max(start),
+        }
+        let mut fired = Vec::new();
+        table.poll(UtcMicros(now), |d, r| {
+            fired.push((d.0, r.timer.payload()[0], r.version))
+        });
+        for &(deadline, k, _) in &fired {
+            prop_assert!(
+                deadline <= now,
+                "key {} due {} fired early at {}",
+                k,
+                deadline,
+                now
+            );
+        }
+        prop_assert!(
+            fired.windows(2).all(|w| w[0].0 <= w[1].0),
+            "fired out of deadline order: {:?}",
+            fired
+        );
+        // Ties in deadline may fire in any order; compare as (deadline, key)-sorted sets.
+        fired.sort_unstable();
+        prop_assert_eq!(&fired, &model.fire(now), "fired set at now={}", now);
+        fired_total += fired.len();
+        prop_assert_eq!(table.len(), model.by_key.len());
+        if let Some(next) = table.next_deadline() {
+            let earliest = model.by_deadline.keys().next().map(|&(d, _)| d);
+            prop_assert!(
+                earliest.is_some_and(|e| next.0 <= e),
+                "next_deadline {} after model {:?}",
+                next.0,
+                earliest
+            );
+        } else {
+            prop_assert!(
+                model.by_key.is_empty(),
+                "wheel says empty, model holds {}",
+                model.by_key.len()
+            );
+        }
+    }
+    // Drain: everything left fires once time runs far enough, and nothing is lost.
+    let end = now + TEN_YEARS_US + 1;
+    let mut rest = Vec::new();
+    table.poll(UtcMicros(end), |d, r| {
+        rest.push((d.0, r.timer.payload()[0], r.version))
+    });
+    rest.sort_unstable();
+    prop_assert_eq!(rest, model.fire(end));
+    prop_assert!(table.is_empty());
+    let _ = fired_total;
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn table_fires_exactly_what_a_btreemap_model_fires(
+        start in prop_oneof![Just(0u64), 1_000_000u64..2_000_000_000_000_000],
+        ops in prop::collection::vec(op(), 1..150),
+    ) {
+        run(start, &ops)?;
+    }
+}
+
+#[test]
+fn next_deadline_is_found_without_walking_ticks() {
+    // One timer a year out: next_deadline answers at once, and polling to it fires it.
+    let start = 1_700_000_000_000_000;
+    let mut wheel: Wheel<u32> = Wheel::new(UtcMicros(start), 4);
+    let due = start + 365 * 86_400 * 1_000_000;
+    wheel.insert(UtcMicros(due), 7).expect("in range");
+    let mut steps = 0;
+    let mut fired = vec![];
+    while fired.is_empty() {
+        let next = wheel.next_deadline().expect("pending");
+        assert!(
+            next.0 <= due,
+            "next_deadline {} beyond the deadline {due}",
+            next.0
+        );
+        wheel.poll(next, |_, d, v| fired.push((d.0, v)));
+        steps += 1;
+        assert!(steps <= 2 * super::LEVELS, "took {steps} wake-ups");
+    }
+    assert_eq!(fired, vec![(due, 7)]);
+}
+
+#[test]
+fn same_deadline_burst_fires_all_at_once_and_not_a_microsecond_before() {
+    let start = 1_000_000;
+    let mut wheel: Wheel<u32> = Wheel::new(UtcMicros(start), 10_000);
+    let due = start + 1_234_567;
+    for i in 0..10_000 {
+        wheel.insert(UtcMicros(due), i).expect("in range");
+    }
+    let mut fired = 0;
+    wheel.poll(UtcMicros(due - 1), |_, _, _| fired += 1);
+    assert_eq!(fired, 0);
+    wheel.poll(UtcMicros(due), |_, d, _| {
+        assert_eq!(d.0, due);
+        fired += 1
+    });
+    assert_eq!(fired, 10_000);
+}
+
+#[test]
+fn stale_handle_does_not_cancel_the_slot_reuser() {
+    let mut wheel: Wheel<&str> = Wheel::new(UtcMicros(0), 1);
+    let first = wheel.insert(UtcMicros(100), "first").expect("in range");
+    assert_eq!(wheel.remove(first), Some("first"));
+    let second = wheel.insert(UtcMicros(200), "second").expect("in range");
+    assert_eq!(
+        wheel.remove(first),
+        None,
+        "stale handle must not remove the reused slot"
+    );
+    assert_eq!(
+        wheel.get(second).map(|(d, v)| (d.0, *v)),
+        Some((200, "second"))
+    );
+}
+
+#[test]
+fn entry_stays_within_48_bytes() {
+    use super::slab::Entry;
+    use super::table::TimerRecord;
+    assert_eq!(std::mem::size_of::<Entry<TimerRecord>>(), 48);
+}
+
+#[test]
+fn cascade_onto_the_current_microsecond_still_fires() {
+    // A level-1 slot that starts exactly at the deadline: the cascade puts the entry at
+    // `elapsed` itself, and the same poll must fire it.
+    let mut wheel: Wheel<u32> = Wheel::new(UtcMicros(80_421_292), 4);
+    wheel.insert(UtcMicros(80_422_464), 1).expect("in range");
+    let mut fired = vec![];
+    wheel.poll(UtcMicros(80_422_464 + TEN_YEARS_US), |_, d, v| {
+        fired.push((d.0, v))
+    });
+    assert_eq!(fired, vec![(80_422_464, 1)]);
+}
