@@ -2,6 +2,7 @@
 //!
 //! See `README.md` for the architecture drawing and `shared/DESIGN.md` for the contract.
 
+pub mod clock;
 pub mod doctor;
 pub mod error;
 pub mod units;
