@@ -4,9 +4,15 @@
 
 pub mod clock;
 pub mod doctor;
+pub mod engine;
 pub mod error;
+pub mod metrics;
+pub mod ring;
+pub mod shard;
 pub mod units;
 pub mod wheel;
 
+pub use engine::{Cancelled, Engine, EngineBuilder, Handle, Scheduled, TimerInfo};
 pub use error::{Error, Result};
+pub use shard::FiredTimer;
 pub use units::{Deadline, TscTicks, UtcMicros, UtcNanos};

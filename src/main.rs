@@ -7,7 +7,11 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "punctual", version, about = "Thread-per-core timer service with sub-millisecond lateness")]
+#[command(
+    name = "punctual",
+    version,
+    about = "Thread-per-core timer service with sub-millisecond lateness"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

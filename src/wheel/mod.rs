@@ -157,10 +157,6 @@ impl<T> Wheel<T> {
         entry.value.as_ref().map(|v| (UtcMicros(entry.deadline), v))
     }
 
-    pub(crate) fn get_index_mut(&mut self, index: u32) -> Option<&mut T> {
-        self.slab.get_mut(index).value.as_mut()
-    }
-
     /// A lower bound on the earliest pending deadline: exact for level-0 entries and the
     /// expired list, the start of the slot for entries further out (the shard wakes there,
     /// cascades, and asks again). `None` when the wheel is empty. O(levels).

@@ -1,0 +1,514 @@
+//! The library API: [`EngineBuilder`] starts the shards; [`Handle`] (cloneable, `Send`) is how
+//! any thread schedules, cancels and reads timers.
+//!
+//! Every call validates its arguments on the caller's thread, packs tenant, key and payload
+//! into one allocation, and pushes it onto the ring of the shard that owns the key (a hash of
+//! tenant and key). `schedule`, `cancel` and `get` block the calling thread until the shard
+//! answers (microseconds); the `_async` forms return a future instead, for callers on an
+//! executor; `schedule_detached` does not wait for an answer at all (bulk loads).
+
+use crate::clock::{clock_ns, Clock, ClockConfig, HostSource};
+use crate::error::{validate_name, Error, NameKind, Result};
+use crate::metrics::ShardMetrics;
+use crate::ring::{Op, Ring};
+use crate::shard::{set_timer_slack_ns, FireHandler, FiredTimer, Shard};
+use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};
+use crate::wheel::table::{PackedTimer, TimerTable};
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::os::fd::IntoRawFd;
+use std::os::unix::io::FromRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use crate::ring::{Cancelled, Scheduled, TimerInfo};
+
+/// Largest payload, in bytes (DESIGN.md: 65,536 bytes of JSON text).
+pub const MAX_PAYLOAD: usize = 65_536;
+
+/// Seed of the router's hash, distinct from the per-shard index's (see `wheel::table`).
+const ROUTE_SEED: u64 = 0x726f_7574_6572_2121;
+
+/// How a shard gets its core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pinning {
+    /// Shard `i` is pinned to the `i`-th of these CPU ids.
+    Cores(Vec<usize>),
+    /// Shard `i` is pinned to the `i`-th CPU the process may run on.
+    Auto,
+    /// No pinning: the kernel places the threads (for comparisons and shared hosts).
+    None,
+}
+
+/// Which tick source the shards' clocks use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockChoice {
+    /// The TSC when it is invariant, else clock_gettime.
+    Detect,
+    /// clock_gettime even when a TSC is there.
+    ClockGettime,
+}
+
+pub struct EngineBuilder {
+    shards: usize,
+    pinning: Pinning,
+    spin: Duration,
+    ring_capacity: usize,
+    shard_capacity: usize,
+    clock: ClockChoice,
+    handler: FireHandler,
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        EngineBuilder {
+            shards: available_cores().len().max(1),
+            pinning: Pinning::Auto,
+            spin: Duration::from_micros(100),
+            ring_capacity: 65_536,
+            shard_capacity: 10_000_000,
+            clock: ClockChoice::Detect,
+            handler: Arc::new(|_: &FiredTimer<'_>| {}),
+        }
+    }
+}
+
+impl EngineBuilder {
+    /// One shard per available core, auto-pinned, a 100 µs spin window, 65,536-slot rings,
+    /// 10 million timers per shard, and a handler that does nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = n;
+        self
+    }
+
+    /// Pins shard `i` to `cores[i]`; also sets the shard count to `cores.len()`.
+    pub fn cores(mut self, cores: Vec<usize>) -> Self {
+        self.shards = cores.len();
+        self.pinning = Pinning::Cores(cores);
+        self
+    }
+
+    pub fn pinning(mut self, pinning: Pinning) -> Self {
+        self.pinning = pinning;
+        self
+    }
+
+    /// How long before a deadline the shard stops parking and spins. Zero turns spinning off.
+    pub fn spin(mut self, window: Duration) -> Self {
+        self.spin = window;
+        self
+    }
+
+    pub fn ring_capacity(mut self, n: usize) -> Self {
+        self.ring_capacity = n;
+        self
+    }
+
+    /// Pending timers one shard may hold; its slab and index are sized for it up front.
+    pub fn shard_capacity(mut self, n: usize) -> Self {
+        self.shard_capacity = n;
+        self
+    }
+
+    pub fn clock(mut self, clock: ClockChoice) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Runs on the shard's thread for every fired timer.
+    pub fn on_fire(mut self, handler: impl Fn(&FiredTimer<'_>) + Send + Sync + 'static) -> Self {
+        self.handler = Arc::new(handler);
+        self
+    }
+
+    /// Starts the shards and returns once each has calibrated its clock and is running.
+    pub fn build(self) -> Result<Engine> {
+        if self.shards == 0 || self.shards > 1024 {
+            return Err(Error::Config(format!(
+                "shards must be 1 to 1024, not {}",
+                self.shards
+            )));
+        }
+        if self.ring_capacity == 0 || self.shard_capacity == 0 {
+            return Err(Error::Config(
+                "ring and shard capacities must be positive".into(),
+            ));
+        }
+        let cores = self.placement()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut rings = Vec::with_capacity(self.shards);
+        let mut metrics = Vec::with_capacity(self.shards);
+        let mut threads = Vec::with_capacity(self.shards);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        for id in 0..self.shards {
+            let (ring, wakee) =
+                Ring::new(id, self.ring_capacity).map_err(|e| Error::ShardStart {
+                    shard: id,
+                    reason: e.to_string(),
+                })?;
+            let ring = Arc::new(ring);
+            let m = Arc::new(ShardMetrics::default());
+            rings.push(ring.clone());
+            metrics.push(m.clone());
+            let placement = match cores.get(id) {
+                Some(&core) => glommio::Placement::Fixed(core),
+                None => glommio::Placement::Unbound,
+            };
+            let (spin, capacity, handler, stop) = (
+                self.spin,
+                self.shard_capacity,
+                self.handler.clone(),
+                stop.clone(),
+            );
+            let clock_choice = self.clock;
+            let ready = ready_tx.clone();
+            let wakee_fd = wakee.into_raw_fd();
+            let thread = glommio::LocalExecutorBuilder::new(placement)
+                .name(&format!("punctual-shard-{id}"))
+                .spawn(move || async move {
+                    set_timer_slack_ns(1);
+                    let source = match clock_choice {
+                        ClockChoice::Detect => HostSource::detect(),
+                        ClockChoice::ClockGettime => HostSource::fallback(),
+                    };
+                    let clock = Clock::calibrate(source, ClockConfig::default());
+                    let table = TimerTable::new(clock.now().as_micros(), capacity);
+                    // SAFETY: `wakee_fd` came from `into_raw_fd` on a UnixStream that nothing
+                    // else owns, so this stream becomes its sole owner.
+                    let wakee = unsafe { glommio::net::UnixStream::from_raw_fd(wakee_fd) };
+                    let shard = Shard {
+                        id,
+                        ring,
+                        table,
+                        clock,
+                        spin,
+                        handler,
+                        metrics: m,
+                        stop,
+                    };
+                    shard.publish_initial();
+                    let _ = ready.send(id);
+                    shard.run(wakee).await;
+                })
+                .map_err(|e| Error::ShardStart {
+                    shard: id,
+                    reason: e.to_string(),
+                })?;
+            threads.push(thread);
+        }
+        drop(ready_tx);
+        for _ in 0..self.shards {
+            if ready_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+                stop.store(true, Ordering::Release);
+                rings.iter().for_each(|r| r.wake());
+                return Err(Error::ShardStart {
+                    shard: 0,
+                    reason: "a shard did not start within 10 s".into(),
+                });
+            }
+        }
+        let handle = Handle {
+            inner: Arc::new(Shared {
+                rings,
+                metrics,
+                router: foldhash::fast::FixedState::with_seed(ROUTE_SEED),
+                stopping: AtomicBool::new(false),
+            }),
+        };
+        tracing::info!(shards = self.shards, cores = ?cores, spin_us = self.spin.as_micros() as u64, "engine started");
+        Ok(Engine {
+            handle,
+            threads,
+            stop,
+        })
+    }
+
+    fn placement(&self) -> Result<Vec<usize>> {
+        match &self.pinning {
+            Pinning::None => Ok(Vec::new()),
+            Pinning::Cores(cores) => {
+                if cores.len() != self.shards {
+                    return Err(Error::Config(format!(
+                        "{} shards need {} cores, {} given",
+                        self.shards,
+                        self.shards,
+                        cores.len()
+                    )));
+                }
+                let available = available_cores();
+                if let Some(c) = cores.iter().find(|c| !available.contains(c)) {
+                    return Err(Error::Config(format!(
+                        "core {c} is not available to this process (available: {available:?})"
+                    )));
+                }
+                Ok(cores.clone())
+            }
+            Pinning::Auto => {
+                let available = available_cores();
+                if self.shards > available.len() {
+                    return Err(Error::Config(format!(
+                        "{} pinned shards need as many cores; this process may use {}",
+                        self.shards,
+                        available.len()
+                    )));
+                }
+                Ok(available[..self.shards].to_vec())
+            }
+        }
+    }
+}
+
+/// The CPU ids this process may run on.
+pub fn available_cores() -> Vec<usize> {
+    core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect()
+}
+
+struct Shared {
+    rings: Vec<Arc<Ring>>,
+    metrics: Vec<Arc<ShardMetrics>>,
+    router: foldhash::fast::FixedState,
+    stopping: AtomicBool,
+}
+
+/// A running engine. Dropping it shuts it down; `shutdown` does the same and reports.
+pub struct Engine {
+    handle: Handle,
+    threads: Vec<glommio::ExecutorJoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Engine {
+    pub fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// Stops every shard and joins its thread. Pending in-memory timers are dropped.
+    pub fn shutdown(mut self) -> std::result::Result<(), String> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> std::result::Result<(), String> {
+        self.handle.inner.stopping.store(true, Ordering::Release);
+        self.stop.store(true, Ordering::Release);
+        for ring in &self.handle.inner.rings {
+            ring.wake();
+        }
+        let mut failed = Vec::new();
+        for (id, t) in self.threads.drain(..).enumerate() {
+            if t.join().is_err() {
+                failed.push(id);
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("shard threads {failed:?} panicked"))
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_and_join() {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+/// Per-shard figures for exporters.
+#[derive(Clone, Debug)]
+pub struct ShardStats {
+    pub shard: usize,
+    pub pending: u64,
+    pub fired_total: u64,
+    pub ring_depth: usize,
+    pub ring_rejected_total: u64,
+    pub clock_offset_ns: i64,
+    pub clock_steps_total: u64,
+    pub lateness: crate::metrics::HistogramSnapshot,
+}
+
+/// A cloneable, `Send` handle on the engine's shards.
+#[derive(Clone)]
+pub struct Handle {
+    inner: Arc<Shared>,
+}
+
+impl Handle {
+    pub fn shards(&self) -> usize {
+        self.inner.rings.len()
+    }
+
+    /// The shard that owns (tenant, key).
+    pub fn shard_for(&self, tenant: &str, key: &str) -> usize {
+        let h = self.inner.router.hash_one((tenant, key));
+        (h % self.inner.rings.len() as u64) as usize
+    }
+
+    /// The system's UTC time (CLOCK_REALTIME), in µs; what `delay_ms` is counted from.
+    pub fn now(&self) -> UtcMicros {
+        UtcMicros(clock_ns(libc::CLOCK_REALTIME) / 1_000)
+    }
+
+    /// Schedules (upserts) a timer and waits for the shard's answer.
+    pub fn schedule(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+    ) -> Result<Scheduled> {
+        let (tx, rx) = oneshot::channel();
+        self.push_schedule(tenant, key, deadline, payload, Some(tx))?;
+        rx.recv().map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// `schedule` for callers on an executor: the push happens now, the answer comes later.
+    pub fn schedule_async(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+    ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        let pushed = self.push_schedule(tenant, key, deadline, payload, Some(tx));
+        async move {
+            pushed?;
+            rx.await.map_err(|_| Error::ShuttingDown)?
+        }
+    }
+
+    /// Schedules without waiting for an answer. Errors the shard finds (capacity) are logged.
+    pub fn schedule_detached(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+    ) -> Result<()> {
+        self.push_schedule(tenant, key, deadline, payload, None)
+    }
+
+    /// Cancels the pending timer under (tenant, key).
+    pub fn cancel(&self, tenant: &str, key: &str) -> Result<Cancelled> {
+        let (tx, rx) = oneshot::channel();
+        let timer = self.pack(tenant, key, &[])?;
+        self.push(tenant, key, Op::Cancel { timer, reply: tx })?;
+        rx.recv().map_err(|_| Error::ShuttingDown)
+    }
+
+    pub fn cancel_async(
+        &self,
+        tenant: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Cancelled>> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        let pushed = self
+            .pack(tenant, key, &[])
+            .and_then(|timer| self.push(tenant, key, Op::Cancel { timer, reply: tx }));
+        async move {
+            pushed?;
+            rx.await.map_err(|_| Error::ShuttingDown)
+        }
+    }
+
+    /// The pending timer under (tenant, key), if any.
+    pub fn get(&self, tenant: &str, key: &str) -> Result<Option<TimerInfo>> {
+        let (tx, rx) = oneshot::channel();
+        let timer = self.pack(tenant, key, &[])?;
+        self.push(tenant, key, Op::Get { timer, reply: tx })?;
+        rx.recv().map_err(|_| Error::ShuttingDown)
+    }
+
+    pub fn get_async(
+        &self,
+        tenant: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<TimerInfo>>> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        let pushed = self
+            .pack(tenant, key, &[])
+            .and_then(|timer| self.push(tenant, key, Op::Get { timer, reply: tx }));
+        async move {
+            pushed?;
+            rx.await.map_err(|_| Error::ShuttingDown)
+        }
+    }
+
+    pub fn stats(&self) -> Vec<ShardStats> {
+        let inner = &self.inner;
+        (0..inner.rings.len())
+            .map(|i| {
+                let m = &inner.metrics[i];
+                ShardStats {
+                    shard: i,
+                    pending: m.pending.load(Ordering::Relaxed),
+                    fired_total: m.fired_total.load(Ordering::Relaxed),
+                    ring_depth: inner.rings[i].len(),
+                    ring_rejected_total: inner.rings[i].rejected(),
+                    clock_offset_ns: m.clock_offset_ns.load(Ordering::Relaxed),
+                    clock_steps_total: m.clock_steps_total.load(Ordering::Relaxed),
+                    lateness: m.lateness(),
+                }
+            })
+            .collect()
+    }
+
+    fn push_schedule(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+        reply: Option<oneshot::Sender<Result<Scheduled>>>,
+    ) -> Result<()> {
+        if deadline.0 > self.now().0.saturating_add(TEN_YEARS_US) {
+            return Err(Error::DeadlineOutOfRange {
+                deadline_us: deadline.0,
+            });
+        }
+        let timer = self.pack(tenant, key, payload)?;
+        self.push(
+            tenant,
+            key,
+            Op::Schedule {
+                timer,
+                deadline,
+                reply,
+            },
+        )
+    }
+
+    fn pack(&self, tenant: &str, key: &str, payload: &[u8]) -> Result<PackedTimer> {
+        validate_name(NameKind::Tenant, tenant)?;
+        validate_name(NameKind::Key, key)?;
+        if payload.len() > MAX_PAYLOAD {
+            return Err(Error::PayloadTooLarge {
+                len: payload.len(),
+                limit: MAX_PAYLOAD,
+            });
+        }
+        // validate_name caps both at 128 bytes, so packing cannot fail here.
+        PackedTimer::new(tenant, key, payload).ok_or(Error::NameTooLong {
+            kind: NameKind::Key,
+            len: key.len(),
+        })
+    }
+
+    fn push(&self, tenant: &str, key: &str, op: Op) -> Result<()> {
+        if self.inner.stopping.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
+        self.inner.rings[self.shard_for(tenant, key)].push(op)
+    }
+}

@@ -1,0 +1,309 @@
+//! The engine end to end on real shards: what fires, exactly once, never early; the typed
+//! errors; back-pressure; shutdown. Nothing here asserts a duration.
+
+use punctual::clock::clock_ns;
+use punctual::engine::Pinning;
+use punctual::{Cancelled, EngineBuilder, Error, UtcMicros};
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fire {
+    key: String,
+    version: u64,
+    deadline: u64,
+    realtime_at_fire_ns: u64,
+    payload: Vec<u8>,
+}
+
+fn collecting_engine(shards: usize) -> (punctual::Engine, mpsc::Receiver<Fire>) {
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let engine = EngineBuilder::new()
+        .shards(shards)
+        .pinning(Pinning::None)
+        .spin(Duration::from_micros(50))
+        .on_fire(move |f| {
+            let fire = Fire {
+                key: f.key.to_string(),
+                version: f.version,
+                deadline: f.deadline.0,
+                realtime_at_fire_ns: clock_ns(libc::CLOCK_REALTIME),
+                payload: f.payload.to_vec(),
+            };
+            let _ = tx.lock().map(|tx| tx.send(fire));
+        })
+        .build()
+        .expect("engine starts");
+    (engine, rx)
+}
+
+fn collect(rx: &mpsc::Receiver<Fire>, n: usize) -> Vec<Fire> {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n && Instant::now() < give_up {
+        if let Ok(f) = rx.recv_timeout(Duration::from_millis(100)) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_timer_fires_exactly_once_and_never_early() {
+    let (engine, rx) = collecting_engine(2);
+    let h = engine.handle();
+    let now = h.now().0;
+    let mut expected = HashMap::new();
+    for i in 0..3_000u64 {
+        // Spread over 300 ms, with some already overdue and many sharing a microsecond.
+        let deadline = if i % 10 == 0 {
+            now - 1_000
+        } else {
+            now + (i * 7_919) % 300_000
+        };
+        let key = format!("order-{i}");
+        let s = h
+            .schedule("shop", &key, UtcMicros(deadline), &i.to_le_bytes())
+            .expect("scheduled");
+        assert!(!s.replaced);
+        expected.insert(key, (s.version, deadline));
+    }
+    let fired = collect(&rx, expected.len());
+    assert_eq!(fired.len(), expected.len(), "lost timers");
+    for f in &fired {
+        let (version, deadline) = expected
+            .remove(&f.key)
+            .expect("fired once, and only known keys");
+        assert_eq!((f.version, f.deadline), (version, deadline));
+        assert!(
+            f.realtime_at_fire_ns >= deadline * 1_000,
+            "{} fired {} ns early",
+            f.key,
+            deadline * 1_000 - f.realtime_at_fire_ns
+        );
+        let i: u64 = f.key["order-".len()..].parse().expect("numeric key");
+        assert_eq!(f.payload, i.to_le_bytes());
+    }
+    // Nothing more arrives: no duplicates.
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    engine.shutdown().expect("clean shutdown");
+}
+
+#[test]
+fn upsert_replaces_the_pending_timer_and_only_the_latest_fires() {
+    let (engine, rx) = collecting_engine(1);
+    let h = engine.handle();
+    let soon = h.now().0 + 50_000;
+    let first = h
+        .schedule("shop", "o1", UtcMicros(soon), b"first")
+        .expect("scheduled");
+    let second = h
+        .schedule("shop", "o1", UtcMicros(soon + 10_000), b"second")
+        .expect("scheduled");
+    assert!(second.replaced && !first.replaced);
+    assert!(second.version > first.version);
+    let info = h.get("shop", "o1").expect("get").expect("pending");
+    assert_eq!(
+        (info.version, info.deadline.0, &info.payload[..]),
+        (second.version, soon + 10_000, &b"second"[..])
+    );
+    let fired = collect(&rx, 1);
+    assert_eq!(fired.len(), 1);
+    assert_eq!(
+        (fired[0].version, &fired[0].payload[..]),
+        (second.version, &b"second"[..])
+    );
+    assert!(
+        rx.recv_timeout(Duration::from_millis(100)).is_err(),
+        "the replaced timer fired too"
+    );
+    // A new schedule after the fire is new again (201), with a higher version.
+    let third = h
+        .schedule("shop", "o1", UtcMicros(h.now().0 + 1_000_000), b"")
+        .expect("scheduled");
+    assert!(!third.replaced && third.version > second.version);
+}
+
+#[test]
+fn cancel_before_fire_prevents_it_and_cancel_after_fire_returns_not_found() {
+    let (engine, rx) = collecting_engine(2);
+    let h = engine.handle();
+    let s = h
+        .schedule("shop", "keep", UtcMicros(h.now().0 + 30_000), b"")
+        .expect("scheduled");
+    let c = h
+        .schedule("shop", "drop", UtcMicros(h.now().0 + 30_000), b"")
+        .expect("scheduled");
+    assert_eq!(
+        h.cancel("shop", "drop").expect("cancel"),
+        Cancelled::Cancelled {
+            version: c.version,
+            deadline: c.deadline
+        }
+    );
+    assert_eq!(
+        h.cancel("shop", "drop").expect("cancel"),
+        Cancelled::NotFound
+    );
+    let fired = collect(&rx, 1);
+    assert_eq!(
+        fired.iter().map(|f| f.key.as_str()).collect::<Vec<_>>(),
+        vec!["keep"]
+    );
+    assert_eq!(fired[0].version, s.version);
+    assert_eq!(
+        h.cancel("shop", "keep").expect("cancel"),
+        Cancelled::NotFound
+    );
+    assert_eq!(h.get("shop", "keep").expect("get"), None);
+    assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+}
+
+#[test]
+fn bad_arguments_get_typed_errors() {
+    let (engine, _rx) = collecting_engine(1);
+    let h = engine.handle();
+    let at = UtcMicros(h.now().0 + 1_000_000);
+    assert!(matches!(
+        h.schedule("", "k", at, b""),
+        Err(Error::EmptyName(_))
+    ));
+    assert!(matches!(
+        h.schedule("t", &"k".repeat(129), at, b""),
+        Err(Error::NameTooLong { len: 129, .. })
+    ));
+    assert!(matches!(
+        h.schedule("t", "a/b", at, b""),
+        Err(Error::InvalidName { .. })
+    ));
+    assert!(matches!(
+        h.schedule("t", "k", at, &vec![0; 65_537]),
+        Err(Error::PayloadTooLarge { len: 65_537, .. })
+    ));
+    let far = UtcMicros(h.now().0 + 3_651 * 86_400 * 1_000_000);
+    assert!(matches!(
+        h.schedule("t", "k", far, b""),
+        Err(Error::DeadlineOutOfRange { .. })
+    ));
+    assert!(matches!(
+        h.cancel("t", ".."),
+        Err(Error::InvalidName { .. })
+    ));
+    assert!(
+        h.schedule("t", "k", at, &vec![0; 65_536]).is_ok(),
+        "the limit itself is allowed"
+    );
+}
+
+#[test]
+fn shard_capacity_is_a_typed_error_and_replacements_still_work() {
+    let engine = EngineBuilder::new()
+        .shards(1)
+        .pinning(Pinning::None)
+        .shard_capacity(2)
+        .build()
+        .expect("starts");
+    let h = engine.handle();
+    let at = UtcMicros(h.now().0 + 60_000_000);
+    h.schedule("t", "a", at, b"").expect("room");
+    h.schedule("t", "b", at, b"").expect("room");
+    assert!(matches!(
+        h.schedule("t", "c", at, b""),
+        Err(Error::CapacityExceeded { capacity: 2, .. })
+    ));
+    assert!(
+        h.schedule("t", "a", at, b"x")
+            .expect("replacement")
+            .replaced
+    );
+}
+
+#[test]
+fn full_ring_is_refused_and_counted_and_nothing_accepted_is_lost() {
+    // The handler blocks the shard, so its ring fills up behind it.
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let fired = Arc::new(Mutex::new(Vec::new()));
+    let fired_in = fired.clone();
+    let engine = EngineBuilder::new()
+        .shards(1)
+        .pinning(Pinning::None)
+        .ring_capacity(8)
+        .on_fire(move |f| {
+            if f.key == "blocker" {
+                let _ = release_rx
+                    .lock()
+                    .map(|rx| rx.recv_timeout(Duration::from_secs(20)));
+            }
+            let _ = fired_in.lock().map(|mut v| v.push(f.key.to_string()));
+        })
+        .build()
+        .expect("starts");
+    let h = engine.handle();
+    h.schedule("t", "blocker", h.now(), b"").expect("scheduled");
+    // Wait until the shard is inside the handler (the ring is then no longer drained).
+    std::thread::sleep(Duration::from_millis(200));
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    for i in 0..100 {
+        match h.schedule_detached("t", &format!("k{i}"), h.now(), b"") {
+            Ok(()) => accepted.push(format!("k{i}")),
+            Err(Error::RingFull { capacity: 8, .. }) => refused += 1,
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    assert_eq!(accepted.len(), 8, "exactly the ring's capacity is accepted");
+    assert_eq!(refused, 92);
+    assert_eq!(h.stats()[0].ring_rejected_total, 92);
+    release_tx.send(()).expect("release");
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while fired.lock().map(|v| v.len()).unwrap_or(0) < 9 && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut got = fired.lock().expect("lock").clone();
+    got.sort();
+    let mut want = accepted.clone();
+    want.push("blocker".into());
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn shutdown_joins_every_shard_and_later_calls_fail_cleanly() {
+    let (engine, _rx) = collecting_engine(2);
+    let h = engine.handle();
+    h.schedule("t", "k", UtcMicros(h.now().0 + 60_000_000), b"")
+        .expect("scheduled");
+    engine.shutdown().expect("all shard threads joined");
+    assert_eq!(
+        h.schedule("t", "k2", h.now(), b""),
+        Err(Error::ShuttingDown)
+    );
+}
+
+#[test]
+fn async_calls_answer_like_blocking_ones() {
+    let (engine, _rx) = collecting_engine(2);
+    let h = engine.handle();
+    let at = UtcMicros(h.now().0 + 60_000_000);
+    let s = futures_lite_block_on(h.schedule_async("t", "k", at, b"p")).expect("scheduled");
+    let info = futures_lite_block_on(h.get_async("t", "k"))
+        .expect("get")
+        .expect("pending");
+    assert_eq!((info.version, info.deadline), (s.version, at));
+    let c = futures_lite_block_on(h.cancel_async("t", "k")).expect("cancel");
+    assert_eq!(
+        c,
+        Cancelled::Cancelled {
+            version: s.version,
+            deadline: at
+        }
+    );
+}
+
+fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+    futures_lite::future::block_on(f)
+}
