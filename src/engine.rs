@@ -58,7 +58,12 @@ pub struct EngineBuilder {
     shard_capacity: usize,
     clock: ClockChoice,
     handler: FireHandler,
+    on_shard_start: Option<ShardStartHook>,
 }
+
+/// Runs on each shard's thread, inside its executor, before the shard's loop starts: the place
+/// to `glommio::spawn_local` tasks that live on that shard (the HTTP acceptor does).
+pub type ShardStartHook = Arc<dyn Fn(usize, Handle) + Send + Sync>;
 
 impl Default for EngineBuilder {
     fn default() -> Self {
@@ -70,6 +75,7 @@ impl Default for EngineBuilder {
             shard_capacity: 10_000_000,
             clock: ClockChoice::Detect,
             handler: Arc::new(|_: &FiredTimer<'_>| {}),
+            on_shard_start: None,
         }
     }
 }
@@ -126,6 +132,13 @@ impl EngineBuilder {
         self
     }
 
+    /// Runs `hook(shard id, handle)` on every shard's thread, inside its glommio executor,
+    /// before the shard's loop starts.
+    pub fn on_shard_start(mut self, hook: impl Fn(usize, Handle) + Send + Sync + 'static) -> Self {
+        self.on_shard_start = Some(Arc::new(hook));
+        self
+    }
+
     /// Starts the shards and returns once each has calibrated its clock and is running.
     pub fn build(self) -> Result<Engine> {
         if self.shards == 0 || self.shards > 1024 {
@@ -142,19 +155,31 @@ impl EngineBuilder {
         let cores = self.placement()?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut rings = Vec::with_capacity(self.shards);
-        let mut metrics = Vec::with_capacity(self.shards);
-        let mut threads = Vec::with_capacity(self.shards);
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let mut wakees = Vec::with_capacity(self.shards);
         for id in 0..self.shards {
             let (ring, wakee) =
                 Ring::new(id, self.ring_capacity).map_err(|e| Error::ShardStart {
                     shard: id,
                     reason: e.to_string(),
                 })?;
-            let ring = Arc::new(ring);
-            let m = Arc::new(ShardMetrics::default());
-            rings.push(ring.clone());
-            metrics.push(m.clone());
+            rings.push(Arc::new(ring));
+            wakees.push(wakee);
+        }
+        let handle = Handle {
+            inner: Arc::new(Shared {
+                rings,
+                metrics: (0..self.shards)
+                    .map(|_| Arc::new(ShardMetrics::default()))
+                    .collect(),
+                router: foldhash::fast::FixedState::with_seed(ROUTE_SEED),
+                stopping: AtomicBool::new(false),
+            }),
+        };
+        let mut threads = Vec::with_capacity(self.shards);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        for (id, wakee) in wakees.into_iter().enumerate() {
+            let ring = handle.inner.rings[id].clone();
+            let m = handle.inner.metrics[id].clone();
             let placement = match cores.get(id) {
                 Some(&core) => glommio::Placement::Fixed(core),
                 None => glommio::Placement::Unbound,
@@ -167,6 +192,7 @@ impl EngineBuilder {
             );
             let clock_choice = self.clock;
             let ready = ready_tx.clone();
+            let hook = self.on_shard_start.clone().map(|h| (h, handle.clone()));
             let wakee_fd = wakee.into_raw_fd();
             let thread = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("punctual-shard-{id}"))
@@ -192,6 +218,9 @@ impl EngineBuilder {
                         stop,
                     };
                     shard.publish_initial();
+                    if let Some((hook, handle)) = hook {
+                        hook(id, handle);
+                    }
                     let _ = ready.send(id);
                     shard.run(wakee).await;
                 })
@@ -205,21 +234,13 @@ impl EngineBuilder {
         for _ in 0..self.shards {
             if ready_rx.recv_timeout(Duration::from_secs(10)).is_err() {
                 stop.store(true, Ordering::Release);
-                rings.iter().for_each(|r| r.wake());
+                handle.inner.rings.iter().for_each(|r| r.wake());
                 return Err(Error::ShardStart {
                     shard: 0,
                     reason: "a shard did not start within 10 s".into(),
                 });
             }
         }
-        let handle = Handle {
-            inner: Arc::new(Shared {
-                rings,
-                metrics,
-                router: foldhash::fast::FixedState::with_seed(ROUTE_SEED),
-                stopping: AtomicBool::new(false),
-            }),
-        };
         tracing::info!(shards = self.shards, cores = ?cores, spin_us = self.spin.as_micros() as u64, "engine started");
         Ok(Engine {
             handle,
