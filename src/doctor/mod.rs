@@ -1,15 +1,135 @@
-//! `punctual doctor`: host preflight checks. (Being built; see issue 5.)
+//! `punctual doctor`: the host preflight.
+//!
+//! Owns the command's arguments, the [`Context`] every check reads (the host root, the
+//! shard cores, the shard count) and the order of the checks. Each group of checks
+//! lives in its own module, which owns the files it reads and the thresholds it applies:
+//!
+//! | module      | checks                                                        |
+//! |-------------|---------------------------------------------------------------|
+//! | `clock`     | `clock.tsc`, `clock.clocksource`, `clock.hypervisor`          |
+//! | `cores`     | `cores.online`, `cores.isolation`                             |
+//! | `power`     | `cores.governor`, `cores.cstates`                             |
+//! | `irq`       | `cores.irq`                                                   |
+//! | `memory`    | `memory.thp`, `memory.swap`, `memory.memlock`                 |
+//! | `io_uring`  | `io_uring.kernel`, `io_uring.enabled`                         |
+//! | `timesync`  | `time.sync`, `time.daemon`, `time.step`                       |
+//! | `process`   | `process.timerslack`                                          |
+//!
+//! Every check reads files under [`Host`]'s root (`/` unless the hidden `--root` points
+//! at a fixture tree), never panics on what it finds, and says PASS, WARN or FAIL with
+//! what it found, why it matters and the fix (see [`report::Status`] for what each means).
+//! The exit status is 0 when nothing failed and 1 otherwise.
+
+mod clock;
+mod cores;
+pub mod cpulist;
+pub mod host;
+mod io_uring;
+mod irq;
+mod memory;
+mod power;
+mod process;
+pub mod report;
+mod timesync;
+
+use std::path::PathBuf;
 
 use clap::Args;
 
-#[derive(Debug, Args)]
+pub use cpulist::CpuSet;
+pub use host::Host;
+pub use report::{Check, Group, Report, Status};
+
+#[derive(Debug, Clone, Args)]
 pub struct DoctorArgs {
     /// Print one JSON object instead of the human report.
     #[arg(long)]
     pub json: bool,
+
+    /// The CPU list the service will run its shards on (as `serve --cores`), e.g. `2-5,8`.
+    /// Default: every online core, as serve does.
+    #[arg(long, env = "PUNCTUAL_CORES", value_name = "LIST", value_parser = CpuSet::parse)]
+    pub cores: Option<CpuSet>,
+
+    /// The shard count the memory checks assume. Default: the number of shard cores.
+    #[arg(long, env = "PUNCTUAL_SHARDS", value_name = "N")]
+    pub shards: Option<usize>,
+
+    /// Read /proc and /sys under this directory instead of `/` (for fixture trees).
+    #[arg(long, hide = true, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
 }
 
-/// Runs the checks and returns the process exit status.
-pub fn run(_args: &DoctorArgs) -> i32 {
-    0
+/// What every check may read: the host, and what the service will run on it.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub host: Host,
+    /// The shard cores: `--cores`, else every online core.
+    pub cores: CpuSet,
+    /// Whether `cores` came from `--cores`.
+    pub cores_given: bool,
+    /// `/sys/devices/system/cpu/online`, when readable.
+    pub online: Option<CpuSet>,
+    /// Why `online` is `None` (for the report).
+    pub online_error: String,
+    pub shards: usize,
+}
+
+impl Context {
+    pub fn new(host: Host, cores: Option<CpuSet>, shards: Option<usize>) -> Context {
+        let (online, online_error) = match host.read("/sys/devices/system/cpu/online") {
+            Ok(text) => match CpuSet::parse(&text) {
+                Ok(set) => (Some(set), String::new()),
+                Err(e) => (None, format!("/sys/devices/system/cpu/online: {e}")),
+            },
+            Err(e) => (None, e.to_string()),
+        };
+        let cores_given = cores.is_some();
+        let cores = cores.or_else(|| online.clone()).unwrap_or_default();
+        let shards = shards.unwrap_or(cores.len()).max(1);
+        Context {
+            host,
+            cores,
+            cores_given,
+            online,
+            online_error,
+            shards,
+        }
+    }
+}
+
+/// Runs every check and gathers the report.
+pub fn collect(ctx: &Context) -> Report {
+    let mut checks = Vec::new();
+    checks.extend(clock::checks(&ctx.host));
+    checks.extend(cores::checks(ctx));
+    checks.extend(power::checks(ctx));
+    checks.extend(irq::checks(ctx));
+    checks.extend(memory::checks(&ctx.host, ctx.shards));
+    checks.extend(io_uring::checks(&ctx.host));
+    checks.extend(timesync::checks(&ctx.host));
+    checks.extend(process::checks(&ctx.host));
+    Report::new(
+        ctx.host.root().display().to_string(),
+        ctx.cores.to_string(),
+        ctx.cores_given,
+        ctx.shards,
+        checks,
+    )
+}
+
+/// Runs the checks, prints the report and returns the process exit status.
+pub fn run(args: &DoctorArgs) -> i32 {
+    let ctx = Context::new(
+        Host::new(args.root.clone()),
+        args.cores.clone(),
+        args.shards,
+    );
+    let report = collect(&ctx);
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_text());
+    }
+    report.exit_code()
 }
