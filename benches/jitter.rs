@@ -1,1 +1,505 @@
-fn main() {}
+//! Timer lateness: punctual against tokio's timers and two floors, same workloads, one process
+//! run, one clock.
+//!
+//! ```text
+//! cargo bench --bench jitter              # W1: 100,000 timers over 1–11 s; W2: 1,000,000 at one instant
+//! cargo bench --bench jitter -- --quick   # W1: 10,000 over 2 s; W2: 100,000
+//! cargo bench --bench jitter -- --only punctual --workload W2
+//! ```
+//!
+//! Every deadline is a UTC microsecond. Each system fires each timer once; the callback reads
+//! CLOCK_REALTIME and records `fired − deadline` for that timer. The same reading serves every
+//! system, so punctual's own TSC clock gets no say in its score: a calibration error would
+//! show up here as lateness, or as an early fire.
+//!
+//! Systems:
+//! - `punctual-spin` / `punctual-nospin`: one shard pinned to core 1, spin window 200 µs / 0.
+//! - `tokio-sleep-ct` / `tokio-sleep-mt`: one task per timer doing `sleep_until`, on the
+//!   current-thread runtime (thread pinned to core 1) and on the multi-thread runtime.
+//! - `delayqueue-ct` / `delayqueue-mt`: one task draining a `tokio_util::time::DelayQueue`.
+//! - `floor-sleep`: one thread sleeping with `clock_nanosleep(TIMER_ABSTIME)` to each deadline in
+//!   turn, timer slack 1 ns: what the kernel's wake-up path costs (the OS floor).
+//! - `floor-spin`: one thread pinned to core 1 spinning on CLOCK_REALTIME to each deadline.
+//!
+//! Registration runs on core 0 before the first deadline. `cpu_s` is the process's user+system
+//! CPU time from the start of registration to the last fire.
+
+use punctual::clock::clock_ns;
+use punctual::engine::Pinning;
+use punctual::{EngineBuilder, UtcMicros};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const NOT_FIRED: i64 = i64::MIN;
+const SHARD_CORE: usize = 1;
+const REGISTRAR_CORE: usize = 0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Workload {
+    /// `n` timers spread uniformly over `[lead, lead + span]`.
+    Spread {
+        n: usize,
+        lead_ms: u64,
+        span_ms: u64,
+    },
+    /// `n` timers all due at `lead`.
+    Burst { n: usize, lead_ms: u64 },
+}
+
+impl Workload {
+    fn name(&self) -> &'static str {
+        match self {
+            Workload::Spread { .. } => "W1",
+            Workload::Burst { .. } => "W2",
+        }
+    }
+
+    fn n(&self) -> usize {
+        match *self {
+            Workload::Spread { n, .. } | Workload::Burst { n, .. } => n,
+        }
+    }
+
+    /// Deadlines in UTC µs, from `base_us`, in a shuffled (not sorted) order.
+    fn deadlines(&self, base_us: u64) -> Vec<u64> {
+        match *self {
+            Workload::Spread {
+                n,
+                lead_ms,
+                span_ms,
+            } => {
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+                (0..n)
+                    .map(|_| {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        base_us + lead_ms * 1_000 + rng % (span_ms * 1_000)
+                    })
+                    .collect()
+            }
+            Workload::Burst { n, lead_ms } => vec![base_us + lead_ms * 1_000; n],
+        }
+    }
+}
+
+/// Per-timer lateness in ns, written once by whichever thread fires the timer.
+struct Recorder {
+    deadlines_ns: Vec<i64>,
+    late_ns: Vec<AtomicI64>,
+    fired: AtomicU64,
+    duplicates: AtomicU64,
+}
+
+impl Recorder {
+    fn new(deadlines_us: &[u64]) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            deadlines_ns: deadlines_us.iter().map(|&d| (d * 1_000) as i64).collect(),
+            late_ns: deadlines_us
+                .iter()
+                .map(|_| AtomicI64::new(NOT_FIRED))
+                .collect(),
+            fired: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+        })
+    }
+
+    #[inline]
+    fn fire(&self, i: usize) {
+        let now = clock_ns(libc::CLOCK_REALTIME) as i64;
+        let late = now - self.deadlines_ns[i];
+        if self.late_ns[i].swap(late, Ordering::Relaxed) != NOT_FIRED {
+            self.duplicates.fetch_add(1, Ordering::Relaxed);
+        }
+        self.fired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn wait_all(&self, last_deadline_us: u64, grace: Duration) {
+        let give_up = last_deadline_us * 1_000 + grace.as_nanos() as u64;
+        while (self.fired.load(Ordering::Relaxed) as usize) < self.late_ns.len()
+            && clock_ns(libc::CLOCK_REALTIME) < give_up
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+struct Row {
+    system: &'static str,
+    workload: &'static str,
+    n: usize,
+    fired: usize,
+    lost: usize,
+    early: usize,
+    duplicates: u64,
+    p50_us: f64,
+    p90_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+    max_us: f64,
+    cpu_s: f64,
+}
+
+fn summarize(system: &'static str, w: &Workload, rec: &Recorder, cpu_s: f64) -> Row {
+    let mut late: Vec<i64> = rec
+        .late_ns
+        .iter()
+        .map(|l| l.load(Ordering::Relaxed))
+        .filter(|&l| l != NOT_FIRED)
+        .collect();
+    late.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if late.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((late.len() as f64 * p).ceil() as usize).clamp(1, late.len()) - 1;
+        late[i] as f64 / 1_000.0
+    };
+    Row {
+        system,
+        workload: w.name(),
+        n: w.n(),
+        fired: late.len(),
+        lost: w.n() - late.len(),
+        early: late.iter().filter(|&&l| l < 0).count(),
+        duplicates: rec.duplicates.load(Ordering::Relaxed),
+        p50_us: pct(0.50),
+        p90_us: pct(0.90),
+        p99_us: pct(0.99),
+        p999_us: pct(0.999),
+        max_us: pct(1.0),
+        cpu_s,
+    }
+}
+
+fn cpu_seconds() -> f64 {
+    let mut ru: libc::rusage = unsafe_zeroed_rusage();
+    // SAFETY: `ru` is a valid, writable rusage; RUSAGE_SELF is always a valid target.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn unsafe_zeroed_rusage() -> libc::rusage {
+    // SAFETY: rusage is a plain C struct of integers, for which all-zero bytes are valid.
+    unsafe { std::mem::zeroed() }
+}
+
+fn pin(core: usize) {
+    let _ = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+}
+
+fn set_timer_slack_1ns() {
+    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long and affects only this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+}
+
+fn now_us() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME) / 1_000
+}
+
+fn grace(w: &Workload) -> Duration {
+    match w {
+        Workload::Spread { .. } => Duration::from_secs(3),
+        Workload::Burst { n, .. } => Duration::from_secs(3 + *n as u64 / 100_000),
+    }
+}
+
+/// Runs one system on one workload and returns its row.
+fn run(system: &'static str, w: &Workload) -> Row {
+    let base = now_us();
+    let deadlines = w.deadlines(base);
+    let last = deadlines.iter().copied().max().unwrap_or(base);
+    let rec = Recorder::new(&deadlines);
+    let cpu0 = cpu_seconds();
+    match system {
+        "punctual-spin" => run_punctual(&deadlines, &rec, last, w, Duration::from_micros(200)),
+        "punctual-nospin" => run_punctual(&deadlines, &rec, last, w, Duration::ZERO),
+        "tokio-sleep-ct" => run_tokio_sleep(&deadlines, &rec, last, w, false),
+        "tokio-sleep-mt" => run_tokio_sleep(&deadlines, &rec, last, w, true),
+        "delayqueue-ct" => run_delay_queue(&deadlines, &rec, last, w, false),
+        "delayqueue-mt" => run_delay_queue(&deadlines, &rec, last, w, true),
+        "floor-sleep" => run_floor(&deadlines, &rec, false),
+        "floor-spin" => run_floor(&deadlines, &rec, true),
+        other => unreachable!("unknown system {other}"),
+    }
+    summarize(system, w, &rec, cpu_seconds() - cpu0)
+}
+
+fn run_punctual(deadlines: &[u64], rec: &Arc<Recorder>, last: u64, w: &Workload, spin: Duration) {
+    let fired = rec.clone();
+    let engine = EngineBuilder::new()
+        .pinning(Pinning::Cores(vec![SHARD_CORE]))
+        .shards(1)
+        .spin(spin)
+        .shard_capacity(deadlines.len().max(1))
+        .ring_capacity(65_536)
+        .on_fire(move |f| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&f.payload[..8]);
+            fired.fire(u64::from_le_bytes(b) as usize);
+        })
+        .build()
+        .expect("engine starts");
+    let h = engine.handle();
+    let deadlines = deadlines.to_vec();
+    // Register from a thread pinned to the other core, so the main thread's affinity stays
+    // whole for the next system's setup.
+    std::thread::spawn(move || {
+        pin(REGISTRAR_CORE);
+        let mut key = String::with_capacity(16);
+        for (i, &d) in deadlines.iter().enumerate() {
+            key.clear();
+            use std::fmt::Write;
+            let _ = write!(key, "t{i}");
+            let payload = (i as u64).to_le_bytes();
+            while h
+                .schedule_detached("bench", &key, UtcMicros(d), &payload)
+                .is_err()
+            {
+                std::hint::spin_loop();
+            }
+        }
+    })
+    .join()
+    .expect("registrar thread");
+    rec.wait_all(last, grace(w));
+    engine.shutdown().expect("clean shutdown");
+}
+
+fn tokio_runtime(multi: bool) -> tokio::runtime::Runtime {
+    if multi {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+    }
+    .expect("tokio runtime")
+}
+
+/// Maps a UTC µs deadline onto tokio's monotonic clock, via one (realtime, Instant) pair.
+fn instant_mapper() -> impl Fn(u64) -> tokio::time::Instant + Clone {
+    let rt0 = clock_ns(libc::CLOCK_REALTIME);
+    let i0 = tokio::time::Instant::now();
+    move |d_us: u64| {
+        let d_ns = d_us * 1_000;
+        if d_ns >= rt0 {
+            i0 + Duration::from_nanos(d_ns - rt0)
+        } else {
+            i0
+        }
+    }
+}
+
+/// Runs `body` on a runtime: the current-thread one on its own thread pinned to the shard core.
+fn on_runtime(multi: bool, body: impl FnOnce(&tokio::runtime::Runtime) + Send + 'static) {
+    if multi {
+        body(&tokio_runtime(true));
+    } else {
+        std::thread::spawn(move || {
+            pin(SHARD_CORE);
+            body(&tokio_runtime(false));
+        })
+        .join()
+        .expect("tokio thread");
+    }
+}
+
+fn run_tokio_sleep(deadlines: &[u64], rec: &Arc<Recorder>, last: u64, w: &Workload, multi: bool) {
+    let deadlines = deadlines.to_vec();
+    let rec = rec.clone();
+    let grace = grace(w);
+    on_runtime(multi, move |rt| {
+        rt.block_on(async move {
+            let map = instant_mapper();
+            for (i, &d) in deadlines.iter().enumerate() {
+                let at = map(d);
+                let rec = rec.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(at).await;
+                    rec.fire(i);
+                });
+            }
+            let until = map(last) + grace;
+            while (rec.fired.load(Ordering::Relaxed) as usize) < deadlines.len()
+                && tokio::time::Instant::now() < until
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+    });
+}
+
+fn run_delay_queue(deadlines: &[u64], rec: &Arc<Recorder>, last: u64, w: &Workload, multi: bool) {
+    use futures_util::StreamExt;
+    let deadlines = deadlines.to_vec();
+    let rec = rec.clone();
+    let grace = grace(w);
+    on_runtime(multi, move |rt| {
+        rt.block_on(async move {
+            let map = instant_mapper();
+            let until = map(last) + grace;
+            let task = tokio::spawn(async move {
+                let mut q = tokio_util::time::DelayQueue::with_capacity(deadlines.len());
+                for (i, &d) in deadlines.iter().enumerate() {
+                    q.insert_at(i, map(d));
+                }
+                while let Ok(Some(expired)) = tokio::time::timeout_at(until, q.next()).await {
+                    rec.fire(expired.into_inner());
+                }
+            });
+            let _ = task.await;
+        });
+    });
+}
+
+fn run_floor(deadlines: &[u64], rec: &Arc<Recorder>, spin: bool) {
+    let mut order: Vec<usize> = (0..deadlines.len()).collect();
+    order.sort_by_key(|&i| deadlines[i]);
+    let deadlines = deadlines.to_vec();
+    let rec = rec.clone();
+    std::thread::spawn(move || {
+        pin(SHARD_CORE);
+        set_timer_slack_1ns();
+        for i in order {
+            let d_ns = deadlines[i] * 1_000;
+            if spin {
+                while clock_ns(libc::CLOCK_REALTIME) < d_ns {
+                    std::hint::spin_loop();
+                }
+            } else {
+                let ts = libc::timespec {
+                    tv_sec: (d_ns / 1_000_000_000) as libc::time_t,
+                    tv_nsec: (d_ns % 1_000_000_000) as libc::c_long,
+                };
+                // SAFETY: `ts` is a valid timespec; a null remainder is allowed with TIMER_ABSTIME.
+                while unsafe {
+                    libc::clock_nanosleep(
+                        libc::CLOCK_REALTIME,
+                        libc::TIMER_ABSTIME,
+                        &ts,
+                        std::ptr::null_mut(),
+                    )
+                } == libc::EINTR
+                {}
+            }
+            rec.fire(i);
+        }
+    })
+    .join()
+    .expect("floor thread");
+}
+
+const SYSTEMS: [&str; 8] = [
+    "punctual-spin",
+    "punctual-nospin",
+    "tokio-sleep-ct",
+    "tokio-sleep-mt",
+    "delayqueue-ct",
+    "delayqueue-mt",
+    "floor-sleep",
+    "floor-spin",
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let only = value("--only");
+    let only_workload = value("--workload");
+    let workloads = if quick {
+        [
+            Workload::Spread {
+                n: 10_000,
+                lead_ms: 500,
+                span_ms: 2_000,
+            },
+            Workload::Burst {
+                n: 100_000,
+                lead_ms: 1_500,
+            },
+        ]
+    } else {
+        [
+            Workload::Spread {
+                n: 100_000,
+                lead_ms: 1_000,
+                span_ms: 10_000,
+            },
+            Workload::Burst {
+                n: 1_000_000,
+                lead_ms: 3_000,
+            },
+        ]
+    };
+    let mut rows = Vec::new();
+    for w in &workloads {
+        if only_workload.as_deref().is_some_and(|o| o != w.name()) {
+            continue;
+        }
+        for system in SYSTEMS {
+            if only.as_deref().is_some_and(|o| !system.contains(o)) {
+                continue;
+            }
+            let row = run(system, w);
+            eprintln!(
+                "{:<16} {:<3} n={:<8} fired={:<8} p50={:>9.1}µs p99={:>9.1}µs p99.9={:>9.1}µs max={:>9.1}µs",
+                row.system, row.workload, row.n, row.fired, row.p50_us, row.p99_us, row.p999_us, row.max_us
+            );
+            rows.push(row);
+        }
+    }
+    print_table(&rows);
+    for r in &rows {
+        println!(
+            "{}",
+            serde_json::json!({
+                "system": r.system, "workload": r.workload, "n": r.n, "fired": r.fired,
+                "lost": r.lost, "early": r.early, "duplicates": r.duplicates,
+                "p50_us": round1(r.p50_us), "p90_us": round1(r.p90_us), "p99_us": round1(r.p99_us),
+                "p999_us": round1(r.p999_us), "max_us": round1(r.max_us), "cpu_s": round1(r.cpu_s * 100.0) / 100.0,
+            })
+        );
+    }
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "{:<16} {:<4} {:>9} {:>9} {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>11} {:>7}",
+        "system",
+        "wl",
+        "n",
+        "fired",
+        "lost",
+        "early",
+        "p50 µs",
+        "p90 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "max µs",
+        "cpu s"
+    );
+    for r in rows {
+        println!(
+            "{:<16} {:<4} {:>9} {:>9} {:>5} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>11.1} {:>7.2}",
+            r.system, r.workload, r.n, r.fired, r.lost, r.early, r.p50_us, r.p90_us, r.p99_us, r.p999_us, r.max_us, r.cpu_s
+        );
+    }
+}

@@ -284,7 +284,8 @@ impl EngineBuilder {
     }
 }
 
-/// The CPU ids this process may run on.
+/// The CPU ids the calling thread may run on (its affinity mask, which a process started
+/// under `taskset` or systemd's `CPUAffinity` inherits).
 pub fn available_cores() -> Vec<usize> {
     core_affinity::get_core_ids()
         .unwrap_or_default()
