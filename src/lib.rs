@@ -36,7 +36,9 @@
 //! # Ok::<(), punctual::Error>(())
 //! ```
 
+pub mod api;
 pub mod clock;
+pub mod config;
 pub mod doctor;
 pub mod engine;
 pub mod error;

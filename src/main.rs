@@ -19,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the timer service: the HTTP API on every shard (see --help for every option).
+    Serve(punctual::config::ServeArgs),
     /// Check this host for what punctual needs: invariant TSC, isolated cores, io_uring, time sync.
     Doctor(punctual::doctor::DoctorArgs),
 }
@@ -26,6 +28,37 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve(args) => serve(&args),
         Command::Doctor(args) => ExitCode::from(punctual::doctor::run(&args).clamp(0, 255) as u8),
+    }
+}
+
+/// `punctual serve`: exit 0 after a clean shutdown, 2 for a configuration error, 1 otherwise.
+fn serve(args: &punctual::config::ServeArgs) -> ExitCode {
+    let config = match punctual::config::Config::load(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("punctual: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.print_config {
+        print!("{}", config.to_toml_masked());
+        return ExitCode::SUCCESS;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+    match punctual::api::serve(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("punctual: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

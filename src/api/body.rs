@@ -1,0 +1,230 @@
+//! Request bodies: parsing and validation of the JSON the API accepts, as pure functions of
+//! the bytes and the server's clock (so they can be property-tested without a socket).
+//!
+//! A payload is kept as the JSON text the client sent (`RawValue`), so it comes back byte for
+//! byte and its size is measured as sent. A batch's items are parsed one by one, so that one
+//! bad item fails alone.
+
+use super::error::ApiError;
+use crate::engine::MAX_PAYLOAD;
+use crate::units::{UtcMicros, TEN_YEARS_US};
+use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Number;
+
+/// Most timers in one batch (DESIGN.md).
+pub const MAX_BATCH_ITEMS: usize = 10_000;
+
+/// One validated registration: when it fires and the payload's JSON text (empty for none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration<'a> {
+    pub deadline: UtcMicros,
+    pub payload: &'a [u8],
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutBody<'a> {
+    #[serde(default)]
+    fire_at: Option<String>,
+    #[serde(default)]
+    fire_at_ms: Option<Number>,
+    #[serde(default)]
+    delay_ms: Option<Number>,
+    #[serde(default, borrow)]
+    payload: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ItemBody<'a> {
+    key: String,
+    #[serde(default)]
+    fire_at: Option<String>,
+    #[serde(default)]
+    fire_at_ms: Option<Number>,
+    #[serde(default)]
+    delay_ms: Option<Number>,
+    #[serde(default, borrow)]
+    payload: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody<'a> {
+    #[serde(borrow)]
+    timers: Items<'a>,
+}
+
+/// The batch's items, or how many there were when there were too many (not kept in memory).
+struct Items<'a>(Result<Vec<&'a RawValue>, usize>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Items<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Items<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of timers")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Items<'a>, A::Error> {
+                let mut items = Vec::new();
+                while items.len() < MAX_BATCH_ITEMS {
+                    match seq.next_element::<&'de RawValue>()? {
+                        Some(v) => items.push(v),
+                        None => return Ok(Items(Ok(items))),
+                    }
+                }
+                let mut count = items.len();
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    count += 1;
+                }
+                Ok(Items(if count > MAX_BATCH_ITEMS {
+                    Err(count)
+                } else {
+                    Ok(items)
+                }))
+            }
+        }
+        d.deserialize_seq(V(std::marker::PhantomData))
+    }
+}
+
+fn json_error(e: serde_json::Error) -> ApiError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Data => ApiError::InvalidField(e.to_string()),
+        Category::Syntax | Category::Eof | Category::Io => ApiError::MalformedJson(e.to_string()),
+    }
+}
+
+/// Parses the body of `PUT /v1/timers/{tenant}/{key}`.
+pub fn parse_put(body: &[u8], now: UtcMicros) -> Result<Registration<'_>, ApiError> {
+    let b: PutBody = serde_json::from_slice(body).map_err(json_error)?;
+    let deadline = resolve_deadline(b.fire_at.as_deref(), b.fire_at_ms, b.delay_ms, now)?;
+    Ok(Registration {
+        deadline,
+        payload: payload_bytes(b.payload)?,
+    })
+}
+
+/// Parses the body of `POST /v1/timers/{tenant}` into its items' raw JSON.
+pub fn parse_batch(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
+    let b: BatchBody = serde_json::from_slice(body).map_err(json_error)?;
+    match b.timers.0 {
+        Ok(items) if items.is_empty() => Err(ApiError::EmptyBatch),
+        Ok(items) => Ok(items),
+        Err(count) => Err(ApiError::TooManyItems {
+            count,
+            limit: MAX_BATCH_ITEMS,
+        }),
+    }
+}
+
+/// Parses one batch item. The key (when one could be read) comes back even on error.
+pub fn parse_item(
+    item: &RawValue,
+    now: UtcMicros,
+) -> Result<(String, Registration<'_>), (Option<String>, ApiError)> {
+    let b: ItemBody = match serde_json::from_str(item.get()) {
+        Ok(b) => b,
+        Err(e) => {
+            let key = serde_json::from_str::<serde_json::Value>(item.get())
+                .ok()
+                .and_then(|v| v.get("key").and_then(|k| k.as_str()).map(str::to_owned));
+            return Err((key, json_error(e)));
+        }
+    };
+    let reg = resolve_deadline(b.fire_at.as_deref(), b.fire_at_ms, b.delay_ms, now)
+        .and_then(|deadline| {
+            Ok(Registration {
+                deadline,
+                payload: payload_bytes(b.payload)?,
+            })
+        });
+    match reg {
+        Ok(r) => Ok((b.key, r)),
+        Err(e) => Err((Some(b.key), e)),
+    }
+}
+
+fn payload_bytes(p: Option<&RawValue>) -> Result<&[u8], ApiError> {
+    let bytes = p.map(|p| p.get().as_bytes()).unwrap_or_default();
+    if bytes.len() > MAX_PAYLOAD {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "payload is {} bytes of JSON; the limit is {MAX_PAYLOAD}",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Turns the one deadline field given into an absolute UTC instant, checking its range:
+/// `fire_at`/`fire_at_ms` from the epoch to now + 10 years, `delay_ms` from 0 to 10 years.
+pub fn resolve_deadline(
+    fire_at: Option<&str>,
+    fire_at_ms: Option<Number>,
+    delay_ms: Option<Number>,
+    now: UtcMicros,
+) -> Result<UtcMicros, ApiError> {
+    let latest = i128::from(now.0) + i128::from(TEN_YEARS_US);
+    let in_range = |us: i128, what: &str| {
+        if (0..=latest).contains(&us) {
+            Ok(UtcMicros(us as u64))
+        } else {
+            Err(ApiError::DeadlineOutOfRange(format!(
+                "{what} must lie between the Unix epoch and now + 10 years (3,650 days)"
+            )))
+        }
+    };
+    match (fire_at, fire_at_ms, delay_ms) {
+        (Some(s), None, None) => {
+            let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                .map_err(|e| {
+                    ApiError::InvalidDeadline(format!(
+                        "fire_at {s:?} is not an RFC 3339 date-time ({e}); \
+                         for example \"2030-01-31T10:15:00.000Z\""
+                    ))
+                })?;
+            // div_euclid floors, so an instant just before the epoch stays negative.
+            in_range(t.unix_timestamp_nanos().div_euclid(1_000), "fire_at")
+        }
+        (None, Some(n), None) => in_range(whole(&n, "fire_at_ms")?.saturating_mul(1_000), "fire_at_ms"),
+        (None, None, Some(n)) => {
+            let ms = whole(&n, "delay_ms")?;
+            if !(0..=i128::from(TEN_YEARS_US / 1_000)).contains(&ms) {
+                return Err(ApiError::DeadlineOutOfRange(
+                    "delay_ms must lie between 0 and 10 years (315,360,000,000 ms)".into(),
+                ));
+            }
+            Ok(now.saturating_add_micros(ms as u64 * 1_000))
+        }
+        (None, None, None) => Err(ApiError::InvalidDeadline(
+            "a deadline is required: one of \"fire_at\", \"fire_at_ms\" or \"delay_ms\"".into(),
+        )),
+        _ => Err(ApiError::InvalidDeadline(
+            "give exactly one of \"fire_at\", \"fire_at_ms\" and \"delay_ms\"".into(),
+        )),
+    }
+}
+
+/// A JSON number as a whole number (integral floats such as `1e3` count; huge ones saturate).
+fn whole(n: &Number, field: &str) -> Result<i128, ApiError> {
+    if let Some(i) = n.as_i64() {
+        return Ok(i128::from(i));
+    }
+    if let Some(u) = n.as_u64() {
+        return Ok(i128::from(u));
+    }
+    match n.as_f64() {
+        Some(f) if f.is_finite() && f.fract() == 0.0 => Ok(f as i128),
+        _ => Err(ApiError::InvalidDeadline(format!(
+            "{field} must be a whole number of milliseconds, not {n}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+#[path = "body_tests.rs"]
+mod tests;

@@ -1,0 +1,150 @@
+//! Errors the HTTP API answers with, and the one function that maps each to its status.
+//!
+//! Every error leaves the server as `{"error": {"code": "<snake_case>", "message": "…"}}`.
+//! The codes are part of the contract (see the README's error table); the messages say what
+//! was wrong and how to fix it.
+
+use crate::error::{Error as EngineError, NameKind};
+use hyper::StatusCode;
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    #[error("the body is not valid JSON: {0}")]
+    MalformedJson(String),
+    #[error("{0}")]
+    InvalidField(String),
+    #[error("{0}")]
+    InvalidDeadline(String),
+    #[error("{0}")]
+    DeadlineOutOfRange(String),
+    #[error("{0}")]
+    InvalidTenant(String),
+    #[error("{0}")]
+    InvalidKey(String),
+    #[error("a batch needs at least one timer in \"timers\"")]
+    EmptyBatch,
+    #[error("tenant {0:?} needs \"Authorization: Bearer <token>\" with its token")]
+    Unauthorized(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{method} is not allowed here; allowed: {allow}")]
+    MethodNotAllowed { method: String, allow: &'static str },
+    #[error("the request body did not arrive within {0} ms")]
+    RequestTimeout(u64),
+    #[error("the body is larger than {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("a batch holds at most {limit} timers, not {count}")]
+    TooManyItems { count: usize, limit: usize },
+    #[error("tenant {tenant:?} has reached its quota of {limit} pending timers")]
+    QuotaExceeded { tenant: String, limit: u64 },
+    #[error("{0}")]
+    Overloaded(String),
+    #[error("{0}")]
+    CapacityExceeded(String),
+    #[error("the server is shutting down; retry on another instance or after restart")]
+    ShuttingDown,
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The single place where an error becomes an HTTP status.
+    pub fn status(&self) -> StatusCode {
+        use ApiError::*;
+        match self {
+            MalformedJson(_) | InvalidField(_) | InvalidDeadline(_) | DeadlineOutOfRange(_)
+            | InvalidTenant(_) | InvalidKey(_) | EmptyBatch => StatusCode::BAD_REQUEST,
+            Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            NotFound(_) => StatusCode::NOT_FOUND,
+            MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            BodyTooLarge { .. } | PayloadTooLarge(_) | TooManyItems { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
+            QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Overloaded(_) | CapacityExceeded(_) | ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable, machine-readable code.
+    pub fn code(&self) -> &'static str {
+        use ApiError::*;
+        match self {
+            MalformedJson(_) => "malformed_json",
+            InvalidField(_) => "invalid_field",
+            InvalidDeadline(_) => "invalid_deadline",
+            DeadlineOutOfRange(_) => "deadline_out_of_range",
+            InvalidTenant(_) => "invalid_tenant",
+            InvalidKey(_) => "invalid_key",
+            EmptyBatch => "empty_batch",
+            Unauthorized(_) => "unauthorized",
+            NotFound(_) => "not_found",
+            MethodNotAllowed { .. } => "method_not_allowed",
+            RequestTimeout(_) => "request_timeout",
+            BodyTooLarge { .. } => "body_too_large",
+            PayloadTooLarge(_) => "payload_too_large",
+            TooManyItems { .. } => "too_many_items",
+            QuotaExceeded { .. } => "quota_exceeded",
+            Overloaded(_) => "overloaded",
+            CapacityExceeded(_) => "capacity_exceeded",
+            ShuttingDown => "shutting_down",
+            Internal(_) => "internal",
+        }
+    }
+
+    /// `{"code": …, "message": …}`, the inside of an error body (batch items use it bare).
+    pub fn to_json_value(&self) -> serde_json::Value {
+        serde_json::json!({ "code": self.code(), "message": self.to_string() })
+    }
+
+    /// The full error body.
+    pub fn body(&self) -> Vec<u8> {
+        let v = serde_json::json!({ "error": self.to_json_value() });
+        // Serialising a Value of strings cannot fail; fall back to a fixed body all the same.
+        serde_json::to_vec(&v).unwrap_or_else(|_| b"{\"error\":{\"code\":\"internal\"}}".to_vec())
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        let msg = e.to_string();
+        match e {
+            EngineError::EmptyName(kind)
+            | EngineError::NameTooLong { kind, .. }
+            | EngineError::InvalidName { kind, .. } => match kind {
+                NameKind::Tenant => ApiError::InvalidTenant(msg),
+                NameKind::Key => ApiError::InvalidKey(msg),
+            },
+            EngineError::PayloadTooLarge { .. } => ApiError::PayloadTooLarge(msg),
+            EngineError::DeadlineOutOfRange { .. } => ApiError::DeadlineOutOfRange(msg),
+            EngineError::CapacityExceeded { .. } => ApiError::CapacityExceeded(msg),
+            EngineError::RingFull { .. } => ApiError::Overloaded(msg),
+            EngineError::ShuttingDown => ApiError::ShuttingDown,
+            EngineError::Config(_) | EngineError::ShardStart { .. } => ApiError::Internal(msg),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_full_is_503_overloaded() {
+        let e = ApiError::from(EngineError::RingFull {
+            shard: 1,
+            capacity: 8,
+        });
+        assert_eq!((e.status().as_u16(), e.code()), (503, "overloaded"));
+    }
+
+    #[test]
+    fn bad_key_is_400_invalid_key() {
+        let e = ApiError::from(EngineError::EmptyName(NameKind::Key));
+        assert_eq!((e.status().as_u16(), e.code()), (400, "invalid_key"));
+    }
+}

@@ -1,0 +1,166 @@
+//! `/metrics`: the engine's per-shard figures and the HTTP request metrics, rendered in the
+//! Prometheus/OpenMetrics text format by `prometheus-client`.
+//!
+//! Engine figures are read at scrape time from [`Handle::stats`] by a collector (nothing is
+//! copied on the hot path). Request count and latency are per shard, route and status; each
+//! shard only touches its own label sets, so the counters do not bounce between cores.
+
+use crate::engine::Handle;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub shard: u32,
+    pub route: &'static str,
+    pub status: u16,
+}
+
+type LatencyFamily = Family<RequestLabels, Histogram, fn() -> Histogram>;
+
+/// Everything `/metrics` serves. Cheap to clone.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    requests: Family<RequestLabels, Counter>,
+    latency: LatencyFamily,
+}
+
+fn latency_histogram() -> Histogram {
+    // 10 µs to ~1.3 s in powers of 2.
+    Histogram::new(exponential_buckets(1e-5, 2.0, 18))
+}
+
+impl Metrics {
+    pub fn new(handle: Handle) -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency: LatencyFamily = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "punctual_http_requests",
+            "HTTP requests answered, by shard, route and status",
+            requests.clone(),
+        );
+        registry.register(
+            "punctual_http_request_duration_seconds",
+            "Time from a request's head to its response, by shard, route and status",
+            latency.clone(),
+        );
+        registry.register_collector(Box::new(EngineCollector { handle }));
+        Metrics {
+            registry: Arc::new(registry),
+            requests,
+            latency,
+        }
+    }
+
+    pub fn observe(&self, labels: RequestLabels, elapsed: Duration) {
+        self.latency
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!("rendering metrics failed: {e}");
+        }
+        out
+    }
+}
+
+struct EngineCollector {
+    handle: Handle,
+}
+
+impl std::fmt::Debug for EngineCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineCollector")
+    }
+}
+
+/// A value of one metric family for one shard.
+enum Value<'a> {
+    Gauge(i64),
+    GaugeF(f64),
+    Counter(u64),
+    Histogram(&'a crate::metrics::HistogramSnapshot),
+}
+
+impl Collector for EngineCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stats = self.handle.stats();
+        type Pick = fn(&crate::engine::ShardStats) -> Value<'_>;
+        let families: [(&str, &str, MetricType, Pick); 7] = [
+            ("punctual_timers_pending", "Timers pending on the shard", MetricType::Gauge, |s| {
+                Value::Gauge(s.pending as i64)
+            }),
+            ("punctual_timers_fired", "Timers fired by the shard", MetricType::Counter, |s| {
+                Value::Counter(s.fired_total)
+            }),
+            ("punctual_fire_lateness_seconds", "Fired-at minus deadline", MetricType::Histogram, |s| {
+                Value::Histogram(&s.lateness)
+            }),
+            ("punctual_ring_depth", "Requests waiting in the shard's ring", MetricType::Gauge, |s| {
+                Value::Gauge(s.ring_depth as i64)
+            }),
+            ("punctual_ring_rejected", "Requests refused because the ring was full", MetricType::Counter, |s| {
+                Value::Counter(s.ring_rejected_total)
+            }),
+            ("punctual_clock_offset_seconds", "Mapped clock minus CLOCK_REALTIME at the last anchor", MetricType::Gauge, |s| {
+                Value::GaugeF(s.clock_offset_ns as f64 * 1e-9)
+            }),
+            ("punctual_clock_steps", "System clock steps seen by the shard", MetricType::Counter, |s| {
+                Value::Counter(s.clock_steps_total)
+            }),
+        ];
+        for (name, help, kind, pick) in families {
+            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+            for s in &stats {
+                let labels = [("shard", s.shard.to_string())];
+                let mut m = family.encode_family(&labels)?;
+                match pick(s) {
+                    Value::Gauge(v) => m.encode_gauge(&v)?,
+                    Value::GaugeF(v) => m.encode_gauge(&v)?,
+                    Value::Counter(v) => m.encode_counter::<(), _, u64>(&v, None)?,
+                    Value::Histogram(h) => {
+                        // The snapshot is cumulative; the encoder wants per-bucket counts.
+                        let mut prev = 0;
+                        let mut buckets: Vec<(f64, u64)> = h
+                            .buckets
+                            .iter()
+                            .map(|&(le, c)| {
+                                let b = (le, c.saturating_sub(prev));
+                                prev = c;
+                                b
+                            })
+                            .collect();
+                        buckets.push((f64::MAX, h.count.saturating_sub(prev)));
+                        m.encode_histogram::<()>(h.sum_seconds, h.count, &buckets, None)?
+                    }
+                }
+            }
+        }
+        let info = encoder.encode_descriptor(
+            "punctual_build",
+            "Build information",
+            None,
+            MetricType::Info,
+        )?;
+        let labels = [
+            ("version", env!("CARGO_PKG_VERSION")),
+            ("store", "memory"),
+        ];
+        let mut info = info;
+        info.encode_info(&labels)
+    }
+}

@@ -1,0 +1,269 @@
+//! Routing and the single-timer handlers. A request is matched to a route, checked in the
+//! documented order (method, tenant and key names, bearer token, then the body), and
+//! answered; the engine is reached through the `_async` handle calls, whose replies come
+//! back through the owning shard's ring without blocking this shard's other connections.
+
+use super::body::{parse_put, Registration};
+use super::error::ApiError;
+use super::respond::{self, Resp};
+use super::server::Shared;
+use super::{batch, metrics::RequestLabels};
+use crate::engine::{Cancelled, Handle, Scheduled};
+use crate::error::{validate_name, NameKind};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{AUTHORIZATION, CONTENT_LENGTH};
+use hyper::{Method, Request, StatusCode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What one shard's connections share.
+pub struct App {
+    pub shard: usize,
+    pub handle: Handle,
+    pub shared: Arc<Shared>,
+}
+
+enum Route<'a> {
+    Timer(&'a str, &'a str),
+    Batch(&'a str),
+    Metrics,
+    Healthz,
+    NotFound,
+}
+
+fn route(path: &str) -> Route<'_> {
+    let mut it = path.strip_prefix('/').unwrap_or(path).split('/');
+    match (it.next(), it.next(), it.next(), it.next(), it.next()) {
+        (Some("metrics"), None, ..) => Route::Metrics,
+        (Some("healthz"), None, ..) => Route::Healthz,
+        (Some("v1"), Some("timers"), Some(t), None, _) if !t.is_empty() => Route::Batch(t),
+        (Some("v1"), Some("timers"), Some(t), Some(k), None) if !t.is_empty() && !k.is_empty() => {
+            Route::Timer(t, k)
+        }
+        _ => Route::NotFound,
+    }
+}
+
+impl App {
+    /// Answers one request; never fails (errors become JSON error responses).
+    pub async fn serve(&self, req: Request<Incoming>) -> Resp {
+        let start = Instant::now();
+        let path = req.uri().path().to_owned();
+        let (name, result) = match route(&path) {
+            Route::Timer(t, k) => {
+                let name = match *req.method() {
+                    Method::PUT => "put_timer",
+                    Method::GET => "get_timer",
+                    Method::DELETE => "delete_timer",
+                    _ => "other",
+                };
+                (name, self.timer(t, k, req).await)
+            }
+            Route::Batch(t) => ("post_batch", self.batch(t, req).await),
+            Route::Metrics => ("metrics", self.metrics(&req)),
+            Route::Healthz => ("healthz", self.healthz(&req)),
+            Route::NotFound => (
+                "other",
+                Err(ApiError::NotFound(format!("no route for {path:?}"))),
+            ),
+        };
+        let resp = result.unwrap_or_else(|e| respond::error(&e));
+        if let Some(m) = self.shared.metrics.get() {
+            let labels = RequestLabels {
+                shard: self.shard as u32,
+                route: name,
+                status: resp.status().as_u16(),
+            };
+            m.observe(labels, start.elapsed());
+        }
+        resp
+    }
+
+    fn check(&self, tenant: &str, req: &Request<Incoming>) -> Result<(), ApiError> {
+        validate_name(NameKind::Tenant, tenant)?;
+        let auth = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
+        if !self.shared.tenants.authorized(tenant, auth) {
+            return Err(ApiError::Unauthorized(tenant.to_string()));
+        }
+        Ok(())
+    }
+
+    async fn timer(&self, tenant: &str, key: &str, req: Request<Incoming>) -> Result<Resp, ApiError> {
+        let method = req.method().clone();
+        if !matches!(method, Method::PUT | Method::GET | Method::DELETE) {
+            return Err(ApiError::MethodNotAllowed {
+                method: method.to_string(),
+                allow: "PUT, GET, DELETE",
+            });
+        }
+        self.check(tenant, &req)?;
+        validate_name(NameKind::Key, key)?;
+        match method {
+            Method::PUT => {
+                let limit = self.shared.config.max_body_bytes;
+                let body = self.read_body(req, limit).await?;
+                let reg = parse_put(&body, self.handle.now())?;
+                let s = self.schedule(tenant, key, &reg).await?;
+                let status = if s.replaced { StatusCode::OK } else { StatusCode::CREATED };
+                Ok(respond::json(status, scheduled_json(tenant, key, &s)))
+            }
+            Method::GET => match self.handle.get_async(tenant, key).await? {
+                Some(info) => Ok(respond::json(
+                    StatusCode::OK,
+                    format!(
+                        "{{\"tenant\":\"{tenant}\",\"key\":\"{key}\",\"fire_at_us\":{},\"version\":{},\"payload\":{}}}",
+                        info.deadline.0,
+                        info.version,
+                        respond::payload_text(&info.payload)
+                    ),
+                )),
+                None => Err(not_pending(tenant, key)),
+            },
+            _ => match self.handle.cancel_async(tenant, key).await? {
+                Cancelled::Cancelled { .. } => {
+                    if let Some(q) = self.shared.tenants.quota(tenant) {
+                        q.release();
+                    }
+                    Ok(respond::empty(StatusCode::NO_CONTENT))
+                }
+                Cancelled::NotFound => Err(not_pending(tenant, key)),
+            },
+        }
+    }
+
+    async fn batch(&self, tenant: &str, req: Request<Incoming>) -> Result<Resp, ApiError> {
+        if req.method() != Method::POST {
+            return Err(ApiError::MethodNotAllowed {
+                method: req.method().to_string(),
+                allow: "POST",
+            });
+        }
+        self.check(tenant, &req)?;
+        let limit = self.shared.config.max_batch_body_bytes;
+        let body = self.read_body(req, limit).await?;
+        let out = batch::run(self, tenant, &body).await?;
+        Ok(respond::json(StatusCode::OK, out))
+    }
+
+    fn metrics(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
+        get_only(req)?;
+        let text = self.shared.metrics.get().map(|m| m.render()).unwrap_or_default();
+        Ok(respond::with_body(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            text,
+        ))
+    }
+
+    fn healthz(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
+        get_only(req)?;
+        if self.shared.is_draining() {
+            return Ok(respond::json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                r#"{"status":"draining","reason":"the server is shutting down"}"#,
+            ));
+        }
+        Ok(respond::json(
+            StatusCode::OK,
+            format!(
+                "{{\"status\":\"ok\",\"shards\":{},\"store\":\"memory\"}}",
+                self.handle.shards()
+            ),
+        ))
+    }
+
+    /// Schedules one registration, holding the tenant's quota: a new timer takes a slot, a
+    /// replacement of a pending one does not.
+    pub async fn schedule(&self, tenant: &str, key: &str, reg: &Registration<'_>) -> Result<Scheduled, ApiError> {
+        let quota = self.shared.tenants.quota(tenant);
+        let reserved = match quota {
+            None => false,
+            Some(q) if q.reserve() => true,
+            Some(q) => match self.handle.get_async(tenant, key).await? {
+                Some(_) => false,
+                None => {
+                    return Err(ApiError::QuotaExceeded {
+                        tenant: tenant.to_string(),
+                        limit: q.limit,
+                    })
+                }
+            },
+        };
+        let r = self
+            .handle
+            .schedule_async(tenant, key, reg.deadline, reg.payload)
+            .await;
+        settle_quota(quota, reserved, &r);
+        r.map_err(ApiError::from)
+    }
+
+    /// Reads the whole body, refusing one over `limit` bytes (413) or slower than the body
+    /// timeout (408).
+    async fn read_body(&self, req: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+        let declared = req
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(ApiError::BodyTooLarge { limit });
+        }
+        let timeout_ms = self.shared.config.body_timeout_ms;
+        let collect = async {
+            match Limited::new(req.into_body(), limit).collect().await {
+                Ok(c) => Ok(c.to_bytes()),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    Err(ApiError::BodyTooLarge { limit })
+                }
+                Err(e) => Err(ApiError::MalformedJson(format!("the body could not be read: {e}"))),
+            }
+        };
+        let timeout = async {
+            glommio::timer::sleep(Duration::from_millis(timeout_ms)).await;
+            Err(ApiError::RequestTimeout(timeout_ms))
+        };
+        futures_lite::future::or(collect, timeout).await
+    }
+}
+
+/// Adjusts the quota count once the shard answered.
+pub fn settle_quota(
+    quota: Option<&super::tenants::Quota>,
+    reserved: bool,
+    r: &crate::Result<Scheduled>,
+) {
+    let Some(q) = quota else { return };
+    match r {
+        Ok(s) if reserved && s.replaced => q.release(),
+        Ok(s) if !reserved && !s.replaced => q.force(),
+        Err(_) if reserved => q.release(),
+        _ => {}
+    }
+}
+
+pub fn scheduled_json(tenant: &str, key: &str, s: &Scheduled) -> String {
+    // Tenants and keys are validated to [A-Za-z0-9._:-]: nothing in them needs escaping.
+    format!(
+        "{{\"tenant\":\"{tenant}\",\"key\":\"{key}\",\"fire_at_us\":{},\"version\":{}}}",
+        s.deadline.0, s.version
+    )
+}
+
+fn not_pending(tenant: &str, key: &str) -> ApiError {
+    ApiError::NotFound(format!(
+        "no timer is pending for tenant {tenant:?} and key {key:?} (unknown, fired or cancelled)"
+    ))
+}
+
+fn get_only(req: &Request<Incoming>) -> Result<(), ApiError> {
+    if req.method() == Method::GET {
+        Ok(())
+    } else {
+        Err(ApiError::MethodNotAllowed {
+            method: req.method().to_string(),
+            allow: "GET",
+        })
+    }
+}

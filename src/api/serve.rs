@@ -1,0 +1,84 @@
+//! Start-up and shutdown of the service: the port check, the engine with one HTTP server per
+//! shard, the signal wait, and the drain.
+//!
+//! Shutdown on SIGTERM or SIGINT: stop accepting, let in-flight requests finish (up to
+//! `shutdown_timeout_ms`), then stop the shards. With the in-memory store, pending timers do
+//! not survive; that is said at start.
+
+use super::server::{self, Shared};
+use super::tenants::Tenants;
+use crate::config::{Config, PinningMode};
+use crate::engine::{EngineBuilder, Pinning};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Runs the service until SIGTERM or SIGINT. An error is a start-up failure, described.
+pub fn serve(config: Config) -> Result<(), String> {
+    // Registered first, so a signal during start-up is not lost to the default action.
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    // Every shard binds with SO_REUSEPORT; a plain bind first makes sure no other process
+    // (another punctual included) already serves this address.
+    std::net::TcpListener::bind(config.listen)
+        .map_err(|e| format!("listen: cannot bind {}: {e}", config.listen))?;
+
+    let tenants = Tenants::new(&config.tenants);
+    let shared = Arc::new(Shared::new(config.clone(), tenants.clone()));
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    let hook_shared = shared.clone();
+    let mut builder = EngineBuilder::new()
+        .shards(config.shards)
+        .spin(Duration::from_micros(config.spin_us))
+        .ring_capacity(config.ring_capacity)
+        .shard_capacity(config.shard_capacity)
+        .on_fire(move |fired| {
+            if let Some(q) = tenants.quota(fired.tenant) {
+                q.release();
+            }
+        })
+        .on_shard_start(move |id, handle| {
+            let r = server::start_shard(id, handle, hook_shared.clone());
+            let _ = bound_tx.send((id, r));
+        });
+    builder = match (&config.cores, &config.pinning) {
+        (Some(cores), _) => builder.cores(cores.clone()),
+        (None, PinningMode::Auto) => builder.pinning(Pinning::Auto),
+        (None, PinningMode::None) => builder.pinning(Pinning::None),
+    };
+    let engine = builder.build().map_err(|e| e.to_string())?;
+    for _ in 0..config.shards {
+        match bound_rx.recv_timeout(Duration::from_secs(10)) {
+            Ok((_, Ok(()))) => {}
+            Ok((id, Err(e))) => {
+                shared.drain();
+                let _ = engine.shutdown();
+                return Err(format!("shard {id}: cannot listen on {}: {e}", config.listen));
+            }
+            Err(_) => {
+                shared.drain();
+                let _ = engine.shutdown();
+                return Err("a shard did not start its listener".into());
+            }
+        }
+    }
+    tracing::info!(
+        listen = %config.listen,
+        shards = config.shards,
+        "punctual serving HTTP; store: in-memory (not durable: pending timers are lost on exit)"
+    );
+
+    let signal = signals.forever().next();
+    tracing::info!(?signal, "shutting down: no new connections, finishing requests in flight");
+    shared.drain();
+    let deadline = Instant::now() + Duration::from_millis(config.shutdown_timeout_ms);
+    while shared.connections() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if shared.connections() > 0 {
+        tracing::warn!(open = shared.connections(), "shutdown timeout: closing the rest");
+    }
+    engine.shutdown()?;
+    tracing::info!("stopped");
+    Ok(())
+}

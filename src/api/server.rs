@@ -1,0 +1,188 @@
+//! The HTTP server on each shard: a SO_REUSEPORT listener (glommio sets the option), an
+//! accept loop, and one `spawn_local`ed hyper HTTP/1.1 connection per client.
+//!
+//! Limits enforced here: the connection cap (over it, a 503 is written and the connection
+//! closed), the request-head size (hyper's buffer: 431 past it), the idle / slow-header
+//! timeout (hyper's header-read timeout), and the write-stall timeout (in `io`). Body size
+//! and body timeout are checked per request in `routes`.
+//!
+//! Draining: when [`Shared::drain`] is called, every acceptor stops and drops its listener,
+//! and every connection is told to shut down gracefully: hyper finishes the request in
+//! flight, answers it, and closes.
+
+use super::io::{Io, LocalTimer};
+use super::metrics::Metrics;
+use super::routes::App;
+use super::tenants::Tenants;
+use crate::config::Config;
+use crate::engine::Handle;
+use event_listener::Event;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// What all shards' servers share: configuration, tenants, metrics, the connection count and
+/// the drain signal.
+pub struct Shared {
+    pub config: Config,
+    pub tenants: Tenants,
+    pub metrics: OnceLock<Metrics>,
+    connections: AtomicUsize,
+    draining: AtomicBool,
+    drain_event: Event,
+}
+
+impl Shared {
+    pub fn new(config: Config, tenants: Tenants) -> Self {
+        Shared {
+            config,
+            tenants,
+            metrics: OnceLock::new(),
+            connections: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            drain_event: Event::new(),
+        }
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting and asks every connection to close after its request in flight.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.drain_event.notify(usize::MAX);
+    }
+
+    /// Open connections, all shards together.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Acquire)
+    }
+
+    async fn drained(&self) {
+        loop {
+            if self.is_draining() {
+                return;
+            }
+            let listener = self.drain_event.listen();
+            if self.is_draining() {
+                return;
+            }
+            listener.await;
+        }
+    }
+}
+
+/// Counts a connection for as long as it lives.
+struct ConnSlot(Arc<Shared>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Binds this shard's listener and spawns its acceptor. Runs on the shard's thread, inside its
+/// executor (from the engine's `on_shard_start` hook).
+pub fn start_shard(shard: usize, handle: Handle, shared: Arc<Shared>) -> std::io::Result<()> {
+    shared.metrics.get_or_init(|| Metrics::new(handle.clone()));
+    let listener = TcpListener::bind(shared.config.listen)?;
+    let app = Rc::new(App {
+        shard,
+        handle,
+        shared,
+    });
+    glommio::spawn_local(accept_loop(listener, app)).detach();
+    Ok(())
+}
+
+async fn accept_loop(listener: TcpListener, app: Rc<App>) {
+    let shared = app.shared.clone();
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shared.drained().await;
+            None
+        })
+        .await;
+        let stream = match accepted {
+            None => break,
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
+                // Out of descriptors or a peer that reset before accept: back off briefly.
+                tracing::warn!(shard = app.shard, "accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let n = shared.connections.fetch_add(1, Ordering::AcqRel);
+        let slot = ConnSlot(shared.clone());
+        if n >= shared.config.max_connections {
+            glommio::spawn_local(refuse(stream, slot)).detach();
+        } else {
+            glommio::spawn_local(serve_connection(stream, app.clone(), slot)).detach();
+        }
+    }
+    tracing::debug!(shard = app.shard, "acceptor stopped");
+}
+
+async fn serve_connection(stream: TcpStream, app: Rc<App>, _slot: ConnSlot) {
+    let _ = stream.set_nodelay(true);
+    let cfg = &app.shared.config;
+    let io = Io::new(stream, Duration::from_millis(cfg.body_timeout_ms));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(LocalTimer)
+        .header_read_timeout(Duration::from_millis(cfg.idle_timeout_ms))
+        .max_buf_size(cfg.max_header_bytes)
+        .keep_alive(true);
+    let svc_app = app.clone();
+    let svc = hyper::service::service_fn(move |req| {
+        let app = svc_app.clone();
+        async move { Ok::<_, std::convert::Infallible>(app.serve(req).await) }
+    });
+    let conn = builder.serve_connection(io, svc);
+    let mut conn = std::pin::pin!(conn);
+    let shared = app.shared.clone();
+    let finished = futures_lite::future::or(async { Some(conn.as_mut().await) }, async {
+        shared.drained().await;
+        None
+    })
+    .await;
+    let result = match finished {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(shard = app.shard, "connection ended: {e}");
+    }
+}
+
+/// Over the connection cap: answer 503 and close, reading what the client sent so the close
+/// does not turn into a reset that loses the answer.
+async fn refuse(mut stream: TcpStream, _slot: ConnSlot) {
+    let body = r#"{"error":{"code":"too_many_connections","message":"the server holds its maximum number of connections; retry shortly"}}"#;
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.flush().await?;
+        stream.shutdown(std::net::Shutdown::Write).await?;
+        let mut sink = [0u8; 4096];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = futures_lite::future::or(write, async {
+        glommio::timer::sleep(Duration::from_millis(500)).await;
+        Ok(())
+    })
+    .await;
+}

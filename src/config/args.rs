@@ -1,0 +1,69 @@
+//! The flags of `punctual serve`. Each has an environment variable (`PUNCTUAL_` + the name in
+//! capitals) that clap reads when the flag is absent, so flags win over the environment; the
+//! file comes below both (see `config::Config::resolve`).
+
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ServeArgs {
+    /// TOML configuration file; its keys are these flags' names in snake_case.
+    #[arg(long, env = "PUNCTUAL_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to serve HTTP on [default: 127.0.0.1:7480].
+    #[arg(long, env = "PUNCTUAL_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Number of shards (threads, one per core) [default: one per available core].
+    #[arg(long, env = "PUNCTUAL_SHARDS", value_name = "N")]
+    pub shards: Option<String>,
+    /// CPU ids to pin the shards to, e.g. "0,1" or "2-5"; sets the shard count.
+    #[arg(long, env = "PUNCTUAL_CORES", value_name = "LIST")]
+    pub cores: Option<String>,
+    /// "auto" pins shard i to the i-th available core; "none" leaves placement to the kernel
+    /// [default: auto].
+    #[arg(long, env = "PUNCTUAL_PINNING", value_name = "auto|none")]
+    pub pinning: Option<String>,
+    /// Redis URL for the durable store (not available in this build: in-memory only).
+    #[arg(long, env = "PUNCTUAL_REDIS", value_name = "URL")]
+    pub redis: Option<String>,
+    /// Microseconds before a deadline at which a shard stops parking and spins; 0 turns
+    /// spinning off for shared hosts [default: 100].
+    #[arg(long, env = "PUNCTUAL_SPIN_US", value_name = "N")]
+    pub spin_us: Option<String>,
+    /// Requests each shard's ring holds before callers get 503 overloaded [default: 65536].
+    #[arg(long, env = "PUNCTUAL_RING_CAPACITY", value_name = "N")]
+    pub ring_capacity: Option<String>,
+    /// Pending timers one shard may hold; memory is reserved for them at start
+    /// [default: 10000000].
+    #[arg(long, env = "PUNCTUAL_SHARD_CAPACITY", value_name = "N")]
+    pub shard_capacity: Option<String>,
+    /// Open HTTP connections, all shards together; more are answered 503 and closed
+    /// [default: 10000].
+    #[arg(long, env = "PUNCTUAL_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<String>,
+    /// Largest request head (request line and headers), in bytes; larger is 431
+    /// [default: 16384, at least 8192].
+    #[arg(long, env = "PUNCTUAL_MAX_HEADER_BYTES", value_name = "N")]
+    pub max_header_bytes: Option<String>,
+    /// Largest single-timer request body, in bytes; larger is 413 [default: 131072].
+    #[arg(long, env = "PUNCTUAL_MAX_BODY_BYTES", value_name = "N")]
+    pub max_body_bytes: Option<String>,
+    /// Largest batch request body, in bytes; larger is 413 [default: 16777216].
+    #[arg(long, env = "PUNCTUAL_MAX_BATCH_BODY_BYTES", value_name = "N")]
+    pub max_batch_body_bytes: Option<String>,
+    /// A connection must deliver its next complete request head within this many ms of
+    /// opening or of its previous response, else it is closed: the idle keep-alive limit and
+    /// the bound on slow header senders (slowloris) [default: 30000].
+    #[arg(long, env = "PUNCTUAL_IDLE_TIMEOUT_MS", value_name = "MS")]
+    pub idle_timeout_ms: Option<String>,
+    /// A request body must arrive within this many ms of its head, else 408; a peer that
+    /// stops reading our response for this long is disconnected [default: 10000].
+    #[arg(long, env = "PUNCTUAL_BODY_TIMEOUT_MS", value_name = "MS")]
+    pub body_timeout_ms: Option<String>,
+    /// On SIGTERM/SIGINT, how long in-flight requests may take to finish [default: 10000].
+    #[arg(long, env = "PUNCTUAL_SHUTDOWN_TIMEOUT_MS", value_name = "MS")]
+    pub shutdown_timeout_ms: Option<String>,
+    /// Print the resolved configuration as TOML and exit (tokens are masked).
+    #[arg(long)]
+    pub print_config: bool,
+}

@@ -1,0 +1,184 @@
+//! The service's configuration: one typed struct, [`Config`], loaded once at start from a TOML
+//! file, `PUNCTUAL_*` environment variables and flags (flags win over the environment, the
+//! environment over the file), validated once, with every default written below in
+//! [`Config::default`]. A value that is wrong is reported with the key that holds it.
+
+mod args;
+
+pub use args::ServeArgs;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("config file {path}: {reason}")]
+    File { path: String, reason: String },
+    #[error("`{key}` = {value:?}: {reason} (set by flag --{flag}, env PUNCTUAL_{env}, or key `{key}` in the config file)", flag = .key.replace('_', "-"), env = .key.to_uppercase())]
+    Invalid {
+        key: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// `[tenants.<name>]` in the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Every call for this tenant then needs `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Quota of pending timers.
+    pub max_pending: Option<u64>,
+}
+
+/// How shards are placed on cores.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PinningMode {
+    Auto,
+    None,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub shards: usize,
+    pub cores: Option<Vec<usize>>,
+    pub pinning: PinningMode,
+    pub redis: Option<String>,
+    pub spin_us: u64,
+    pub ring_capacity: usize,
+    pub shard_capacity: usize,
+    pub max_connections: usize,
+    pub max_header_bytes: usize,
+    pub max_body_bytes: usize,
+    pub max_batch_body_bytes: usize,
+    pub idle_timeout_ms: u64,
+    pub body_timeout_ms: u64,
+    pub shutdown_timeout_ms: u64,
+    pub tenants: BTreeMap<String, TenantConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7480)),
+            shards: crate::engine::available_cores().len().max(1),
+            cores: None,
+            pinning: PinningMode::Auto,
+            redis: None,
+            spin_us: 100,
+            ring_capacity: 65_536,
+            shard_capacity: 10_000_000,
+            max_connections: 10_000,
+            max_header_bytes: 16 * 1024,
+            max_body_bytes: 128 * 1024,
+            max_batch_body_bytes: 16 * 1024 * 1024,
+            idle_timeout_ms: 30_000,
+            body_timeout_ms: 10_000,
+            shutdown_timeout_ms: 10_000,
+            tenants: BTreeMap::new(),
+        }
+    }
+}
+
+/// What the file may hold: the same keys, all optional; unknown keys are an error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    listen: Option<String>,
+    shards: Option<u64>,
+    cores: Option<Vec<u64>>,
+    pinning: Option<String>,
+    redis: Option<String>,
+    spin_us: Option<u64>,
+    ring_capacity: Option<u64>,
+    shard_capacity: Option<u64>,
+    max_connections: Option<u64>,
+    max_header_bytes: Option<u64>,
+    max_body_bytes: Option<u64>,
+    max_batch_body_bytes: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    body_timeout_ms: Option<u64>,
+    shutdown_timeout_ms: Option<u64>,
+    #[serde(default)]
+    tenants: BTreeMap<String, TenantConfig>,
+}
+
+impl FileConfig {
+    pub fn parse(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::File {
+            path: path.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text, &shown)
+    }
+}
+
+fn invalid(key: &str, value: impl ToString, reason: impl ToString) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// A flag's (or env var's) text, else the file's value, parsed as `T`.
+fn pick<T: std::str::FromStr>(
+    key: &str,
+    flag: &Option<String>,
+    file: Option<T>,
+) -> Result<Option<T>, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    match flag {
+        Some(s) => s
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|e| invalid(key, s, e)),
+        None => Ok(file),
+    }
+}
+
+fn in_range(key: &str, v: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(invalid(key, v, format!("must be {lo} to {hi}")))
+    }
+}
+
+/// Parses "0,1,4-6" into CPU ids.
+pub fn parse_cores(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let num = |t: &str| t.trim().parse::<usize>().map_err(|e| format!("{t:?}: {e}"));
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if a > b || b - a > 4096 {
+                    return Err(format!("{part:?} is not a range low-high"));
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(num(part)?),
+        }
+    }
+    Ok(out)
+}
+
+mod resolve;

@@ -1,0 +1,129 @@
+//! Merging flags/env over the file over the defaults, and validating the result.
+
+use super::*;
+
+impl Config {
+    /// Loads the file named by `--config` (if any) and resolves it with the flags.
+    pub fn load(args: &ServeArgs) -> Result<Config, ConfigError> {
+        let file = match &args.config {
+            Some(path) => FileConfig::load(path)?,
+            None => FileConfig::default(),
+        };
+        Config::resolve(file, args)
+    }
+
+    /// Flags (which clap has already overlaid on the environment) over the file over defaults.
+    pub fn resolve(file: FileConfig, args: &ServeArgs) -> Result<Config, ConfigError> {
+        let d = Config::default();
+        let u = |key: &str, flag: &Option<String>, file: Option<u64>, default: u64, lo: u64, hi: u64| {
+            let v = pick(key, flag, file)?.unwrap_or(default);
+            in_range(key, v, lo, hi)
+        };
+        let listen_text = match (&args.listen, &file.listen) {
+            (Some(s), _) | (None, Some(s)) => Some(s.clone()),
+            (None, None) => None,
+        };
+        let listen = match listen_text {
+            Some(s) => s
+                .trim()
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("listen", &s, format!("{e}; expected IP:PORT such as 127.0.0.1:7480")))?,
+            None => d.listen,
+        };
+        let cores = match (&args.cores, file.cores) {
+            (Some(s), _) => Some(parse_cores(s).map_err(|e| invalid("cores", s, e))?),
+            (None, Some(c)) => Some(c.into_iter().map(|c| c as usize).collect()),
+            (None, None) => None,
+        };
+        if let Some(c) = &cores {
+            if c.is_empty() {
+                return Err(invalid("cores", "", "must name at least one CPU id"));
+            }
+            let available = crate::engine::available_cores();
+            if let Some(bad) = c.iter().find(|c| !available.contains(c)) {
+                return Err(invalid(
+                    "cores",
+                    format!("{c:?}"),
+                    format!("CPU {bad} is not available to this process (available: {available:?})"),
+                ));
+            }
+        }
+        let pinning = match pick::<String>("pinning", &args.pinning, file.pinning)?.as_deref() {
+            None | Some("auto") => PinningMode::Auto,
+            Some("none") => PinningMode::None,
+            Some(other) => return Err(invalid("pinning", other, "must be \"auto\" or \"none\"")),
+        };
+        let shards_default = cores.as_ref().map_or(d.shards as u64, |c| c.len() as u64);
+        let shards = u("shards", &args.shards, file.shards, shards_default, 1, 1024)? as usize;
+        if let Some(c) = &cores {
+            if c.len() != shards {
+                return Err(invalid(
+                    "shards",
+                    shards,
+                    format!("{} cores are listed in `cores`; give as many shards or leave `shards` out", c.len()),
+                ));
+            }
+        } else if pinning == PinningMode::Auto && shards > crate::engine::available_cores().len().max(1) {
+            return Err(invalid(
+                "shards",
+                shards,
+                format!(
+                    "only {} cores are available to pin to; lower it or set pinning = \"none\"",
+                    crate::engine::available_cores().len()
+                ),
+            ));
+        }
+        let redis = pick::<String>("redis", &args.redis, file.redis)?;
+        if let Some(url) = &redis {
+            return Err(invalid(
+                "redis",
+                url,
+                "the Redis store is not part of this build yet; leave `redis` unset to run with the in-memory store",
+            ));
+        }
+        let max_header_bytes = u("max_header_bytes", &args.max_header_bytes, file.max_header_bytes, d.max_header_bytes as u64, 8192, 1 << 20)? as usize;
+        let max_body_bytes = u("max_body_bytes", &args.max_body_bytes, file.max_body_bytes, d.max_body_bytes as u64, 1024, 1 << 30)? as usize;
+        let max_batch_body_bytes = u("max_batch_body_bytes", &args.max_batch_body_bytes, file.max_batch_body_bytes, d.max_batch_body_bytes as u64, 1024, 1 << 32)? as usize;
+        let tenants = file.tenants;
+        for (name, t) in &tenants {
+            let key = format!("tenants.{name}");
+            crate::error::validate_name(crate::error::NameKind::Tenant, name)
+                .map_err(|e| invalid(&key, name, e))?;
+            if t.token.as_deref().is_some_and(|tok| tok.is_empty() || tok.contains(char::is_whitespace)) {
+                return Err(invalid(&format!("{key}.token"), "…", "must be non-empty, without whitespace"));
+            }
+            if t.max_pending == Some(0) {
+                return Err(invalid(&format!("{key}.max_pending"), 0, "must be at least 1 (leave it out for no quota)"));
+            }
+        }
+        Ok(Config {
+            listen,
+            shards,
+            cores,
+            pinning,
+            redis,
+            spin_us: u("spin_us", &args.spin_us, file.spin_us, d.spin_us, 0, 1_000_000)?,
+            ring_capacity: u("ring_capacity", &args.ring_capacity, file.ring_capacity, d.ring_capacity as u64, 16, 1 << 24)? as usize,
+            shard_capacity: u("shard_capacity", &args.shard_capacity, file.shard_capacity, d.shard_capacity as u64, 1, 1 << 32)? as usize,
+            max_connections: u("max_connections", &args.max_connections, file.max_connections, d.max_connections as u64, 1, 1 << 24)? as usize,
+            max_header_bytes,
+            max_body_bytes,
+            max_batch_body_bytes,
+            idle_timeout_ms: u("idle_timeout_ms", &args.idle_timeout_ms, file.idle_timeout_ms, d.idle_timeout_ms, 1, 86_400_000)?,
+            body_timeout_ms: u("body_timeout_ms", &args.body_timeout_ms, file.body_timeout_ms, d.body_timeout_ms, 1, 86_400_000)?,
+            shutdown_timeout_ms: u("shutdown_timeout_ms", &args.shutdown_timeout_ms, file.shutdown_timeout_ms, d.shutdown_timeout_ms, 0, 86_400_000)?,
+            tenants,
+        })
+    }
+
+    /// The configuration as TOML, with tokens masked (for `--print-config`).
+    pub fn to_toml_masked(&self) -> String {
+        let mut shown = self.clone();
+        for t in shown.tenants.values_mut() {
+            if t.token.is_some() {
+                t.token = Some("***".into());
+            }
+        }
+        toml::to_string(&shown).unwrap_or_else(|e| format!("# could not render: {e}\n"))
+    }
+}
