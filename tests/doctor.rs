@@ -2,9 +2,8 @@
 //!
 //! `tests/fixtures/doctor/good` is a tuned bare-metal host on which every check passes for
 //! shard cores 2-3; `tests/fixtures/doctor/bad` is an untuned VM on which every check
-//! except `cores.online` warns or fails (that one fails on the good tree with
-//! `--cores 2-5`, two CPUs that are not online). Further cases copy the good tree and
-//! change one file. The binary is run for the exit status and the JSON.
+//! warns or fails. Further cases copy the good tree and change one file. The binary is
+//! run for the exit status and the JSON.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -17,7 +16,7 @@ const ALL_CHECKS: [&str; 17] = [
     "clock.tsc",
     "clock.clocksource",
     "clock.hypervisor",
-    "cores.online",
+    "cores.available",
     "cores.isolation",
     "cores.governor",
     "cores.cstates",
@@ -109,12 +108,12 @@ fn every_check_passes_on_the_tuned_tree() {
 }
 
 #[test]
-fn every_check_but_online_flags_the_untuned_tree() {
+fn every_check_flags_the_untuned_tree() {
     let expected: BTreeMap<&str, Status> = [
         ("clock.tsc", Status::Warn),
         ("clock.clocksource", Status::Warn),
         ("clock.hypervisor", Status::Warn),
-        ("cores.online", Status::Pass),
+        ("cores.available", Status::Fail),
         ("cores.isolation", Status::Warn),
         ("cores.governor", Status::Warn),
         ("cores.cstates", Status::Warn),
@@ -148,12 +147,41 @@ fn every_check_but_online_flags_the_untuned_tree() {
 #[test]
 fn cores_that_are_not_online_fail() {
     let report = report(&fixture("good"), "2-5");
-    let check = find(&report, "cores.online");
+    let check = find(&report, "cores.available");
     assert_eq!(check.status, Status::Fail, "{check:#?}");
     assert!(
         check.found.contains("4-5"),
         "names the offline CPUs: {check:#?}"
     );
+}
+
+#[test]
+fn cores_outside_the_inherited_affinity_fail() {
+    let tree = copy_of("good");
+    write(
+        tree.path(),
+        "/proc/self/status",
+        "Name:\tpunctual\nCpus_allowed_list:\t0-1\n",
+    );
+    let check = find(&report(tree.path(), "2-3"), "cores.available").clone();
+    assert_eq!(check.status, Status::Fail, "{check:#?}");
+    assert!(
+        check.fix.as_deref().unwrap_or("").contains("CPUAffinity"),
+        "{check:#?}"
+    );
+}
+
+#[test]
+fn default_cores_follow_the_inherited_affinity_like_serve() {
+    let tree = copy_of("good");
+    write(
+        tree.path(),
+        "/proc/self/status",
+        "Name:\tpunctual\nCpus_allowed_list:\t1-3\n",
+    );
+    let report = collect(&Context::new(Host::new(tree.path()), None, None));
+    assert_eq!(report.cores, "1-3");
+    assert_eq!(report.shards, 3);
 }
 
 #[test]

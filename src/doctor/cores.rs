@@ -1,6 +1,7 @@
 //! Shard-core checks: do the cores exist, and are they isolated from the rest of the system?
 //!
-//! Owns `cores.online` (every `--cores` CPU is online) and `cores.isolation`
+//! Owns `cores.available` (every `--cores` CPU is online and in the process's affinity
+//! mask, which serve requires) and `cores.isolation`
 //! (`isolcpus=`, `nohz_full=` and `rcu_nocbs=` on the kernel command line cover the shard
 //! cores, and at least one core is left for housekeeping). The parsing of those three
 //! kernel parameters lives here too; `tuning/apply.sh` prints the same line.
@@ -10,7 +11,8 @@ use super::report::{Check, Group};
 use super::Context;
 
 const WHY_ONLINE: &str = "each shard pins itself to one of these cores; serve refuses to start \
-    when a core in --cores does not exist or is offline.";
+    when a core in --cores is offline or outside the CPU affinity it inherits (on a host \
+    booted with isolcpus, processes start with only the housekeeping cores).";
 
 const WHY_ISOLATION: &str = "a shard parks until just before its next deadline and then spins; \
     any other thread, kernel worker, RCU callback or scheduler tick that lands on its core \
@@ -47,11 +49,11 @@ pub fn kernel_param_cpus(value: &str, online: Option<&CpuSet>) -> Result<CpuSet,
 }
 
 pub fn checks(ctx: &Context) -> Vec<Check> {
-    vec![online(ctx), isolation(ctx)]
+    vec![available(ctx), isolation(ctx)]
 }
 
-fn online(ctx: &Context) -> Check {
-    const ID: &str = "cores.online";
+fn available(ctx: &Context) -> Check {
+    const ID: &str = "cores.available";
     let Some(online) = &ctx.online else {
         return Check::warn(
             ID,
@@ -80,10 +82,37 @@ fn online(ctx: &Context) -> Check {
             format!("pick --cores from the online CPUs {online}, or bring the CPUs online: `echo 1 > /sys/devices/system/cpu/cpuN/online`"),
         );
     }
-    let found = if ctx.cores_given {
-        format!("shard cores {} are online (online: {online})", ctx.cores)
-    } else {
-        format!("no --cores: serve's default puts one shard on every online core ({online})")
+    if let Some(allowed) = &ctx.allowed {
+        let outside = ctx.cores.difference(allowed);
+        if !outside.is_empty() {
+            return Check::fail(
+                ID,
+                Group::ShardCores,
+                format!(
+                    "shard cores {outside} are outside this process's CPU affinity {allowed} (/proc/self/status Cpus_allowed_list)",
+                ),
+                WHY_ONLINE,
+                format!(
+                    "start serve with an affinity that includes the shard cores and a housekeeping core: \
+                     systemd `CPUAffinity=` (see tuning/punctual.service), or `taskset -c <housekeeping>,{} punctual serve ...`",
+                    ctx.cores
+                ),
+            );
+        }
+    }
+    let found = match (ctx.cores_given, &ctx.allowed) {
+        (true, Some(allowed)) => format!(
+            "shard cores {} are online and within this process's affinity {allowed}",
+            ctx.cores
+        ),
+        (true, None) => format!(
+            "shard cores {} are online (online: {online}; affinity unknown)",
+            ctx.cores
+        ),
+        (false, _) => format!(
+            "no --cores: serve's default puts one shard on each core it may use ({})",
+            ctx.cores
+        ),
     };
     Check::pass(ID, Group::ShardCores, found, WHY_ONLINE)
 }
@@ -129,10 +158,11 @@ fn isolation(ctx: &Context) -> Check {
         // The last occurrence wins, as in the kernel.
         let value = cmdline
             .split_whitespace()
+            .rev()
             .filter_map(|arg| arg.split_once('='))
             .filter(|(key, _)| *key == param)
             .map(|(_, value)| value)
-            .last();
+            .next();
         match value.map(|v| kernel_param_cpus(v, ctx.online.as_ref())) {
             None => gaps.push(format!("no {param}=")),
             Some(Err(e)) => gaps.push(format!("{param}= unreadable ({e})")),

@@ -105,7 +105,7 @@ impl Host {
             .filter_map(|entry| entry.ok())
             .map(|entry| entry.file_name().to_string_lossy().into_owned())
             .collect();
-        names.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
+        names.sort_by_key(|name| natural_key(name));
         Ok(names)
     }
 
@@ -198,7 +198,7 @@ mod tests {
             "cpufreq".to_owned(),
             "cpu1".to_owned(),
         ];
-        names.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
+        names.sort_by_key(|name| natural_key(name));
         assert_eq!(names, ["cpu1", "cpu2", "cpu10", "cpufreq"]);
     }
 

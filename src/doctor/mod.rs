@@ -7,7 +7,7 @@
 //! | module      | checks                                                        |
 //! |-------------|---------------------------------------------------------------|
 //! | `clock`     | `clock.tsc`, `clock.clocksource`, `clock.hypervisor`          |
-//! | `cores`     | `cores.online`, `cores.isolation`                             |
+//! | `cores`     | `cores.available`, `cores.isolation`                          |
 //! | `power`     | `cores.governor`, `cores.cstates`                             |
 //! | `irq`       | `cores.irq`                                                   |
 //! | `memory`    | `memory.thp`, `memory.swap`, `memory.memlock`                 |
@@ -47,7 +47,7 @@ pub struct DoctorArgs {
     pub json: bool,
 
     /// The CPU list the service will run its shards on (as `serve --cores`), e.g. `2-5,8`.
-    /// Default: every online core, as serve does.
+    /// Default: every core this process may run on, as serve does.
     #[arg(long, env = "PUNCTUAL_CORES", value_name = "LIST", value_parser = CpuSet::parse)]
     pub cores: Option<CpuSet>,
 
@@ -64,7 +64,7 @@ pub struct DoctorArgs {
 #[derive(Debug, Clone)]
 pub struct Context {
     pub host: Host,
-    /// The shard cores: `--cores`, else every online core.
+    /// The shard cores: `--cores`, else every online core in `allowed`.
     pub cores: CpuSet,
     /// Whether `cores` came from `--cores`.
     pub cores_given: bool,
@@ -72,6 +72,10 @@ pub struct Context {
     pub online: Option<CpuSet>,
     /// Why `online` is `None` (for the report).
     pub online_error: String,
+    /// This process's CPU affinity (`Cpus_allowed_list` in `/proc/self/status`), which
+    /// serve inherits: it refuses `--cores` outside it and, without `--cores`, runs one
+    /// shard per core in it.
+    pub allowed: Option<CpuSet>,
     pub shards: usize,
 }
 
@@ -84,8 +88,19 @@ impl Context {
             },
             Err(e) => (None, e.to_string()),
         };
+        let allowed = host.read("/proc/self/status").ok().and_then(|status| {
+            let list = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+            CpuSet::parse(list).ok()
+        });
         let cores_given = cores.is_some();
-        let cores = cores.or_else(|| online.clone()).unwrap_or_default();
+        let default_cores = match (&allowed, &online) {
+            (Some(allowed), Some(online)) => Some(allowed.intersection(online)),
+            (Some(allowed), None) => Some(allowed.clone()),
+            (None, online) => online.clone(),
+        };
+        let cores = cores.or(default_cores).unwrap_or_default();
         let shards = shards.unwrap_or(cores.len()).max(1);
         Context {
             host,
@@ -93,6 +108,7 @@ impl Context {
             cores_given,
             online,
             online_error,
+            allowed,
             shards,
         }
     }

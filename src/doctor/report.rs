@@ -135,7 +135,7 @@ pub struct Report {
     pub root: String,
     /// The shard cores checked, as a CPU list (`2-5`).
     pub cores: String,
-    /// Whether `cores` came from `--cores` (else: every online core, serve's default).
+    /// Whether `cores` came from `--cores` (else: every core the process may use, as serve).
     pub cores_given: bool,
     /// The shard count the memory checks assumed.
     pub shards: usize,
@@ -194,7 +194,7 @@ impl Report {
         let cores_from = if self.cores_given {
             "--cores"
         } else {
-            "all online cores: pass --cores"
+            "every core this process may use; pass --cores"
         };
         let _ = writeln!(
             out,
