@@ -39,10 +39,17 @@ pub async fn run(app: &App, tenant: &str, body: &[u8]) -> Result<String, ApiErro
             Ok((key, reg)) => match validate_name(NameKind::Key, &key) {
                 Err(e) => Slot::Done(item_error(Some(&key), &ApiError::from(e))),
                 Ok(()) => {
-                    let reserved = match quota {
-                        None => Ok(false),
-                        Some(q) if q.reserve() => Ok(true),
-                        Some(q) => match app.handle.get_async(tenant, &key).await {
+                    let mut reserved_now = quota.map(|q| q.reserve());
+                    if reserved_now == Some(false) && !slots.is_empty() {
+                        // Earlier items may hold slots they will give back (replacements):
+                        // settle them, then try again.
+                        finish_chunk(app, tenant, &mut slots, &mut out).await;
+                        reserved_now = quota.map(|q| q.reserve());
+                    }
+                    let reserved = match (quota, reserved_now) {
+                        (None, _) | (_, None) => Ok(false),
+                        (Some(_), Some(true)) => Ok(true),
+                        (Some(q), Some(false)) => match app.handle.get_async(tenant, &key).await {
                             Ok(Some(_)) => Ok(false),
                             Ok(None) => Err(ApiError::QuotaExceeded {
                                 tenant: tenant.to_string(),

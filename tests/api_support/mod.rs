@@ -1,0 +1,204 @@
+//! Shared by the HTTP tests: starts the real `punctual` binary on a free port and talks to it
+//! over real TCP with a tiny HTTP/1.1 client (raw sockets, so malformed requests can be sent).
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running server; killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr").port()
+}
+
+impl Server {
+    /// `punctual serve` on a free port, light settings for tests, plus `args`.
+    pub fn start(args: &[&str]) -> Server {
+        Self::start_with(args, &[])
+    }
+
+    pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
+        cmd.arg("serve")
+            .args(["--listen", &addr.to_string()])
+            .args(["--pinning", "none", "--spin-us", "0", "--shard-capacity", "100000"])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for k in ["PUNCTUAL_LISTEN", "PUNCTUAL_SHARDS", "PUNCTUAL_CONFIG", "PUNCTUAL_SPIN_US"] {
+            cmd.env_remove(k);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn punctual");
+        let mut s = Server { child, addr };
+        s.wait_ready();
+        s
+    }
+
+    fn wait_ready(&mut self) {
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < give_up {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("punctual exited during start-up: {status}");
+            }
+            if let Ok(r) = try_request(self.addr, "GET", "/healthz", &[], b"") {
+                if r.status == 200 {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("punctual did not answer /healthz on {}", self.addr);
+    }
+
+    pub fn req(&self, method: &str, path: &str, body: &str) -> Resp {
+        request(self.addr, method, path, &[], body.as_bytes())
+    }
+
+    pub fn req_h(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Resp {
+        request(self.addr, method, path, headers, body.as_bytes())
+    }
+
+    pub fn json(&self, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+        let r = self.req(method, path, body);
+        (r.status, r.json())
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).ok();
+        s
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        if self.body.is_empty() {
+            return serde_json::Value::Null;
+        }
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The `error.code` of an error body.
+    pub fn code(&self) -> String {
+        self.json()["error"]["code"].as_str().unwrap_or("").to_string()
+    }
+}
+
+pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+    try_request(addr, method, path, headers, body).expect("request")
+}
+
+pub fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Resp> {
+    let mut raw = format!("{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
+    for (k, v) in headers {
+        raw.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() || matches!(method, "PUT" | "POST") {
+        raw.push_str(&format!("content-length: {}\r\n", body.len()));
+    }
+    raw.push_str("\r\n");
+    let mut bytes = raw.into_bytes();
+    bytes.extend_from_slice(body);
+    raw_exchange(addr, &bytes)
+}
+
+/// Sends `bytes` as they are and reads one response (until the server closes).
+pub fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> std::io::Result<Resp> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    s.write_all(bytes)?;
+    read_response(&mut s)
+}
+
+/// Reads one response from `s`: head, then `content-length` bytes (or to EOF).
+pub fn read_response(s: &mut TcpStream) -> std::io::Result<Resp> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "closed before a response"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut body = buf[head_end + 4..].to_vec();
+    let len = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse::<usize>().ok());
+    match len {
+        Some(len) => {
+            while body.len() < len {
+                let n = s.read(&mut chunk)?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+            body.truncate(len);
+        }
+        None if status == 204 || status == 304 => {}
+        None => loop {
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => body.extend_from_slice(&chunk[..n]),
+            }
+        },
+    }
+    Ok(Resp { status, headers, body })
+}
