@@ -3,8 +3,9 @@
 
 Inputs (any number, mixed; the format is detected per file, `-` is stdin):
 
-* the jitter bench's JSON lines: one object per line with the fields
-  system, workload, n, fired, lost, early, p50_us, p90_us, p99_us, p999_us, max_us, cpu_s;
+* the jitter bench's output (`cargo bench --bench jitter`): its JSON lines, one object per
+  line with the fields system, workload, n, fired, lost, early, p50_us, p90_us, p99_us,
+  p999_us, max_us, cpu_s (the human table printed before them is skipped);
 * a `/metrics` scrape (Prometheus text) holding the histogram
   punctual_fire_lateness_seconds (buckets from 1 us to 10 s, summed over shards);
   its system name is --label, else the file name without its extension.
@@ -64,10 +65,11 @@ def read_text(path):
 
 
 def parse_json_lines(text, source):
+    """Every line that starts with `{`; the bench's human table around them is skipped."""
     series = []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
-        if not line:
+        if not line.startswith("{"):
             continue
         try:
             row = json.loads(line)
@@ -83,7 +85,7 @@ def parse_json_lines(text, source):
             s.points.append(("max", MAX_X, float(row["max_us"])))
         if not s.points:
             raise SystemExit(f"{source}:{number}: no p50_us/p90_us/p99_us/p999_us/max_us numbers")
-        for key in ("n", "fired", "lost", "early", "cpu_s"):
+        for key in ("n", "fired", "lost", "early", "duplicates", "cpu_s"):
             if key in row:
                 s.facts[key] = row[key]
         series.append(s)
@@ -111,7 +113,12 @@ def parse_prometheus(text, system):
             shards.add(labels["shard"])
         name = m.group("name")
         if name == METRIC + "_bucket" and "le" in labels:
-            le = math.inf if labels["le"] in ("+Inf", "Inf") else float(labels["le"])
+            try:
+                le = float(labels["le"])  # "+Inf" parses to inf
+            except ValueError:
+                continue
+            if le >= 1e300:  # some encoders write f64::MAX for the last bucket
+                le = math.inf
             cumulative[le] = cumulative.get(le, 0.0) + value
         elif name == METRIC + "_count":
             count += value
@@ -160,8 +167,7 @@ def load(paths, label):
     series = []
     for path in paths:
         text = read_text(path)
-        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-        if first.startswith("{"):
+        if any(line.lstrip().startswith("{") for line in text.splitlines()):
             series += parse_json_lines(text, path)
         else:
             name = label or (os.path.splitext(os.path.basename(path))[0] if path != "-" else "metrics")

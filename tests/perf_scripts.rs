@@ -183,7 +183,7 @@ fn lateness_plots_come_from_jitter_lines_and_metrics() {
     let fixtures = repo().join("tests/fixtures/perf");
     let out = Command::new(python)
         .arg(repo().join("perf/plot_lateness.py"))
-        .arg(fixtures.join("jitter.jsonl"))
+        .arg(fixtures.join("jitter.out"))
         .arg(fixtures.join("metrics.prom"))
         .arg("--label")
         .arg("punctual-metrics")
