@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the timer service: the HTTP API on every shard (see --help for every option).
-    Serve(punctual::config::ServeArgs),
+    Serve(Box<punctual::config::ServeArgs>),
     /// Check this host for what punctual needs: invariant TSC, isolated cores, io_uring, time sync.
     Doctor(punctual::doctor::DoctorArgs),
 }

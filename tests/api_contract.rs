@@ -15,16 +15,27 @@ fn now_us() -> u64 {
 #[test]
 fn put_new_is_201_and_replacing_a_pending_timer_is_200() {
     let s = Server::start(&[]);
-    let (st, a) = s.json("PUT", "/v1/timers/acme/order-8812", r#"{"fire_at_ms":1893456000000}"#);
+    let (st, a) = s.json(
+        "PUT",
+        "/v1/timers/acme/order-8812",
+        r#"{"fire_at_ms":1893456000000}"#,
+    );
     assert_eq!(st, 201, "{a}");
     assert_eq!(a["tenant"], "acme");
     assert_eq!(a["key"], "order-8812");
     assert_eq!(a["fire_at_us"], 1_893_456_000_000_000u64);
     let v1 = a["version"].as_u64().expect("version");
     assert!(v1 > 0);
-    let (st, b) = s.json("PUT", "/v1/timers/acme/order-8812", r#"{"fire_at":"2030-01-01T00:00:00.1234567Z"}"#);
+    let (st, b) = s.json(
+        "PUT",
+        "/v1/timers/acme/order-8812",
+        r#"{"fire_at":"2030-01-01T00:00:00.1234567Z"}"#,
+    );
     assert_eq!(st, 200, "{b}");
-    assert_eq!(b["fire_at_us"], 1_893_456_000_123_456u64, "RFC 3339 truncated to the µs");
+    assert_eq!(
+        b["fire_at_us"], 1_893_456_000_123_456u64,
+        "RFC 3339 truncated to the µs"
+    );
     assert!(b["version"].as_u64().expect("version") > v1);
 }
 
@@ -46,13 +57,17 @@ fn delay_ms_counts_from_the_server_clock_at_arrival() {
     let after = now_us();
     assert_eq!(st, 201);
     let at = a["fire_at_us"].as_u64().expect("fire_at_us");
-    assert!(at >= before + 60_000_000 && at <= after + 60_000_000, "{at} not in [{before}, {after}] + 60 s");
+    assert!(
+        at >= before + 60_000_000 && at <= after + 60_000_000,
+        "{at} not in [{before}, {after}] + 60 s"
+    );
 }
 
 #[test]
 fn get_returns_the_timer_with_its_payload_as_the_same_json() {
     let s = Server::start(&[]);
-    let payload = json!({"order": 8812, "items": [1, 2.5, "x"], "nested": {"ok": true}, "u": "é\n"});
+    let payload =
+        json!({"order": 8812, "items": [1, 2.5, "x"], "nested": {"ok": true}, "u": "é\n"});
     let body = json!({"delay_ms": 600000, "payload": payload}).to_string();
     let (_, put) = s.json("PUT", "/v1/timers/shop/o-1", &body);
     let (st, got) = s.json("GET", "/v1/timers/shop/o-1", "");
@@ -63,7 +78,10 @@ fn get_returns_the_timer_with_its_payload_as_the_same_json() {
     assert_eq!(got["version"], put["version"]);
     assert_eq!(got["payload"], payload);
     s.req("PUT", "/v1/timers/shop/o-2", r#"{"delay_ms":600000}"#);
-    assert_eq!(s.json("GET", "/v1/timers/shop/o-2", "").1["payload"], json!(null));
+    assert_eq!(
+        s.json("GET", "/v1/timers/shop/o-2", "").1["payload"],
+        json!(null)
+    );
 }
 
 #[test]
@@ -73,7 +91,11 @@ fn get_and_delete_of_unknown_fired_or_cancelled_timers_are_404() {
     assert_eq!((r.status, r.code()), (404, "not_found".to_string()));
     assert_eq!(s.req("DELETE", "/v1/timers/t/never", "").status, 404);
     // A deadline in the past is accepted and fires at once.
-    assert_eq!(s.req("PUT", "/v1/timers/t/past", r#"{"fire_at_ms":0}"#).status, 201);
+    assert_eq!(
+        s.req("PUT", "/v1/timers/t/past", r#"{"fire_at_ms":0}"#)
+            .status,
+        201
+    );
     let mut status = 0;
     for _ in 0..500 {
         status = s.req("GET", "/v1/timers/t/past", "").status;
@@ -130,7 +152,10 @@ fn batch_answers_one_result_per_item_in_order() {
         (json!("f"), 413, "payload_too_large"),
         (json!("g"), 201, ""),
     ];
-    let expect: Vec<_> = expect.iter().map(|(k, c, e)| (k.clone(), *c, e.to_string())).collect();
+    let expect: Vec<_> = expect
+        .iter()
+        .map(|(k, c, e)| (k.clone(), *c, e.to_string()))
+        .collect();
     assert_eq!(summary, expect);
     assert_eq!(res[1]["fire_at_us"], 1_893_456_000_000_000u64);
     assert!(res[1]["version"].as_u64() > res[0]["version"].as_u64());
@@ -144,7 +169,9 @@ fn batch_answers_one_result_per_item_in_order() {
 fn batch_size_bounds_are_one_to_ten_thousand_items() {
     let s = Server::start(&[]);
     let items = |n: usize| {
-        let v: Vec<_> = (0..n).map(|i| json!({"key": format!("k{i}"), "delay_ms": 600000})).collect();
+        let v: Vec<_> = (0..n)
+            .map(|i| json!({"key": format!("k{i}"), "delay_ms": 600000}))
+            .collect();
         json!({ "timers": v }).to_string()
     };
     let (st, r) = s.json("POST", "/v1/timers/t", &items(10_000));
@@ -197,12 +224,29 @@ fn metrics_and_healthz_answer() {
 #[test]
 fn unknown_routes_and_empty_segments_are_404_and_wrong_methods_405() {
     let s = Server::start(&[]);
-    for path in ["/", "/v1", "/v1/timers", "/v1/timers/", "/v1/timers//k", "/v1/timers/t/", "/v1/timers/t/k/x", "/v2/timers/t/k", "/metrics/x"] {
+    for path in [
+        "/",
+        "/v1",
+        "/v1/timers",
+        "/v1/timers/",
+        "/v1/timers//k",
+        "/v1/timers/t/",
+        "/v1/timers/t/k/x",
+        "/v2/timers/t/k",
+        "/metrics/x",
+    ] {
         let r = s.req("GET", path, "");
-        assert_eq!((r.status, r.code()), (404, "not_found".to_string()), "{path}");
+        assert_eq!(
+            (r.status, r.code()),
+            (404, "not_found".to_string()),
+            "{path}"
+        );
     }
     let r = s.req("POST", "/v1/timers/t/k", "{}");
-    assert_eq!((r.status, r.code()), (405, "method_not_allowed".to_string()));
+    assert_eq!(
+        (r.status, r.code()),
+        (405, "method_not_allowed".to_string())
+    );
     assert_eq!(r.header("allow"), Some("PUT, GET, DELETE"));
     let r = s.req("GET", "/v1/timers/t", "");
     assert_eq!((r.status, r.header("allow")), (405, Some("POST")));

@@ -6,9 +6,15 @@ use api_support::{raw_exchange, Server};
 
 fn expect(s: &Server, method: &str, path: &str, body: &str, status: u16, code: &str) {
     let r = s.req(method, path, body);
-    assert_eq!((r.status, r.code().as_str()), (status, code), "{method} {path} {body:.80}");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (status, code),
+        "{method} {path} {body:.80}"
+    );
     assert_eq!(r.header("content-type"), Some("application/json"));
-    assert!(r.json()["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
 }
 
 #[test]
@@ -18,15 +24,43 @@ fn bad_json_is_400_with_a_code_per_kind_of_mistake() {
     expect(&s, "PUT", p, "", 400, "malformed_json");
     expect(&s, "PUT", p, "{\"delay_ms\":", 400, "malformed_json");
     expect(&s, "PUT", p, "not json", 400, "malformed_json");
-    expect(&s, "PUT", p, r#"{"delay_ms":1,"colour":"red"}"#, 400, "invalid_field");
+    expect(
+        &s,
+        "PUT",
+        p,
+        r#"{"delay_ms":1,"colour":"red"}"#,
+        400,
+        "invalid_field",
+    );
     expect(&s, "PUT", p, r#"{"delay_ms":"10"}"#, 400, "invalid_field");
     expect(&s, "PUT", p, r#"{"fire_at":12}"#, 400, "invalid_field");
     expect(&s, "PUT", p, r#"[1]"#, 400, "invalid_field");
     expect(&s, "PUT", p, r#"{}"#, 400, "invalid_deadline");
-    expect(&s, "PUT", p, r#"{"delay_ms":1,"fire_at":"2030-01-01T00:00:00Z"}"#, 400, "invalid_deadline");
-    expect(&s, "PUT", p, r#"{"fire_at":"2030-01-01 00:00"}"#, 400, "invalid_deadline");
+    expect(
+        &s,
+        "PUT",
+        p,
+        r#"{"delay_ms":1,"fire_at":"2030-01-01T00:00:00Z"}"#,
+        400,
+        "invalid_deadline",
+    );
+    expect(
+        &s,
+        "PUT",
+        p,
+        r#"{"fire_at":"2030-01-01 00:00"}"#,
+        400,
+        "invalid_deadline",
+    );
     expect(&s, "PUT", p, r#"{"delay_ms":0.5}"#, 400, "invalid_deadline");
-    expect(&s, "POST", "/v1/timers/t", r#"{"items":[]}"#, 400, "invalid_field");
+    expect(
+        &s,
+        "POST",
+        "/v1/timers/t",
+        r#"{"items":[]}"#,
+        400,
+        "invalid_field",
+    );
     assert_eq!(s.req("GET", "/healthz", "").status, 200);
 }
 
@@ -42,7 +76,12 @@ fn invalid_utf8_in_a_body_is_400_malformed_json() {
 fn deadlines_at_and_beyond_their_bounds() {
     let s = Server::start(&[]);
     let p = "/v1/timers/t/k";
-    for ok in [r#"{"fire_at_ms":0}"#, r#"{"fire_at":"1970-01-01T00:00:00Z"}"#, r#"{"delay_ms":0}"#, r#"{"delay_ms":315360000000}"#] {
+    for ok in [
+        r#"{"fire_at_ms":0}"#,
+        r#"{"fire_at":"1970-01-01T00:00:00Z"}"#,
+        r#"{"delay_ms":0}"#,
+        r#"{"delay_ms":315360000000}"#,
+    ] {
         let r = s.req("PUT", p, ok);
         assert!(r.status == 201 || r.status == 200, "{ok}: {}", r.status);
     }
@@ -66,16 +105,55 @@ fn tenants_and_keys_at_and_beyond_their_bounds() {
     let body = r#"{"delay_ms":600000}"#;
     let k128 = "k".repeat(128);
     let k129 = "k".repeat(129);
-    for ok in [format!("/v1/timers/t/{k128}"), format!("/v1/timers/{k128}/k"), "/v1/timers/a.b_c:d-E9/...".into()] {
+    for ok in [
+        format!("/v1/timers/t/{k128}"),
+        format!("/v1/timers/{k128}/k"),
+        "/v1/timers/a.b_c:d-E9/...".into(),
+    ] {
         assert_eq!(s.req("PUT", &ok, body).status, 201, "{ok}");
     }
-    expect(&s, "PUT", &format!("/v1/timers/t/{k129}"), body, 400, "invalid_key");
-    expect(&s, "PUT", &format!("/v1/timers/{k129}/k"), body, 400, "invalid_tenant");
+    expect(
+        &s,
+        "PUT",
+        &format!("/v1/timers/t/{k129}"),
+        body,
+        400,
+        "invalid_key",
+    );
+    expect(
+        &s,
+        "PUT",
+        &format!("/v1/timers/{k129}/k"),
+        body,
+        400,
+        "invalid_tenant",
+    );
     for bad in [".", "..", "a%20b", "a+b", "%2F", "caf%C3%A9"] {
-        expect(&s, "PUT", &format!("/v1/timers/t/{bad}"), body, 400, "invalid_key");
-        expect(&s, "GET", &format!("/v1/timers/{bad}/k"), "", 400, "invalid_tenant");
+        expect(
+            &s,
+            "PUT",
+            &format!("/v1/timers/t/{bad}"),
+            body,
+            400,
+            "invalid_key",
+        );
+        expect(
+            &s,
+            "GET",
+            &format!("/v1/timers/{bad}/k"),
+            "",
+            400,
+            "invalid_tenant",
+        );
     }
-    expect(&s, "POST", "/v1/timers/a%25", r#"{"timers":[]}"#, 400, "invalid_tenant");
+    expect(
+        &s,
+        "POST",
+        "/v1/timers/a%25",
+        r#"{"timers":[]}"#,
+        400,
+        "invalid_tenant",
+    );
 }
 
 #[test]
@@ -83,13 +161,21 @@ fn oversized_bodies_and_payloads_are_413() {
     let s = Server::start(&["--max-body-bytes", "4096", "--max-batch-body-bytes", "8192"]);
     let big = format!(r#"{{"delay_ms":1,"payload":"{}"}}"#, "x".repeat(5000));
     expect(&s, "PUT", "/v1/timers/t/k", &big, 413, "body_too_large");
-    let batch = format!(r#"{{"timers":[{{"key":"a","delay_ms":1,"payload":"{}"}}]}}"#, "x".repeat(9000));
+    let batch = format!(
+        r#"{{"timers":[{{"key":"a","delay_ms":1,"payload":"{}"}}]}}"#,
+        "x".repeat(9000)
+    );
     expect(&s, "POST", "/v1/timers/t", &batch, 413, "body_too_large");
     // Declared larger than the limit: refused before the body is read.
-    let r = raw_exchange(s.addr, b"PUT /v1/timers/t/k HTTP/1.1\r\nhost: x\r\ncontent-length: 999999999\r\n\r\n{").expect("answer");
+    let r = raw_exchange(
+        s.addr,
+        b"PUT /v1/timers/t/k HTTP/1.1\r\nhost: x\r\ncontent-length: 999999999\r\n\r\n{",
+    )
+    .expect("answer");
     assert_eq!((r.status, r.code().as_str()), (413, "body_too_large"));
     // Chunked without a length: counted as it arrives.
-    let mut chunked = b"PUT /v1/timers/t/k HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    let mut chunked =
+        b"PUT /v1/timers/t/k HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..5 {
         chunked.extend_from_slice(format!("3e8\r\n{}\r\n", " ".repeat(1000)).as_bytes());
     }
@@ -98,9 +184,15 @@ fn oversized_bodies_and_payloads_are_413() {
     assert_eq!((r.status, r.code().as_str()), (413, "body_too_large"));
     // The payload limit is 65,536 bytes of JSON text (default body limits).
     let s = Server::start(&[]);
-    let at = format!(r#"{{"delay_ms":600000,"payload":"{}"}}"#, "x".repeat(65_534));
+    let at = format!(
+        r#"{{"delay_ms":600000,"payload":"{}"}}"#,
+        "x".repeat(65_534)
+    );
     assert_eq!(s.req("PUT", "/v1/timers/t/k", &at).status, 201);
-    let over = format!(r#"{{"delay_ms":600000,"payload":"{}"}}"#, "x".repeat(65_535));
+    let over = format!(
+        r#"{{"delay_ms":600000,"payload":"{}"}}"#,
+        "x".repeat(65_535)
+    );
     expect(&s, "PUT", "/v1/timers/t/k", &over, 413, "payload_too_large");
 }
 
@@ -122,22 +214,41 @@ fn with_tenants() -> (Server, tempfile::NamedTempFile) {
 fn token_is_checked_first_and_401_carries_www_authenticate() {
     let (s, _f) = with_tenants();
     let p = "/v1/timers/locked/k";
-    for auth in [None, Some("Bearer wrong"), Some("Basic s3cret"), Some("Bearer")] {
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("Basic s3cret"),
+        Some("Bearer"),
+    ] {
         let h: Vec<(&str, &str)> = auth.map(|a| ("authorization", a)).into_iter().collect();
         let r = s.req_h("PUT", p, &h, "this body is not even JSON");
-        assert_eq!((r.status, r.code().as_str()), (401, "unauthorized"), "{auth:?}");
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (401, "unauthorized"),
+            "{auth:?}"
+        );
         assert_eq!(r.header("www-authenticate"), Some("Bearer"));
     }
     for verb in ["GET", "DELETE"] {
         assert_eq!(s.req(verb, p, "").status, 401);
     }
     assert_eq!(s.req("POST", "/v1/timers/locked", "{}").status, 401);
-    let ok = s.req_h("PUT", p, &[("authorization", "bearer s3cret")], r#"{"delay_ms":600000}"#);
+    let ok = s.req_h(
+        "PUT",
+        p,
+        &[("authorization", "bearer s3cret")],
+        r#"{"delay_ms":600000}"#,
+    );
     assert_eq!(ok.status, 201);
     let ok = s.req_h("GET", p, &[("Authorization", "BEARER s3cret")], "");
     assert_eq!(ok.status, 200);
     // A header sent for a tenant without a token is ignored.
-    let r = s.req_h("PUT", "/v1/timers/open/k", &[("authorization", "Bearer whatever")], r#"{"delay_ms":600000}"#);
+    let r = s.req_h(
+        "PUT",
+        "/v1/timers/open/k",
+        &[("authorization", "Bearer whatever")],
+        r#"{"delay_ms":600000}"#,
+    );
     assert_eq!(r.status, 201);
 }
 
@@ -147,8 +258,19 @@ fn quota_of_pending_timers_is_429_and_replacements_do_not_count() {
     let body = r#"{"delay_ms":600000}"#;
     assert_eq!(s.req("PUT", "/v1/timers/capped/a", body).status, 201);
     assert_eq!(s.req("PUT", "/v1/timers/capped/b", body).status, 201);
-    expect(&s, "PUT", "/v1/timers/capped/c", body, 429, "quota_exceeded");
-    assert_eq!(s.req("PUT", "/v1/timers/capped/a", body).status, 200, "a replacement at quota");
+    expect(
+        &s,
+        "PUT",
+        "/v1/timers/capped/c",
+        body,
+        429,
+        "quota_exceeded",
+    );
+    assert_eq!(
+        s.req("PUT", "/v1/timers/capped/a", body).status,
+        200,
+        "a replacement at quota"
+    );
     assert_eq!(s.req("DELETE", "/v1/timers/capped/b", "").status, 204);
     let (st, r) = s.json(
         "POST",
@@ -156,12 +278,21 @@ fn quota_of_pending_timers_is_429_and_replacements_do_not_count() {
         r#"{"timers":[{"key":"a","delay_ms":600000},{"key":"c","delay_ms":600000},{"key":"d","delay_ms":600000}]}"#,
     );
     assert_eq!(st, 200);
-    let statuses: Vec<u64> = r["results"].as_array().expect("results").iter().map(|x| x["status"].as_u64().unwrap_or(0)).collect();
+    let statuses: Vec<u64> = r["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|x| x["status"].as_u64().unwrap_or(0))
+        .collect();
     assert_eq!(statuses, [200, 201, 429]);
     assert_eq!(r["results"][2]["error"]["code"], "quota_exceeded");
     // A fired timer frees its slot.
     assert_eq!(s.req("DELETE", "/v1/timers/capped/c", "").status, 204);
-    assert_eq!(s.req("PUT", "/v1/timers/capped/now", r#"{"fire_at_ms":0}"#).status, 201);
+    assert_eq!(
+        s.req("PUT", "/v1/timers/capped/now", r#"{"fire_at_ms":0}"#)
+            .status,
+        201
+    );
     let mut status = 0;
     for _ in 0..500 {
         status = s.req("PUT", "/v1/timers/capped/later", body).status;
@@ -178,12 +309,23 @@ fn a_full_ring_is_503_overloaded_with_retry_after() {
     // One shard: the batch is pushed by the shard's own thread, which cannot drain its ring
     // until the handler yields, so pushes past the ring's capacity are refused.
     let s = Server::start(&["--shards", "1", "--ring-capacity", "16"]);
-    let items: Vec<_> = (0..100).map(|i| serde_json::json!({"key": format!("k{i}"), "delay_ms": 600000})).collect();
-    let (st, r) = s.json("POST", "/v1/timers/t", &serde_json::json!({"timers": items}).to_string());
+    let items: Vec<_> = (0..100)
+        .map(|i| serde_json::json!({"key": format!("k{i}"), "delay_ms": 600000}))
+        .collect();
+    let (st, r) = s.json(
+        "POST",
+        "/v1/timers/t",
+        &serde_json::json!({"timers": items}).to_string(),
+    );
     assert_eq!(st, 200);
     let res = r["results"].as_array().expect("results");
     assert!(res[..16].iter().all(|x| x["status"] == 201));
-    assert!(res[16..].iter().all(|x| x["status"] == 503 && x["error"]["code"] == "overloaded"));
+    assert!(res[16..]
+        .iter()
+        .all(|x| x["status"] == 503 && x["error"]["code"] == "overloaded"));
     let m = String::from_utf8_lossy(&s.req("GET", "/metrics", "").body).to_string();
-    assert!(m.contains("punctual_ring_rejected_total{shard=\"0\"} 84"), "{m}");
+    assert!(
+        m.contains("punctual_ring_rejected_total{shard=\"0\"} 84"),
+        "{m}"
+    );
 }

@@ -21,7 +21,11 @@ type Pending = Pin<Box<dyn Future<Output = crate::Result<Scheduled>> + Send>>;
 
 enum Slot {
     /// Pushed; the answer is awaited with the chunk. `reserved`: took a quota slot.
-    Waiting { key: String, fut: Pending, reserved: bool },
+    Waiting {
+        key: String,
+        fut: Pending,
+        reserved: bool,
+    },
     Done(String),
 }
 

@@ -136,13 +136,14 @@ pub fn parse_item(
             return Err((key, json_error(e)));
         }
     };
-    let reg = resolve_deadline(b.fire_at.as_deref(), b.fire_at_ms, b.delay_ms, now)
-        .and_then(|deadline| {
+    let reg = resolve_deadline(b.fire_at.as_deref(), b.fire_at_ms, b.delay_ms, now).and_then(
+        |deadline| {
             Ok(Registration {
                 deadline,
                 payload: payload_bytes(b.payload)?,
             })
-        });
+        },
+    );
     match reg {
         Ok(r) => Ok((b.key, r)),
         Err(e) => Err((Some(b.key), e)),
@@ -190,7 +191,9 @@ pub fn resolve_deadline(
             // div_euclid floors, so an instant just before the epoch stays negative.
             in_range(t.unix_timestamp_nanos().div_euclid(1_000), "fire_at")
         }
-        (None, Some(n), None) => in_range(whole(&n, "fire_at_ms")?.saturating_mul(1_000), "fire_at_ms"),
+        (None, Some(n), None) => {
+            in_range(whole(&n, "fire_at_ms")?.saturating_mul(1_000), "fire_at_ms")
+        }
         (None, None, Some(n)) => {
             let ms = whole(&n, "delay_ms")?;
             if !(0..=i128::from(TEN_YEARS_US / 1_000)).contains(&ms) {

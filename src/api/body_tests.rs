@@ -24,57 +24,108 @@ fn each_deadline_form_gives_the_exact_microsecond() {
 #[test]
 fn bounds_are_inclusive_at_the_epoch_and_at_ten_years() {
     assert_eq!(code(parse_put(br#"{"fire_at_ms":0}"#, NOW)), "ok");
-    assert_eq!(code(parse_put(br#"{"fire_at":"1970-01-01T00:00:00Z"}"#, NOW)), "ok");
-    assert_eq!(code(parse_put(br#"{"fire_at_ms":-1}"#, NOW)), "deadline_out_of_range");
     assert_eq!(
-        code(parse_put(br#"{"fire_at":"1969-12-31T23:59:59.9999999Z"}"#, NOW)),
+        code(parse_put(br#"{"fire_at":"1970-01-01T00:00:00Z"}"#, NOW)),
+        "ok"
+    );
+    assert_eq!(
+        code(parse_put(br#"{"fire_at_ms":-1}"#, NOW)),
+        "deadline_out_of_range"
+    );
+    assert_eq!(
+        code(parse_put(
+            br#"{"fire_at":"1969-12-31T23:59:59.9999999Z"}"#,
+            NOW
+        )),
         "deadline_out_of_range"
     );
     let max_ms = (NOW.0 + TEN_YEARS_US) / 1000;
     let ok = format!(r#"{{"fire_at_ms":{max_ms}}}"#);
     let over = format!(r#"{{"fire_at_ms":{}}}"#, max_ms + 1);
     assert_eq!(code(parse_put(ok.as_bytes(), NOW)), "ok");
-    assert_eq!(code(parse_put(over.as_bytes(), NOW)), "deadline_out_of_range");
+    assert_eq!(
+        code(parse_put(over.as_bytes(), NOW)),
+        "deadline_out_of_range"
+    );
     assert_eq!(code(parse_put(br#"{"delay_ms":315360000000}"#, NOW)), "ok");
-    assert_eq!(code(parse_put(br#"{"delay_ms":315360000001}"#, NOW)), "deadline_out_of_range");
-    assert_eq!(code(parse_put(br#"{"delay_ms":-1}"#, NOW)), "deadline_out_of_range");
+    assert_eq!(
+        code(parse_put(br#"{"delay_ms":315360000001}"#, NOW)),
+        "deadline_out_of_range"
+    );
+    assert_eq!(
+        code(parse_put(br#"{"delay_ms":-1}"#, NOW)),
+        "deadline_out_of_range"
+    );
     assert_eq!(
         code(parse_put(br#"{"delay_ms":1e400}"#, NOW)),
         "malformed_json",
         "serde_json refuses numbers beyond f64"
     );
-    assert_eq!(code(parse_put(br#"{"fire_at_ms":99999999999999999999999}"#, NOW)), "deadline_out_of_range");
+    assert_eq!(
+        code(parse_put(br#"{"fire_at_ms":99999999999999999999999}"#, NOW)),
+        "deadline_out_of_range"
+    );
 }
 
 #[test]
 fn malformed_and_schema_errors_have_their_codes() {
     assert_eq!(code(parse_put(b"", NOW)), "malformed_json");
     assert_eq!(code(parse_put(b"{\"delay_ms\":1", NOW)), "malformed_json");
-    assert_eq!(code(parse_put(b"{\"delay_ms\":1,\"payload\":\"\xff\"}", NOW)), "malformed_json");
-    assert_eq!(code(parse_put(br#"{"delay_ms":1,"extra":1}"#, NOW)), "invalid_field");
-    assert_eq!(code(parse_put(br#"{"delay_ms":"1"}"#, NOW)), "invalid_field");
+    assert_eq!(
+        code(parse_put(b"{\"delay_ms\":1,\"payload\":\"\xff\"}", NOW)),
+        "malformed_json"
+    );
+    assert_eq!(
+        code(parse_put(br#"{"delay_ms":1,"extra":1}"#, NOW)),
+        "invalid_field"
+    );
+    assert_eq!(
+        code(parse_put(br#"{"delay_ms":"1"}"#, NOW)),
+        "invalid_field"
+    );
     assert_eq!(code(parse_put(br#"[]"#, NOW)), "invalid_field");
     assert_eq!(code(parse_put(br#"{}"#, NOW)), "invalid_deadline");
-    assert_eq!(code(parse_put(br#"{"delay_ms":1,"fire_at_ms":1}"#, NOW)), "invalid_deadline");
-    assert_eq!(code(parse_put(br#"{"delay_ms":1.5}"#, NOW)), "invalid_deadline");
-    assert_eq!(code(parse_put(br#"{"fire_at":"tomorrow"}"#, NOW)), "invalid_deadline");
+    assert_eq!(
+        code(parse_put(br#"{"delay_ms":1,"fire_at_ms":1}"#, NOW)),
+        "invalid_deadline"
+    );
+    assert_eq!(
+        code(parse_put(br#"{"delay_ms":1.5}"#, NOW)),
+        "invalid_deadline"
+    );
+    assert_eq!(
+        code(parse_put(br#"{"fire_at":"tomorrow"}"#, NOW)),
+        "invalid_deadline"
+    );
 }
 
 #[test]
 fn payload_limit_is_measured_as_sent() {
-    let at = format!(r#"{{"delay_ms":0,"payload":"{}"}}"#, "x".repeat(MAX_PAYLOAD - 2));
-    let over = format!(r#"{{"delay_ms":0,"payload":"{}"}}"#, "x".repeat(MAX_PAYLOAD - 1));
+    let at = format!(
+        r#"{{"delay_ms":0,"payload":"{}"}}"#,
+        "x".repeat(MAX_PAYLOAD - 2)
+    );
+    let over = format!(
+        r#"{{"delay_ms":0,"payload":"{}"}}"#,
+        "x".repeat(MAX_PAYLOAD - 1)
+    );
     assert_eq!(code(parse_put(at.as_bytes(), NOW)), "ok");
     assert_eq!(code(parse_put(over.as_bytes(), NOW)), "payload_too_large");
 }
 
 #[test]
 fn batch_counts_items_without_keeping_the_excess() {
-    assert_eq!(parse_batch(br#"{"timers":[]}"#).unwrap_err().code(), "empty_batch");
+    assert_eq!(
+        parse_batch(br#"{"timers":[]}"#).unwrap_err().code(),
+        "empty_batch"
+    );
     let many = format!("{{\"timers\":[{}1]}}", "1,".repeat(MAX_BATCH_ITEMS));
     assert_eq!(
         parse_batch(many.as_bytes()).unwrap_err(),
-        ApiError::TooManyItems { count: MAX_BATCH_ITEMS + 1, limit: MAX_BATCH_ITEMS }
+        ApiError::TooManyItems {
+            count: MAX_BATCH_ITEMS + 1,
+            limit: MAX_BATCH_ITEMS
+        }
     );
     let items = parse_batch(br#"{"timers":[{"key":"a","delay_ms":1},{"nokey":1}]}"#).unwrap();
     assert!(parse_item(items[0], NOW).is_ok());

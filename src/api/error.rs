@@ -55,8 +55,13 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         use ApiError::*;
         match self {
-            MalformedJson(_) | InvalidField(_) | InvalidDeadline(_) | DeadlineOutOfRange(_)
-            | InvalidTenant(_) | InvalidKey(_) | EmptyBatch => StatusCode::BAD_REQUEST,
+            MalformedJson(_)
+            | InvalidField(_)
+            | InvalidDeadline(_)
+            | DeadlineOutOfRange(_)
+            | InvalidTenant(_)
+            | InvalidKey(_)
+            | EmptyBatch => StatusCode::BAD_REQUEST,
             Unauthorized(_) => StatusCode::UNAUTHORIZED,
             NotFound(_) => StatusCode::NOT_FOUND,
             MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,

@@ -58,7 +58,8 @@ impl hyper::rt::Read for Io {
         spare[..len].fill(MaybeUninit::new(0));
         // SAFETY: the first `len` elements were initialised just above, and
         // `MaybeUninit<u8>` has the same layout as `u8`.
-        let init: &mut [u8] = unsafe { &mut *(&mut spare[..len] as *mut [MaybeUninit<u8>] as *mut [u8]) };
+        let init: &mut [u8] =
+            unsafe { &mut *(&mut spare[..len] as *mut [MaybeUninit<u8>] as *mut [u8]) };
         match Pin::new(&mut this.stream).poll_read(cx, init) {
             Poll::Ready(Ok(n)) => {
                 // SAFETY: the socket filled `n <= len` bytes, all initialised above.

@@ -101,27 +101,48 @@ impl Collector for EngineCollector {
         let stats = self.handle.stats();
         type Pick = fn(&crate::engine::ShardStats) -> Value<'_>;
         let families: [(&str, &str, MetricType, Pick); 7] = [
-            ("punctual_timers_pending", "Timers pending on the shard", MetricType::Gauge, |s| {
-                Value::Gauge(s.pending as i64)
-            }),
-            ("punctual_timers_fired", "Timers fired by the shard", MetricType::Counter, |s| {
-                Value::Counter(s.fired_total)
-            }),
-            ("punctual_fire_lateness_seconds", "Fired-at minus deadline", MetricType::Histogram, |s| {
-                Value::Histogram(&s.lateness)
-            }),
-            ("punctual_ring_depth", "Requests waiting in the shard's ring", MetricType::Gauge, |s| {
-                Value::Gauge(s.ring_depth as i64)
-            }),
-            ("punctual_ring_rejected", "Requests refused because the ring was full", MetricType::Counter, |s| {
-                Value::Counter(s.ring_rejected_total)
-            }),
-            ("punctual_clock_offset_seconds", "Mapped clock minus CLOCK_REALTIME at the last anchor", MetricType::Gauge, |s| {
-                Value::GaugeF(s.clock_offset_ns as f64 * 1e-9)
-            }),
-            ("punctual_clock_steps", "System clock steps seen by the shard", MetricType::Counter, |s| {
-                Value::Counter(s.clock_steps_total)
-            }),
+            (
+                "punctual_timers_pending",
+                "Timers pending on the shard",
+                MetricType::Gauge,
+                |s| Value::Gauge(s.pending as i64),
+            ),
+            (
+                "punctual_timers_fired",
+                "Timers fired by the shard",
+                MetricType::Counter,
+                |s| Value::Counter(s.fired_total),
+            ),
+            (
+                "punctual_fire_lateness_seconds",
+                "Fired-at minus deadline",
+                MetricType::Histogram,
+                |s| Value::Histogram(&s.lateness),
+            ),
+            (
+                "punctual_ring_depth",
+                "Requests waiting in the shard's ring",
+                MetricType::Gauge,
+                |s| Value::Gauge(s.ring_depth as i64),
+            ),
+            (
+                "punctual_ring_rejected",
+                "Requests refused because the ring was full",
+                MetricType::Counter,
+                |s| Value::Counter(s.ring_rejected_total),
+            ),
+            (
+                "punctual_clock_offset_seconds",
+                "Mapped clock minus CLOCK_REALTIME at the last anchor",
+                MetricType::Gauge,
+                |s| Value::GaugeF(s.clock_offset_ns as f64 * 1e-9),
+            ),
+            (
+                "punctual_clock_steps",
+                "System clock steps seen by the shard",
+                MetricType::Counter,
+                |s| Value::Counter(s.clock_steps_total),
+            ),
         ];
         for (name, help, kind, pick) in families {
             let mut family = encoder.encode_descriptor(name, help, None, kind)?;
@@ -156,10 +177,7 @@ impl Collector for EngineCollector {
             None,
             MetricType::Info,
         )?;
-        let labels = [
-            ("version", env!("CARGO_PKG_VERSION")),
-            ("store", "memory"),
-        ];
+        let labels = [("version", env!("CARGO_PKG_VERSION")), ("store", "memory")];
         let mut info = info;
         info.encode_info(&labels)
     }

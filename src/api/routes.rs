@@ -90,7 +90,12 @@ impl App {
         Ok(())
     }
 
-    async fn timer(&self, tenant: &str, key: &str, req: Request<Incoming>) -> Result<Resp, ApiError> {
+    async fn timer(
+        &self,
+        tenant: &str,
+        key: &str,
+        req: Request<Incoming>,
+    ) -> Result<Resp, ApiError> {
         let method = req.method().clone();
         if !matches!(method, Method::PUT | Method::GET | Method::DELETE) {
             return Err(ApiError::MethodNotAllowed {
@@ -149,7 +154,12 @@ impl App {
 
     fn metrics(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
         get_only(req)?;
-        let text = self.shared.metrics.get().map(|m| m.render()).unwrap_or_default();
+        let text = self
+            .shared
+            .metrics
+            .get()
+            .map(|m| m.render())
+            .unwrap_or_default();
         Ok(respond::with_body(
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -176,7 +186,12 @@ impl App {
 
     /// Schedules one registration, holding the tenant's quota: a new timer takes a slot, a
     /// replacement of a pending one does not.
-    pub async fn schedule(&self, tenant: &str, key: &str, reg: &Registration<'_>) -> Result<Scheduled, ApiError> {
+    pub async fn schedule(
+        &self,
+        tenant: &str,
+        key: &str,
+        reg: &Registration<'_>,
+    ) -> Result<Scheduled, ApiError> {
         let quota = self.shared.tenants.quota(tenant);
         let reserved = match quota {
             None => false,
@@ -217,7 +232,9 @@ impl App {
                 Err(e) if e.is::<http_body_util::LengthLimitError>() => {
                     Err(ApiError::BodyTooLarge { limit })
                 }
-                Err(e) => Err(ApiError::MalformedJson(format!("the body could not be read: {e}"))),
+                Err(e) => Err(ApiError::MalformedJson(format!(
+                    "the body could not be read: {e}"
+                ))),
             }
         };
         let timeout = async {

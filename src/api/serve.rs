@@ -53,7 +53,10 @@ pub fn serve(config: Config) -> Result<(), String> {
             Ok((id, Err(e))) => {
                 shared.drain();
                 let _ = engine.shutdown();
-                return Err(format!("shard {id}: cannot listen on {}: {e}", config.listen));
+                return Err(format!(
+                    "shard {id}: cannot listen on {}: {e}",
+                    config.listen
+                ));
             }
             Err(_) => {
                 shared.drain();
@@ -69,14 +72,20 @@ pub fn serve(config: Config) -> Result<(), String> {
     );
 
     let signal = signals.forever().next();
-    tracing::info!(?signal, "shutting down: no new connections, finishing requests in flight");
+    tracing::info!(
+        ?signal,
+        "shutting down: no new connections, finishing requests in flight"
+    );
     shared.drain();
     let deadline = Instant::now() + Duration::from_millis(config.shutdown_timeout_ms);
     while shared.connections() > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     if shared.connections() > 0 {
-        tracing::warn!(open = shared.connections(), "shutdown timeout: closing the rest");
+        tracing::warn!(
+            open = shared.connections(),
+            "shutdown timeout: closing the rest"
+        );
     }
     engine.shutdown()?;
     tracing::info!("stopped");

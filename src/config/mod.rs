@@ -145,11 +145,7 @@ where
     T::Err: std::fmt::Display,
 {
     match flag {
-        Some(s) => s
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|e| invalid(key, s, e)),
+        Some(s) => s.trim().parse().map(Some).map_err(|e| invalid(key, s, e)),
         None => Ok(file),
     }
 }

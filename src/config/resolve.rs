@@ -15,7 +15,12 @@ impl Config {
     /// Flags (which clap has already overlaid on the environment) over the file over defaults.
     pub fn resolve(file: FileConfig, args: &ServeArgs) -> Result<Config, ConfigError> {
         let d = Config::default();
-        let u = |key: &str, flag: &Option<String>, file: Option<u64>, default: u64, lo: u64, hi: u64| {
+        let u = |key: &str,
+                 flag: &Option<String>,
+                 file: Option<u64>,
+                 default: u64,
+                 lo: u64,
+                 hi: u64| {
             let v = pick(key, flag, file)?.unwrap_or(default);
             in_range(key, v, lo, hi)
         };
@@ -24,10 +29,13 @@ impl Config {
             (None, None) => None,
         };
         let listen = match listen_text {
-            Some(s) => s
-                .trim()
-                .parse::<SocketAddr>()
-                .map_err(|e| invalid("listen", &s, format!("{e}; expected IP:PORT such as 127.0.0.1:7480")))?,
+            Some(s) => s.trim().parse::<SocketAddr>().map_err(|e| {
+                invalid(
+                    "listen",
+                    &s,
+                    format!("{e}; expected IP:PORT such as 127.0.0.1:7480"),
+                )
+            })?,
             None => d.listen,
         };
         let cores = match (&args.cores, file.cores) {
@@ -44,7 +52,9 @@ impl Config {
                 return Err(invalid(
                     "cores",
                     format!("{c:?}"),
-                    format!("CPU {bad} is not available to this process (available: {available:?})"),
+                    format!(
+                        "CPU {bad} is not available to this process (available: {available:?})"
+                    ),
                 ));
             }
         }
@@ -60,10 +70,15 @@ impl Config {
                 return Err(invalid(
                     "shards",
                     shards,
-                    format!("{} cores are listed in `cores`; give as many shards or leave `shards` out", c.len()),
+                    format!(
+                        "{} cores are listed in `cores`; give as many shards or leave `shards` out",
+                        c.len()
+                    ),
                 ));
             }
-        } else if pinning == PinningMode::Auto && shards > crate::engine::available_cores().len().max(1) {
+        } else if pinning == PinningMode::Auto
+            && shards > crate::engine::available_cores().len().max(1)
+        {
             return Err(invalid(
                 "shards",
                 shards,
@@ -81,19 +96,51 @@ impl Config {
                 "the Redis store is not part of this build yet; leave `redis` unset to run with the in-memory store",
             ));
         }
-        let max_header_bytes = u("max_header_bytes", &args.max_header_bytes, file.max_header_bytes, d.max_header_bytes as u64, 8192, 1 << 20)? as usize;
-        let max_body_bytes = u("max_body_bytes", &args.max_body_bytes, file.max_body_bytes, d.max_body_bytes as u64, 1024, 1 << 30)? as usize;
-        let max_batch_body_bytes = u("max_batch_body_bytes", &args.max_batch_body_bytes, file.max_batch_body_bytes, d.max_batch_body_bytes as u64, 1024, 1 << 32)? as usize;
+        let max_header_bytes = u(
+            "max_header_bytes",
+            &args.max_header_bytes,
+            file.max_header_bytes,
+            d.max_header_bytes as u64,
+            8192,
+            1 << 20,
+        )? as usize;
+        let max_body_bytes = u(
+            "max_body_bytes",
+            &args.max_body_bytes,
+            file.max_body_bytes,
+            d.max_body_bytes as u64,
+            1024,
+            1 << 30,
+        )? as usize;
+        let max_batch_body_bytes = u(
+            "max_batch_body_bytes",
+            &args.max_batch_body_bytes,
+            file.max_batch_body_bytes,
+            d.max_batch_body_bytes as u64,
+            1024,
+            1 << 32,
+        )? as usize;
         let tenants = file.tenants;
         for (name, t) in &tenants {
             let key = format!("tenants.{name}");
             crate::error::validate_name(crate::error::NameKind::Tenant, name)
                 .map_err(|e| invalid(&key, name, e))?;
-            if t.token.as_deref().is_some_and(|tok| tok.is_empty() || tok.contains(char::is_whitespace)) {
-                return Err(invalid(&format!("{key}.token"), "…", "must be non-empty, without whitespace"));
+            if t.token
+                .as_deref()
+                .is_some_and(|tok| tok.is_empty() || tok.contains(char::is_whitespace))
+            {
+                return Err(invalid(
+                    &format!("{key}.token"),
+                    "…",
+                    "must be non-empty, without whitespace",
+                ));
             }
             if t.max_pending == Some(0) {
-                return Err(invalid(&format!("{key}.max_pending"), 0, "must be at least 1 (leave it out for no quota)"));
+                return Err(invalid(
+                    &format!("{key}.max_pending"),
+                    0,
+                    "must be at least 1 (leave it out for no quota)",
+                ));
             }
         }
         Ok(Config {
@@ -102,16 +149,65 @@ impl Config {
             cores,
             pinning,
             redis,
-            spin_us: u("spin_us", &args.spin_us, file.spin_us, d.spin_us, 0, 1_000_000)?,
-            ring_capacity: u("ring_capacity", &args.ring_capacity, file.ring_capacity, d.ring_capacity as u64, 16, 1 << 24)? as usize,
-            shard_capacity: u("shard_capacity", &args.shard_capacity, file.shard_capacity, d.shard_capacity as u64, 1, 1 << 32)? as usize,
-            max_connections: u("max_connections", &args.max_connections, file.max_connections, d.max_connections as u64, 1, 1 << 24)? as usize,
+            spin_us: u(
+                "spin_us",
+                &args.spin_us,
+                file.spin_us,
+                d.spin_us,
+                0,
+                1_000_000,
+            )?,
+            ring_capacity: u(
+                "ring_capacity",
+                &args.ring_capacity,
+                file.ring_capacity,
+                d.ring_capacity as u64,
+                16,
+                1 << 24,
+            )? as usize,
+            shard_capacity: u(
+                "shard_capacity",
+                &args.shard_capacity,
+                file.shard_capacity,
+                d.shard_capacity as u64,
+                1,
+                1 << 32,
+            )? as usize,
+            max_connections: u(
+                "max_connections",
+                &args.max_connections,
+                file.max_connections,
+                d.max_connections as u64,
+                1,
+                1 << 24,
+            )? as usize,
             max_header_bytes,
             max_body_bytes,
             max_batch_body_bytes,
-            idle_timeout_ms: u("idle_timeout_ms", &args.idle_timeout_ms, file.idle_timeout_ms, d.idle_timeout_ms, 1, 86_400_000)?,
-            body_timeout_ms: u("body_timeout_ms", &args.body_timeout_ms, file.body_timeout_ms, d.body_timeout_ms, 1, 86_400_000)?,
-            shutdown_timeout_ms: u("shutdown_timeout_ms", &args.shutdown_timeout_ms, file.shutdown_timeout_ms, d.shutdown_timeout_ms, 0, 86_400_000)?,
+            idle_timeout_ms: u(
+                "idle_timeout_ms",
+                &args.idle_timeout_ms,
+                file.idle_timeout_ms,
+                d.idle_timeout_ms,
+                1,
+                86_400_000,
+            )?,
+            body_timeout_ms: u(
+                "body_timeout_ms",
+                &args.body_timeout_ms,
+                file.body_timeout_ms,
+                d.body_timeout_ms,
+                1,
+                86_400_000,
+            )?,
+            shutdown_timeout_ms: u(
+                "shutdown_timeout_ms",
+                &args.shutdown_timeout_ms,
+                file.shutdown_timeout_ms,
+                d.shutdown_timeout_ms,
+                0,
+                86_400_000,
+            )?,
             tenants,
         })
     }

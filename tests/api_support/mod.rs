@@ -30,12 +30,24 @@ impl Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
         cmd.arg("serve")
             .args(["--listen", &addr.to_string()])
-            .args(["--pinning", "none", "--spin-us", "0", "--shard-capacity", "100000"])
+            .args([
+                "--pinning",
+                "none",
+                "--spin-us",
+                "0",
+                "--shard-capacity",
+                "100000",
+            ])
             .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        for k in ["PUNCTUAL_LISTEN", "PUNCTUAL_SHARDS", "PUNCTUAL_CONFIG", "PUNCTUAL_SPIN_US"] {
+        for k in [
+            "PUNCTUAL_LISTEN",
+            "PUNCTUAL_SHARDS",
+            "PUNCTUAL_CONFIG",
+            "PUNCTUAL_SPIN_US",
+        ] {
             cmd.env_remove(k);
         }
         for (k, v) in env {
@@ -115,11 +127,20 @@ impl Resp {
 
     /// The `error.code` of an error body.
     pub fn code(&self) -> String {
-        self.json()["error"]["code"].as_str().unwrap_or("").to_string()
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
     }
 }
 
-pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
     try_request(addr, method, path, headers, body).expect("request")
 }
 
@@ -161,7 +182,10 @@ pub fn read_response(s: &mut TcpStream) -> std::io::Result<Resp> {
         }
         let n = s.read(&mut chunk)?;
         if n == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "closed before a response"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed before a response",
+            ));
         }
         buf.extend_from_slice(&chunk[..n]);
     };
@@ -200,5 +224,9 @@ pub fn read_response(s: &mut TcpStream) -> std::io::Result<Resp> {
             }
         },
     }
-    Ok(Resp { status, headers, body })
+    Ok(Resp {
+        status,
+        headers,
+        body,
+    })
 }

@@ -1,0 +1,192 @@
+//! Configuration: defaults, precedence (flags over PUNCTUAL_* over the file over defaults),
+//! and validation errors that name the key.
+
+use punctual::config::{Config, ConfigError, FileConfig, ServeArgs};
+use std::process::Command;
+
+fn file(text: &str) -> FileConfig {
+    FileConfig::parse(text, "test.toml").expect("valid file")
+}
+
+fn err_text(r: Result<Config, ConfigError>) -> String {
+    r.expect_err("should be refused").to_string()
+}
+
+#[test]
+fn defaults_match_the_design() {
+    let c = Config::resolve(FileConfig::default(), &ServeArgs::default()).expect("defaults");
+    assert_eq!(c.listen.to_string(), "127.0.0.1:7480");
+    assert_eq!(c.shards, punctual::engine::available_cores().len().max(1));
+    assert_eq!(c.redis, None);
+    assert_eq!(c.max_body_bytes, 128 * 1024);
+    assert_eq!(c.max_batch_body_bytes, 16 * 1024 * 1024);
+}
+
+#[test]
+fn flags_win_over_the_file() {
+    let f = file("listen = \"127.0.0.1:9000\"\nspin_us = 5\nmax_connections = 7\n");
+    let args = ServeArgs {
+        listen: Some("127.0.0.1:9001".into()),
+        ..Default::default()
+    };
+    let c = Config::resolve(f, &args).expect("valid");
+    assert_eq!(c.listen.to_string(), "127.0.0.1:9001");
+    assert_eq!((c.spin_us, c.max_connections), (5, 7));
+}
+
+#[test]
+fn errors_name_the_offending_key() {
+    let bad = |args: ServeArgs| err_text(Config::resolve(FileConfig::default(), &args));
+    let e = bad(ServeArgs {
+        listen: Some("nowhere".into()),
+        ..Default::default()
+    });
+    assert!(e.contains("`listen`"), "{e}");
+    let e = bad(ServeArgs {
+        shards: Some("0".into()),
+        ..Default::default()
+    });
+    assert!(
+        e.contains("`shards`") && e.contains("PUNCTUAL_SHARDS"),
+        "{e}"
+    );
+    let e = bad(ServeArgs {
+        spin_us: Some("-3".into()),
+        ..Default::default()
+    });
+    assert!(e.contains("`spin_us`"), "{e}");
+    let e = bad(ServeArgs {
+        max_header_bytes: Some("100".into()),
+        ..Default::default()
+    });
+    assert!(
+        e.contains("`max_header_bytes`") && e.contains("8192"),
+        "{e}"
+    );
+    let e = bad(ServeArgs {
+        pinning: Some("sometimes".into()),
+        ..Default::default()
+    });
+    assert!(e.contains("`pinning`"), "{e}");
+    let e = bad(ServeArgs {
+        cores: Some("0,x".into()),
+        ..Default::default()
+    });
+    assert!(e.contains("`cores`"), "{e}");
+    let e = bad(ServeArgs {
+        redis: Some("redis://localhost".into()),
+        ..Default::default()
+    });
+    assert!(e.contains("`redis`") && e.contains("in-memory"), "{e}");
+}
+
+#[test]
+fn file_errors_name_the_key_and_unknown_keys_are_refused() {
+    let e = FileConfig::parse("listne = \"x\"\n", "p.toml")
+        .expect_err("unknown key")
+        .to_string();
+    assert!(e.contains("listne"), "{e}");
+    let e = FileConfig::parse("spin_us = \"fast\"\n", "p.toml")
+        .expect_err("wrong type")
+        .to_string();
+    assert!(e.contains("spin_us"), "{e}");
+    let e = FileConfig::parse("[tenants.a]\ntokn = \"x\"\n", "p.toml")
+        .expect_err("unknown")
+        .to_string();
+    assert!(e.contains("tokn"), "{e}");
+    let e = err_text(Config::resolve(
+        file("[tenants.\"a/b\"]\n"),
+        &ServeArgs::default(),
+    ));
+    assert!(e.contains("tenants.a/b"), "{e}");
+    let e = err_text(Config::resolve(
+        file("[tenants.a]\nmax_pending = 0\n"),
+        &ServeArgs::default(),
+    ));
+    assert!(e.contains("tenants.a.max_pending"), "{e}");
+    let e = err_text(Config::resolve(
+        file("[tenants.a]\ntoken = \"\"\n"),
+        &ServeArgs::default(),
+    ));
+    assert!(e.contains("tenants.a.token"), "{e}");
+}
+
+#[test]
+fn the_example_punctual_toml_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/punctual.toml");
+    let f = FileConfig::load(std::path::Path::new(path)).expect("example parses");
+    Config::resolve(f, &ServeArgs::default()).expect("example validates");
+}
+
+/// `--print-config` through the real binary, so clap's environment handling is included.
+fn print_config(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
+    cmd.arg("serve").args(args).arg("--print-config");
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PUNCTUAL_")) {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().expect("run");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn precedence_is_flag_then_env_then_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("p.toml");
+    std::fs::write(&path, "listen = \"127.0.0.1:1001\"\nspin_us = 11\nring_capacity = 1024\n[tenants.acme]\ntoken = \"hidden\"\n").expect("write");
+    let p = path.to_str().expect("utf-8");
+    let env = [
+        ("PUNCTUAL_LISTEN", "127.0.0.1:1002"),
+        ("PUNCTUAL_SPIN_US", "22"),
+    ];
+    let (code, out, err) = print_config(&["--config", p, "--listen", "127.0.0.1:1003"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("listen = \"127.0.0.1:1003\""),
+        "flag wins: {out}"
+    );
+    assert!(out.contains("spin_us = 22"), "env beats file: {out}");
+    assert!(
+        out.contains("ring_capacity = 1024"),
+        "file beats default: {out}"
+    );
+    assert!(!out.contains("hidden"), "tokens are masked: {out}");
+    let (code, _, err) = print_config(&[], &[("PUNCTUAL_SPIN_US", "lots")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("spin_us"), "{err}");
+}
+
+#[test]
+fn serve_help_documents_every_option() {
+    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["serve", "--help"])
+        .output()
+        .expect("run");
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--config",
+        "--listen",
+        "--shards",
+        "--cores",
+        "--pinning",
+        "--redis",
+        "--spin-us",
+        "--ring-capacity",
+        "--shard-capacity",
+        "--max-connections",
+        "--max-header-bytes",
+        "--max-body-bytes",
+        "--max-batch-body-bytes",
+        "--idle-timeout-ms",
+        "--body-timeout-ms",
+        "--shutdown-timeout-ms",
+        "PUNCTUAL_LISTEN",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+}
