@@ -139,7 +139,7 @@ fn deep_states(ctx: &Context, cpu: u32, dir: &str, states: &[String]) -> Vec<Dee
         let disabled = read("disable").map(|v| v == "1").unwrap_or(false);
         // An unreadable latency is treated as deep: better a false warning than a missed one.
         let latency_us = read("latency").ok().and_then(|v| v.parse::<u64>().ok());
-        if !disabled && latency_us.map_or(true, |us| us > DEEP_CSTATE_LATENCY_US) {
+        if !disabled && latency_us.is_none_or(|us| us > DEEP_CSTATE_LATENCY_US) {
             let name = read("name").unwrap_or_else(|_| state.clone());
             deep.push(DeepState {
                 cpu,
