@@ -91,6 +91,7 @@ flamegraph=$(find_tool inferno-flamegraph) || fail 4 "inferno-flamegraph not fou
 
 # 3. Record.
 call_graph_args=(-g)
+# shellcheck disable=SC2054  # "dwarf,16384" is one argument: mode and stack dump size
 [ "$call_graph" = dwarf ] && call_graph_args=(--call-graph dwarf,16384)
 if [ -n "$pid" ]; then
     echo "flamegraph.sh: recording pid $pid for $seconds s at $freq Hz (cpu-clock, $call_graph stacks)" >&2

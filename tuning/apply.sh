@@ -48,7 +48,7 @@ done
 
 # expand_list "0-3,8" -> "0 1 2 3 8"; dies on anything else.
 expand_list() {
-    local list="$1" part a b out=()
+    local list="$1" part a b range parts=() found=()
     [[ "$list" =~ ^[0-9,-]+$ ]] || die "not a CPU list: '$list' (expected e.g. 2-5,8)"
     IFS=',' read -ra parts <<< "$list"
     for part in "${parts[@]}"; do
@@ -56,14 +56,16 @@ expand_list() {
         if [[ "$part" =~ ^([0-9]+)-([0-9]+)$ ]]; then
             a=$((10#${BASH_REMATCH[1]})) b=$((10#${BASH_REMATCH[2]}))
             [ "$a" -le "$b" ] && [ "$b" -lt 8192 ] || die "bad CPU range '$part' in '$list'"
-            out+=($(seq "$a" "$b"))
+            mapfile -t range < <(seq "$a" "$b")
+            found+=("${range[@]}")
         elif [[ "$part" =~ ^[0-9]+$ ]]; then
-            out+=($((10#$part)))
+            found+=($((10#$part)))
         else
             die "bad CPU list element '$part' in '$list'"
         fi
     done
-    echo "${out[@]}" | tr ' ' '\n' | sort -nu | tr '\n' ' '
+    [ ${#found[@]} -gt 0 ] || return 0
+    printf '%s\n' "${found[@]}" | sort -nu | tr '\n' ' '
 }
 
 # compact_list "0 1 2 3 8" -> "0-3,8"
@@ -122,6 +124,7 @@ online_file="$ROOT/sys/devices/system/cpu/online"
 [ -r "$online_file" ] || die "cannot read $online_file (is PUNCTUAL_SYSROOT right?)"
 online=$(expand_list "$(tr -d ' \n' < "$online_file")")
 cores=$(expand_list "$cores_arg")
+[ -n "${cores// /}" ] || die "--cores '$cores_arg' names no CPU"
 for cpu in $cores; do in_set "$cpu" "$online" || die "CPU $cpu in --cores is not online (online: $(compact_list "$online"))"; done
 if [ -n "$housekeeping_arg" ]; then
     housekeeping=$(expand_list "$housekeeping_arg")
@@ -186,6 +189,8 @@ if ! skipped irq; then
     done
     default="$ROOT/proc/irq/default_smp_affinity"
     mask=$(hex_mask "$housekeeping")
+    # Compare without leading zero groups: the kernel prints "3" where we may write "00000003".
+    # shellcheck disable=SC2001
     if [ -e "$default" ] && [ "$(tr -d '\n' < "$default" | sed 's/^[0,]*//')" != "$(echo "$mask" | sed 's/^[0,]*//')" ]; then
         write_value "$default" "$mask" "default IRQ affinity mask" || true
     fi
