@@ -161,7 +161,7 @@ fn chrony_directives(host: &Host, conf: &str) -> Vec<(String, Vec<String>, Strin
             if i == 1 {
                 match directive.as_str() {
                     "include" => files.extend(args.iter().flat_map(|p| expand(host, p))),
-                    "confdir" | "sourcedir" => files.extend(
+                    "confdir" => files.extend(
                         args.iter()
                             .flat_map(|d| expand(host, &format!("{d}/*.conf"))),
                     ),
