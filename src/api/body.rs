@@ -99,8 +99,22 @@ fn json_error(e: serde_json::Error) -> ApiError {
     }
 }
 
+/// serde also reads a struct from a JSON array; the API takes objects only.
+fn expect_object(bytes: &[u8], what: &str) -> Result<(), ApiError> {
+    if bytes.trim_ascii_start().first() == Some(&b'{') {
+        return Ok(());
+    }
+    match serde_json::from_slice::<IgnoredAny>(bytes) {
+        Ok(_) => Err(ApiError::InvalidField(format!(
+            "{what} must be a JSON object"
+        ))),
+        Err(e) => Err(json_error(e)),
+    }
+}
+
 /// Parses the body of `PUT /v1/timers/{tenant}/{key}`.
 pub fn parse_put(body: &[u8], now: UtcMicros) -> Result<Registration<'_>, ApiError> {
+    expect_object(body, "the body")?;
     let b: PutBody = serde_json::from_slice(body).map_err(json_error)?;
     let deadline = resolve_deadline(b.fire_at.as_deref(), b.fire_at_ms, b.delay_ms, now)?;
     Ok(Registration {
@@ -111,6 +125,7 @@ pub fn parse_put(body: &[u8], now: UtcMicros) -> Result<Registration<'_>, ApiErr
 
 /// Parses the body of `POST /v1/timers/{tenant}` into its items' raw JSON.
 pub fn parse_batch(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
+    expect_object(body, "the body")?;
     let b: BatchBody = serde_json::from_slice(body).map_err(json_error)?;
     match b.timers.0 {
         Ok(items) if items.is_empty() => Err(ApiError::EmptyBatch),
@@ -127,13 +142,15 @@ pub fn parse_item(
     item: &RawValue,
     now: UtcMicros,
 ) -> Result<(String, Registration<'_>), (Option<String>, ApiError)> {
-    let b: ItemBody = match serde_json::from_str(item.get()) {
+    let parsed = expect_object(item.get().as_bytes(), "a batch item")
+        .and_then(|()| serde_json::from_str::<ItemBody>(item.get()).map_err(json_error));
+    let b = match parsed {
         Ok(b) => b,
         Err(e) => {
             let key = serde_json::from_str::<serde_json::Value>(item.get())
                 .ok()
                 .and_then(|v| v.get("key").and_then(|k| k.as_str()).map(str::to_owned));
-            return Err((key, json_error(e)));
+            return Err((key, e));
         }
     };
     let reg = resolve_deadline(b.fire_at.as_deref(), b.fire_at_ms, b.delay_ms, now).and_then(

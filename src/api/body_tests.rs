@@ -84,6 +84,17 @@ fn malformed_and_schema_errors_have_their_codes() {
         "invalid_field"
     );
     assert_eq!(code(parse_put(br#"[]"#, NOW)), "invalid_field");
+    assert_eq!(
+        code(parse_put(br#" ["2030-01-01T00:00:00Z"]"#, NOW)),
+        "invalid_field",
+        "serde would read a struct from an array; the API must not"
+    );
+    assert_eq!(
+        parse_batch(br#"[[{"key":"a","delay_ms":1}]]"#)
+            .unwrap_err()
+            .code(),
+        "invalid_field"
+    );
     assert_eq!(code(parse_put(br#"{}"#, NOW)), "invalid_deadline");
     assert_eq!(
         code(parse_put(br#"{"delay_ms":1,"fire_at_ms":1}"#, NOW)),

@@ -15,6 +15,7 @@
 
 mod batch;
 pub mod body;
+mod drain;
 pub mod error;
 mod io;
 pub mod metrics;

@@ -10,6 +10,7 @@
 //! and every connection is told to shut down gracefully: hyper finishes the request in
 //! flight, answers it, and closes.
 
+use super::drain::LocalDrain;
 use super::io::{Io, LocalTimer};
 use super::metrics::Metrics;
 use super::routes::App;
@@ -62,6 +63,7 @@ impl Shared {
         self.connections.load(Ordering::Acquire)
     }
 
+    /// Completes once `drain` was called (from any thread). One waiter per shard.
     async fn drained(&self) {
         loop {
             if self.is_draining() {
@@ -90,20 +92,28 @@ impl Drop for ConnSlot {
 pub fn start_shard(shard: usize, handle: Handle, shared: Arc<Shared>) -> std::io::Result<()> {
     shared.metrics.get_or_init(|| Metrics::new(handle.clone()));
     let listener = TcpListener::bind(shared.config.listen)?;
+    let drain = Rc::new(LocalDrain::default());
+    let watcher = (shared.clone(), drain.clone());
+    glommio::spawn_local(async move {
+        watcher.0.drained().await;
+        watcher.1.raise();
+    })
+    .detach();
     let app = Rc::new(App {
         shard,
         handle,
         shared,
     });
-    glommio::spawn_local(accept_loop(listener, app)).detach();
+    glommio::spawn_local(accept_loop(listener, app, drain)).detach();
     Ok(())
 }
 
-async fn accept_loop(listener: TcpListener, app: Rc<App>) {
+async fn accept_loop(listener: TcpListener, app: Rc<App>, drain: Rc<LocalDrain>) {
     let shared = app.shared.clone();
+    let mut drained = drain.wait();
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            shared.drained().await;
+            (&mut drained).await;
             None
         })
         .await;
@@ -122,13 +132,19 @@ async fn accept_loop(listener: TcpListener, app: Rc<App>) {
         if n >= shared.config.max_connections {
             glommio::spawn_local(refuse(stream, slot)).detach();
         } else {
-            glommio::spawn_local(serve_connection(stream, app.clone(), slot)).detach();
+            let conn = serve_connection(stream, app.clone(), drain.wait(), slot);
+            glommio::spawn_local(conn).detach();
         }
     }
     tracing::debug!(shard = app.shard, "acceptor stopped");
 }
 
-async fn serve_connection(stream: TcpStream, app: Rc<App>, _slot: ConnSlot) {
+async fn serve_connection(
+    stream: TcpStream,
+    app: Rc<App>,
+    mut drained: super::drain::Drained,
+    _slot: ConnSlot,
+) {
     let _ = stream.set_nodelay(true);
     let cfg = &app.shared.config;
     let io = Io::new(stream, Duration::from_millis(cfg.body_timeout_ms));
@@ -145,9 +161,8 @@ async fn serve_connection(stream: TcpStream, app: Rc<App>, _slot: ConnSlot) {
     });
     let conn = builder.serve_connection(io, svc);
     let mut conn = std::pin::pin!(conn);
-    let shared = app.shared.clone();
     let finished = futures_lite::future::or(async { Some(conn.as_mut().await) }, async {
-        shared.drained().await;
+        (&mut drained).await;
         None
     })
     .await;
