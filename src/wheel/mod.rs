@@ -157,6 +157,11 @@ impl<T> Wheel<T> {
         entry.value.as_ref().map(|v| (UtcMicros(entry.deadline), v))
     }
 
+    /// Every pending entry's slab index and value, in slab order.
+    pub(crate) fn live(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.slab.live()
+    }
+
     /// A lower bound on the earliest pending deadline: exact for level-0 entries and the
     /// expired list, the start of the slot for entries further out (the shard wakes there,
     /// cascades, and asks again). `None` when the wheel is empty. O(levels).

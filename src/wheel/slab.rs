@@ -120,6 +120,14 @@ impl<T> Slab<T> {
         &mut self.entries[index as usize]
     }
 
+    /// Live entries and their indices, in index order.
+    pub fn live(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.value.as_ref().map(|v| (i as u32, v)))
+    }
+
     /// The index behind `handle` when it is still live.
     pub fn resolve(&self, handle: Handle) -> Option<u32> {
         let entry = self.entries.get(handle.index as usize)?;

@@ -122,6 +122,9 @@ pub struct TimerTable {
     hasher: foldhash::fast::FixedState,
     last_version: u64,
     capacity: usize,
+    /// (hash, slab index) of the timers one `poll` fired, for their index removal; reused.
+    /// Holds at most half the table, so its peak is 8 bytes per pending timer.
+    fired: Vec<(u64, u32)>,
 }
 
 impl TimerTable {
@@ -132,6 +135,7 @@ impl TimerTable {
             hasher: foldhash::fast::FixedState::with_seed(INDEX_SEED),
             last_version: 0,
             capacity,
+            fired: Vec::new(),
         }
     }
 
@@ -263,15 +267,47 @@ impl TimerTable {
 
     /// Fires every timer due at or before `now`, in deadline order.
     pub fn poll(&mut self, now: UtcMicros, mut fire: impl FnMut(UtcMicros, TimerRecord)) {
-        let index = &mut self.index;
+        // Index entries of fired timers are removed after the wheel's poll, not during it: a
+        // burst that fires more than half of the table rebuilds the index from the survivors
+        // (a sequential pass) instead of paying one random probe per fired timer. Until then
+        // the index holds stale slab indices; nothing reads it while the wheel polls.
+        let half = self.len() / 2;
+        let mut fired = std::mem::take(&mut self.fired);
+        fired.clear();
+        let mut fired_count = 0usize;
         let hasher = &self.hasher;
         self.wheel.poll(now, |slab_index, deadline, record| {
-            let hash = hasher.hash_one(record.timer.identity());
-            if let Ok(entry) = index.find_entry(hash, |&i| i == slab_index) {
-                entry.remove();
+            fired_count += 1;
+            if fired_count <= half + 1 {
+                fired.push((hasher.hash_one(record.timer.identity()), slab_index));
             }
             fire(deadline, record);
         });
+        if fired_count > half + 1 {
+            self.rebuild_index();
+        } else {
+            for &(hash, slab_index) in &fired {
+                if let Ok(entry) = self.index.find_entry(hash, |&i| i == slab_index) {
+                    entry.remove();
+                }
+            }
+        }
+        self.fired = fired;
+    }
+
+    /// Empties the index and re-inserts every pending timer. O(slab + pending).
+    fn rebuild_index(&mut self) {
+        self.index.clear();
+        let wheel = &self.wheel;
+        let hasher = &self.hasher;
+        for (slab_index, record) in wheel.live() {
+            let hash = hasher.hash_one(record.timer.identity());
+            self.index.insert_unique(hash, slab_index, |&i| {
+                wheel
+                    .get_index(i)
+                    .map_or(0, |(_, r)| hasher.hash_one(r.timer.identity()))
+            });
+        }
     }
 }
 

@@ -253,3 +253,32 @@ fn cascade_onto_the_current_microsecond_still_fires() {
     });
     assert_eq!(fired, vec![(80_422_464, 1)]);
 }
+
+#[test]
+fn index_stays_exact_after_a_burst_that_fires_most_of_the_table() {
+    let mut table = TimerTable::new(UtcMicros(0), 1_000);
+    for k in 0..200u8 {
+        let deadline = if k < 150 { 100 } else { 10_000 };
+        table
+            .upsert(packed(k), UtcMicros(deadline), UtcMicros(0))
+            .expect("room");
+    }
+    let mut fired = 0;
+    table.poll(UtcMicros(100), |_, _| fired += 1);
+    assert_eq!((fired, table.len()), (150, 50));
+    // Fired keys are gone from the index, survivors are still found, and a fired key can be
+    // scheduled anew without a duplicate index entry.
+    assert!(table.get(packed(3).identity()).is_none());
+    assert_eq!(
+        table.get(packed(170).identity()).map(|v| v.deadline),
+        Some(UtcMicros(10_000))
+    );
+    assert!(
+        !table
+            .upsert(packed(3), UtcMicros(20_000), UtcMicros(200))
+            .expect("room")
+            .replaced
+    );
+    assert!(table.cancel(packed(3).identity()).is_some());
+    assert!(table.cancel(packed(3).identity()).is_none());
+}
