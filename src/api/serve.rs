@@ -78,7 +78,7 @@ pub fn serve(config: Config) -> Result<(), String> {
     );
     shared.drain();
     let deadline = Instant::now() + Duration::from_millis(config.shutdown_timeout_ms);
-    while shared.connections() > 0 && Instant::now() < deadline {
+    while (shared.connections() > 0 || shared.listeners() > 0) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     if shared.connections() > 0 {

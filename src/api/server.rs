@@ -20,6 +20,7 @@ use crate::engine::Handle;
 use event_listener::Event;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
+use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -32,6 +33,7 @@ pub struct Shared {
     pub tenants: Tenants,
     pub metrics: OnceLock<Metrics>,
     connections: AtomicUsize,
+    listeners: AtomicUsize,
     draining: AtomicBool,
     drain_event: Event,
 }
@@ -43,6 +45,7 @@ impl Shared {
             tenants,
             metrics: OnceLock::new(),
             connections: AtomicUsize::new(0),
+            listeners: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             drain_event: Event::new(),
         }
@@ -61,6 +64,11 @@ impl Shared {
     /// Open connections, all shards together.
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::Acquire)
+    }
+
+    /// Listening sockets not yet closed, all shards together.
+    pub fn listeners(&self) -> usize {
+        self.listeners.load(Ordering::Acquire)
     }
 
     /// Completes once `drain` was called (from any thread). One waiter per shard.
@@ -91,7 +99,8 @@ impl Drop for ConnSlot {
 /// executor (from the engine's `on_shard_start` hook).
 pub fn start_shard(shard: usize, handle: Handle, shared: Arc<Shared>) -> std::io::Result<()> {
     shared.metrics.get_or_init(|| Metrics::new(handle.clone()));
-    let listener = TcpListener::bind(shared.config.listen)?;
+    let (listener, fd) = bind_reuseport(shared.config.listen)?;
+    shared.listeners.fetch_add(1, Ordering::AcqRel);
     let drain = Rc::new(LocalDrain::default());
     let watcher = (shared.clone(), drain.clone());
     glommio::spawn_local(async move {
@@ -104,11 +113,36 @@ pub fn start_shard(shard: usize, handle: Handle, shared: Arc<Shared>) -> std::io
         handle,
         shared,
     });
-    glommio::spawn_local(accept_loop(listener, app, drain)).detach();
+    glommio::spawn_local(async move {
+        accept_loop(&listener, app.clone(), drain).await;
+        // Leave the LISTEN state now: a pending io_uring accept would otherwise keep the
+        // socket listening until the ring is torn down, after the process has exited.
+        // SAFETY: `fd` belongs to `listener`, which is alive here; shutdown(2) touches no
+        // memory of ours.
+        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        drop(listener);
+        app.shared.listeners.fetch_sub(1, Ordering::AcqRel);
+    })
+    .detach();
     Ok(())
 }
 
-async fn accept_loop(listener: TcpListener, app: Rc<App>, drain: Rc<LocalDrain>) {
+/// A listening socket with SO_REUSEPORT (every shard binds the same address), handed to
+/// glommio, and its descriptor (kept for the shutdown(2) above).
+fn bind_reuseport(addr: std::net::SocketAddr) -> std::io::Result<(TcpListener, RawFd)> {
+    let domain = socket2::Domain::for_address(addr);
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    let fd = socket.into_raw_fd();
+    // SAFETY: `fd` is a bound, listening TCP socket that we own (just released from
+    // `socket`); the glommio listener becomes its sole owner and closes it when dropped.
+    let listener = unsafe { TcpListener::from_raw_fd(fd) };
+    Ok((listener, fd))
+}
+
+async fn accept_loop(listener: &TcpListener, app: Rc<App>, drain: Rc<LocalDrain>) {
     let shared = app.shared.clone();
     let mut drained = drain.wait();
     loop {
