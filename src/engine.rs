@@ -12,10 +12,10 @@ use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
 use crate::ring::{Op, Ring};
 use crate::shard::{set_timer_slack_ns, FireHandler, FiredTimer, Shard};
+use crate::store::{layout, ShardStore, StoreConfig, StoreState};
 use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};
 use crate::wheel::table::{PackedTimer, TimerTable};
 use std::future::Future;
-use std::hash::BuildHasher;
 use std::os::fd::IntoRawFd;
 use std::os::unix::io::FromRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,9 +26,6 @@ pub use crate::ring::{Cancelled, Scheduled, TimerInfo};
 
 /// Largest payload, in bytes (DESIGN.md: 65,536 bytes of JSON text).
 pub const MAX_PAYLOAD: usize = 65_536;
-
-/// Seed of the router's hash, distinct from the per-shard index's (see `wheel::table`).
-const ROUTE_SEED: u64 = 0x726f_7574_6572_2121;
 
 /// How a shard gets its core.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +56,7 @@ pub struct EngineBuilder {
     clock: ClockChoice,
     handler: FireHandler,
     on_shard_start: Option<ShardStartHook>,
+    store: Option<StoreConfig>,
 }
 
 /// Runs on each shard's thread, inside its executor, before the shard's loop starts: the place
@@ -76,6 +74,7 @@ impl Default for EngineBuilder {
             clock: ClockChoice::Detect,
             handler: Arc::new(|_: &FiredTimer<'_>| {}),
             on_shard_start: None,
+            store: None,
         }
     }
 }
@@ -139,6 +138,18 @@ impl EngineBuilder {
         self
     }
 
+    /// Makes timers durable in the Redis at `url` (`redis://host:port[/db]`), with the
+    /// store's defaults (see [`StoreConfig::new`]).
+    pub fn redis(self, url: impl Into<String>) -> Self {
+        self.store(StoreConfig::new(url))
+    }
+
+    /// Makes timers durable with this store configuration.
+    pub fn store(mut self, config: StoreConfig) -> Self {
+        self.store = Some(config);
+        self
+    }
+
     /// Starts the shards and returns once each has calibrated its clock and is running.
     pub fn build(self) -> Result<Engine> {
         if self.shards == 0 || self.shards > 1024 {
@@ -153,6 +164,13 @@ impl EngineBuilder {
             ));
         }
         let cores = self.placement()?;
+        let store_info = match &self.store {
+            Some(cfg) => Some(cfg.validate()?),
+            None => {
+                tracing::info!("store: in-memory (not durable: pending timers are lost on exit); configure Redis for durability");
+                None
+            }
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let mut rings = Vec::with_capacity(self.shards);
         let mut wakees = Vec::with_capacity(self.shards);
@@ -171,7 +189,6 @@ impl EngineBuilder {
                 metrics: (0..self.shards)
                     .map(|_| Arc::new(ShardMetrics::default()))
                     .collect(),
-                router: foldhash::fast::FixedState::with_seed(ROUTE_SEED),
                 stopping: AtomicBool::new(false),
             }),
         };
@@ -193,6 +210,8 @@ impl EngineBuilder {
             let clock_choice = self.clock;
             let ready = ready_tx.clone();
             let hook = self.on_shard_start.clone().map(|h| (h, handle.clone()));
+            let store = self.store.clone().zip(store_info.clone());
+            let shards = self.shards;
             let wakee_fd = wakee.into_raw_fd();
             let thread = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("punctual-shard-{id}"))
@@ -214,8 +233,10 @@ impl EngineBuilder {
                         clock,
                         spin,
                         handler,
-                        metrics: m,
+                        metrics: m.clone(),
                         stop,
+                        store: store
+                            .map(|(cfg, info)| ShardStore::new(cfg, info, id, shards, m.clone())),
                     };
                     shard.publish_initial();
                     if let Some((hook, handle)) = hook {
@@ -297,7 +318,6 @@ pub fn available_cores() -> Vec<usize> {
 struct Shared {
     rings: Vec<Arc<Ring>>,
     metrics: Vec<Arc<ShardMetrics>>,
-    router: foldhash::fast::FixedState,
     stopping: AtomicBool,
 }
 
@@ -370,10 +390,43 @@ impl Handle {
         self.inner.rings.len()
     }
 
-    /// The shard that owns (tenant, key).
+    /// The shard that owns (tenant, key): the owner of its store partition
+    /// (`store::layout::partition_of`), so that the routing and the durable layout agree for
+    /// any shard count.
     pub fn shard_for(&self, tenant: &str, key: &str) -> usize {
-        let h = self.inner.router.hash_one((tenant, key));
-        (h % self.inner.rings.len() as u64) as usize
+        layout::partition_of(tenant, key) as usize % self.inner.rings.len()
+    }
+
+    /// Each shard's store state (`InMemory` for all without Redis).
+    pub fn store_states(&self) -> Vec<StoreState> {
+        self.inner.metrics.iter().map(|m| m.store.state()).collect()
+    }
+
+    /// True when no Redis is configured, or when every shard is connected and recovered:
+    /// what `/healthz` reports.
+    pub fn store_healthy(&self) -> bool {
+        self.store_states()
+            .iter()
+            .all(|s| matches!(s, StoreState::InMemory | StoreState::Ready))
+    }
+
+    /// Waits until [`Handle::store_healthy`], up to `timeout`; whether it became so.
+    pub fn wait_store_ready(&self, timeout: Duration) -> bool {
+        let give_up = std::time::Instant::now() + timeout;
+        loop {
+            if self.store_healthy() {
+                return true;
+            }
+            if std::time::Instant::now() >= give_up {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Each shard's store metrics (`punctual_store_*`).
+    pub fn store_metrics(&self) -> Vec<Arc<ShardMetrics>> {
+        self.inner.metrics.clone()
     }
 
     /// The system's UTC time (CLOCK_REALTIME), in µs; what `delay_ms` is counted from.
@@ -426,7 +479,7 @@ impl Handle {
         let (tx, rx) = oneshot::channel();
         let timer = self.pack(tenant, key, &[])?;
         self.push(tenant, key, Op::Cancel { timer, reply: tx })?;
-        rx.recv().map_err(|_| Error::ShuttingDown)
+        rx.recv().map_err(|_| Error::ShuttingDown)?
     }
 
     pub fn cancel_async(
@@ -440,7 +493,7 @@ impl Handle {
             .and_then(|timer| self.push(tenant, key, Op::Cancel { timer, reply: tx }));
         async move {
             pushed?;
-            rx.await.map_err(|_| Error::ShuttingDown)
+            rx.await.map_err(|_| Error::ShuttingDown)?
         }
     }
 

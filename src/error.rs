@@ -45,6 +45,11 @@ pub enum Error {
     Config(String),
     #[error("could not start shard {shard}: {reason}")]
     ShardStart { shard: usize, reason: String },
+    /// The durable store could not acknowledge the write (Redis unreachable, the outage buffer
+    /// full, or Redis refused it). Not acknowledged: the timer may or may not exist; retrying
+    /// the same call is safe.
+    #[error("the durable store cannot acknowledge writes now; retry after {retry_after_s} s")]
+    StoreUnavailable { retry_after_s: u64 },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -45,6 +45,8 @@ pub mod error;
 pub mod metrics;
 pub mod ring;
 pub mod shard;
+pub mod sink;
+pub mod store;
 pub mod units;
 pub mod wheel;
 

@@ -49,6 +49,8 @@ pub struct ShardMetrics {
     /// Time from a push onto the ring to the shard's drain of it is not measured per op;
     /// this counts the wake-ups the shard took from its ring.
     pub ring_wakeups_total: AtomicU64,
+    /// The durable store's figures (all zero, state `InMemory`, without Redis).
+    pub store: crate::store::StoreMetrics,
 }
 
 /// A histogram as read at one moment: cumulative counts per upper bound, sum and count.

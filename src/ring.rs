@@ -35,7 +35,7 @@ pub(crate) enum Op {
     },
     Cancel {
         timer: PackedTimer,
-        reply: oneshot::Sender<Cancelled>,
+        reply: oneshot::Sender<Result<Cancelled, Error>>,
     },
     Get {
         timer: PackedTimer,

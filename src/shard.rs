@@ -21,11 +21,20 @@
 //!
 //! Cost per fired timer: the wheel's removal, an index removal, one clock read for `fired_at`,
 //! the histogram update and the handler.
+//!
+//! # With a durable store
+//!
+//! When Redis is configured the shard has a `store::ShardStore`: before the loop it recovers
+//! its partitions (`store::apply`), ops go through `apply_durable` (replies wait for Redis),
+//! each fire also queues its stream entry, and after each pass the store task is kicked. The
+//! in-memory shard checks `Option<ShardStore>` once per drained batch and once per poll.
 
 use crate::clock::{Clock, TimeSource};
 use crate::error::Error;
 use crate::metrics::ShardMetrics;
 use crate::ring::{Cancelled, Op, Ring, Scheduled, TimerInfo};
+use crate::sink::FiredEntry;
+use crate::store::ShardStore;
 use crate::units::{UtcMicros, UtcNanos};
 use crate::wheel::table::{TimerTable, UpsertError};
 use futures_lite::AsyncReadExt;
@@ -59,12 +68,18 @@ pub(crate) struct Shard<S: TimeSource> {
     pub handler: FireHandler,
     pub metrics: Arc<ShardMetrics>,
     pub stop: Arc<AtomicBool>,
+    /// The durable store; `None` for the in-memory engine.
+    pub store: Option<ShardStore>,
 }
 
 impl<S: TimeSource> Shard<S> {
     /// Runs until `stop` is set. `wakee` is the socket the ring's producers write to.
     pub async fn run(mut self, mut wakee: glommio::net::UnixStream) {
         let mut buf = [0u8; 64];
+        if !self.recover_first().await {
+            self.ring.unpark();
+            return;
+        }
         while !self.stop.load(Ordering::Acquire) {
             self.drain();
             let t = self.clock.source().ticks();
@@ -73,6 +88,9 @@ impl<S: TimeSource> Shard<S> {
                 self.publish_clock();
             }
             self.fire_due();
+            if let Some(store) = &self.store {
+                store.kick();
+            }
             if !self.ring.is_empty() {
                 // Let the shard's other tasks (HTTP connections) run between batches.
                 futures_lite::future::yield_now().await;
@@ -106,6 +124,9 @@ impl<S: TimeSource> Shard<S> {
                 self.spin_until(next);
             }
         }
+        if let Some(mut store) = self.store.take() {
+            store.close().await;
+        }
         self.ring.unpark();
     }
 
@@ -128,16 +149,24 @@ impl<S: TimeSource> Shard<S> {
     }
 
     fn drain(&mut self) {
-        for _ in 0..DRAIN_BATCH {
-            let Some(op) = self.ring.pop() else { break };
-            self.apply(op);
+        if let Some(store) = &self.store {
+            store.stamp();
+            for _ in 0..DRAIN_BATCH {
+                let Some(op) = self.ring.pop() else { break };
+                self.apply_durable(op);
+            }
+        } else {
+            for _ in 0..DRAIN_BATCH {
+                let Some(op) = self.ring.pop() else { break };
+                self.apply(op);
+            }
         }
         self.metrics
             .pending
             .store(self.table.len() as u64, Ordering::Relaxed);
     }
 
-    fn apply(&mut self, op: Op) {
+    pub(crate) fn apply(&mut self, op: Op) {
         match op {
             Op::Schedule {
                 timer,
@@ -173,7 +202,7 @@ impl<S: TimeSource> Shard<S> {
                     },
                     None => Cancelled::NotFound,
                 };
-                let _ = reply.send(answer);
+                let _ = reply.send(Ok(answer));
             }
             Op::Get { timer, reply } => {
                 let info = self.table.get(timer.identity()).map(|v| TimerInfo {
@@ -188,31 +217,50 @@ impl<S: TimeSource> Shard<S> {
 
     fn fire_due(&mut self) {
         let now = self.clock.now().as_micros();
-        let clock = &self.clock;
-        let handler = &self.handler;
-        let metrics = &self.metrics;
-        let shard = self.id;
-        let mut fired = 0u64;
-        self.table.poll(now, |deadline, record| {
-            let fired_at = clock.now();
-            metrics.observe_lateness(fired_at.0.saturating_sub(deadline.as_nanos().0));
-            handler(&FiredTimer {
-                shard,
-                tenant: record.timer.tenant(),
-                key: record.timer.key(),
-                version: record.version,
-                deadline,
-                fired_at,
-                payload: record.timer.payload(),
-            });
-            fired += 1;
-        });
+        let fired = match &self.store {
+            None => self.poll(now, |_| {}),
+            Some(store) => {
+                let mut outbox = store.outbox();
+                let maxlen = store.stream_maxlen();
+                poll_table(
+                    &mut self.table,
+                    &self.clock,
+                    &self.handler,
+                    &self.metrics,
+                    self.id,
+                    now,
+                    |f| {
+                        let entry = FiredEntry {
+                            tenant: f.tenant,
+                            key: f.key,
+                            version: f.version,
+                            fire_at: f.deadline,
+                            fired_at: f.fired_at,
+                            payload: f.payload,
+                        };
+                        crate::store::fire(&mut outbox, &entry, maxlen);
+                    },
+                )
+            }
+        };
         if fired > 0 {
             self.metrics.fired_total.fetch_add(fired, Ordering::Relaxed);
             self.metrics
                 .pending
                 .store(self.table.len() as u64, Ordering::Relaxed);
         }
+    }
+
+    fn poll(&mut self, now: UtcMicros, also: impl FnMut(&FiredTimer<'_>)) -> u64 {
+        poll_table(
+            &mut self.table,
+            &self.clock,
+            &self.handler,
+            &self.metrics,
+            self.id,
+            now,
+            also,
+        )
     }
 
     pub fn publish_initial(&self) {
@@ -231,6 +279,37 @@ impl<S: TimeSource> Shard<S> {
             .clock_bracket_ns
             .store(s.bracket_ns, Ordering::Relaxed);
     }
+}
+
+/// Fires what is due at `now` in deadline order: the handler, then `also` (the store's
+/// queueing, or nothing). Returns how many fired.
+fn poll_table<S: TimeSource>(
+    table: &mut TimerTable,
+    clock: &Clock<S>,
+    handler: &FireHandler,
+    metrics: &ShardMetrics,
+    shard: usize,
+    now: UtcMicros,
+    mut also: impl FnMut(&FiredTimer<'_>),
+) -> u64 {
+    let mut fired = 0u64;
+    table.poll(now, |deadline, record| {
+        let fired_at = clock.now();
+        metrics.observe_lateness(fired_at.0.saturating_sub(deadline.as_nanos().0));
+        let f = FiredTimer {
+            shard,
+            tenant: record.timer.tenant(),
+            key: record.timer.key(),
+            version: record.version,
+            deadline,
+            fired_at,
+            payload: record.timer.payload(),
+        };
+        handler(&f);
+        also(&f);
+        fired += 1;
+    });
+    fired
 }
 
 /// Makes the calling thread's timers exact: the default 50 µs timer slack would delay every

@@ -129,6 +129,7 @@ impl From<EngineError> for ApiError {
             EngineError::CapacityExceeded { .. } => ApiError::CapacityExceeded(msg),
             EngineError::RingFull { .. } => ApiError::Overloaded(msg),
             EngineError::ShuttingDown => ApiError::ShuttingDown,
+            EngineError::StoreUnavailable { .. } => ApiError::Overloaded(msg),
             EngineError::Config(_) | EngineError::ShardStart { .. } => ApiError::Internal(msg),
         }
     }

@@ -1,0 +1,111 @@
+//! The Redis key layout: partitions, key names, and the text of a pending timer's record.
+//!
+//! Everything that decides *where* a timer lives in Redis is here, so that the layout is
+//! changed in one place (and, because it is persistent, never changed lightly: see
+//! [`PARTITIONS`] and [`partition_of`]).
+
+/// Fixed number of partitions. Shards own partitions (`partition % shards == shard`), never
+/// keys, so a restart with another shard count still finds every timer. Changing this number
+/// orphans every pending timer already stored: it is part of the on-disk format.
+pub const PARTITIONS: u32 = 1024;
+
+/// The partition of (tenant, key): FNV-1a (64-bit) over `tenant`, a 0xff separator (a byte no
+/// valid name holds) and `key`, modulo [`PARTITIONS`]. FNV is written out here on purpose: the
+/// value is stored, so it must never change with a dependency's version.
+pub fn partition_of(tenant: &str, key: &str) -> u32 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    let bytes = tenant
+        .bytes()
+        .chain(std::iter::once(0xff))
+        .chain(key.bytes());
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(PRIME);
+    }
+    (h % u64::from(PARTITIONS)) as u32
+}
+
+/// The hash holding partition `p`'s pending timers: `punctual:{p<p>}:timers`. The braces are a
+/// Redis Cluster hash tag, so one partition's keys share a slot.
+pub fn timers_key(partition: u32) -> String {
+    format!("punctual:{{p{partition}}}:timers")
+}
+
+/// The field of a pending timer inside its partition's hash: `<tenant>/<key>` (`/` never
+/// occurs in a valid name, so the split is unambiguous).
+pub fn field(tenant: &str, key: &str) -> String {
+    let mut f = String::with_capacity(tenant.len() + 1 + key.len());
+    f.push_str(tenant);
+    f.push('/');
+    f.push_str(key);
+    f
+}
+
+/// Splits a field back into (tenant, key).
+pub fn parse_field(field: &[u8]) -> Option<(&str, &str)> {
+    let s = std::str::from_utf8(field).ok()?;
+    let (tenant, key) = s.split_once('/')?;
+    (!tenant.is_empty() && !key.is_empty()).then_some((tenant, key))
+}
+
+/// A pending timer's record: `<version> <fire_at_us> <payload bytes>` (decimal numbers, one
+/// space each; the payload is the rest, spaces and all).
+pub fn encode_record(version: u64, fire_at_us: u64, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(42 + payload.len());
+    out.extend_from_slice(version.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(fire_at_us.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A decoded record: (version, fire_at_us, payload).
+pub fn decode_record(record: &[u8]) -> Option<(u64, u64, &[u8])> {
+    let mut parts = record.splitn(3, |&b| b == b' ');
+    let version = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let fire_at = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    Some((version, fire_at, parts.next()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_is_stable_across_builds() {
+        // Pinned values: a change here orphans stored timers (see PARTITIONS).
+        assert_eq!(
+            partition_of("shop", "order-1"),
+            partition_of("shop", "order-1")
+        );
+        assert_ne!(partition_of("shop", "a"), partition_of("sho", "pa"));
+        let p = partition_of("shop", "order-8812");
+        assert!(p < PARTITIONS);
+        assert_eq!(p, 2, "FNV-1a of shop/order-8812 changed");
+    }
+
+    #[test]
+    fn record_round_trips_payload_with_spaces() {
+        let r = encode_record(17, 1_700_000_000_000_000, b"{\"a\": 1 }");
+        assert_eq!(
+            decode_record(&r),
+            Some((17, 1_700_000_000_000_000, &b"{\"a\": 1 }"[..]))
+        );
+        assert_eq!(decode_record(b"1 2 "), Some((1, 2, &b""[..])));
+        assert_eq!(decode_record(b"x 2 p"), None);
+        assert_eq!(decode_record(b"1 2"), None);
+    }
+
+    #[test]
+    fn field_splits_at_the_first_slash() {
+        assert_eq!(
+            parse_field(field("t", "k:1").as_bytes()),
+            Some(("t", "k:1"))
+        );
+        assert_eq!(parse_field(b"noslash"), None);
+        assert_eq!(timers_key(42), "punctual:{p42}:timers");
+    }
+}

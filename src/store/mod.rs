@@ -1,0 +1,305 @@
+//! The store: each shard's timers persisted in Redis through batched pipelines, recovered on
+//! start, and handed to the tenant's stream when they fire (the stream's side is `sink`).
+//!
+//! # What the store owns
+//!
+//! One Redis connection per shard, driven by the shard's own glommio executor (a task spawned
+//! on the shard; no tokio, no extra thread), the shard's [`outbox::Outbox`] of writes not yet
+//! acknowledged, and the key layout below. Commands are built and replies decoded by the
+//! `redis` crate; its streaming parser reads from the glommio socket (`conn`).
+//!
+//! # Key layout (see `layout`)
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `punctual:{p<N>}:timers` | hash | field `<tenant>/<key>` → `<version> <fire_at_us> <payload>`, one per pending timer of partition N |
+//! | `punctual:fired:{<tenant>}` | stream | one entry per firing: `key`, `version`, `fire_at_us`, `fired_at_us`, `payload` |
+//!
+//! N is `FNV-1a(tenant, key) mod 1024`: a fixed number of partitions, independent of the
+//! shard count. Shard `s` of `S` owns (and routes, see `Handle::shard_for`) the partitions
+//! with `N mod S == s`, so recovery after a restart with another shard count loads every
+//! partition exactly once. Every key carries a hash tag, so the layout works unchanged on a
+//! Redis Cluster (one partition per slot group; one tenant's stream in one slot).
+//!
+//! What each operation writes:
+//!
+//! - schedule (upsert): `HSET punctual:{pN}:timers <tenant>/<key> <record>` — the whole
+//!   record, so a replay is idempotent. No sorted set is kept: ordering is the wheel's job, and
+//!   recovery loads everything anyway; one command per registration keeps the write rate
+//!   close to Redis's own.
+//! - cancel: `HDEL punctual:{pN}:timers <tenant>/<key>`.
+//! - fire: `XADD punctual:fired:{<tenant>} MAXLEN ~ <max> * …` and the `HDEL`, inside the
+//!   same `MULTI`/`EXEC` (a pipeline that holds a fire is sent as one transaction), so the
+//!   entry appears exactly when the record disappears.
+//!
+//! # Invariants
+//!
+//! - A durable schedule or cancel is answered only after the `EXEC`/replies of the pipeline
+//!   that carried it came back without an error, or with `StoreUnavailable` (not
+//!   acknowledged) when that takes longer than `ack_timeout`, the outbox is full, or Redis
+//!   rejects the write for good.
+//! - Writes reach Redis in the order the shard made them; a failed pipeline is written again
+//!   whole after the reconnect (idempotent assignments; stream entries may repeat).
+//! - Fires never wait for Redis: the shard fires from memory and the outbox carries the XADD
+//!   until Redis takes it. An acknowledged timer is removed from Redis only by its fire's
+//!   transaction or by an acknowledged cancel or replacement.
+//!
+//! # Cost model
+//!
+//! Per registration on the shard: one `redis::Cmd` built (the record is copied once into the
+//! command's buffer) and one `VecDeque` push. Per flush: one `write` and as many `read`s as
+//! the replies need, for up to `flush_max_commands` commands. With no Redis configured, the
+//! shard checks `Option<ShardStore>` once per drained batch and once per poll.
+
+pub mod apply;
+pub mod conn;
+pub mod flush;
+pub mod layout;
+pub mod metrics;
+pub mod outbox;
+pub mod recover;
+
+use crate::error::{Error, Result};
+use crate::metrics::ShardMetrics;
+use crate::sink::{self, FiredEntry};
+use outbox::{Ack, Outbox};
+use redis::{ConnectionInfo, IntoConnectionInfo};
+use std::cell::{Cell, RefCell, RefMut};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use metrics::{StoreMetrics, StoreState};
+
+/// How the store talks to Redis. Defaults are written in [`StoreConfig::new`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoreConfig {
+    /// `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// Longest a write waits in the outbox before its pipeline is sent (default 1 ms).
+    pub flush_interval: Duration,
+    /// A pipeline is sent as soon as this many writes wait (default 4,096).
+    pub flush_max_commands: usize,
+    /// Writes the outbox holds before durable registrations are refused (default 100,000).
+    pub max_buffered: usize,
+    /// Longest a durable schedule or cancel waits for Redis before `StoreUnavailable` (2 s).
+    pub ack_timeout: Duration,
+    /// `MAXLEN ~` of each tenant's fired stream (default 1,000,000).
+    pub stream_maxlen: u64,
+    /// `COUNT` of each recovery `HSCAN` (default 1,000).
+    pub recovery_page: usize,
+    /// Connect and I/O timeout of one attempt (default 1 s).
+    pub io_timeout: Duration,
+    /// Longest pause between reconnect attempts (default 1 s; they start at 10 ms).
+    pub backoff_max: Duration,
+}
+
+impl StoreConfig {
+    pub fn new(url: impl Into<String>) -> StoreConfig {
+        StoreConfig {
+            url: url.into(),
+            flush_interval: Duration::from_millis(1),
+            flush_max_commands: 4096,
+            max_buffered: 100_000,
+            ack_timeout: Duration::from_secs(2),
+            stream_maxlen: 1_000_000,
+            recovery_page: 1000,
+            io_timeout: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(1),
+        }
+    }
+
+    /// The parsed URL; an error names what is wrong with it.
+    pub fn connection_info(&self) -> Result<ConnectionInfo> {
+        let info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| Error::Config(format!("redis URL {:?}: {e}", self.url)))?;
+        match info.addr {
+            redis::ConnectionAddr::Tcp(..) => Ok(info),
+            _ => Err(Error::Config(format!(
+                "redis URL {:?}: only redis://host:port[/db] (TCP) is supported",
+                self.url
+            ))),
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<ConnectionInfo> {
+        if self.flush_max_commands == 0 || self.max_buffered == 0 || self.recovery_page == 0 {
+            return Err(Error::Config(
+                "store: flush_max_commands, max_buffered and recovery_page must be positive".into(),
+            ));
+        }
+        self.connection_info()
+    }
+
+    /// The `Retry-After` a refused durable write suggests, in seconds.
+    fn retry_after_s(&self) -> u64 {
+        self.backoff_max.as_secs().max(1)
+    }
+}
+
+/// What the shard and its store task share, on the shard's thread only.
+pub(crate) struct Shared {
+    pub cfg: StoreConfig,
+    pub info: ConnectionInfo,
+    pub shard: usize,
+    pub shards: usize,
+    pub outbox: RefCell<Outbox>,
+    pub wake: event_listener::Event,
+    pub closing: Cell<bool>,
+    pub metrics: Arc<ShardMetrics>,
+}
+
+impl Shared {
+    pub fn m(&self) -> &StoreMetrics {
+        &self.metrics.store
+    }
+
+    pub fn unavailable(&self) -> Error {
+        Error::StoreUnavailable {
+            retry_after_s: self.cfg.retry_after_s(),
+        }
+    }
+}
+
+/// The shard's side of its store: admit, queue, kick; and the store task's handle.
+pub(crate) struct ShardStore {
+    shared: Rc<Shared>,
+    task: Option<glommio::Task<()>>,
+}
+
+impl ShardStore {
+    pub fn new(
+        cfg: StoreConfig,
+        info: ConnectionInfo,
+        shard: usize,
+        shards: usize,
+        metrics: Arc<ShardMetrics>,
+    ) -> ShardStore {
+        metrics.store.set_state(StoreState::Connecting);
+        let outbox = Outbox::new(cfg.max_buffered, cfg.ack_timeout);
+        ShardStore {
+            shared: Rc::new(Shared {
+                cfg,
+                info,
+                shard,
+                shards,
+                outbox: RefCell::new(outbox),
+                wake: event_listener::Event::new(),
+                closing: Cell::new(false),
+                metrics,
+            }),
+            task: None,
+        }
+    }
+
+    pub fn shared(&self) -> &Rc<Shared> {
+        &self.shared
+    }
+
+    pub fn ack_timeout(&self) -> Duration {
+        self.shared.cfg.ack_timeout
+    }
+
+    /// Stamps the entries of the batch the shard is about to drain.
+    pub fn stamp(&self) {
+        self.shared.outbox.borrow_mut().stamp();
+    }
+
+    /// `Ok` when one more durable write fits in the outbox; else `StoreUnavailable`, counted.
+    pub fn admit(&self) -> Result<()> {
+        if self.shared.outbox.borrow().has_room() {
+            return Ok(());
+        }
+        StoreMetrics::count(&self.shared.m().refused_total, 1);
+        Err(self.shared.unavailable())
+    }
+
+    /// Queues a write; `ack` is answered once Redis has applied it.
+    pub fn queue(&self, write: redis::Cmd, ack: Ack) {
+        self.shared.outbox.borrow_mut().push(write, None, ack);
+    }
+
+    /// Queues the removal of a cancelled timer's record.
+    pub fn del(&self, tenant: &str, key: &str, ack: Ack) {
+        self.queue(del_cmd(tenant, key), ack);
+    }
+
+    /// The outbox, borrowed for a burst of fires (see [`fire`]).
+    pub fn outbox(&self) -> RefMut<'_, Outbox> {
+        self.shared.outbox.borrow_mut()
+    }
+
+    pub fn stream_maxlen(&self) -> u64 {
+        self.shared.cfg.stream_maxlen
+    }
+
+    /// Tells the store task that writes are waiting.
+    pub fn kick(&self) {
+        let n = self.shared.outbox.borrow().len();
+        if n > 0 {
+            self.shared
+                .m()
+                .pending_writes
+                .store(n as u64, std::sync::atomic::Ordering::Relaxed);
+            self.shared.wake.notify(1);
+        }
+    }
+
+    /// Starts the store task with the connection recovery left open.
+    pub fn start(&mut self, conn: conn::Conn) {
+        let shared = self.shared.clone();
+        self.task = Some(glommio::spawn_local(flush::run(shared, Some(conn))));
+    }
+
+    /// Flushes what it can within the ack timeout, then stops the store task.
+    pub async fn close(&mut self) {
+        self.shared.closing.set(true);
+        self.shared.wake.notify(usize::MAX);
+        if let Some(task) = self.task.take() {
+            let limit = self.shared.cfg.ack_timeout;
+            futures_lite::future::or(task, glommio::timer::sleep(limit)).await;
+        }
+        let left = self.shared.outbox.borrow().len();
+        if left > 0 {
+            tracing::warn!(
+                shard = self.shared.shard,
+                writes = left,
+                "store closed with writes Redis never acknowledged; their timers are recovered (and fired again if due) on the next start"
+            );
+        }
+    }
+}
+
+/// `HSET` of a (re)scheduled timer's whole record.
+pub(crate) fn put_cmd(
+    tenant: &str,
+    key: &str,
+    version: u64,
+    fire_at: u64,
+    payload: &[u8],
+) -> redis::Cmd {
+    let mut c = redis::cmd("HSET");
+    c.arg(layout::timers_key(layout::partition_of(tenant, key)))
+        .arg(layout::field(tenant, key))
+        .arg(layout::encode_record(version, fire_at, payload));
+    c
+}
+
+/// Queues a fire: the stream entry and the record's removal, applied together.
+pub(crate) fn fire(outbox: &mut Outbox, entry: &FiredEntry<'_>, maxlen: u64) {
+    outbox.push(
+        sink::xadd(entry, maxlen),
+        Some(del_cmd(entry.tenant, entry.key)),
+        Ack::None,
+    );
+}
+
+fn del_cmd(tenant: &str, key: &str) -> redis::Cmd {
+    let mut c = redis::cmd("HDEL");
+    c.arg(layout::timers_key(layout::partition_of(tenant, key)))
+        .arg(layout::field(tenant, key));
+    c
+}

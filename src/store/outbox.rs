@@ -1,0 +1,204 @@
+//! The outbox: writes waiting for Redis, in the order the shard made them.
+//!
+//! The shard appends (registrations, cancels, fires); the store task encodes a prefix into one
+//! pipeline, and pops that prefix only once Redis has answered it. On a failure nothing is
+//! popped, so the same prefix is written again after the reconnect: every write is an
+//! assignment (HSET of the whole record, HDEL, XADD of a whole entry), so replaying a suffix
+//! that Redis had already applied leaves the same state, apart from duplicate stream entries,
+//! which carry the same (tenant, key, version).
+//!
+//! Invariants: entries leave only from the front, only after acknowledgement; at most one
+//! prefix is in flight; `len()` never exceeds `limit` through admitted writes (fires are never
+//! refused: each one stands for a timer that was already admitted).
+//!
+//! Cost: one `VecDeque` push per write; the caller's reply channel rides in the entry.
+
+use crate::error::Error;
+use crate::ring::{Cancelled, Scheduled};
+use redis::Cmd;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Who waits for an entry's acknowledgement, and with what answer.
+pub enum Ack {
+    None,
+    Schedule(oneshot::Sender<Result<Scheduled, Error>>, Scheduled),
+    Cancel(oneshot::Sender<Result<Cancelled, Error>>, Cancelled),
+}
+
+impl Ack {
+    fn answer(self, outcome: Result<(), Error>) {
+        match self {
+            Ack::None => {}
+            Ack::Schedule(tx, s) => {
+                let _ = tx.send(outcome.map(|()| s));
+            }
+            Ack::Cancel(tx, c) => {
+                let _ = tx.send(outcome.map(|()| c));
+            }
+        }
+    }
+
+    fn is_waiting(&self) -> bool {
+        !matches!(self, Ack::None)
+    }
+}
+
+pub struct Entry {
+    pub first: Cmd,
+    /// Fires carry two commands (XADD, HDEL) that must apply together.
+    pub second: Option<Cmd>,
+    ack: Ack,
+    queued: Instant,
+}
+
+impl Entry {
+    pub fn commands(&self) -> usize {
+        1 + usize::from(self.second.is_some())
+    }
+}
+
+pub struct Outbox {
+    entries: VecDeque<Entry>,
+    limit: usize,
+    ack_timeout: Duration,
+    /// Entries before this index have had their ack timeout checked (and maybe answered).
+    checked: usize,
+    /// The instant stamped on new entries: taken once per drained batch (`stamp`).
+    now: Instant,
+}
+
+impl Outbox {
+    pub fn new(limit: usize, ack_timeout: Duration) -> Outbox {
+        Outbox {
+            entries: VecDeque::new(),
+            limit,
+            ack_timeout,
+            checked: 0,
+            now: Instant::now(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn stamp(&mut self) {
+        self.now = Instant::now();
+    }
+
+    /// Whether one more durable registration or cancel fits.
+    pub fn has_room(&self) -> bool {
+        self.entries.len() < self.limit
+    }
+
+    pub fn push(&mut self, first: Cmd, second: Option<Cmd>, ack: Ack) {
+        self.entries.push_back(Entry {
+            first,
+            second,
+            ack,
+            queued: self.now,
+        });
+    }
+
+    /// When the oldest entry was queued.
+    pub fn oldest(&self) -> Option<Instant> {
+        self.entries.front().map(|e| e.queued)
+    }
+
+    /// The prefix to write next: at most `max_commands` commands (at least one entry).
+    pub fn prefix(&self, max_commands: usize) -> impl Iterator<Item = &Entry> {
+        let mut total = 0;
+        self.entries.iter().take_while(move |e| {
+            let fits = total == 0 || total + e.commands() <= max_commands;
+            total += e.commands();
+            fits
+        })
+    }
+
+    /// Pops the first `n` entries, answering each with its outcome.
+    pub fn complete(&mut self, outcomes: impl IntoIterator<Item = Result<(), Error>>) {
+        for outcome in outcomes {
+            let Some(e) = self.entries.pop_front() else {
+                return;
+            };
+            self.checked = self.checked.saturating_sub(1);
+            e.ack.answer(outcome);
+        }
+    }
+
+    /// Answers `StoreUnavailable` to callers that waited past the ack timeout. Their writes
+    /// stay queued: the caller was told "not acknowledged", which allows either outcome.
+    /// Returns how many were answered.
+    pub fn expire(&mut self, now: Instant, retry_after_s: u64) -> u64 {
+        let mut answered = 0;
+        while let Some(e) = self.entries.get_mut(self.checked) {
+            if now.saturating_duration_since(e.queued) < self.ack_timeout {
+                break;
+            }
+            if e.ack.is_waiting() {
+                std::mem::replace(&mut e.ack, Ack::None)
+                    .answer(Err(Error::StoreUnavailable { retry_after_s }));
+                answered += 1;
+            }
+            self.checked += 1;
+        }
+        answered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched() -> (Ack, oneshot::Receiver<Result<Scheduled, Error>>) {
+        let (tx, rx) = oneshot::channel();
+        let s = Scheduled {
+            version: 1,
+            deadline: crate::units::UtcMicros(5),
+            replaced: false,
+        };
+        (Ack::Schedule(tx, s), rx)
+    }
+
+    #[test]
+    fn prefix_respects_the_command_budget_but_never_splits_a_fire() {
+        let mut o = Outbox::new(10, Duration::from_secs(2));
+        o.push(redis::cmd("HSET"), None, Ack::None);
+        o.push(redis::cmd("XADD"), Some(redis::cmd("HDEL")), Ack::None);
+        o.push(redis::cmd("HSET"), None, Ack::None);
+        assert_eq!(o.prefix(2).count(), 1);
+        assert_eq!(o.prefix(3).count(), 2);
+        assert_eq!(o.prefix(1).count(), 1);
+    }
+
+    #[test]
+    fn ack_timeout_answers_unavailable_and_keeps_the_write() {
+        let mut o = Outbox::new(10, Duration::from_millis(0));
+        let (ack, rx) = sched();
+        o.push(redis::cmd("HSET"), None, ack);
+        assert_eq!(o.expire(Instant::now(), 1), 1);
+        assert_eq!(
+            rx.recv().ok(),
+            Some(Err(Error::StoreUnavailable { retry_after_s: 1 }))
+        );
+        assert_eq!(o.len(), 1);
+        assert_eq!(o.expire(Instant::now(), 1), 0);
+        o.complete([Ok(())]);
+        assert!(o.is_empty());
+    }
+
+    #[test]
+    fn completion_answers_in_order() {
+        let mut o = Outbox::new(1, Duration::from_secs(2));
+        let (ack, rx) = sched();
+        o.push(redis::cmd("HSET"), None, ack);
+        assert!(!o.has_room());
+        o.complete([Ok(())]);
+        assert!(matches!(rx.recv(), Ok(Ok(s)) if s.version == 1));
+    }
+}

@@ -1,0 +1,175 @@
+//! Recovery: on start, a shard loads the pending timers of the partitions it owns.
+//!
+//! Partitions are read with `HSCAN <partition> <cursor> COUNT <page>`, eight partitions per
+//! pipeline, page by page, so no reply holds more than about `8 × page` timers. Each timer is
+//! inserted with its stored version (`TimerTable::insert_with_version`, which also raises the
+//! shard's version counter past it). Nothing fires until every partition is loaded; the
+//! shard's first poll then fires the overdue ones at once, in deadline order (the wheel's).
+//!
+//! A failure midway (connection lost, error reply) starts the load again on a new connection:
+//! inserting a timer twice is an upsert with the same version, so a restart is harmless.
+
+use super::conn::Conn;
+use super::flush::pause;
+use super::layout::{decode_record, parse_field, partition_of, timers_key, PARTITIONS};
+use super::metrics::{StoreMetrics, StoreState};
+use super::Shared;
+use crate::units::UtcMicros;
+use crate::wheel::table::{PackedTimer, TimerTable};
+use redis::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Partitions scanned in one pipeline.
+const WINDOW: usize = 8;
+
+/// Connects (retrying with backoff while Redis is unreachable) and loads the shard's
+/// partitions into `table`. Returns the connection for the store task, or `None` if `stop`
+/// was set first.
+pub(crate) async fn recover(
+    shared: &Shared,
+    table: &mut TimerTable,
+    stop: &AtomicBool,
+) -> Option<Conn> {
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(10);
+    let mut warned = false;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return None;
+        }
+        shared.m().set_state(StoreState::Connecting);
+        let mut conn = match Conn::connect(&shared.info, shared.cfg.io_timeout).await {
+            Ok(c) => c,
+            Err(e) => {
+                StoreMetrics::count(&shared.m().errors_total, 1);
+                if !warned {
+                    tracing::warn!(shard = shared.shard, url = %shared.cfg.url, error = %e, "store: Redis unreachable at start; retrying with backoff (not healthy until connected)");
+                    warned = true;
+                }
+                pause(shared, &mut backoff).await;
+                continue;
+            }
+        };
+        shared.m().set_state(StoreState::Recovering);
+        match load(shared, &mut conn, table).await {
+            Ok(loaded) => {
+                let m = shared.m();
+                m.recovered_timers.store(loaded, Ordering::Relaxed);
+                m.recovery_duration_ns
+                    .store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                StoreMetrics::count(&m.recoveries_total, 1);
+                m.set_state(StoreState::Ready);
+                tracing::info!(
+                    shard = shared.shard,
+                    timers = loaded,
+                    ms = started.elapsed().as_millis() as u64,
+                    "store: recovered pending timers from Redis"
+                );
+                return Some(conn);
+            }
+            Err(reason) => {
+                StoreMetrics::count(&shared.m().errors_total, 1);
+                tracing::warn!(shard = shared.shard, %reason, "store: recovery interrupted; starting it again");
+                pause(shared, &mut backoff).await;
+            }
+        }
+    }
+}
+
+/// Loads every owned partition; the number of timers loaded.
+async fn load(shared: &Shared, conn: &mut Conn, table: &mut TimerTable) -> Result<u64, String> {
+    let mut todo = (0..PARTITIONS).filter(|p| *p as usize % shared.shards == shared.shard);
+    let mut active: Vec<(u32, Vec<u8>)> = Vec::with_capacity(WINDOW);
+    let mut loaded = 0u64;
+    loop {
+        while active.len() < WINDOW {
+            match todo.next() {
+                Some(p) => active.push((p, b"0".to_vec())),
+                None => break,
+            }
+        }
+        if active.is_empty() {
+            return Ok(loaded);
+        }
+        for (p, cursor) in &active {
+            redis::cmd("HSCAN")
+                .arg(timers_key(*p))
+                .arg(&cursor[..])
+                .arg("COUNT")
+                .arg(shared.cfg.recovery_page)
+                .write_packed_command(conn.out());
+        }
+        let replies = conn
+            .round_trip(active.len())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut next = Vec::with_capacity(WINDOW);
+        for ((p, _), reply) in active.drain(..).zip(replies) {
+            let (cursor, items) = match reply {
+                Value::Array(mut parts) if parts.len() == 2 => {
+                    let items = parts.pop();
+                    (parts.pop(), items)
+                }
+                Value::ServerError(e) => {
+                    return Err(format!(
+                        "HSCAN answered {} {}",
+                        e.code(),
+                        e.details().unwrap_or("")
+                    ))
+                }
+                other => return Err(format!("unexpected HSCAN reply {other:?}")),
+            };
+            if let Some(Value::Array(items)) = items {
+                for pair in items.chunks_exact(2) {
+                    loaded += u64::from(insert(shared, table, p, &pair[0], &pair[1]));
+                }
+            }
+            match cursor {
+                Some(Value::BulkString(c)) if c != b"0" => next.push((p, c)),
+                _ => {}
+            }
+        }
+        active = next;
+    }
+}
+
+/// Inserts one stored timer; false (logged) when the record is malformed or does not fit.
+fn insert(
+    shared: &Shared,
+    table: &mut TimerTable,
+    partition: u32,
+    field: &Value,
+    record: &Value,
+) -> bool {
+    let (Value::BulkString(field), Value::BulkString(record)) = (field, record) else {
+        return false;
+    };
+    let parsed = parse_field(field).zip(decode_record(record));
+    let Some(((tenant, key), (version, fire_at, payload))) = parsed else {
+        StoreMetrics::count(&shared.m().errors_total, 1);
+        tracing::error!(shard = shared.shard, partition, field = %String::from_utf8_lossy(field), "store: malformed record skipped (left in Redis)");
+        return false;
+    };
+    if partition_of(tenant, key) != partition {
+        tracing::error!(
+            shard = shared.shard,
+            partition,
+            tenant,
+            key,
+            "store: record in the wrong partition skipped"
+        );
+        return false;
+    }
+    let Some(timer) = PackedTimer::new(tenant, key, payload) else {
+        return false;
+    };
+    match table.insert_with_version(timer, UtcMicros(fire_at), version) {
+        Ok(_) => true,
+        Err(e) => {
+            StoreMetrics::count(&shared.m().errors_total, 1);
+            tracing::error!(shard = shared.shard, tenant, key, error = ?e, "store: recovered timer does not fit this shard (capacity or range); left in Redis");
+            false
+        }
+    }
+}

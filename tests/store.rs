@@ -1,0 +1,205 @@
+//! The durable store against a real redis-server: acknowledged timers survive an engine
+//! restart and a change of shard count, fire once and never early, and cancels that race
+//! fires agree with the stream. Nothing here asserts a duration.
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use punctual::engine::Pinning;
+use punctual::store::StoreConfig;
+use punctual::{Cancelled, EngineBuilder, Error, UtcMicros};
+use redis_server::{free_port, read_stream, wait_stream, RedisServer};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+fn engine(shards: usize, cfg: StoreConfig) -> punctual::Engine {
+    EngineBuilder::new()
+        .shards(shards)
+        .pinning(Pinning::None)
+        .spin(Duration::ZERO)
+        .shard_capacity(100_000)
+        .store(cfg)
+        .build()
+        .expect("engine starts")
+}
+
+fn ready(shards: usize, redis: &RedisServer) -> punctual::Engine {
+    let e = engine(shards, StoreConfig::new(redis.url()));
+    assert!(
+        e.handle().wait_store_ready(Duration::from_secs(30)),
+        "store ready"
+    );
+    e
+}
+
+#[test]
+fn acknowledged_timers_survive_an_engine_restart_and_fire_once_never_early() {
+    let redis = RedisServer::start();
+    let first = ready(2, &redis);
+    let h = first.handle();
+    let due = h.now().0 + 1_500_000; // after the restart below
+    let mut versions = HashMap::new();
+    for i in 0..300u64 {
+        let key = format!("order-{i}");
+        let s = h
+            .schedule(
+                "shop",
+                &key,
+                UtcMicros(due + i * 100),
+                format!("{{\"n\":{i}}}").as_bytes(),
+            )
+            .expect("durable schedule acknowledged");
+        versions.insert(key, s.version);
+    }
+    drop(first);
+
+    let second = ready(2, &redis);
+    let mut con = redis.client().expect("client");
+    wait_stream(&mut con, "shop", |e| e.len() >= 300);
+    std::thread::sleep(Duration::from_millis(300)); // would a second copy show up?
+    let entries = read_stream(&mut con, "shop");
+    assert_eq!(entries.len(), 300, "each timer fired exactly once");
+    for e in &entries {
+        assert_eq!(
+            versions.get(&e.key),
+            Some(&e.version),
+            "version kept for {}",
+            e.key
+        );
+        assert!(e.fired_at_us >= e.fire_at_us, "{} fired early", e.key);
+        assert!(
+            e.id_ms * 1000 + 999 >= e.fire_at_us,
+            "{} entered the stream early",
+            e.key
+        );
+        let n: u64 = e.key["order-".len()..].parse().expect("key");
+        assert_eq!(e.payload, format!("{{\"n\":{n}}}"));
+    }
+    drop(second);
+    // Nothing is left pending.
+    let third = ready(1, &redis);
+    assert!(third
+        .handle()
+        .get("shop", "order-1")
+        .expect("get")
+        .is_none());
+}
+
+#[test]
+fn recovery_with_a_different_shard_count_loads_everything() {
+    let redis = RedisServer::start();
+    let mut far = {
+        let e = ready(3, &redis);
+        let h = e.handle();
+        let far = h.now().0 + 3_600_000_000;
+        let mut v = HashMap::new();
+        for i in 0..1000u64 {
+            let key = format!("k{i}");
+            v.insert(
+                key.clone(),
+                h.schedule("t", &key, UtcMicros(far + i), b"")
+                    .expect("ack")
+                    .version,
+            );
+        }
+        (far, v)
+    };
+    for shards in [1, 2] {
+        let e = ready(shards, &redis);
+        let h = e.handle();
+        for (key, version) in &far.1 {
+            let got = h.get("t", key).expect("get").expect("recovered");
+            assert_eq!(got.version, *version);
+            let i: u64 = key[1..].parse().expect("key");
+            assert_eq!(got.deadline, UtcMicros(far.0 + i));
+        }
+        // A fresh schedule gets a version above every recovered one.
+        let newer = h.schedule("t", "k0", UtcMicros(far.0), b"").expect("ack");
+        assert!(newer.replaced && newer.version > far.1["k0"]);
+        let c = h.cancel("t", "k0").expect("ack");
+        assert!(matches!(c, Cancelled::Cancelled { .. }));
+        let again = h.schedule("t", "k0", UtcMicros(far.0), b"").expect("ack");
+        assert!(!again.replaced);
+        far.1.insert("k0".into(), again.version);
+    }
+}
+
+#[test]
+fn cancel_racing_fire_agrees_with_the_stream() {
+    let redis = RedisServer::start();
+    let e = ready(2, &redis);
+    let h = e.handle();
+    let due = h.now().0 + 200_000;
+    let n = 2000u64;
+    for i in 0..n {
+        h.schedule("race", &format!("k{i}"), UtcMicros(due + i * 50), b"")
+            .expect("ack");
+    }
+    while h.now().0 < due {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut not_found = HashSet::new();
+    let mut cancelled = HashSet::new();
+    for i in 0..n {
+        let key = format!("k{i}");
+        match h.cancel("race", &key).expect("answered") {
+            Cancelled::Cancelled { .. } => cancelled.insert(key),
+            Cancelled::NotFound => not_found.insert(key),
+        };
+    }
+    let mut con = redis.client().expect("client");
+    let entries = wait_stream(&mut con, "race", |e| e.len() >= not_found.len());
+    let fired: HashSet<String> = entries.iter().map(|e| e.key.clone()).collect();
+    assert_eq!(entries.len(), fired.len(), "no duplicates without a crash");
+    assert_eq!(
+        fired, not_found,
+        "fired exactly the timers whose cancel said not found"
+    );
+    assert!(fired.is_disjoint(&cancelled));
+}
+
+#[test]
+fn redis_down_at_start_is_not_healthy_then_recovers_when_it_comes_up() {
+    let port = free_port();
+    let mut redis = RedisServer::stopped(port);
+    let e = engine(1, StoreConfig::new(redis.url()));
+    let h = e.handle();
+    assert!(!h.store_healthy());
+    assert!(!h.wait_store_ready(Duration::from_millis(300)));
+    // Held during recovery, refused once the ack timeout passes.
+    let refused = h.schedule("t", "early", UtcMicros(h.now().0), b"");
+    assert_eq!(refused, Err(Error::StoreUnavailable { retry_after_s: 1 }));
+    redis.start_again();
+    assert!(h.wait_store_ready(Duration::from_secs(30)));
+    h.schedule("t", "late", UtcMicros(h.now().0 + 10_000), b"7")
+        .expect("ack");
+    let mut con = redis.client().expect("client");
+    let entries = wait_stream(&mut con, "t", |e| e.iter().any(|x| x.key == "late"));
+    assert!(entries.iter().any(|x| x.key == "late" && x.payload == "7"));
+}
+
+#[test]
+fn full_outage_buffer_refuses_new_durable_writes() {
+    let mut redis = RedisServer::start();
+    let mut cfg = StoreConfig::new(redis.url());
+    cfg.max_buffered = 10;
+    cfg.ack_timeout = Duration::from_millis(200);
+    let e = engine(1, cfg);
+    let h = e.handle();
+    assert!(h.wait_store_ready(Duration::from_secs(30)));
+    redis.kill();
+    let far = UtcMicros(h.now().0 + 3_600_000_000);
+    for i in 0..10 {
+        h.schedule_detached("t", &format!("k{i}"), far, b"")
+            .expect("queued");
+    }
+    let mut refused = 0;
+    for i in 10..20 {
+        if let Err(Error::StoreUnavailable { .. }) = h.schedule("t", &format!("k{i}"), far, b"") {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 10, "every write past the bound is refused");
+    let m = &h.store_metrics()[0].store;
+    assert!(m.refused_total.load(std::sync::atomic::Ordering::Relaxed) >= 10);
+}
