@@ -11,7 +11,7 @@ use crate::clock::{clock_ns, Clock, ClockConfig, HostSource};
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
 use crate::ring::{Op, Ring};
-use crate::shard::{set_timer_slack_ns, FireHandler, FiredTimer, Shard};
+use crate::shard::{set_timer_slack_ns, FireHandler, FiredTimer, Shard, Wakee};
 use crate::store::{layout, ShardStore, StoreConfig, StoreState};
 use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};
 use crate::wheel::table::{PackedTimer, TimerTable};
@@ -212,6 +212,9 @@ impl EngineBuilder {
             let hook = self.on_shard_start.clone().map(|h| (h, handle.clone()));
             let store = self.store.clone().zip(store_info.clone());
             let shards = self.shards;
+            // A shard that runs only its own loop parks in the kernel directly; with other
+            // tasks on its executor (HTTP, the store) it must park in glommio's reactor.
+            let park_direct = hook.is_none() && store.is_none();
             let wakee_fd = wakee.into_raw_fd();
             let thread = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("punctual-shard-{id}"))
@@ -224,8 +227,14 @@ impl EngineBuilder {
                     let clock = Clock::calibrate(source, ClockConfig::default());
                     let table = TimerTable::new(clock.now().as_micros(), capacity);
                     // SAFETY: `wakee_fd` came from `into_raw_fd` on a UnixStream that nothing
-                    // else owns, so this stream becomes its sole owner.
-                    let wakee = unsafe { glommio::net::UnixStream::from_raw_fd(wakee_fd) };
+                    // else owns, so the stream made here becomes its sole owner.
+                    let wakee = unsafe {
+                        if park_direct {
+                            Wakee::Direct(std::os::unix::net::UnixStream::from_raw_fd(wakee_fd))
+                        } else {
+                            Wakee::Reactor(glommio::net::UnixStream::from_raw_fd(wakee_fd))
+                        }
+                    };
                     let shard = Shard {
                         id,
                         ring,

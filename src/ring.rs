@@ -82,6 +82,7 @@ impl Ring {
     pub fn new(shard: usize, capacity: usize) -> std::io::Result<(Ring, UnixStream)> {
         let (waker, wakee) = UnixStream::pair()?;
         waker.set_nonblocking(true)?;
+        wakee.set_nonblocking(true)?;
         let ring = Ring {
             shard,
             queue: ArrayQueue::new(capacity.max(1)),

@@ -236,16 +236,25 @@ impl ShardStore {
         self.shared.cfg.stream_maxlen
     }
 
-    /// Tells the store task that writes are waiting.
+    /// After each pass of the shard's loop: tells the store task that writes are waiting,
+    /// and answers `StoreUnavailable` to callers past the ack timeout (so that no caller waits
+    /// much longer than it, even while the store task is stuck connecting). The shard passes
+    /// at least every 100 ms (its clock anchor), so that is the answer's precision.
     pub fn kick(&self) {
-        let n = self.shared.outbox.borrow().len();
-        if n > 0 {
-            self.shared
-                .m()
-                .pending_writes
-                .store(n as u64, std::sync::atomic::Ordering::Relaxed);
-            self.shared.wake.notify(1);
+        let mut outbox = self.shared.outbox.borrow_mut();
+        let n = outbox.len();
+        if n == 0 {
+            return;
         }
+        let expired = outbox.expire(std::time::Instant::now(), self.shared.cfg.retry_after_s());
+        drop(outbox);
+        let m = self.shared.m();
+        if expired > 0 {
+            StoreMetrics::count(&m.ack_timeouts_total, expired);
+        }
+        m.pending_writes
+            .store(n as u64, std::sync::atomic::Ordering::Relaxed);
+        self.shared.wake.notify(1);
     }
 
     /// Starts the store task with the connection recovery left open.
