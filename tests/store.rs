@@ -12,6 +12,14 @@ use redis_server::{free_port, read_stream, wait_stream, RedisServer};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+/// The store's config for tests: a long ack timeout, because `appendfsync always` on a disk
+/// shared with compilers can take seconds; the tests assert outcomes, not latency.
+fn config(url: String) -> StoreConfig {
+    let mut cfg = StoreConfig::new(url);
+    cfg.ack_timeout = Duration::from_secs(20);
+    cfg
+}
+
 fn engine(shards: usize, cfg: StoreConfig) -> punctual::Engine {
     EngineBuilder::new()
         .shards(shards)
@@ -24,7 +32,7 @@ fn engine(shards: usize, cfg: StoreConfig) -> punctual::Engine {
 }
 
 fn ready(shards: usize, redis: &RedisServer) -> punctual::Engine {
-    let e = engine(shards, StoreConfig::new(redis.url()));
+    let e = engine(shards, config(redis.url()));
     assert!(
         e.handle().wait_store_ready(Duration::from_secs(30)),
         "store ready"
@@ -162,7 +170,9 @@ fn cancel_racing_fire_agrees_with_the_stream() {
 fn redis_down_at_start_is_not_healthy_then_recovers_when_it_comes_up() {
     let port = free_port();
     let mut redis = RedisServer::stopped(port);
-    let e = engine(1, StoreConfig::new(redis.url()));
+    let mut cfg = config(redis.url());
+    cfg.ack_timeout = Duration::from_millis(500); // the refusal below waits for it
+    let e = engine(1, cfg);
     let h = e.handle();
     assert!(!h.store_healthy());
     assert!(!h.wait_store_ready(Duration::from_millis(300)));
@@ -181,7 +191,7 @@ fn redis_down_at_start_is_not_healthy_then_recovers_when_it_comes_up() {
 #[test]
 fn full_outage_buffer_refuses_new_durable_writes() {
     let mut redis = RedisServer::start();
-    let mut cfg = StoreConfig::new(redis.url());
+    let mut cfg = config(redis.url());
     cfg.max_buffered = 10;
     cfg.ack_timeout = Duration::from_millis(200);
     let e = engine(1, cfg);

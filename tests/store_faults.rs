@@ -14,6 +14,14 @@ use std::io::BufRead;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+/// The store's config for tests: a long ack timeout, because `appendfsync always` on a disk
+/// shared with compilers can take seconds; the tests assert outcomes, not latency.
+fn config(url: String) -> StoreConfig {
+    let mut cfg = StoreConfig::new(url);
+    cfg.ack_timeout = Duration::from_secs(20);
+    cfg
+}
+
 fn engine(shards: usize, cfg: StoreConfig) -> punctual::Engine {
     let e = EngineBuilder::new()
         .shards(shards)
@@ -50,7 +58,7 @@ fn child_process_holding_timers() {
     let Ok(url) = std::env::var("PUNCTUAL_TEST_REDIS") else {
         return;
     };
-    let e = engine(2, StoreConfig::new(url));
+    let e = engine(2, config(url));
     let h = e.handle();
     let far = h.now().0 + 3_600_000_000;
     let keys: Vec<_> = (0..10_000u64).map(|i| (format!("k{i}"), far + i)).collect();
@@ -92,7 +100,7 @@ fn sigkill_of_punctual_holding_10000_timers_loses_none() {
     assert_eq!(parts.first(), Some(&10_000), "{line}");
     let far = parts[1];
 
-    let e = engine(1, StoreConfig::new(redis.url()));
+    let e = engine(1, config(redis.url()));
     let h = e.handle();
     for i in 0..10_000u64 {
         let got = h.get("crash", &format!("k{i}")).expect("get");
@@ -107,7 +115,7 @@ fn sigkill_of_punctual_holding_10000_timers_loses_none() {
 #[test]
 fn redis_killed_and_restarted_mid_run_delivers_every_acknowledged_timer() {
     let mut redis = RedisServer::start();
-    let e = engine(2, StoreConfig::new(redis.url()));
+    let e = engine(2, config(redis.url()));
     let h = e.handle();
     let mut acked: HashMap<String, (u64, u64)> = HashMap::new();
     let batch = |from: u64, n: u64, acked: &mut HashMap<String, (u64, u64)>| {
@@ -168,7 +176,7 @@ fn redis_killed_and_restarted_mid_run_delivers_every_acknowledged_timer() {
 fn oom_replies_are_logged_counted_retried_and_never_fatal() {
     let redis = RedisServer::start();
     let mut con = redis.client().expect("client");
-    let mut cfg = StoreConfig::new(redis.url());
+    let mut cfg = config(redis.url());
     cfg.ack_timeout = Duration::from_millis(300);
     let e = engine(1, cfg);
     let h = e.handle();
