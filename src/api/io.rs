@@ -21,7 +21,13 @@ pub struct Io {
     stream: TcpStream,
     stall: Duration,
     write_timer: Option<Timer>,
+    /// How many bytes of hyper's buffer to offer the next read (they must be zeroed first):
+    /// small for ordinary requests, doubled while reads fill it (large bodies).
+    read_hint: usize,
 }
+
+const MIN_READ: usize = 4 * 1024;
+const MAX_READ: usize = 64 * 1024;
 
 impl Io {
     pub fn new(stream: TcpStream, stall: Duration) -> Self {
@@ -29,6 +35,7 @@ impl Io {
             stream,
             stall,
             write_timer: None,
+            read_hint: MIN_READ,
         }
     }
 
@@ -54,7 +61,7 @@ impl hyper::rt::Read for Io {
         // SAFETY: we only write initialised bytes into the cursor's spare capacity (zeros
         // first, then what the socket reads) and never read from it before that.
         let spare: &mut [MaybeUninit<u8>] = unsafe { buf.as_mut() };
-        let len = spare.len().min(16 * 1024);
+        let len = spare.len().min(this.read_hint);
         spare[..len].fill(MaybeUninit::new(0));
         // SAFETY: the first `len` elements were initialised just above, and
         // `MaybeUninit<u8>` has the same layout as `u8`.
@@ -62,6 +69,11 @@ impl hyper::rt::Read for Io {
             unsafe { &mut *(&mut spare[..len] as *mut [MaybeUninit<u8>] as *mut [u8]) };
         match Pin::new(&mut this.stream).poll_read(cx, init) {
             Poll::Ready(Ok(n)) => {
+                this.read_hint = if n == len {
+                    (len * 2).clamp(MIN_READ, MAX_READ)
+                } else {
+                    MIN_READ.max(n.next_power_of_two()).min(MAX_READ)
+                };
                 // SAFETY: the socket filled `n <= len` bytes, all initialised above.
                 unsafe { buf.advance(n) };
                 Poll::Ready(Ok(()))
