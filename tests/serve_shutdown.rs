@@ -51,6 +51,34 @@ fn a_keep_alive_connection_is_closed_cleanly_on_shutdown() {
 }
 
 #[test]
+fn a_request_in_flight_at_sigterm_is_answered_before_exit() {
+    let mut s = Server::start(&[]);
+    let mut c = s.connect();
+    let body = br#"{"delay_ms":600000}"#;
+    let head = format!(
+        "PUT /v1/timers/t/in-flight HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes()).expect("write head");
+    // hyper sends "100 Continue" once the handler starts reading the body: from then on the
+    // request is in flight.
+    let mut interim = Vec::new();
+    let mut byte = [0u8; 1];
+    while !interim.ends_with(b"\r\n\r\n") {
+        let n = std::io::Read::read(&mut c, &mut byte).expect("read 100 Continue");
+        assert_eq!(n, 1, "closed before 100 Continue");
+        interim.push(byte[0]);
+    }
+    assert!(interim.starts_with(b"HTTP/1.1 100"));
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    assert_eq!(unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) }, 0);
+    c.write_all(body).expect("write the body");
+    let r = read_response(&mut c).expect("the in-flight request is answered");
+    assert_eq!(r.status, 201);
+    assert_eq!(s.child.wait().expect("wait").code(), Some(0));
+}
+
+#[test]
 fn a_second_instance_on_the_same_port_refuses_to_start() {
     let s = Server::start(&[]);
     let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
