@@ -30,9 +30,13 @@ enum Slot {
 }
 
 /// Runs the batch and renders `{"results": [...]}`.
-pub async fn run(app: &App, tenant: &str, body: &[u8]) -> Result<String, ApiError> {
+pub async fn run(
+    app: &App,
+    tenant: &str,
+    body: &[u8],
+    now: crate::units::UtcMicros,
+) -> Result<String, ApiError> {
     let items = parse_batch(body)?;
-    let now = app.handle.now();
     let quota = app.shared.tenants.quota(tenant);
     let mut out = String::with_capacity(items.len() * 80 + 16);
     out.push_str("{\"results\":[");

@@ -96,6 +96,8 @@ impl App {
         key: &str,
         req: Request<Incoming>,
     ) -> Result<Resp, ApiError> {
+        // `delay_ms` counts from the request's arrival, not from the end of a slow body.
+        let arrival = self.handle.now();
         let method = req.method().clone();
         if !matches!(method, Method::PUT | Method::GET | Method::DELETE) {
             return Err(ApiError::MethodNotAllowed {
@@ -109,7 +111,7 @@ impl App {
             Method::PUT => {
                 let limit = self.shared.config.max_body_bytes;
                 let body = self.read_body(req, limit).await?;
-                let reg = parse_put(&body, self.handle.now())?;
+                let reg = parse_put(&body, arrival)?;
                 let s = self.schedule(tenant, key, &reg).await?;
                 let status = if s.replaced { StatusCode::OK } else { StatusCode::CREATED };
                 Ok(respond::json(status, scheduled_json(tenant, key, &s)))
@@ -145,10 +147,11 @@ impl App {
                 allow: "POST",
             });
         }
+        let arrival = self.handle.now();
         self.check(tenant, &req)?;
         let limit = self.shared.config.max_batch_body_bytes;
         let body = self.read_body(req, limit).await?;
-        let out = batch::run(self, tenant, &body).await?;
+        let out = batch::run(self, tenant, &body, arrival).await?;
         Ok(respond::json(StatusCode::OK, out))
     }
 
