@@ -44,6 +44,8 @@ pub enum ApiError {
     Overloaded(String),
     #[error("{0}")]
     CapacityExceeded(String),
+    #[error("{message}")]
+    StoreUnavailable { message: String, retry_after_s: u64 },
     #[error("the server is shutting down; retry on another instance or after restart")]
     ShuttingDown,
     #[error("{0}")]
@@ -70,7 +72,9 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Overloaded(_) | CapacityExceeded(_) | ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Overloaded(_) | CapacityExceeded(_) | StoreUnavailable { .. } | ShuttingDown => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -96,6 +100,7 @@ impl ApiError {
             QuotaExceeded { .. } => "quota_exceeded",
             Overloaded(_) => "overloaded",
             CapacityExceeded(_) => "capacity_exceeded",
+            StoreUnavailable { .. } => "store_unavailable",
             ShuttingDown => "shutting_down",
             Internal(_) => "internal",
         }
@@ -129,7 +134,10 @@ impl From<EngineError> for ApiError {
             EngineError::CapacityExceeded { .. } => ApiError::CapacityExceeded(msg),
             EngineError::RingFull { .. } => ApiError::Overloaded(msg),
             EngineError::ShuttingDown => ApiError::ShuttingDown,
-            EngineError::StoreUnavailable { .. } => ApiError::Overloaded(msg),
+            EngineError::StoreUnavailable { retry_after_s } => ApiError::StoreUnavailable {
+                message: msg,
+                retry_after_s,
+            },
             EngineError::Config(_) | EngineError::ShardStart { .. } => ApiError::Internal(msg),
         }
     }
@@ -146,6 +154,12 @@ mod tests {
             capacity: 8,
         });
         assert_eq!((e.status().as_u16(), e.code()), (503, "overloaded"));
+    }
+
+    #[test]
+    fn store_unavailable_is_503_with_its_own_code() {
+        let e = ApiError::from(EngineError::StoreUnavailable { retry_after_s: 2 });
+        assert_eq!((e.status().as_u16(), e.code()), (503, "store_unavailable"));
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub fn error(e: &ApiError) -> Resp {
         ApiError::Overloaded(_) | ApiError::CapacityExceeded(_) | ApiError::ShuttingDown => {
             h.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        ApiError::StoreUnavailable { retry_after_s, .. } => {
+            h.insert(RETRY_AFTER, HeaderValue::from((*retry_after_s).max(1)));
+        }
         _ => {}
     }
     r
