@@ -63,11 +63,15 @@ pub struct HistogramSnapshot {
 
 impl ShardMetrics {
     /// Records one fire's lateness (fired-at minus deadline), in ns.
+    ///
+    /// Only the owning shard's thread writes these counters, so a relaxed load and store
+    /// replaces the locked read-modify-write of `fetch_add` (about 10 ns a fire in a burst);
+    /// readers on other threads still see whole values.
     #[inline]
     pub fn observe_lateness(&self, late_ns: u64) {
         let i = LATENESS_BUCKETS_NS.partition_point(|&b| b < late_ns);
-        self.lateness_counts[i].fetch_add(1, Ordering::Relaxed);
-        self.lateness_sum_ns.fetch_add(late_ns, Ordering::Relaxed);
+        single_writer_add(&self.lateness_counts[i], 1);
+        single_writer_add(&self.lateness_sum_ns, late_ns);
     }
 
     pub fn lateness(&self) -> HistogramSnapshot {
@@ -85,6 +89,15 @@ impl ShardMetrics {
             sum_seconds,
         }
     }
+}
+
+/// `counter += n` for a counter that only the calling thread writes.
+#[inline]
+fn single_writer_add(counter: &AtomicU64, n: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
 }
 
 #[cfg(test)]
