@@ -162,7 +162,9 @@ impl TimerTable {
     /// Heap bytes of the engine's own structures: wheel slab, levels and index buckets. The
     /// packed tenant/key/payload allocations are not included.
     pub fn heap_bytes(&self) -> usize {
-        self.wheel.heap_bytes() + self.index.capacity() * (std::mem::size_of::<u32>() + 1)
+        self.wheel.heap_bytes()
+            + self.index.allocation_size()
+            + self.fired.capacity() * std::mem::size_of::<(u64, u32)>()
     }
 
     fn hash(&self, identity: &[u8]) -> u64 {
