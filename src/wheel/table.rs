@@ -123,7 +123,7 @@ pub struct TimerTable {
     last_version: u64,
     capacity: usize,
     /// (hash, slab index) of the timers one `poll` fired, for their index removal; reused.
-    /// Holds at most half the table, so its peak is 8 bytes per pending timer.
+    /// Holds at most half the table during a poll; kept afterwards only while small.
     fired: Vec<(u64, u32)>,
 }
 
@@ -294,7 +294,10 @@ impl TimerTable {
                 }
             }
         }
-        self.fired = fired;
+        // Keep a small scratch for the next poll; a burst's big one is given back.
+        if fired.capacity() <= 65_536 {
+            self.fired = fired;
+        }
     }
 
     /// Empties the index and re-inserts every pending timer. O(slab + pending).
