@@ -1,8 +1,8 @@
 //! `/metrics`: the engine's per-shard figures and the HTTP request metrics, rendered in the
 //! Prometheus/OpenMetrics text format by `prometheus-client`.
 //!
-//! Engine figures are read at scrape time from [`Handle::stats`] by a collector (nothing is
-//! copied on the hot path). Request count and latency are per shard, route and status; each
+//! Engine and store figures are read at scrape time from [`Handle::stats`] and
+//! [`Handle::store_metrics`] by a collector (nothing is copied on the hot path). Request count and latency are per shard, route and status; each
 //! shard only touches its own label sets, so the counters do not bounce between cores.
 
 use crate::engine::Handle;
@@ -13,6 +13,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +40,8 @@ fn latency_histogram() -> Histogram {
 }
 
 impl Metrics {
-    pub fn new(handle: Handle) -> Self {
+    /// `store` ("memory" or "redis") goes into `punctual_build_info`.
+    pub fn new(handle: Handle, store: &'static str) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let latency: LatencyFamily = Family::new_with_constructor(latency_histogram);
@@ -53,7 +55,7 @@ impl Metrics {
             "Time from a request's head to its response, by shard, route and status",
             latency.clone(),
         );
-        registry.register_collector(Box::new(EngineCollector { handle }));
+        registry.register_collector(Box::new(EngineCollector { handle, store }));
         Metrics {
             registry: Arc::new(registry),
             requests,
@@ -80,6 +82,7 @@ impl Metrics {
 
 struct EngineCollector {
     handle: Handle,
+    store: &'static str,
 }
 
 impl std::fmt::Debug for EngineCollector {
@@ -96,60 +99,140 @@ enum Value<'a> {
     Histogram(&'a crate::metrics::HistogramSnapshot),
 }
 
+/// One shard's figures, engine and store, read once per scrape.
+struct Row {
+    s: crate::engine::ShardStats,
+    flush: crate::metrics::HistogramSnapshot,
+    batch: crate::metrics::HistogramSnapshot,
+    pending_writes: u64,
+    reconnects: u64,
+    errors: u64,
+    refused: u64,
+    ack_timeouts: u64,
+}
+
+fn rows(handle: &Handle) -> Vec<Row> {
+    let store = handle.store_metrics();
+    handle
+        .stats()
+        .into_iter()
+        .map(|s| {
+            let m = store.get(s.shard).map(|m| &m.store);
+            let get = |f: fn(&crate::store::StoreMetrics) -> u64| m.map(f).unwrap_or(0);
+            Row {
+                flush: m.map(|m| m.flush_seconds.snapshot()).unwrap_or_default(),
+                batch: m.map(|m| m.batch_commands.snapshot()).unwrap_or_default(),
+                pending_writes: get(|m| m.pending_writes.load(Relaxed)),
+                reconnects: get(|m| m.reconnects_total.load(Relaxed)),
+                errors: get(|m| m.errors_total.load(Relaxed)),
+                refused: get(|m| m.refused_total.load(Relaxed)),
+                ack_timeouts: get(|m| m.ack_timeouts_total.load(Relaxed)),
+                s,
+            }
+        })
+        .collect()
+}
+
+type Pick = fn(&Row) -> Value<'_>;
+
+const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 7] = [
+    (
+        "punctual_store_flush_seconds",
+        "Duration of one Redis pipeline flush",
+        MetricType::Histogram,
+        |r| Value::Histogram(&r.flush),
+    ),
+    (
+        "punctual_store_batch_commands",
+        "Commands per Redis pipeline flush",
+        MetricType::Histogram,
+        |r| Value::Histogram(&r.batch),
+    ),
+    (
+        "punctual_store_pending_writes",
+        "Writes buffered for Redis, not yet acknowledged",
+        MetricType::Gauge,
+        |r| Value::Gauge(r.pending_writes as i64),
+    ),
+    (
+        "punctual_store_reconnects",
+        "Reconnections to Redis",
+        MetricType::Counter,
+        |r| Value::Counter(r.reconnects),
+    ),
+    (
+        "punctual_store_errors",
+        "Redis errors seen by the shard's store",
+        MetricType::Counter,
+        |r| Value::Counter(r.errors),
+    ),
+    (
+        "punctual_store_refused",
+        "Durable writes refused (503 store_unavailable)",
+        MetricType::Counter,
+        |r| Value::Counter(r.refused),
+    ),
+    (
+        "punctual_store_ack_timeouts",
+        "Durable writes not acknowledged within the timeout",
+        MetricType::Counter,
+        |r| Value::Counter(r.ack_timeouts),
+    ),
+];
+
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let stats = self.handle.stats();
-        type Pick = fn(&crate::engine::ShardStats) -> Value<'_>;
+        let rows = rows(&self.handle);
         let families: [(&str, &str, MetricType, Pick); 7] = [
             (
                 "punctual_timers_pending",
                 "Timers pending on the shard",
                 MetricType::Gauge,
-                |s| Value::Gauge(s.pending as i64),
+                |r| Value::Gauge(r.s.pending as i64),
             ),
             (
                 "punctual_timers_fired",
                 "Timers fired by the shard",
                 MetricType::Counter,
-                |s| Value::Counter(s.fired_total),
+                |r| Value::Counter(r.s.fired_total),
             ),
             (
                 "punctual_fire_lateness_seconds",
                 "Fired-at minus deadline",
                 MetricType::Histogram,
-                |s| Value::Histogram(&s.lateness),
+                |r| Value::Histogram(&r.s.lateness),
             ),
             (
                 "punctual_ring_depth",
                 "Requests waiting in the shard's ring",
                 MetricType::Gauge,
-                |s| Value::Gauge(s.ring_depth as i64),
+                |r| Value::Gauge(r.s.ring_depth as i64),
             ),
             (
                 "punctual_ring_rejected",
                 "Requests refused because the ring was full",
                 MetricType::Counter,
-                |s| Value::Counter(s.ring_rejected_total),
+                |r| Value::Counter(r.s.ring_rejected_total),
             ),
             (
                 "punctual_clock_offset_seconds",
                 "Mapped clock minus CLOCK_REALTIME at the last anchor",
                 MetricType::Gauge,
-                |s| Value::GaugeF(s.clock_offset_ns as f64 * 1e-9),
+                |r| Value::GaugeF(r.s.clock_offset_ns as f64 * 1e-9),
             ),
             (
                 "punctual_clock_steps",
                 "System clock steps seen by the shard",
                 MetricType::Counter,
-                |s| Value::Counter(s.clock_steps_total),
+                |r| Value::Counter(r.s.clock_steps_total),
             ),
         ];
-        for (name, help, kind, pick) in families {
+        for (name, help, kind, pick) in families.into_iter().chain(STORE_FAMILIES) {
             let mut family = encoder.encode_descriptor(name, help, None, kind)?;
-            for s in &stats {
-                let labels = [("shard", s.shard.to_string())];
+            for r in &rows {
+                let labels = [("shard", r.s.shard.to_string())];
                 let mut m = family.encode_family(&labels)?;
-                match pick(s) {
+                match pick(r) {
                     Value::Gauge(v) => m.encode_gauge(&v)?,
                     Value::GaugeF(v) => m.encode_gauge(&v)?,
                     Value::Counter(v) => m.encode_counter::<(), _, u64>(&v, None)?,
@@ -177,7 +260,10 @@ impl Collector for EngineCollector {
             None,
             MetricType::Info,
         )?;
-        let labels = [("version", env!("CARGO_PKG_VERSION")), ("store", "memory")];
+        let labels = [
+            ("version", env!("CARGO_PKG_VERSION")),
+            ("store", self.store),
+        ];
         let mut info = info;
         info.encode_info(&labels)
     }

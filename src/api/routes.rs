@@ -178,10 +178,27 @@ impl App {
                 r#"{"status":"draining","reason":"the server is shutting down"}"#,
             ));
         }
+        let store = if self.shared.config.redis.is_some() {
+            "redis"
+        } else {
+            "memory"
+        };
+        if !self.handle.store_healthy() {
+            let states = format!("{:?}", self.handle.store_states());
+            let body = serde_json::json!({
+                "status": "unavailable",
+                "reason": format!("the Redis store is not ready on every shard: {states}"),
+                "store": store,
+            });
+            return Ok(respond::json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                body.to_string(),
+            ));
+        }
         Ok(respond::json(
             StatusCode::OK,
             format!(
-                "{{\"status\":\"ok\",\"shards\":{},\"store\":\"memory\"}}",
+                "{{\"status\":\"ok\",\"shards\":{},\"store\":\"{store}\"}}",
                 self.handle.shards()
             ),
         ))

@@ -2,8 +2,8 @@
 //! shard, the signal wait, and the drain.
 //!
 //! Shutdown on SIGTERM or SIGINT: stop accepting, let in-flight requests finish (up to
-//! `shutdown_timeout_ms`), then stop the shards. With the in-memory store, pending timers do
-//! not survive; that is said at start.
+//! `shutdown_timeout_ms`), then stop the shards (which flush their stores). With the
+//! in-memory store, pending timers do not survive; that is said at start.
 
 use super::server::{self, Shared};
 use super::tenants::Tenants;
@@ -41,6 +41,9 @@ pub fn serve(config: Config) -> Result<(), String> {
             let r = server::start_shard(id, handle, hook_shared.clone());
             let _ = bound_tx.send((id, r));
         });
+    if let Some(url) = &config.redis {
+        builder = builder.redis(url.clone());
+    }
     builder = match (&config.cores, &config.pinning) {
         (Some(cores), _) => builder.cores(cores.clone()),
         (None, PinningMode::Auto) => builder.pinning(Pinning::Auto),
@@ -65,11 +68,19 @@ pub fn serve(config: Config) -> Result<(), String> {
             }
         }
     }
-    tracing::info!(
-        listen = %config.listen,
-        shards = config.shards,
-        "punctual serving HTTP; store: in-memory (not durable: pending timers are lost on exit)"
-    );
+    match &config.redis {
+        Some(url) => tracing::info!(
+            listen = %config.listen,
+            shards = config.shards,
+            redis = %url,
+            "punctual serving HTTP; store: Redis (2xx means Redis acknowledged the write)"
+        ),
+        None => tracing::info!(
+            listen = %config.listen,
+            shards = config.shards,
+            "punctual serving HTTP; store: in-memory (not durable: pending timers are lost on exit)"
+        ),
+    }
 
     let signal = signals.forever().next();
     tracing::info!(

@@ -98,7 +98,14 @@ impl Drop for ConnSlot {
 /// Binds this shard's listener and spawns its acceptor. Runs on the shard's thread, inside its
 /// executor (from the engine's `on_shard_start` hook).
 pub fn start_shard(shard: usize, handle: Handle, shared: Arc<Shared>) -> std::io::Result<()> {
-    shared.metrics.get_or_init(|| Metrics::new(handle.clone()));
+    let store = if shared.config.redis.is_some() {
+        "redis"
+    } else {
+        "memory"
+    };
+    shared
+        .metrics
+        .get_or_init(|| Metrics::new(handle.clone(), store));
     let (listener, fd) = bind_reuseport(shared.config.listen)?;
     shared.listeners.fetch_add(1, Ordering::AcqRel);
     let drain = Rc::new(LocalDrain::default());

@@ -23,7 +23,8 @@ pub struct ServeArgs {
     /// [default: auto].
     #[arg(long, env = "PUNCTUAL_PINNING", value_name = "auto|none")]
     pub pinning: Option<String>,
-    /// Redis URL for the durable store (not available in this build: in-memory only).
+    /// Redis URL (redis://host:port[/db]) for the durable store; without it timers live in
+    /// memory only and are lost on exit.
     #[arg(long, env = "PUNCTUAL_REDIS", value_name = "URL")]
     pub redis: Option<String>,
     /// Microseconds before a deadline at which a shard stops parking and spins; 0 turns

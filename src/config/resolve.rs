@@ -90,11 +90,9 @@ impl Config {
         }
         let redis = pick::<String>("redis", &args.redis, file.redis)?;
         if let Some(url) = &redis {
-            return Err(invalid(
-                "redis",
-                url,
-                "the Redis store is not part of this build yet; leave `redis` unset to run with the in-memory store",
-            ));
+            crate::store::StoreConfig::new(url.clone())
+                .connection_info()
+                .map_err(|e| invalid("redis", url, e))?;
         }
         let max_header_bytes = u(
             "max_header_bytes",

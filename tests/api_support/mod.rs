@@ -24,7 +24,17 @@ impl Server {
         Self::start_with(args, &[])
     }
 
+    /// Like `start`, but ready as soon as /healthz answers at all (a store that is down
+    /// makes it answer 503).
+    pub fn start_unhealthy(args: &[&str]) -> Server {
+        Self::launch(args, &[], false)
+    }
+
     pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::launch(args, env, true)
+    }
+
+    fn launch(args: &[&str], env: &[(&str, &str)], healthy: bool) -> Server {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
@@ -55,18 +65,18 @@ impl Server {
         }
         let child = cmd.spawn().expect("spawn punctual");
         let mut s = Server { child, addr };
-        s.wait_ready();
+        s.wait_ready(healthy);
         s
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self, healthy: bool) {
         let give_up = Instant::now() + Duration::from_secs(30);
         while Instant::now() < give_up {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("punctual exited during start-up: {status}");
             }
             if let Ok(r) = try_request(self.addr, "GET", "/healthz", &[], b"") {
-                if r.status == 200 {
+                if r.status == 200 || !healthy {
                     return;
                 }
             }

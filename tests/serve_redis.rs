@@ -1,0 +1,77 @@
+//! End to end with a real redis-server: timers registered over HTTP arrive in the tenant's
+//! stream after their deadline with their payload intact, and a store that is down turns
+//! durable writes into 503 store_unavailable with Retry-After instead of hanging.
+
+mod api_support;
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use api_support::Server;
+use redis_server::{wait_stream, RedisServer};
+use serde_json::json;
+
+#[test]
+fn timers_put_over_http_arrive_in_the_stream_after_their_deadline_with_their_payload() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let s = Server::start(&["--redis", &url, "--shards", "2"]);
+    let (_, health) = s.json("GET", "/healthz", "");
+    assert_eq!(health["store"], "redis");
+    let mut expected = Vec::new();
+    for i in 0..20 {
+        let payload = json!({"order": i, "note": "close if unpaid", "nested": [1, {"x": "é"}]});
+        let body = json!({"delay_ms": 50 + i * 10, "payload": payload}).to_string();
+        let (st, r) = s.json("PUT", &format!("/v1/timers/shop/order-{i}"), &body);
+        assert_eq!(st, 201, "{r}");
+        expected.push((
+            format!("order-{i}"),
+            r["version"].as_u64(),
+            r["fire_at_us"].as_u64(),
+            payload,
+        ));
+    }
+    // A batch too, and a cancelled timer that must not arrive.
+    let (st, _) = s.json(
+        "POST",
+        "/v1/timers/shop",
+        r#"{"timers":[{"key":"batch-1","delay_ms":30,"payload":"b"},{"key":"gone","delay_ms":600000}]}"#,
+    );
+    assert_eq!(st, 200);
+    assert_eq!(s.req("DELETE", "/v1/timers/shop/gone", "").status, 204);
+    let mut con = redis.client().expect("redis client");
+    let entries = wait_stream(&mut con, "shop", |e| e.len() >= 21);
+    assert_eq!(entries.len(), 21, "{entries:?}");
+    for (key, version, fire_at_us, payload) in &expected {
+        let e = entries
+            .iter()
+            .find(|e| &e.key == key)
+            .unwrap_or_else(|| panic!("{key} missing"));
+        assert_eq!(Some(e.version), *version);
+        assert_eq!(Some(e.fire_at_us), *fire_at_us);
+        assert!(e.fired_at_us >= e.fire_at_us, "{key} fired early: {e:?}");
+        let got: serde_json::Value = serde_json::from_str(&e.payload).expect("payload is JSON");
+        assert_eq!(&got, payload);
+    }
+    assert!(entries
+        .iter()
+        .any(|e| e.key == "batch-1" && e.payload == "\"b\""));
+    assert!(entries.iter().all(|e| e.key != "gone"));
+}
+
+#[test]
+fn a_store_that_is_down_answers_503_store_unavailable_with_retry_after() {
+    let down = RedisServer::stopped(redis_server::free_port());
+    let url = down.url();
+    let s = Server::start_unhealthy(&["--redis", &url, "--shards", "1"]);
+    let h = s.req("GET", "/healthz", "");
+    assert_eq!(h.status, 503);
+    assert_eq!(h.json()["status"], "unavailable");
+    let r = s.req("PUT", "/v1/timers/t/k", r#"{"delay_ms":1000}"#);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (503, "store_unavailable"),
+        "{:?}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert!(r.header("retry-after").is_some());
+}
