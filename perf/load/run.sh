@@ -13,7 +13,7 @@ target/release/punctual serve --listen "$ADDR" --shards 2 2>/tmp/punctual-load.l
 PID=$!
 trap 'kill -TERM $PID 2>/dev/null; wait $PID 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "http://$ADDR/healthz" >/dev/null && break; sleep 0.1; done
-echo "== host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+echo "== host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== peak: keep-alive PUTs"
 wrk -t2 -c64 -d"$DUR" --latency -s perf/load/put.lua "http://$ADDR"
 echo "== paced: 100 connections, 2 ms pause each (at most 50,000 requests/s)"
