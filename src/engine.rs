@@ -27,6 +27,9 @@ pub use crate::ring::{Cancelled, Scheduled, TimerInfo};
 /// Largest payload, in bytes (DESIGN.md: 65,536 bytes of JSON text).
 pub const MAX_PAYLOAD: usize = 65_536;
 
+/// glommio's preemption timer on shards with a store (see `build`).
+const STORE_PREEMPT: Duration = Duration::from_micros(250);
+
 /// How a shard gets its core.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Pinning {
@@ -216,8 +219,16 @@ impl EngineBuilder {
             // tasks on its executor (HTTP, the store) it must park in glommio's reactor.
             let park_direct = hook.is_none() && store.is_none();
             let wakee_fd = wakee.into_raw_fd();
+            // glommio reaps I/O completions between task-queue runs, and a shard that yields
+            // between ring batches keeps its queue runnable: without a short preemption timer
+            // the store's replies would wait up to glommio's default 100 ms under load.
+            let preempt = match &store {
+                Some(_) => STORE_PREEMPT,
+                None => Duration::from_millis(100),
+            };
             let thread = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("punctual-shard-{id}"))
+                .preempt_timer(preempt)
                 .spawn(move || async move {
                     set_timer_slack_ns(1);
                     let source = match clock_choice {

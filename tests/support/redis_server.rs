@@ -12,6 +12,7 @@ pub struct RedisServer {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    fsync: &'static str,
 }
 
 /// A TCP port nothing listens on right now.
@@ -25,7 +26,14 @@ pub fn free_port() -> u16 {
 impl RedisServer {
     /// Starts a server and waits until it answers PING.
     pub fn start() -> RedisServer {
+        RedisServer::start_with_fsync("always")
+    }
+
+    /// Starts a server whose append-only file is fsynced by `policy` (`always`, `everysec`,
+    /// `no`): benches compare with redis-benchmark under the policy an operator would pick.
+    pub fn start_with_fsync(policy: &'static str) -> RedisServer {
         let mut s = RedisServer::stopped(free_port());
+        s.fsync = policy;
         s.start_again();
         s
     }
@@ -36,6 +44,7 @@ impl RedisServer {
             port,
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
+            fsync: "always",
         }
     }
 

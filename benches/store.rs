@@ -1,0 +1,237 @@
+//! Durable-store figures, printed as plain lines (run: `cargo bench --bench store`):
+//!
+//! 1. durable registrations/s (acknowledged by Redis), next to `redis-benchmark -q -P 64 -t
+//!    zadd` against the same redis-server in the same run;
+//! 2. a burst of 100,000 timers due in the same millisecond: time until all are in the stream;
+//! 3. lateness of durable fires: the stream entry's Redis timestamp (ms) minus the deadline;
+//! 4. recovery of 1,000,000 pending timers: start to every shard loaded and ready.
+//!
+//! `PUNCTUAL_BENCH_SCALE=0.1` shrinks every count tenfold (quick runs on shared hosts).
+
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
+
+use punctual::engine::Pinning;
+use punctual::store::StoreConfig;
+use punctual::{EngineBuilder, Handle, UtcMicros};
+use redis_server::RedisServer;
+use std::time::{Duration, Instant};
+
+fn scale(n: u64) -> u64 {
+    let s: f64 = std::env::var("PUNCTUAL_BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.0);
+    ((n as f64 * s) as u64).max(1)
+}
+
+fn engine(redis: &RedisServer, shards: usize) -> punctual::Engine {
+    let mut cfg = StoreConfig::new(redis.url());
+    cfg.max_buffered = 2_000_000;
+    if let Some(n) = std::env::var("PUNCTUAL_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.flush_max_commands = n;
+    }
+    cfg.ack_timeout = Duration::from_secs(60);
+    let e = EngineBuilder::new()
+        .shards(shards)
+        .pinning(Pinning::None)
+        .spin(Duration::ZERO)
+        .shard_capacity(2_000_000)
+        .store(cfg)
+        .build()
+        .expect("engine starts");
+    assert!(e.handle().wait_store_ready(Duration::from_secs(120)));
+    e
+}
+
+/// Schedules `n` timers under `tenant` at `due(i)`, `window` in flight; acknowledged per s.
+fn register(h: &Handle, tenant: &str, n: u64, due: impl Fn(u64) -> u64) -> f64 {
+    let started = Instant::now();
+    let window = 4096;
+    let mut i = 0;
+    while i < n {
+        let end = (i + window).min(n);
+        let futs: Vec<_> = (i..end)
+            .map(|j| {
+                h.schedule_async(
+                    tenant,
+                    &format!("k{j}"),
+                    UtcMicros(due(j)),
+                    b"{\"order\":1}",
+                )
+            })
+            .collect();
+        for r in futures_lite::future::block_on(futures_util::future::join_all(futs)) {
+            r.expect("durable schedule acknowledged");
+        }
+        i = end;
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+fn xlen(con: &mut redis::Connection, tenant: &str) -> u64 {
+    redis::cmd("XLEN")
+        .arg(format!("punctual:fired:{{{tenant}}}"))
+        .query(con)
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    sorted[((sorted.len() - 1) as f64 * p) as usize]
+}
+
+fn redis_benchmark_zadd(port: u16, n: u64) -> String {
+    let out = std::process::Command::new("redis-benchmark")
+        .args([
+            "-p",
+            &port.to_string(),
+            "-q",
+            "-P",
+            "64",
+            "-t",
+            "zadd",
+            "-n",
+            &n.to_string(),
+        ])
+        .output();
+    match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains("ZADD"))
+            .map(|l| l.rsplit('\r').next().unwrap_or(l).trim().to_string())
+            .collect::<Vec<_>>()
+            .join(" "),
+        Err(e) => format!("redis-benchmark did not run: {e}"),
+    }
+}
+
+fn main() {
+    let fsync = match std::env::var("PUNCTUAL_BENCH_FSYNC").as_deref() {
+        Ok("always") => "always",
+        Ok("no") => "no",
+        _ => "everysec",
+    };
+    let redis = RedisServer::start_with_fsync(fsync);
+    let mut con = redis.client().expect("client");
+    println!(
+        "redis-server {}: appendonly yes, appendfsync {fsync}",
+        redis.port
+    );
+
+    // 1. Registrations.
+    let n = scale(200_000);
+    let zadd = redis_benchmark_zadd(redis.port, n);
+    let rate = {
+        let e = engine(&redis, 1);
+        let h = e.handle();
+        let far = h.now().0 + 3_600_000_000;
+        let rate = register(&h, "reg", n, |i| far + i);
+        let m = &h.store_metrics()[0].store;
+        let (f, b) = (m.flush_seconds.snapshot(), m.batch_commands.snapshot());
+        println!(
+            "  pipelines: {}, mean {:.0} commands, mean flush {:.2} ms",
+            f.count,
+            b.sum_seconds / b.count.max(1) as f64,
+            f.sum_seconds * 1e3 / f.count.max(1) as f64
+        );
+        rate
+    };
+    println!("durable registrations: {rate:.0} timers/s acknowledged (1 shard, {n} timers, 4096 in flight)");
+    println!("redis-benchmark -q -P 64 -t zadd -n {n}: {zadd}");
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).expect("flush");
+
+    // 2. Burst, and 3. lateness from the same fires.
+    let n = scale(100_000);
+    let e = engine(&redis, 1);
+    let h = e.handle();
+    let due = h.now().0 + 5_000_000;
+    let due = due - due % 1000; // on a millisecond
+    register(&h, "burst", n, |_| due);
+    while h.now().0 < due {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    while xlen(&mut con, "burst") < n {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let last: redis::Value = redis::cmd("XREVRANGE")
+        .arg("punctual:fired:{burst}")
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query(&mut con)
+        .expect("XREVRANGE");
+    let last_ms = format!("{last:?}")
+        .split('"')
+        .find_map(|s| s.split('-').next().and_then(|ms| ms.parse::<u64>().ok()))
+        .unwrap_or(0);
+    println!(
+        "burst: {n} timers due in one millisecond, last stream entry {} ms after the deadline (Redis entry ids)",
+        last_ms as i64 - (due / 1000) as i64
+    );
+    drop(e);
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).expect("flush");
+
+    let n = scale(20_000);
+    let e = engine(&redis, 1);
+    let h = e.handle();
+    let start = h.now().0 + 1_000_000;
+    register(&h, "late", n, |i| start + i * 100 + (i * 7919) % 97); // 10k/s, spread in the ms
+    while xlen(&mut con, "late") < n {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let entries = redis_server::read_stream(&mut con, "late");
+    let mut late: Vec<i64> = entries
+        .iter()
+        .map(|e| (e.id_ms * 1000) as i64 - e.fire_at_us as i64)
+        .collect();
+    late.sort_unstable();
+    println!(
+        "durable fire lateness (Redis entry ms - deadline, truncated to the ms: true value up to +1 ms): p50 {} µs, p99 {} µs, max {} µs over {n} fires at 10,000/s",
+        percentile(&late, 0.5),
+        percentile(&late, 0.99),
+        late.last().copied().unwrap_or(0)
+    );
+    drop(e);
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).expect("flush");
+
+    // 4. Recovery.
+    let n = scale(1_000_000);
+    {
+        let e = engine(&redis, 1);
+        let h = e.handle();
+        let far = h.now().0 + 3_600_000_000;
+        for i in 0..n {
+            let key = format!("order-{i}");
+            while let Err(e) =
+                h.schedule_detached("rec", &key, UtcMicros(far + i), b"{\"order\":1}")
+            {
+                assert!(matches!(e, punctual::Error::RingFull { .. }), "{e}");
+                std::thread::sleep(Duration::from_millis(1)); // let the ring drain
+            }
+        }
+        let m = h.store_metrics();
+        while m[0]
+            .store
+            .pending_writes
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+            || h.stats()[0].pending < n
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    for shards in [1, 2] {
+        let started = Instant::now();
+        let e = engine(&redis, shards);
+        let took = started.elapsed();
+        let loaded: u64 = e.handle().stats().iter().map(|s| s.pending).sum();
+        println!(
+            "recovery: {loaded} timers loaded into {shards} shard(s), ready in {:.2} s",
+            took.as_secs_f64()
+        );
+    }
+}
