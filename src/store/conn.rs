@@ -167,10 +167,22 @@ impl Conn {
 
     /// Writes what was encoded into [`Conn::out`] and reads `replies` replies.
     pub async fn round_trip(&mut self, replies: usize) -> Result<Vec<Value>, ConnError> {
-        use futures_lite::{AsyncReadExt, AsyncWriteExt};
+        self.send().await?;
+        self.receive(replies).await
+    }
+
+    /// Writes what was encoded into [`Conn::out`], without waiting for replies (so that
+    /// several pipelines can be in flight; Redis answers them in order).
+    pub async fn send(&mut self) -> Result<(), ConnError> {
+        use futures_lite::AsyncWriteExt;
         let written = self.stream.write_all(&self.out).await;
         self.out.clear();
-        written?;
+        Ok(written?)
+    }
+
+    /// Reads the next `replies` replies.
+    pub async fn receive(&mut self, replies: usize) -> Result<Vec<Value>, ConnError> {
+        use futures_lite::AsyncReadExt;
         let mut values = Vec::with_capacity(replies);
         while values.len() < replies {
             if let Some(v) = self.reader.next_value()? {

@@ -5,11 +5,17 @@
 //!   loop:
 //!     answer callers whose ack timed out (their writes stay queued)
 //!     nothing queued?                       wait for the shard's kick
-//!     fewer than N writes, oldest < interval? wait for a kick or the interval
+//!     no fire, fewer than N writes, oldest < interval? wait for a kick or the interval
 //!     no connection?                        connect (backoff 10 ms doubling to backoff_max)
-//!     encode the outbox's prefix (MULTI … EXEC when it holds a fire), write, read replies
-//!     judge: all applied → pop and answer; transient error → keep, back off, write again
+//!     pump: while fewer than DEPTH pipelines are in flight and writes wait, encode the next
+//!           batch (MULTI … EXEC when it holds a fire) and write it; then read the oldest
+//!           pipeline's replies and judge them:
+//!           all applied → pop and answer; transient error → drop the connection, keep
+//!           everything queued, back off, write it all again
 //! ```
+//!
+//! Several pipelines are in flight at once (Redis answers them in order), so a burst is
+//! limited by Redis, not by round trips.
 //!
 //! Error replies: OOM, READONLY, LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, MISCONF,
 //! NOREPLICAS, MOVED and ASK are transient (logged, counted, the pipeline written again after a
@@ -26,13 +32,16 @@ use std::time::{Duration, Instant};
 
 const BACKOFF_START: Duration = Duration::from_millis(10);
 
+/// Pipelines written and not yet answered.
+const DEPTH: usize = 4;
+
 pub(crate) async fn run(shared: Rc<Shared>, mut conn: Option<Conn>) {
     let mut backoff = BACKOFF_START;
     loop {
         expire(&shared);
-        let (len, oldest) = {
+        let (len, oldest, fires) = {
             let o = shared.outbox.borrow();
-            (o.len(), o.oldest())
+            (o.len(), o.oldest(0), o.has_fires())
         };
         let closing = shared.closing.get();
         if len == 0 {
@@ -46,7 +55,8 @@ pub(crate) async fn run(shared: Rc<Shared>, mut conn: Option<Conn>) {
             continue;
         }
         let age = oldest.map_or(Duration::ZERO, |t| t.elapsed());
-        if !closing && len < shared.cfg.flush_max_commands && age < shared.cfg.flush_interval {
+        let batch_more = len < shared.cfg.flush_max_commands && age < shared.cfg.flush_interval;
+        if !closing && !fires && batch_more {
             let listener = shared.wake.listen();
             let wait = shared.cfg.flush_interval - age;
             futures_lite::future::or(listener, glommio::timer::sleep(wait)).await;
@@ -59,7 +69,7 @@ pub(crate) async fn run(shared: Rc<Shared>, mut conn: Option<Conn>) {
             }
             continue;
         };
-        match write_prefix(&shared, c).await {
+        match pump(&shared, c).await {
             Ok(()) => backoff = BACKOFF_START,
             Err(reason) => {
                 StoreMetrics::count(&shared.m().errors_total, 1);
@@ -73,6 +83,89 @@ pub(crate) async fn run(shared: Rc<Shared>, mut conn: Option<Conn>) {
             }
         }
     }
+}
+
+/// A pipeline written and not yet answered.
+struct Flight {
+    shape: Shape,
+    started: Instant,
+}
+
+/// Writes and settles pipelines, up to [`DEPTH`] in flight, until the outbox holds nothing
+/// more to send and nothing is in flight. `Err` drops the connection; nothing is lost.
+async fn pump(shared: &Shared, conn: &mut Conn) -> Result<(), String> {
+    let mut flights: std::collections::VecDeque<Flight> = std::collections::VecDeque::new();
+    let mut in_flight = 0; // entries covered by `flights`
+    loop {
+        while flights.len() < DEPTH {
+            let shape = encode(shared, in_flight, conn.out());
+            if shape.sizes.is_empty() {
+                break;
+            }
+            conn.send().await.map_err(|e: ConnError| e.to_string())?;
+            in_flight += shape.sizes.len();
+            flights.push_back(Flight {
+                shape,
+                started: Instant::now(),
+            });
+        }
+        let Some(flight) = flights.pop_front() else {
+            return Ok(());
+        };
+        let commands = flight.shape.commands();
+        let replies = conn
+            .receive(commands)
+            .await
+            .map_err(|e: ConnError| e.to_string())?;
+        shared
+            .m()
+            .flush_seconds
+            .observe(flight.started.elapsed().as_secs_f64());
+        shared.m().batch_commands.observe(commands as f64);
+        let outcomes = judge(shared, &flight.shape, replies)?;
+        debug_assert_eq!(
+            outcomes.len(),
+            flight.shape.sizes.len(),
+            "one outcome per entry: {:?}",
+            flight.shape
+        );
+        in_flight -= flight.shape.sizes.len();
+        let mut outbox = shared.outbox.borrow_mut();
+        outbox.complete(outcomes);
+        shared
+            .m()
+            .pending_writes
+            .store(outbox.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        expire_in(shared, &mut outbox);
+    }
+}
+
+/// Encodes the batch after the first `skip` entries into `out`; its shape (empty: nothing).
+fn encode(shared: &Shared, skip: usize, out: &mut Vec<u8>) -> Shape {
+    let outbox = shared.outbox.borrow();
+    let batch: Vec<_> = outbox.batch(skip, shared.cfg.flush_max_commands).collect();
+    let atomic = batch.iter().any(|e| e.second.is_some());
+    if batch.is_empty() {
+        return Shape {
+            sizes: Vec::new(),
+            atomic,
+        };
+    }
+    if atomic {
+        redis::cmd("MULTI").write_packed_command(out);
+    }
+    let mut sizes = Vec::with_capacity(batch.len());
+    for e in &batch {
+        e.first.write_packed_command(out);
+        if let Some(s) = &e.second {
+            s.write_packed_command(out);
+        }
+        sizes.push(e.commands());
+    }
+    if atomic {
+        redis::cmd("EXEC").write_packed_command(out);
+    }
+    Shape { sizes, atomic }
 }
 
 /// Connects, or backs off once. `None` when this attempt failed.
@@ -113,64 +206,14 @@ pub(crate) async fn pause(shared: &Shared, backoff: &mut Duration) {
 }
 
 fn expire(shared: &Shared) {
-    let n = shared
-        .outbox
-        .borrow_mut()
-        .expire(Instant::now(), shared.cfg.backoff_max.as_secs().max(1));
+    expire_in(shared, &mut shared.outbox.borrow_mut());
+}
+
+fn expire_in(shared: &Shared, outbox: &mut super::outbox::Outbox) {
+    let n = outbox.expire(Instant::now(), shared.cfg.backoff_max.as_secs().max(1));
     if n > 0 {
         StoreMetrics::count(&shared.m().ack_timeouts_total, n);
     }
-}
-
-/// Writes the outbox's prefix as one pipeline and settles it. `Err` keeps it queued.
-async fn write_prefix(shared: &Shared, conn: &mut Conn) -> Result<(), String> {
-    let (entries, shape) = {
-        let outbox = shared.outbox.borrow();
-        let out = conn.out();
-        let prefix: Vec<_> = outbox.prefix(shared.cfg.flush_max_commands).collect();
-        let atomic = prefix.iter().any(|e| e.second.is_some());
-        if atomic {
-            redis::cmd("MULTI").write_packed_command(out);
-        }
-        let mut shape = Vec::with_capacity(prefix.len());
-        for e in &prefix {
-            e.first.write_packed_command(out);
-            if let Some(s) = &e.second {
-                s.write_packed_command(out);
-            }
-            shape.push(e.commands());
-        }
-        if atomic {
-            redis::cmd("EXEC").write_packed_command(out);
-        }
-        (
-            prefix.len(),
-            Shape {
-                sizes: shape,
-                atomic,
-            },
-        )
-    };
-    let commands = shape.commands();
-    let started = Instant::now();
-    let replies = conn
-        .round_trip(commands)
-        .await
-        .map_err(|e: ConnError| e.to_string())?;
-    shared
-        .m()
-        .flush_seconds
-        .observe(started.elapsed().as_secs_f64());
-    shared.m().batch_commands.observe(commands as f64);
-    let outcomes = judge(shared, &shape, replies)?;
-    debug_assert_eq!(outcomes.len(), entries, "one outcome per entry: {shape:?}");
-    let mut outbox = shared.outbox.borrow_mut();
-    outbox.complete(outcomes);
-    shared
-        .m()
-        .pending_writes
-        .store(outbox.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    Ok(())
 }
 
 /// Commands per entry, and whether the pipeline is wrapped in MULTI/EXEC.

@@ -7,8 +7,8 @@
 //! that Redis had already applied leaves the same state, apart from duplicate stream entries,
 //! which carry the same (tenant, key, version).
 //!
-//! Invariants: entries leave only from the front, only after acknowledgement; at most one
-//! prefix is in flight; `len()` never exceeds `limit` through admitted writes (fires are never
+//! Invariants: entries leave only from the front, only after acknowledgement; the pipelines
+//! in flight cover a prefix, oldest first; `len()` never exceeds `limit` through admitted writes (fires are never
 //! refused: each one stands for a timer that was already admitted).
 //!
 //! Cost: one `VecDeque` push per write; the caller's reply channel rides in the entry.
@@ -66,6 +66,8 @@ pub struct Outbox {
     checked: usize,
     /// The instant stamped on new entries: taken once per drained batch (`stamp`).
     now: Instant,
+    /// Fires among the entries: they are flushed at once, not after the flush interval.
+    fires: usize,
 }
 
 impl Outbox {
@@ -76,6 +78,7 @@ impl Outbox {
             ack_timeout,
             checked: 0,
             now: Instant::now(),
+            fires: 0,
         }
     }
 
@@ -96,7 +99,14 @@ impl Outbox {
         self.entries.len() < self.limit
     }
 
+    /// Whether a fire waits: fires go out at once (their lateness counts), registrations
+    /// wait up to the flush interval for company.
+    pub fn has_fires(&self) -> bool {
+        self.fires > 0
+    }
+
     pub fn push(&mut self, first: Cmd, second: Option<Cmd>, ack: Ack) {
+        self.fires += usize::from(second.is_some());
         self.entries.push_back(Entry {
             first,
             second,
@@ -105,15 +115,16 @@ impl Outbox {
         });
     }
 
-    /// When the oldest entry was queued.
-    pub fn oldest(&self) -> Option<Instant> {
-        self.entries.front().map(|e| e.queued)
+    /// When the oldest entry after the first `skip` was queued.
+    pub fn oldest(&self, skip: usize) -> Option<Instant> {
+        self.entries.get(skip).map(|e| e.queued)
     }
 
-    /// The prefix to write next: at most `max_commands` commands (at least one entry).
-    pub fn prefix(&self, max_commands: usize) -> impl Iterator<Item = &Entry> {
+    /// The next pipeline after the first `skip` entries (those already in flight): at most
+    /// `max_commands` commands, at least one entry.
+    pub fn batch(&self, skip: usize, max_commands: usize) -> impl Iterator<Item = &Entry> {
         let mut total = 0;
-        self.entries.iter().take_while(move |e| {
+        self.entries.iter().skip(skip).take_while(move |e| {
             let fits = total == 0 || total + e.commands() <= max_commands;
             total += e.commands();
             fits
@@ -127,6 +138,7 @@ impl Outbox {
                 return;
             };
             self.checked = self.checked.saturating_sub(1);
+            self.fires -= usize::from(e.second.is_some());
             e.ack.answer(outcome);
         }
     }
@@ -171,9 +183,11 @@ mod tests {
         o.push(redis::cmd("HSET"), None, Ack::None);
         o.push(redis::cmd("XADD"), Some(redis::cmd("HDEL")), Ack::None);
         o.push(redis::cmd("HSET"), None, Ack::None);
-        assert_eq!(o.prefix(2).count(), 1);
-        assert_eq!(o.prefix(3).count(), 2);
-        assert_eq!(o.prefix(1).count(), 1);
+        assert_eq!(o.batch(0, 2).count(), 1);
+        assert_eq!(o.batch(0, 3).count(), 2);
+        assert_eq!(o.batch(0, 1).count(), 1);
+        assert_eq!(o.batch(1, 100).count(), 2);
+        assert_eq!(o.batch(3, 100).count(), 0);
     }
 
     #[test]
