@@ -444,6 +444,16 @@ impl Handle {
         }
     }
 
+    /// (tenant, length) of every fired stream (`punctual_stream_length`), sampled every
+    /// few seconds; empty without Redis.
+    pub fn stream_lengths(&self) -> Vec<(String, u64)> {
+        self.inner
+            .metrics
+            .first()
+            .and_then(|m| m.store.stream_lengths.lock().ok().map(|l| l.clone()))
+            .unwrap_or_default()
+    }
+
     /// Each shard's store metrics (`punctual_store_*`).
     pub fn store_metrics(&self) -> Vec<Arc<ShardMetrics>> {
         self.inner.metrics.clone()

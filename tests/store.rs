@@ -213,3 +213,25 @@ fn full_outage_buffer_refuses_new_durable_writes() {
     let m = &h.store_metrics()[0].store;
     assert!(m.refused_total.load(std::sync::atomic::Ordering::Relaxed) >= 10);
 }
+
+#[test]
+fn stream_lengths_are_sampled_per_tenant() {
+    let redis = RedisServer::start();
+    let e = ready(2, &redis);
+    let h = e.handle();
+    for i in 0..3 {
+        h.schedule("lens", &format!("k{i}"), UtcMicros(h.now().0), b"")
+            .expect("ack");
+    }
+    let mut con = redis.client().expect("client");
+    wait_stream(&mut con, "lens", |e| e.len() >= 3);
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    while !h.stream_lengths().contains(&("lens".to_string(), 3)) {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "{:?}",
+            h.stream_lengths()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -103,6 +103,8 @@ pub struct StoreMetrics {
     pub recoveries_total: AtomicU64,
     pub recovered_timers: AtomicU64,
     pub recovery_duration_ns: AtomicU64,
+    /// (tenant, length) of every fired stream, sampled by shard 0 (`store::streams`).
+    pub stream_lengths: std::sync::Mutex<Vec<(String, u64)>>,
 }
 
 impl Default for StoreMetrics {
@@ -119,6 +121,7 @@ impl Default for StoreMetrics {
             recoveries_total: AtomicU64::new(0),
             recovered_timers: AtomicU64::new(0),
             recovery_duration_ns: AtomicU64::new(0),
+            stream_lengths: std::sync::Mutex::new(Vec::new()),
         }
     }
 }

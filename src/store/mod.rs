@@ -58,6 +58,7 @@ pub mod layout;
 pub mod metrics;
 pub mod outbox;
 pub mod recover;
+pub mod streams;
 
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
@@ -261,6 +262,9 @@ impl ShardStore {
     pub fn start(&mut self, conn: conn::Conn) {
         let shared = self.shared.clone();
         self.task = Some(glommio::spawn_local(flush::run(shared, Some(conn))));
+        if self.shared.shard == 0 {
+            glommio::spawn_local(streams::run(self.shared.clone())).detach();
+        }
     }
 
     /// Flushes what it can within the ack timeout, then stops the store task.
