@@ -2,7 +2,7 @@
 //!
 //! Commands are encoded by the `redis` crate (`Cmd::write_packed_command`), replies decoded by
 //! its streaming [`redis::Parser`]. The parser pulls bytes through a small [`Read`] adapter
-//! ([`Feed`]) that hands it what the socket gave and answers `WouldBlock` when that is used
+//! (`Feed`) that hands it what the socket gave and answers `WouldBlock` when that is used
 //! up; the parser keeps its partial state and its own buffer, so the next call, after another
 //! socket read, resumes where it stopped. No RESP is written or parsed by hand here.
 //!

@@ -18,8 +18,10 @@
 //! N is `FNV-1a(tenant, key) mod 1024`: a fixed number of partitions, independent of the
 //! shard count. Shard `s` of `S` owns (and routes, see `Handle::shard_for`) the partitions
 //! with `N mod S == s`, so recovery after a restart with another shard count loads every
-//! partition exactly once. Every key carries a hash tag, so the layout works unchanged on a
-//! Redis Cluster (one partition per slot group; one tenant's stream in one slot).
+//! partition exactly once. Every key carries a hash tag, so the keys place themselves on a
+//! Redis Cluster's slots unchanged. This build talks to one Redis endpoint; a cluster client
+//! would also have to split a fire's transaction, whose two keys lie in different slots, into
+//! `XADD` then `HDEL` (an order that can only duplicate, never lose).
 //!
 //! What each operation writes:
 //!
@@ -34,22 +36,29 @@
 //!
 //! # Invariants
 //!
-//! - A durable schedule or cancel is answered only after the `EXEC`/replies of the pipeline
-//!   that carried it came back without an error, or with `StoreUnavailable` (not
-//!   acknowledged) when that takes longer than `ack_timeout`, the outbox is full, or Redis
-//!   rejects the write for good.
-//! - Writes reach Redis in the order the shard made them; a failed pipeline is written again
-//!   whole after the reconnect (idempotent assignments; stream entries may repeat).
+//! - A durable schedule or cancel is answered only after the replies of the pipeline that
+//!   carried it came back without an error, or with `StoreUnavailable` (not acknowledged)
+//!   when that takes longer than `ack_timeout`, the outbox is full, or Redis rejects the write
+//!   for good.
+//! - Writes reach Redis in the order the shard made them; after a lost connection or a
+//!   transient error reply (OOM, READONLY, …) everything not yet answered is written again, in
+//!   order (idempotent assignments; stream entries may repeat, with the same version).
 //! - Fires never wait for Redis: the shard fires from memory and the outbox carries the XADD
-//!   until Redis takes it. An acknowledged timer is removed from Redis only by its fire's
-//!   transaction or by an acknowledged cancel or replacement.
+//!   until Redis takes it. A timer's record leaves Redis only through its fire's transaction,
+//!   a cancel, or a replacement, so an acknowledged timer is in Redis or in its stream.
+//! - Until a shard has recovered its partitions it applies no op: ops wait (answered
+//!   `StoreUnavailable` after `ack_timeout`) and are applied in order once it has.
 //!
 //! # Cost model
 //!
 //! Per registration on the shard: one `redis::Cmd` built (the record is copied once into the
-//! command's buffer) and one `VecDeque` push. Per flush: one `write` and as many `read`s as
-//! the replies need, for up to `flush_max_commands` commands. With no Redis configured, the
-//! shard checks `Option<ShardStore>` once per drained batch and once per poll.
+//! command's buffer) and one `VecDeque` push; per fire, two commands. The store task writes a
+//! batch (up to `flush_max_commands`) as soon as a fire waits, N writes wait, or the oldest
+//! has waited `flush_interval`; up to four batches are in flight on the connection. The
+//! shard's passes are shortened (512 ops) and glommio's preemption timer set to 250 µs on
+//! durable shards, so that Redis's replies are read between passes, not after them. With no
+//! Redis configured, the shard checks `Option<ShardStore>` once per drained batch and once
+//! per poll.
 
 pub mod apply;
 pub mod conn;
