@@ -42,8 +42,12 @@ pub struct FiredEntry<'a> {
 /// `XADD punctual:fired:{tenant} MAXLEN ~ <maxlen> * key … version … fire_at_us …
 /// fired_at_us … payload …`
 pub fn xadd(entry: &FiredEntry<'_>, maxlen: u64) -> redis::Cmd {
-    let mut c = redis::cmd("XADD");
-    c.arg(stream_key(entry.tenant))
+    let size = 128 + 2 * entry.tenant.len() + entry.key.len() + entry.payload.len();
+    let mut c = redis::Cmd::with_capacity(16, size);
+    c.arg("XADD")
+        .arg(crate::store::layout::Arg::Stream {
+            tenant: entry.tenant,
+        })
         .arg("MAXLEN")
         .arg("~")
         .arg(maxlen)

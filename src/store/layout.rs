@@ -33,6 +33,47 @@ pub fn timers_key(partition: u32) -> String {
     format!("punctual:{{p{partition}}}:timers")
 }
 
+/// [`timers_key`] without an allocation: the 1,024 names are made once per process.
+pub fn timers_key_static(partition: u32) -> &'static str {
+    static KEYS: std::sync::OnceLock<Box<[String]>> = std::sync::OnceLock::new();
+    let keys = KEYS.get_or_init(|| (0..PARTITIONS).map(timers_key).collect());
+    keys.get(partition as usize).map_or("", String::as_str)
+}
+
+/// A command argument written straight into the command's buffer from its parts: the field
+/// (`<tenant>/<key>`), a record, or a stream name, without an intermediate allocation.
+pub enum Arg<'a> {
+    Field {
+        tenant: &'a str,
+        key: &'a str,
+    },
+    Record {
+        version: u64,
+        fire_at_us: u64,
+        payload: &'a [u8],
+    },
+    Stream {
+        tenant: &'a str,
+    },
+}
+
+impl redis::ToRedisArgs for Arg<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write;
+        let mut w = out.writer_for_next_arg();
+        // Writes into the command's Vec cannot fail.
+        let _ = match self {
+            Arg::Field { tenant, key } => write!(w, "{tenant}/{key}"),
+            Arg::Record {
+                version,
+                fire_at_us,
+                payload,
+            } => write!(w, "{version} {fire_at_us} ").and_then(|()| w.write_all(payload)),
+            Arg::Stream { tenant } => write!(w, "punctual:fired:{{{tenant}}}"),
+        };
+    }
+}
+
 /// The field of a pending timer inside its partition's hash: `<tenant>/<key>` (`/` never
 /// occurs in a valid name, so the split is unambiguous).
 pub fn field(tenant: &str, key: &str) -> String {
@@ -97,6 +138,36 @@ mod tests {
         assert_eq!(decode_record(b"1 2 "), Some((1, 2, &b""[..])));
         assert_eq!(decode_record(b"x 2 p"), None);
         assert_eq!(decode_record(b"1 2"), None);
+    }
+
+    #[test]
+    fn args_write_the_same_bytes_as_the_strings() {
+        let packed = |a: &dyn Fn(&mut redis::Cmd)| {
+            let mut c = redis::cmd("X");
+            a(&mut c);
+            c.get_packed_command()
+        };
+        assert_eq!(
+            packed(&|c| {
+                c.arg(Arg::Field {
+                    tenant: "t",
+                    key: "k",
+                })
+                .arg(Arg::Record {
+                    version: 3,
+                    fire_at_us: 9,
+                    payload: b"p q",
+                })
+                .arg(Arg::Stream { tenant: "t" });
+            }),
+            packed(&|c| {
+                c.arg(field("t", "k"))
+                    .arg(encode_record(3, 9, b"p q"))
+                    .arg("punctual:fired:{t}");
+            })
+        );
+        assert_eq!(timers_key_static(42), timers_key(42));
+        assert_eq!(timers_key_static(PARTITIONS), "");
     }
 
     #[test]

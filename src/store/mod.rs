@@ -303,10 +303,16 @@ pub(crate) fn put_cmd(
     fire_at: u64,
     payload: &[u8],
 ) -> redis::Cmd {
-    let mut c = redis::cmd("HSET");
-    c.arg(layout::timers_key(layout::partition_of(tenant, key)))
-        .arg(layout::field(tenant, key))
-        .arg(layout::encode_record(version, fire_at, payload));
+    // Sized once: name, key, field and record, no reallocation while the args go in.
+    let mut c = redis::Cmd::with_capacity(4, 80 + tenant.len() + key.len() + payload.len());
+    c.arg("HSET")
+        .arg(layout::timers_key_static(layout::partition_of(tenant, key)))
+        .arg(layout::Arg::Field { tenant, key })
+        .arg(layout::Arg::Record {
+            version,
+            fire_at_us: fire_at,
+            payload,
+        });
     c
 }
 
@@ -320,8 +326,9 @@ pub(crate) fn fire(outbox: &mut Outbox, entry: &FiredEntry<'_>, maxlen: u64) {
 }
 
 fn del_cmd(tenant: &str, key: &str) -> redis::Cmd {
-    let mut c = redis::cmd("HDEL");
-    c.arg(layout::timers_key(layout::partition_of(tenant, key)))
-        .arg(layout::field(tenant, key));
+    let mut c = redis::Cmd::with_capacity(3, 40 + tenant.len() + key.len());
+    c.arg("HDEL")
+        .arg(layout::timers_key_static(layout::partition_of(tenant, key)))
+        .arg(layout::Arg::Field { tenant, key });
     c
 }
