@@ -211,3 +211,32 @@ fn oom_replies_are_logged_counted_retried_and_never_fatal() {
         .expect("HEXISTS");
     assert!(stored);
 }
+
+#[test]
+fn readonly_replica_replies_are_retried_until_writes_are_accepted() {
+    let redis = RedisServer::start();
+    let mut con = redis.client().expect("client");
+    let mut cfg = config(redis.url());
+    cfg.ack_timeout = Duration::from_millis(300);
+    let e = engine(1, cfg);
+    let h = e.handle();
+    // A replica of a master that does not exist answers every write READONLY.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(redis_server::free_port())
+        .query(&mut con)
+        .expect("replicaof");
+    let soon = UtcMicros(h.now().0 + 20_000);
+    let refused = h.schedule("ro", "k1", soon, b"1");
+    assert_eq!(refused, Err(Error::StoreUnavailable { retry_after_s: 1 }));
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut con)
+        .expect("promote");
+    // The refused registration stayed queued: it is written, fires, and reaches the stream.
+    let entries = wait_stream(&mut con, "ro", |e| !e.is_empty());
+    assert_eq!(entries.iter().filter(|e| e.key == "k1").count(), 1);
+    h.schedule("ro", "k2", soon, b"2")
+        .expect("acknowledged again");
+}
