@@ -123,12 +123,6 @@ async fn pump(shared: &Shared, conn: &mut Conn) -> Result<(), String> {
             .observe(flight.started.elapsed().as_secs_f64());
         shared.m().batch_commands.observe(commands as f64);
         let outcomes = judge(shared, &flight.shape, replies)?;
-        debug_assert_eq!(
-            outcomes.len(),
-            flight.shape.sizes.len(),
-            "one outcome per entry: {:?}",
-            flight.shape
-        );
         in_flight -= flight.shape.sizes.len();
         let mut outbox = shared.outbox.borrow_mut();
         outbox.complete(outcomes);
@@ -274,6 +268,11 @@ fn judge(
     } else {
         replies
     };
+    let expected: usize = shape.sizes.iter().sum();
+    if results.len() != expected {
+        // Not a reply to this pipeline: treat the connection as broken and replay.
+        return Err(format!("{} results for {expected} commands", results.len()));
+    }
     let mut results = results.into_iter();
     let mut outcomes = Vec::with_capacity(shape.sizes.len());
     for &n in &shape.sizes {
@@ -296,4 +295,85 @@ fn judge(
 fn server_error(shared: &Shared, code: &str, details: Option<&str>) -> String {
     StoreMetrics::count(&shared.m().errors_total, 1);
     format!("Redis answered {code} {}", details.unwrap_or(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{outbox::Outbox, StoreConfig};
+    use std::cell::{Cell, RefCell};
+
+    fn shared() -> Shared {
+        let cfg = StoreConfig::new("redis://127.0.0.1:1/");
+        Shared {
+            info: cfg.connection_info().expect("valid URL"),
+            outbox: RefCell::new(Outbox::new(8, cfg.ack_timeout)),
+            cfg,
+            shard: 0,
+            shards: 1,
+            wake: event_listener::Event::new(),
+            closing: Cell::new(false),
+            metrics: Default::default(),
+        }
+    }
+
+    fn reply(resp: &[u8]) -> Value {
+        redis::parse_redis_value(resp).expect("valid RESP")
+    }
+
+    #[test]
+    fn a_transient_error_keeps_the_whole_pipeline_for_a_replay() {
+        let s = shared();
+        let shape = Shape {
+            sizes: vec![1, 2],
+            atomic: true,
+        };
+        let replies = vec![
+            Value::Okay,
+            reply(b"+QUEUED\r\n"),
+            reply(b"-OOM command not allowed when used memory > 'maxmemory'\r\n"),
+            reply(b"+QUEUED\r\n"),
+            reply(b"-EXECABORT Transaction discarded because of previous errors.\r\n"),
+        ];
+        let err = judge(&s, &shape, replies).expect_err("transient");
+        assert!(err.contains("OOM"), "{err}");
+        assert!(
+            s.m()
+                .errors_total
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= 1
+        );
+    }
+
+    #[test]
+    fn a_permanent_error_fails_only_its_own_write() {
+        let s = shared();
+        let shape = Shape {
+            sizes: vec![1, 1],
+            atomic: false,
+        };
+        let replies = vec![
+            Value::Int(1),
+            reply(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+        ];
+        let outcomes = judge(&s, &shape, replies).expect("settled");
+        assert_eq!(outcomes[0], Ok(()));
+        assert!(matches!(outcomes[1], Err(Error::StoreUnavailable { .. })));
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_size_is_a_broken_connection() {
+        let s = shared();
+        let shape = Shape {
+            sizes: vec![2],
+            atomic: true,
+        };
+        let replies = vec![
+            Value::Okay,
+            reply(b"+QUEUED\r\n"),
+            reply(b"+QUEUED\r\n"),
+            Value::Array(vec![Value::Int(1)]),
+        ];
+        assert!(judge(&s, &shape, replies).is_err());
+    }
 }
