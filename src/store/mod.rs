@@ -67,6 +67,7 @@ pub mod layout;
 pub mod metrics;
 pub mod outbox;
 pub mod recover;
+pub mod replies;
 pub mod streams;
 
 use crate::error::{Error, Result};

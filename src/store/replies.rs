@@ -1,0 +1,187 @@
+//! Judging Redis's replies to one pipeline: which writes were applied, and whether the
+//! pipeline has to be written again.
+//!
+//! Error replies: OOM, READONLY, LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, MISCONF,
+//! NOREPLICAS, MOVED and ASK are transient (logged, counted, the pipeline written again after a
+//! backoff, on a fresh connection). Any other error reply is that write's own fault: logged,
+//! counted, its caller answered `StoreUnavailable`, and the rest of the pipeline goes on.
+//!
+//! Inside MULTI/EXEC an error while queueing aborts the whole transaction (EXECABORT): the
+//! queueing error decides, and since the commands built here are well-formed, such errors are
+//! the transient kinds above (OOM, READONLY), so the pipeline is written again.
+//!
+//! A pipeline whose replies do not have the expected shape is treated like a lost
+//! connection: written again whole.
+
+use super::metrics::StoreMetrics;
+use super::Shared;
+use crate::error::Error;
+use redis::Value;
+
+/// Commands per entry, and whether the pipeline is wrapped in MULTI/EXEC.
+#[derive(Debug)]
+pub(crate) struct Shape {
+    pub sizes: Vec<usize>,
+    pub atomic: bool,
+}
+
+impl Shape {
+    pub fn commands(&self) -> usize {
+        self.sizes.iter().sum::<usize>() + if self.atomic { 2 } else { 0 }
+    }
+}
+
+fn transient(code: &str) -> bool {
+    matches!(
+        code,
+        "OOM"
+            | "READONLY"
+            | "LOADING"
+            | "BUSY"
+            | "MASTERDOWN"
+            | "TRYAGAIN"
+            | "CLUSTERDOWN"
+            | "MISCONF"
+            | "NOREPLICAS"
+            | "MOVED"
+            | "ASK"
+            | "EXECABORT"
+    )
+}
+
+/// Per-entry outcomes, or `Err` (keep everything queued) on a transient failure.
+pub(crate) fn judge(
+    shared: &Shared,
+    shape: &Shape,
+    replies: Vec<Value>,
+) -> Result<Vec<Result<(), Error>>, String> {
+    // The replies that speak for the entries' commands, in order.
+    let results: Vec<Value> = if shape.atomic {
+        let mut it = replies.into_iter();
+        let _multi = it.next();
+        let queued: Vec<Value> = it.by_ref().take(shape.sizes.iter().sum()).collect();
+        match it.next() {
+            Some(Value::Array(results)) => results,
+            Some(Value::ServerError(e)) => {
+                // EXECABORT: nothing applied. Report the first error a command got queueing.
+                let first = queued.iter().find_map(|v| match v {
+                    Value::ServerError(q) => Some(q.clone()),
+                    _ => None,
+                });
+                let cause = first.unwrap_or(e);
+                return Err(server_error(shared, cause.code(), cause.details()));
+            }
+            other => return Err(format!("unexpected EXEC reply {other:?}")),
+        }
+    } else {
+        replies
+    };
+    let expected: usize = shape.sizes.iter().sum();
+    if results.len() != expected {
+        // Not a reply to this pipeline: treat the connection as broken and replay.
+        return Err(format!("{} results for {expected} commands", results.len()));
+    }
+    let mut results = results.into_iter();
+    let mut outcomes = Vec::with_capacity(shape.sizes.len());
+    for &n in &shape.sizes {
+        let mut outcome = Ok(());
+        for v in results.by_ref().take(n) {
+            if let Value::ServerError(e) = v {
+                if transient(e.code()) {
+                    return Err(server_error(shared, e.code(), e.details()));
+                }
+                let reason = server_error(shared, e.code(), e.details());
+                tracing::error!(shard = shared.shard, %reason, "store: Redis refused a write for good");
+                outcome = Err(shared.unavailable());
+            }
+        }
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+fn server_error(shared: &Shared, code: &str, details: Option<&str>) -> String {
+    StoreMetrics::count(&shared.m().errors_total, 1);
+    format!("Redis answered {code} {}", details.unwrap_or(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{outbox::Outbox, StoreConfig};
+    use std::cell::{Cell, RefCell};
+
+    fn shared() -> Shared {
+        let cfg = StoreConfig::new("redis://127.0.0.1:1/");
+        Shared {
+            info: cfg.connection_info().expect("valid URL"),
+            outbox: RefCell::new(Outbox::new(8, cfg.ack_timeout)),
+            cfg,
+            shard: 0,
+            shards: 1,
+            wake: event_listener::Event::new(),
+            closing: Cell::new(false),
+            metrics: Default::default(),
+        }
+    }
+
+    fn reply(resp: &[u8]) -> Value {
+        redis::parse_redis_value(resp).expect("valid RESP")
+    }
+
+    #[test]
+    fn a_transient_error_keeps_the_whole_pipeline_for_a_replay() {
+        let s = shared();
+        let shape = Shape {
+            sizes: vec![1, 2],
+            atomic: true,
+        };
+        let replies = vec![
+            Value::Okay,
+            reply(b"+QUEUED\r\n"),
+            reply(b"-OOM command not allowed when used memory > 'maxmemory'\r\n"),
+            reply(b"+QUEUED\r\n"),
+            reply(b"-EXECABORT Transaction discarded because of previous errors.\r\n"),
+        ];
+        let err = judge(&s, &shape, replies).expect_err("transient");
+        assert!(err.contains("OOM"), "{err}");
+        assert!(
+            s.m()
+                .errors_total
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= 1
+        );
+    }
+
+    #[test]
+    fn a_permanent_error_fails_only_its_own_write() {
+        let s = shared();
+        let shape = Shape {
+            sizes: vec![1, 1],
+            atomic: false,
+        };
+        let replies = vec![
+            Value::Int(1),
+            reply(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+        ];
+        let outcomes = judge(&s, &shape, replies).expect("settled");
+        assert_eq!(outcomes[0], Ok(()));
+        assert!(matches!(outcomes[1], Err(Error::StoreUnavailable { .. })));
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_size_is_a_broken_connection() {
+        let s = shared();
+        let shape = Shape {
+            sizes: vec![2],
+            atomic: true,
+        };
+        let replies = vec![
+            Value::Okay,
+            reply(b"+QUEUED\r\n"),
+            reply(b"+QUEUED\r\n"),
+            Value::Array(vec![Value::Int(1)]),
+        ];
+        assert!(judge(&s, &shape, replies).is_err());
+    }
+}
