@@ -235,3 +235,41 @@ fn stream_lengths_are_sampled_per_tenant() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn overdue_timers_fire_at_once_in_deadline_order_after_recovery() {
+    let redis = RedisServer::start();
+    let due = {
+        let e = ready(1, &redis);
+        let h = e.handle();
+        let due = h.now().0 + 1_000_000;
+        // Registered in the reverse of their deadline order.
+        let futs: Vec<_> = (0..200u64)
+            .map(|i| {
+                h.schedule_async(
+                    "late",
+                    &format!("k{i}"),
+                    UtcMicros(due + (200 - i) * 10),
+                    b"",
+                )
+            })
+            .collect();
+        for r in futures_lite::future::block_on(futures_util::future::join_all(futs)) {
+            r.expect("ack");
+        }
+        due
+    };
+    // Nothing runs until the deadlines have passed: the next engine finds them overdue.
+    while punctual::clock::clock_ns(libc::CLOCK_REALTIME) / 1_000 < due + 3_000 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _e = ready(1, &redis);
+    let mut con = redis.client().expect("client");
+    let entries = wait_stream(&mut con, "late", |e| e.len() >= 200);
+    assert_eq!(entries.len(), 200);
+    let deadlines: Vec<u64> = entries.iter().map(|e| e.fire_at_us).collect();
+    let mut sorted = deadlines.clone();
+    sorted.sort_unstable();
+    assert_eq!(deadlines, sorted, "overdue timers fire in deadline order");
+    assert!(entries.iter().all(|e| e.fired_at_us >= e.fire_at_us));
+}
