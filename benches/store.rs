@@ -83,24 +83,17 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[((sorted.len() - 1) as f64 * p) as usize]
 }
 
-fn redis_benchmark_zadd(port: u16, n: u64) -> String {
+/// `redis-benchmark -q -P 64 -t <test> -n <n>` (plus `extra`) against `port`: its summary line.
+fn redis_benchmark(port: u16, test: &str, n: u64, extra: &[&str]) -> String {
     let out = std::process::Command::new("redis-benchmark")
-        .args([
-            "-p",
-            &port.to_string(),
-            "-q",
-            "-P",
-            "64",
-            "-t",
-            "zadd",
-            "-n",
-            &n.to_string(),
-        ])
+        .args(["-p", &port.to_string(), "-q", "-P", "64", "-t", test])
+        .args(["-n", &n.to_string()])
+        .args(extra)
         .output();
     match out {
         Ok(o) => String::from_utf8_lossy(&o.stdout)
             .lines()
-            .filter(|l| l.contains("ZADD"))
+            .filter(|l| l.contains("requests per second"))
             .map(|l| l.rsplit('\r').next().unwrap_or(l).trim().to_string())
             .collect::<Vec<_>>()
             .join(" "),
@@ -123,7 +116,9 @@ fn main() {
 
     // 1. Registrations.
     let n = scale(200_000);
-    let zadd = redis_benchmark_zadd(redis.port, n);
+    let zadd = redis_benchmark(redis.port, "zadd", n, &[]);
+    // For context: HSET to a million random fields, closer to what a registration costs Redis.
+    let hset = redis_benchmark(redis.port, "hset", n, &["-r", "1000000"]);
     let rate = {
         let e = engine(&redis, 1);
         let h = e.handle();
@@ -141,6 +136,7 @@ fn main() {
     };
     println!("durable registrations: {rate:.0} timers/s acknowledged (1 shard, {n} timers, 4096 in flight)");
     println!("redis-benchmark -q -P 64 -t zadd -n {n}: {zadd}");
+    println!("redis-benchmark -q -P 64 -t hset -r 1000000 -n {n}: {hset}");
     let _: () = redis::cmd("FLUSHALL").query(&mut con).expect("flush");
 
     // 2. Burst, and 3. lateness from the same fires.
