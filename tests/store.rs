@@ -273,3 +273,40 @@ fn overdue_timers_fire_at_once_in_deadline_order_after_recovery() {
     assert_eq!(deadlines, sorted, "overdue timers fire in deadline order");
     assert!(entries.iter().all(|e| e.fired_at_us >= e.fire_at_us));
 }
+
+#[test]
+fn malformed_records_are_skipped_counted_and_left_in_redis() {
+    let redis = RedisServer::start();
+    let mut con = redis.client().expect("client");
+    let p = punctual::store::layout::partition_of("t", "good");
+    let key = punctual::store::layout::timers_key(p);
+    let far = punctual::clock::clock_ns(libc::CLOCK_REALTIME) / 1_000 + 3_600_000_000;
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("t/good")
+        .arg(format!("7 {far} {{}}"))
+        .arg("no-slash")
+        .arg("1 2 x")
+        .arg("t/bad-record")
+        .arg("not a record")
+        .query(&mut con)
+        .expect("HSET");
+    let e = ready(1, &redis);
+    let h = e.handle();
+    let good = h.get("t", "good").expect("get").expect("loaded");
+    assert_eq!((good.version, good.deadline), (7, UtcMicros(far)));
+    let errors = h.store_metrics()[0]
+        .store
+        .errors_total
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(errors >= 2, "{errors}");
+    let left: u64 = redis::cmd("HLEN").arg(&key).query(&mut con).expect("HLEN");
+    assert_eq!(left, 3);
+    // The version counter went past the recovered one.
+    assert!(
+        h.schedule("t", "good", UtcMicros(far), b"")
+            .expect("ack")
+            .version
+            > 7
+    );
+}

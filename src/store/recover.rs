@@ -82,6 +82,7 @@ async fn load(shared: &Shared, conn: &mut Conn, table: &mut TimerTable) -> Resul
     let mut todo = (0..PARTITIONS).filter(|p| *p as usize % shared.shards == shared.shard);
     let mut active: Vec<(u32, Vec<u8>)> = Vec::with_capacity(WINDOW);
     let mut loaded = 0u64;
+    let mut skipped = 0u64;
     loop {
         while active.len() < WINDOW {
             match todo.next() {
@@ -90,6 +91,13 @@ async fn load(shared: &Shared, conn: &mut Conn, table: &mut TimerTable) -> Resul
             }
         }
         if active.is_empty() {
+            if skipped > 0 {
+                tracing::error!(
+                    shard = shared.shard,
+                    skipped,
+                    "store: timers left in Redis, not loaded (see the first one logged above)"
+                );
+            }
             return Ok(loaded);
         }
         for (p, cursor) in &active {
@@ -122,7 +130,11 @@ async fn load(shared: &Shared, conn: &mut Conn, table: &mut TimerTable) -> Resul
             };
             if let Some(Value::Array(items)) = items {
                 for pair in items.chunks_exact(2) {
-                    loaded += u64::from(insert(shared, table, p, &pair[0], &pair[1]));
+                    if insert(shared, table, p, &pair[0], &pair[1], skipped == 0) {
+                        loaded += 1;
+                    } else {
+                        skipped += 1;
+                    }
                 }
             }
             match cursor {
@@ -134,13 +146,15 @@ async fn load(shared: &Shared, conn: &mut Conn, table: &mut TimerTable) -> Resul
     }
 }
 
-/// Inserts one stored timer; false (logged) when the record is malformed or does not fit.
+/// Inserts one stored timer; false when the record is malformed or does not fit (counted;
+/// logged in detail when `log`, so a full table does not log a million lines).
 fn insert(
     shared: &Shared,
     table: &mut TimerTable,
     partition: u32,
     field: &Value,
     record: &Value,
+    log: bool,
 ) -> bool {
     let (Value::BulkString(field), Value::BulkString(record)) = (field, record) else {
         return false;
@@ -148,17 +162,22 @@ fn insert(
     let parsed = parse_field(field).zip(decode_record(record));
     let Some(((tenant, key), (version, fire_at, payload))) = parsed else {
         StoreMetrics::count(&shared.m().errors_total, 1);
-        tracing::error!(shard = shared.shard, partition, field = %String::from_utf8_lossy(field), "store: malformed record skipped (left in Redis)");
+        if log {
+            tracing::error!(shard = shared.shard, partition, field = %String::from_utf8_lossy(field), "store: malformed record skipped (left in Redis)");
+        }
         return false;
     };
     if partition_of(tenant, key) != partition {
-        tracing::error!(
-            shard = shared.shard,
-            partition,
-            tenant,
-            key,
-            "store: record in the wrong partition skipped"
-        );
+        StoreMetrics::count(&shared.m().errors_total, 1);
+        if log {
+            tracing::error!(
+                shard = shared.shard,
+                partition,
+                tenant,
+                key,
+                "store: record in the wrong partition skipped"
+            );
+        }
         return false;
     }
     let Some(timer) = PackedTimer::new(tenant, key, payload) else {
@@ -168,7 +187,9 @@ fn insert(
         Ok(_) => true,
         Err(e) => {
             StoreMetrics::count(&shared.m().errors_total, 1);
-            tracing::error!(shard = shared.shard, tenant, key, error = ?e, "store: recovered timer does not fit this shard (capacity or range); left in Redis");
+            if log {
+                tracing::error!(shard = shared.shard, tenant, key, error = ?e, "store: recovered timer does not fit this shard (capacity or range); left in Redis");
+            }
             false
         }
     }
