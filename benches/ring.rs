@@ -230,10 +230,15 @@ impl Ingest {
             }
         }
         // The ring is FIFO: once this answers, the shard has applied every push above.
+        // A full ring refuses it too: retry until it is in.
         let key = self.key();
-        handle
-            .schedule(TENANT, key, deadline, PAYLOAD)
-            .expect("scheduled");
+        loop {
+            match handle.schedule(TENANT, key, deadline, PAYLOAD) {
+                Ok(_) => break,
+                Err(Error::RingFull { .. }) => spin_loop(),
+                Err(e) => panic!("schedule: {e}"),
+            }
+        }
         start.elapsed()
     }
 }
