@@ -13,13 +13,16 @@
 //! show up here as lateness, or as an early fire.
 //!
 //! Systems:
-//! - `punctual-spin` / `punctual-nospin`: one shard pinned to core 1, spin window 200 µs / 0.
+//! - `punctual-spin` / `punctual-nospin`: one shard pinned to core 1, spin window 200 µs / 0;
+//!   `punctual-*-unpinned`: the same with the shard thread left to the kernel's placement.
 //! - `tokio-sleep-ct` / `tokio-sleep-mt`: one task per timer doing `sleep_until`, on the
 //!   current-thread runtime (thread pinned to core 1) and on the multi-thread runtime.
 //! - `delayqueue-ct` / `delayqueue-mt`: one task draining a `tokio_util::time::DelayQueue`.
 //! - `floor-sleep`: one thread sleeping with `clock_nanosleep(TIMER_ABSTIME)` to each deadline in
 //!   turn, timer slack 1 ns: what the kernel's wake-up path costs (the OS floor).
 //! - `floor-spin`: one thread pinned to core 1 spinning on CLOCK_REALTIME to each deadline.
+//!
+//! `--only S` runs the systems whose name contains `S` (e.g. `--only punctual`); `--workload W1`.
 //!
 //! Registration runs on core 0 before the first deadline. `cpu_s` is the process's user+system
 //! CPU time from the start of registration to the last fire.
@@ -217,8 +220,12 @@ fn run(system: &'static str, w: &Workload) -> Row {
     let rec = Recorder::new(&deadlines);
     let cpu0 = cpu_seconds();
     match system {
-        "punctual-spin" => run_punctual(&deadlines, &rec, last, w, Duration::from_micros(200)),
-        "punctual-nospin" => run_punctual(&deadlines, &rec, last, w, Duration::ZERO),
+        "punctual-spin" => run_punctual(&deadlines, &rec, last, w, SPIN, true),
+        "punctual-nospin" => run_punctual(&deadlines, &rec, last, w, Duration::ZERO, true),
+        "punctual-spin-unpinned" => run_punctual(&deadlines, &rec, last, w, SPIN, false),
+        "punctual-nospin-unpinned" => {
+            run_punctual(&deadlines, &rec, last, w, Duration::ZERO, false)
+        }
         "tokio-sleep-ct" => run_tokio_sleep(&deadlines, &rec, last, w, false),
         "tokio-sleep-mt" => run_tokio_sleep(&deadlines, &rec, last, w, true),
         "delayqueue-ct" => run_delay_queue(&deadlines, &rec, last, w, false),
@@ -230,10 +237,25 @@ fn run(system: &'static str, w: &Workload) -> Row {
     summarize(system, w, &rec, cpu_seconds() - cpu0)
 }
 
-fn run_punctual(deadlines: &[u64], rec: &Arc<Recorder>, last: u64, w: &Workload, spin: Duration) {
+/// The spin window of the `punctual-spin` systems.
+const SPIN: Duration = Duration::from_micros(200);
+
+fn run_punctual(
+    deadlines: &[u64],
+    rec: &Arc<Recorder>,
+    last: u64,
+    w: &Workload,
+    spin: Duration,
+    pinned: bool,
+) {
     let fired = rec.clone();
+    let pinning = if pinned {
+        Pinning::Cores(vec![SHARD_CORE])
+    } else {
+        Pinning::None
+    };
     let engine = EngineBuilder::new()
-        .pinning(Pinning::Cores(vec![SHARD_CORE]))
+        .pinning(pinning)
         .shards(1)
         .spin(spin)
         .shard_capacity(deadlines.len().max(1))
@@ -398,9 +420,11 @@ fn run_floor(deadlines: &[u64], rec: &Arc<Recorder>, spin: bool) {
     .expect("floor thread");
 }
 
-const SYSTEMS: [&str; 8] = [
+const SYSTEMS: [&str; 10] = [
     "punctual-spin",
     "punctual-nospin",
+    "punctual-spin-unpinned",
+    "punctual-nospin-unpinned",
     "tokio-sleep-ct",
     "tokio-sleep-mt",
     "delayqueue-ct",
