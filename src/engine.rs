@@ -396,6 +396,8 @@ pub struct ShardStats {
     pub ring_rejected_total: u64,
     pub clock_offset_ns: i64,
     pub clock_steps_total: u64,
+    /// The shard's clock reads clock_gettime, not the TSC.
+    pub clock_fallback: bool,
     pub lateness: crate::metrics::HistogramSnapshot,
 }
 
@@ -563,6 +565,7 @@ impl Handle {
                     ring_rejected_total: inner.rings[i].rejected(),
                     clock_offset_ns: m.clock_offset_ns.load(Ordering::Relaxed),
                     clock_steps_total: m.clock_steps_total.load(Ordering::Relaxed),
+                    clock_fallback: m.clock_fallback.load(Ordering::Relaxed) != 0,
                     lateness: m.lateness(),
                 }
             })

@@ -287,6 +287,10 @@ impl<S: TimeSource> Shard<S> {
         self.metrics
             .clock_bracket_ns
             .store(s.bracket_ns, Ordering::Relaxed);
+        let fallback = self.clock.kind() == crate::clock::SourceKind::ClockGettime;
+        self.metrics
+            .clock_fallback
+            .store(u64::from(fallback), Ordering::Relaxed);
     }
 }
 

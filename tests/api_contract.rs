@@ -206,6 +206,7 @@ fn metrics_and_healthz_answer() {
         "punctual_ring_rejected_total{shard=",
         "punctual_clock_offset_seconds{shard=",
         "punctual_clock_steps_total{shard=",
+        "punctual_clock_fallback{shard=\"0\"}",
         "punctual_build_info{",
         "punctual_http_requests_total{shard=",
         "route=\"put_timer\",status=\"201\"",

@@ -56,6 +56,25 @@ fn timers_put_over_http_arrive_in_the_stream_after_their_deadline_with_their_pay
         .iter()
         .any(|e| e.key == "batch-1" && e.payload == "\"b\""));
     assert!(entries.iter().all(|e| e.key != "gone"));
+    // The store's figures reach /metrics; the stream length is sampled every few seconds.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let text = loop {
+        let text = String::from_utf8_lossy(&s.req("GET", "/metrics", "").body).into_owned();
+        if text.contains("punctual_stream_length{tenant=\"shop\"} 21")
+            || std::time::Instant::now() > give_up
+        {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    for name in [
+        "punctual_stream_length{tenant=\"shop\"} 21",
+        "punctual_store_flush_seconds_bucket{le=",
+        "punctual_store_recoveries_total{shard=\"0\"} 1",
+        "punctual_store_recovery_seconds{shard=",
+    ] {
+        assert!(text.contains(name), "/metrics lacks {name}:\n{text}");
+    }
 }
 
 #[test]

@@ -109,6 +109,9 @@ struct Row {
     errors: u64,
     refused: u64,
     ack_timeouts: u64,
+    recoveries: u64,
+    recovered_timers: u64,
+    recovery_seconds: f64,
 }
 
 fn rows(handle: &Handle) -> Vec<Row> {
@@ -127,6 +130,9 @@ fn rows(handle: &Handle) -> Vec<Row> {
                 errors: get(|m| m.errors_total.load(Relaxed)),
                 refused: get(|m| m.refused_total.load(Relaxed)),
                 ack_timeouts: get(|m| m.ack_timeouts_total.load(Relaxed)),
+                recoveries: get(|m| m.recoveries_total.load(Relaxed)),
+                recovered_timers: get(|m| m.recovered_timers.load(Relaxed)),
+                recovery_seconds: get(|m| m.recovery_duration_ns.load(Relaxed)) as f64 * 1e-9,
                 s,
             }
         })
@@ -135,7 +141,7 @@ fn rows(handle: &Handle) -> Vec<Row> {
 
 type Pick = fn(&Row) -> Value<'_>;
 
-const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 7] = [
+const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 10] = [
     (
         "punctual_store_flush_seconds",
         "Duration of one Redis pipeline flush",
@@ -178,12 +184,30 @@ const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 7] = [
         MetricType::Counter,
         |r| Value::Counter(r.ack_timeouts),
     ),
+    (
+        "punctual_store_recoveries",
+        "Recoveries of pending timers from Redis",
+        MetricType::Counter,
+        |r| Value::Counter(r.recoveries),
+    ),
+    (
+        "punctual_store_recovered_timers",
+        "Pending timers loaded from Redis by recoveries",
+        MetricType::Counter,
+        |r| Value::Counter(r.recovered_timers),
+    ),
+    (
+        "punctual_store_recovery_seconds",
+        "Duration of the last recovery from Redis",
+        MetricType::Gauge,
+        |r| Value::GaugeF(r.recovery_seconds),
+    ),
 ];
 
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let rows = rows(&self.handle);
-        let families: [(&str, &str, MetricType, Pick); 7] = [
+        let families: [(&str, &str, MetricType, Pick); 8] = [
             (
                 "punctual_timers_pending",
                 "Timers pending on the shard",
@@ -226,6 +250,12 @@ impl Collector for EngineCollector {
                 MetricType::Counter,
                 |r| Value::Counter(r.s.clock_steps_total),
             ),
+            (
+                "punctual_clock_fallback",
+                "1 when the shard's clock reads clock_gettime because the TSC is not invariant",
+                MetricType::Gauge,
+                |r| Value::Gauge(i64::from(r.s.clock_fallback)),
+            ),
         ];
         for (name, help, kind, pick) in families.into_iter().chain(STORE_FAMILIES) {
             let mut family = encoder.encode_descriptor(name, help, None, kind)?;
@@ -252,6 +282,21 @@ impl Collector for EngineCollector {
                         m.encode_histogram::<()>(h.sum_seconds, h.count, &buckets, None)?
                     }
                 }
+            }
+        }
+        let streams = self.handle.stream_lengths();
+        if !streams.is_empty() {
+            let mut family = encoder.encode_descriptor(
+                "punctual_stream_length",
+                "Entries in the tenant's fired stream (trimmed at stream_maxlen)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (tenant, len) in &streams {
+                let labels = [("tenant", tenant.as_str())];
+                family
+                    .encode_family(&labels)?
+                    .encode_gauge(&(*len as i64))?;
             }
         }
         let info = encoder.encode_descriptor(
