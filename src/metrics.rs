@@ -45,12 +45,8 @@ pub struct ShardMetrics {
     lateness_sum_ns: AtomicU64,
     pub clock_offset_ns: AtomicI64,
     pub clock_steps_total: AtomicU64,
-    pub clock_bracket_ns: AtomicU64,
     /// 1 when the shard's clock fell back to clock_gettime (no invariant TSC), else 0.
     pub clock_fallback: AtomicU64,
-    /// Time from a push onto the ring to the shard's drain of it is not measured per op;
-    /// this counts the wake-ups the shard took from its ring.
-    pub ring_wakeups_total: AtomicU64,
     /// The durable store's figures (all zero, state `InMemory`, without Redis).
     pub store: crate::store::StoreMetrics,
 }

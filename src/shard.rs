@@ -106,28 +106,19 @@ impl<S: TimeSource> Shard<S> {
             if wait > self.spin {
                 if self.ring.prepare_park() {
                     let nap = wait - self.spin;
-                    let woke = match &mut wakee {
+                    match &mut wakee {
                         Wakee::Reactor(stream) => {
                             futures_lite::future::or(
                                 async {
                                     let _ = stream.read(&mut buf).await;
-                                    true
                                 },
-                                async {
-                                    glommio::timer::sleep(nap).await;
-                                    false
-                                },
+                                glommio::timer::sleep(nap),
                             )
                             .await
                         }
                         Wakee::Direct(stream) => park_direct(stream, nap, &mut buf),
-                    };
-                    self.ring.unpark();
-                    if woke {
-                        self.metrics
-                            .ring_wakeups_total
-                            .fetch_add(1, Ordering::Relaxed);
                     }
+                    self.ring.unpark();
                 }
             } else {
                 self.spin_until(next);
@@ -226,50 +217,39 @@ impl<S: TimeSource> Shard<S> {
 
     fn fire_due(&mut self) {
         let now = self.clock.now().as_micros();
-        let fired = match &self.store {
-            None => self.poll(now, |_| {}),
-            Some(store) => {
-                let mut outbox = store.outbox();
-                let maxlen = store.stream_maxlen();
-                poll_table(
-                    &mut self.table,
-                    &self.clock,
-                    &self.handler,
-                    &self.metrics,
-                    self.id,
-                    now,
-                    |f| {
-                        let entry = FiredEntry {
-                            tenant: f.tenant,
-                            key: f.key,
-                            version: f.version,
-                            fire_at: f.deadline,
-                            fired_at: f.fired_at,
-                            payload: f.payload,
-                        };
-                        crate::store::fire(&mut outbox, &entry, maxlen);
-                    },
-                )
-            }
-        };
-        if fired > 0 {
-            self.metrics.fired_total.fetch_add(fired, Ordering::Relaxed);
-            self.metrics
-                .pending
-                .store(self.table.len() as u64, Ordering::Relaxed);
-        }
-    }
-
-    fn poll(&mut self, now: UtcMicros, also: impl FnMut(&FiredTimer<'_>)) -> u64 {
-        poll_table(
+        // With a store, every fire also queues its stream entry.
+        let mut sink = self
+            .store
+            .as_ref()
+            .map(|store| (store.outbox(), store.stream_maxlen()));
+        let fired = poll_table(
             &mut self.table,
             &self.clock,
             &self.handler,
             &self.metrics,
             self.id,
             now,
-            also,
-        )
+            |f| {
+                if let Some((outbox, maxlen)) = &mut sink {
+                    let entry = FiredEntry {
+                        tenant: f.tenant,
+                        key: f.key,
+                        version: f.version,
+                        fire_at: f.deadline,
+                        fired_at: f.fired_at,
+                        payload: f.payload,
+                    };
+                    crate::store::fire(outbox, &entry, *maxlen);
+                }
+            },
+        );
+        drop(sink);
+        if fired > 0 {
+            self.metrics.fired_total.fetch_add(fired, Ordering::Relaxed);
+            self.metrics
+                .pending
+                .store(self.table.len() as u64, Ordering::Relaxed);
+        }
     }
 
     pub fn publish_initial(&self) {
@@ -284,9 +264,6 @@ impl<S: TimeSource> Shard<S> {
         self.metrics
             .clock_steps_total
             .store(s.steps, Ordering::Relaxed);
-        self.metrics
-            .clock_bracket_ns
-            .store(s.bracket_ns, Ordering::Relaxed);
         let fallback = self.clock.kind() == crate::clock::SourceKind::ClockGettime;
         self.metrics
             .clock_fallback
@@ -339,8 +316,8 @@ pub(crate) enum Wakee {
     Direct(std::os::unix::net::UnixStream),
 }
 
-/// Blocks until the wake socket is readable or `nap` has passed; true when woken by the ring.
-fn park_direct(stream: &std::os::unix::net::UnixStream, nap: Duration, buf: &mut [u8]) -> bool {
+/// Blocks until the wake socket is readable or `nap` has passed.
+fn park_direct(stream: &std::os::unix::net::UnixStream, nap: Duration, buf: &mut [u8]) {
     use std::io::Read;
     use std::os::fd::AsRawFd;
     let mut pfd = libc::pollfd {
@@ -355,13 +332,11 @@ fn park_direct(stream: &std::os::unix::net::UnixStream, nap: Duration, buf: &mut
     // SAFETY: `pfd` is one valid pollfd for a socket this shard owns, `ts` a valid timespec,
     // and a null signal mask keeps the thread's mask; all outlive the call.
     let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-    if rc <= 0 {
-        return false;
+    if rc > 0 {
+        // The socket is non-blocking: drain the wake bytes until it would block.
+        let mut reader = stream;
+        while matches!(reader.read(buf), Ok(n) if n > 0) {}
     }
-    // The socket is non-blocking: drain the wake bytes until it would block.
-    let mut reader = stream;
-    while matches!(reader.read(buf), Ok(n) if n > 0) {}
-    true
 }
 
 /// Makes the calling thread's timers exact: the default 50 µs timer slack would delay every

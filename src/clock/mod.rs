@@ -134,7 +134,6 @@ pub struct Clock<S: TimeSource> {
     /// Integral term of the rate correction (dimensionless; 1e-6 is 1 ppm).
     integral: f64,
     next_anchor_ticks: u64,
-    anchor_interval_ticks: u64,
     stats: ClockStats,
 }
 
@@ -154,7 +153,6 @@ impl<S: TimeSource> Clock<S> {
             freq,
             integral: 0.0,
             next_anchor_ticks: 0,
-            anchor_interval_ticks: 0,
             stats: ClockStats {
                 bracket_ns: mul_rate(second.width, freq),
                 ..ClockStats::default()
@@ -259,8 +257,8 @@ impl<S: TimeSource> Clock<S> {
     }
 
     fn schedule_next_anchor(&mut self, t: u64) {
-        self.anchor_interval_ticks = self.ticks_for(self.cfg.anchor_interval).max(1);
-        self.next_anchor_ticks = t.saturating_add(self.anchor_interval_ticks);
+        let interval = self.ticks_for(self.cfg.anchor_interval).max(1);
+        self.next_anchor_ticks = t.saturating_add(interval);
     }
 }
 

@@ -171,14 +171,11 @@ impl TimerTable {
         self.hasher.hash_one(identity)
     }
 
-    fn find(&self, identity: &[u8]) -> Option<u32> {
+    /// The slab index of the pending timer `identity`, whose hash is `hash`.
+    fn find(&self, hash: u64, identity: &[u8]) -> Option<u32> {
         let wheel = &self.wheel;
         self.index
-            .find(self.hash(identity), |&i| {
-                wheel
-                    .get_index(i)
-                    .is_some_and(|(_, r)| r.timer.identity() == identity)
-            })
+            .find(hash, |&i| is_timer(wheel, i, identity))
             .copied()
     }
 
@@ -214,18 +211,15 @@ impl TimerTable {
         if !self.wheel.in_range(deadline) {
             return Err(UpsertError::OutOfRange);
         }
-        let existing = self.find(timer.identity());
+        let hash = self.hash(timer.identity());
+        let existing = self.find(hash, timer.identity());
         if existing.is_none() && self.len() >= self.capacity {
             return Err(UpsertError::Capacity);
         }
         self.observe_version(version);
-        let hash = self.hash(timer.identity());
         if let Some(old) = existing {
-            // Replace: take the old entry out of the index and the wheel, then insert anew.
-            // A new deadline moves the entry to another slot anyway, so this costs no more.
-            if let Ok(entry) = self.index.find_entry(hash, |&i| i == old) {
-                entry.remove();
-            }
+            // Replace: the old entry leaves the wheel (its slab slot is free, so the insert
+            // below cannot fail), and its index bucket is pointed at the new entry.
             self.wheel.remove_index(old);
         }
         let index = match self.wheel.insert(deadline, TimerRecord { version, timer }) {
@@ -233,13 +227,18 @@ impl TimerTable {
             Err(InsertError::OutOfRange) => return Err(UpsertError::OutOfRange),
             Err(InsertError::Full) => return Err(UpsertError::Capacity),
         };
-        let wheel = &self.wheel;
-        let hasher = &self.hasher;
-        self.index.insert_unique(hash, index, |&i| {
-            wheel
-                .get_index(i)
-                .map_or(0, |(_, r)| hasher.hash_one(r.timer.identity()))
-        });
+        match existing.and_then(|old| self.index.find_mut(hash, |&i| i == old)) {
+            Some(bucket) => *bucket = index,
+            None => {
+                let wheel = &self.wheel;
+                let hasher = &self.hasher;
+                self.index.insert_unique(hash, index, |&i| {
+                    wheel
+                        .get_index(i)
+                        .map_or(0, |(_, r)| hasher.hash_one(r.timer.identity()))
+                });
+            }
+        }
         Ok(Upserted {
             version,
             replaced: existing.is_some(),
@@ -248,17 +247,19 @@ impl TimerTable {
 
     /// Cancels the pending timer `identity`; its deadline and version, or `None`.
     pub fn cancel(&mut self, identity: &[u8]) -> Option<(UtcMicros, TimerRecord)> {
-        let index = self.find(identity)?;
         let hash = self.hash(identity);
-        if let Ok(entry) = self.index.find_entry(hash, |&i| i == index) {
-            entry.remove();
-        }
+        let wheel = &self.wheel;
+        let (index, _) = self
+            .index
+            .find_entry(hash, |&i| is_timer(wheel, i, identity))
+            .ok()?
+            .remove();
         let deadline = self.wheel.get_index(index).map(|(d, _)| d)?;
         Some((deadline, self.wheel.remove_index(index)))
     }
 
     pub fn get(&self, identity: &[u8]) -> Option<TimerView<'_>> {
-        let index = self.find(identity)?;
+        let index = self.find(self.hash(identity), identity)?;
         let (deadline, record) = self.wheel.get_index(index)?;
         Some(TimerView {
             deadline,
@@ -314,6 +315,13 @@ impl TimerTable {
             });
         }
     }
+}
+
+/// Whether slab entry `i` is the pending timer `identity` (index buckets compare through it).
+fn is_timer(wheel: &Wheel<TimerRecord>, i: u32, identity: &[u8]) -> bool {
+    wheel
+        .get_index(i)
+        .is_some_and(|(_, r)| r.timer.identity() == identity)
 }
 
 #[cfg(test)]
