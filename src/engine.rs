@@ -10,11 +10,12 @@
 use crate::clock::{clock_ns, Clock, ClockConfig, HostSource};
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
-use crate::ring::{Op, Ring};
+use crate::ring::{reply_channel, Op, Reply, Ring};
 use crate::shard::{set_timer_slack_ns, FireHandler, FiredTimer, Shard, Wakee};
 use crate::store::{layout, ShardStore, StoreConfig, StoreState};
 use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};
 use crate::wheel::table::{PackedTimer, TimerTable};
+use futures_lite::future::block_on;
 use std::future::Future;
 use std::os::fd::IntoRawFd;
 use std::os::unix::io::FromRawFd;
@@ -474,9 +475,9 @@ impl Handle {
         deadline: Deadline,
         payload: &[u8],
     ) -> Result<Scheduled> {
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = reply_channel();
         self.push_schedule(tenant, key, deadline, payload, Some(tx))?;
-        rx.recv().map_err(|_| Error::ShuttingDown)?
+        block_on(rx).map_err(|_| Error::ShuttingDown)?
     }
 
     /// `schedule` for callers on an executor: the push happens now, the answer comes later.
@@ -487,7 +488,7 @@ impl Handle {
         deadline: Deadline,
         payload: &[u8],
     ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = reply_channel();
         let pushed = self.push_schedule(tenant, key, deadline, payload, Some(tx));
         async move {
             pushed?;
@@ -508,10 +509,10 @@ impl Handle {
 
     /// Cancels the pending timer under (tenant, key).
     pub fn cancel(&self, tenant: &str, key: &str) -> Result<Cancelled> {
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = reply_channel();
         let timer = self.pack(tenant, key, &[])?;
         self.push(tenant, key, Op::Cancel { timer, reply: tx })?;
-        rx.recv().map_err(|_| Error::ShuttingDown)?
+        block_on(rx).map_err(|_| Error::ShuttingDown)?
     }
 
     pub fn cancel_async(
@@ -519,7 +520,7 @@ impl Handle {
         tenant: &str,
         key: &str,
     ) -> impl Future<Output = Result<Cancelled>> + Send + 'static {
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = reply_channel();
         let pushed = self
             .pack(tenant, key, &[])
             .and_then(|timer| self.push(tenant, key, Op::Cancel { timer, reply: tx }));
@@ -531,10 +532,10 @@ impl Handle {
 
     /// The pending timer under (tenant, key), if any.
     pub fn get(&self, tenant: &str, key: &str) -> Result<Option<TimerInfo>> {
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = reply_channel();
         let timer = self.pack(tenant, key, &[])?;
         self.push(tenant, key, Op::Get { timer, reply: tx })?;
-        rx.recv().map_err(|_| Error::ShuttingDown)
+        block_on(rx).map_err(|_| Error::ShuttingDown)
     }
 
     pub fn get_async(
@@ -542,7 +543,7 @@ impl Handle {
         tenant: &str,
         key: &str,
     ) -> impl Future<Output = Result<Option<TimerInfo>>> + Send + 'static {
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = reply_channel();
         let pushed = self
             .pack(tenant, key, &[])
             .and_then(|timer| self.push(tenant, key, Op::Get { timer, reply: tx }));
@@ -578,7 +579,7 @@ impl Handle {
         key: &str,
         deadline: Deadline,
         payload: &[u8],
-        reply: Option<oneshot::Sender<Result<Scheduled>>>,
+        reply: Option<Reply<Result<Scheduled>>>,
     ) -> Result<()> {
         if deadline.0 > self.now().0.saturating_add(TEN_YEARS_US) {
             return Err(Error::DeadlineOutOfRange {

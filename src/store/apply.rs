@@ -141,7 +141,7 @@ impl<S: TimeSource> Shard<S> {
 }
 
 fn answer_schedule(
-    reply: Option<oneshot::Sender<Result<Scheduled, Error>>>,
+    reply: Option<crate::ring::Reply<Result<Scheduled, Error>>>,
     r: Result<Scheduled, Error>,
 ) {
     match reply {

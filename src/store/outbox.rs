@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 /// Who waits for an entry's acknowledgement, and with what answer.
 pub enum Ack {
     None,
-    Schedule(oneshot::Sender<Result<Scheduled, Error>>, Scheduled),
-    Cancel(oneshot::Sender<Result<Cancelled, Error>>, Cancelled),
+    Schedule(crate::ring::Reply<Result<Scheduled, Error>>, Scheduled),
+    Cancel(crate::ring::Reply<Result<Cancelled, Error>>, Cancelled),
 }
 
 impl Ack {
@@ -167,8 +167,10 @@ impl Outbox {
 mod tests {
     use super::*;
 
-    fn sched() -> (Ack, oneshot::Receiver<Result<Scheduled, Error>>) {
-        let (tx, rx) = oneshot::channel();
+    type Rx<T> = futures_channel::oneshot::Receiver<T>;
+
+    fn sched() -> (Ack, Rx<Result<Scheduled, Error>>) {
+        let (tx, rx) = crate::ring::reply_channel();
         let s = Scheduled {
             version: 1,
             deadline: crate::units::UtcMicros(5),
@@ -197,7 +199,7 @@ mod tests {
         o.push(redis::cmd("HSET"), None, ack);
         assert_eq!(o.expire(Instant::now(), 1), 1);
         assert_eq!(
-            rx.recv().ok(),
+            futures_lite::future::block_on(rx).ok(),
             Some(Err(Error::StoreUnavailable { retry_after_s: 1 }))
         );
         assert_eq!(o.len(), 1);
@@ -213,6 +215,6 @@ mod tests {
         o.push(redis::cmd("HSET"), None, ack);
         assert!(!o.has_room());
         o.complete([Ok(())]);
-        assert!(matches!(rx.recv(), Ok(Ok(s)) if s.version == 1));
+        assert!(matches!(futures_lite::future::block_on(rx), Ok(Ok(s)) if s.version == 1));
     }
 }
