@@ -77,8 +77,11 @@ pub struct Wheel<T> {
     expired: SlotList,
     /// Earliest deadline on the expired list (`u64::MAX` when it is empty).
     expired_min: u64,
+    /// The expired list is in deadline order (pushes in order keep it so; one out of order
+    /// clears it, and the next poll sorts once).
+    expired_sorted: bool,
     slab: Slab<T>,
-    /// Reused by `poll` to sort the expired list; no allocation once it has grown.
+    /// Reused to sort the expired list; no allocation once it has grown.
     scratch: Vec<(u64, u32)>,
 }
 
@@ -91,6 +94,7 @@ impl<T> Wheel<T> {
             levels: Box::new(std::array::from_fn(|l| Level::new(l as u32))),
             expired: SlotList::EMPTY,
             expired_min: u64::MAX,
+            expired_sorted: true,
             slab: Slab::with_capacity(capacity),
             scratch: Vec::new(),
         }
@@ -183,22 +187,50 @@ impl<T> Wheel<T> {
     /// to `now`. `fire` gets the slab index the entry had, its deadline and its value.
     /// A `now` before `elapsed` (the clock stepped back) fires only expired-list entries that
     /// are due by `now`, and leaves `elapsed` where it is.
-    pub fn poll(&mut self, now: UtcMicros, mut fire: impl FnMut(u32, UtcMicros, T)) {
+    pub fn poll(&mut self, now: UtcMicros, fire: impl FnMut(u32, UtcMicros, T)) {
+        let more = self.poll_at_most(now, usize::MAX, fire);
+        debug_assert!(!more, "an unbounded poll left entries due");
+    }
+
+    /// Like [`Wheel::poll`], but fires at most `budget` entries. Returns true when it stopped
+    /// because the budget ran out while more entries were due; the next call resumes where this
+    /// one stopped, in deadline order (the rest of a level-0 slot stays in its slot, and the
+    /// expired list stays sorted). Cascades are not counted against the budget.
+    pub fn poll_at_most(
+        &mut self,
+        now: UtcMicros,
+        budget: usize,
+        mut fire: impl FnMut(u32, UtcMicros, T),
+    ) -> bool {
         let now = now.0;
+        let mut budget = budget;
         if self.expired_min <= now {
-            self.fire_expired(now, &mut fire);
+            self.fire_expired(now, &mut budget, &mut fire);
+            if budget == 0 && self.expired_min <= now {
+                return true;
+            }
         }
         while let Some((level, slot, start)) = self.next_slot_due(now) {
+            if budget == 0 {
+                return true;
+            }
             self.elapsed = start;
             let list = std::mem::replace(self.levels[level].slot_mut(slot), SlotList::EMPTY);
             self.levels[level].mark_empty(slot);
             if level == 0 {
-                self.fire_list(list, &mut fire);
+                let rest = self.fire_list(list, &mut budget, &mut fire);
+                if rest.head != NIL {
+                    // Out of budget inside the slot: the rest stays where it was.
+                    *self.levels[0].slot_mut(slot) = rest;
+                    self.levels[0].mark_occupied(slot);
+                    return true;
+                }
             } else {
                 self.cascade_list(list);
             }
         }
         self.elapsed = self.elapsed.max(now);
+        false
     }
 
     /// The earliest occupied slot whose start is at or before `now`.
@@ -212,9 +244,23 @@ impl<T> Wheel<T> {
         (start <= now).then_some((level, slot, start))
     }
 
-    fn fire_list(&mut self, list: SlotList, fire: &mut impl FnMut(u32, UtcMicros, T)) {
+    /// Fires the entries of a level-0 slot's list until `budget` runs out; returns what is
+    /// left of the list (empty when all fired).
+    fn fire_list(
+        &mut self,
+        list: SlotList,
+        budget: &mut usize,
+        fire: &mut impl FnMut(u32, UtcMicros, T),
+    ) -> SlotList {
         let mut index = list.head;
         while index != NIL {
+            if *budget == 0 {
+                self.slab.get_mut(index).prev = NIL;
+                return SlotList {
+                    head: index,
+                    tail: list.tail,
+                };
+            }
             let next = self.slab.get(index).next;
             let deadline = UtcMicros(self.slab.get(index).deadline);
             debug_assert!(
@@ -224,9 +270,11 @@ impl<T> Wheel<T> {
                 self.elapsed
             );
             let value = self.slab.remove(index);
+            *budget -= 1;
             fire(index, deadline, value);
             index = next;
         }
+        SlotList::EMPTY
     }
 
     fn cascade_list(&mut self, list: SlotList) {
@@ -238,7 +286,45 @@ impl<T> Wheel<T> {
         }
     }
 
-    fn fire_expired(&mut self, now: u64, fire: &mut impl FnMut(u32, UtcMicros, T)) {
+    /// Fires the expired list's entries due by `now`, earliest first, until `budget` runs out.
+    /// The list is sorted by deadline first if pushes left it unsorted; what stays on it stays
+    /// sorted, so a burst spread over many bounded polls is sorted once.
+    fn fire_expired(
+        &mut self,
+        now: u64,
+        budget: &mut usize,
+        fire: &mut impl FnMut(u32, UtcMicros, T),
+    ) {
+        if !self.expired_sorted {
+            self.sort_expired();
+        }
+        let mut index = self.expired.head;
+        while index != NIL && *budget > 0 {
+            let (deadline, next) = {
+                let e = self.slab.get(index);
+                (e.deadline, e.next)
+            };
+            if deadline > now {
+                break;
+            }
+            let value = self.slab.remove(index);
+            *budget -= 1;
+            fire(index, UtcMicros(deadline), value);
+            index = next;
+        }
+        self.expired.head = index;
+        if index == NIL {
+            self.expired.tail = NIL;
+            self.expired_min = u64::MAX;
+        } else {
+            self.slab.get_mut(index).prev = NIL;
+            self.expired_min = self.slab.get(index).deadline;
+        }
+    }
+
+    /// Relinks the expired list in deadline order. Stable: entries with the same deadline keep
+    /// the order they were inserted in.
+    fn sort_expired(&mut self) {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let mut index = self.expired.head;
@@ -247,17 +333,12 @@ impl<T> Wheel<T> {
             scratch.push((entry.deadline, index));
             index = entry.next;
         }
+        scratch.sort_by_key(|&(deadline, _)| deadline);
         self.expired = SlotList::EMPTY;
         self.expired_min = u64::MAX;
-        // Stable: entries with the same deadline fire in the order they were inserted.
-        scratch.sort_by_key(|&(deadline, _)| deadline);
-        for &(deadline, index) in &scratch {
-            if deadline <= now {
-                let value = self.slab.remove(index);
-                fire(index, UtcMicros(deadline), value);
-            } else {
-                self.push_expired(index);
-            }
+        self.expired_sorted = true;
+        for &(_, index) in &scratch {
+            self.push_expired(index);
         }
         self.scratch = scratch;
     }
@@ -285,8 +366,13 @@ impl<T> Wheel<T> {
     }
 
     fn push_expired(&mut self, index: u32) {
+        let deadline = self.slab.get(index).deadline;
+        let tail = self.expired.tail;
+        if tail != NIL && self.slab.get(tail).deadline > deadline {
+            self.expired_sorted = false;
+        }
         self.expired = self.append(self.expired, index, Pos::EXPIRED);
-        self.expired_min = self.expired_min.min(self.slab.get(index).deadline);
+        self.expired_min = self.expired_min.min(deadline);
     }
 
     /// Appends `index` to `list` and returns the new list.
@@ -337,6 +423,7 @@ impl<T> Wheel<T> {
         if pos == Pos::EXPIRED {
             if now_empty {
                 self.expired_min = u64::MAX;
+                self.expired_sorted = true;
             }
             // Otherwise expired_min stays a lower bound; fire_expired recomputes it.
         } else if now_empty {

@@ -112,14 +112,15 @@ pub enum UpsertError {
     OutOfRange,
 }
 
-/// Seeds for the index hash. The shard router uses a different seed (`shard::route`), so that
-/// the keys that land on one shard are not clustered in its index buckets.
-const INDEX_SEED: u64 = 0x7075_6e63_7475_616c;
-
 pub struct TimerTable {
     wheel: Wheel<TimerRecord>,
     index: HashTable<u32>,
-    hasher: foldhash::fast::FixedState,
+    /// Seeded at random per table (foldhash's `RandomState`: a per-process random global seed
+    /// and a per-instance one). Keys are chosen by clients: with a fixed seed, a client who
+    /// knows it could send keys that all land in one probe sequence and turn every insert and
+    /// cancel into a linear scan. foldhash is fast, not cryptographic: its random seed defeats
+    /// precomputed collisions, not an attacker who can observe timings at length.
+    hasher: foldhash::fast::RandomState,
     last_version: u64,
     capacity: usize,
     /// (hash, slab index) of the timers one `poll` fired, for their index removal; reused.
@@ -132,7 +133,7 @@ impl TimerTable {
         TimerTable {
             wheel: Wheel::new(now, capacity),
             index: HashTable::with_capacity(capacity),
-            hasher: foldhash::fast::FixedState::with_seed(INDEX_SEED),
+            hasher: foldhash::fast::RandomState::default(),
             last_version: 0,
             capacity,
             fired: Vec::new(),
@@ -169,6 +170,11 @@ impl TimerTable {
 
     fn hash(&self, identity: &[u8]) -> u64 {
         self.hasher.hash_one(identity)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn hash_of(&self, identity: &[u8]) -> u64 {
+        self.hash(identity)
     }
 
     /// The slab index of the pending timer `identity`, whose hash is `hash`.
@@ -269,7 +275,19 @@ impl TimerTable {
     }
 
     /// Fires every timer due at or before `now`, in deadline order.
-    pub fn poll(&mut self, now: UtcMicros, mut fire: impl FnMut(UtcMicros, TimerRecord)) {
+    pub fn poll(&mut self, now: UtcMicros, fire: impl FnMut(UtcMicros, TimerRecord)) {
+        let more = self.poll_at_most(now, usize::MAX, fire);
+        debug_assert!(!more, "an unbounded poll left timers due");
+    }
+
+    /// Fires at most `budget` timers due at or before `now`, in deadline order; true when more
+    /// are due (call again to go on: see `Wheel::poll_at_most`).
+    pub fn poll_at_most(
+        &mut self,
+        now: UtcMicros,
+        budget: usize,
+        mut fire: impl FnMut(UtcMicros, TimerRecord),
+    ) -> bool {
         // Index entries of fired timers are removed after the wheel's poll, not during it: a
         // burst that fires more than half of the table rebuilds the index from the survivors
         // (a sequential pass) instead of paying one random probe per fired timer. Until then
@@ -279,13 +297,15 @@ impl TimerTable {
         fired.clear();
         let mut fired_count = 0usize;
         let hasher = &self.hasher;
-        self.wheel.poll(now, |slab_index, deadline, record| {
-            fired_count += 1;
-            if fired_count <= half + 1 {
-                fired.push((hasher.hash_one(record.timer.identity()), slab_index));
-            }
-            fire(deadline, record);
-        });
+        let more = self
+            .wheel
+            .poll_at_most(now, budget, |slab_index, deadline, record| {
+                fired_count += 1;
+                if fired_count <= half + 1 {
+                    fired.push((hasher.hash_one(record.timer.identity()), slab_index));
+                }
+                fire(deadline, record);
+            });
         if fired_count > half + 1 {
             self.rebuild_index();
         } else {
@@ -299,6 +319,7 @@ impl TimerTable {
         if fired.capacity() <= 65_536 {
             self.fired = fired;
         }
+        more
     }
 
     /// Empties the index and re-inserts every pending timer. O(slab + pending).

@@ -85,7 +85,21 @@ impl Model {
     }
 }
 
-fn run(start: u64, ops: &[Op]) -> Result<(), TestCaseError> {
+/// Polls until nothing more is due, at most `budget` fires per call (the shard's bounded
+/// passes); the fires of all calls together.
+fn poll_all(table: &mut TimerTable, now: u64, budget: usize) -> Vec<(u64, u8, u64)> {
+    let mut fired = Vec::new();
+    let mut calls = 0;
+    while table.poll_at_most(UtcMicros(now), budget, |d, r| {
+        fired.push((d.0, r.timer.payload()[0], r.version))
+    }) {
+        calls += 1;
+        assert!(calls < 10_000, "poll_at_most keeps reporting more due");
+    }
+    fired
+}
+
+fn run(start: u64, ops: &[Op], budget: usize) -> Result<(), TestCaseError> {
     let mut now = start;
     let mut table = TimerTable::new(UtcMicros(now), 64);
     let mut model = Model::default();
@@ -111,10 +125,7 @@ fn run(start: u64, ops: &[Op]) -> Result<(), TestCaseError> {
             Op::Advance { by } => now += by,
             Op::StepBack { by } => now = now.saturating_sub(by).max(start),
         }
-        let mut fired = Vec::new();
-        table.poll(UtcMicros(now), |d, r| {
-            fired.push((d.0, r.timer.payload()[0], r.version))
-        });
+        let mut fired = poll_all(&mut table, now, budget);
         for &(deadline, k, _) in &fired {
             prop_assert!(
                 deadline <= now,
@@ -151,10 +162,7 @@ fn run(start: u64, ops: &[Op]) -> Result<(), TestCaseError> {
     }
     // Drain: everything left fires once time runs far enough, and nothing is lost.
     let end = now + TEN_YEARS_US + 1;
-    let mut rest = Vec::new();
-    table.poll(UtcMicros(end), |d, r| {
-        rest.push((d.0, r.timer.payload()[0], r.version))
-    });
+    let mut rest = poll_all(&mut table, end, budget);
     rest.sort_unstable();
     prop_assert_eq!(rest, model.fire(end));
     prop_assert!(table.is_empty());
@@ -168,8 +176,9 @@ proptest! {
     fn table_fires_exactly_what_a_btreemap_model_fires(
         start in prop_oneof![Just(0u64), 1_000_000u64..2_000_000_000_000_000],
         ops in prop::collection::vec(op(), 1..150),
+        budget in prop_oneof![3 => Just(usize::MAX), 1 => 1usize..5],
     ) {
-        run(start, &ops)?;
+        run(start, &ops, budget)?;
     }
 }
 
@@ -278,4 +287,61 @@ fn index_stays_exact_after_a_burst_that_fires_most_of_the_table() {
     );
     assert!(table.cancel(packed(3).identity()).is_some());
     assert!(table.cancel(packed(3).identity()).is_none());
+}
+
+#[test]
+fn a_bounded_poll_resumes_a_slot_in_order_and_sees_cancels_and_inserts_in_between() {
+    let mut table = TimerTable::new(UtcMicros(1_000), 64);
+    for k in 0..10u8 {
+        table
+            .upsert(packed(k), UtcMicros(2_000), UtcMicros(1_000))
+            .expect("room");
+    }
+    let mut fired = Vec::new();
+    let more = table.poll_at_most(UtcMicros(5_000), 3, |_, r| fired.push(r.timer.payload()[0]));
+    assert!(more, "7 of the 10 are still due");
+    assert_eq!(fired, vec![0, 1, 2]);
+    // Between two bounded polls: cancel one that is still due, add one due earlier (it goes
+    // to the expired list and must fire first) and one due later.
+    assert!(table.cancel(packed(5).identity()).is_some());
+    assert!(
+        table.cancel(packed(1).identity()).is_none(),
+        "fired already"
+    );
+    table
+        .upsert(packed(20), UtcMicros(1_500), UtcMicros(2_000))
+        .expect("room");
+    table
+        .upsert(packed(21), UtcMicros(4_000), UtcMicros(2_000))
+        .expect("room");
+    let rest = poll_all(&mut table, 5_000, 2);
+    let keys: Vec<u8> = rest.iter().map(|&(_, k, _)| k).collect();
+    assert_eq!(keys, vec![20, 3, 4, 6, 7, 8, 9, 21]);
+    assert!(table.is_empty());
+    assert_eq!(table.next_deadline(), None);
+}
+
+#[test]
+fn a_bounded_poll_of_a_large_expired_list_fires_it_in_deadline_order() {
+    let mut table = TimerTable::new(UtcMicros(1_000_000), 4096);
+    // Inserted in the past, out of order: all land on the expired list.
+    for k in 0..200u8 {
+        let deadline = 1_000 + u64::from(k.wrapping_mul(37)) * 10;
+        table
+            .upsert(packed(k), UtcMicros(deadline), UtcMicros(1_000_000))
+            .expect("room");
+    }
+    let fired = poll_all(&mut table, 1_000_000, 7);
+    assert_eq!(fired.len(), 200);
+    assert!(fired.windows(2).all(|w| w[0].0 <= w[1].0), "{fired:?}");
+}
+
+#[test]
+fn tables_hash_keys_with_their_own_random_seed() {
+    let a = TimerTable::new(UtcMicros(0), 4);
+    let b = TimerTable::new(UtcMicros(0), 4);
+    let id = packed(1);
+    // A fixed seed would make every table (and every process) hash a key the same way, which
+    // lets a client precompute keys that collide.
+    assert_ne!(a.hash_of(id.identity()), b.hash_of(id.identity()));
 }
