@@ -11,6 +11,7 @@ use crate::clock::{clock_ns, Clock, ClockConfig, HostSource};
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
 use crate::ring::{reply_channel, Op, Reply, Ring};
+use crate::shard::watchdog::{Pulse, Watchdog};
 use crate::shard::{set_timer_slack_ns, FireHandler, FiredTimer, Shard, Wakee};
 use crate::store::{layout, ShardStore, StoreConfig, StoreState};
 use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};
@@ -28,8 +29,9 @@ pub use crate::ring::{Cancelled, Scheduled, TimerInfo};
 /// Largest payload, in bytes (DESIGN.md: 65,536 bytes of JSON text).
 pub const MAX_PAYLOAD: usize = 65_536;
 
-/// glommio's preemption timer on shards with a store (see `build`).
-const STORE_PREEMPT: Duration = Duration::from_micros(250);
+/// glommio's preemption timer: its own default. Shards yield on their own and never rely on
+/// being preempted; a shorter timer brings back a glommio stall (see `shard::watchdog`).
+const PREEMPT_TIMER: Duration = Duration::from_millis(100);
 
 /// How a shard gets its core.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +63,8 @@ pub struct EngineBuilder {
     handler: FireHandler,
     on_shard_start: Option<ShardStartHook>,
     store: Option<StoreConfig>,
+    preempt_timer: Duration,
+    watchdog: (Duration, Duration),
 }
 
 /// Runs on each shard's thread, inside its executor, before the shard's loop starts: the place
@@ -79,6 +83,11 @@ impl Default for EngineBuilder {
             handler: Arc::new(|_: &FiredTimer<'_>| {}),
             on_shard_start: None,
             store: None,
+            preempt_timer: PREEMPT_TIMER,
+            watchdog: (
+                crate::shard::watchdog::PERIOD,
+                crate::shard::watchdog::GRACE,
+            ),
         }
     }
 }
@@ -154,6 +163,23 @@ impl EngineBuilder {
         self
     }
 
+    /// glommio's preemption timer for the shards' executors (default 100 ms, glommio's own).
+    /// Only for tests that reproduce glommio's stall under a short timer: production code
+    /// leaves it alone.
+    #[doc(hidden)]
+    pub fn glommio_preempt_timer(mut self, timer: Duration) -> Self {
+        self.preempt_timer = timer;
+        self
+    }
+
+    /// The watchdog's period and grace (default 5 ms each; see `shard::watchdog`). Zero
+    /// period turns it off: only for tests that show what it prevents.
+    #[doc(hidden)]
+    pub fn watchdog(mut self, period: Duration, grace: Duration) -> Self {
+        self.watchdog = (period, grace);
+        self
+    }
+
     /// Starts the shards and returns once each has calibrated its clock and is running.
     pub fn build(self) -> Result<Engine> {
         if self.shards == 0 || self.shards > 1024 {
@@ -196,6 +222,7 @@ impl EngineBuilder {
                 stopping: AtomicBool::new(false),
             }),
         };
+        let pulses: Vec<Arc<Pulse>> = (0..self.shards).map(|_| Arc::default()).collect();
         let mut threads = Vec::with_capacity(self.shards);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         for (id, wakee) in wakees.into_iter().enumerate() {
@@ -220,16 +247,10 @@ impl EngineBuilder {
             // tasks on its executor (HTTP, the store) it must park in glommio's reactor.
             let park_direct = hook.is_none() && store.is_none();
             let wakee_fd = wakee.into_raw_fd();
-            // glommio reaps I/O completions between task-queue runs, and a shard that yields
-            // between ring batches keeps its queue runnable: without a short preemption timer
-            // the store's replies would wait up to glommio's default 100 ms under load.
-            let preempt = match &store {
-                Some(_) => STORE_PREEMPT,
-                None => Duration::from_millis(100),
-            };
+            let pulse = pulses[id].clone();
             let thread = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("punctual-shard-{id}"))
-                .preempt_timer(preempt)
+                .preempt_timer(self.preempt_timer)
                 .spawn(move || async move {
                     set_timer_slack_ns(1);
                     let source = match clock_choice {
@@ -258,6 +279,7 @@ impl EngineBuilder {
                         stop,
                         store: store
                             .map(|(cfg, info)| ShardStore::new(cfg, info, id, shards, m.clone())),
+                        pulse,
                     };
                     shard.publish_initial();
                     if let Some((hook, handle)) = hook {
@@ -283,11 +305,27 @@ impl EngineBuilder {
                 });
             }
         }
+        let (period, grace) = self.watchdog;
+        let watchdog = if period.is_zero() {
+            None
+        } else {
+            let watched = pulses
+                .into_iter()
+                .zip(handle.inner.metrics.iter().cloned())
+                .collect();
+            Some(
+                Watchdog::spawn(watched, period, grace).map_err(|e| Error::ShardStart {
+                    shard: 0,
+                    reason: format!("cannot start the watchdog thread: {e}"),
+                })?,
+            )
+        };
         tracing::info!(shards = self.shards, cores = ?cores, spin_us = self.spin.as_micros() as u64, "engine started");
         Ok(Engine {
             handle,
             threads,
             stop,
+            _watchdog: watchdog,
         })
     }
 
@@ -347,6 +385,8 @@ pub struct Engine {
     handle: Handle,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
     stop: Arc<AtomicBool>,
+    /// Stopped after the shards (fields drop after `Drop::drop` has joined them).
+    _watchdog: Option<Watchdog>,
 }
 
 impl Engine {
@@ -399,6 +439,8 @@ pub struct ShardStats {
     pub clock_steps_total: u64,
     /// The shard's clock reads clock_gettime, not the TSC.
     pub clock_fallback: bool,
+    /// Times the watchdog had to wake the shard (`shard::watchdog`).
+    pub watchdog_wakes_total: u64,
     pub lateness: crate::metrics::HistogramSnapshot,
 }
 
@@ -535,7 +577,7 @@ impl Handle {
         let (tx, rx) = reply_channel();
         let timer = self.pack(tenant, key, &[])?;
         self.push(tenant, key, Op::Get { timer, reply: tx })?;
-        block_on(rx).map_err(|_| Error::ShuttingDown)
+        block_on(rx).map_err(|_| Error::ShuttingDown)?
     }
 
     pub fn get_async(
@@ -549,7 +591,7 @@ impl Handle {
             .and_then(|timer| self.push(tenant, key, Op::Get { timer, reply: tx }));
         async move {
             pushed?;
-            rx.await.map_err(|_| Error::ShuttingDown)
+            rx.await.map_err(|_| Error::ShuttingDown)?
         }
     }
 
@@ -567,6 +609,7 @@ impl Handle {
                     clock_offset_ns: m.clock_offset_ns.load(Ordering::Relaxed),
                     clock_steps_total: m.clock_steps_total.load(Ordering::Relaxed),
                     clock_fallback: m.clock_fallback.load(Ordering::Relaxed) != 0,
+                    watchdog_wakes_total: m.watchdog_wakes_total.load(Ordering::Relaxed),
                     lateness: m.lateness(),
                 }
             })

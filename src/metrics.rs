@@ -47,6 +47,9 @@ pub struct ShardMetrics {
     pub clock_steps_total: AtomicU64,
     /// 1 when the shard's clock fell back to clock_gettime (no invariant TSC), else 0.
     pub clock_fallback: AtomicU64,
+    /// Times the watchdog woke this shard because it had not run well past its time
+    /// (`shard::watchdog`).
+    pub watchdog_wakes_total: AtomicU64,
     /// The durable store's figures (all zero, state `InMemory`, without Redis).
     pub store: crate::store::StoreMetrics,
 }

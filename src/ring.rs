@@ -55,8 +55,33 @@ pub(crate) enum Op {
     },
     Get {
         timer: PackedTimer,
-        reply: Reply<Option<TimerInfo>>,
+        reply: Reply<Result<Option<TimerInfo>, Error>>,
     },
+}
+
+impl Op {
+    /// Answers the op with `e` without applying it (a shard that is stopping, or a store that
+    /// cannot take it). A detached schedule has no one to answer: it is logged.
+    pub fn refuse(self, e: Error) {
+        match self {
+            Op::Schedule {
+                reply: Some(tx), ..
+            } => {
+                let _ = tx.send(Err(e));
+            }
+            Op::Schedule {
+                reply: None, timer, ..
+            } => {
+                tracing::warn!(timer = ?timer, error = %e, "detached schedule refused");
+            }
+            Op::Cancel { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Op::Get { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
 }
 
 /// The answer to a schedule (upsert).
@@ -89,6 +114,8 @@ pub(crate) struct Ring {
     shard: usize,
     queue: ArrayQueue<Op>,
     parked: AtomicBool,
+    /// Set when the shard has stopped for good: ops pushed after it are refused.
+    closed: AtomicBool,
     waker: UnixStream,
     rejected: AtomicU64,
 }
@@ -103,6 +130,7 @@ impl Ring {
             shard,
             queue: ArrayQueue::new(capacity.max(1)),
             parked: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             waker,
             rejected: AtomicU64::new(0),
         };
@@ -110,6 +138,9 @@ impl Ring {
     }
 
     pub fn push(&self, op: Op) -> Result<(), Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
         if self.queue.push(op).is_err() {
             self.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(Error::RingFull {
@@ -118,10 +149,31 @@ impl Ring {
             });
         }
         fence(Ordering::SeqCst);
+        if self.closed.load(Ordering::Relaxed) {
+            // The shard closed the ring after our first look: its last sweep may have missed
+            // this op, so sweep again here (the queue takes pops from any thread).
+            self.refuse_all();
+            return Ok(());
+        }
         if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::AcqRel) {
             self.wake();
         }
         Ok(())
+    }
+
+    /// The shard stops for good: every op on the ring, and every op pushed later, is answered
+    /// `ShuttingDown`. The same store-fence-load pair as parking: either the sweep here sees a
+    /// racing producer's op, or that producer sees `closed` and sweeps itself.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.refuse_all();
+    }
+
+    fn refuse_all(&self) {
+        while let Some(op) = self.queue.pop() {
+            op.refuse(Error::ShuttingDown);
+        }
     }
 
     /// Writes one wake-up byte. A full socket buffer already holds wake-ups: nothing to do.

@@ -207,7 +207,7 @@ const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 10] = [
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let rows = rows(&self.handle);
-        let families: [(&str, &str, MetricType, Pick); 8] = [
+        let families: [(&str, &str, MetricType, Pick); 9] = [
             (
                 "punctual_timers_pending",
                 "Timers pending on the shard",
@@ -255,6 +255,12 @@ impl Collector for EngineCollector {
                 "1 when the shard's clock reads clock_gettime because the TSC is not invariant",
                 MetricType::Gauge,
                 |r| Value::Gauge(i64::from(r.s.clock_fallback)),
+            ),
+            (
+                "punctual_shard_watchdog_wakes",
+                "Times the watchdog woke the shard because it had not run 5 ms after it was due",
+                MetricType::Counter,
+                |r| Value::Counter(r.s.watchdog_wakes_total),
             ),
         ];
         for (name, help, kind, pick) in families.into_iter().chain(STORE_FAMILIES) {

@@ -100,7 +100,7 @@ impl<S: TimeSource> Shard<S> {
                     }
                     let expired = held.partition_point(|(t, _)| t.elapsed() >= limit);
                     for (_, op) in held.drain(..expired) {
-                        refuse(op, shared.unavailable());
+                        op.refuse(shared.unavailable());
                     }
                     if stop.load(std::sync::atomic::Ordering::Acquire) {
                         return None;
@@ -152,19 +152,6 @@ fn answer_schedule(
             if let Err(e) = r {
                 tracing::warn!(error = %e, "detached schedule refused");
             }
-        }
-    }
-}
-
-/// Answers an op that could not be applied.
-fn refuse(op: Op, e: Error) {
-    match op {
-        Op::Schedule { reply, .. } => answer_schedule(reply, Err(e)),
-        Op::Cancel { reply, .. } => {
-            let _ = reply.send(Err(e));
-        }
-        Op::Get { reply, .. } => {
-            let _ = reply.send(None);
         }
     }
 }

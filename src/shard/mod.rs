@@ -1,0 +1,409 @@
+//! A shard: one thread, one glommio `LocalExecutor` pinned to its core, owning its timer table,
+//! its clock and the consuming end of its ring. Nothing here is shared or locked.
+//!
+//! # The loop
+//!
+//! ```text
+//!   loop:
+//!     drain the ring (at most DRAIN_BATCH ops)
+//!     re-anchor the clock if 100 ms have passed
+//!     fire what is due, in deadline order (at most FIRE_BATCH when the shard shares its thread)
+//!     if it did any work and shares its thread: yield to the executor, go round
+//!     if the ring has more or more is due: go round
+//!     next = min(next deadline, next anchor)
+//!     if next - now > spin window: park until `next - spin window` or a ring wake-up
+//!     else: spin reading the TSC until `next` or ring work (bounded when sharing: see below)
+//! ```
+//!
+//! The park is glommio's timer raced against a read of the ring's wake-up socket; a producer
+//! writes a byte only when the shard is parked (see `ring`), so ingest does not wait for
+//! glommio's preemption timer or its low-priority queues. A shard that runs nothing but this
+//! loop parks in `ppoll` instead (`park::Wakee`).
+//!
+//! # Sharing the thread: cooperative, never preempted
+//!
+//! With HTTP connections or a store on its executor, the loop is one task among several, and
+//! it gives the thread away itself, at three points:
+//!
+//! - after every pass that did work (drained ops or fired timers), so that the store task
+//!   writes what the pass queued and the connections read their answers at once;
+//! - while spinning, at least every [`MAX_UNYIELDED`], so that deadlines closer together than
+//!   the spin window cannot keep the other tasks off the thread;
+//! - in parks, which are `await`s.
+//!
+//! A pass is bounded ([`DURABLE_DRAIN_BATCH`] or [`DRAIN_BATCH`] ops, [`FIRE_BATCH`] fires), so
+//! the other tasks never wait for more than one bounded pass. The yield is a one-microsecond
+//! glommio timer (`park::yield_to_reactor`), not `yield_now`: only a task that is *not*
+//! runnable lets glommio reap I/O completions before its preemption timer expires.
+//!
+//! ## The glommio behaviour this design avoids
+//!
+//! glommio 0.9 can put its thread to sleep while a task is runnable: when its preemption timer
+//! has already expired as a scheduling round begins, the round runs nothing and the executor
+//! parks until an unrelated timer or I/O event, which may be seconds away. A preemption timer
+//! shorter than one reactor pass (0.3–1 ms on a busy VM) makes that common: with a 250 µs timer,
+//! a durable shard under mixed load fired thousands of timers 0.1–2.7 s late. So the engine
+//! leaves glommio's preemption timer at its 100 ms default and does not rely on preemption at
+//! all: every shard task yields on its own, as above. What remains (a single reactor pass
+//! slower than 100 ms) is bounded by the [`watchdog`], which wakes a shard still asleep 5 ms
+//! past its time, from another thread. A regression test runs shards under a preemption timer
+//! far shorter than a reactor pass and checks that they keep firing.
+//!
+//! # Cross-thread wake-ups
+//!
+//! Every way another thread reaches a shard, and how it wakes it:
+//!
+//! - the ring (`ring`): producers push and, when the shard is parked, write one byte to its
+//!   wake socket (a kernel wake-up, no waker involved);
+//! - replies (`ring::Reply`, futures-channel's oneshot): the shard completes them, waking the
+//!   caller's waker (a thread blocked in `Handle::schedule`, or an HTTP task on another
+//!   shard's executor through glommio's foreign-waker path);
+//! - the watchdog wakes the shard loop's own waker (above);
+//! - shutdown and draining raise flags and notify `event_listener::Event`s (the HTTP drain);
+//!   the shard's stop flag is followed by a ring wake-up.
+//!
+//! # Cost
+//!
+//! Per fired timer: the wheel's removal, an index removal, one clock read for `fired_at`, the
+//! histogram update and the handler. Per yield (only on a shared thread, only after work): one
+//! glommio timer and one reactor pass, a few microseconds.
+//!
+//! # With a durable store
+//!
+//! When Redis is configured the shard has a `store::ShardStore`: before the loop it recovers
+//! its partitions (`store::apply`), ops go through `apply_durable` (replies wait for Redis),
+//! each fire also queues its stream entry, and after each pass the store task is kicked. The
+//! in-memory shard checks `Option<ShardStore>` once per drained batch and once per poll.
+
+mod park;
+pub(crate) mod watchdog;
+
+pub(crate) use park::{set_timer_slack_ns, Wakee};
+
+use crate::clock::{Clock, TimeSource};
+use crate::error::Error;
+use crate::metrics::ShardMetrics;
+use crate::ring::{Cancelled, Op, Ring, Scheduled, TimerInfo};
+use crate::sink::FiredEntry;
+use crate::store::ShardStore;
+use crate::units::{UtcMicros, UtcNanos};
+use crate::wheel::table::{TimerTable, UpsertError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Ops taken from the ring before the shard looks at its clock again.
+const DRAIN_BATCH: usize = 4096;
+
+/// The same for a shard with a store: shorter passes, so that the store task (on the same
+/// executor) reads Redis's replies between them instead of after a 4,096-op pass.
+const DURABLE_DRAIN_BATCH: usize = 512;
+
+/// Timers fired in one pass by a shard that shares its thread. A burst (a million timers due
+/// at one instant) is fired over many passes, with the other tasks running in between; a
+/// shard alone on its thread fires a burst in one go.
+const FIRE_BATCH: usize = 4096;
+
+/// Longest a shard that shares its thread spins without yielding to its other tasks.
+const MAX_UNYIELDED: Duration = Duration::from_micros(200);
+
+/// What the handler sees of a fired timer. It runs on the shard's thread: keep it short.
+#[derive(Debug, Clone, Copy)]
+pub struct FiredTimer<'a> {
+    pub shard: usize,
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub version: u64,
+    pub deadline: UtcMicros,
+    pub fired_at: UtcNanos,
+    pub payload: &'a [u8],
+}
+
+pub type FireHandler = Arc<dyn Fn(&FiredTimer<'_>) + Send + Sync>;
+
+pub(crate) struct Shard<S: TimeSource> {
+    pub id: usize,
+    pub ring: Arc<Ring>,
+    pub table: TimerTable,
+    pub clock: Clock<S>,
+    pub spin: Duration,
+    pub handler: FireHandler,
+    pub metrics: Arc<ShardMetrics>,
+    pub stop: Arc<AtomicBool>,
+    /// The durable store; `None` for the in-memory engine.
+    pub store: Option<ShardStore>,
+    /// What the watchdog sees of this shard (`watchdog`).
+    pub pulse: Arc<watchdog::Pulse>,
+}
+
+impl<S: TimeSource> Shard<S> {
+    /// Runs until `stop` is set. `wakee` is the socket the ring's producers write to.
+    pub async fn run(mut self, mut wakee: Wakee) {
+        let mut buf = [0u8; 64];
+        let cooperative = wakee.cooperative();
+        if cooperative {
+            let waker =
+                futures_lite::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone()))
+                    .await;
+            self.pulse.set_waker(Some(waker));
+        }
+        if self.recover_first().await {
+            let fire_budget = if cooperative { FIRE_BATCH } else { usize::MAX };
+            while !self.stop.load(Ordering::Acquire) {
+                let drained = self.drain();
+                let t = self.clock.source().ticks();
+                if self.clock.anchor_due(t) {
+                    self.clock.anchor();
+                    self.publish_clock();
+                }
+                let (fired, more_due) = self.fire_due(fire_budget);
+                if let Some(store) = &self.store {
+                    store.kick();
+                }
+                if cooperative && (drained > 0 || fired > 0) {
+                    self.yield_now().await;
+                    continue;
+                }
+                if more_due || !self.ring.is_empty() {
+                    continue;
+                }
+                self.wait(&mut wakee, &mut buf).await;
+            }
+            if let Some(mut store) = self.store.take() {
+                store.close().await;
+            }
+        }
+        // No caller may wait for a shard that will not run again.
+        self.ring.close();
+        self.pulse.running();
+        self.pulse.set_waker(None);
+        self.ring.unpark();
+    }
+
+    /// Parks until the next deadline (less the spin window) or a ring wake-up, or spins when
+    /// the next deadline is closer than the spin window.
+    async fn wait(&mut self, wakee: &mut Wakee, buf: &mut [u8]) {
+        let now = self.clock.now();
+        let next = self.next_wake();
+        let wait = Duration::from_nanos(next.0.saturating_sub(now.0));
+        if wait > self.spin {
+            if self.ring.prepare_park() {
+                let nap = wait - self.spin;
+                if wakee.cooperative() {
+                    self.pulse.expect_by(nap);
+                }
+                wakee.park(nap, buf).await;
+                self.pulse.running();
+                self.ring.unpark();
+            }
+        } else if wakee.cooperative() {
+            // Spin for at most MAX_UNYIELDED, then let the other tasks run and come back.
+            if !self.spin_until(next, MAX_UNYIELDED) {
+                self.yield_now().await;
+            }
+        } else {
+            self.spin_until(next, Duration::MAX);
+        }
+    }
+
+    /// Hands the thread to the executor's other tasks and its I/O (see the module doc).
+    async fn yield_now(&self) {
+        self.pulse.expect_by(Duration::ZERO);
+        park::yield_to_reactor().await;
+        self.pulse.running();
+    }
+
+    /// The earlier of the next deadline and the next anchor, in UTC ns.
+    fn next_wake(&self) -> UtcNanos {
+        let anchor = self.clock.next_anchor_at();
+        match self.table.next_deadline() {
+            Some(d) => anchor.min(d.as_nanos()),
+            None => anchor,
+        }
+    }
+
+    /// Spins until the clock reaches `target` (true), or until the ring has work, the shard is
+    /// stopping, or `limit` has passed (false).
+    fn spin_until(&self, target: UtcNanos, limit: Duration) -> bool {
+        let give_up = std::time::Instant::now().checked_add(limit);
+        let mut turns = 0u32;
+        while self.clock.now() < target {
+            if !self.ring.is_empty() || self.stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            turns = turns.wrapping_add(1);
+            // The limit is checked every 64 turns: an `Instant` read costs about as much as a
+            // TSC read through the mapping.
+            if turns % 64 == 0 && give_up.is_some_and(|g| std::time::Instant::now() >= g) {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+        true
+    }
+
+    /// Applies up to one batch of ops from the ring; how many.
+    fn drain(&mut self) -> usize {
+        let mut n = 0;
+        if let Some(store) = &self.store {
+            store.stamp();
+            while n < DURABLE_DRAIN_BATCH {
+                let Some(op) = self.ring.pop() else { break };
+                self.apply_durable(op);
+                n += 1;
+            }
+        } else {
+            while n < DRAIN_BATCH {
+                let Some(op) = self.ring.pop() else { break };
+                self.apply(op);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            self.metrics
+                .pending
+                .store(self.table.len() as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    pub(crate) fn apply(&mut self, op: Op) {
+        match op {
+            Op::Schedule {
+                timer,
+                deadline,
+                reply,
+            } => {
+                let now = self.clock.now().as_micros();
+                let result = match self.table.upsert(timer, deadline, now) {
+                    Ok(u) => Ok(Scheduled {
+                        version: u.version,
+                        deadline,
+                        replaced: u.replaced,
+                    }),
+                    Err(UpsertError::Capacity) => Err(Error::CapacityExceeded {
+                        shard: self.id,
+                        capacity: self.table.capacity(),
+                    }),
+                    Err(UpsertError::OutOfRange) => Err(Error::DeadlineOutOfRange {
+                        deadline_us: deadline.0,
+                    }),
+                };
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                } else if let Err(e) = result {
+                    tracing::warn!(shard = self.id, error = %e, "detached schedule refused");
+                }
+            }
+            Op::Cancel { timer, reply } => {
+                let answer = match self.table.cancel(timer.identity()) {
+                    Some((deadline, record)) => Cancelled::Cancelled {
+                        version: record.version,
+                        deadline,
+                    },
+                    None => Cancelled::NotFound,
+                };
+                let _ = reply.send(Ok(answer));
+            }
+            Op::Get { timer, reply } => {
+                let info = self.table.get(timer.identity()).map(|v| TimerInfo {
+                    deadline: v.deadline,
+                    version: v.version,
+                    payload: v.timer.payload().to_vec(),
+                });
+                let _ = reply.send(Ok(info));
+            }
+        }
+    }
+
+    /// Fires up to `budget` due timers; (how many fired, whether more are due).
+    fn fire_due(&mut self, budget: usize) -> (u64, bool) {
+        let now = self.clock.now().as_micros();
+        // With a store, every fire also queues its stream entry.
+        let mut sink = self
+            .store
+            .as_ref()
+            .map(|store| (store.outbox(), store.stream_maxlen()));
+        let (fired, more) = poll_table(
+            &mut self.table,
+            &self.clock,
+            &self.handler,
+            &self.metrics,
+            self.id,
+            now,
+            budget,
+            |f| {
+                if let Some((outbox, maxlen)) = &mut sink {
+                    let entry = FiredEntry {
+                        tenant: f.tenant,
+                        key: f.key,
+                        version: f.version,
+                        fire_at: f.deadline,
+                        fired_at: f.fired_at,
+                        payload: f.payload,
+                    };
+                    crate::store::fire(outbox, &entry, *maxlen);
+                }
+            },
+        );
+        drop(sink);
+        if fired > 0 {
+            self.metrics.fired_total.fetch_add(fired, Ordering::Relaxed);
+            self.metrics
+                .pending
+                .store(self.table.len() as u64, Ordering::Relaxed);
+        }
+        (fired, more)
+    }
+
+    pub fn publish_initial(&self) {
+        self.publish_clock();
+    }
+
+    fn publish_clock(&self) {
+        let s = self.clock.stats();
+        self.metrics
+            .clock_offset_ns
+            .store(s.offset_ns, Ordering::Relaxed);
+        self.metrics
+            .clock_steps_total
+            .store(s.steps, Ordering::Relaxed);
+        let fallback = self.clock.kind() == crate::clock::SourceKind::ClockGettime;
+        self.metrics
+            .clock_fallback
+            .store(u64::from(fallback), Ordering::Relaxed);
+    }
+}
+
+/// Fires up to `budget` timers due at `now`, in deadline order: the handler, then `also` (the
+/// store's queueing, or nothing). Returns how many fired and whether more are due.
+#[allow(clippy::too_many_arguments)]
+fn poll_table<S: TimeSource>(
+    table: &mut TimerTable,
+    clock: &Clock<S>,
+    handler: &FireHandler,
+    metrics: &ShardMetrics,
+    shard: usize,
+    now: UtcMicros,
+    budget: usize,
+    mut also: impl FnMut(&FiredTimer<'_>),
+) -> (u64, bool) {
+    let mut fired = 0u64;
+    let more = table.poll_at_most(now, budget, |deadline, record| {
+        let fired_at = clock.now();
+        metrics.observe_lateness(fired_at.0.saturating_sub(deadline.as_nanos().0));
+        let f = FiredTimer {
+            shard,
+            tenant: record.timer.tenant(),
+            key: record.timer.key(),
+            version: record.version,
+            deadline,
+            fired_at,
+            payload: record.timer.payload(),
+        };
+        handler(&f);
+        also(&f);
+        fired += 1;
+    });
+    (fired, more)
+}
