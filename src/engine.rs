@@ -10,6 +10,7 @@
 use crate::clock::{clock_ns, Clock, ClockConfig, HostSource};
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
+use crate::quota::{Quota, QuotaSlot, Quotas};
 use crate::ring::{reply_channel, Op, Reply, Ring};
 use crate::shard::watchdog::{Pulse, Watchdog};
 use crate::shard::{set_timer_slack_ns, FireHandler, FiredTimer, Shard, Wakee};
@@ -65,6 +66,7 @@ pub struct EngineBuilder {
     store: Option<StoreConfig>,
     preempt_timer: Duration,
     watchdog: (Duration, Duration),
+    quotas: Vec<(String, u64)>,
 }
 
 /// Runs on each shard's thread, inside its executor, before the shard's loop starts: the place
@@ -84,6 +86,7 @@ impl Default for EngineBuilder {
             on_shard_start: None,
             store: None,
             preempt_timer: PREEMPT_TIMER,
+            quotas: Vec::new(),
             watchdog: (
                 crate::shard::watchdog::PERIOD,
                 crate::shard::watchdog::GRACE,
@@ -163,6 +166,13 @@ impl EngineBuilder {
         self
     }
 
+    /// At most `limit` pending timers for `tenant`, all shards together: a schedule that would
+    /// add one more is refused with [`Error::QuotaExceeded`] (see `quota`).
+    pub fn quota(mut self, tenant: impl Into<String>, limit: u64) -> Self {
+        self.quotas.push((tenant.into(), limit));
+        self
+    }
+
     /// glommio's preemption timer for the shards' executors (default 100 ms, glommio's own).
     /// Only for tests that reproduce glommio's stall under a short timer: production code
     /// leaves it alone.
@@ -215,6 +225,7 @@ impl EngineBuilder {
         }
         let handle = Handle {
             inner: Arc::new(Shared {
+                quotas: Arc::new(Quotas::new(self.quotas.clone())),
                 rings,
                 metrics: (0..self.shards)
                     .map(|_| Arc::new(ShardMetrics::default()))
@@ -248,6 +259,7 @@ impl EngineBuilder {
             let park_direct = hook.is_none() && store.is_none();
             let wakee_fd = wakee.into_raw_fd();
             let pulse = pulses[id].clone();
+            let quotas = handle.inner.quotas.clone();
             let thread = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("punctual-shard-{id}"))
                 .preempt_timer(self.preempt_timer)
@@ -280,6 +292,7 @@ impl EngineBuilder {
                         store: store
                             .map(|(cfg, info)| ShardStore::new(cfg, info, id, shards, m.clone())),
                         pulse,
+                        quotas,
                     };
                     shard.publish_initial();
                     if let Some((hook, handle)) = hook {
@@ -375,6 +388,7 @@ pub fn available_cores() -> Vec<usize> {
 }
 
 struct Shared {
+    quotas: Arc<Quotas>,
     rings: Vec<Arc<Ring>>,
     metrics: Vec<Arc<ShardMetrics>>,
     stopping: AtomicBool,
@@ -477,7 +491,7 @@ impl Handle {
 
     /// Waits until [`Handle::store_healthy`], up to `timeout`; whether it became so.
     pub fn wait_store_ready(&self, timeout: Duration) -> bool {
-        let give_up = std::time::Instant::now() + timeout;
+        let give_up = std::time::Instant::now() + crate::units::capped(timeout);
         loop {
             if self.store_healthy() {
                 return true;
@@ -518,7 +532,7 @@ impl Handle {
         payload: &[u8],
     ) -> Result<Scheduled> {
         let (tx, rx) = reply_channel();
-        self.push_schedule(tenant, key, deadline, payload, Some(tx))?;
+        self.push_schedule(tenant, key, deadline, payload, Some(tx), None)?;
         block_on(rx).map_err(|_| Error::ShuttingDown)?
     }
 
@@ -530,12 +544,36 @@ impl Handle {
         deadline: Deadline,
         payload: &[u8],
     ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
+        self.schedule_holding(tenant, key, deadline, payload, None)
+    }
+
+    /// `schedule_async` with a quota slot the caller took already ([`Handle::quota`]): callers
+    /// that must refuse in their own order (a batch) reserve first. The shard keeps the slot
+    /// for a new timer and gives it back otherwise.
+    pub fn schedule_holding(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+        slot: Option<QuotaSlot>,
+    ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
         let (tx, rx) = reply_channel();
-        let pushed = self.push_schedule(tenant, key, deadline, payload, Some(tx));
+        let pushed = self.push_schedule(tenant, key, deadline, payload, Some(tx), slot);
         async move {
             pushed?;
             rx.await.map_err(|_| Error::ShuttingDown)?
         }
+    }
+
+    /// The quota of `tenant`, if it has one.
+    pub fn quota(&self, tenant: &str) -> Option<&Arc<Quota>> {
+        self.inner.quotas.get(tenant)
+    }
+
+    /// (tenant, limit, pending) of every tenant with a quota.
+    pub fn quotas(&self) -> Vec<(String, u64, i64)> {
+        self.inner.quotas.snapshot()
     }
 
     /// Schedules without waiting for an answer. Errors the shard finds (capacity) are logged.
@@ -546,7 +584,7 @@ impl Handle {
         deadline: Deadline,
         payload: &[u8],
     ) -> Result<()> {
-        self.push_schedule(tenant, key, deadline, payload, None)
+        self.push_schedule(tenant, key, deadline, payload, None, None)
     }
 
     /// Cancels the pending timer under (tenant, key).
@@ -623,6 +661,7 @@ impl Handle {
         deadline: Deadline,
         payload: &[u8],
         reply: Option<Reply<Result<Scheduled>>>,
+        slot: Option<QuotaSlot>,
     ) -> Result<()> {
         if deadline.0 > self.now().0.saturating_add(TEN_YEARS_US) {
             return Err(Error::DeadlineOutOfRange {
@@ -637,6 +676,7 @@ impl Handle {
                 timer,
                 deadline,
                 reply,
+                slot,
             },
         )
     }

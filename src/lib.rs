@@ -43,6 +43,7 @@ pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod metrics;
+pub mod quota;
 pub mod ring;
 pub mod shard;
 pub mod sink;

@@ -19,6 +19,7 @@
 //! Either the shard sees the op, or the producer sees the flag: a wake-up is never lost.
 
 use crate::error::Error;
+use crate::quota::QuotaSlot;
 use crate::units::{Deadline, UtcMicros};
 use crate::wheel::table::PackedTimer;
 use crossbeam_queue::ArrayQueue;
@@ -48,6 +49,8 @@ pub(crate) enum Op {
         timer: PackedTimer,
         deadline: Deadline,
         reply: Option<Reply<Result<Scheduled, Error>>>,
+        /// A quota slot the caller already took for this timer (see `quota`).
+        slot: Option<QuotaSlot>,
     },
     Cancel {
         timer: PackedTimer,

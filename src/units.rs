@@ -20,8 +20,18 @@ pub struct TscTicks(pub u64);
 /// The deadline of a timer: the UTC microsecond at or after which it fires.
 pub type Deadline = UtcMicros;
 
-/// Ten years of 365 days, the furthest a deadline may lie in the future (DESIGN.md: 3,650 days).
+/// Ten years of 365 days, the furthest a deadline may lie in the future (3,650 days).
 pub const TEN_YEARS_US: u64 = 3_650 * 86_400 * 1_000_000;
+
+/// The longest wait punctual hands to a timer (glommio's, or an `Instant` sum): a year.
+/// glommio computes `Instant::now() + wait`, which panics past `Instant`'s range; a
+/// configured timeout of `Duration::MAX` means "forever", and a year is forever enough.
+pub const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(365 * 86_400);
+
+/// `wait`, capped at [`MAX_WAIT`]: safe to add to an `Instant` or to pass to a timer.
+pub fn capped(wait: std::time::Duration) -> std::time::Duration {
+    wait.min(MAX_WAIT)
+}
 
 impl UtcMicros {
     pub const EPOCH: UtcMicros = UtcMicros(0);

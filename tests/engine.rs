@@ -307,3 +307,19 @@ fn async_calls_answer_like_blocking_ones() {
 fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
     futures_lite::future::block_on(f)
 }
+
+#[test]
+fn waits_and_timeouts_of_any_length_saturate_instead_of_panicking() {
+    let (engine, _rx) = collecting_engine(1);
+    let h = engine.handle();
+    assert!(
+        h.wait_store_ready(Duration::MAX),
+        "in-memory is always ready"
+    );
+    let far = UtcMicros(u64::MAX);
+    assert!(matches!(
+        h.schedule("t", "k", far, b""),
+        Err(Error::DeadlineOutOfRange { .. })
+    ));
+    engine.shutdown().expect("clean shutdown");
+}

@@ -240,3 +240,58 @@ fn readonly_replica_replies_are_retried_until_writes_are_accepted() {
     h.schedule("ro", "k2", soon, b"2")
         .expect("acknowledged again");
 }
+
+/// While Redis is down, fired timers' stream entries wait in memory; past
+/// `max_buffered_fires` the shard holds further due timers back instead of buffering without
+/// bound, and fires every one of them, exactly once, when Redis is back.
+#[test]
+fn fires_during_an_outage_are_bounded_in_memory_and_none_is_lost() {
+    let mut redis = RedisServer::start();
+    let mut cfg = config(redis.url());
+    cfg.max_buffered_fires = 50;
+    let e = engine(1, cfg);
+    let h = e.handle();
+    let due = h.now().0 + 1_500_000;
+    let keys: Vec<_> = (0..500u64).map(|i| (format!("k{i}"), due + i)).collect();
+    let acked: HashMap<String, u64> = keys
+        .iter()
+        .zip(schedule_all(&h, "outage", &keys))
+        .filter_map(|((k, _), r)| r.ok().map(|s| (k.clone(), s.version)))
+        .collect();
+    assert_eq!(acked.len(), 500);
+    redis.kill();
+    // All 500 fall due while Redis is down.
+    std::thread::sleep(Duration::from_millis(2_500));
+    let m = &h.store_metrics()[0].store;
+    let buffered = m.pending_writes.load(Ordering::Relaxed);
+    let held = m.fires_held.load(Ordering::Relaxed);
+    let pending = h.stats()[0].pending;
+    assert!(
+        buffered <= 50,
+        "{buffered} writes buffered for a bound of 50 fires"
+    );
+    assert_eq!(held, 1, "the shard says it holds fires back");
+    assert!(pending >= 450, "held timers stay pending: {pending}");
+    assert!(m.fire_pauses_total.load(Ordering::Relaxed) >= 1);
+    redis.start_again();
+    let mut con = redis.client().expect("client");
+    let entries = wait_stream(&mut con, "outage", |es| {
+        let seen: std::collections::HashSet<_> = es.iter().map(|e| &e.key).collect();
+        acked.keys().all(|k| seen.contains(k))
+    });
+    let mut copies: HashMap<(String, u64), usize> = HashMap::new();
+    for e in &entries {
+        assert!(e.fired_at_us >= e.fire_at_us, "{} fired early", e.key);
+        *copies.entry((e.key.clone(), e.version)).or_default() += 1;
+    }
+    for (key, version) in &acked {
+        assert!(copies.contains_key(&(key.clone(), *version)), "{key} lost");
+    }
+    assert_eq!(
+        h.store_metrics()[0]
+            .store
+            .fires_held
+            .load(Ordering::Relaxed),
+        0
+    );
+}

@@ -7,9 +7,10 @@
 
 use super::body::{parse_batch, parse_item};
 use super::error::ApiError;
-use super::routes::{settle_quota, App};
+use super::routes::App;
 use crate::engine::Scheduled;
 use crate::error::{validate_name, NameKind};
+use crate::quota::QuotaSlot;
 use std::fmt::Write;
 use std::future::Future;
 use std::pin::Pin;
@@ -20,11 +21,10 @@ const CHUNK: usize = 1024;
 type Pending = Pin<Box<dyn Future<Output = crate::Result<Scheduled>> + Send>>;
 
 enum Slot {
-    /// Pushed; the answer is awaited with the chunk. `reserved`: took a quota slot.
+    /// Pushed; the answer is awaited with the chunk.
     Waiting {
         key: String,
         fut: Pending,
-        reserved: bool,
     },
     Done(String),
 }
@@ -37,7 +37,7 @@ pub async fn run(
     now: crate::units::UtcMicros,
 ) -> Result<String, ApiError> {
     let items = parse_batch(body)?;
-    let quota = app.shared.tenants.quota(tenant);
+    let quota = app.handle.quota(tenant);
     let mut out = String::with_capacity(items.len() * 80 + 16);
     out.push_str("{\"results\":[");
     let mut slots: Vec<Slot> = Vec::with_capacity(CHUNK.min(items.len()));
@@ -47,61 +47,44 @@ pub async fn run(
             Ok((key, reg)) => match validate_name(NameKind::Key, &key) {
                 Err(e) => Slot::Done(item_error(Some(&key), &ApiError::from(e))),
                 Ok(()) => {
-                    let mut reserved_now = quota.map(|q| q.reserve());
-                    if reserved_now == Some(false) && !slots.is_empty() {
-                        // Earlier items may hold slots they will give back (replacements):
-                        // settle them, then try again.
-                        finish_chunk(app, tenant, &mut slots, &mut out).await;
-                        reserved_now = quota.map(|q| q.reserve());
+                    // Items past the quota are refused in item order: take a slot here, and
+                    // when none is left, let the earlier items settle first (replacements give
+                    // theirs back). Without a slot the shard still takes the item if it
+                    // replaces a pending timer, and refuses it otherwise.
+                    let mut held = quota.and_then(QuotaSlot::reserve);
+                    if quota.is_some() && held.is_none() && !slots.is_empty() {
+                        finish_chunk(&mut slots, &mut out).await;
+                        held = quota.and_then(QuotaSlot::reserve);
                     }
-                    let reserved = match (quota, reserved_now) {
-                        (None, _) | (_, None) => Ok(false),
-                        (Some(_), Some(true)) => Ok(true),
-                        (Some(q), Some(false)) => match app.handle.get_async(tenant, &key).await {
-                            Ok(Some(_)) => Ok(false),
-                            Ok(None) => Err(ApiError::QuotaExceeded {
-                                tenant: tenant.to_string(),
-                                limit: q.limit,
-                            }),
-                            Err(e) => Err(ApiError::from(e)),
-                        },
-                    };
-                    match reserved {
-                        Err(e) => Slot::Done(item_error(Some(&key), &e)),
-                        Ok(reserved) => {
-                            let fut = Box::pin(app.handle.schedule_async(
-                                tenant,
-                                &key,
-                                reg.deadline,
-                                reg.payload,
-                            ));
-                            Slot::Waiting { key, fut, reserved }
-                        }
-                    }
+                    let fut = Box::pin(app.handle.schedule_holding(
+                        tenant,
+                        &key,
+                        reg.deadline,
+                        reg.payload,
+                        held,
+                    ));
+                    Slot::Waiting { key, fut }
                 }
             },
         };
         slots.push(slot);
         if slots.len() == CHUNK || i + 1 == items.len() {
-            finish_chunk(app, tenant, &mut slots, &mut out).await;
+            finish_chunk(&mut slots, &mut out).await;
         }
     }
     out.push_str("]}");
     Ok(out)
 }
 
-async fn finish_chunk(app: &App, tenant: &str, slots: &mut Vec<Slot>, out: &mut String) {
-    let quota = app.shared.tenants.quota(tenant);
+async fn finish_chunk(slots: &mut Vec<Slot>, out: &mut String) {
     for slot in slots.drain(..) {
         if !out.ends_with('[') {
             out.push(',');
         }
         match slot {
             Slot::Done(text) => out.push_str(&text),
-            Slot::Waiting { key, fut, reserved } => {
-                let r = fut.await;
-                settle_quota(quota, reserved, &r);
-                match r {
+            Slot::Waiting { key, fut } => {
+                match fut.await {
                     Ok(s) => {
                         let status = if s.replaced { 200 } else { 201 };
                         // Keys are validated: nothing to escape.

@@ -134,6 +134,9 @@ impl From<EngineError> for ApiError {
             EngineError::CapacityExceeded { .. } => ApiError::CapacityExceeded(msg),
             EngineError::RingFull { .. } => ApiError::Overloaded(msg),
             EngineError::ShuttingDown => ApiError::ShuttingDown,
+            EngineError::QuotaExceeded { tenant, limit } => {
+                ApiError::QuotaExceeded { tenant, limit }
+            }
             EngineError::StoreUnavailable { retry_after_s } => ApiError::StoreUnavailable {
                 message: msg,
                 retry_after_s,

@@ -112,6 +112,8 @@ struct Row {
     recoveries: u64,
     recovered_timers: u64,
     recovery_seconds: f64,
+    fires_held: u64,
+    fire_pauses: u64,
 }
 
 fn rows(handle: &Handle) -> Vec<Row> {
@@ -127,6 +129,8 @@ fn rows(handle: &Handle) -> Vec<Row> {
                 batch: m.map(|m| m.batch_commands.snapshot()).unwrap_or_default(),
                 pending_writes: get(|m| m.pending_writes.load(Relaxed)),
                 reconnects: get(|m| m.reconnects_total.load(Relaxed)),
+                fires_held: get(|m| m.fires_held.load(Relaxed)),
+                fire_pauses: get(|m| m.fire_pauses_total.load(Relaxed)),
                 errors: get(|m| m.errors_total.load(Relaxed)),
                 refused: get(|m| m.refused_total.load(Relaxed)),
                 ack_timeouts: get(|m| m.ack_timeouts_total.load(Relaxed)),
@@ -141,7 +145,7 @@ fn rows(handle: &Handle) -> Vec<Row> {
 
 type Pick = fn(&Row) -> Value<'_>;
 
-const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 10] = [
+const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 12] = [
     (
         "punctual_store_flush_seconds",
         "Duration of one Redis pipeline flush",
@@ -159,6 +163,18 @@ const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 10] = [
         "Writes buffered for Redis, not yet acknowledged",
         MetricType::Gauge,
         |r| Value::Gauge(r.pending_writes as i64),
+    ),
+    (
+        "punctual_store_fires_held",
+        "1 while the shard holds due timers back: max_buffered_fires fires wait for Redis",
+        MetricType::Gauge,
+        |r| Value::Gauge(r.fires_held as i64),
+    ),
+    (
+        "punctual_store_fire_pauses",
+        "Times the shard began holding due timers back for want of room for their stream entries",
+        MetricType::Counter,
+        |r| Value::Counter(r.fire_pauses),
     ),
     (
         "punctual_store_reconnects",

@@ -129,12 +129,7 @@ impl App {
                 None => Err(not_pending(tenant, key)),
             },
             _ => match self.handle.cancel_async(tenant, key).await? {
-                Cancelled::Cancelled { .. } => {
-                    if let Some(q) = self.shared.tenants.quota(tenant) {
-                        q.release();
-                    }
-                    Ok(respond::empty(StatusCode::NO_CONTENT))
-                }
+                Cancelled::Cancelled { .. } => Ok(respond::empty(StatusCode::NO_CONTENT)),
                 Cancelled::NotFound => Err(not_pending(tenant, key)),
             },
         }
@@ -204,34 +199,18 @@ impl App {
         ))
     }
 
-    /// Schedules one registration, holding the tenant's quota: a new timer takes a slot, a
-    /// replacement of a pending one does not.
+    /// Schedules one registration. The tenant's quota is the shard's to enforce: a new key
+    /// past it is refused there (`quota_exceeded`), a replacement never is.
     pub async fn schedule(
         &self,
         tenant: &str,
         key: &str,
         reg: &Registration<'_>,
     ) -> Result<Scheduled, ApiError> {
-        let quota = self.shared.tenants.quota(tenant);
-        let reserved = match quota {
-            None => false,
-            Some(q) if q.reserve() => true,
-            Some(q) => match self.handle.get_async(tenant, key).await? {
-                Some(_) => false,
-                None => {
-                    return Err(ApiError::QuotaExceeded {
-                        tenant: tenant.to_string(),
-                        limit: q.limit,
-                    })
-                }
-            },
-        };
-        let r = self
-            .handle
-            .schedule_async(tenant, key, reg.deadline, reg.payload)
-            .await;
-        settle_quota(quota, reserved, &r);
-        r.map_err(ApiError::from)
+        self.handle
+            .schedule_holding(tenant, key, reg.deadline, reg.payload, None)
+            .await
+            .map_err(ApiError::from)
     }
 
     /// Reads the whole body, refusing one over `limit` bytes (413) or slower than the body
@@ -262,21 +241,6 @@ impl App {
             Err(ApiError::RequestTimeout(timeout_ms))
         };
         futures_lite::future::or(collect, timeout).await
-    }
-}
-
-/// Adjusts the quota count once the shard answered.
-pub fn settle_quota(
-    quota: Option<&super::tenants::Quota>,
-    reserved: bool,
-    r: &crate::Result<Scheduled>,
-) {
-    let Some(q) = quota else { return };
-    match r {
-        Ok(s) if reserved && s.replaced => q.release(),
-        Ok(s) if !reserved && !s.replaced => q.force(),
-        Err(_) if reserved => q.release(),
-        _ => {}
     }
 }
 

@@ -32,15 +32,15 @@ pub fn serve(config: Config) -> Result<(), String> {
         .spin(Duration::from_micros(config.spin_us))
         .ring_capacity(config.ring_capacity)
         .shard_capacity(config.shard_capacity)
-        .on_fire(move |fired| {
-            if let Some(q) = tenants.quota(fired.tenant) {
-                q.release();
-            }
-        })
         .on_shard_start(move |id, handle| {
             let r = server::start_shard(id, handle, hook_shared.clone());
             let _ = bound_tx.send((id, r));
         });
+    for (tenant, t) in &config.tenants {
+        if let Some(limit) = t.max_pending {
+            builder = builder.quota(tenant.clone(), limit);
+        }
+    }
     if let Some(url) = &config.redis {
         builder = builder.redis(url.clone());
     }
@@ -88,7 +88,8 @@ pub fn serve(config: Config) -> Result<(), String> {
         "shutting down: no new connections, finishing requests in flight"
     );
     shared.drain();
-    let deadline = Instant::now() + Duration::from_millis(config.shutdown_timeout_ms);
+    let deadline =
+        Instant::now() + crate::units::capped(Duration::from_millis(config.shutdown_timeout_ms));
     while (shared.connections() > 0 || shared.listeners() > 0) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }

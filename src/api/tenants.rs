@@ -1,52 +1,19 @@
-//! Per-tenant policy from the configuration: the bearer token and the quota of pending timers.
+//! Per-tenant access from the configuration: the bearer token.
 //!
-//! The engine does not count timers per tenant, so quotas are counted here: a new timer takes
-//! a slot before it is scheduled (`reserve`), gives it back if it turned out to replace a
-//! pending one or failed, and the slot is released when the timer fires (from the engine's
-//! fire handler) or is cancelled. Counting is lock-free (one atomic per quota'd tenant); the
-//! map of tenants is built once at start and only read afterwards.
+//! Quotas of pending timers are the engine's (`quota`): the shards count what they hold, and
+//! the handlers only take a slot first so that a batch is refused in item order
+//! (`Handle::quota`, `Handle::schedule_holding`). The map of tenants is built once at start
+//! and only read afterwards.
 
 use crate::config::TenantConfig;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 pub struct Tenant {
     token: Option<String>,
-    pub quota: Option<Quota>,
 }
 
-pub struct Quota {
-    pub limit: u64,
-    pending: AtomicI64,
-}
-
-impl Quota {
-    /// Takes a slot for a new timer; false when the quota is reached.
-    pub fn reserve(&self) -> bool {
-        let prev = self.pending.fetch_add(1, Ordering::AcqRel);
-        if prev >= self.limit as i64 {
-            self.pending.fetch_sub(1, Ordering::AcqRel);
-            return false;
-        }
-        true
-    }
-
-    /// Takes a slot without checking (a replacement whose old timer fired meanwhile).
-    pub fn force(&self) {
-        self.pending.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub fn release(&self) {
-        self.pending.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    pub fn pending(&self) -> i64 {
-        self.pending.load(Ordering::Acquire)
-    }
-}
-
-/// Tenants that have a token or a quota; any other tenant is open and unlimited.
+/// Tenants that have a token; any other tenant is open.
 #[derive(Clone, Default)]
 pub struct Tenants(Arc<HashMap<String, Tenant>>);
 
@@ -57,10 +24,6 @@ impl Tenants {
             .map(|(name, c)| {
                 let t = Tenant {
                     token: c.token.clone(),
-                    quota: c.max_pending.map(|limit| Quota {
-                        limit,
-                        pending: AtomicI64::new(0),
-                    }),
                 };
                 (name.clone(), t)
             })
@@ -70,10 +33,6 @@ impl Tenants {
 
     pub fn get(&self, tenant: &str) -> Option<&Tenant> {
         self.0.get(tenant)
-    }
-
-    pub fn quota(&self, tenant: &str) -> Option<&Quota> {
-        self.0.get(tenant).and_then(|t| t.quota.as_ref())
     }
 
     /// Whether a request for `tenant` with this `Authorization` header may proceed. A header
@@ -135,16 +94,5 @@ mod tests {
         assert!(!t.authorized("acme", Some(b"Bearer")));
         assert!(!t.authorized("acme", None));
         assert!(t.authorized("open", Some(b"Bearer whatever")));
-    }
-
-    #[test]
-    fn quota_refuses_past_its_limit_and_frees_on_release() {
-        let t = tenants();
-        let q = t.quota("acme").expect("configured");
-        assert!(q.reserve() && q.reserve());
-        assert!(!q.reserve());
-        q.release();
-        assert!(q.reserve());
-        assert_eq!(q.pending(), 2);
     }
 }

@@ -83,11 +83,12 @@ pub(crate) use park::{set_timer_slack_ns, Wakee};
 use crate::clock::{Clock, TimeSource};
 use crate::error::Error;
 use crate::metrics::ShardMetrics;
+use crate::quota::{QuotaSlot, Quotas};
 use crate::ring::{Cancelled, Op, Ring, Scheduled, TimerInfo};
 use crate::sink::FiredEntry;
 use crate::store::ShardStore;
 use crate::units::{UtcMicros, UtcNanos};
-use crate::wheel::table::{TimerTable, UpsertError};
+use crate::wheel::table::{PackedTimer, TimerTable, UpsertError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +104,20 @@ const DURABLE_DRAIN_BATCH: usize = 512;
 /// at one instant) is fired over many passes, with the other tasks running in between; a
 /// shard alone on its thread fires a burst in one go.
 const FIRE_BATCH: usize = 4096;
+
+/// How long a shard whose store holds as many fires as it may waits before it looks again.
+const HELD_BACK_NAP: Duration = Duration::from_millis(1);
+
+/// What a pass left to fire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum More {
+    /// Nothing due.
+    No,
+    /// More due: the pass's budget ran out.
+    Due,
+    /// More due, held back until the store's outbox has room for their stream entries.
+    HeldBack,
+}
 
 /// Longest a shard that shares its thread spins without yielding to its other tasks.
 const MAX_UNYIELDED: Duration = Duration::from_micros(200);
@@ -134,6 +149,18 @@ pub(crate) struct Shard<S: TimeSource> {
     pub store: Option<ShardStore>,
     /// What the watchdog sees of this shard (`watchdog`).
     pub pulse: Arc<watchdog::Pulse>,
+    /// Every tenant's quota, shared by all shards (`quota`).
+    pub quotas: Arc<Quotas>,
+}
+
+/// Settles a schedule's quota slot once the table applied it: a new timer keeps it, a
+/// replacement gives it back (the replaced timer held one already).
+pub(crate) fn settle_quota(slot: Option<QuotaSlot>, replaced: bool) {
+    if let Some(slot) = slot {
+        if !replaced {
+            slot.keep();
+        }
+    }
 }
 
 impl<S: TimeSource> Shard<S> {
@@ -156,7 +183,7 @@ impl<S: TimeSource> Shard<S> {
                     self.clock.anchor();
                     self.publish_clock();
                 }
-                let (fired, more_due) = self.fire_due(fire_budget);
+                let (fired, more) = self.fire_due(fire_budget);
                 if let Some(store) = &self.store {
                     store.kick();
                 }
@@ -164,10 +191,16 @@ impl<S: TimeSource> Shard<S> {
                     self.yield_now().await;
                     continue;
                 }
-                if more_due || !self.ring.is_empty() {
-                    continue;
+                match more {
+                    More::Due => continue,
+                    More::HeldBack => {
+                        // The store holds as many fires as it may: let it drain, look again.
+                        self.nap(&mut wakee, HELD_BACK_NAP, &mut buf).await;
+                        continue;
+                    }
+                    More::No if !self.ring.is_empty() => continue,
+                    More::No => self.wait(&mut wakee, &mut buf).await,
                 }
-                self.wait(&mut wakee, &mut buf).await;
             }
             if let Some(mut store) = self.store.take() {
                 store.close().await;
@@ -187,15 +220,7 @@ impl<S: TimeSource> Shard<S> {
         let next = self.next_wake();
         let wait = Duration::from_nanos(next.0.saturating_sub(now.0));
         if wait > self.spin {
-            if self.ring.prepare_park() {
-                let nap = wait - self.spin;
-                if wakee.cooperative() {
-                    self.pulse.expect_by(nap);
-                }
-                wakee.park(nap, buf).await;
-                self.pulse.running();
-                self.ring.unpark();
-            }
+            self.nap(wakee, wait - self.spin, buf).await;
         } else if wakee.cooperative() {
             // Spin for at most MAX_UNYIELDED, then let the other tasks run and come back.
             if !self.spin_until(next, MAX_UNYIELDED) {
@@ -203,6 +228,18 @@ impl<S: TimeSource> Shard<S> {
             }
         } else {
             self.spin_until(next, Duration::MAX);
+        }
+    }
+
+    /// Parks for `nap` or until a ring wake-up (unless work arrived meanwhile).
+    async fn nap(&self, wakee: &mut Wakee, nap: Duration, buf: &mut [u8]) {
+        if self.ring.prepare_park() {
+            if wakee.cooperative() {
+                self.pulse.expect_by(nap);
+            }
+            wakee.park(nap, buf).await;
+            self.pulse.running();
+            self.ring.unpark();
         }
     }
 
@@ -273,22 +310,22 @@ impl<S: TimeSource> Shard<S> {
                 timer,
                 deadline,
                 reply,
+                slot,
             } => {
-                let now = self.clock.now().as_micros();
-                let result = match self.table.upsert(timer, deadline, now) {
-                    Ok(u) => Ok(Scheduled {
-                        version: u.version,
-                        deadline,
-                        replaced: u.replaced,
-                    }),
-                    Err(UpsertError::Capacity) => Err(Error::CapacityExceeded {
-                        shard: self.id,
-                        capacity: self.table.capacity(),
-                    }),
-                    Err(UpsertError::OutOfRange) => Err(Error::DeadlineOutOfRange {
-                        deadline_us: deadline.0,
-                    }),
-                };
+                let result = self.admit_quota(&timer, slot).and_then(|slot| {
+                    let now = self.clock.now().as_micros();
+                    match self.table.upsert(timer, deadline, now) {
+                        Ok(u) => {
+                            settle_quota(slot, u.replaced);
+                            Ok(Scheduled {
+                                version: u.version,
+                                deadline,
+                                replaced: u.replaced,
+                            })
+                        }
+                        Err(e) => Err(self.upsert_error(e, deadline)),
+                    }
+                });
                 if let Some(reply) = reply {
                     let _ = reply.send(result);
                 } else if let Err(e) = result {
@@ -297,10 +334,13 @@ impl<S: TimeSource> Shard<S> {
             }
             Op::Cancel { timer, reply } => {
                 let answer = match self.table.cancel(timer.identity()) {
-                    Some((deadline, record)) => Cancelled::Cancelled {
-                        version: record.version,
-                        deadline,
-                    },
+                    Some((deadline, record)) => {
+                        self.release_quota(record.timer.tenant());
+                        Cancelled::Cancelled {
+                            version: record.version,
+                            deadline,
+                        }
+                    }
                     None => Cancelled::NotFound,
                 };
                 let _ = reply.send(Ok(answer));
@@ -316,14 +356,63 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 
-    /// Fires up to `budget` due timers; (how many fired, whether more are due).
-    fn fire_due(&mut self, budget: usize) -> (u64, bool) {
+    /// The quota slot a schedule of `timer` needs: the caller's, a fresh one for a new key of
+    /// a tenant with a quota, or none (no quota, or a replacement). `QuotaExceeded` when a new
+    /// key would pass the quota. Settle it with [`settle_quota`] once the table has answered;
+    /// dropping it gives the slot back.
+    pub(crate) fn admit_quota(
+        &self,
+        timer: &PackedTimer,
+        slot: Option<QuotaSlot>,
+    ) -> Result<Option<QuotaSlot>, Error> {
+        let Some(quota) = self.quotas.get(timer.tenant()) else {
+            return Ok(slot);
+        };
+        if slot.is_some() || self.table.get(timer.identity()).is_some() {
+            return Ok(slot);
+        }
+        QuotaSlot::reserve(quota)
+            .map(Some)
+            .ok_or_else(|| Error::QuotaExceeded {
+                tenant: timer.tenant().to_string(),
+                limit: quota.limit,
+            })
+    }
+
+    /// A pending timer of `tenant` left the table (fired or cancelled).
+    pub(crate) fn release_quota(&self, tenant: &str) {
+        if let Some(q) = self.quotas.get(tenant) {
+            q.release();
+        }
+    }
+
+    pub(crate) fn upsert_error(&self, e: UpsertError, deadline: UtcMicros) -> Error {
+        match e {
+            UpsertError::Capacity => Error::CapacityExceeded {
+                shard: self.id,
+                capacity: self.table.capacity(),
+            },
+            UpsertError::OutOfRange => Error::DeadlineOutOfRange {
+                deadline_us: deadline.0,
+            },
+        }
+    }
+
+    /// Fires up to `budget` due timers (fewer when the store's outbox has less room for fires);
+    /// how many fired, and what is left.
+    fn fire_due(&mut self, budget: usize) -> (u64, More) {
         let now = self.clock.now().as_micros();
+        let room = self
+            .store
+            .as_ref()
+            .map_or(usize::MAX, ShardStore::fire_room);
+        let budget = budget.min(room);
         // With a store, every fire also queues its stream entry.
         let mut sink = self
             .store
             .as_ref()
             .map(|store| (store.outbox(), store.stream_maxlen()));
+        let quotas = &self.quotas;
         let (fired, more) = poll_table(
             &mut self.table,
             &self.clock,
@@ -333,6 +422,9 @@ impl<S: TimeSource> Shard<S> {
             now,
             budget,
             |f| {
+                if let Some(q) = quotas.get(f.tenant) {
+                    q.release();
+                }
                 if let Some((outbox, maxlen)) = &mut sink {
                     let entry = FiredEntry {
                         tenant: f.tenant,
@@ -353,6 +445,15 @@ impl<S: TimeSource> Shard<S> {
                 .pending
                 .store(self.table.len() as u64, Ordering::Relaxed);
         }
+        let held = more && budget == room;
+        if let Some(store) = &self.store {
+            store.note_fires_held(held);
+        }
+        let more = match (more, held) {
+            (false, _) => More::No,
+            (true, false) => More::Due,
+            (true, true) => More::HeldBack,
+        };
         (fired, more)
     }
 

@@ -12,7 +12,7 @@ use super::{put_cmd, recover};
 use crate::clock::TimeSource;
 use crate::error::Error;
 use crate::ring::{Cancelled, Op, Scheduled};
-use crate::shard::Shard;
+use crate::shard::{settle_quota, Shard};
 use std::time::{Duration, Instant};
 
 impl<S: TimeSource> Shard<S> {
@@ -26,10 +26,15 @@ impl<S: TimeSource> Shard<S> {
                 timer,
                 deadline,
                 reply,
+                slot,
             } => {
                 if let Err(e) = store.admit() {
                     return answer_schedule(reply, Err(e));
                 }
+                let slot = match self.admit_quota(&timer, slot) {
+                    Ok(slot) => slot,
+                    Err(e) => return answer_schedule(reply, Err(e)),
+                };
                 let now = self.clock.now().as_micros();
                 let version = self.table.next_version(now);
                 // The write is built before the timer moves into the table.
@@ -42,6 +47,7 @@ impl<S: TimeSource> Shard<S> {
                 );
                 match self.table.insert_with_version(timer, deadline, version) {
                     Ok(u) => {
+                        settle_quota(slot, u.replaced);
                         let s = Scheduled {
                             version,
                             deadline,
@@ -66,6 +72,7 @@ impl<S: TimeSource> Shard<S> {
                     return;
                 }
                 if let Some((deadline, record)) = self.table.cancel(timer.identity()) {
+                    self.release_quota(record.timer.tenant());
                     let answer = Cancelled::Cancelled {
                         version: record.version,
                         deadline,
@@ -92,7 +99,8 @@ impl<S: TimeSource> Shard<S> {
         let limit = store.ack_timeout();
         let mut held: Vec<(Instant, Op)> = Vec::new();
         let conn = {
-            let (table, ring, stop) = (&mut self.table, &self.ring, &self.stop);
+            let (table, ring, stop, quotas) =
+                (&mut self.table, &self.ring, &self.stop, &self.quotas);
             let hold = async {
                 loop {
                     while let Some(op) = ring.pop() {
@@ -108,7 +116,7 @@ impl<S: TimeSource> Shard<S> {
                     glommio::timer::sleep(Duration::from_millis(1)).await;
                 }
             };
-            futures_lite::future::or(recover::recover(&shared, table, stop), hold).await
+            futures_lite::future::or(recover::recover(&shared, table, quotas, stop), hold).await
         };
         let Some(conn) = conn else {
             return false;
@@ -121,22 +129,6 @@ impl<S: TimeSource> Shard<S> {
             self.apply_durable(op);
         }
         true
-    }
-
-    fn upsert_error(
-        &self,
-        e: crate::wheel::table::UpsertError,
-        deadline: crate::units::UtcMicros,
-    ) -> Error {
-        match e {
-            crate::wheel::table::UpsertError::Capacity => Error::CapacityExceeded {
-                shard: self.id,
-                capacity: self.table.capacity(),
-            },
-            crate::wheel::table::UpsertError::OutOfRange => Error::DeadlineOutOfRange {
-                deadline_us: deadline.0,
-            },
-        }
     }
 }
 

@@ -115,6 +115,7 @@ pub struct Conn {
 impl Conn {
     /// Connects, authenticates and selects the database that `info` names.
     pub async fn connect(info: &ConnectionInfo, timeout: Duration) -> Result<Conn, ConnError> {
+        let timeout = crate::units::capped(timeout);
         let (host, port) = match &info.addr {
             ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
             other => return Err(ConnError::Unsupported(other.to_string())),

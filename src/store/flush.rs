@@ -23,6 +23,7 @@ use super::conn::{Conn, ConnError};
 use super::metrics::{StoreMetrics, StoreState};
 use super::replies::{judge, Shape};
 use super::Shared;
+use crate::units::capped;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -54,7 +55,7 @@ pub(crate) async fn run(shared: Rc<Shared>, mut conn: Option<Conn>) {
         let batch_more = len < shared.cfg.flush_max_commands && age < shared.cfg.flush_interval;
         if !closing && !fires && batch_more {
             let listener = shared.wake.listen();
-            let wait = shared.cfg.flush_interval - age;
+            let wait = capped(shared.cfg.flush_interval.saturating_sub(age));
             futures_lite::future::or(listener, glommio::timer::sleep(wait)).await;
             continue;
         }
@@ -182,9 +183,10 @@ async fn reconnect(shared: &Shared, backoff: &mut Duration) -> Option<Conn> {
     }
 }
 
-/// Sleeps one backoff step (answering timed-out callers meanwhile) and doubles the step.
+/// Sleeps one backoff step (answering timed-out callers meanwhile) and doubles the step, up
+/// to `backoff_max` (both saturate: any configured duration is safe here).
 pub(crate) async fn pause(shared: &Shared, backoff: &mut Duration) {
-    let until = Instant::now() + *backoff;
+    let until = Instant::now() + capped(*backoff);
     while Instant::now() < until && !shared.closing.get() {
         expire(shared);
         let step = until
@@ -192,7 +194,7 @@ pub(crate) async fn pause(shared: &Shared, backoff: &mut Duration) {
             .min(Duration::from_millis(20));
         glommio::timer::sleep(step).await;
     }
-    *backoff = (*backoff * 2).min(shared.cfg.backoff_max);
+    *backoff = backoff.saturating_mul(2).min(shared.cfg.backoff_max);
 }
 
 fn expire(shared: &Shared) {
@@ -203,5 +205,30 @@ fn expire_in(shared: &Shared, outbox: &mut super::outbox::Outbox) {
     let n = outbox.expire(Instant::now(), shared.cfg.backoff_max.as_secs().max(1));
     if n > 0 {
         StoreMetrics::count(&shared.m().ack_timeouts_total, n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{test_shared, StoreConfig};
+
+    #[test]
+    fn backoff_saturates_whatever_the_configured_maximum() {
+        let mut cfg = StoreConfig::new("redis://127.0.0.1:1/");
+        cfg.backoff_max = Duration::MAX;
+        let shared = test_shared(cfg);
+        // Closing: the pause returns at once; only the arithmetic is exercised.
+        shared.closing.set(true);
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("executor");
+        let backoff = ex.run(async {
+            let mut backoff = Duration::MAX - Duration::from_secs(1);
+            pause(&shared, &mut backoff).await;
+            pause(&shared, &mut backoff).await;
+            backoff
+        });
+        assert_eq!(backoff, Duration::MAX);
     }
 }

@@ -101,6 +101,10 @@ pub struct StoreMetrics {
     /// Callers answered `StoreUnavailable` because the acknowledgement took too long.
     pub ack_timeouts_total: AtomicU64,
     pub recoveries_total: AtomicU64,
+    /// 1 while the shard holds due timers back because `max_buffered_fires` fires wait.
+    pub fires_held: AtomicU64,
+    /// Times the shard began holding fires back.
+    pub fire_pauses_total: AtomicU64,
     pub recovered_timers: AtomicU64,
     pub recovery_duration_ns: AtomicU64,
     /// (tenant, length) of every fired stream, sampled by shard 0 (`store::streams`).
@@ -119,6 +123,8 @@ impl Default for StoreMetrics {
             refused_total: AtomicU64::new(0),
             ack_timeouts_total: AtomicU64::new(0),
             recoveries_total: AtomicU64::new(0),
+            fires_held: AtomicU64::new(0),
+            fire_pauses_total: AtomicU64::new(0),
             recovered_timers: AtomicU64::new(0),
             recovery_duration_ns: AtomicU64::new(0),
             stream_lengths: std::sync::Mutex::new(Vec::new()),

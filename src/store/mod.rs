@@ -93,6 +93,11 @@ pub struct StoreConfig {
     pub flush_max_commands: usize,
     /// Writes the outbox holds before durable registrations are refused (default 100,000).
     pub max_buffered: usize,
+    /// Fires the outbox holds before the shard stops firing (default 100,000). While Redis is
+    /// unreachable, a fired timer's stream entry waits in the outbox; at this bound the shard
+    /// holds further due timers in its wheel (their records stay in Redis) and fires them,
+    /// late but not lost, once Redis takes the backlog. Memory stays bounded by both limits.
+    pub max_buffered_fires: usize,
     /// Longest a durable schedule or cancel waits for Redis before `StoreUnavailable` (2 s).
     pub ack_timeout: Duration,
     /// `MAXLEN ~` of each tenant's fired stream (default 1,000,000).
@@ -112,6 +117,7 @@ impl StoreConfig {
             flush_interval: Duration::from_millis(1),
             flush_max_commands: 4096,
             max_buffered: 100_000,
+            max_buffered_fires: 100_000,
             ack_timeout: Duration::from_secs(2),
             stream_maxlen: 1_000_000,
             recovery_page: 1000,
@@ -137,9 +143,13 @@ impl StoreConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<ConnectionInfo> {
-        if self.flush_max_commands == 0 || self.max_buffered == 0 || self.recovery_page == 0 {
+        if self.flush_max_commands == 0
+            || self.max_buffered == 0
+            || self.max_buffered_fires == 0
+            || self.recovery_page == 0
+        {
             return Err(Error::Config(
-                "store: flush_max_commands, max_buffered and recovery_page must be positive".into(),
+                "store: flush_max_commands, max_buffered, max_buffered_fires and recovery_page must be positive".into(),
             ));
         }
         self.connection_info()
@@ -175,6 +185,21 @@ impl Shared {
     }
 }
 
+/// A `Shared` for unit tests: no connection, shard 0 of 1.
+#[cfg(test)]
+pub(crate) fn test_shared(cfg: StoreConfig) -> Shared {
+    Shared {
+        info: cfg.connection_info().expect("valid URL"),
+        outbox: RefCell::new(Outbox::new(8, 8, cfg.ack_timeout)),
+        cfg,
+        shard: 0,
+        shards: 1,
+        wake: event_listener::Event::new(),
+        closing: Cell::new(false),
+        metrics: Default::default(),
+    }
+}
+
 /// The shard's side of its store: admit, queue, kick; and the store task's handle.
 pub(crate) struct ShardStore {
     shared: Rc<Shared>,
@@ -190,7 +215,7 @@ impl ShardStore {
         metrics: Arc<ShardMetrics>,
     ) -> ShardStore {
         metrics.store.set_state(StoreState::Connecting);
-        let outbox = Outbox::new(cfg.max_buffered, cfg.ack_timeout);
+        let outbox = Outbox::new(cfg.max_buffered, cfg.max_buffered_fires, cfg.ack_timeout);
         ShardStore {
             shared: Rc::new(Shared {
                 cfg,
@@ -243,6 +268,28 @@ impl ShardStore {
         self.shared.outbox.borrow_mut()
     }
 
+    /// How many more fires the outbox takes before the shard must hold them back.
+    pub fn fire_room(&self) -> usize {
+        self.shared.outbox.borrow().fire_room()
+    }
+
+    /// The shard found the outbox full of fires and holds due timers back (counted once per
+    /// pause, not per pass).
+    pub fn note_fires_held(&self, held: bool) {
+        let m = self.shared.m();
+        let was = m
+            .fires_held
+            .swap(u64::from(held), std::sync::atomic::Ordering::Relaxed);
+        if held && was == 0 {
+            StoreMetrics::count(&m.fire_pauses_total, 1);
+            tracing::warn!(
+                shard = self.shared.shard,
+                limit = self.shared.cfg.max_buffered_fires,
+                "store: fires waiting for Redis reached their bound; due timers stay pending (not lost) until Redis takes the backlog"
+            );
+        }
+    }
+
     pub fn stream_maxlen(&self) -> u64 {
         self.shared.cfg.stream_maxlen
     }
@@ -282,7 +329,7 @@ impl ShardStore {
         self.shared.closing.set(true);
         self.shared.wake.notify(usize::MAX);
         if let Some(task) = self.task.take() {
-            let limit = self.shared.cfg.ack_timeout;
+            let limit = crate::units::capped(self.shared.cfg.ack_timeout);
             futures_lite::future::or(task, glommio::timer::sleep(limit)).await;
         }
         let left = self.shared.outbox.borrow().len();

@@ -8,8 +8,10 @@
 //! which carry the same (tenant, key, version).
 //!
 //! Invariants: entries leave only from the front, only after acknowledgement; the pipelines
-//! in flight cover a prefix, oldest first; `len()` never exceeds `limit` through admitted writes (fires are never
-//! refused: each one stands for a timer that was already admitted).
+//! in flight cover a prefix, oldest first. Registrations and cancels are admitted only while
+//! `len() < limit`; fires are never refused (each stands for a timer that was already
+//! admitted), but the shard stops firing while `fires == fire_limit` (`fire_room`), so the
+//! outbox holds at most `limit + fire_limit` entries.
 //!
 //! Cost: one `VecDeque` push per write; the caller's reply channel rides in the entry.
 
@@ -61,6 +63,7 @@ impl Entry {
 pub struct Outbox {
     entries: VecDeque<Entry>,
     limit: usize,
+    fire_limit: usize,
     ack_timeout: Duration,
     /// Entries before this index have had their ack timeout checked (and maybe answered).
     checked: usize,
@@ -71,10 +74,11 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    pub fn new(limit: usize, ack_timeout: Duration) -> Outbox {
+    pub fn new(limit: usize, fire_limit: usize, ack_timeout: Duration) -> Outbox {
         Outbox {
             entries: VecDeque::new(),
             limit,
+            fire_limit,
             ack_timeout,
             checked: 0,
             now: Instant::now(),
@@ -97,6 +101,11 @@ impl Outbox {
     /// Whether one more durable registration or cancel fits.
     pub fn has_room(&self) -> bool {
         self.entries.len() < self.limit
+    }
+
+    /// How many more fires fit before the shard must hold due timers back.
+    pub fn fire_room(&self) -> usize {
+        self.fire_limit.saturating_sub(self.fires)
     }
 
     /// Whether a fire waits: fires go out at once (their lateness counts), registrations
@@ -181,7 +190,7 @@ mod tests {
 
     #[test]
     fn prefix_respects_the_command_budget_but_never_splits_a_fire() {
-        let mut o = Outbox::new(10, Duration::from_secs(2));
+        let mut o = Outbox::new(10, 10, Duration::from_secs(2));
         o.push(redis::cmd("HSET"), None, Ack::None);
         o.push(redis::cmd("XADD"), Some(redis::cmd("HDEL")), Ack::None);
         o.push(redis::cmd("HSET"), None, Ack::None);
@@ -194,7 +203,7 @@ mod tests {
 
     #[test]
     fn ack_timeout_answers_unavailable_and_keeps_the_write() {
-        let mut o = Outbox::new(10, Duration::from_millis(0));
+        let mut o = Outbox::new(10, 10, Duration::from_millis(0));
         let (ack, rx) = sched();
         o.push(redis::cmd("HSET"), None, ack);
         assert_eq!(o.expire(Instant::now(), 1), 1);
@@ -210,7 +219,7 @@ mod tests {
 
     #[test]
     fn completion_answers_in_order() {
-        let mut o = Outbox::new(1, Duration::from_secs(2));
+        let mut o = Outbox::new(1, 1, Duration::from_secs(2));
         let (ack, rx) = sched();
         o.push(redis::cmd("HSET"), None, ack);
         assert!(!o.has_room());

@@ -14,6 +14,7 @@ use super::flush::pause;
 use super::layout::{decode_record, parse_field, partition_of, timers_key, PARTITIONS};
 use super::metrics::{StoreMetrics, StoreState};
 use super::Shared;
+use crate::quota::Quotas;
 use crate::units::UtcMicros;
 use crate::wheel::table::{PackedTimer, TimerTable};
 use redis::Value;
@@ -29,6 +30,7 @@ const WINDOW: usize = 8;
 pub(crate) async fn recover(
     shared: &Shared,
     table: &mut TimerTable,
+    quotas: &Quotas,
     stop: &AtomicBool,
 ) -> Option<Conn> {
     let started = Instant::now();
@@ -52,7 +54,7 @@ pub(crate) async fn recover(
             }
         };
         shared.m().set_state(StoreState::Recovering);
-        match load(shared, &mut conn, table).await {
+        match load(shared, &mut conn, table, quotas).await {
             Ok(loaded) => {
                 let m = shared.m();
                 m.recovered_timers.store(loaded, Ordering::Relaxed);
@@ -78,7 +80,12 @@ pub(crate) async fn recover(
 }
 
 /// Loads every owned partition; the number of timers loaded.
-async fn load(shared: &Shared, conn: &mut Conn, table: &mut TimerTable) -> Result<u64, String> {
+async fn load(
+    shared: &Shared,
+    conn: &mut Conn,
+    table: &mut TimerTable,
+    quotas: &Quotas,
+) -> Result<u64, String> {
     let mut todo = (0..PARTITIONS).filter(|p| *p as usize % shared.shards == shared.shard);
     let mut active: Vec<(u32, Vec<u8>)> = Vec::with_capacity(WINDOW);
     let mut loaded = 0u64;
@@ -130,7 +137,7 @@ async fn load(shared: &Shared, conn: &mut Conn, table: &mut TimerTable) -> Resul
             };
             if let Some(Value::Array(items)) = items {
                 for pair in items.chunks_exact(2) {
-                    if insert(shared, table, p, &pair[0], &pair[1], skipped == 0) {
+                    if insert(shared, table, quotas, p, &pair[0], &pair[1], skipped == 0) {
                         loaded += 1;
                     } else {
                         skipped += 1;
@@ -151,6 +158,7 @@ async fn load(shared: &Shared, conn: &mut Conn, table: &mut TimerTable) -> Resul
 fn insert(
     shared: &Shared,
     table: &mut TimerTable,
+    quotas: &Quotas,
     partition: u32,
     field: &Value,
     record: &Value,
@@ -184,7 +192,16 @@ fn insert(
         return false;
     };
     match table.insert_with_version(timer, UtcMicros(fire_at), version) {
-        Ok(_) => true,
+        Ok(u) => {
+            // A recovered timer was acknowledged: it counts against its tenant's quota even
+            // if that leaves the tenant over it (new ones are refused until it drains).
+            if !u.replaced {
+                if let Some(q) = quotas.get(tenant) {
+                    q.force();
+                }
+            }
+            true
+        }
         Err(e) => {
             StoreMetrics::count(&shared.m().errors_total, 1);
             if log {

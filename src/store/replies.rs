@@ -108,21 +108,10 @@ fn server_error(shared: &Shared, code: &str, details: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{outbox::Outbox, StoreConfig};
-    use std::cell::{Cell, RefCell};
+    use crate::store::StoreConfig;
 
     fn shared() -> Shared {
-        let cfg = StoreConfig::new("redis://127.0.0.1:1/");
-        Shared {
-            info: cfg.connection_info().expect("valid URL"),
-            outbox: RefCell::new(Outbox::new(8, cfg.ack_timeout)),
-            cfg,
-            shard: 0,
-            shards: 1,
-            wake: event_listener::Event::new(),
-            closing: Cell::new(false),
-            metrics: Default::default(),
-        }
+        crate::store::test_shared(StoreConfig::new("redis://127.0.0.1:1/"))
     }
 
     fn reply(resp: &[u8]) -> Value {

@@ -93,6 +93,20 @@ impl RedisServer {
         }
     }
 
+    /// Sends SIGSTOP (`"STOP"`) or SIGCONT (`"CONT"`): a Redis that stops answering without
+    /// closing its connections, as a hung or swapped-out server does.
+    pub fn signal(&self, which: &str) {
+        let sig = match which {
+            "STOP" => libc::SIGSTOP,
+            "CONT" => libc::SIGCONT,
+            other => panic!("unsupported signal {other}"),
+        };
+        let pid = self.child.as_ref().expect("running").id() as libc::pid_t;
+        // SAFETY: kill(2) on our own child's pid; it touches no memory.
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(rc, 0, "kill -{which} {pid}");
+    }
+
     pub fn client(&self) -> redis::RedisResult<redis::Connection> {
         redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))
     }
