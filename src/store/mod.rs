@@ -55,10 +55,10 @@
 //! command's buffer) and one `VecDeque` push; per fire, two commands. The store task writes a
 //! batch (up to `flush_max_commands`) as soon as a fire waits, N writes wait, or the oldest
 //! has waited `flush_interval`; up to four batches are in flight on the connection. The
-//! shard's passes are shortened (512 ops) and glommio's preemption timer set to 250 µs on
-//! durable shards, so that Redis's replies are read between passes, not after them. With no
-//! Redis configured, the shard checks `Option<ShardStore>` once per drained batch and once
-//! per poll.
+//! shard's passes are shortened (512 ops) on durable shards, and the shard yields to its
+//! executor after every pass that did work (see `shard`), so that Redis's replies are read
+//! between passes, not after them. With no Redis configured, the shard checks
+//! `Option<ShardStore>` once per drained batch and once per poll.
 
 pub mod apply;
 pub mod conn;
@@ -296,8 +296,11 @@ impl ShardStore {
 
     /// After each pass of the shard's loop: tells the store task that writes are waiting,
     /// and answers `StoreUnavailable` to callers past the ack timeout (so that no caller waits
-    /// much longer than it, even while the store task is stuck connecting). The shard passes
-    /// at least every 100 ms (its clock anchor), so that is the answer's precision.
+    /// much longer than it, even while the store task is stuck waiting on Redis). The shard
+    /// passes at least every 100 ms (its clock anchor is a deadline of its own), and a shard
+    /// its executor failed to wake is woken by the watchdog within about 10 ms of that
+    /// (`shard::watchdog`); the store task also answers expired callers whenever it runs. So a
+    /// caller waits at most the ack timeout plus about 110 ms.
     pub fn kick(&self) {
         let mut outbox = self.shared.outbox.borrow_mut();
         let n = outbox.len();
