@@ -10,11 +10,12 @@
 use crate::clock::{clock_ns, Clock, ClockConfig, HostSource};
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
+use crate::op::{reply_channel, Op, Reply};
 use crate::quota::{Quota, QuotaSlot, Quotas};
-use crate::ring::{reply_channel, Op, Reply, Ring};
+use crate::ring::Ring;
 use crate::shard::watchdog::{Pulse, Watchdog};
 use crate::shard::{set_timer_slack_ns, FireHandler, FiredTimer, Shard, Wakee};
-use crate::store::{layout, ShardStore, StoreConfig, StoreState};
+use crate::store::{ShardStore, StoreConfig, StoreState};
 use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};
 use crate::wheel::table::{PackedTimer, TimerTable};
 use futures_lite::future::block_on;
@@ -25,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::ring::{Cancelled, Scheduled, TimerInfo};
+pub use crate::op::{Cancelled, Scheduled, TimerInfo};
 
 /// Largest payload, in bytes (DESIGN.md: 65,536 bytes of JSON text).
 pub const MAX_PAYLOAD: usize = 65_536;
@@ -469,11 +470,10 @@ impl Handle {
         self.inner.rings.len()
     }
 
-    /// The shard that owns (tenant, key): the owner of its store partition
-    /// (`store::layout::partition_of`), so that the routing and the durable layout agree for
-    /// any shard count.
+    /// The shard that owns (tenant, key): the owner of its partition (`partition`), so that
+    /// the routing and the durable layout agree for any shard count.
     pub fn shard_for(&self, tenant: &str, key: &str) -> usize {
-        layout::partition_of(tenant, key) as usize % self.inner.rings.len()
+        crate::partition::shard_of(tenant, key, self.inner.rings.len())
     }
 
     /// Each shard's store state (`InMemory` for all without Redis).

@@ -43,6 +43,8 @@ pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod metrics;
+pub mod op;
+pub mod partition;
 pub mod quota;
 pub mod ring;
 pub mod shard;

@@ -11,7 +11,7 @@ use super::outbox::Ack;
 use super::{put_cmd, recover};
 use crate::clock::TimeSource;
 use crate::error::Error;
-use crate::ring::{Cancelled, Op, Scheduled};
+use crate::op::{Cancelled, Op, Scheduled};
 use crate::shard::{settle_quota, Shard};
 use std::time::{Duration, Instant};
 
@@ -133,7 +133,7 @@ impl<S: TimeSource> Shard<S> {
 }
 
 fn answer_schedule(
-    reply: Option<crate::ring::Reply<Result<Scheduled, Error>>>,
+    reply: Option<crate::op::Reply<Result<Scheduled, Error>>>,
     r: Result<Scheduled, Error>,
 ) {
     match reply {

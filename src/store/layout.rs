@@ -2,30 +2,9 @@
 //!
 //! Everything that decides *where* a timer lives in Redis is here, so that the layout is
 //! changed in one place (and, because it is persistent, never changed lightly: see
-//! [`PARTITIONS`] and [`partition_of`]).
+//! `partition::PARTITIONS`).
 
-/// Fixed number of partitions. Shards own partitions (`partition % shards == shard`), never
-/// keys, so a restart with another shard count still finds every timer. Changing this number
-/// orphans every pending timer already stored: it is part of the on-disk format.
-pub const PARTITIONS: u32 = 1024;
-
-/// The partition of (tenant, key): FNV-1a (64-bit) over `tenant`, a 0xff separator (a byte no
-/// valid name holds) and `key`, modulo [`PARTITIONS`]. FNV is written out here on purpose: the
-/// value is stored, so it must never change with a dependency's version.
-pub fn partition_of(tenant: &str, key: &str) -> u32 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h = OFFSET;
-    let bytes = tenant
-        .bytes()
-        .chain(std::iter::once(0xff))
-        .chain(key.bytes());
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(PRIME);
-    }
-    (h % u64::from(PARTITIONS)) as u32
-}
+pub use crate::partition::{partition_of, PARTITIONS};
 
 /// The hash holding partition `p`'s pending timers: `punctual:{p<p>}:timers`. The braces are a
 /// Redis Cluster hash tag, so one partition's keys share a slot.
@@ -114,19 +93,6 @@ pub fn decode_record(record: &[u8]) -> Option<(u64, u64, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn partition_is_stable_across_builds() {
-        // Pinned values: a change here orphans stored timers (see PARTITIONS).
-        assert_eq!(
-            partition_of("shop", "order-1"),
-            partition_of("shop", "order-1")
-        );
-        assert_ne!(partition_of("shop", "a"), partition_of("sho", "pa"));
-        let p = partition_of("shop", "order-8812");
-        assert!(p < PARTITIONS);
-        assert_eq!(p, 2, "FNV-1a of shop/order-8812 changed");
-    }
 
     #[test]
     fn record_round_trips_payload_with_spaces() {

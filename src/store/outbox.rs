@@ -16,7 +16,7 @@
 //! Cost: one `VecDeque` push per write; the caller's reply channel rides in the entry.
 
 use crate::error::Error;
-use crate::ring::{Cancelled, Scheduled};
+use crate::op::{Cancelled, Scheduled};
 use redis::Cmd;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 /// Who waits for an entry's acknowledgement, and with what answer.
 pub enum Ack {
     None,
-    Schedule(crate::ring::Reply<Result<Scheduled, Error>>, Scheduled),
-    Cancel(crate::ring::Reply<Result<Cancelled, Error>>, Cancelled),
+    Schedule(crate::op::Reply<Result<Scheduled, Error>>, Scheduled),
+    Cancel(crate::op::Reply<Result<Cancelled, Error>>, Cancelled),
 }
 
 impl Ack {
@@ -179,7 +179,7 @@ mod tests {
     type Rx<T> = futures_channel::oneshot::Receiver<T>;
 
     fn sched() -> (Ack, Rx<Result<Scheduled, Error>>) {
-        let (tx, rx) = crate::ring::reply_channel();
+        let (tx, rx) = crate::op::reply_channel();
         let s = Scheduled {
             version: 1,
             deadline: crate::units::UtcMicros(5),

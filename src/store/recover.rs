@@ -86,7 +86,8 @@ async fn load(
     table: &mut TimerTable,
     quotas: &Quotas,
 ) -> Result<u64, String> {
-    let mut todo = (0..PARTITIONS).filter(|p| *p as usize % shared.shards == shared.shard);
+    let mut todo =
+        (0..PARTITIONS).filter(|&p| crate::partition::owns(shared.shard, shared.shards, p));
     let mut active: Vec<(u32, Vec<u8>)> = Vec::with_capacity(WINDOW);
     let mut loaded = 0u64;
     let mut skipped = 0u64;

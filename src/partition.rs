@@ -1,0 +1,71 @@
+//! Where a timer lives: (tenant, key) → one of [`PARTITIONS`] fixed partitions → a shard.
+//!
+//! The partition is stored (the Redis layout names its keys by partition, and the journal
+//! files its records by it), so its function must never change: FNV-1a is written out here,
+//! not taken from a hashing crate whose output may change with a version. Shards own
+//! partitions, never keys (`partition % shards`), so a restart with another shard count still
+//! finds every timer, and the routing of a request and the durable layout always agree.
+
+/// Fixed number of partitions. Shards own partitions (`partition % shards == shard`), never
+/// keys, so a restart with another shard count still finds every timer. Changing this number
+/// orphans every pending timer already stored: it is part of the on-disk format.
+pub const PARTITIONS: u32 = 1024;
+
+/// The partition of (tenant, key): FNV-1a (64-bit) over `tenant`, a 0xff separator (a byte no
+/// valid name holds) and `key`, modulo [`PARTITIONS`]. FNV is written out here on purpose: the
+/// value is stored, so it must never change with a dependency's version.
+pub fn partition_of(tenant: &str, key: &str) -> u32 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    let bytes = tenant
+        .bytes()
+        .chain(std::iter::once(0xff))
+        .chain(key.bytes());
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(PRIME);
+    }
+    (h % u64::from(PARTITIONS)) as u32
+}
+
+/// The shard of `shards` that owns (tenant, key).
+pub fn shard_of(tenant: &str, key: &str, shards: usize) -> usize {
+    partition_of(tenant, key) as usize % shards.max(1)
+}
+
+/// Whether `shard` of `shards` owns `partition`.
+pub fn owns(shard: usize, shards: usize, partition: u32) -> bool {
+    partition as usize % shards.max(1) == shard
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_is_stable_across_builds() {
+        // Pinned values: a change here orphans stored timers (see PARTITIONS).
+        assert_eq!(
+            partition_of("shop", "order-1"),
+            partition_of("shop", "order-1")
+        );
+        assert_ne!(partition_of("shop", "a"), partition_of("sho", "pa"));
+        let p = partition_of("shop", "order-8812");
+        assert!(p < PARTITIONS);
+        assert_eq!(p, 2, "FNV-1a of shop/order-8812 changed");
+    }
+
+    #[test]
+    fn every_partition_has_exactly_one_owner_for_any_shard_count() {
+        for shards in 1..=5 {
+            for p in 0..PARTITIONS {
+                assert_eq!((0..shards).filter(|&s| owns(s, shards, p)).count(), 1);
+            }
+            assert_eq!(
+                shard_of("shop", "order-8812", shards),
+                partition_of("shop", "order-8812") as usize % shards
+            );
+        }
+    }
+}
