@@ -142,8 +142,8 @@ fn main() {
             "  round {round}: {:.0} timers/s; pipelines {}, mean {:.0} commands, mean flush {:.2} ms",
             rates[round],
             f.count,
-            b.sum_seconds / b.count.max(1) as f64,
-            f.sum_seconds * 1e3 / f.count.max(1) as f64
+            b.sum / b.count.max(1) as f64,
+            f.sum * 1e3 / f.count.max(1) as f64
         );
     }
     rates.sort_by(f64::total_cmp);

@@ -648,7 +648,7 @@ impl Handle {
                     clock_steps_total: m.clock_steps_total.load(Ordering::Relaxed),
                     clock_fallback: m.clock_fallback.load(Ordering::Relaxed) != 0,
                     watchdog_wakes_total: m.watchdog_wakes_total.load(Ordering::Relaxed),
-                    lateness: m.lateness(),
+                    lateness: m.lateness.snapshot(),
                 }
             })
             .collect()

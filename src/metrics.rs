@@ -1,17 +1,12 @@
-//! Per-shard counters and the fire-lateness histogram, written by the shard with relaxed
-//! atomic stores (no locks, no allocation on the hot path) and read by exporters.
-//!
-//! Prometheus rendering lives with the HTTP API; this module only owns the numbers.
+//! The numbers: per-shard counters, the store's figures and one histogram type, written by
+//! the owning shard's thread with relaxed atomics (no locks, no allocation on the hot path)
+//! and read by exporters. Prometheus rendering lives with the HTTP API; this module only owns
+//! the numbers, and imports nothing of the parts that write them.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-/// Upper bounds of the lateness histogram buckets, in seconds: 1 µs to 10 s, 1-2-5 steps.
-pub const LATENESS_BUCKETS_S: [f64; 22] = [
-    1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1,
-    0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
-];
-
-const LATENESS_BUCKETS_NS: [u64; 22] = [
+/// `punctual_fire_lateness_seconds` upper bounds, in ns: 1 µs to 10 s, 1-2-5 steps.
+pub const LATENESS_BOUNDS_NS: [u64; 22] = [
     1_000,
     2_000,
     5_000,
@@ -36,13 +31,103 @@ const LATENESS_BUCKETS_NS: [u64; 22] = [
     10_000_000_000,
 ];
 
-#[derive(Default)]
+/// `punctual_store_flush_seconds` upper bounds, in ns: 50 µs to 10 s.
+pub const FLUSH_BOUNDS_NS: [u64; 16] = [
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    10_000_000_000,
+];
+
+/// `punctual_store_batch_commands` upper bounds: 1 to 65,536 writes, powers of 4.
+pub const BATCH_BOUNDS: [u64; 9] = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536];
+
+/// A fixed-bucket histogram of `u64` observations (ns, or a count), with one writer.
+///
+/// Only the owning shard's thread writes (its loop, or a task on its executor), so a relaxed
+/// load and store replace the locked read-modify-write of `fetch_add` (about 10 ns per
+/// observation in a burst); readers on other threads still see whole values. `scale` turns an
+/// observation into the exported unit (1e-9 for ns → seconds, 1 for counts).
+pub struct Histogram {
+    bounds: &'static [u64],
+    scale: f64,
+    /// Non-cumulative counts; the last is +Inf.
+    counts: Box<[AtomicU64]>,
+    sum: AtomicU64,
+}
+
+/// A histogram as read at one moment: cumulative counts per upper bound, sum and count, in
+/// the exported unit.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HistogramSnapshot {
+    pub buckets: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum: f64,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [u64], scale: f64) -> Histogram {
+        Histogram {
+            bounds,
+            scale,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one observation. Call only from the owning shard's thread.
+    #[inline]
+    pub fn observe(&self, v: u64) {
+        let i = self.bounds.partition_point(|&b| b < v);
+        if let Some(c) = self.counts.get(i) {
+            single_writer_add(c, 1);
+        }
+        single_writer_add(&self.sum, v);
+    }
+
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut cumulative = 0;
+        let mut buckets = Vec::with_capacity(self.bounds.len());
+        for (i, &bound) in self.bounds.iter().enumerate() {
+            cumulative += self.counts[i].load(Ordering::Relaxed);
+            buckets.push((bound as f64 * self.scale, cumulative));
+        }
+        let inf = self.counts.last().map_or(0, |c| c.load(Ordering::Relaxed));
+        HistogramSnapshot {
+            buckets,
+            count: cumulative + inf,
+            sum: self.sum.load(Ordering::Relaxed) as f64 * self.scale,
+        }
+    }
+}
+
+/// `counter += n` for a counter that only the calling thread writes.
+#[inline]
+pub fn single_writer_add(counter: &AtomicU64, n: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
+}
+
+/// One shard's figures.
 pub struct ShardMetrics {
     pub pending: AtomicU64,
     pub fired_total: AtomicU64,
-    /// Non-cumulative counts per bucket; the last one is +Inf.
-    lateness_counts: [AtomicU64; 23],
-    lateness_sum_ns: AtomicU64,
+    /// Fired-at minus deadline, ns.
+    pub lateness: Histogram,
     pub clock_offset_ns: AtomicI64,
     pub clock_steps_total: AtomicU64,
     /// 1 when the shard's clock fell back to clock_gettime (no invariant TSC), else 0.
@@ -50,55 +135,120 @@ pub struct ShardMetrics {
     /// Times the watchdog woke this shard because it had not run well past its time
     /// (`shard::watchdog`).
     pub watchdog_wakes_total: AtomicU64,
-    /// The durable store's figures (all zero, state `InMemory`, without Redis).
-    pub store: crate::store::StoreMetrics,
+    /// The durable store's figures (all zero, state `InMemory`, without one).
+    pub store: StoreMetrics,
 }
 
-/// A histogram as read at one moment: cumulative counts per upper bound, sum and count.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct HistogramSnapshot {
-    pub buckets: Vec<(f64, u64)>,
-    pub count: u64,
-    pub sum_seconds: f64,
-}
-
-impl ShardMetrics {
-    /// Records one fire's lateness (fired-at minus deadline), in ns.
-    ///
-    /// Only the owning shard's thread writes these counters, so a relaxed load and store
-    /// replaces the locked read-modify-write of `fetch_add` (about 10 ns a fire in a burst);
-    /// readers on other threads still see whole values.
-    #[inline]
-    pub fn observe_lateness(&self, late_ns: u64) {
-        let i = LATENESS_BUCKETS_NS.partition_point(|&b| b < late_ns);
-        single_writer_add(&self.lateness_counts[i], 1);
-        single_writer_add(&self.lateness_sum_ns, late_ns);
-    }
-
-    pub fn lateness(&self) -> HistogramSnapshot {
-        let mut cumulative = 0;
-        let mut buckets = Vec::with_capacity(LATENESS_BUCKETS_S.len());
-        for (i, &bound) in LATENESS_BUCKETS_S.iter().enumerate() {
-            cumulative += self.lateness_counts[i].load(Ordering::Relaxed);
-            buckets.push((bound, cumulative));
-        }
-        let count = cumulative + self.lateness_counts[22].load(Ordering::Relaxed);
-        let sum_seconds = self.lateness_sum_ns.load(Ordering::Relaxed) as f64 * 1e-9;
-        HistogramSnapshot {
-            buckets,
-            count,
-            sum_seconds,
+impl Default for ShardMetrics {
+    fn default() -> Self {
+        ShardMetrics {
+            pending: AtomicU64::new(0),
+            fired_total: AtomicU64::new(0),
+            lateness: Histogram::new(&LATENESS_BOUNDS_NS, 1e-9),
+            clock_offset_ns: AtomicI64::new(0),
+            clock_steps_total: AtomicU64::new(0),
+            clock_fallback: AtomicU64::new(0),
+            watchdog_wakes_total: AtomicU64::new(0),
+            store: StoreMetrics::default(),
         }
     }
 }
 
-/// `counter += n` for a counter that only the calling thread writes.
-#[inline]
-fn single_writer_add(counter: &AtomicU64, n: u64) {
-    counter.store(
-        counter.load(Ordering::Relaxed).wrapping_add(n),
-        Ordering::Relaxed,
-    );
+/// What the store of one shard is doing (`StoreMetrics::state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum StoreState {
+    /// No durable store: in-memory, not durable.
+    InMemory = 0,
+    /// Trying to reach the store (at start, before recovery).
+    Connecting = 1,
+    /// Loading the shard's timers.
+    Recovering = 2,
+    /// Connected and recovered: durable writes are acknowledged.
+    Ready = 3,
+    /// The connection was lost; writes are buffered while it reconnects.
+    Reconnecting = 4,
+    /// The store failed in a way it cannot recover from by itself (the log says what to do);
+    /// writes are refused.
+    Failed = 5,
+}
+
+impl StoreState {
+    fn from_u64(v: u64) -> StoreState {
+        match v {
+            1 => StoreState::Connecting,
+            2 => StoreState::Recovering,
+            3 => StoreState::Ready,
+            4 => StoreState::Reconnecting,
+            5 => StoreState::Failed,
+            _ => StoreState::InMemory,
+        }
+    }
+}
+
+/// The durable store's figures for one shard, whichever store it is.
+pub struct StoreMetrics {
+    state: AtomicU64,
+    /// Seconds from sending a batch of writes to its acknowledgement (a Redis pipeline's last
+    /// reply, a journal group commit's fdatasync).
+    pub flush_seconds: Histogram,
+    /// Writes per batch (Redis: commands per pipeline, MULTI/EXEC included).
+    pub batch_commands: Histogram,
+    /// Writes (registrations, cancels, fires) not yet acknowledged.
+    pub pending_writes: AtomicU64,
+    pub reconnects_total: AtomicU64,
+    /// Error replies and I/O failures, each logged.
+    pub errors_total: AtomicU64,
+    /// Durable registrations and cancels refused with `StoreUnavailable`.
+    pub refused_total: AtomicU64,
+    /// Callers answered `StoreUnavailable` because the acknowledgement took too long.
+    pub ack_timeouts_total: AtomicU64,
+    pub recoveries_total: AtomicU64,
+    pub recovered_timers: AtomicU64,
+    pub recovery_duration_ns: AtomicU64,
+    /// 1 while the shard holds due timers back because its store holds as many fires as it may.
+    pub fires_held: AtomicU64,
+    /// Times the shard began holding fires back.
+    pub fire_pauses_total: AtomicU64,
+    /// (tenant, length) of every fired stream, sampled by shard 0 (Redis only). Only the
+    /// sampling task and a scrape take this lock, never a shard's loop.
+    pub stream_lengths: std::sync::Mutex<Vec<(String, u64)>>,
+}
+
+impl Default for StoreMetrics {
+    fn default() -> Self {
+        StoreMetrics {
+            state: AtomicU64::new(StoreState::InMemory as u64),
+            flush_seconds: Histogram::new(&FLUSH_BOUNDS_NS, 1e-9),
+            batch_commands: Histogram::new(&BATCH_BOUNDS, 1.0),
+            pending_writes: AtomicU64::new(0),
+            reconnects_total: AtomicU64::new(0),
+            errors_total: AtomicU64::new(0),
+            refused_total: AtomicU64::new(0),
+            ack_timeouts_total: AtomicU64::new(0),
+            recoveries_total: AtomicU64::new(0),
+            recovered_timers: AtomicU64::new(0),
+            recovery_duration_ns: AtomicU64::new(0),
+            fires_held: AtomicU64::new(0),
+            fire_pauses_total: AtomicU64::new(0),
+            stream_lengths: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl StoreMetrics {
+    pub fn state(&self) -> StoreState {
+        StoreState::from_u64(self.state.load(Ordering::Relaxed))
+    }
+
+    pub fn set_state(&self, s: StoreState) {
+        self.state.store(s as u64, Ordering::Relaxed);
+    }
+
+    /// `counter += n`; the store's counters have one writer, the shard's thread.
+    pub fn count(counter: &AtomicU64, n: u64) {
+        single_writer_add(counter, n);
+    }
 }
 
 #[cfg(test)]
@@ -108,14 +258,27 @@ mod tests {
     #[test]
     fn lateness_lands_in_the_first_bucket_that_holds_it() {
         let m = ShardMetrics::default();
-        m.observe_lateness(0); // on time: the 1 µs bucket
-        m.observe_lateness(1_000); // exactly 1 µs: still le="1e-6"
-        m.observe_lateness(1_001);
-        m.observe_lateness(20_000_000_000); // 20 s: only +Inf
-        let h = m.lateness();
+        m.lateness.observe(0); // on time: the 1 µs bucket
+        m.lateness.observe(1_000); // exactly 1 µs: still le="1e-6"
+        m.lateness.observe(1_001);
+        m.lateness.observe(20_000_000_000); // 20 s: only +Inf
+        let h = m.lateness.snapshot();
         assert_eq!(h.buckets[0], (1e-6, 2));
-        assert_eq!(h.buckets[1], (2e-6, 3));
+        assert_eq!(h.buckets[1].1, 3);
         assert_eq!(h.buckets.last().map(|b| b.1), Some(3));
         assert_eq!(h.count, 4);
+        assert!((h.sum - 20.000002001).abs() < 1e-9, "{}", h.sum);
+    }
+
+    #[test]
+    fn counts_histograms_export_their_own_unit() {
+        let m = StoreMetrics::default();
+        m.batch_commands.observe(1);
+        m.batch_commands.observe(5);
+        m.batch_commands.observe(1_000_000_000);
+        let s = m.batch_commands.snapshot();
+        assert_eq!(s.buckets[0], (1.0, 1));
+        assert_eq!(s.buckets[2], (16.0, 2));
+        assert_eq!(s.count, 3);
     }
 }

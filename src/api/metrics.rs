@@ -123,7 +123,7 @@ fn rows(handle: &Handle) -> Vec<Row> {
         .into_iter()
         .map(|s| {
             let m = store.get(s.shard).map(|m| &m.store);
-            let get = |f: fn(&crate::store::StoreMetrics) -> u64| m.map(f).unwrap_or(0);
+            let get = |f: fn(&crate::metrics::StoreMetrics) -> u64| m.map(f).unwrap_or(0);
             Row {
                 flush: m.map(|m| m.flush_seconds.snapshot()).unwrap_or_default(),
                 batch: m.map(|m| m.batch_commands.snapshot()).unwrap_or_default(),
@@ -301,7 +301,7 @@ impl Collector for EngineCollector {
                             })
                             .collect();
                         buckets.push((f64::MAX, h.count.saturating_sub(prev)));
-                        m.encode_histogram::<()>(h.sum_seconds, h.count, &buckets, None)?
+                        m.encode_histogram::<()>(h.sum, h.count, &buckets, None)?
                     }
                 }
             }

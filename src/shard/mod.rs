@@ -493,7 +493,9 @@ fn poll_table<S: TimeSource>(
     let mut fired = 0u64;
     let more = table.poll_at_most(now, budget, |deadline, record| {
         let fired_at = clock.now();
-        metrics.observe_lateness(fired_at.0.saturating_sub(deadline.as_nanos().0));
+        metrics
+            .lateness
+            .observe(fired_at.0.saturating_sub(deadline.as_nanos().0));
         let f = FiredTimer {
             shard,
             tenant: record.timer.tenant(),

@@ -20,9 +20,9 @@
 //! How replies are judged (which error replies are transient) is `replies`.
 
 use super::conn::{Conn, ConnError};
-use super::metrics::{StoreMetrics, StoreState};
 use super::replies::{judge, Shape};
 use super::Shared;
+use crate::metrics::{StoreMetrics, StoreState};
 use crate::units::capped;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -117,8 +117,8 @@ async fn pump(shared: &Shared, conn: &mut Conn) -> Result<(), String> {
         shared
             .m()
             .flush_seconds
-            .observe(flight.started.elapsed().as_secs_f64());
-        shared.m().batch_commands.observe(commands as f64);
+            .observe(flight.started.elapsed().as_nanos() as u64);
+        shared.m().batch_commands.observe(commands as u64);
         let outcomes = judge(shared, &flight.shape, replies)?;
         in_flight -= flight.shape.sizes.len();
         let mut outbox = shared.outbox.borrow_mut();

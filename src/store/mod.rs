@@ -64,7 +64,6 @@ pub mod apply;
 pub mod conn;
 pub mod flush;
 pub mod layout;
-pub mod metrics;
 pub mod outbox;
 pub mod recover;
 pub mod replies;
@@ -80,7 +79,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use metrics::{StoreMetrics, StoreState};
+pub use crate::metrics::{StoreMetrics, StoreState};
 
 /// How the store talks to Redis. Defaults are written in [`StoreConfig::new`].
 #[derive(Clone, Debug, PartialEq)]

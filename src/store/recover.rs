@@ -12,8 +12,8 @@
 use super::conn::Conn;
 use super::flush::pause;
 use super::layout::{decode_record, parse_field, partition_of, timers_key, PARTITIONS};
-use super::metrics::{StoreMetrics, StoreState};
 use super::Shared;
+use crate::metrics::{StoreMetrics, StoreState};
 use crate::quota::Quotas;
 use crate::units::UtcMicros;
 use crate::wheel::table::{PackedTimer, TimerTable};

@@ -13,9 +13,9 @@
 //! A pipeline whose replies do not have the expected shape is treated like a lost
 //! connection: written again whole.
 
-use super::metrics::StoreMetrics;
 use super::Shared;
 use crate::error::Error;
+use crate::metrics::StoreMetrics;
 use redis::Value;
 
 /// Commands per entry, and whether the pipeline is wrapped in MULTI/EXEC.

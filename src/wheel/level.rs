@@ -4,27 +4,9 @@
 //! 64 slots is a power of two on purpose: the slot of a deadline is a shift and a mask, and
 //! the next occupied slot is one `trailing_zeros` on the bitmap.
 
-use super::slab::NIL;
+use super::list::{SlotList, SLOTS, SLOT_BITS};
 
-/// log2 of the number of slots per level.
-pub(crate) const SLOT_BITS: u32 = 6;
-/// Slots per level.
-pub(crate) const SLOTS: usize = 1 << SLOT_BITS;
 const SLOT_MASK: u64 = (SLOTS as u64) - 1;
-
-/// Head and tail of one slot's list, as slab indices (`NIL` when empty).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SlotList {
-    pub head: u32,
-    pub tail: u32,
-}
-
-impl SlotList {
-    pub const EMPTY: SlotList = SlotList {
-        head: NIL,
-        tail: NIL,
-    };
-}
 
 pub(crate) struct Level {
     /// Which level this is; level `n` has slots `64^n` µs wide.

@@ -50,12 +50,14 @@
 //! expired list when it holds anything due.
 
 mod level;
+mod list;
 mod slab;
 pub mod table;
 
 use crate::units::UtcMicros;
-use level::{level_for, slot_for, Level, SlotList};
-use slab::{Pos, Slab, NIL};
+use level::{level_for, slot_for, Level};
+use list::{Pos, SlotList, NIL};
+use slab::Slab;
 
 pub use slab::Handle;
 

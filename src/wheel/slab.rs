@@ -6,31 +6,7 @@
 //! allocation at all once `with_capacity` covers the peak); remove is O(1). An entry is
 //! 24 bytes of bookkeeping plus the caller's value.
 
-/// "No entry": the end of a list, or an empty free list.
-pub(crate) const NIL: u32 = u32::MAX;
-
-/// Where an entry lives. Fits in 16 bits: 9 levels × 64 slots, plus two markers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Pos(pub u16);
-
-impl Pos {
-    /// In the list of timers that were already due when they were inserted.
-    pub const EXPIRED: Pos = Pos(u16::MAX - 1);
-    /// On the free list.
-    pub const FREE: Pos = Pos(u16::MAX);
-
-    pub fn slot(level: u32, slot: usize) -> Pos {
-        Pos((level as usize * super::level::SLOTS + slot) as u16)
-    }
-
-    pub fn level_and_slot(self) -> (u32, usize) {
-        let raw = self.0 as usize;
-        (
-            (raw / super::level::SLOTS) as u32,
-            raw % super::level::SLOTS,
-        )
-    }
-}
+use super::list::{Pos, NIL};
 
 /// A reference to one scheduled entry. Stale once the entry is removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
