@@ -20,6 +20,7 @@ fn defaults_match_the_design() {
     assert_eq!(c.redis, None);
     assert_eq!(c.max_body_bytes, 128 * 1024);
     assert_eq!(c.max_batch_body_bytes, 16 * 1024 * 1024);
+    assert_eq!(c.bind_retry_ms, 5_000);
 }
 
 #[test]
@@ -185,8 +186,32 @@ fn serve_help_documents_every_option() {
         "--idle-timeout-ms",
         "--body-timeout-ms",
         "--shutdown-timeout-ms",
+        "--bind-retry-ms",
         "PUNCTUAL_LISTEN",
+        "PUNCTUAL_BIND_RETRY_MS",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }
+}
+
+#[test]
+fn bind_retry_ms_is_read_from_file_env_and_flag_and_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("p.toml");
+    std::fs::write(&path, "bind_retry_ms = 100\n").expect("write");
+    let p = path.to_str().expect("utf-8");
+    let (code, out, err) = print_config(&["--config", p], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("bind_retry_ms = 100"), "file: {out}");
+    let env = [("PUNCTUAL_BIND_RETRY_MS", "250")];
+    let (_, out, _) = print_config(&["--config", p], &env);
+    assert!(out.contains("bind_retry_ms = 250"), "env beats file: {out}");
+    let (_, out, _) = print_config(&["--config", p, "--bind-retry-ms", "0"], &env);
+    assert!(out.contains("bind_retry_ms = 0"), "flag beats env: {out}");
+    let (code, _, err) = print_config(&["--bind-retry-ms", "600001"], &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("`bind_retry_ms`") && err.contains("600000"),
+        "{err}"
+    );
 }

@@ -1,10 +1,11 @@
-//! Start-up and shutdown of the service: the port check, the engine with one HTTP server per
-//! shard, the signal wait, and the drain.
+//! Start-up and shutdown of the service: the port check (retried while a crashed predecessor's
+//! sockets close), the engine with one HTTP server per shard, the signal wait, and the drain.
 //!
 //! Shutdown on SIGTERM or SIGINT: stop accepting, let in-flight requests finish (up to
 //! `shutdown_timeout_ms`), then stop the shards (which flush their stores). With the
 //! in-memory store, pending timers do not survive; that is said at start.
 
+use super::listen;
 use super::server::{self, Shared};
 use super::tenants::Tenants;
 use crate::config::{Config, PinningMode};
@@ -18,10 +19,10 @@ pub fn serve(config: Config) -> Result<(), String> {
     // Registered first, so a signal during start-up is not lost to the default action.
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    // Every shard binds with SO_REUSEPORT; a plain bind first makes sure no other process
-    // (another punctual included) already serves this address.
-    std::net::TcpListener::bind(config.listen)
-        .map_err(|e| format!("listen: cannot bind {}: {e}", config.listen))?;
+    // Every shard binds with SO_REUSEPORT; a bind without it first makes sure no other live
+    // process (another punctual included) serves this address, and waits out the sockets of
+    // one that just crashed on it.
+    listen::wait_until_free(config.listen, Duration::from_millis(config.bind_retry_ms))?;
 
     let tenants = Tenants::new(&config.tenants);
     let shared = Arc::new(Shared::new(config.clone(), tenants.clone()));

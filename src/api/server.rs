@@ -1,5 +1,5 @@
-//! The HTTP server on each shard: a SO_REUSEPORT listener (glommio sets the option), an
-//! accept loop, and one `spawn_local`ed hyper HTTP/1.1 connection per client.
+//! The HTTP server on each shard: a listener on the shared address (its socket options are
+//! `listen`'s), an accept loop, and one `spawn_local`ed hyper HTTP/1.1 connection per client.
 //!
 //! Limits enforced here: the connection cap (over it, a 503 is written and the connection
 //! closed), the request-head size (hyper's buffer: 431 past it), the idle / slow-header
@@ -20,7 +20,6 @@ use crate::engine::Handle;
 use event_listener::Event;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
-use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -106,7 +105,7 @@ pub fn start_shard(shard: usize, handle: Handle, shared: Arc<Shared>) -> std::io
     shared
         .metrics
         .get_or_init(|| Metrics::new(handle.clone(), store));
-    let (listener, fd) = bind_reuseport(shared.config.listen)?;
+    let (listener, fd) = super::listen::shard_listener(shared.config.listen)?;
     shared.listeners.fetch_add(1, Ordering::AcqRel);
     let drain = Rc::new(LocalDrain::default());
     let watcher = (shared.clone(), drain.clone());
@@ -132,21 +131,6 @@ pub fn start_shard(shard: usize, handle: Handle, shared: Arc<Shared>) -> std::io
     })
     .detach();
     Ok(())
-}
-
-/// A listening socket with SO_REUSEPORT (every shard binds the same address), handed to
-/// glommio, and its descriptor (kept for the shutdown(2) above).
-fn bind_reuseport(addr: std::net::SocketAddr) -> std::io::Result<(TcpListener, RawFd)> {
-    let domain = socket2::Domain::for_address(addr);
-    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
-    socket.set_reuse_port(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(1024)?;
-    let fd = socket.into_raw_fd();
-    // SAFETY: `fd` is a bound, listening TCP socket that we own (just released from
-    // `socket`); the glommio listener becomes its sole owner and closes it when dropped.
-    let listener = unsafe { TcpListener::from_raw_fd(fd) };
-    Ok((listener, fd))
 }
 
 async fn accept_loop(listener: &TcpListener, app: Rc<App>, drain: Rc<LocalDrain>) {

@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish [default: 10000].
     #[arg(long, env = "PUNCTUAL_SHUTDOWN_TIMEOUT_MS", value_name = "MS")]
     pub shutdown_timeout_ms: Option<String>,
+    /// At start, how long to keep retrying while the address is in use: after a crash the old
+    /// process's sockets take a moment to close. Past it, start-up fails; 0 tries once
+    /// [default: 5000].
+    #[arg(long, env = "PUNCTUAL_BIND_RETRY_MS", value_name = "MS")]
+    pub bind_retry_ms: Option<String>,
     /// Print the resolved configuration as TOML and exit (tokens are masked).
     #[arg(long)]
     pub print_config: bool,

@@ -60,6 +60,7 @@ pub struct Config {
     pub idle_timeout_ms: u64,
     pub body_timeout_ms: u64,
     pub shutdown_timeout_ms: u64,
+    pub bind_retry_ms: u64,
     pub tenants: BTreeMap<String, TenantConfig>,
 }
 
@@ -81,6 +82,7 @@ impl Default for Config {
             idle_timeout_ms: 30_000,
             body_timeout_ms: 10_000,
             shutdown_timeout_ms: 10_000,
+            bind_retry_ms: 5_000,
             tenants: BTreeMap::new(),
         }
     }
@@ -105,6 +107,7 @@ pub struct FileConfig {
     idle_timeout_ms: Option<u64>,
     body_timeout_ms: Option<u64>,
     shutdown_timeout_ms: Option<u64>,
+    bind_retry_ms: Option<u64>,
     #[serde(default)]
     tenants: BTreeMap<String, TenantConfig>,
 }

@@ -206,6 +206,14 @@ impl Config {
                 0,
                 86_400_000,
             )?,
+            bind_retry_ms: u(
+                "bind_retry_ms",
+                &args.bind_retry_ms,
+                file.bind_retry_ms,
+                d.bind_retry_ms,
+                0,
+                600_000,
+            )?,
             tenants,
         })
     }
