@@ -88,6 +88,8 @@ fn a_second_instance_on_the_same_port_refuses_to_start() {
             &s.addr.to_string(),
             "--pinning",
             "none",
+            "--bind-retry-ms",
+            "200",
         ])
         .output()
         .expect("run");
