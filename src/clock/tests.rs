@@ -458,3 +458,36 @@ fn host_lag_figure() {
         clock.stats()
     );
 }
+
+#[test]
+fn a_rate_drop_between_anchors_leads_at_most_the_drop_times_the_interval() {
+    let src = FakeSource::new(START, 2_900);
+    src.set_realtime_drift_ppb(500_000);
+    let mut clock = Clock::calibrate(src.clone(), ClockConfig::default());
+    walk_never_early(&src, &mut clock, Duration::from_secs(2), SAMPLE, "+500 ppm");
+    src.advance(Duration::from_millis(3));
+    // The slew ends: the system clock's rate drops by 500 ppm, which the clock sees only at
+    // its next anchor. The documented bound: 500 ppm × 100 ms, less the lag in hand.
+    src.set_realtime_drift_ppb(0);
+    let mut worst_lead = 0i64;
+    let mut anchors = 0;
+    while anchors < 2 {
+        src.advance(SAMPLE);
+        worst_lead = worst_lead.max(clock.now().signed_diff(src.realtime()));
+        if clock.anchor_due(src.ticks()) {
+            clock.anchor();
+            anchors += 1;
+        }
+    }
+    assert!(
+        worst_lead <= 50_000 - TARGET_NS,
+        "a 500 ppm drop led by {worst_lead} ns"
+    );
+    walk_never_early(
+        &src,
+        &mut clock,
+        Duration::from_secs(3),
+        SAMPLE,
+        "once the drop was measured",
+    );
+}
