@@ -5,7 +5,7 @@
 //! comes from `clock_gettime(CLOCK_REALTIME)`. [`FakeSource`] lets tests drive both by hand.
 
 use crate::units::{TscTicks, UtcNanos};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -155,8 +155,9 @@ fn rdtscp() -> u64 {
 
 /// A source whose ticks and UTC move only when a test says so.
 ///
-/// Ticks advance at `ticks_per_us` per microsecond of `pause`/`advance`; the system clock can
-/// be stepped independently with `step_realtime`.
+/// Ticks advance at `ticks_per_us` per microsecond of `pause`/`advance`. The system clock can
+/// be stepped (`step_realtime`) and slewed (`set_realtime_drift_ppb`) independently, as NTP
+/// does to CLOCK_REALTIME while the TSC runs on at its constant rate.
 #[derive(Clone)]
 pub struct FakeSource {
     inner: Arc<FakeInner>,
@@ -165,12 +166,14 @@ pub struct FakeSource {
 struct FakeInner {
     /// Elapsed true time, ns.
     elapsed_ns: AtomicU64,
-    /// UTC at elapsed 0, ns; stepping the system clock changes this.
+    /// UTC at elapsed 0 if the current drift had always applied, ns; steps and drift changes
+    /// move it so that the system clock stays continuous across a drift change.
     realtime_base: AtomicU64,
     /// Tick rate in ticks per 1000 ns (so a 2.5 GHz TSC is 2500).
     ticks_per_us: u64,
-    /// Extra error of the system clock's rate against true time, in parts per billion.
-    realtime_drift_ppb: AtomicU64,
+    /// Error of the system clock's rate against true time, in parts per billion (negative:
+    /// the system clock runs slow).
+    realtime_drift_ppb: AtomicI64,
 }
 
 impl FakeSource {
@@ -180,7 +183,7 @@ impl FakeSource {
                 elapsed_ns: AtomicU64::new(0),
                 realtime_base: AtomicU64::new(utc_start.0),
                 ticks_per_us,
-                realtime_drift_ppb: AtomicU64::new(0),
+                realtime_drift_ppb: AtomicI64::new(0),
             }),
         }
     }
@@ -199,10 +202,23 @@ impl FakeSource {
             .store((base + delta_ns) as u64, Ordering::SeqCst);
     }
 
-    /// Makes the system clock run fast by `ppb` parts per billion from here on (an NTP slew).
-    pub fn set_realtime_drift_ppb(&self, ppb: u64) {
+    /// Makes the system clock run fast (positive) or slow (negative) by `ppb` parts per
+    /// billion from here on, as an NTP slew does. The system clock does not jump.
+    pub fn set_realtime_drift_ppb(&self, ppb: i64) {
+        let elapsed = self.inner.elapsed_ns.load(Ordering::SeqCst);
+        let now = self.realtime().0 as i128;
+        // Choose the base so that `realtime()` under the new drift reads `now` at `elapsed`.
+        let base = now - elapsed as i128 - skew_ns(elapsed, ppb) as i128;
+        self.inner
+            .realtime_base
+            .store(base as u64, Ordering::SeqCst);
         self.inner.realtime_drift_ppb.store(ppb, Ordering::SeqCst);
     }
+}
+
+/// `elapsed_ns × ppb / 1e9`, rounded towards minus infinity.
+fn skew_ns(elapsed_ns: u64, ppb: i64) -> i64 {
+    (elapsed_ns as i128 * ppb as i128).div_euclid(1_000_000_000) as i64
 }
 
 impl TimeSource for FakeSource {
@@ -213,9 +229,9 @@ impl TimeSource for FakeSource {
 
     fn realtime(&self) -> UtcNanos {
         let ns = self.inner.elapsed_ns.load(Ordering::SeqCst);
-        let drift = self.inner.realtime_drift_ppb.load(Ordering::SeqCst) as u128;
-        let skew = (ns as u128 * drift / 1_000_000_000) as u64;
-        UtcNanos(self.inner.realtime_base.load(Ordering::SeqCst) + ns + skew)
+        let drift = self.inner.realtime_drift_ppb.load(Ordering::SeqCst);
+        let base = self.inner.realtime_base.load(Ordering::SeqCst) as i64;
+        UtcNanos((base + ns as i64 + skew_ns(ns, drift)) as u64)
     }
 
     fn pause(&self, dur: Duration) {
