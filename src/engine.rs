@@ -7,7 +7,7 @@
 //! answers (microseconds); the `_async` forms return a future instead, for callers on an
 //! executor; `schedule_detached` does not wait for an answer at all (bulk loads).
 
-use crate::clock::{clock_ns, Clock, ClockConfig, HostSource};
+use crate::clock::{clock_ns, Clock, ClockConfig, HostSource, SetWatch};
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
 use crate::op::{reply_channel, Op, Reply};
@@ -235,6 +235,17 @@ impl EngineBuilder {
             }),
         };
         let pulses: Vec<Arc<Pulse>> = (0..self.shards).map(|_| Arc::default()).collect();
+        // Every shard re-anchors as soon as the system clock is set, not at its next 100 ms
+        // anchor: the watch bumps a generation the clocks follow and wakes every shard.
+        let rings = handle.inner.rings.clone();
+        let set_watch = match SetWatch::spawn(move || rings.iter().for_each(|r| r.wake())) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch for system clock sets; shards notice a step at their next anchor (within 100 ms)");
+                None
+            }
+        };
+        let set_generation = set_watch.as_ref().map(SetWatch::generation);
         let mut threads = Vec::with_capacity(self.shards);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         for (id, wakee) in wakees.into_iter().enumerate() {
@@ -260,6 +271,7 @@ impl EngineBuilder {
             let park_direct = hook.is_none() && store.is_none();
             let wakee_fd = wakee.into_raw_fd();
             let pulse = pulses[id].clone();
+            let set_generation = set_generation.clone();
             let quotas = handle.inner.quotas.clone();
             let thread = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("punctual-shard-{id}"))
@@ -270,7 +282,10 @@ impl EngineBuilder {
                         ClockChoice::Detect => HostSource::detect(),
                         ClockChoice::ClockGettime => HostSource::fallback(),
                     };
-                    let clock = Clock::calibrate(source, ClockConfig::default());
+                    let mut clock = Clock::calibrate(source, ClockConfig::default());
+                    if let Some(generation) = set_generation {
+                        clock.follow_sets(generation);
+                    }
                     let table = TimerTable::new(clock.now().as_micros(), capacity);
                     // SAFETY: `wakee_fd` came from `into_raw_fd` on a UnixStream that nothing
                     // else owns, so the stream made here becomes its sole owner.
@@ -340,6 +355,7 @@ impl EngineBuilder {
             threads,
             stop,
             _watchdog: watchdog,
+            _set_watch: set_watch,
         })
     }
 
@@ -402,6 +418,7 @@ pub struct Engine {
     stop: Arc<AtomicBool>,
     /// Stopped after the shards (fields drop after `Drop::drop` has joined them).
     _watchdog: Option<Watchdog>,
+    _set_watch: Option<SetWatch>,
 }
 
 impl Engine {
@@ -452,6 +469,8 @@ pub struct ShardStats {
     pub ring_rejected_total: u64,
     pub clock_offset_ns: i64,
     pub clock_steps_total: u64,
+    /// Leads under the step threshold that the clock removed at an anchor.
+    pub clock_set_backs_total: u64,
     /// The shard's clock reads clock_gettime, not the TSC.
     pub clock_fallback: bool,
     /// Times the watchdog had to wake the shard (`shard::watchdog`).
@@ -646,6 +665,7 @@ impl Handle {
                     ring_rejected_total: inner.rings[i].rejected(),
                     clock_offset_ns: m.clock_offset_ns.load(Ordering::Relaxed),
                     clock_steps_total: m.clock_steps_total.load(Ordering::Relaxed),
+                    clock_set_backs_total: m.clock_set_backs_total.load(Ordering::Relaxed),
                     clock_fallback: m.clock_fallback.load(Ordering::Relaxed) != 0,
                     watchdog_wakes_total: m.watchdog_wakes_total.load(Ordering::Relaxed),
                     lateness: m.lateness.snapshot(),

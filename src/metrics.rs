@@ -58,11 +58,12 @@ pub const BATCH_BOUNDS: [u64; 9] = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536]
 ///
 /// Only the owning shard's thread writes (its loop, or a task on its executor), so a relaxed
 /// load and store replace the locked read-modify-write of `fetch_add` (about 10 ns per
-/// observation in a burst); readers on other threads still see whole values. `scale` turns an
-/// observation into the exported unit (1e-9 for ns → seconds, 1 for counts).
+/// observation in a burst); readers on other threads still see whole values. An observation
+/// divided by `per_unit` is the exported unit (1e9 for ns → seconds, 1 for counts; a division
+/// by an exact power of ten keeps `le` labels such as `1e-6` exact).
 pub struct Histogram {
     bounds: &'static [u64],
-    scale: f64,
+    per_unit: f64,
     /// Non-cumulative counts; the last is +Inf.
     counts: Box<[AtomicU64]>,
     sum: AtomicU64,
@@ -78,10 +79,10 @@ pub struct HistogramSnapshot {
 }
 
 impl Histogram {
-    pub fn new(bounds: &'static [u64], scale: f64) -> Histogram {
+    pub fn new(bounds: &'static [u64], per_unit: f64) -> Histogram {
         Histogram {
             bounds,
-            scale,
+            per_unit,
             counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
             sum: AtomicU64::new(0),
         }
@@ -102,13 +103,13 @@ impl Histogram {
         let mut buckets = Vec::with_capacity(self.bounds.len());
         for (i, &bound) in self.bounds.iter().enumerate() {
             cumulative += self.counts[i].load(Ordering::Relaxed);
-            buckets.push((bound as f64 * self.scale, cumulative));
+            buckets.push((bound as f64 / self.per_unit, cumulative));
         }
         let inf = self.counts.last().map_or(0, |c| c.load(Ordering::Relaxed));
         HistogramSnapshot {
             buckets,
             count: cumulative + inf,
-            sum: self.sum.load(Ordering::Relaxed) as f64 * self.scale,
+            sum: self.sum.load(Ordering::Relaxed) as f64 / self.per_unit,
         }
     }
 }
@@ -130,6 +131,8 @@ pub struct ShardMetrics {
     pub lateness: Histogram,
     pub clock_offset_ns: AtomicI64,
     pub clock_steps_total: AtomicU64,
+    /// Leads under the step threshold removed at an anchor (the mapping set back).
+    pub clock_set_backs_total: AtomicU64,
     /// 1 when the shard's clock fell back to clock_gettime (no invariant TSC), else 0.
     pub clock_fallback: AtomicU64,
     /// Times the watchdog woke this shard because it had not run well past its time
@@ -144,9 +147,10 @@ impl Default for ShardMetrics {
         ShardMetrics {
             pending: AtomicU64::new(0),
             fired_total: AtomicU64::new(0),
-            lateness: Histogram::new(&LATENESS_BOUNDS_NS, 1e-9),
+            lateness: Histogram::new(&LATENESS_BOUNDS_NS, 1e9),
             clock_offset_ns: AtomicI64::new(0),
             clock_steps_total: AtomicU64::new(0),
+            clock_set_backs_total: AtomicU64::new(0),
             clock_fallback: AtomicU64::new(0),
             watchdog_wakes_total: AtomicU64::new(0),
             store: StoreMetrics::default(),
@@ -219,7 +223,7 @@ impl Default for StoreMetrics {
     fn default() -> Self {
         StoreMetrics {
             state: AtomicU64::new(StoreState::InMemory as u64),
-            flush_seconds: Histogram::new(&FLUSH_BOUNDS_NS, 1e-9),
+            flush_seconds: Histogram::new(&FLUSH_BOUNDS_NS, 1e9),
             batch_commands: Histogram::new(&BATCH_BOUNDS, 1.0),
             pending_writes: AtomicU64::new(0),
             reconnects_total: AtomicU64::new(0),
@@ -264,7 +268,7 @@ mod tests {
         m.lateness.observe(20_000_000_000); // 20 s: only +Inf
         let h = m.lateness.snapshot();
         assert_eq!(h.buckets[0], (1e-6, 2));
-        assert_eq!(h.buckets[1].1, 3);
+        assert_eq!(h.buckets[1], (2e-6, 3));
         assert_eq!(h.buckets.last().map(|b| b.1), Some(3));
         assert_eq!(h.count, 4);
         assert!((h.sum - 20.000002001).abs() < 1e-9, "{}", h.sum);

@@ -223,7 +223,7 @@ const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 12] = [
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let rows = rows(&self.handle);
-        let families: [(&str, &str, MetricType, Pick); 9] = [
+        let families: [(&str, &str, MetricType, Pick); 10] = [
             (
                 "punctual_timers_pending",
                 "Timers pending on the shard",
@@ -265,6 +265,12 @@ impl Collector for EngineCollector {
                 "System clock steps seen by the shard",
                 MetricType::Counter,
                 |r| Value::Counter(r.s.clock_steps_total),
+            ),
+            (
+                "punctual_clock_set_backs",
+                "Leads of the mapped clock over CLOCK_REALTIME removed at an anchor",
+                MetricType::Counter,
+                |r| Value::Counter(r.s.clock_set_backs_total),
             ),
             (
                 "punctual_clock_fallback",

@@ -470,6 +470,9 @@ impl<S: TimeSource> Shard<S> {
         self.metrics
             .clock_steps_total
             .store(s.steps, Ordering::Relaxed);
+        self.metrics
+            .clock_set_backs_total
+            .store(s.set_backs, Ordering::Relaxed);
         let fallback = self.clock.kind() == crate::clock::SourceKind::ClockGettime;
         self.metrics
             .clock_fallback
