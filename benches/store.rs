@@ -12,7 +12,7 @@
 mod redis_server;
 
 use punctual::engine::Pinning;
-use punctual::store::StoreConfig;
+use punctual::store::redis::RedisConfig;
 use punctual::{EngineBuilder, Handle, UtcMicros};
 use redis_server::RedisServer;
 use std::time::{Duration, Instant};
@@ -26,7 +26,7 @@ fn scale(n: u64) -> u64 {
 }
 
 fn engine(redis: &RedisServer, shards: usize) -> punctual::Engine {
-    let mut cfg = StoreConfig::new(redis.url());
+    let mut cfg = RedisConfig::new(redis.url());
     cfg.max_buffered = 2_000_000;
     if let Some(n) = std::env::var("PUNCTUAL_BENCH_BATCH")
         .ok()
@@ -40,7 +40,7 @@ fn engine(redis: &RedisServer, shards: usize) -> punctual::Engine {
         .pinning(Pinning::None)
         .spin(Duration::ZERO)
         .shard_capacity(2_000_000)
-        .store(cfg)
+        .redis_config(cfg)
         .build()
         .expect("engine starts");
     assert!(e.handle().wait_store_ready(Duration::from_secs(120)));

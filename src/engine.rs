@@ -14,8 +14,12 @@ use crate::op::{reply_channel, Op, Reply};
 use crate::quota::{Quota, QuotaSlot, Quotas};
 use crate::ring::Ring;
 use crate::shard::watchdog::{Pulse, Watchdog};
-use crate::shard::{set_timer_slack_ns, FireHandler, FiredTimer, Shard, Wakee};
-use crate::store::{ShardStore, StoreConfig, StoreState};
+use crate::shard::{set_timer_slack_ns, Shard, Wakee};
+use crate::sink::{FireHandler, FiredTimer, HandlerSink, Sink};
+use crate::store::memory::MemoryStore;
+use crate::store::redis::RedisConfig;
+use crate::store::redis::RedisStore;
+use crate::store::StoreState;
 use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};
 use crate::wheel::table::{PackedTimer, TimerTable};
 use futures_lite::future::block_on;
@@ -34,6 +38,16 @@ pub const MAX_PAYLOAD: usize = 65_536;
 /// glommio's preemption timer: its own default. Shards yield on their own and never rely on
 /// being preempted; a shorter timer brings back a glommio stall (see `shard::watchdog`).
 const PREEMPT_TIMER: Duration = Duration::from_millis(100);
+
+/// Which store the shards use.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum StoreKind {
+    /// Not durable: pending timers are lost when the process exits.
+    #[default]
+    Memory,
+    /// Redis, through batched pipelines on each shard's own connection.
+    Redis(RedisConfig),
+}
 
 /// How a shard gets its core.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,9 +76,9 @@ pub struct EngineBuilder {
     ring_capacity: usize,
     shard_capacity: usize,
     clock: ClockChoice,
-    handler: FireHandler,
+    handler: Option<FireHandler>,
     on_shard_start: Option<ShardStartHook>,
-    store: Option<StoreConfig>,
+    store: StoreKind,
     preempt_timer: Duration,
     watchdog: (Duration, Duration),
     quotas: Vec<(String, u64)>,
@@ -83,9 +97,9 @@ impl Default for EngineBuilder {
             ring_capacity: 65_536,
             shard_capacity: 10_000_000,
             clock: ClockChoice::Detect,
-            handler: Arc::new(|_: &FiredTimer<'_>| {}),
+            handler: None,
             on_shard_start: None,
-            store: None,
+            store: StoreKind::Memory,
             preempt_timer: PREEMPT_TIMER,
             quotas: Vec::new(),
             watchdog: (
@@ -144,7 +158,7 @@ impl EngineBuilder {
 
     /// Runs on the shard's thread for every fired timer.
     pub fn on_fire(mut self, handler: impl Fn(&FiredTimer<'_>) + Send + Sync + 'static) -> Self {
-        self.handler = Arc::new(handler);
+        self.handler = Some(Arc::new(handler));
         self
     }
 
@@ -156,14 +170,19 @@ impl EngineBuilder {
     }
 
     /// Makes timers durable in the Redis at `url` (`redis://host:port[/db]`), with the
-    /// store's defaults (see [`StoreConfig::new`]).
+    /// store's defaults (see [`RedisConfig::new`]).
     pub fn redis(self, url: impl Into<String>) -> Self {
-        self.store(StoreConfig::new(url))
+        self.redis_config(RedisConfig::new(url))
     }
 
-    /// Makes timers durable with this store configuration.
-    pub fn store(mut self, config: StoreConfig) -> Self {
-        self.store = Some(config);
+    /// Makes timers durable in Redis with this configuration.
+    pub fn redis_config(self, config: RedisConfig) -> Self {
+        self.store(StoreKind::Redis(config))
+    }
+
+    /// Which store the shards use (default: in memory, not durable).
+    pub fn store(mut self, store: StoreKind) -> Self {
+        self.store = store;
         self
     }
 
@@ -205,10 +224,11 @@ impl EngineBuilder {
             ));
         }
         let cores = self.placement()?;
-        let store_info = match &self.store {
-            Some(cfg) => Some(cfg.validate()?),
-            None => {
-                tracing::info!("store: in-memory (not durable: pending timers are lost on exit); configure Redis for durability");
+        // Validated here, on the caller's thread, so that a bad URL is a build error.
+        let redis_info = match &self.store {
+            StoreKind::Redis(cfg) => Some(cfg.validate()?),
+            StoreKind::Memory => {
+                tracing::info!("store: in-memory (not durable: pending timers are lost on exit); configure a durable store for durability");
                 None
             }
         };
@@ -264,11 +284,12 @@ impl EngineBuilder {
             let clock_choice = self.clock;
             let ready = ready_tx.clone();
             let hook = self.on_shard_start.clone().map(|h| (h, handle.clone()));
-            let store = self.store.clone().zip(store_info.clone());
+            let store = self.store.clone();
+            let redis_info = redis_info.clone();
             let shards = self.shards;
             // A shard that runs only its own loop parks in the kernel directly; with other
             // tasks on its executor (HTTP, the store) it must park in glommio's reactor.
-            let park_direct = hook.is_none() && store.is_none();
+            let park_direct = hook.is_none() && store == StoreKind::Memory;
             let wakee_fd = wakee.into_raw_fd();
             let pulse = pulses[id].clone();
             let set_generation = set_generation.clone();
@@ -296,17 +317,26 @@ impl EngineBuilder {
                             Wakee::Reactor(glommio::net::UnixStream::from_raw_fd(wakee_fd))
                         }
                     };
+                    let store: Box<dyn crate::store::Store> = match (store, redis_info) {
+                        (StoreKind::Redis(cfg), Some(info)) => {
+                            Box::new(RedisStore::new(cfg, info, id, shards, m.clone()))
+                        }
+                        _ => Box::new(MemoryStore),
+                    };
+                    let sinks: Vec<Box<dyn Sink>> = handler
+                        .map(|h| Box::new(HandlerSink(h)) as Box<dyn Sink>)
+                        .into_iter()
+                        .collect();
                     let shard = Shard {
                         id,
                         ring,
                         table,
                         clock,
                         spin,
-                        handler,
+                        sinks,
+                        store,
                         metrics: m.clone(),
                         stop,
-                        store: store
-                            .map(|(cfg, info)| ShardStore::new(cfg, info, id, shards, m.clone())),
                         pulse,
                         quotas,
                     };

@@ -55,7 +55,7 @@ pub mod wheel;
 
 pub use engine::{Cancelled, Engine, EngineBuilder, Handle, Scheduled, TimerInfo};
 pub use error::{Error, Result};
-pub use shard::FiredTimer;
+pub use sink::FiredTimer;
 pub use units::{Deadline, TscTicks, UtcMicros, UtcNanos};
 
 /// The README's Rust examples compile and run as doctests too.

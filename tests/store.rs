@@ -6,7 +6,7 @@
 mod redis_server;
 
 use punctual::engine::Pinning;
-use punctual::store::StoreConfig;
+use punctual::store::redis::RedisConfig;
 use punctual::{Cancelled, EngineBuilder, Error, UtcMicros};
 use redis_server::{free_port, read_stream, wait_stream, RedisServer};
 use std::collections::{HashMap, HashSet};
@@ -14,19 +14,19 @@ use std::time::Duration;
 
 /// The store's config for tests: a long ack timeout, because `appendfsync always` on a disk
 /// shared with compilers can take seconds; the tests assert outcomes, not latency.
-fn config(url: String) -> StoreConfig {
-    let mut cfg = StoreConfig::new(url);
+fn config(url: String) -> RedisConfig {
+    let mut cfg = RedisConfig::new(url);
     cfg.ack_timeout = Duration::from_secs(20);
     cfg
 }
 
-fn engine(shards: usize, cfg: StoreConfig) -> punctual::Engine {
+fn engine(shards: usize, cfg: RedisConfig) -> punctual::Engine {
     EngineBuilder::new()
         .shards(shards)
         .pinning(Pinning::None)
         .spin(Duration::ZERO)
         .shard_capacity(100_000)
-        .store(cfg)
+        .redis_config(cfg)
         .build()
         .expect("engine starts")
 }
@@ -278,8 +278,8 @@ fn overdue_timers_fire_at_once_in_deadline_order_after_recovery() {
 fn malformed_records_are_skipped_counted_and_left_in_redis() {
     let redis = RedisServer::start();
     let mut con = redis.client().expect("client");
-    let p = punctual::store::layout::partition_of("t", "good");
-    let key = punctual::store::layout::timers_key(p);
+    let p = punctual::store::redis::layout::partition_of("t", "good");
+    let key = punctual::store::redis::layout::timers_key(p);
     let far = punctual::clock::clock_ns(libc::CLOCK_REALTIME) / 1_000 + 3_600_000_000;
     let _: () = redis::cmd("HSET")
         .arg(&key)

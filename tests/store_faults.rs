@@ -6,7 +6,8 @@
 mod redis_server;
 
 use punctual::engine::Pinning;
-use punctual::store::{layout, StoreConfig};
+use punctual::store::redis::layout;
+use punctual::store::redis::RedisConfig;
 use punctual::{EngineBuilder, Error, UtcMicros};
 use redis_server::{wait_stream, RedisServer};
 use std::collections::HashMap;
@@ -16,19 +17,19 @@ use std::time::Duration;
 
 /// The store's config for tests: a long ack timeout, because `appendfsync always` on a disk
 /// shared with compilers can take seconds; the tests assert outcomes, not latency.
-fn config(url: String) -> StoreConfig {
-    let mut cfg = StoreConfig::new(url);
+fn config(url: String) -> RedisConfig {
+    let mut cfg = RedisConfig::new(url);
     cfg.ack_timeout = Duration::from_secs(20);
     cfg
 }
 
-fn engine(shards: usize, cfg: StoreConfig) -> punctual::Engine {
+fn engine(shards: usize, cfg: RedisConfig) -> punctual::Engine {
     let e = EngineBuilder::new()
         .shards(shards)
         .pinning(Pinning::None)
         .spin(Duration::ZERO)
         .shard_capacity(100_000)
-        .store(cfg)
+        .redis_config(cfg)
         .build()
         .expect("engine starts");
     assert!(

@@ -90,7 +90,7 @@ impl Config {
         }
         let redis = pick::<String>("redis", &args.redis, file.redis)?;
         if let Some(url) = &redis {
-            crate::store::StoreConfig::new(url.clone())
+            crate::store::redis::RedisConfig::new(url.clone())
                 .connection_info()
                 .map_err(|e| invalid("redis", url, e))?;
         }

@@ -68,14 +68,17 @@
 //! histogram update and the handler. Per yield (only on a shared thread, only after work): one
 //! glommio timer and one reactor pass, a few microseconds.
 //!
-//! # With a durable store
+//! # Applying an op, and the store
 //!
-//! When Redis is configured the shard has a `store::ShardStore`: before the loop it recovers
-//! its partitions (`store::apply`), ops go through `apply_durable` (replies wait for Redis),
-//! each fire also queues its stream entry, and after each pass the store task is kicked. The
-//! in-memory shard checks `Option<ShardStore>` once per drained batch and once per poll.
+//! Every op goes through one [`Shard::apply`], whatever the store: the store admits the write
+//! (or refuses it: 503), the tenant's quota admits a new key, the table changes at once, and
+//! the store gets the write with the caller's reply, which it answers once the write is
+//! durable (`store`). The in-memory store answers at once. Fires go to the sinks, then to the
+//! store (the record goes). Before the loop, the store recovers the shard's timers
+//! (`recover.rs`); ops that arrive meanwhile wait and are applied in order afterwards.
 
 mod park;
+mod recover;
 pub(crate) mod watchdog;
 
 pub(crate) use park::{set_timer_slack_ns, Wakee};
@@ -83,28 +86,24 @@ pub(crate) use park::{set_timer_slack_ns, Wakee};
 use crate::clock::{Clock, TimeSource};
 use crate::error::Error;
 use crate::metrics::ShardMetrics;
-use crate::op::{Cancelled, Op, Scheduled, TimerInfo};
+use crate::op::{Cancelled, Op, Reply, Scheduled, TimerInfo};
 use crate::quota::{QuotaSlot, Quotas};
 use crate::ring::Ring;
-use crate::sink::FiredEntry;
-use crate::store::ShardStore;
+use crate::sink::{FiredTimer, Sink};
+use crate::store::{Ack, Store};
 use crate::units::{UtcMicros, UtcNanos};
 use crate::wheel::table::{PackedTimer, TimerTable, UpsertError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Ops taken from the ring before the shard looks at its clock again.
-const DRAIN_BATCH: usize = 4096;
-
-/// The same for a shard with a store: shorter passes, so that the store task (on the same
-/// executor) reads Redis's replies between them instead of after a 4,096-op pass.
-const DURABLE_DRAIN_BATCH: usize = 512;
-
 /// Timers fired in one pass by a shard that shares its thread. A burst (a million timers due
 /// at one instant) is fired over many passes, with the other tasks running in between; a
 /// shard alone on its thread fires a burst in one go.
 const FIRE_BATCH: usize = 4096;
+
+/// Longest a shard that shares its thread spins without yielding to its other tasks.
+const MAX_UNYIELDED: Duration = Duration::from_micros(200);
 
 /// How long a shard whose store holds as many fires as it may waits before it looks again.
 const HELD_BACK_NAP: Duration = Duration::from_millis(1);
@@ -116,26 +115,9 @@ enum More {
     No,
     /// More due: the pass's budget ran out.
     Due,
-    /// More due, held back until the store's outbox has room for their stream entries.
+    /// More due, held back until the store has room for their writes.
     HeldBack,
 }
-
-/// Longest a shard that shares its thread spins without yielding to its other tasks.
-const MAX_UNYIELDED: Duration = Duration::from_micros(200);
-
-/// What the handler sees of a fired timer. It runs on the shard's thread: keep it short.
-#[derive(Debug, Clone, Copy)]
-pub struct FiredTimer<'a> {
-    pub shard: usize,
-    pub tenant: &'a str,
-    pub key: &'a str,
-    pub version: u64,
-    pub deadline: UtcMicros,
-    pub fired_at: UtcNanos,
-    pub payload: &'a [u8],
-}
-
-pub type FireHandler = Arc<dyn Fn(&FiredTimer<'_>) + Send + Sync>;
 
 pub(crate) struct Shard<S: TimeSource> {
     pub id: usize,
@@ -143,25 +125,15 @@ pub(crate) struct Shard<S: TimeSource> {
     pub table: TimerTable,
     pub clock: Clock<S>,
     pub spin: Duration,
-    pub handler: FireHandler,
+    /// Where fired timers go, in this order, before the store hears of the fire.
+    pub sinks: Vec<Box<dyn Sink>>,
+    pub store: Box<dyn Store>,
     pub metrics: Arc<ShardMetrics>,
     pub stop: Arc<AtomicBool>,
-    /// The durable store; `None` for the in-memory engine.
-    pub store: Option<ShardStore>,
     /// What the watchdog sees of this shard (`watchdog`).
     pub pulse: Arc<watchdog::Pulse>,
     /// Every tenant's quota, shared by all shards (`quota`).
     pub quotas: Arc<Quotas>,
-}
-
-/// Settles a schedule's quota slot once the table applied it: a new timer keeps it, a
-/// replacement gives it back (the replaced timer held one already).
-pub(crate) fn settle_quota(slot: Option<QuotaSlot>, replaced: bool) {
-    if let Some(slot) = slot {
-        if !replaced {
-            slot.keep();
-        }
-    }
 }
 
 impl<S: TimeSource> Shard<S> {
@@ -175,7 +147,7 @@ impl<S: TimeSource> Shard<S> {
                     .await;
             self.pulse.set_waker(Some(waker));
         }
-        if self.recover_first().await {
+        if self.recover().await {
             let fire_budget = if cooperative { FIRE_BATCH } else { usize::MAX };
             while !self.stop.load(Ordering::Acquire) {
                 let drained = self.drain();
@@ -185,9 +157,7 @@ impl<S: TimeSource> Shard<S> {
                     self.publish_clock();
                 }
                 let (fired, more) = self.fire_due(fire_budget);
-                if let Some(store) = &self.store {
-                    store.kick();
-                }
+                self.store.after_pass();
                 if cooperative && (drained > 0 || fired > 0) {
                     self.yield_now().await;
                     continue;
@@ -203,9 +173,7 @@ impl<S: TimeSource> Shard<S> {
                     More::No => self.wait(&mut wakee, &mut buf).await,
                 }
             }
-            if let Some(mut store) = self.store.take() {
-                store.close().await;
-            }
+            self.store.close().await;
         }
         // No caller may wait for a shard that will not run again.
         self.ring.close();
@@ -280,22 +248,17 @@ impl<S: TimeSource> Shard<S> {
         true
     }
 
-    /// Applies up to one batch of ops from the ring; how many.
+    /// Applies up to one pass's worth of ops from the ring; how many.
     fn drain(&mut self) -> usize {
+        let batch = self.store.ops_per_pass();
         let mut n = 0;
-        if let Some(store) = &self.store {
-            store.stamp();
-            while n < DURABLE_DRAIN_BATCH {
-                let Some(op) = self.ring.pop() else { break };
-                self.apply_durable(op);
-                n += 1;
+        while n < batch {
+            let Some(op) = self.ring.pop() else { break };
+            if n == 0 {
+                self.store.begin_pass();
             }
-        } else {
-            while n < DRAIN_BATCH {
-                let Some(op) = self.ring.pop() else { break };
-                self.apply(op);
-                n += 1;
-            }
+            self.apply(op);
+            n += 1;
         }
         if n > 0 {
             self.metrics
@@ -305,6 +268,7 @@ impl<S: TimeSource> Shard<S> {
         n
     }
 
+    /// Applies one op: the table changes at once, the store makes it durable and answers.
     pub(crate) fn apply(&mut self, op: Op) {
         match op {
             Op::Schedule {
@@ -313,38 +277,60 @@ impl<S: TimeSource> Shard<S> {
                 reply,
                 slot,
             } => {
-                let result = self.admit_quota(&timer, slot).and_then(|slot| {
-                    let now = self.clock.now().as_micros();
-                    match self.table.upsert(timer, deadline, now) {
-                        Ok(u) => {
-                            settle_quota(slot, u.replaced);
-                            Ok(Scheduled {
-                                version: u.version,
-                                deadline,
-                                replaced: u.replaced,
-                            })
+                let scheduled = self
+                    .store
+                    .admit()
+                    .and_then(|()| self.admit_quota(&timer, slot))
+                    .and_then(|slot| {
+                        let version = self.table.next_version(self.clock.now().as_micros());
+                        match self.table.insert_with_version(timer, deadline, version) {
+                            Ok(u) => {
+                                settle_quota(slot, u.replaced);
+                                Ok((
+                                    u.slot,
+                                    Scheduled {
+                                        version,
+                                        deadline,
+                                        replaced: u.replaced,
+                                    },
+                                ))
+                            }
+                            Err(e) => Err(self.upsert_error(e, deadline)),
                         }
-                        Err(e) => Err(self.upsert_error(e, deadline)),
+                    });
+                match scheduled {
+                    Ok((at, s)) => {
+                        let ack = reply.map_or(Ack::None, |tx| Ack::Schedule(tx, s));
+                        match self.table.timer_at(at) {
+                            Some(timer) => self.store.schedule(timer, &s, ack),
+                            // Just inserted: always there.
+                            None => ack.answer(Ok(())),
+                        }
                     }
-                });
-                if let Some(reply) = reply {
-                    let _ = reply.send(result);
-                } else if let Err(e) = result {
-                    tracing::warn!(shard = self.id, error = %e, "detached schedule refused");
+                    Err(e) => refuse_schedule(self.id, reply, e),
                 }
             }
             Op::Cancel { timer, reply } => {
-                let answer = match self.table.cancel(timer.identity()) {
-                    Some((deadline, record)) => {
-                        self.release_quota(record.timer.tenant());
-                        Cancelled::Cancelled {
-                            version: record.version,
-                            deadline,
-                        }
-                    }
-                    None => Cancelled::NotFound,
-                };
-                let _ = reply.send(Ok(answer));
+                if self.table.get(timer.identity()).is_none() {
+                    let _ = reply.send(Ok(Cancelled::NotFound));
+                    return;
+                }
+                if let Err(e) = self.store.admit() {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                if let Some((deadline, record)) = self.table.cancel(timer.identity()) {
+                    self.release_quota(record.timer.tenant());
+                    let answer = Cancelled::Cancelled {
+                        version: record.version,
+                        deadline,
+                    };
+                    self.store.cancel(
+                        record.timer.tenant(),
+                        record.timer.key(),
+                        Ack::Cancel(reply, answer),
+                    );
+                }
             }
             Op::Get { timer, reply } => {
                 let info = self.table.get(timer.identity()).map(|v| TimerInfo {
@@ -361,7 +347,7 @@ impl<S: TimeSource> Shard<S> {
     /// a tenant with a quota, or none (no quota, or a replacement). `QuotaExceeded` when a new
     /// key would pass the quota. Settle it with [`settle_quota`] once the table has answered;
     /// dropping it gives the slot back.
-    pub(crate) fn admit_quota(
+    fn admit_quota(
         &self,
         timer: &PackedTimer,
         slot: Option<QuotaSlot>,
@@ -381,13 +367,13 @@ impl<S: TimeSource> Shard<S> {
     }
 
     /// A pending timer of `tenant` left the table (fired or cancelled).
-    pub(crate) fn release_quota(&self, tenant: &str) {
+    fn release_quota(&self, tenant: &str) {
         if let Some(q) = self.quotas.get(tenant) {
             q.release();
         }
     }
 
-    pub(crate) fn upsert_error(&self, e: UpsertError, deadline: UtcMicros) -> Error {
+    fn upsert_error(&self, e: UpsertError, deadline: UtcMicros) -> Error {
         match e {
             UpsertError::Capacity => Error::CapacityExceeded {
                 shard: self.id,
@@ -399,47 +385,38 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 
-    /// Fires up to `budget` due timers (fewer when the store's outbox has less room for fires);
-    /// how many fired, and what is left.
+    /// Fires up to `budget` due timers (fewer when the store has less room for fires); how
+    /// many fired, and what is left.
     fn fire_due(&mut self, budget: usize) -> (u64, More) {
         let now = self.clock.now().as_micros();
-        let room = self
-            .store
-            .as_ref()
-            .map_or(usize::MAX, ShardStore::fire_room);
+        let room = self.store.fire_room();
         let budget = budget.min(room);
-        // With a store, every fire also queues its stream entry.
-        let mut sink = self
-            .store
-            .as_ref()
-            .map(|store| (store.outbox(), store.stream_maxlen()));
-        let quotas = &self.quotas;
-        let (fired, more) = poll_table(
-            &mut self.table,
-            &self.clock,
-            &self.handler,
-            &self.metrics,
-            self.id,
-            now,
-            budget,
-            |f| {
-                if let Some(q) = quotas.get(f.tenant) {
-                    q.release();
-                }
-                if let Some((outbox, maxlen)) = &mut sink {
-                    let entry = FiredEntry {
-                        tenant: f.tenant,
-                        key: f.key,
-                        version: f.version,
-                        fire_at: f.deadline,
-                        fired_at: f.fired_at,
-                        payload: f.payload,
-                    };
-                    crate::store::fire(outbox, &entry, *maxlen);
-                }
-            },
-        );
-        drop(sink);
+        let (clock, metrics, quotas, id) = (&self.clock, &*self.metrics, &*self.quotas, self.id);
+        let (sinks, store) = (&mut self.sinks, &mut self.store);
+        let mut fired = 0u64;
+        let more = self.table.poll_at_most(now, budget, |deadline, record| {
+            let fired_at = clock.now();
+            metrics
+                .lateness
+                .observe(fired_at.0.saturating_sub(deadline.as_nanos().0));
+            let f = FiredTimer {
+                shard: id,
+                tenant: record.timer.tenant(),
+                key: record.timer.key(),
+                version: record.version,
+                deadline,
+                fired_at,
+                payload: record.timer.payload(),
+            };
+            for sink in sinks.iter_mut() {
+                sink.fired(&f);
+            }
+            store.fired(&f);
+            if let Some(q) = quotas.get(f.tenant) {
+                q.release();
+            }
+            fired += 1;
+        });
         if fired > 0 {
             self.metrics.fired_total.fetch_add(fired, Ordering::Relaxed);
             self.metrics
@@ -447,9 +424,7 @@ impl<S: TimeSource> Shard<S> {
                 .store(self.table.len() as u64, Ordering::Relaxed);
         }
         let held = more && budget == room;
-        if let Some(store) = &self.store {
-            store.note_fires_held(held);
-        }
+        self.store.fires_held(held);
         let more = match (more, held) {
             (false, _) => More::No,
             (true, false) => More::Due,
@@ -480,37 +455,22 @@ impl<S: TimeSource> Shard<S> {
     }
 }
 
-/// Fires up to `budget` timers due at `now`, in deadline order: the handler, then `also` (the
-/// store's queueing, or nothing). Returns how many fired and whether more are due.
-#[allow(clippy::too_many_arguments)]
-fn poll_table<S: TimeSource>(
-    table: &mut TimerTable,
-    clock: &Clock<S>,
-    handler: &FireHandler,
-    metrics: &ShardMetrics,
-    shard: usize,
-    now: UtcMicros,
-    budget: usize,
-    mut also: impl FnMut(&FiredTimer<'_>),
-) -> (u64, bool) {
-    let mut fired = 0u64;
-    let more = table.poll_at_most(now, budget, |deadline, record| {
-        let fired_at = clock.now();
-        metrics
-            .lateness
-            .observe(fired_at.0.saturating_sub(deadline.as_nanos().0));
-        let f = FiredTimer {
-            shard,
-            tenant: record.timer.tenant(),
-            key: record.timer.key(),
-            version: record.version,
-            deadline,
-            fired_at,
-            payload: record.timer.payload(),
-        };
-        handler(&f);
-        also(&f);
-        fired += 1;
-    });
-    (fired, more)
+/// Settles a schedule's quota slot once the table applied it: a new timer keeps it, a
+/// replacement gives it back (the replaced timer held one already).
+fn settle_quota(slot: Option<QuotaSlot>, replaced: bool) {
+    if let Some(slot) = slot {
+        if !replaced {
+            slot.keep();
+        }
+    }
+}
+
+/// Answers a schedule that was not applied; a detached one has no caller, so it is logged.
+fn refuse_schedule(shard: usize, reply: Option<Reply<Result<Scheduled, Error>>>, e: Error) {
+    match reply {
+        Some(tx) => {
+            let _ = tx.send(Err(e));
+        }
+        None => tracing::warn!(shard, error = %e, "detached schedule refused"),
+    }
 }

@@ -1,102 +1,57 @@
-//! The sink: how a fired timer reaches the application.
+//! Sinks: where a fired timer goes.
 //!
-//! Two ways, both on the shard's thread: the in-process handler ([`crate::FiredTimer`], set
-//! with `EngineBuilder::on_fire`), and, with Redis configured, one entry in the tenant's
-//! stream `punctual:fired:{<tenant>}` (the braces are literal: a Redis Cluster hash tag).
+//! A [`Sink`] takes each fired timer on the shard's thread, right after the wheel fired it, in
+//! deadline order. It must not block: delivery that takes time (a webhook) is started here and
+//! runs as a task on the shard's executor. The shard holds its sinks; a sink never imports the
+//! shard, the engine or the API.
 //!
-//! Stream entries have the fields `key`, `version`, `fire_at_us`, `fired_at_us` and `payload`
-//! (the JSON text as given, `null` when none was). The XADD is written by the store in the
-//! same MULTI/EXEC as the removal of the pending record (see `store`), so an entry exists
-//! exactly when the timer is no longer pending, except that a lost connection or a crash can
-//! repeat an entry; both copies carry the same (tenant, key, version), which is what consumers
-//! de-duplicate on. The stream is trimmed with `MAXLEN ~` to the configured length.
+//! | sink | where a fired timer goes | file |
+//! |---|---|---|
+//! | handler | an in-process closure (`EngineBuilder::on_fire`) | this file |
+//! | Redis Stream | one entry in `punctual:fired:{<tenant>}`, written by the Redis store in the same transaction that removes the timer's record | `stream.rs` |
 //!
-//! Cost: one XADD per fire, pipelined with the rest of the shard's writes.
+//! Cost: one virtual call per sink per fire.
+
+pub mod stream;
 
 use crate::units::{UtcMicros, UtcNanos};
+use std::sync::Arc;
 
-/// The stream a tenant's fired timers are appended to: `punctual:fired:{<tenant>}`.
-pub fn stream_key(tenant: &str) -> String {
-    format!("punctual:fired:{{{tenant}}}")
-}
-
-/// The payload as the stream carries it: the JSON text, or `null` for an empty payload.
-pub fn payload_text(payload: &[u8]) -> &[u8] {
-    if payload.is_empty() {
-        b"null"
-    } else {
-        payload
-    }
-}
-
-/// One fired timer, as the store turns it into a stream entry.
-pub struct FiredEntry<'a> {
+/// A fired timer, as sinks and the handler see it.
+#[derive(Debug, Clone, Copy)]
+pub struct FiredTimer<'a> {
+    pub shard: usize,
     pub tenant: &'a str,
     pub key: &'a str,
     pub version: u64,
-    pub fire_at: UtcMicros,
+    pub deadline: UtcMicros,
     pub fired_at: UtcNanos,
     pub payload: &'a [u8],
 }
 
-/// `XADD punctual:fired:{tenant} MAXLEN ~ <maxlen> * key … version … fire_at_us …
-/// fired_at_us … payload …`
-pub fn xadd(entry: &FiredEntry<'_>, maxlen: u64) -> redis::Cmd {
-    let size = 128 + 2 * entry.tenant.len() + entry.key.len() + entry.payload.len();
-    let mut c = redis::Cmd::with_capacity(16, size);
-    c.arg("XADD")
-        .arg(crate::store::layout::Arg::Stream {
-            tenant: entry.tenant,
-        })
-        .arg("MAXLEN")
-        .arg("~")
-        .arg(maxlen)
-        .arg("*")
-        .arg("key")
-        .arg(entry.key)
-        .arg("version")
-        .arg(entry.version)
-        .arg("fire_at_us")
-        .arg(entry.fire_at.0)
-        .arg("fired_at_us")
-        .arg(entry.fired_at.as_micros().0)
-        .arg("payload")
-        .arg(payload_text(entry.payload));
-    c
+/// Takes fired timers on the shard's thread (see the module doc).
+pub trait Sink {
+    fn fired(&mut self, timer: &FiredTimer<'_>);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// An in-process handler: runs on the shard's thread for every fired timer; keep it short.
+pub type FireHandler = Arc<dyn Fn(&FiredTimer<'_>) + Send + Sync>;
 
-    #[test]
-    fn stream_key_has_a_literal_hash_tag() {
-        assert_eq!(stream_key("shop"), "punctual:fired:{shop}");
+/// The handler as a sink.
+pub struct HandlerSink(pub FireHandler);
+
+impl Sink for HandlerSink {
+    #[inline]
+    fn fired(&mut self, timer: &FiredTimer<'_>) {
+        (self.0)(timer)
     }
+}
 
-    #[test]
-    fn xadd_names_every_field_and_trims_approximately() {
-        let e = FiredEntry {
-            tenant: "shop",
-            key: "o1",
-            version: 7,
-            fire_at: UtcMicros(10),
-            fired_at: UtcNanos(12_999),
-            payload: b"",
-        };
-        let packed = String::from_utf8(xadd(&e, 1000).get_packed_command()).unwrap_or_default();
-        for part in [
-            "XADD",
-            "MAXLEN",
-            "~",
-            "1000",
-            "key",
-            "o1",
-            "fired_at_us",
-            "12",
-            "null",
-        ] {
-            assert!(packed.contains(part), "{part} missing in {packed:?}");
-        }
+/// A payload as JSON text: the bytes as given, or `null` for an empty payload.
+pub fn payload_json(payload: &[u8]) -> &[u8] {
+    if payload.is_empty() {
+        b"null"
+    } else {
+        payload
     }
 }

@@ -1,384 +1,142 @@
-//! The store: each shard's timers persisted in Redis through batched pipelines, recovered on
-//! start, and handed to the tenant's stream when they fire (the stream's side is `sink`).
+//! The store seam: where a shard's timers are made durable. One store per shard, owned by the
+//! shard and used only on its thread.
 //!
-//! # What the store owns
+//! A store answers one question for the shard: *is this write durable yet?* The shard changes
+//! its table at once (so fires and later ops follow the ring's order) and hands the store the
+//! write together with the caller's [`Ack`]; the store answers the ack when the write is
+//! durable, or `StoreUnavailable` when that cannot happen in time. A 2xx therefore means
+//! durable, by whichever store is configured:
 //!
-//! One Redis connection per shard, driven by the shard's own glommio executor (a task spawned
-//! on the shard; no tokio, no extra thread), the shard's [`outbox::Outbox`] of writes not yet
-//! acknowledged, and the key layout below. Commands are built and replies decoded by the
-//! `redis` crate; its streaming parser reads from the glommio socket (`conn`).
-//!
-//! # Key layout (see `layout`)
-//!
-//! | key | type | holds |
+//! | store | durable means | file |
 //! |---|---|---|
-//! | `punctual:{p<N>}:timers` | hash | field `<tenant>/<key>` → `<version> <fire_at_us> <payload>`, one per pending timer of partition N |
-//! | `punctual:fired:{<tenant>}` | stream | one entry per firing: `key`, `version`, `fire_at_us`, `fired_at_us`, `payload` |
+//! | memory | nothing (explicit, not durable: the log says so at start) | `memory.rs` |
+//! | Redis | Redis acknowledged the pipeline that carried the write | `redis/` |
 //!
-//! N is `FNV-1a(tenant, key) mod 1024`: a fixed number of partitions, independent of the
-//! shard count. Shard `s` of `S` owns (and routes, see `Handle::shard_for`) the partitions
-//! with `N mod S == s`, so recovery after a restart with another shard count loads every
-//! partition exactly once. Every key carries a hash tag, so the keys place themselves on a
-//! Redis Cluster's slots unchanged. This build talks to one Redis endpoint; a cluster client
-//! would also have to split a fire's transaction, whose two keys lie in different slots, into
-//! `XADD` then `HDEL` (an order that can only duplicate, never lose).
+//! What a store is told, in the order the shard makes things happen:
 //!
-//! What each operation writes:
+//! - at start, [`Store::recover`] loads the shard's timers (the shard holds its ops until it
+//!   completes);
+//! - per op: [`Store::admit`] (is there room for one more write?), then [`Store::schedule`] or
+//!   [`Store::cancel`] with the caller's ack;
+//! - per fire: [`Store::fired`] (the timer's record goes; Redis also appends the stream entry
+//!   in the same transaction, see `redis`), after [`Store::fire_room`] said how many fires it
+//!   can take this pass;
+//! - after each pass, [`Store::after_pass`]; at shutdown, [`Store::close`].
 //!
-//! - schedule (upsert): `HSET punctual:{pN}:timers <tenant>/<key> <record>` — the whole
-//!   record, so a replay is idempotent. No sorted set is kept: ordering is the wheel's job, and
-//!   recovery loads everything anyway; one command per registration keeps the write rate
-//!   close to Redis's own.
-//! - cancel: `HDEL punctual:{pN}:timers <tenant>/<key>`.
-//! - fire: `XADD punctual:fired:{<tenant>} MAXLEN ~ <max> * …` and the `HDEL`, inside the
-//!   same `MULTI`/`EXEC` (a pipeline that holds a fire is sent as one transaction), so the
-//!   entry appears exactly when the record disappears.
-//!
-//! # Invariants
-//!
-//! - A durable schedule or cancel is answered only after the replies of the pipeline that
-//!   carried it came back without an error, or with `StoreUnavailable` (not acknowledged)
-//!   when that takes longer than `ack_timeout`, the outbox is full, or Redis rejects the write
-//!   for good.
-//! - Writes reach Redis in the order the shard made them; after a lost connection or a
-//!   transient error reply (OOM, READONLY, …) everything not yet answered is written again, in
-//!   order (idempotent assignments; stream entries may repeat, with the same version).
-//! - Fires never wait for Redis: the shard fires from memory and the outbox carries the XADD
-//!   until Redis takes it. A timer's record leaves Redis only through its fire's transaction,
-//!   a cancel, or a replacement, so an acknowledged timer is in Redis or in its stream.
-//! - Until a shard has recovered its partitions it applies no op: ops wait (answered
-//!   `StoreUnavailable` after `ack_timeout`) and are applied in order once it has.
-//!
-//! # Cost model
-//!
-//! Per registration on the shard: one `redis::Cmd` built (the record is copied once into the
-//! command's buffer) and one `VecDeque` push; per fire, two commands. The store task writes a
-//! batch (up to `flush_max_commands`) as soon as a fire waits, N writes wait, or the oldest
-//! has waited `flush_interval`; up to four batches are in flight on the connection. The
-//! shard's passes are shortened (512 ops) on durable shards, and the shard yields to its
-//! executor after every pass that did work (see `shard`), so that Redis's replies are read
-//! between passes, not after them. With no Redis configured, the shard checks
-//! `Option<ShardStore>` once per drained batch and once per poll.
+//! A store never imports the shard, the engine or the API: it sees ops only as these calls.
 
-pub mod apply;
-pub mod conn;
-pub mod flush;
-pub mod layout;
-pub mod outbox;
-pub mod recover;
-pub mod replies;
-pub mod streams;
+pub mod memory;
+pub mod redis;
 
-use crate::error::{Error, Result};
-use crate::metrics::ShardMetrics;
-use crate::sink::{self, FiredEntry};
-use outbox::{Ack, Outbox};
-use redis::{ConnectionInfo, IntoConnectionInfo};
-use std::cell::{Cell, RefCell, RefMut};
-use std::rc::Rc;
-use std::sync::Arc;
+use crate::error::Error;
+use crate::op::{Cancelled, Reply, Scheduled};
+use crate::sink::FiredTimer;
+use crate::units::UtcMicros;
+use crate::wheel::table::PackedTimer;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 pub use crate::metrics::{StoreMetrics, StoreState};
 
-/// How the store talks to Redis. Defaults are written in [`StoreConfig::new`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct StoreConfig {
-    /// `redis://[user:password@]host:port[/db]`.
-    pub url: String,
-    /// Longest a write waits in the outbox before its pipeline is sent (default 1 ms).
-    pub flush_interval: Duration,
-    /// A pipeline is sent as soon as this many writes wait (default 4,096).
-    pub flush_max_commands: usize,
-    /// Writes the outbox holds before durable registrations are refused (default 100,000).
-    pub max_buffered: usize,
-    /// Fires the outbox holds before the shard stops firing (default 100,000). While Redis is
-    /// unreachable, a fired timer's stream entry waits in the outbox; at this bound the shard
-    /// holds further due timers in its wheel (their records stay in Redis) and fires them,
-    /// late but not lost, once Redis takes the backlog. Memory stays bounded by both limits.
-    pub max_buffered_fires: usize,
-    /// Longest a durable schedule or cancel waits for Redis before `StoreUnavailable` (2 s).
-    pub ack_timeout: Duration,
-    /// `MAXLEN ~` of each tenant's fired stream (default 1,000,000).
-    pub stream_maxlen: u64,
-    /// `COUNT` of each recovery `HSCAN` (default 1,000).
-    pub recovery_page: usize,
-    /// Connect and I/O timeout of one attempt (default 1 s).
-    pub io_timeout: Duration,
-    /// Longest pause between reconnect attempts (default 1 s; they start at 10 ms).
-    pub backoff_max: Duration,
+/// A future a store returns from its `async` steps (recovery, close): run on the shard's
+/// executor, so it need not be `Send`.
+pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// Who waits for a write's acknowledgement, and with what answer.
+pub enum Ack {
+    None,
+    Schedule(Reply<Result<Scheduled, Error>>, Scheduled),
+    Cancel(Reply<Result<Cancelled, Error>>, Cancelled),
 }
 
-impl StoreConfig {
-    pub fn new(url: impl Into<String>) -> StoreConfig {
-        StoreConfig {
-            url: url.into(),
-            flush_interval: Duration::from_millis(1),
-            flush_max_commands: 4096,
-            max_buffered: 100_000,
-            max_buffered_fires: 100_000,
-            ack_timeout: Duration::from_secs(2),
-            stream_maxlen: 1_000_000,
-            recovery_page: 1000,
-            io_timeout: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(1),
+impl Ack {
+    /// Answers the caller: the prepared answer when the write is durable, else the error.
+    pub fn answer(self, outcome: Result<(), Error>) {
+        match self {
+            Ack::None => {
+                if let Err(e) = outcome {
+                    tracing::warn!(error = %e, "a detached schedule was not made durable");
+                }
+            }
+            Ack::Schedule(tx, s) => {
+                let _ = tx.send(outcome.map(|()| s));
+            }
+            Ack::Cancel(tx, c) => {
+                let _ = tx.send(outcome.map(|()| c));
+            }
         }
     }
 
-    /// The parsed URL; an error names what is wrong with it.
-    pub fn connection_info(&self) -> Result<ConnectionInfo> {
-        let info = self
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| Error::Config(format!("redis URL {:?}: {e}", self.url)))?;
-        match info.addr {
-            redis::ConnectionAddr::Tcp(..) => Ok(info),
-            _ => Err(Error::Config(format!(
-                "redis URL {:?}: only redis://host:port[/db] (TCP) is supported",
-                self.url
-            ))),
-        }
-    }
-
-    pub(crate) fn validate(&self) -> Result<ConnectionInfo> {
-        if self.flush_max_commands == 0
-            || self.max_buffered == 0
-            || self.max_buffered_fires == 0
-            || self.recovery_page == 0
-        {
-            return Err(Error::Config(
-                "store: flush_max_commands, max_buffered, max_buffered_fires and recovery_page must be positive".into(),
-            ));
-        }
-        self.connection_info()
-    }
-
-    /// The `Retry-After` a refused durable write suggests, in seconds.
-    fn retry_after_s(&self) -> u64 {
-        self.backoff_max.as_secs().max(1)
+    /// Whether someone waits for the answer.
+    pub fn is_waiting(&self) -> bool {
+        !matches!(self, Ack::None)
     }
 }
 
-/// What the shard and its store task share, on the shard's thread only.
-pub(crate) struct Shared {
-    pub cfg: StoreConfig,
-    pub info: ConnectionInfo,
-    pub shard: usize,
-    pub shards: usize,
-    pub outbox: RefCell<Outbox>,
-    pub wake: event_listener::Event,
-    pub closing: Cell<bool>,
-    pub metrics: Arc<ShardMetrics>,
+/// A timer as a store loads it at recovery.
+#[derive(Debug, Clone, Copy)]
+pub struct Recovered<'a> {
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub version: u64,
+    pub deadline: UtcMicros,
+    pub payload: &'a [u8],
 }
 
-impl Shared {
-    pub fn m(&self) -> &StoreMetrics {
-        &self.metrics.store
+/// What a shard needs of its store (see the module doc).
+pub trait Store {
+    /// "memory", "redis": for logs and `/healthz`.
+    fn kind(&self) -> &'static str;
+
+    /// Loads the shard's timers, handing each to `insert` (false: it did not fit, and stays
+    /// stored), then starts whatever the store runs in the background. Resolves to false if
+    /// `stop` was set first.
+    fn recover<'a>(
+        &'a mut self,
+        insert: &'a mut dyn FnMut(Recovered<'_>) -> bool,
+        stop: &'a AtomicBool,
+    ) -> LocalFuture<'a, bool>;
+
+    /// `Ok` when one more durable schedule or cancel fits now; else the refusal, counted.
+    fn admit(&self) -> Result<(), Error>;
+
+    /// What an op gets when it waited longer than [`Store::ack_timeout`] (during recovery).
+    fn refusal(&self) -> Error;
+
+    /// Longest a caller waits for an acknowledgement before `StoreUnavailable`.
+    fn ack_timeout(&self) -> Duration;
+
+    /// Ops the shard applies per pass: fewer for a store whose replies must be read between
+    /// passes.
+    fn ops_per_pass(&self) -> usize {
+        4096
     }
 
-    pub fn unavailable(&self) -> Error {
-        Error::StoreUnavailable {
-            retry_after_s: self.cfg.retry_after_s(),
-        }
-    }
-}
+    /// The shard is about to apply a batch of ops.
+    fn begin_pass(&mut self) {}
 
-/// A `Shared` for unit tests: no connection, shard 0 of 1.
-#[cfg(test)]
-pub(crate) fn test_shared(cfg: StoreConfig) -> Shared {
-    Shared {
-        info: cfg.connection_info().expect("valid URL"),
-        outbox: RefCell::new(Outbox::new(8, 8, cfg.ack_timeout)),
-        cfg,
-        shard: 0,
-        shards: 1,
-        wake: event_listener::Event::new(),
-        closing: Cell::new(false),
-        metrics: Default::default(),
-    }
-}
+    /// A (re)scheduled timer, already in the shard's table.
+    fn schedule(&mut self, timer: &PackedTimer, scheduled: &Scheduled, ack: Ack);
 
-/// The shard's side of its store: admit, queue, kick; and the store task's handle.
-pub(crate) struct ShardStore {
-    shared: Rc<Shared>,
-    task: Option<glommio::Task<()>>,
-}
+    /// A cancelled timer, already out of the shard's table.
+    fn cancel(&mut self, tenant: &str, key: &str, ack: Ack);
 
-impl ShardStore {
-    pub fn new(
-        cfg: StoreConfig,
-        info: ConnectionInfo,
-        shard: usize,
-        shards: usize,
-        metrics: Arc<ShardMetrics>,
-    ) -> ShardStore {
-        metrics.store.set_state(StoreState::Connecting);
-        let outbox = Outbox::new(cfg.max_buffered, cfg.max_buffered_fires, cfg.ack_timeout);
-        ShardStore {
-            shared: Rc::new(Shared {
-                cfg,
-                info,
-                shard,
-                shards,
-                outbox: RefCell::new(outbox),
-                wake: event_listener::Event::new(),
-                closing: Cell::new(false),
-                metrics,
-            }),
-            task: None,
-        }
+    /// How many more fires the store takes before the shard must hold due timers back.
+    fn fire_room(&self) -> usize {
+        usize::MAX
     }
 
-    pub fn shared(&self) -> &Rc<Shared> {
-        &self.shared
-    }
+    /// Whether the shard holds due timers back for want of [`Store::fire_room`].
+    fn fires_held(&mut self, _held: bool) {}
 
-    pub fn ack_timeout(&self) -> Duration {
-        self.shared.cfg.ack_timeout
-    }
+    /// A timer fired: its record goes.
+    fn fired(&mut self, timer: &FiredTimer<'_>);
 
-    /// Stamps the entries of the batch the shard is about to drain.
-    pub fn stamp(&self) {
-        self.shared.outbox.borrow_mut().stamp();
-    }
+    /// After each pass of the shard's loop.
+    fn after_pass(&mut self) {}
 
-    /// `Ok` when one more durable write fits in the outbox; else `StoreUnavailable`, counted.
-    pub fn admit(&self) -> Result<()> {
-        if self.shared.outbox.borrow().has_room() {
-            return Ok(());
-        }
-        StoreMetrics::count(&self.shared.m().refused_total, 1);
-        Err(self.shared.unavailable())
-    }
-
-    /// Queues a write; `ack` is answered once Redis has applied it.
-    pub fn queue(&self, write: redis::Cmd, ack: Ack) {
-        self.shared.outbox.borrow_mut().push(write, None, ack);
-    }
-
-    /// Queues the removal of a cancelled timer's record.
-    pub fn del(&self, tenant: &str, key: &str, ack: Ack) {
-        self.queue(del_cmd(tenant, key), ack);
-    }
-
-    /// The outbox, borrowed for a burst of fires (see [`fire`]).
-    pub fn outbox(&self) -> RefMut<'_, Outbox> {
-        self.shared.outbox.borrow_mut()
-    }
-
-    /// How many more fires the outbox takes before the shard must hold them back.
-    pub fn fire_room(&self) -> usize {
-        self.shared.outbox.borrow().fire_room()
-    }
-
-    /// The shard found the outbox full of fires and holds due timers back (counted once per
-    /// pause, not per pass).
-    pub fn note_fires_held(&self, held: bool) {
-        let m = self.shared.m();
-        let was = m
-            .fires_held
-            .swap(u64::from(held), std::sync::atomic::Ordering::Relaxed);
-        if held && was == 0 {
-            StoreMetrics::count(&m.fire_pauses_total, 1);
-            tracing::warn!(
-                shard = self.shared.shard,
-                limit = self.shared.cfg.max_buffered_fires,
-                "store: fires waiting for Redis reached their bound; due timers stay pending (not lost) until Redis takes the backlog"
-            );
-        }
-    }
-
-    pub fn stream_maxlen(&self) -> u64 {
-        self.shared.cfg.stream_maxlen
-    }
-
-    /// After each pass of the shard's loop: tells the store task that writes are waiting,
-    /// and answers `StoreUnavailable` to callers past the ack timeout (so that no caller waits
-    /// much longer than it, even while the store task is stuck waiting on Redis). The shard
-    /// passes at least every 100 ms (its clock anchor is a deadline of its own), and a shard
-    /// its executor failed to wake is woken by the watchdog within about 10 ms of that
-    /// (`shard::watchdog`); the store task also answers expired callers whenever it runs. So a
-    /// caller waits at most the ack timeout plus about 110 ms.
-    pub fn kick(&self) {
-        let mut outbox = self.shared.outbox.borrow_mut();
-        let n = outbox.len();
-        if n == 0 {
-            return;
-        }
-        let expired = outbox.expire(std::time::Instant::now(), self.shared.cfg.retry_after_s());
-        drop(outbox);
-        let m = self.shared.m();
-        if expired > 0 {
-            StoreMetrics::count(&m.ack_timeouts_total, expired);
-        }
-        m.pending_writes
-            .store(n as u64, std::sync::atomic::Ordering::Relaxed);
-        self.shared.wake.notify(1);
-    }
-
-    /// Starts the store task with the connection recovery left open.
-    pub fn start(&mut self, conn: conn::Conn) {
-        let shared = self.shared.clone();
-        self.task = Some(glommio::spawn_local(flush::run(shared, Some(conn))));
-        if self.shared.shard == 0 {
-            glommio::spawn_local(streams::run(self.shared.clone())).detach();
-        }
-    }
-
-    /// Flushes what it can within the ack timeout, then stops the store task.
-    pub async fn close(&mut self) {
-        self.shared.closing.set(true);
-        self.shared.wake.notify(usize::MAX);
-        if let Some(task) = self.task.take() {
-            let limit = crate::units::capped(self.shared.cfg.ack_timeout);
-            futures_lite::future::or(task, glommio::timer::sleep(limit)).await;
-        }
-        let left = self.shared.outbox.borrow().len();
-        if left > 0 {
-            tracing::warn!(
-                shard = self.shared.shard,
-                writes = left,
-                "store closed with writes Redis never acknowledged; their timers are recovered (and fired again if due) on the next start"
-            );
-        }
-    }
-}
-
-/// `HSET` of a (re)scheduled timer's whole record.
-pub(crate) fn put_cmd(
-    tenant: &str,
-    key: &str,
-    version: u64,
-    fire_at: u64,
-    payload: &[u8],
-) -> redis::Cmd {
-    // Sized once: name, key, field and record, no reallocation while the args go in.
-    let mut c = redis::Cmd::with_capacity(4, 80 + tenant.len() + key.len() + payload.len());
-    c.arg("HSET")
-        .arg(layout::timers_key_static(layout::partition_of(tenant, key)))
-        .arg(layout::Arg::Field { tenant, key })
-        .arg(layout::Arg::Record {
-            version,
-            fire_at_us: fire_at,
-            payload,
-        });
-    c
-}
-
-/// Queues a fire: the stream entry and the record's removal, applied together.
-pub(crate) fn fire(outbox: &mut Outbox, entry: &FiredEntry<'_>, maxlen: u64) {
-    outbox.push(
-        sink::xadd(entry, maxlen),
-        Some(del_cmd(entry.tenant, entry.key)),
-        Ack::None,
-    );
-}
-
-fn del_cmd(tenant: &str, key: &str) -> redis::Cmd {
-    let mut c = redis::Cmd::with_capacity(3, 40 + tenant.len() + key.len());
-    c.arg("HDEL")
-        .arg(layout::timers_key_static(layout::partition_of(tenant, key)))
-        .arg(layout::Arg::Field { tenant, key });
-    c
+    /// At shutdown: makes durable what it can within the ack timeout.
+    fn close(&mut self) -> LocalFuture<'_, ()>;
 }

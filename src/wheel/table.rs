@@ -103,6 +103,8 @@ pub struct Upserted {
     pub version: u64,
     /// A pending timer under the same key was replaced.
     pub replaced: bool,
+    /// Where the timer now sits (see [`TimerTable::timer_at`]).
+    pub slot: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +250,7 @@ impl TimerTable {
         Ok(Upserted {
             version,
             replaced: existing.is_some(),
+            slot: index,
         })
     }
 
@@ -262,6 +265,11 @@ impl TimerTable {
             .remove();
         let deadline = self.wheel.get_index(index).map(|(d, _)| d)?;
         Some((deadline, self.wheel.remove_index(index)))
+    }
+
+    /// The pending timer in `slot` (from [`Upserted::slot`]), without a lookup by key.
+    pub fn timer_at(&self, slot: u32) -> Option<&PackedTimer> {
+        self.wheel.get_index(slot).map(|(_, r)| &r.timer)
     }
 
     pub fn get(&self, identity: &[u8]) -> Option<TimerView<'_>> {

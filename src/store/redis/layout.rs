@@ -20,7 +20,7 @@ pub fn timers_key_static(partition: u32) -> &'static str {
 }
 
 /// A command argument written straight into the command's buffer from its parts: the field
-/// (`<tenant>/<key>`), a record, or a stream name, without an intermediate allocation.
+/// (`<tenant>/<key>`) or a record, without an intermediate allocation.
 pub enum Arg<'a> {
     Field {
         tenant: &'a str,
@@ -30,9 +30,6 @@ pub enum Arg<'a> {
         version: u64,
         fire_at_us: u64,
         payload: &'a [u8],
-    },
-    Stream {
-        tenant: &'a str,
     },
 }
 
@@ -48,7 +45,6 @@ impl redis::ToRedisArgs for Arg<'_> {
                 fire_at_us,
                 payload,
             } => write!(w, "{version} {fire_at_us} ").and_then(|()| w.write_all(payload)),
-            Arg::Stream { tenant } => write!(w, "punctual:fired:{{{tenant}}}"),
         };
     }
 }
@@ -123,13 +119,10 @@ mod tests {
                     version: 3,
                     fire_at_us: 9,
                     payload: b"p q",
-                })
-                .arg(Arg::Stream { tenant: "t" });
+                });
             }),
             packed(&|c| {
-                c.arg(field("t", "k"))
-                    .arg(encode_record(3, 9, b"p q"))
-                    .arg("punctual:fired:{t}");
+                c.arg(field("t", "k")).arg(encode_record(3, 9, b"p q"));
             })
         );
         assert_eq!(timers_key_static(42), timers_key(42));

@@ -16,35 +16,10 @@
 //! Cost: one `VecDeque` push per write; the caller's reply channel rides in the entry.
 
 use crate::error::Error;
-use crate::op::{Cancelled, Scheduled};
+use crate::store::Ack;
 use redis::Cmd;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-
-/// Who waits for an entry's acknowledgement, and with what answer.
-pub enum Ack {
-    None,
-    Schedule(crate::op::Reply<Result<Scheduled, Error>>, Scheduled),
-    Cancel(crate::op::Reply<Result<Cancelled, Error>>, Cancelled),
-}
-
-impl Ack {
-    fn answer(self, outcome: Result<(), Error>) {
-        match self {
-            Ack::None => {}
-            Ack::Schedule(tx, s) => {
-                let _ = tx.send(outcome.map(|()| s));
-            }
-            Ack::Cancel(tx, c) => {
-                let _ = tx.send(outcome.map(|()| c));
-            }
-        }
-    }
-
-    fn is_waiting(&self) -> bool {
-        !matches!(self, Ack::None)
-    }
-}
 
 pub struct Entry {
     pub first: Cmd,
@@ -175,6 +150,7 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::op::Scheduled;
 
     type Rx<T> = futures_channel::oneshot::Receiver<T>;
 

@@ -211,11 +211,11 @@ fn expire_in(shared: &Shared, outbox: &mut super::outbox::Outbox) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{test_shared, StoreConfig};
+    use crate::store::redis::{test_shared, RedisConfig};
 
     #[test]
     fn backoff_saturates_whatever_the_configured_maximum() {
-        let mut cfg = StoreConfig::new("redis://127.0.0.1:1/");
+        let mut cfg = RedisConfig::new("redis://127.0.0.1:1/");
         cfg.backoff_max = Duration::MAX;
         let shared = test_shared(cfg);
         // Closing: the pause returns at once; only the arithmetic is exercised.

@@ -108,10 +108,10 @@ fn server_error(shared: &Shared, code: &str, details: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoreConfig;
+    use crate::store::redis::RedisConfig;
 
     fn shared() -> Shared {
-        crate::store::test_shared(StoreConfig::new("redis://127.0.0.1:1/"))
+        crate::store::redis::test_shared(RedisConfig::new("redis://127.0.0.1:1/"))
     }
 
     fn reply(resp: &[u8]) -> Value {

@@ -2,8 +2,8 @@
 //!
 //! Partitions are read with `HSCAN <partition> <cursor> COUNT <page>`, eight partitions per
 //! pipeline, page by page, so no reply holds more than about `8 × page` timers. Each timer is
-//! inserted with its stored version (`TimerTable::insert_with_version`, which also raises the
-//! shard's version counter past it). Nothing fires until every partition is loaded; the
+//! handed to the shard with its stored version (the shard's table raises its version counter
+//! past it). Nothing fires until every partition is loaded; the
 //! shard's first poll then fires the overdue ones at once, in deadline order (the wheel's).
 //!
 //! A failure midway (connection lost, error reply) starts the load again on a new connection:
@@ -14,9 +14,8 @@ use super::flush::pause;
 use super::layout::{decode_record, parse_field, partition_of, timers_key, PARTITIONS};
 use super::Shared;
 use crate::metrics::{StoreMetrics, StoreState};
-use crate::quota::Quotas;
+use crate::store::Recovered;
 use crate::units::UtcMicros;
-use crate::wheel::table::{PackedTimer, TimerTable};
 use redis::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -25,12 +24,11 @@ use std::time::{Duration, Instant};
 const WINDOW: usize = 8;
 
 /// Connects (retrying with backoff while Redis is unreachable) and loads the shard's
-/// partitions into `table`. Returns the connection for the store task, or `None` if `stop`
+/// partitions, handing each timer to `insert`. Returns the connection for the store task, or `None` if `stop`
 /// was set first.
 pub(crate) async fn recover(
     shared: &Shared,
-    table: &mut TimerTable,
-    quotas: &Quotas,
+    insert: &mut dyn FnMut(Recovered<'_>) -> bool,
     stop: &AtomicBool,
 ) -> Option<Conn> {
     let started = Instant::now();
@@ -54,7 +52,7 @@ pub(crate) async fn recover(
             }
         };
         shared.m().set_state(StoreState::Recovering);
-        match load(shared, &mut conn, table, quotas).await {
+        match load(shared, &mut conn, insert).await {
             Ok(loaded) => {
                 let m = shared.m();
                 m.recovered_timers.store(loaded, Ordering::Relaxed);
@@ -83,8 +81,7 @@ pub(crate) async fn recover(
 async fn load(
     shared: &Shared,
     conn: &mut Conn,
-    table: &mut TimerTable,
-    quotas: &Quotas,
+    insert: &mut dyn FnMut(Recovered<'_>) -> bool,
 ) -> Result<u64, String> {
     let mut todo =
         (0..PARTITIONS).filter(|&p| crate::partition::owns(shared.shard, shared.shards, p));
@@ -138,7 +135,7 @@ async fn load(
             };
             if let Some(Value::Array(items)) = items {
                 for pair in items.chunks_exact(2) {
-                    if insert(shared, table, quotas, p, &pair[0], &pair[1], skipped == 0) {
+                    if load_one(shared, insert, p, &pair[0], &pair[1], skipped == 0) {
                         loaded += 1;
                     } else {
                         skipped += 1;
@@ -154,12 +151,11 @@ async fn load(
     }
 }
 
-/// Inserts one stored timer; false when the record is malformed or does not fit (counted;
-/// logged in detail when `log`, so a full table does not log a million lines).
-fn insert(
+/// Hands one stored timer to the shard; false when the record is malformed or does not fit
+/// (counted; logged in detail when `log`, so a full table does not log a million lines).
+fn load_one(
     shared: &Shared,
-    table: &mut TimerTable,
-    quotas: &Quotas,
+    insert: &mut dyn FnMut(Recovered<'_>) -> bool,
     partition: u32,
     field: &Value,
     record: &Value,
@@ -189,26 +185,23 @@ fn insert(
         }
         return false;
     }
-    let Some(timer) = PackedTimer::new(tenant, key, payload) else {
-        return false;
-    };
-    match table.insert_with_version(timer, UtcMicros(fire_at), version) {
-        Ok(u) => {
-            // A recovered timer was acknowledged: it counts against its tenant's quota even
-            // if that leaves the tenant over it (new ones are refused until it drains).
-            if !u.replaced {
-                if let Some(q) = quotas.get(tenant) {
-                    q.force();
-                }
-            }
-            true
-        }
-        Err(e) => {
-            StoreMetrics::count(&shared.m().errors_total, 1);
-            if log {
-                tracing::error!(shard = shared.shard, tenant, key, error = ?e, "store: recovered timer does not fit this shard (capacity or range); left in Redis");
-            }
-            false
+    let fits = insert(Recovered {
+        tenant,
+        key,
+        version,
+        deadline: UtcMicros(fire_at),
+        payload,
+    });
+    if !fits {
+        StoreMetrics::count(&shared.m().errors_total, 1);
+        if log {
+            tracing::error!(
+                shard = shared.shard,
+                tenant,
+                key,
+                "store: recovered timer does not fit this shard (capacity or range); left in Redis"
+            );
         }
     }
+    fits
 }

@@ -1,0 +1,415 @@
+//! The Redis store: each shard's timers persisted in Redis through batched pipelines,
+//! recovered on start, and handed to the tenant's stream when they fire (the stream entry's
+//! format is `sink::stream`).
+//!
+//! # What the store owns
+//!
+//! One Redis connection per shard, driven by the shard's own glommio executor (a task spawned
+//! on the shard; no tokio, no extra thread), the shard's [`outbox::Outbox`] of writes not yet
+//! acknowledged, and the key layout below. Commands are built and replies decoded by the
+//! `redis` crate; its streaming parser reads from the glommio socket (`conn`).
+//!
+//! # Key layout (see `layout`)
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `punctual:{p<N>}:timers` | hash | field `<tenant>/<key>` → `<version> <fire_at_us> <payload>`, one per pending timer of partition N |
+//! | `punctual:fired:{<tenant>}` | stream | one entry per firing: `key`, `version`, `fire_at_us`, `fired_at_us`, `payload` |
+//!
+//! N is `FNV-1a(tenant, key) mod 1024`: a fixed number of partitions, independent of the
+//! shard count. Shard `s` of `S` owns (and routes, see `Handle::shard_for`) the partitions
+//! with `N mod S == s`, so recovery after a restart with another shard count loads every
+//! partition exactly once. Every key carries a hash tag, so the keys place themselves on a
+//! Redis Cluster's slots unchanged. This build talks to one Redis endpoint; a cluster client
+//! would also have to split a fire's transaction, whose two keys lie in different slots, into
+//! `XADD` then `HDEL` (an order that can only duplicate, never lose).
+//!
+//! What each operation writes:
+//!
+//! - schedule (upsert): `HSET punctual:{pN}:timers <tenant>/<key> <record>` — the whole
+//!   record, so a replay is idempotent. No sorted set is kept: ordering is the wheel's job, and
+//!   recovery loads everything anyway; one command per registration keeps the write rate
+//!   close to Redis's own.
+//! - cancel: `HDEL punctual:{pN}:timers <tenant>/<key>`.
+//! - fire: `XADD punctual:fired:{<tenant>} MAXLEN ~ <max> * …` and the `HDEL`, inside the
+//!   same `MULTI`/`EXEC` (a pipeline that holds a fire is sent as one transaction), so the
+//!   entry appears exactly when the record disappears.
+//!
+//! # Invariants
+//!
+//! - A durable schedule or cancel is answered only after the replies of the pipeline that
+//!   carried it came back without an error, or with `StoreUnavailable` (not acknowledged)
+//!   when that takes longer than `ack_timeout`, the outbox is full, or Redis rejects the write
+//!   for good.
+//! - Writes reach Redis in the order the shard made them; after a lost connection or a
+//!   transient error reply (OOM, READONLY, …) everything not yet answered is written again, in
+//!   order (idempotent assignments; stream entries may repeat, with the same version).
+//! - Fires never wait for Redis: the shard fires from memory and the outbox carries the XADD
+//!   until Redis takes it. A timer's record leaves Redis only through its fire's transaction,
+//!   a cancel, or a replacement, so an acknowledged timer is in Redis or in its stream.
+//! - Until a shard has recovered its partitions it applies no op: ops wait (answered
+//!   `StoreUnavailable` after `ack_timeout`) and are applied in order once it has.
+//!
+//! # Cost model
+//!
+//! Per registration on the shard: one `redis::Cmd` built (the record is copied once into the
+//! command's buffer) and one `VecDeque` push; per fire, two commands. The store task writes a
+//! batch (up to `flush_max_commands`) as soon as a fire waits, N writes wait, or the oldest
+//! has waited `flush_interval`; up to four batches are in flight on the connection. The
+//! shard's passes are shortened (512 ops) on durable shards, and the shard yields to its
+//! executor after every pass that did work (see `shard`), so that Redis's replies are read
+//! between passes, not after them.
+//!
+//! # Why this store writes the stream entry
+//!
+//! A fired timer's stream entry (`XADD`) and the removal of its record (`HDEL`) travel in the
+//! same outbox entry and the same `MULTI`/`EXEC`, so an entry exists exactly when the record
+//! is gone: a fire is never lost between the two and never half-applied. That atomicity is a
+//! property of one Redis connection, so the Redis store writes the entry (built by
+//! `sink::stream`) rather than a separate sink.
+
+pub mod conn;
+pub mod flush;
+pub mod layout;
+pub mod outbox;
+pub mod recover;
+pub mod replies;
+pub mod streams;
+
+use super::{Ack, LocalFuture, Recovered, Store};
+use crate::error::{Error, Result};
+use crate::metrics::{ShardMetrics, StoreMetrics, StoreState};
+use crate::op::Scheduled;
+use crate::sink::{stream, FiredTimer};
+use crate::wheel::table::PackedTimer;
+use outbox::Outbox;
+use redis::{ConnectionInfo, IntoConnectionInfo};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the store talks to Redis. Defaults are written in [`RedisConfig::new`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// Longest a write waits in the outbox before its pipeline is sent (default 1 ms).
+    pub flush_interval: Duration,
+    /// A pipeline is sent as soon as this many writes wait (default 4,096).
+    pub flush_max_commands: usize,
+    /// Writes the outbox holds before durable registrations are refused (default 100,000).
+    pub max_buffered: usize,
+    /// Fires the outbox holds before the shard stops firing (default 100,000). While Redis is
+    /// unreachable, a fired timer's stream entry waits in the outbox; at this bound the shard
+    /// holds further due timers in its wheel (their records stay in Redis) and fires them,
+    /// late but not lost, once Redis takes the backlog. Memory stays bounded by both limits.
+    pub max_buffered_fires: usize,
+    /// Longest a durable schedule or cancel waits for Redis before `StoreUnavailable` (2 s).
+    pub ack_timeout: Duration,
+    /// `MAXLEN ~` of each tenant's fired stream (default 1,000,000).
+    pub stream_maxlen: u64,
+    /// `COUNT` of each recovery `HSCAN` (default 1,000).
+    pub recovery_page: usize,
+    /// Connect and I/O timeout of one attempt (default 1 s).
+    pub io_timeout: Duration,
+    /// Longest pause between reconnect attempts (default 1 s; they start at 10 ms).
+    pub backoff_max: Duration,
+}
+
+impl RedisConfig {
+    pub fn new(url: impl Into<String>) -> RedisConfig {
+        RedisConfig {
+            url: url.into(),
+            flush_interval: Duration::from_millis(1),
+            flush_max_commands: 4096,
+            max_buffered: 100_000,
+            max_buffered_fires: 100_000,
+            ack_timeout: Duration::from_secs(2),
+            stream_maxlen: 1_000_000,
+            recovery_page: 1000,
+            io_timeout: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(1),
+        }
+    }
+
+    /// The parsed URL; an error names what is wrong with it.
+    pub fn connection_info(&self) -> Result<ConnectionInfo> {
+        let info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| Error::Config(format!("redis URL {:?}: {e}", self.url)))?;
+        match info.addr {
+            redis::ConnectionAddr::Tcp(..) => Ok(info),
+            _ => Err(Error::Config(format!(
+                "redis URL {:?}: only redis://host:port[/db] (TCP) is supported",
+                self.url
+            ))),
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<ConnectionInfo> {
+        if self.flush_max_commands == 0
+            || self.max_buffered == 0
+            || self.max_buffered_fires == 0
+            || self.recovery_page == 0
+        {
+            return Err(Error::Config(
+                "store: flush_max_commands, max_buffered, max_buffered_fires and recovery_page must be positive".into(),
+            ));
+        }
+        self.connection_info()
+    }
+
+    /// The `Retry-After` a refused durable write suggests, in seconds.
+    fn retry_after_s(&self) -> u64 {
+        self.backoff_max.as_secs().max(1)
+    }
+}
+
+/// What the shard and its store task share, on the shard's thread only.
+pub(crate) struct Shared {
+    pub cfg: RedisConfig,
+    pub info: ConnectionInfo,
+    pub shard: usize,
+    pub shards: usize,
+    pub outbox: RefCell<Outbox>,
+    pub wake: event_listener::Event,
+    pub closing: Cell<bool>,
+    pub metrics: Arc<ShardMetrics>,
+}
+
+impl Shared {
+    pub fn m(&self) -> &StoreMetrics {
+        &self.metrics.store
+    }
+
+    pub fn unavailable(&self) -> Error {
+        Error::StoreUnavailable {
+            retry_after_s: self.cfg.retry_after_s(),
+        }
+    }
+}
+
+/// A `Shared` for unit tests: no connection, shard 0 of 1.
+#[cfg(test)]
+pub(crate) fn test_shared(cfg: RedisConfig) -> Shared {
+    Shared {
+        info: cfg.connection_info().expect("valid URL"),
+        outbox: RefCell::new(Outbox::new(8, 8, cfg.ack_timeout)),
+        cfg,
+        shard: 0,
+        shards: 1,
+        wake: event_listener::Event::new(),
+        closing: Cell::new(false),
+        metrics: Default::default(),
+    }
+}
+
+/// One shard's Redis store: the outbox and the store task that flushes it.
+pub struct RedisStore {
+    shared: Rc<Shared>,
+    task: Option<glommio::Task<()>>,
+}
+
+impl RedisStore {
+    pub fn new(
+        cfg: RedisConfig,
+        info: ConnectionInfo,
+        shard: usize,
+        shards: usize,
+        metrics: Arc<ShardMetrics>,
+    ) -> RedisStore {
+        metrics.store.set_state(StoreState::Connecting);
+        let outbox = Outbox::new(cfg.max_buffered, cfg.max_buffered_fires, cfg.ack_timeout);
+        RedisStore {
+            shared: Rc::new(Shared {
+                cfg,
+                info,
+                shard,
+                shards,
+                outbox: RefCell::new(outbox),
+                wake: event_listener::Event::new(),
+                closing: Cell::new(false),
+                metrics,
+            }),
+            task: None,
+        }
+    }
+
+    /// Starts the store task with the connection recovery left open.
+    fn start(&mut self, conn: conn::Conn) {
+        let shared = self.shared.clone();
+        self.task = Some(glommio::spawn_local(flush::run(shared, Some(conn))));
+        if self.shared.shard == 0 {
+            glommio::spawn_local(streams::run(self.shared.clone())).detach();
+        }
+    }
+}
+
+impl Store for RedisStore {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn recover<'a>(
+        &'a mut self,
+        insert: &'a mut dyn FnMut(Recovered<'_>) -> bool,
+        stop: &'a AtomicBool,
+    ) -> LocalFuture<'a, bool> {
+        Box::pin(async move {
+            let shared = self.shared.clone();
+            match recover::recover(&shared, insert, stop).await {
+                Some(conn) => {
+                    self.start(conn);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
+    /// `Ok` when one more durable write fits in the outbox; else `StoreUnavailable`, counted.
+    fn admit(&self) -> Result<()> {
+        if self.shared.outbox.borrow().has_room() {
+            return Ok(());
+        }
+        StoreMetrics::count(&self.shared.m().refused_total, 1);
+        Err(self.shared.unavailable())
+    }
+
+    fn refusal(&self) -> Error {
+        self.shared.unavailable()
+    }
+
+    fn ack_timeout(&self) -> Duration {
+        self.shared.cfg.ack_timeout
+    }
+
+    /// Shorter passes than the in-memory shard's, so that the store task (on the same
+    /// executor) reads Redis's replies between them instead of after a 4,096-op pass.
+    fn ops_per_pass(&self) -> usize {
+        512
+    }
+
+    /// Stamps the entries of the batch the shard is about to apply (one clock read a pass).
+    fn begin_pass(&mut self) {
+        self.shared.outbox.borrow_mut().stamp();
+    }
+
+    fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
+        let write = put_cmd(
+            timer.tenant(),
+            timer.key(),
+            s.version,
+            s.deadline.0,
+            timer.payload(),
+        );
+        self.shared.outbox.borrow_mut().push(write, None, ack);
+    }
+
+    fn cancel(&mut self, tenant: &str, key: &str, ack: Ack) {
+        self.shared
+            .outbox
+            .borrow_mut()
+            .push(del_cmd(tenant, key), None, ack);
+    }
+
+    fn fire_room(&self) -> usize {
+        self.shared.outbox.borrow().fire_room()
+    }
+
+    /// Counted once per pause, not per pass.
+    fn fires_held(&mut self, held: bool) {
+        let m = self.shared.m();
+        let was = m
+            .fires_held
+            .swap(u64::from(held), std::sync::atomic::Ordering::Relaxed);
+        if held && was == 0 {
+            StoreMetrics::count(&m.fire_pauses_total, 1);
+            tracing::warn!(
+                shard = self.shared.shard,
+                limit = self.shared.cfg.max_buffered_fires,
+                "store: fires waiting for Redis reached their bound; due timers stay pending (not lost) until Redis takes the backlog"
+            );
+        }
+    }
+
+    /// Queues the stream entry and the record's removal, applied together.
+    fn fired(&mut self, t: &FiredTimer<'_>) {
+        self.shared.outbox.borrow_mut().push(
+            stream::xadd(t, self.shared.cfg.stream_maxlen),
+            Some(del_cmd(t.tenant, t.key)),
+            Ack::None,
+        );
+    }
+
+    /// Tells the store task that writes are waiting, and answers `StoreUnavailable` to callers
+    /// past the ack timeout (so that no caller waits much longer than it, even while the store
+    /// task is stuck waiting on Redis). The shard passes at least every 100 ms (its clock
+    /// anchor is a deadline of its own), and a shard its executor failed to wake is woken by
+    /// the watchdog within about 10 ms of that (`shard::watchdog`); the store task also
+    /// answers expired callers whenever it runs. So a caller waits at most the ack timeout
+    /// plus about 110 ms.
+    fn after_pass(&mut self) {
+        let mut outbox = self.shared.outbox.borrow_mut();
+        let n = outbox.len();
+        if n == 0 {
+            return;
+        }
+        let expired = outbox.expire(std::time::Instant::now(), self.shared.cfg.retry_after_s());
+        drop(outbox);
+        let m = self.shared.m();
+        if expired > 0 {
+            StoreMetrics::count(&m.ack_timeouts_total, expired);
+        }
+        m.pending_writes
+            .store(n as u64, std::sync::atomic::Ordering::Relaxed);
+        self.shared.wake.notify(1);
+    }
+
+    /// Flushes what it can within the ack timeout, then stops the store task.
+    fn close(&mut self) -> LocalFuture<'_, ()> {
+        Box::pin(async move {
+            self.shared.closing.set(true);
+            self.shared.wake.notify(usize::MAX);
+            if let Some(task) = self.task.take() {
+                let limit = crate::units::capped(self.shared.cfg.ack_timeout);
+                futures_lite::future::or(task, glommio::timer::sleep(limit)).await;
+            }
+            let left = self.shared.outbox.borrow().len();
+            if left > 0 {
+                tracing::warn!(
+                    shard = self.shared.shard,
+                    writes = left,
+                    "store closed with writes Redis never acknowledged; their timers are recovered (and fired again if due) on the next start"
+                );
+            }
+        })
+    }
+}
+
+/// `HSET` of a (re)scheduled timer's whole record.
+fn put_cmd(tenant: &str, key: &str, version: u64, fire_at: u64, payload: &[u8]) -> redis::Cmd {
+    // Sized once: name, key, field and record, no reallocation while the args go in.
+    let mut c = redis::Cmd::with_capacity(4, 80 + tenant.len() + key.len() + payload.len());
+    c.arg("HSET")
+        .arg(layout::timers_key_static(layout::partition_of(tenant, key)))
+        .arg(layout::Arg::Field { tenant, key })
+        .arg(layout::Arg::Record {
+            version,
+            fire_at_us: fire_at,
+            payload,
+        });
+    c
+}
+
+fn del_cmd(tenant: &str, key: &str) -> redis::Cmd {
+    let mut c = redis::Cmd::with_capacity(3, 40 + tenant.len() + key.len());
+    c.arg("HDEL")
+        .arg(layout::timers_key_static(layout::partition_of(tenant, key)))
+        .arg(layout::Arg::Field { tenant, key });
+    c
+}
