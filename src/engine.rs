@@ -49,6 +49,15 @@ pub enum StoreKind {
     Redis(RedisConfig),
 }
 
+impl StoreKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            StoreKind::Memory => "memory",
+            StoreKind::Redis(_) => "redis",
+        }
+    }
+}
+
 /// How a shard gets its core.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Pinning {
@@ -246,6 +255,7 @@ impl EngineBuilder {
         }
         let handle = Handle {
             inner: Arc::new(Shared {
+                store_kind: self.store.name(),
                 quotas: Arc::new(Quotas::new(self.quotas.clone())),
                 rings,
                 metrics: (0..self.shards)
@@ -435,6 +445,8 @@ pub fn available_cores() -> Vec<usize> {
 }
 
 struct Shared {
+    /// "memory" or "redis".
+    store_kind: &'static str,
     quotas: Arc<Quotas>,
     rings: Vec<Arc<Ring>>,
     metrics: Vec<Arc<ShardMetrics>>,
@@ -523,6 +535,11 @@ impl Handle {
     /// the routing and the durable layout agree for any shard count.
     pub fn shard_for(&self, tenant: &str, key: &str) -> usize {
         crate::partition::shard_of(tenant, key, self.inner.rings.len())
+    }
+
+    /// Which store the shards use: "memory" or "redis".
+    pub fn store_kind(&self) -> &'static str {
+        self.inner.store_kind
     }
 
     /// Each shard's store state (`InMemory` for all without Redis).

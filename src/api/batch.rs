@@ -7,11 +7,11 @@
 
 use super::body::{parse_batch, parse_item};
 use super::error::ApiError;
-use super::routes::App;
+use super::respond::{BatchBody, BatchItem};
+use super::state::App;
 use crate::engine::Scheduled;
 use crate::error::{validate_name, NameKind};
 use crate::quota::QuotaSlot;
-use std::fmt::Write;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -26,26 +26,25 @@ enum Slot {
         key: String,
         fut: Pending,
     },
-    Done(String),
+    Done(BatchItem),
 }
 
-/// Runs the batch and renders `{"results": [...]}`.
+/// Runs the batch: `{"results": [...]}`, one per item, in order.
 pub async fn run(
     app: &App,
     tenant: &str,
     body: &[u8],
     now: crate::units::UtcMicros,
-) -> Result<String, ApiError> {
+) -> Result<BatchBody, ApiError> {
     let items = parse_batch(body)?;
     let quota = app.handle.quota(tenant);
-    let mut out = String::with_capacity(items.len() * 80 + 16);
-    out.push_str("{\"results\":[");
+    let mut out = Vec::with_capacity(items.len());
     let mut slots: Vec<Slot> = Vec::with_capacity(CHUNK.min(items.len()));
     for (i, item) in items.iter().enumerate() {
         let slot = match parse_item(item, now) {
-            Err((key, e)) => Slot::Done(item_error(key.as_deref(), &e)),
+            Err((key, e)) => Slot::Done(BatchItem::failed(key, &e)),
             Ok((key, reg)) => match validate_name(NameKind::Key, &key) {
-                Err(e) => Slot::Done(item_error(Some(&key), &ApiError::from(e))),
+                Err(e) => Slot::Done(BatchItem::failed(Some(key), &ApiError::from(e))),
                 Ok(()) => {
                     // Items past the quota are refused in item order: take a slot here, and
                     // when none is left, let the earlier items settle first (replacements give
@@ -72,40 +71,17 @@ pub async fn run(
             finish_chunk(&mut slots, &mut out).await;
         }
     }
-    out.push_str("]}");
-    Ok(out)
+    Ok(BatchBody { results: out })
 }
 
-async fn finish_chunk(slots: &mut Vec<Slot>, out: &mut String) {
+async fn finish_chunk(slots: &mut Vec<Slot>, out: &mut Vec<BatchItem>) {
     for slot in slots.drain(..) {
-        if !out.ends_with('[') {
-            out.push(',');
-        }
-        match slot {
-            Slot::Done(text) => out.push_str(&text),
-            Slot::Waiting { key, fut } => {
-                match fut.await {
-                    Ok(s) => {
-                        let status = if s.replaced { 200 } else { 201 };
-                        // Keys are validated: nothing to escape.
-                        let _ = write!(
-                            out,
-                            "{{\"key\":\"{key}\",\"status\":{status},\"fire_at_us\":{},\"version\":{}}}",
-                            s.deadline.0, s.version
-                        );
-                    }
-                    Err(e) => out.push_str(&item_error(Some(&key), &ApiError::from(e))),
-                }
-            }
-        }
+        out.push(match slot {
+            Slot::Done(item) => item,
+            Slot::Waiting { key, fut } => match fut.await {
+                Ok(s) => BatchItem::scheduled(key, &s),
+                Err(e) => BatchItem::failed(Some(key), &ApiError::from(e)),
+            },
+        });
     }
-}
-
-fn item_error(key: Option<&str>, e: &ApiError) -> String {
-    let v = serde_json::json!({
-        "key": key,
-        "status": e.status().as_u16(),
-        "error": e.to_json_value(),
-    });
-    v.to_string()
 }

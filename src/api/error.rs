@@ -106,16 +106,26 @@ impl ApiError {
         }
     }
 
-    /// `{"code": …, "message": …}`, the inside of an error body (batch items use it bare).
-    pub fn to_json_value(&self) -> serde_json::Value {
-        serde_json::json!({ "code": self.code(), "message": self.to_string() })
-    }
-
-    /// The full error body.
+    /// The full error body: `{"error": {"code", "message"}}`.
     pub fn body(&self) -> Vec<u8> {
-        let v = serde_json::json!({ "error": self.to_json_value() });
-        // Serialising a Value of strings cannot fail; fall back to a fixed body all the same.
-        serde_json::to_vec(&v).unwrap_or_else(|_| b"{\"error\":{\"code\":\"internal\"}}".to_vec())
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            error: Inner<'a>,
+        }
+        #[derive(serde::Serialize)]
+        struct Inner<'a> {
+            code: &'a str,
+            message: String,
+        }
+        let body = Body {
+            error: Inner {
+                code: self.code(),
+                message: self.to_string(),
+            },
+        };
+        // A struct of two strings always serialises; fall back to a fixed body all the same.
+        serde_json::to_vec(&body)
+            .unwrap_or_else(|_| b"{\"error\":{\"code\":\"internal\"}}".to_vec())
     }
 }
 

@@ -25,6 +25,7 @@ mod respond;
 mod routes;
 mod serve;
 mod server;
+mod state;
 pub mod tenants;
 
 pub use serve::serve;

@@ -1,11 +1,15 @@
-//! Building responses: JSON bodies with their headers, and the error body with the extra
-//! headers some statuses carry (`Retry-After`, `WWW-Authenticate`, `Allow`).
+//! Building responses: JSON bodies (serde, never hand-built text) with their headers, and the
+//! error body with the extra headers some statuses carry (`Retry-After`, `WWW-Authenticate`,
+//! `Allow`).
 
 use super::error::ApiError;
+use crate::engine::{Scheduled, TimerInfo};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
+use serde::Serialize;
+use serde_json::value::RawValue;
 
 pub type Resp = Response<Full<Bytes>>;
 
@@ -19,6 +23,130 @@ pub fn with_body(status: StatusCode, content_type: &'static str, body: impl Into
 
 pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Resp {
     with_body(status, "application/json", body)
+}
+
+/// `body` serialized as the response's JSON.
+pub fn json_of(status: StatusCode, body: &impl Serialize) -> Resp {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => json(status, bytes),
+        // The bodies here are plain structs of strings and numbers: this cannot happen, and
+        // if it did the client gets a 500 with a reason, not a dropped connection.
+        Err(e) => error(&ApiError::Internal(format!(
+            "cannot encode the response: {e}"
+        ))),
+    }
+}
+
+/// A scheduled timer: the answer to a PUT.
+#[derive(Serialize)]
+pub struct ScheduledBody<'a> {
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub fire_at_us: u64,
+    pub version: u64,
+}
+
+impl<'a> ScheduledBody<'a> {
+    pub fn new(tenant: &'a str, key: &'a str, s: &Scheduled) -> Self {
+        ScheduledBody {
+            tenant,
+            key,
+            fire_at_us: s.deadline.0,
+            version: s.version,
+        }
+    }
+}
+
+/// A pending timer: the answer to a GET.
+#[derive(Serialize)]
+pub struct TimerBody<'a> {
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub fire_at_us: u64,
+    pub version: u64,
+    pub payload: &'a RawValue,
+}
+
+impl<'a> TimerBody<'a> {
+    pub fn new(tenant: &'a str, key: &'a str, info: &'a TimerInfo) -> Self {
+        TimerBody {
+            tenant,
+            key,
+            fire_at_us: info.deadline.0,
+            version: info.version,
+            payload: payload(&info.payload),
+        }
+    }
+}
+
+/// One item of a batch's answer: its result, or its error.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum BatchItem {
+    Scheduled {
+        key: String,
+        status: u16,
+        fire_at_us: u64,
+        version: u64,
+    },
+    Failed {
+        key: Option<String>,
+        status: u16,
+        error: ErrorBody,
+    },
+}
+
+impl BatchItem {
+    pub fn scheduled(key: String, s: &Scheduled) -> Self {
+        BatchItem::Scheduled {
+            key,
+            status: if s.replaced { 200 } else { 201 },
+            fire_at_us: s.deadline.0,
+            version: s.version,
+        }
+    }
+
+    pub fn failed(key: Option<String>, e: &ApiError) -> Self {
+        BatchItem::Failed {
+            key,
+            status: e.status().as_u16(),
+            error: ErrorBody::of(e),
+        }
+    }
+}
+
+/// `{"results": [...]}`, one per item, in order.
+#[derive(Serialize)]
+pub struct BatchBody {
+    pub results: Vec<BatchItem>,
+}
+
+/// `{"code", "message"}`: the inside of an error body.
+#[derive(Serialize)]
+pub struct ErrorBody {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ErrorBody {
+    pub fn of(e: &ApiError) -> Self {
+        ErrorBody {
+            code: e.code(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// `GET /healthz`.
+#[derive(Serialize)]
+pub struct Health<'a> {
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<&'a str>,
 }
 
 pub fn empty(status: StatusCode) -> Resp {
@@ -37,7 +165,10 @@ pub fn error(e: &ApiError) -> Resp {
         ApiError::MethodNotAllowed { allow, .. } => {
             h.insert(ALLOW, HeaderValue::from_static(allow));
         }
-        ApiError::Overloaded(_) | ApiError::CapacityExceeded(_) | ApiError::ShuttingDown => {
+        ApiError::Overloaded(_)
+        | ApiError::CapacityExceeded(_)
+        | ApiError::ShuttingDown
+        | ApiError::QuotaExceeded { .. } => {
             h.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
         ApiError::StoreUnavailable { retry_after_s, .. } => {
@@ -48,10 +179,14 @@ pub fn error(e: &ApiError) -> Resp {
     r
 }
 
-/// The JSON text of a payload as stored: the client's JSON, or `null` when none was given.
-pub fn payload_text(p: &[u8]) -> &str {
-    match std::str::from_utf8(p) {
-        Ok(s) if !s.is_empty() => s,
-        _ => "null",
-    }
+/// A payload as stored, as raw JSON: the client's JSON (validated when it arrived), or
+/// `null` when none was given.
+pub fn payload(p: &[u8]) -> &RawValue {
+    let text = crate::sink::payload_json(p);
+    serde_json::from_slice::<&RawValue>(text).unwrap_or_else(|_| null())
+}
+
+fn null() -> &'static RawValue {
+    static NULL: std::sync::OnceLock<Box<RawValue>> = std::sync::OnceLock::new();
+    NULL.get_or_init(|| RawValue::from_string("null".to_string()).unwrap_or_default())
 }

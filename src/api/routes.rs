@@ -6,24 +6,16 @@
 use super::body::{parse_put, Registration};
 use super::error::ApiError;
 use super::respond::{self, Resp};
-use super::server::Shared;
+use super::state::App;
 use super::{batch, metrics::RequestLabels};
-use crate::engine::{Cancelled, Handle, Scheduled};
+use crate::engine::{Cancelled, Scheduled};
 use crate::error::{validate_name, NameKind};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH};
 use hyper::{Method, Request, StatusCode};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What one shard's connections share.
-pub struct App {
-    pub shard: usize,
-    pub handle: Handle,
-    pub shared: Arc<Shared>,
-}
 
 enum Route<'a> {
     Timer(&'a str, &'a str),
@@ -113,18 +105,20 @@ impl App {
                 let body = self.read_body(req, limit).await?;
                 let reg = parse_put(&body, arrival)?;
                 let s = self.schedule(tenant, key, &reg).await?;
-                let status = if s.replaced { StatusCode::OK } else { StatusCode::CREATED };
-                Ok(respond::json(status, scheduled_json(tenant, key, &s)))
+                let status = if s.replaced {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                };
+                Ok(respond::json_of(
+                    status,
+                    &respond::ScheduledBody::new(tenant, key, &s),
+                ))
             }
             Method::GET => match self.handle.get_async(tenant, key).await? {
-                Some(info) => Ok(respond::json(
+                Some(info) => Ok(respond::json_of(
                     StatusCode::OK,
-                    format!(
-                        "{{\"tenant\":\"{tenant}\",\"key\":\"{key}\",\"fire_at_us\":{},\"version\":{},\"payload\":{}}}",
-                        info.deadline.0,
-                        info.version,
-                        respond::payload_text(&info.payload)
-                    ),
+                    &respond::TimerBody::new(tenant, key, &info),
                 )),
                 None => Err(not_pending(tenant, key)),
             },
@@ -147,7 +141,7 @@ impl App {
         let limit = self.shared.config.max_batch_body_bytes;
         let body = self.read_body(req, limit).await?;
         let out = batch::run(self, tenant, &body, arrival).await?;
-        Ok(respond::json(StatusCode::OK, out))
+        Ok(respond::json_of(StatusCode::OK, &out))
     }
 
     fn metrics(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
@@ -167,36 +161,42 @@ impl App {
 
     fn healthz(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
         get_only(req)?;
-        if self.shared.is_draining() {
-            return Ok(respond::json(
+        let store = self.handle.store_kind();
+        let (status, health) = if self.shared.is_draining() {
+            (
                 StatusCode::SERVICE_UNAVAILABLE,
-                r#"{"status":"draining","reason":"the server is shutting down"}"#,
-            ));
-        }
-        let store = if self.shared.config.redis.is_some() {
-            "redis"
+                respond::Health {
+                    status: "draining",
+                    reason: Some("the server is shutting down".into()),
+                    shards: None,
+                    store: None,
+                },
+            )
+        } else if !self.handle.store_healthy() {
+            let states = self.handle.store_states();
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                respond::Health {
+                    status: "unavailable",
+                    reason: Some(format!(
+                        "the {store} store is not ready on every shard: {states:?}"
+                    )),
+                    shards: None,
+                    store: Some(store),
+                },
+            )
         } else {
-            "memory"
+            (
+                StatusCode::OK,
+                respond::Health {
+                    status: "ok",
+                    reason: None,
+                    shards: Some(self.handle.shards()),
+                    store: Some(store),
+                },
+            )
         };
-        if !self.handle.store_healthy() {
-            let states = format!("{:?}", self.handle.store_states());
-            let body = serde_json::json!({
-                "status": "unavailable",
-                "reason": format!("the Redis store is not ready on every shard: {states}"),
-                "store": store,
-            });
-            return Ok(respond::json(
-                StatusCode::SERVICE_UNAVAILABLE,
-                body.to_string(),
-            ));
-        }
-        Ok(respond::json(
-            StatusCode::OK,
-            format!(
-                "{{\"status\":\"ok\",\"shards\":{},\"store\":\"{store}\"}}",
-                self.handle.shards()
-            ),
-        ))
+        Ok(respond::json_of(status, &health))
     }
 
     /// Schedules one registration. The tenant's quota is the shard's to enforce: a new key
@@ -242,14 +242,6 @@ impl App {
         };
         futures_lite::future::or(collect, timeout).await
     }
-}
-
-pub fn scheduled_json(tenant: &str, key: &str, s: &Scheduled) -> String {
-    // Tenants and keys are validated to [A-Za-z0-9._:-]: nothing in them needs escaping.
-    format!(
-        "{{\"tenant\":\"{tenant}\",\"key\":\"{key}\",\"fire_at_us\":{},\"version\":{}}}",
-        s.deadline.0, s.version
-    )
 }
 
 fn not_pending(tenant: &str, key: &str) -> ApiError {

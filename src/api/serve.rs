@@ -6,7 +6,8 @@
 //! in-memory store, pending timers do not survive; that is said at start.
 
 use super::listen;
-use super::server::{self, Shared};
+use super::server;
+use super::state::Shared;
 use super::tenants::Tenants;
 use crate::config::{Config, PinningMode};
 use crate::engine::{EngineBuilder, Pinning};

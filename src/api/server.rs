@@ -13,77 +13,14 @@
 use super::drain::LocalDrain;
 use super::io::{Io, LocalTimer};
 use super::metrics::Metrics;
-use super::routes::App;
-use super::tenants::Tenants;
-use crate::config::Config;
+use super::state::{App, Shared};
 use crate::engine::Handle;
-use event_listener::Event;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
-
-/// What all shards' servers share: configuration, tenants, metrics, the connection count and
-/// the drain signal.
-pub struct Shared {
-    pub config: Config,
-    pub tenants: Tenants,
-    pub metrics: OnceLock<Metrics>,
-    connections: AtomicUsize,
-    listeners: AtomicUsize,
-    draining: AtomicBool,
-    drain_event: Event,
-}
-
-impl Shared {
-    pub fn new(config: Config, tenants: Tenants) -> Self {
-        Shared {
-            config,
-            tenants,
-            metrics: OnceLock::new(),
-            connections: AtomicUsize::new(0),
-            listeners: AtomicUsize::new(0),
-            draining: AtomicBool::new(false),
-            drain_event: Event::new(),
-        }
-    }
-
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-
-    /// Stops accepting and asks every connection to close after its request in flight.
-    pub fn drain(&self) {
-        self.draining.store(true, Ordering::Release);
-        self.drain_event.notify(usize::MAX);
-    }
-
-    /// Open connections, all shards together.
-    pub fn connections(&self) -> usize {
-        self.connections.load(Ordering::Acquire)
-    }
-
-    /// Listening sockets not yet closed, all shards together.
-    pub fn listeners(&self) -> usize {
-        self.listeners.load(Ordering::Acquire)
-    }
-
-    /// Completes once `drain` was called (from any thread). One waiter per shard.
-    async fn drained(&self) {
-        loop {
-            if self.is_draining() {
-                return;
-            }
-            let listener = self.drain_event.listen();
-            if self.is_draining() {
-                return;
-            }
-            listener.await;
-        }
-    }
-}
 
 /// Counts a connection for as long as it lives.
 struct ConnSlot(Arc<Shared>);
@@ -97,11 +34,7 @@ impl Drop for ConnSlot {
 /// Binds this shard's listener and spawns its acceptor. Runs on the shard's thread, inside its
 /// executor (from the engine's `on_shard_start` hook).
 pub fn start_shard(shard: usize, handle: Handle, shared: Arc<Shared>) -> std::io::Result<()> {
-    let store = if shared.config.redis.is_some() {
-        "redis"
-    } else {
-        "memory"
-    };
+    let store = handle.store_kind();
     shared
         .metrics
         .get_or_init(|| Metrics::new(handle.clone(), store));

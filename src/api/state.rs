@@ -1,0 +1,79 @@
+//! What the HTTP servers share: [`Shared`] across all shards (configuration, tenants,
+//! metrics, the connection count and the drain signal), and [`App`], what one shard's
+//! connections share (its shard id and its handle on the engine, the only way the API
+//! reaches a shard).
+
+use super::metrics::Metrics;
+use super::tenants::Tenants;
+use crate::config::Config;
+use crate::engine::Handle;
+use event_listener::Event;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// What all shards' servers share: configuration, tenants, metrics, the connection count and
+/// the drain signal.
+pub struct Shared {
+    pub config: Config,
+    pub tenants: Tenants,
+    pub metrics: OnceLock<Metrics>,
+    pub(super) connections: AtomicUsize,
+    pub(super) listeners: AtomicUsize,
+    draining: AtomicBool,
+    drain_event: Event,
+}
+
+impl Shared {
+    pub fn new(config: Config, tenants: Tenants) -> Self {
+        Shared {
+            config,
+            tenants,
+            metrics: OnceLock::new(),
+            connections: AtomicUsize::new(0),
+            listeners: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            drain_event: Event::new(),
+        }
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting and asks every connection to close after its request in flight.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.drain_event.notify(usize::MAX);
+    }
+
+    /// Open connections, all shards together.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Acquire)
+    }
+
+    /// Listening sockets not yet closed, all shards together.
+    pub fn listeners(&self) -> usize {
+        self.listeners.load(Ordering::Acquire)
+    }
+
+    /// Completes once `drain` was called (from any thread). One waiter per shard.
+    pub(super) async fn drained(&self) {
+        loop {
+            if self.is_draining() {
+                return;
+            }
+            let listener = self.drain_event.listen();
+            if self.is_draining() {
+                return;
+            }
+            listener.await;
+        }
+    }
+}
+
+/// What one shard's connections share.
+pub struct App {
+    pub shard: usize,
+    pub handle: Handle,
+    pub shared: Arc<Shared>,
+}
