@@ -39,6 +39,7 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod cpus;
 pub mod doctor;
 pub mod engine;
 pub mod error;

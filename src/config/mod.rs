@@ -68,7 +68,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 7480)),
-            shards: crate::engine::available_cores().len().max(1),
+            shards: crate::cpus::available_cores().len().max(1),
             cores: None,
             pinning: PinningMode::Auto,
             redis: None,

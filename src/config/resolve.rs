@@ -47,7 +47,7 @@ impl Config {
             if c.is_empty() {
                 return Err(invalid("cores", "", "must name at least one CPU id"));
             }
-            let available = crate::engine::available_cores();
+            let available = crate::cpus::available_cores();
             if let Some(bad) = c.iter().find(|c| !available.contains(c)) {
                 return Err(invalid(
                     "cores",
@@ -77,14 +77,14 @@ impl Config {
                 ));
             }
         } else if pinning == PinningMode::Auto
-            && shards > crate::engine::available_cores().len().max(1)
+            && shards > crate::cpus::available_cores().len().max(1)
         {
             return Err(invalid(
                 "shards",
                 shards,
                 format!(
                     "only {} cores are available to pin to; lower it or set pinning = \"none\"",
-                    crate::engine::available_cores().len()
+                    crate::cpus::available_cores().len()
                 ),
             ));
         }

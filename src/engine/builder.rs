@@ -1,17 +1,13 @@
-//! The library API: [`EngineBuilder`] starts the shards; [`Handle`] (cloneable, `Send`) is how
-//! any thread schedules, cancels and reads timers.
-//!
-//! Every call validates its arguments on the caller's thread, packs tenant, key and payload
-//! into one allocation, and pushes it onto the ring of the shard that owns the key (a hash of
-//! tenant and key). `schedule`, `cancel` and `get` block the calling thread until the shard
-//! answers (microseconds); the `_async` forms return a future instead, for callers on an
-//! executor; `schedule_detached` does not wait for an answer at all (bulk loads).
+//! [`EngineBuilder`]: the engine's settings, and `build`, which starts one pinned glommio
+//! executor per shard and returns once each has calibrated its clock and is running.
 
-use crate::clock::{clock_ns, Clock, ClockConfig, HostSource, SetWatch};
-use crate::error::{validate_name, Error, NameKind, Result};
+use super::handle::{Handle, Shared};
+use super::placement::{self, available_cores, Pinning};
+use super::running::Engine;
+use crate::clock::{Clock, ClockConfig, HostSource, SetWatch};
+use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
-use crate::op::{reply_channel, Op, Reply};
-use crate::quota::{Quota, QuotaSlot, Quotas};
+use crate::quota::Quotas;
 use crate::ring::Ring;
 use crate::shard::watchdog::{Pulse, Watchdog};
 use crate::shard::{set_timer_slack_ns, Shard, Wakee};
@@ -19,21 +15,12 @@ use crate::sink::{FireHandler, FiredTimer, HandlerSink, Sink};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisConfig;
 use crate::store::redis::RedisStore;
-use crate::store::StoreState;
-use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};
-use crate::wheel::table::{PackedTimer, TimerTable};
-use futures_lite::future::block_on;
-use std::future::Future;
+use crate::wheel::table::TimerTable;
 use std::os::fd::IntoRawFd;
 use std::os::unix::io::FromRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-pub use crate::op::{Cancelled, Scheduled, TimerInfo};
-
-/// Largest payload, in bytes (DESIGN.md: 65,536 bytes of JSON text).
-pub const MAX_PAYLOAD: usize = 65_536;
 
 /// glommio's preemption timer: its own default. Shards yield on their own and never rely on
 /// being preempted; a shorter timer brings back a glommio stall (see `shard::watchdog`).
@@ -56,17 +43,6 @@ impl StoreKind {
             StoreKind::Redis(_) => "redis",
         }
     }
-}
-
-/// How a shard gets its core.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Pinning {
-    /// Shard `i` is pinned to the `i`-th of these CPU ids.
-    Cores(Vec<usize>),
-    /// Shard `i` is pinned to the `i`-th CPU the process may run on.
-    Auto,
-    /// No pinning: the kernel places the threads (for comparisons and shared hosts).
-    None,
 }
 
 /// Which tick source the shards' clocks use.
@@ -232,7 +208,7 @@ impl EngineBuilder {
                 "ring and shard capacities must be positive".into(),
             ));
         }
-        let cores = self.placement()?;
+        let cores = placement::resolve(&self.pinning, self.shards)?;
         // Validated here, on the caller's thread, so that a bad URL is a build error.
         let redis_info = match &self.store {
             StoreKind::Redis(cfg) => Some(cfg.validate()?),
@@ -397,377 +373,5 @@ impl EngineBuilder {
             _watchdog: watchdog,
             _set_watch: set_watch,
         })
-    }
-
-    fn placement(&self) -> Result<Vec<usize>> {
-        match &self.pinning {
-            Pinning::None => Ok(Vec::new()),
-            Pinning::Cores(cores) => {
-                if cores.len() != self.shards {
-                    return Err(Error::Config(format!(
-                        "{} shards need {} cores, {} given",
-                        self.shards,
-                        self.shards,
-                        cores.len()
-                    )));
-                }
-                let available = available_cores();
-                if let Some(c) = cores.iter().find(|c| !available.contains(c)) {
-                    return Err(Error::Config(format!(
-                        "core {c} is not available to this process (available: {available:?})"
-                    )));
-                }
-                Ok(cores.clone())
-            }
-            Pinning::Auto => {
-                let available = available_cores();
-                if self.shards > available.len() {
-                    return Err(Error::Config(format!(
-                        "{} pinned shards need as many cores; this process may use {}",
-                        self.shards,
-                        available.len()
-                    )));
-                }
-                Ok(available[..self.shards].to_vec())
-            }
-        }
-    }
-}
-
-/// The CPU ids the calling thread may run on (its affinity mask, which a process started
-/// under `taskset` or systemd's `CPUAffinity` inherits).
-pub fn available_cores() -> Vec<usize> {
-    core_affinity::get_core_ids()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| c.id)
-        .collect()
-}
-
-struct Shared {
-    /// "memory" or "redis".
-    store_kind: &'static str,
-    quotas: Arc<Quotas>,
-    rings: Vec<Arc<Ring>>,
-    metrics: Vec<Arc<ShardMetrics>>,
-    stopping: AtomicBool,
-}
-
-/// A running engine. Dropping it shuts it down; `shutdown` does the same and reports.
-pub struct Engine {
-    handle: Handle,
-    threads: Vec<glommio::ExecutorJoinHandle<()>>,
-    stop: Arc<AtomicBool>,
-    /// Stopped after the shards (fields drop after `Drop::drop` has joined them).
-    _watchdog: Option<Watchdog>,
-    _set_watch: Option<SetWatch>,
-}
-
-impl Engine {
-    pub fn handle(&self) -> Handle {
-        self.handle.clone()
-    }
-
-    /// Stops every shard and joins its thread. Pending in-memory timers are dropped.
-    pub fn shutdown(mut self) -> std::result::Result<(), String> {
-        self.stop_and_join()
-    }
-
-    fn stop_and_join(&mut self) -> std::result::Result<(), String> {
-        self.handle.inner.stopping.store(true, Ordering::Release);
-        self.stop.store(true, Ordering::Release);
-        for ring in &self.handle.inner.rings {
-            ring.wake();
-        }
-        let mut failed = Vec::new();
-        for (id, t) in self.threads.drain(..).enumerate() {
-            if t.join().is_err() {
-                failed.push(id);
-            }
-        }
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("shard threads {failed:?} panicked"))
-        }
-    }
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        if let Err(e) = self.stop_and_join() {
-            tracing::error!("{e}");
-        }
-    }
-}
-
-/// Per-shard figures for exporters.
-#[derive(Clone, Debug)]
-pub struct ShardStats {
-    pub shard: usize,
-    pub pending: u64,
-    pub fired_total: u64,
-    pub ring_depth: usize,
-    pub ring_rejected_total: u64,
-    pub clock_offset_ns: i64,
-    pub clock_steps_total: u64,
-    /// Leads under the step threshold that the clock removed at an anchor.
-    pub clock_set_backs_total: u64,
-    /// The shard's clock reads clock_gettime, not the TSC.
-    pub clock_fallback: bool,
-    /// Times the watchdog had to wake the shard (`shard::watchdog`).
-    pub watchdog_wakes_total: u64,
-    pub lateness: crate::metrics::HistogramSnapshot,
-}
-
-/// A cloneable, `Send` handle on the engine's shards.
-#[derive(Clone)]
-pub struct Handle {
-    inner: Arc<Shared>,
-}
-
-impl Handle {
-    pub fn shards(&self) -> usize {
-        self.inner.rings.len()
-    }
-
-    /// The shard that owns (tenant, key): the owner of its partition (`partition`), so that
-    /// the routing and the durable layout agree for any shard count.
-    pub fn shard_for(&self, tenant: &str, key: &str) -> usize {
-        crate::partition::shard_of(tenant, key, self.inner.rings.len())
-    }
-
-    /// Which store the shards use: "memory" or "redis".
-    pub fn store_kind(&self) -> &'static str {
-        self.inner.store_kind
-    }
-
-    /// Each shard's store state (`InMemory` for all without Redis).
-    pub fn store_states(&self) -> Vec<StoreState> {
-        self.inner.metrics.iter().map(|m| m.store.state()).collect()
-    }
-
-    /// True when no Redis is configured, or when every shard is connected and recovered:
-    /// what `/healthz` reports.
-    pub fn store_healthy(&self) -> bool {
-        self.store_states()
-            .iter()
-            .all(|s| matches!(s, StoreState::InMemory | StoreState::Ready))
-    }
-
-    /// Waits until [`Handle::store_healthy`], up to `timeout`; whether it became so.
-    pub fn wait_store_ready(&self, timeout: Duration) -> bool {
-        let give_up = std::time::Instant::now() + crate::units::capped(timeout);
-        loop {
-            if self.store_healthy() {
-                return true;
-            }
-            if std::time::Instant::now() >= give_up {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// (tenant, length) of every fired stream (`punctual_stream_length`), sampled every
-    /// few seconds; empty without Redis.
-    pub fn stream_lengths(&self) -> Vec<(String, u64)> {
-        self.inner
-            .metrics
-            .first()
-            .and_then(|m| m.store.stream_lengths.lock().ok().map(|l| l.clone()))
-            .unwrap_or_default()
-    }
-
-    /// Each shard's store metrics (`punctual_store_*`).
-    pub fn store_metrics(&self) -> Vec<Arc<ShardMetrics>> {
-        self.inner.metrics.clone()
-    }
-
-    /// The system's UTC time (CLOCK_REALTIME), in µs; what `delay_ms` is counted from.
-    pub fn now(&self) -> UtcMicros {
-        UtcMicros(clock_ns(libc::CLOCK_REALTIME) / 1_000)
-    }
-
-    /// Schedules (upserts) a timer and waits for the shard's answer.
-    pub fn schedule(
-        &self,
-        tenant: &str,
-        key: &str,
-        deadline: Deadline,
-        payload: &[u8],
-    ) -> Result<Scheduled> {
-        let (tx, rx) = reply_channel();
-        self.push_schedule(tenant, key, deadline, payload, Some(tx), None)?;
-        block_on(rx).map_err(|_| Error::ShuttingDown)?
-    }
-
-    /// `schedule` for callers on an executor: the push happens now, the answer comes later.
-    pub fn schedule_async(
-        &self,
-        tenant: &str,
-        key: &str,
-        deadline: Deadline,
-        payload: &[u8],
-    ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
-        self.schedule_holding(tenant, key, deadline, payload, None)
-    }
-
-    /// `schedule_async` with a quota slot the caller took already ([`Handle::quota`]): callers
-    /// that must refuse in their own order (a batch) reserve first. The shard keeps the slot
-    /// for a new timer and gives it back otherwise.
-    pub fn schedule_holding(
-        &self,
-        tenant: &str,
-        key: &str,
-        deadline: Deadline,
-        payload: &[u8],
-        slot: Option<QuotaSlot>,
-    ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
-        let (tx, rx) = reply_channel();
-        let pushed = self.push_schedule(tenant, key, deadline, payload, Some(tx), slot);
-        async move {
-            pushed?;
-            rx.await.map_err(|_| Error::ShuttingDown)?
-        }
-    }
-
-    /// The quota of `tenant`, if it has one.
-    pub fn quota(&self, tenant: &str) -> Option<&Arc<Quota>> {
-        self.inner.quotas.get(tenant)
-    }
-
-    /// (tenant, limit, pending) of every tenant with a quota.
-    pub fn quotas(&self) -> Vec<(String, u64, i64)> {
-        self.inner.quotas.snapshot()
-    }
-
-    /// Schedules without waiting for an answer. Errors the shard finds (capacity) are logged.
-    pub fn schedule_detached(
-        &self,
-        tenant: &str,
-        key: &str,
-        deadline: Deadline,
-        payload: &[u8],
-    ) -> Result<()> {
-        self.push_schedule(tenant, key, deadline, payload, None, None)
-    }
-
-    /// Cancels the pending timer under (tenant, key).
-    pub fn cancel(&self, tenant: &str, key: &str) -> Result<Cancelled> {
-        let (tx, rx) = reply_channel();
-        let timer = self.pack(tenant, key, &[])?;
-        self.push(tenant, key, Op::Cancel { timer, reply: tx })?;
-        block_on(rx).map_err(|_| Error::ShuttingDown)?
-    }
-
-    pub fn cancel_async(
-        &self,
-        tenant: &str,
-        key: &str,
-    ) -> impl Future<Output = Result<Cancelled>> + Send + 'static {
-        let (tx, rx) = reply_channel();
-        let pushed = self
-            .pack(tenant, key, &[])
-            .and_then(|timer| self.push(tenant, key, Op::Cancel { timer, reply: tx }));
-        async move {
-            pushed?;
-            rx.await.map_err(|_| Error::ShuttingDown)?
-        }
-    }
-
-    /// The pending timer under (tenant, key), if any.
-    pub fn get(&self, tenant: &str, key: &str) -> Result<Option<TimerInfo>> {
-        let (tx, rx) = reply_channel();
-        let timer = self.pack(tenant, key, &[])?;
-        self.push(tenant, key, Op::Get { timer, reply: tx })?;
-        block_on(rx).map_err(|_| Error::ShuttingDown)?
-    }
-
-    pub fn get_async(
-        &self,
-        tenant: &str,
-        key: &str,
-    ) -> impl Future<Output = Result<Option<TimerInfo>>> + Send + 'static {
-        let (tx, rx) = reply_channel();
-        let pushed = self
-            .pack(tenant, key, &[])
-            .and_then(|timer| self.push(tenant, key, Op::Get { timer, reply: tx }));
-        async move {
-            pushed?;
-            rx.await.map_err(|_| Error::ShuttingDown)?
-        }
-    }
-
-    pub fn stats(&self) -> Vec<ShardStats> {
-        let inner = &self.inner;
-        (0..inner.rings.len())
-            .map(|i| {
-                let m = &inner.metrics[i];
-                ShardStats {
-                    shard: i,
-                    pending: m.pending.load(Ordering::Relaxed),
-                    fired_total: m.fired_total.load(Ordering::Relaxed),
-                    ring_depth: inner.rings[i].len(),
-                    ring_rejected_total: inner.rings[i].rejected(),
-                    clock_offset_ns: m.clock_offset_ns.load(Ordering::Relaxed),
-                    clock_steps_total: m.clock_steps_total.load(Ordering::Relaxed),
-                    clock_set_backs_total: m.clock_set_backs_total.load(Ordering::Relaxed),
-                    clock_fallback: m.clock_fallback.load(Ordering::Relaxed) != 0,
-                    watchdog_wakes_total: m.watchdog_wakes_total.load(Ordering::Relaxed),
-                    lateness: m.lateness.snapshot(),
-                }
-            })
-            .collect()
-    }
-
-    fn push_schedule(
-        &self,
-        tenant: &str,
-        key: &str,
-        deadline: Deadline,
-        payload: &[u8],
-        reply: Option<Reply<Result<Scheduled>>>,
-        slot: Option<QuotaSlot>,
-    ) -> Result<()> {
-        if deadline.0 > self.now().0.saturating_add(TEN_YEARS_US) {
-            return Err(Error::DeadlineOutOfRange {
-                deadline_us: deadline.0,
-            });
-        }
-        let timer = self.pack(tenant, key, payload)?;
-        self.push(
-            tenant,
-            key,
-            Op::Schedule {
-                timer,
-                deadline,
-                reply,
-                slot,
-            },
-        )
-    }
-
-    fn pack(&self, tenant: &str, key: &str, payload: &[u8]) -> Result<PackedTimer> {
-        validate_name(NameKind::Tenant, tenant)?;
-        validate_name(NameKind::Key, key)?;
-        if payload.len() > MAX_PAYLOAD {
-            return Err(Error::PayloadTooLarge {
-                len: payload.len(),
-                limit: MAX_PAYLOAD,
-            });
-        }
-        // validate_name caps both at 128 bytes, so packing cannot fail here.
-        PackedTimer::new(tenant, key, payload).ok_or(Error::NameTooLong {
-            kind: NameKind::Key,
-            len: key.len(),
-        })
-    }
-
-    fn push(&self, tenant: &str, key: &str, op: Op) -> Result<()> {
-        if self.inner.stopping.load(Ordering::Acquire) {
-            return Err(Error::ShuttingDown);
-        }
-        self.inner.rings[self.shard_for(tenant, key)].push(op)
     }
 }

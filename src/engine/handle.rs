@@ -1,0 +1,263 @@
+//! [`Handle`]: how any thread schedules, cancels and reads timers. Cloneable and `Send`.
+//!
+//! Every call validates its arguments on the caller's thread, packs tenant, key and payload
+//! into one allocation, and pushes it onto the ring of the shard that owns the key (see
+//! `partition`). The blocking forms wait for the shard's answer; the `_async` forms return a
+//! future instead, for callers on an executor; `schedule_detached` does not wait at all.
+
+use crate::clock::clock_ns;
+use crate::error::{validate_name, Error, NameKind, Result};
+use crate::metrics::ShardMetrics;
+use crate::op::{reply_channel, Cancelled, Op, Reply, Scheduled, TimerInfo};
+use crate::quota::{Quota, QuotaSlot, Quotas};
+use crate::ring::Ring;
+use crate::store::StoreState;
+use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};
+use crate::wheel::table::PackedTimer;
+use futures_lite::future::block_on;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest payload, in bytes (DESIGN.md: 65,536 bytes of JSON text).
+pub const MAX_PAYLOAD: usize = 65_536;
+
+pub(super) struct Shared {
+    /// "memory" or "redis".
+    pub(super) store_kind: &'static str,
+    pub(super) quotas: Arc<Quotas>,
+    pub(super) rings: Vec<Arc<Ring>>,
+    pub(super) metrics: Vec<Arc<ShardMetrics>>,
+    pub(super) stopping: AtomicBool,
+}
+
+/// A cloneable, `Send` handle on the engine's shards.
+#[derive(Clone)]
+pub struct Handle {
+    pub(super) inner: Arc<Shared>,
+}
+
+impl Handle {
+    pub fn shards(&self) -> usize {
+        self.inner.rings.len()
+    }
+
+    /// The shard that owns (tenant, key): the owner of its partition (`partition`), so that
+    /// the routing and the durable layout agree for any shard count.
+    pub fn shard_for(&self, tenant: &str, key: &str) -> usize {
+        crate::partition::shard_of(tenant, key, self.inner.rings.len())
+    }
+
+    /// Which store the shards use: "memory" or "redis".
+    pub fn store_kind(&self) -> &'static str {
+        self.inner.store_kind
+    }
+
+    /// Each shard's store state (`InMemory` for all without Redis).
+    pub fn store_states(&self) -> Vec<StoreState> {
+        self.inner.metrics.iter().map(|m| m.store.state()).collect()
+    }
+
+    /// True when no Redis is configured, or when every shard is connected and recovered:
+    /// what `/healthz` reports.
+    pub fn store_healthy(&self) -> bool {
+        self.store_states()
+            .iter()
+            .all(|s| matches!(s, StoreState::InMemory | StoreState::Ready))
+    }
+
+    /// Waits until [`Handle::store_healthy`], up to `timeout`; whether it became so.
+    pub fn wait_store_ready(&self, timeout: Duration) -> bool {
+        let give_up = std::time::Instant::now() + crate::units::capped(timeout);
+        loop {
+            if self.store_healthy() {
+                return true;
+            }
+            if std::time::Instant::now() >= give_up {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// (tenant, length) of every fired stream (`punctual_stream_length`), sampled every
+    /// few seconds; empty without Redis.
+    pub fn stream_lengths(&self) -> Vec<(String, u64)> {
+        self.inner
+            .metrics
+            .first()
+            .and_then(|m| m.store.stream_lengths.lock().ok().map(|l| l.clone()))
+            .unwrap_or_default()
+    }
+
+    /// Each shard's store metrics (`punctual_store_*`).
+    pub fn store_metrics(&self) -> Vec<Arc<ShardMetrics>> {
+        self.inner.metrics.clone()
+    }
+
+    /// The system's UTC time (CLOCK_REALTIME), in µs; what `delay_ms` is counted from.
+    pub fn now(&self) -> UtcMicros {
+        UtcMicros(clock_ns(libc::CLOCK_REALTIME) / 1_000)
+    }
+
+    /// Schedules (upserts) a timer and waits for the shard's answer.
+    pub fn schedule(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+    ) -> Result<Scheduled> {
+        let (tx, rx) = reply_channel();
+        self.push_schedule(tenant, key, deadline, payload, Some(tx), None)?;
+        block_on(rx).map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// `schedule` for callers on an executor: the push happens now, the answer comes later.
+    pub fn schedule_async(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+    ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
+        self.schedule_holding(tenant, key, deadline, payload, None)
+    }
+
+    /// `schedule_async` with a quota slot the caller took already ([`Handle::quota`]): callers
+    /// that must refuse in their own order (a batch) reserve first. The shard keeps the slot
+    /// for a new timer and gives it back otherwise.
+    pub fn schedule_holding(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+        slot: Option<QuotaSlot>,
+    ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
+        let (tx, rx) = reply_channel();
+        let pushed = self.push_schedule(tenant, key, deadline, payload, Some(tx), slot);
+        async move {
+            pushed?;
+            rx.await.map_err(|_| Error::ShuttingDown)?
+        }
+    }
+
+    /// The quota of `tenant`, if it has one.
+    pub fn quota(&self, tenant: &str) -> Option<&Arc<Quota>> {
+        self.inner.quotas.get(tenant)
+    }
+
+    /// (tenant, limit, pending) of every tenant with a quota.
+    pub fn quotas(&self) -> Vec<(String, u64, i64)> {
+        self.inner.quotas.snapshot()
+    }
+
+    /// Schedules without waiting for an answer. Errors the shard finds (capacity) are logged.
+    pub fn schedule_detached(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+    ) -> Result<()> {
+        self.push_schedule(tenant, key, deadline, payload, None, None)
+    }
+
+    /// Cancels the pending timer under (tenant, key).
+    pub fn cancel(&self, tenant: &str, key: &str) -> Result<Cancelled> {
+        let (tx, rx) = reply_channel();
+        let timer = self.pack(tenant, key, &[])?;
+        self.push(tenant, key, Op::Cancel { timer, reply: tx })?;
+        block_on(rx).map_err(|_| Error::ShuttingDown)?
+    }
+
+    pub fn cancel_async(
+        &self,
+        tenant: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Cancelled>> + Send + 'static {
+        let (tx, rx) = reply_channel();
+        let pushed = self
+            .pack(tenant, key, &[])
+            .and_then(|timer| self.push(tenant, key, Op::Cancel { timer, reply: tx }));
+        async move {
+            pushed?;
+            rx.await.map_err(|_| Error::ShuttingDown)?
+        }
+    }
+
+    /// The pending timer under (tenant, key), if any.
+    pub fn get(&self, tenant: &str, key: &str) -> Result<Option<TimerInfo>> {
+        let (tx, rx) = reply_channel();
+        let timer = self.pack(tenant, key, &[])?;
+        self.push(tenant, key, Op::Get { timer, reply: tx })?;
+        block_on(rx).map_err(|_| Error::ShuttingDown)?
+    }
+
+    pub fn get_async(
+        &self,
+        tenant: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<TimerInfo>>> + Send + 'static {
+        let (tx, rx) = reply_channel();
+        let pushed = self
+            .pack(tenant, key, &[])
+            .and_then(|timer| self.push(tenant, key, Op::Get { timer, reply: tx }));
+        async move {
+            pushed?;
+            rx.await.map_err(|_| Error::ShuttingDown)?
+        }
+    }
+
+    fn push_schedule(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+        reply: Option<Reply<Result<Scheduled>>>,
+        slot: Option<QuotaSlot>,
+    ) -> Result<()> {
+        if deadline.0 > self.now().0.saturating_add(TEN_YEARS_US) {
+            return Err(Error::DeadlineOutOfRange {
+                deadline_us: deadline.0,
+            });
+        }
+        let timer = self.pack(tenant, key, payload)?;
+        self.push(
+            tenant,
+            key,
+            Op::Schedule {
+                timer,
+                deadline,
+                reply,
+                slot,
+            },
+        )
+    }
+
+    fn pack(&self, tenant: &str, key: &str, payload: &[u8]) -> Result<PackedTimer> {
+        validate_name(NameKind::Tenant, tenant)?;
+        validate_name(NameKind::Key, key)?;
+        if payload.len() > MAX_PAYLOAD {
+            return Err(Error::PayloadTooLarge {
+                len: payload.len(),
+                limit: MAX_PAYLOAD,
+            });
+        }
+        // validate_name caps both at 128 bytes, so packing cannot fail here.
+        PackedTimer::new(tenant, key, payload).ok_or(Error::NameTooLong {
+            kind: NameKind::Key,
+            len: key.len(),
+        })
+    }
+
+    fn push(&self, tenant: &str, key: &str, op: Op) -> Result<()> {
+        if self.inner.stopping.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
+        self.inner.rings[self.shard_for(tenant, key)].push(op)
+    }
+}

@@ -1,0 +1,29 @@
+//! The library API: [`EngineBuilder`] starts the shards; [`Handle`] (cloneable, `Send`) is how
+//! any thread schedules, cancels and reads timers.
+//!
+//! Every call validates its arguments on the caller's thread, packs tenant, key and payload
+//! into one allocation, and pushes it onto the ring of the shard that owns the key (a hash of
+//! tenant and key). `schedule`, `cancel` and `get` block the calling thread until the shard
+//! answers (microseconds); the `_async` forms return a future instead, for callers on an
+//! executor; `schedule_detached` does not wait for an answer at all (bulk loads).
+//!
+//! | file | owns |
+//! |---|---|
+//! | `builder.rs` | the settings and `build`: rings, shard threads, the watchdog, the clock-set watch |
+//! | `placement.rs` | which core each shard runs on |
+//! | `handle.rs` | the `Handle`: validation, packing, routing to a ring, waiting for the answer |
+//! | `stats.rs` | per-shard figures for exporters |
+//! | `running.rs` | the running `Engine` and its shutdown |
+
+mod builder;
+mod handle;
+mod placement;
+mod running;
+mod stats;
+
+pub use crate::op::{Cancelled, Scheduled, TimerInfo};
+pub use builder::{ClockChoice, EngineBuilder, ShardStartHook, StoreKind};
+pub use handle::{Handle, MAX_PAYLOAD};
+pub use placement::{available_cores, Pinning};
+pub use running::Engine;
+pub use stats::ShardStats;

@@ -1,0 +1,47 @@
+//! Per-shard figures for exporters (`/metrics`), read without disturbing the shards.
+
+use super::handle::Handle;
+use std::sync::atomic::Ordering;
+
+/// Per-shard figures for exporters.
+#[derive(Clone, Debug)]
+pub struct ShardStats {
+    pub shard: usize,
+    pub pending: u64,
+    pub fired_total: u64,
+    pub ring_depth: usize,
+    pub ring_rejected_total: u64,
+    pub clock_offset_ns: i64,
+    pub clock_steps_total: u64,
+    /// Leads under the step threshold that the clock removed at an anchor.
+    pub clock_set_backs_total: u64,
+    /// The shard's clock reads clock_gettime, not the TSC.
+    pub clock_fallback: bool,
+    /// Times the watchdog had to wake the shard (`shard::watchdog`).
+    pub watchdog_wakes_total: u64,
+    pub lateness: crate::metrics::HistogramSnapshot,
+}
+
+impl Handle {
+    pub fn stats(&self) -> Vec<ShardStats> {
+        let inner = &self.inner;
+        (0..inner.rings.len())
+            .map(|i| {
+                let m = &inner.metrics[i];
+                ShardStats {
+                    shard: i,
+                    pending: m.pending.load(Ordering::Relaxed),
+                    fired_total: m.fired_total.load(Ordering::Relaxed),
+                    ring_depth: inner.rings[i].len(),
+                    ring_rejected_total: inner.rings[i].rejected(),
+                    clock_offset_ns: m.clock_offset_ns.load(Ordering::Relaxed),
+                    clock_steps_total: m.clock_steps_total.load(Ordering::Relaxed),
+                    clock_set_backs_total: m.clock_set_backs_total.load(Ordering::Relaxed),
+                    clock_fallback: m.clock_fallback.load(Ordering::Relaxed) != 0,
+                    watchdog_wakes_total: m.watchdog_wakes_total.load(Ordering::Relaxed),
+                    lateness: m.lateness.snapshot(),
+                }
+            })
+            .collect()
+    }
+}
