@@ -36,6 +36,8 @@
 //! # Ok::<(), punctual::Error>(())
 //! ```
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod api;
 pub mod clock;
 pub mod config;

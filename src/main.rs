@@ -1,5 +1,7 @@
 //! The `punctual` binary: `serve` runs the service, `doctor` checks the host.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

@@ -8,6 +8,8 @@
 use crate::config::TenantConfig;
 use std::collections::HashMap;
 use std::sync::Arc;
+// Constant time: the time a comparison takes does not tell how much of a guess was right.
+use subtle::ConstantTimeEq;
 
 pub struct Tenant {
     token: Option<String>,
@@ -47,7 +49,7 @@ impl Tenants {
         let Some((scheme, given)) = split_scheme(h) else {
             return false;
         };
-        scheme.eq_ignore_ascii_case(b"bearer") && constant_time_eq(given, token.as_bytes())
+        scheme.eq_ignore_ascii_case(b"bearer") && bool::from(given.ct_eq(token.as_bytes()))
     }
 }
 
@@ -56,15 +58,6 @@ fn split_scheme(h: &[u8]) -> Option<(&[u8], &[u8])> {
     let (scheme, rest) = h.split_at(sp);
     let token = rest.iter().position(|&b| b != b' ').map(|i| &rest[i..])?;
     Some((scheme, token.trim_ascii_end()))
-}
-
-/// Compares without an early exit, so the time taken does not tell how much of a guess was
-/// right (only its length).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
