@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-/// The longest tenant or key, in bytes (DESIGN.md).
+/// The longest tenant or key, in bytes (docs/API.md).
 pub const MAX_NAME_LEN: usize = 128;
 
 /// Which name was wrong: the tenant or the key.
@@ -56,7 +56,7 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Checks a tenant or key against DESIGN.md's rule: 1 to 128 bytes of `[A-Za-z0-9._:-]`,
+/// Checks a tenant or key against the naming rule of docs/API.md: 1 to 128 bytes of `[A-Za-z0-9._:-]`,
 /// other than `.` and `..`.
 pub fn validate_name(kind: NameKind, name: &str) -> Result<()> {
     if name.is_empty() {

@@ -1,4 +1,4 @@
-//! Contract tests: every row and error code of DESIGN.md's API table, against the real binary
+//! Contract tests: every route and error code of docs/API.md, against the real binary
 //! over real TCP. (No Redis store exists yet, so 503 store_unavailable is not covered.)
 
 mod api_support;

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Number;
 
-/// Most timers in one batch (DESIGN.md).
+/// Most timers in one batch (docs/API.md).
 pub const MAX_BATCH_ITEMS: usize = 10_000;
 
 /// One validated registration: when it fires and the payload's JSON text (empty for none).

@@ -1,5 +1,5 @@
 //! The HTTP API (`punctual serve`): HTTP/1.1 + JSON on every shard's core, as specified by the
-//! API table of DESIGN.md.
+//! HTTP API of `docs/API.md` (and `docs/openapi.yaml`).
 //!
 //! - [`serve`] builds the engine from the [`Config`](crate::config::Config), starts a server
 //!   on each shard, waits for SIGTERM/SIGINT and drains.

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest payload, in bytes (DESIGN.md: 65,536 bytes of JSON text).
+/// Largest payload, in bytes: 65,536 bytes of JSON text (docs/API.md).
 pub const MAX_PAYLOAD: usize = 65_536;
 
 pub(super) struct Shared {
