@@ -27,7 +27,7 @@ impl<S: TimeSource> Shard<S> {
         // A recovered timer was acknowledged: it counts against its tenant's quota even if
         // that leaves the tenant over it (new keys are refused until it drains).
         let mut insert = |r: Recovered<'_>| -> bool {
-            let Some(timer) = PackedTimer::new(r.tenant, r.key, r.payload) else {
+            let Some(timer) = PackedTimer::with_meta(r.tenant, r.key, r.meta, r.payload) else {
                 return false;
             };
             match table.insert_with_version(timer, r.deadline, r.version) {

@@ -82,6 +82,8 @@ pub struct Recovered<'a> {
     pub key: &'a str,
     pub version: u64,
     pub deadline: UtcMicros,
+    /// Delivery metadata, as the timer carried it (see `PackedTimer`).
+    pub meta: &'a [u8],
     pub payload: &'a [u8],
 }
 

@@ -29,6 +29,7 @@ pub enum Arg<'a> {
     Record {
         version: u64,
         fire_at_us: u64,
+        meta: &'a [u8],
         payload: &'a [u8],
     },
 }
@@ -43,8 +44,9 @@ impl redis::ToRedisArgs for Arg<'_> {
             Arg::Record {
                 version,
                 fire_at_us,
+                meta,
                 payload,
-            } => write!(w, "{version} {fire_at_us} ").and_then(|()| w.write_all(payload)),
+            } => write_record(&mut w, *version, *fire_at_us, meta, payload),
         };
     }
 }
@@ -66,24 +68,64 @@ pub fn parse_field(field: &[u8]) -> Option<(&str, &str)> {
     (!tenant.is_empty() && !key.is_empty()).then_some((tenant, key))
 }
 
-/// A pending timer's record: `<version> <fire_at_us> <payload bytes>` (decimal numbers, one
-/// space each; the payload is the rest, spaces and all).
-pub fn encode_record(version: u64, fire_at_us: u64, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(42 + payload.len());
-    out.extend_from_slice(version.to_string().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(fire_at_us.to_string().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(payload);
+/// A pending timer's record: `<version> <fire_at_us> [m<len>:<meta> ]<payload>` (decimal
+/// numbers, one space each; the payload is the rest, spaces and all). The metadata part is
+/// there only when the timer has any: it starts with `m`, which no JSON payload can start with,
+/// so records written before it existed read the same.
+pub fn encode_record(version: u64, fire_at_us: u64, meta: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(48 + meta.len() + payload.len());
+    // Writing into a Vec cannot fail.
+    let _ = write_record(&mut out, version, fire_at_us, meta, payload);
     out
 }
 
-/// A decoded record: (version, fire_at_us, payload).
-pub fn decode_record(record: &[u8]) -> Option<(u64, u64, &[u8])> {
+fn write_record(
+    w: &mut impl std::io::Write,
+    version: u64,
+    fire_at_us: u64,
+    meta: &[u8],
+    payload: &[u8],
+) -> std::io::Result<()> {
+    write!(w, "{version} {fire_at_us} ")?;
+    if !meta.is_empty() {
+        write!(w, "m{}:", meta.len())?;
+        w.write_all(meta)?;
+        w.write_all(b" ")?;
+    }
+    w.write_all(payload)
+}
+
+/// A decoded record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub version: u64,
+    pub fire_at_us: u64,
+    pub meta: &'a [u8],
+    pub payload: &'a [u8],
+}
+
+/// Decodes a record; `None` when it is malformed.
+pub fn decode_record(record: &[u8]) -> Option<Record<'_>> {
     let mut parts = record.splitn(3, |&b| b == b' ');
     let version = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
-    let fire_at = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
-    Some((version, fire_at, parts.next()?))
+    let fire_at_us = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let rest = parts.next()?;
+    let (meta, payload) = match rest.strip_prefix(b"m") {
+        Some(tail) => {
+            let colon = tail.iter().position(|&b| b == b':')?;
+            let len: usize = std::str::from_utf8(&tail[..colon]).ok()?.parse().ok()?;
+            let body = &tail[colon + 1..];
+            let (meta, after) = (body.get(..len)?, body.get(len..)?);
+            (meta, after.strip_prefix(b" ")?)
+        }
+        None => (&b""[..], rest),
+    };
+    Some(Record {
+        version,
+        fire_at_us,
+        meta,
+        payload,
+    })
 }
 
 #[cfg(test)]
@@ -92,14 +134,33 @@ mod tests {
 
     #[test]
     fn record_round_trips_payload_with_spaces() {
-        let r = encode_record(17, 1_700_000_000_000_000, b"{\"a\": 1 }");
+        let r = encode_record(17, 1_700_000_000_000_000, b"", b"{\"a\": 1 }");
+        let d = decode_record(&r).expect("valid");
         assert_eq!(
-            decode_record(&r),
-            Some((17, 1_700_000_000_000_000, &b"{\"a\": 1 }"[..]))
+            (d.version, d.fire_at_us, d.meta, d.payload),
+            (17, 1_700_000_000_000_000, &b""[..], &b"{\"a\": 1 }"[..])
         );
-        assert_eq!(decode_record(b"1 2 "), Some((1, 2, &b""[..])));
+        let e = decode_record(b"1 2 ").expect("valid");
+        assert_eq!((e.version, e.fire_at_us, e.payload), (1, 2, &b""[..]));
         assert_eq!(decode_record(b"x 2 p"), None);
         assert_eq!(decode_record(b"1 2"), None);
+    }
+
+    #[test]
+    fn record_carries_binary_metadata_and_old_records_still_read() {
+        let meta = b"\x00 m:\xff";
+        let r = encode_record(3, 9, meta, b"{\"x\": 1}");
+        let d = decode_record(&r).expect("valid");
+        assert_eq!((d.meta, d.payload), (&meta[..], &b"{\"x\": 1}"[..]));
+        let empty_payload = encode_record(3, 9, meta, b"");
+        assert_eq!(
+            decode_record(&empty_payload).map(|d| d.payload),
+            Some(&b""[..])
+        );
+        // Truncated or lying about its length: malformed, not a panic.
+        assert_eq!(decode_record(b"3 9 m10:ab {}"), None);
+        assert_eq!(decode_record(b"3 9 mx:ab {}"), None);
+        assert_eq!(decode_record(b"3 9 m2:ab{}"), None);
     }
 
     #[test]
@@ -118,11 +179,13 @@ mod tests {
                 .arg(Arg::Record {
                     version: 3,
                     fire_at_us: 9,
+                    meta: b"m",
                     payload: b"p q",
                 });
             }),
             packed(&|c| {
-                c.arg(field("t", "k")).arg(encode_record(3, 9, b"p q"));
+                c.arg(field("t", "k"))
+                    .arg(encode_record(3, 9, b"m", b"p q"));
             })
         );
         assert_eq!(timers_key_static(42), timers_key(42));

@@ -300,13 +300,7 @@ impl Store for RedisStore {
     }
 
     fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
-        let write = put_cmd(
-            timer.tenant(),
-            timer.key(),
-            s.version,
-            s.deadline.0,
-            timer.payload(),
-        );
+        let write = put_cmd(timer, s.version, s.deadline.0);
         self.shared.outbox.borrow_mut().push(write, None, ack);
     }
 
@@ -392,16 +386,19 @@ impl Store for RedisStore {
 }
 
 /// `HSET` of a (re)scheduled timer's whole record.
-fn put_cmd(tenant: &str, key: &str, version: u64, fire_at: u64, payload: &[u8]) -> redis::Cmd {
+fn put_cmd(timer: &PackedTimer, version: u64, fire_at: u64) -> redis::Cmd {
+    let (tenant, key) = (timer.tenant(), timer.key());
+    let size = 96 + tenant.len() + key.len() + timer.meta().len() + timer.payload().len();
     // Sized once: name, key, field and record, no reallocation while the args go in.
-    let mut c = redis::Cmd::with_capacity(4, 80 + tenant.len() + key.len() + payload.len());
+    let mut c = redis::Cmd::with_capacity(4, size);
     c.arg("HSET")
         .arg(layout::timers_key_static(layout::partition_of(tenant, key)))
         .arg(layout::Arg::Field { tenant, key })
         .arg(layout::Arg::Record {
             version,
             fire_at_us: fire_at,
-            payload,
+            meta: timer.meta(),
+            payload: timer.payload(),
         });
     c
 }

@@ -165,7 +165,7 @@ fn load_one(
         return false;
     };
     let parsed = parse_field(field).zip(decode_record(record));
-    let Some(((tenant, key), (version, fire_at, payload))) = parsed else {
+    let Some(((tenant, key), rec)) = parsed else {
         StoreMetrics::count(&shared.m().errors_total, 1);
         if log {
             tracing::error!(shard = shared.shard, partition, field = %String::from_utf8_lossy(field), "store: malformed record skipped (left in Redis)");
@@ -188,9 +188,10 @@ fn load_one(
     let fits = insert(Recovered {
         tenant,
         key,
-        version,
-        deadline: UtcMicros(fire_at),
-        payload,
+        version: rec.version,
+        deadline: UtcMicros(rec.fire_at_us),
+        meta: rec.meta,
+        payload: rec.payload,
     });
     if !fits {
         StoreMetrics::count(&shared.m().errors_total, 1);
