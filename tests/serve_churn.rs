@@ -8,7 +8,7 @@
 //! hence the quiet stretch at the end of each round, and several rounds.
 //!
 //! The tenants' streams must then hold what the client was told (the model is in
-//! `support/churn.rs`): every acknowledged timer that was not cancelled or replaced exactly
+//! `support/churn/`): every acknowledged timer that was not cancelled or replaced exactly
 //! once, with its version, deadline and payload; no cancelled or replaced version; nothing
 //! early; nothing more than 500 ms late (a bound that only a bug crosses, not a timing
 //! target). `/metrics` must count the same fires and nothing may be left pending.
