@@ -65,7 +65,7 @@ impl RedisServer {
                 "--appendonly",
                 "yes",
                 "--appendfsync",
-                "always",
+                self.fsync,
             ])
             .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
             .stdout(Stdio::null())
