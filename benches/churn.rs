@@ -6,7 +6,7 @@
 //! (`delay_ms` uniform 1,000–10,000, ~60-byte JSON payloads), then from 8 connections 5,000
 //! `DELETE`s and 2,500 `PUT`s (new `delay_ms` 1,000–6,000) on random keys. `punctual serve
 //! --redis … --shards 2 --pinning none --spin-us 0`, Redis started here (append-only file,
-//! `appendfsync always`).
+//! `appendfsync always`, or `everysec` with `-- --everysec`).
 //!
 //! Lateness is measured two ways for every stream entry: (a) `fired_at_us − fire_at_us` as
 //! the entry says, and (b) when a consumer blocked in `XREAD BLOCK` on the tenants' streams
@@ -96,13 +96,24 @@ struct Row {
     metrics: Option<(Option<f64>, Option<f64>)>,
 }
 
+/// Redis's `appendfsync` for the run: `always` (default: every acknowledged write is on disk,
+/// so a stream consumer's reply waits for the fsync too) or `everysec` (`--everysec`).
+fn fsync_policy() -> &'static str {
+    if std::env::args().any(|a| a == "--everysec") {
+        "everysec"
+    } else {
+        "always"
+    }
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let spec = spec(quick);
-    let command = if quick {
-        "cargo bench --bench churn -- --quick"
-    } else {
-        "cargo bench --bench churn"
+    let command = match (quick, fsync_policy()) {
+        (true, "everysec") => "cargo bench --bench churn -- --quick --everysec",
+        (true, _) => "cargo bench --bench churn -- --quick",
+        (false, "everysec") => "cargo bench --bench churn -- --everysec",
+        (false, _) => "cargo bench --bench churn",
     };
     println!("{command}");
     println!("{}", host());
@@ -157,14 +168,15 @@ fn host() -> String {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|e| format!("redis-server --version failed: {e}"));
     format!(
-        "host: {cpus} CPUs ({cpu}); {redis}; appendonly yes, appendfsync always\n\
-         punctual: release binary, serve --shards 2 --pinning none --spin-us 0"
+        "host: {cpus} CPUs ({cpu}); {redis}; appendonly yes, appendfsync {}\n\
+         punctual: release binary, serve --shards 2 --pinning none --spin-us 0",
+        fsync_policy()
     )
 }
 
 fn scenario(name: &str, spec: &Spec, system: System) -> Row {
     eprintln!("== {name}");
-    let redis = RedisServer::start();
+    let redis = RedisServer::start_with_fsync(fsync_policy());
     let url = redis.url();
     let consumer = Consumer::start(&redis, &spec.tenants());
     let plan = Plan::new(spec);

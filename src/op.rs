@@ -103,9 +103,11 @@ mod tests {
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};
 
-    /// Counts wake-ups; a wake on a freed waker would be a use-after-free (caught by the
-    /// allocator or ASan), a lost one a stuck caller.
-    struct CountingWaker(AtomicUsize);
+    /// Counts wake-ups into a shared counter. Each round makes its own waker and frees it
+    /// right after the receiver: a send that woke a waker the receiver had already released
+    /// would touch freed memory (a use-after-free that AddressSanitizer reports), not just a
+    /// reference-counted survivor.
+    struct CountingWaker(Arc<AtomicUsize>);
 
     impl Wake for CountingWaker {
         fn wake(self: Arc<Self>) {
@@ -143,11 +145,11 @@ mod tests {
                 }
             })
         };
-        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
-        let waker = Waker::from(counter.clone());
-        let mut cx = Context::from_waker(&waker);
+        let wakes = Arc::new(AtomicUsize::new(0));
         let mut landed_before_drop = 0usize;
         for i in 0..ROUNDS {
+            let waker = Waker::from(Arc::new(CountingWaker(wakes.clone())));
+            let mut cx = Context::from_waker(&waker);
             let (tx, mut rx) = reply_channel::<u64>();
             // Registers the waker: the receiver is now "polled", as an HTTP task's is.
             let first = Pin::new(&mut rx).poll(&mut cx);
@@ -169,6 +171,7 @@ mod tests {
                 }
             }
             drop(rx);
+            drop(waker);
         }
         sender.join().expect("sender thread");
         let (sent, refused) = (
@@ -178,7 +181,7 @@ mod tests {
         assert_eq!(sent + refused, ROUNDS);
         assert!(landed_before_drop <= sent);
         // Every landed send woke the waker at most once per round.
-        assert!(counter.0.load(Ordering::Relaxed) <= ROUNDS);
+        assert!(wakes.load(Ordering::Relaxed) <= ROUNDS);
     }
 
     /// The same race with the receivers inside tasks of one glommio executor and the sender on
