@@ -164,7 +164,7 @@ fn watch(
                         shard = id,
                         wakes = n,
                         grace_ms = grace.as_millis() as u64,
-                        "shard had not run {} ms after it was due; woke it (its executor slept with work ready, or a task held the thread)",
+                        "shard had not run {} ms after it was due; woke it (its executor slept with work ready, a task held the thread, or the host did not run it)",
                         grace.as_millis()
                     );
                 }
