@@ -73,7 +73,9 @@
 //!
 //! # Cost
 //!
-//! `now()`: one RDTSCP (≈ 10–30 ns, serialising) and a 64×64→128-bit multiply, nothing more.
+//! `now()`: one RDTSC (not serialising: an early read can only map to an earlier time, so a fire
+//! can be later, never earlier) and a 64×64→128-bit multiply, nothing more. Anchors and
+//! calibration read with RDTSCP, which does not execute early.
 //! `anchor_due()`: a compare, and one relaxed atomic load when following sets. `anchor()`: a
 //! few clock_gettime calls and a few floating-point operations, every 100 ms.
 
@@ -237,10 +239,11 @@ impl<S: TimeSource> Clock<S> {
         self.stats
     }
 
-    /// The current UTC time in nanoseconds, from one tick reading.
+    /// The current UTC time in nanoseconds, from one tick reading (plain RDTSC: see
+    /// [`TimeSource::ticks_now`]).
     #[inline]
     pub fn now(&self) -> UtcNanos {
-        self.at(self.src.ticks())
+        self.at(self.src.ticks_now())
     }
 
     /// UTC at tick `t` (which should not precede the last anchor).

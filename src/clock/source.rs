@@ -13,7 +13,16 @@ use std::time::Duration;
 /// shard can own one.
 pub trait TimeSource: Send + 'static {
     /// A reading of the tick counter: strictly a function of elapsed time at a fixed rate.
+    /// Serialising where that matters (RDTSCP): calibration and anchors pair it with
+    /// CLOCK_REALTIME, so it must not execute before the instructions around it.
     fn ticks(&self) -> TscTicks;
+    /// A reading for `Clock::now()`: may execute a little before the instructions that precede
+    /// it (plain RDTSC), so it can only read an earlier tick, which maps to an earlier time and
+    /// can make a fire later, never earlier. Defaults to [`TimeSource::ticks`].
+    #[inline]
+    fn ticks_now(&self) -> TscTicks {
+        self.ticks()
+    }
     /// The system's UTC clock (CLOCK_REALTIME), which may be slewed or stepped by NTP.
     fn realtime(&self) -> UtcNanos;
     /// Lets `dur` of time pass (calibration waits between its two samples).
@@ -67,6 +76,15 @@ impl TimeSource for HostSource {
     fn ticks(&self) -> TscTicks {
         if self.use_tsc {
             TscTicks(rdtscp())
+        } else {
+            TscTicks(clock_ns(libc::CLOCK_MONOTONIC))
+        }
+    }
+
+    #[inline]
+    fn ticks_now(&self) -> TscTicks {
+        if self.use_tsc {
+            TscTicks(rdtsc())
         } else {
             TscTicks(clock_ns(libc::CLOCK_MONOTONIC))
         }
@@ -150,6 +168,20 @@ fn rdtscp() -> u64 {
 #[cfg(not(target_arch = "x86_64"))]
 #[inline]
 fn rdtscp() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn rdtsc() -> u64 {
+    // SAFETY: RDTSC is part of the x86-64 baseline; it is only called when
+    // `invariant_tsc_available()` found an invariant TSC, and it reads no memory.
+    unsafe { std::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn rdtsc() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 

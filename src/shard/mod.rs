@@ -151,7 +151,7 @@ impl<S: TimeSource> Shard<S> {
             let fire_budget = if cooperative { FIRE_BATCH } else { usize::MAX };
             while !self.stop.load(Ordering::Acquire) {
                 let drained = self.drain();
-                let t = self.clock.source().ticks();
+                let t = self.clock.source().ticks_now();
                 if self.clock.anchor_due(t) {
                     self.clock.anchor();
                     self.publish_clock();
