@@ -52,6 +52,11 @@ pub enum Error {
     /// the same call is safe.
     #[error("the durable store cannot acknowledge writes now; retry after {retry_after_s} s")]
     StoreUnavailable { retry_after_s: u64 },
+    #[error("no dead letter for tenant {tenant:?} and key {key:?}")]
+    DeadLetterNotFound { tenant: String, key: String },
+    /// A dead letter cannot be re-driven while a timer is pending under its key.
+    #[error("a timer is pending for tenant {tenant:?} and key {key:?}; cancel it (or let it fire) before re-driving its dead letter")]
+    TimerPending { tenant: String, key: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

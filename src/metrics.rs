@@ -51,6 +51,30 @@ pub const FLUSH_BOUNDS_NS: [u64; 16] = [
     10_000_000_000,
 ];
 
+/// `punctual_webhook_delivery_latency_seconds` upper bounds, in ns: 100 µs to 10 minutes.
+pub const DELIVERY_BOUNDS_NS: [u64; 20] = [
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+    60_000_000_000,
+    120_000_000_000,
+    600_000_000_000,
+];
+
 /// `punctual_store_batch_commands` upper bounds: 1 to 65,536 writes, powers of 4.
 pub const BATCH_BOUNDS: [u64; 9] = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536];
 
@@ -140,6 +164,8 @@ pub struct ShardMetrics {
     pub watchdog_wakes_total: AtomicU64,
     /// The durable store's figures (all zero, state `InMemory`, without one).
     pub store: StoreMetrics,
+    /// Webhook deliveries, per tenant.
+    pub webhooks: WebhookMetrics,
 }
 
 impl Default for ShardMetrics {
@@ -154,7 +180,88 @@ impl Default for ShardMetrics {
             clock_fallback: AtomicU64::new(0),
             watchdog_wakes_total: AtomicU64::new(0),
             store: StoreMetrics::default(),
+            webhooks: WebhookMetrics::default(),
         }
+    }
+}
+
+/// Why a delivery attempt failed: the `class` label of `punctual_webhook_failures_total`.
+pub const FAILURE_CLASSES: [&str; 5] = ["connect", "timeout", "5xx", "throttled", "permanent"];
+
+/// One tenant's deliveries on one shard.
+pub struct DeliveryMetrics {
+    pub attempts: AtomicU64,
+    pub successes: AtomicU64,
+    /// By class, in the order of [`FAILURE_CLASSES`].
+    pub failures: [AtomicU64; 5],
+    /// Deliveries a cap (per host or per tenant) held back; each is retried shortly.
+    pub refused: AtomicU64,
+    /// Timers that became dead letters.
+    pub dead_total: AtomicU64,
+    /// Dead letters held now (made, recovered, less discarded and re-driven).
+    pub dead: AtomicI64,
+    pub in_flight: AtomicI64,
+    /// The answer's arrival minus the timer's deadline, ns, for successful deliveries.
+    pub latency: Histogram,
+}
+
+impl Default for DeliveryMetrics {
+    fn default() -> Self {
+        DeliveryMetrics {
+            attempts: AtomicU64::new(0),
+            successes: AtomicU64::new(0),
+            failures: Default::default(),
+            refused: AtomicU64::new(0),
+            dead_total: AtomicU64::new(0),
+            dead: AtomicI64::new(0),
+            in_flight: AtomicI64::new(0),
+            latency: Histogram::new(&DELIVERY_BOUNDS_NS, 1e9),
+        }
+    }
+}
+
+impl DeliveryMetrics {
+    /// Counts a failure of `class` (one of [`FAILURE_CLASSES`]).
+    pub fn failed(&self, class: &str) {
+        if let Some(i) = FAILURE_CLASSES.iter().position(|c| *c == class) {
+            single_writer_add(&self.failures[i], 1);
+        }
+    }
+
+    /// `gauge += d`; one writer (the shard's thread).
+    pub fn add(gauge: &AtomicI64, d: i64) {
+        gauge.store(
+            gauge.load(Ordering::Relaxed).wrapping_add(d),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// The webhook figures of one shard: one [`DeliveryMetrics`] per tenant seen. The shard's
+/// sink keeps its own map of these (no lock per delivery); this list, under a mutex, is taken
+/// only when a tenant is first seen and by a scrape.
+#[derive(Default)]
+pub struct WebhookMetrics {
+    tenants: std::sync::Mutex<Vec<(String, std::sync::Arc<DeliveryMetrics>)>>,
+}
+
+impl WebhookMetrics {
+    /// The figures of `tenant`, made on first use.
+    pub fn tenant(&self, tenant: &str) -> std::sync::Arc<DeliveryMetrics> {
+        let Ok(mut list) = self.tenants.lock() else {
+            return Default::default();
+        };
+        if let Some((_, m)) = list.iter().find(|(t, _)| t == tenant) {
+            return m.clone();
+        }
+        let m = std::sync::Arc::new(DeliveryMetrics::default());
+        list.push((tenant.to_string(), m.clone()));
+        m
+    }
+
+    /// (tenant, figures) of every tenant seen, for exporters.
+    pub fn snapshot(&self) -> Vec<(String, std::sync::Arc<DeliveryMetrics>)> {
+        self.tenants.lock().map(|l| l.clone()).unwrap_or_default()
     }
 }
 

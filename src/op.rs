@@ -41,6 +41,23 @@ pub(crate) enum Op {
         timer: PackedTimer,
         reply: Reply<Result<Option<TimerInfo>, Error>>,
     },
+    /// The shard's dead letters of `tenant`, by key, after `after`, at most `limit`.
+    DeadList {
+        tenant: String,
+        after: Option<String>,
+        limit: usize,
+        reply: Reply<Result<Vec<DeadInfo>, Error>>,
+    },
+    /// Re-drives the dead letter under (tenant, key): pending again, due now, a fresh budget.
+    DeadRedrive {
+        timer: PackedTimer,
+        reply: Reply<Result<Scheduled, Error>>,
+    },
+    /// Discards the dead letter under (tenant, key).
+    DeadDiscard {
+        timer: PackedTimer,
+        reply: Reply<Result<Cancelled, Error>>,
+    },
 }
 
 impl Op {
@@ -62,6 +79,15 @@ impl Op {
                 let _ = reply.send(Err(e));
             }
             Op::Get { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Op::DeadList { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Op::DeadRedrive { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Op::DeadDiscard { reply, .. } => {
                 let _ = reply.send(Err(e));
             }
         }
@@ -91,6 +117,20 @@ pub enum Cancelled {
 pub struct TimerInfo {
     pub deadline: UtcMicros,
     pub version: u64,
+    /// Delivery metadata (a callback's state; empty without one).
+    pub meta: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
+/// A dead letter, as the dead-letter list shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadInfo {
+    pub key: String,
+    pub version: u64,
+    /// The timer's own deadline.
+    pub fire_at: UtcMicros,
+    /// Its final delivery metadata (attempts, last outcome, callback).
+    pub meta: Vec<u8>,
     pub payload: Vec<u8>,
 }
 

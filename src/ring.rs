@@ -91,6 +91,15 @@ impl Ring {
         }
     }
 
+    /// Wakes the shard if it is parked: for work that reaches it by another way than the
+    /// ring (a delivery's outcome, from a task on the shard's own executor).
+    pub fn nudge(&self) {
+        fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::AcqRel) {
+            self.wake();
+        }
+    }
+
     /// Writes one wake-up byte. A full socket buffer already holds wake-ups: nothing to do.
     pub fn wake(&self) {
         let _ = (&self.waker).write(&[1]);

@@ -28,6 +28,10 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    CallbackNotAllowed(String),
+    #[error("{0}")]
+    TimerPending(String),
     #[error("{method} is not allowed here; allowed: {allow}")]
     MethodNotAllowed { method: String, allow: &'static str },
     #[error("the request body did not arrive within {0} ms")]
@@ -63,7 +67,9 @@ impl ApiError {
             | DeadlineOutOfRange(_)
             | InvalidTenant(_)
             | InvalidKey(_)
-            | EmptyBatch => StatusCode::BAD_REQUEST,
+            | EmptyBatch
+            | CallbackNotAllowed(_) => StatusCode::BAD_REQUEST,
+            TimerPending(_) => StatusCode::CONFLICT,
             Unauthorized(_) => StatusCode::UNAUTHORIZED,
             NotFound(_) => StatusCode::NOT_FOUND,
             MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -92,6 +98,8 @@ impl ApiError {
             EmptyBatch => "empty_batch",
             Unauthorized(_) => "unauthorized",
             NotFound(_) => "not_found",
+            CallbackNotAllowed(_) => "callback_not_allowed",
+            TimerPending(_) => "timer_pending",
             MethodNotAllowed { .. } => "method_not_allowed",
             RequestTimeout(_) => "request_timeout",
             BodyTooLarge { .. } => "body_too_large",
@@ -151,6 +159,8 @@ impl From<EngineError> for ApiError {
                 message: msg,
                 retry_after_s,
             },
+            EngineError::DeadLetterNotFound { .. } => ApiError::NotFound(msg),
+            EngineError::TimerPending { .. } => ApiError::TimerPending(msg),
             EngineError::Config(_) | EngineError::ShardStart { .. } => ApiError::Internal(msg),
         }
     }

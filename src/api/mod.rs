@@ -4,8 +4,8 @@
 //! - [`serve`] builds the engine from the [`Config`](crate::config::Config), starts a server
 //!   on each shard, waits for SIGTERM/SIGINT and drains.
 //! - `server` owns connections and connection-level limits; `listen` owns the listening
-//!   sockets' options and the start-up check that the address is free; `io` adapts glommio's
-//!   sockets and timers to hyper.
+//!   sockets' options and the start-up check that the address is free; `crate::hyperio` adapts
+//!   glommio's sockets and timers to hyper.
 //! - `routes` and `batch` own request handling; `body` owns parsing and validation of request
 //!   JSON; `error` owns the error codes and their mapping to HTTP statuses (one function);
 //!   `respond` builds responses.
@@ -18,7 +18,6 @@ mod batch;
 pub mod body;
 mod drain;
 pub mod error;
-mod io;
 mod listen;
 pub mod metrics;
 mod respond;

@@ -11,7 +11,7 @@
 //! flight, answers it, and closes.
 
 use super::drain::LocalDrain;
-use super::io::{Io, LocalTimer};
+use crate::hyperio::{Io, LocalTimer};
 use super::metrics::Metrics;
 use super::state::{App, Shared};
 use crate::engine::Handle;

@@ -11,6 +11,7 @@ use crate::quota::Quotas;
 use crate::ring::Ring;
 use crate::shard::watchdog::{Pulse, Watchdog};
 use crate::shard::{set_timer_slack_ns, Shard, Wakee};
+use crate::sink::webhook::{settings::WebhookSettings, WebhookSink};
 use crate::sink::{FireHandler, FiredTimer, HandlerSink, Sink};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisConfig;
@@ -67,6 +68,7 @@ pub struct EngineBuilder {
     preempt_timer: Duration,
     watchdog: (Duration, Duration),
     quotas: Vec<(String, u64)>,
+    webhooks: Option<Arc<WebhookSettings>>,
 }
 
 /// Runs on each shard's thread, inside its executor, before the shard's loop starts: the place
@@ -87,6 +89,7 @@ impl Default for EngineBuilder {
             store: StoreKind::Memory,
             preempt_timer: PREEMPT_TIMER,
             quotas: Vec::new(),
+            webhooks: None,
             watchdog: (
                 crate::shard::watchdog::PERIOD,
                 crate::shard::watchdog::GRACE,
@@ -175,6 +178,13 @@ impl EngineBuilder {
     /// add one more is refused with [`Error::QuotaExceeded`] (see `quota`).
     pub fn quota(mut self, tenant: impl Into<String>, limit: u64) -> Self {
         self.quotas.push((tenant.into(), limit));
+        self
+    }
+
+    /// Delivers timers registered with a callback (`sink::webhook`) with these settings.
+    /// Without it, a timer's callback is ignored and it fires like any other.
+    pub fn webhooks(mut self, settings: Arc<WebhookSettings>) -> Self {
+        self.webhooks = Some(settings);
         self
     }
 
@@ -275,7 +285,8 @@ impl EngineBuilder {
             let shards = self.shards;
             // A shard that runs only its own loop parks in the kernel directly; with other
             // tasks on its executor (HTTP, the store) it must park in glommio's reactor.
-            let park_direct = hook.is_none() && store == StoreKind::Memory;
+            let webhooks = self.webhooks.clone();
+            let park_direct = hook.is_none() && store == StoreKind::Memory && webhooks.is_none();
             let wakee_fd = wakee.into_raw_fd();
             let pulse = pulses[id].clone();
             let set_generation = set_generation.clone();
@@ -309,10 +320,16 @@ impl EngineBuilder {
                         }
                         _ => Box::new(MemoryStore),
                     };
-                    let sinks: Vec<Box<dyn Sink>> = handler
+                    let mut sinks: Vec<Box<dyn Sink>> = handler
                         .map(|h| Box::new(HandlerSink(h)) as Box<dyn Sink>)
                         .into_iter()
                         .collect();
+                    if let Some(settings) = webhooks {
+                        // A delivery's outcome wakes the shard if it parked meanwhile.
+                        let waker = ring.clone();
+                        let wake = Box::new(move || waker.nudge());
+                        sinks.push(Box::new(WebhookSink::new(id, settings, m.clone(), wake)));
+                    }
                     let shard = Shard {
                         id,
                         ring,
@@ -325,6 +342,7 @@ impl EngineBuilder {
                         stop,
                         pulse,
                         quotas,
+                        deliveries: Default::default(),
                     };
                     shard.publish_initial();
                     if let Some((hook, handle)) = hook {

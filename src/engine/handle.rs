@@ -8,7 +8,7 @@
 use crate::clock::clock_ns;
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
-use crate::op::{reply_channel, Cancelled, Op, Reply, Scheduled, TimerInfo};
+use crate::op::{reply_channel, Cancelled, DeadInfo, Op, Reply, Scheduled, TimerInfo};
 use crate::quota::{Quota, QuotaSlot, Quotas};
 use crate::ring::Ring;
 use crate::store::StoreState;
@@ -110,7 +110,7 @@ impl Handle {
         payload: &[u8],
     ) -> Result<Scheduled> {
         let (tx, rx) = reply_channel();
-        self.push_schedule(tenant, key, deadline, payload, Some(tx), None)?;
+        self.push_schedule(tenant, key, deadline, payload, &[], Some(tx), None)?;
         block_on(rx).map_err(|_| Error::ShuttingDown)?
     }
 
@@ -136,8 +136,94 @@ impl Handle {
         payload: &[u8],
         slot: Option<QuotaSlot>,
     ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
+        self.schedule_with_meta(tenant, key, deadline, payload, &[], slot)
+    }
+
+    /// `schedule_holding` with delivery metadata: a callback's state, encoded by
+    /// `sink::webhook::meta` (empty: none).
+    pub fn schedule_with_meta(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+        meta: &[u8],
+        slot: Option<QuotaSlot>,
+    ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
         let (tx, rx) = reply_channel();
-        let pushed = self.push_schedule(tenant, key, deadline, payload, Some(tx), slot);
+        let pushed = self.push_schedule(tenant, key, deadline, payload, meta, Some(tx), slot);
+        async move {
+            pushed?;
+            rx.await.map_err(|_| Error::ShuttingDown)?
+        }
+    }
+
+    /// Up to `limit` dead letters of `tenant` with a key after `after`, by key, gathered
+    /// from every shard.
+    pub fn dead_letters_async(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<DeadInfo>>> + Send + 'static {
+        let checked = validate_name(NameKind::Tenant, tenant);
+        let mut waits = Vec::with_capacity(self.shards());
+        if checked.is_ok() && !self.inner.stopping.load(Ordering::Acquire) {
+            for ring in &self.inner.rings {
+                let (tx, rx) = reply_channel();
+                let op = Op::DeadList {
+                    tenant: tenant.to_string(),
+                    after: after.map(str::to_string),
+                    limit,
+                    reply: tx,
+                };
+                waits.push(ring.push(op).map(|()| rx));
+            }
+        }
+        let stopping = self.inner.stopping.load(Ordering::Acquire);
+        async move {
+            checked?;
+            if stopping {
+                return Err(Error::ShuttingDown);
+            }
+            let mut all = Vec::new();
+            for w in waits {
+                all.extend(w?.await.map_err(|_| Error::ShuttingDown)??);
+            }
+            all.sort_by(|a, b| a.key.cmp(&b.key));
+            all.truncate(limit);
+            Ok(all)
+        }
+    }
+
+    /// Re-drives the dead letter under (tenant, key): pending again, due now, with a fresh
+    /// attempt budget. `DeadLetterNotFound` without one; `TimerPending` while a timer is
+    /// pending under the key.
+    pub fn redrive_async(
+        &self,
+        tenant: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
+        let (tx, rx) = reply_channel();
+        let pushed = self
+            .pack(tenant, key, &[])
+            .and_then(|timer| self.push(tenant, key, Op::DeadRedrive { timer, reply: tx }));
+        async move {
+            pushed?;
+            rx.await.map_err(|_| Error::ShuttingDown)?
+        }
+    }
+
+    /// Discards the dead letter under (tenant, key): `Cancelled`, or `NotFound` without one.
+    pub fn discard_dead_async(
+        &self,
+        tenant: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Cancelled>> + Send + 'static {
+        let (tx, rx) = reply_channel();
+        let pushed = self
+            .pack(tenant, key, &[])
+            .and_then(|timer| self.push(tenant, key, Op::DeadDiscard { timer, reply: tx }));
         async move {
             pushed?;
             rx.await.map_err(|_| Error::ShuttingDown)?
@@ -162,7 +248,7 @@ impl Handle {
         deadline: Deadline,
         payload: &[u8],
     ) -> Result<()> {
-        self.push_schedule(tenant, key, deadline, payload, None, None)
+        self.push_schedule(tenant, key, deadline, payload, &[], None, None)
     }
 
     /// Cancels the pending timer under (tenant, key).
@@ -211,12 +297,14 @@ impl Handle {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn push_schedule(
         &self,
         tenant: &str,
         key: &str,
         deadline: Deadline,
         payload: &[u8],
+        meta: &[u8],
         reply: Option<Reply<Result<Scheduled>>>,
         slot: Option<QuotaSlot>,
     ) -> Result<()> {
@@ -225,7 +313,7 @@ impl Handle {
                 deadline_us: deadline.0,
             });
         }
-        let timer = self.pack(tenant, key, payload)?;
+        let timer = self.pack_with_meta(tenant, key, meta, payload)?;
         self.push(
             tenant,
             key,
@@ -239,6 +327,16 @@ impl Handle {
     }
 
     fn pack(&self, tenant: &str, key: &str, payload: &[u8]) -> Result<PackedTimer> {
+        self.pack_with_meta(tenant, key, &[], payload)
+    }
+
+    fn pack_with_meta(
+        &self,
+        tenant: &str,
+        key: &str,
+        meta: &[u8],
+        payload: &[u8],
+    ) -> Result<PackedTimer> {
         validate_name(NameKind::Tenant, tenant)?;
         validate_name(NameKind::Key, key)?;
         if payload.len() > MAX_PAYLOAD {
@@ -247,10 +345,10 @@ impl Handle {
                 limit: MAX_PAYLOAD,
             });
         }
-        // validate_name caps both at 128 bytes, so packing cannot fail here.
-        PackedTimer::new(tenant, key, payload).ok_or(Error::NameTooLong {
-            kind: NameKind::Key,
-            len: key.len(),
+        // validate_name caps both at 128 bytes; only metadata over 64 KiB fails here.
+        PackedTimer::with_meta(tenant, key, meta, payload).ok_or(Error::PayloadTooLarge {
+            len: meta.len(),
+            limit: u16::MAX as usize,
         })
     }
 

@@ -76,7 +76,16 @@
 //! durable (`store`). The in-memory store answers at once. Fires go to the sinks, then to the
 //! store (the record goes). Before the loop, the store recovers the shard's timers
 //! (`recover.rs`); ops that arrive meanwhile wait and are applied in order afterwards.
+//!
+//! # Deliveries
+//!
+//! A sink may keep a fired timer pending (a webhook under way) or make it a dead letter; its
+//! deliveries' outcomes come back as follow-ups, which each pass applies before firing
+//! (`delivery.rs`). A delivery task that finishes while the shard is parked wakes it through
+//! the ring's `nudge`. The dead letters are the shard's own (`dead.rs`).
 
+mod dead;
+pub(crate) mod delivery;
 mod park;
 mod recover;
 pub(crate) mod watchdog;
@@ -87,6 +96,7 @@ use crate::clock::{Clock, TimeSource};
 use crate::error::Error;
 use crate::metrics::ShardMetrics;
 use crate::op::{Cancelled, Op, Reply, Scheduled, TimerInfo};
+use crate::sink::{is_own_firing, Next};
 use crate::quota::{QuotaSlot, Quotas};
 use crate::ring::Ring;
 use crate::sink::{FiredTimer, Sink};
@@ -134,6 +144,8 @@ pub(crate) struct Shard<S: TimeSource> {
     pub pulse: Arc<watchdog::Pulse>,
     /// Every tenant's quota, shared by all shards (`quota`).
     pub quotas: Arc<Quotas>,
+    /// Dead letters and the scratch of kept timers and follow-ups (`delivery`).
+    pub deliveries: delivery::Deliveries,
 }
 
 impl<S: TimeSource> Shard<S> {
@@ -150,7 +162,7 @@ impl<S: TimeSource> Shard<S> {
         if self.recover().await {
             let fire_budget = if cooperative { FIRE_BATCH } else { usize::MAX };
             while !self.stop.load(Ordering::Acquire) {
-                let drained = self.drain();
+                let drained = self.drain() + self.follow_up();
                 let t = self.clock.source().ticks_now();
                 if self.clock.anchor_due(t) {
                     self.clock.anchor();
@@ -336,10 +348,21 @@ impl<S: TimeSource> Shard<S> {
                 let info = self.table.get(timer.identity()).map(|v| TimerInfo {
                     deadline: v.deadline,
                     version: v.version,
+                    meta: v.timer.meta().to_vec(),
                     payload: v.timer.payload().to_vec(),
                 });
                 let _ = reply.send(Ok(info));
             }
+            Op::DeadList {
+                tenant,
+                after,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(Ok(self.dead_list(&tenant, after.as_deref(), limit)));
+            }
+            Op::DeadRedrive { timer, reply } => self.redrive(timer, reply),
+            Op::DeadDiscard { timer, reply } => self.discard(timer, reply),
         }
     }
 
@@ -366,7 +389,7 @@ impl<S: TimeSource> Shard<S> {
             })
     }
 
-    /// A pending timer of `tenant` left the table (fired or cancelled).
+    /// A pending timer of `tenant` left the table (fired or cancelled), or a dead letter left.
     fn release_quota(&self, tenant: &str) {
         if let Some(q) = self.quotas.get(tenant) {
             q.release();
@@ -393,12 +416,18 @@ impl<S: TimeSource> Shard<S> {
         let budget = budget.min(room);
         let (clock, metrics, quotas, id) = (&self.clock, &*self.metrics, &*self.quotas, self.id);
         let (sinks, store) = (&mut self.sinks, &mut self.store);
-        let mut fired = 0u64;
+        let kept = &mut self.deliveries.kept;
+        let (mut fired, mut own_firings) = (0u64, 0u64);
         let more = self.table.poll_at_most(now, budget, |deadline, record| {
             let fired_at = clock.now();
             metrics
                 .lateness
                 .observe(fired_at.0.saturating_sub(deadline.as_nanos().0));
+            fired += 1;
+            // A timer with a callback fires again for each step of its delivery; only its
+            // own firing is a fired timer for the stream, the handler and the count.
+            let own = is_own_firing(record.timer.meta());
+            own_firings += u64::from(own);
             let f = FiredTimer {
                 shard: id,
                 tenant: record.timer.tenant(),
@@ -406,19 +435,42 @@ impl<S: TimeSource> Shard<S> {
                 version: record.version,
                 deadline,
                 fired_at,
+                meta: record.timer.meta(),
                 payload: record.timer.payload(),
             };
+            let mut next = Next::Done;
             for sink in sinks.iter_mut() {
-                sink.fired(&f);
+                let n = sink.fired(&f);
+                if n != Next::Done {
+                    next = n;
+                }
             }
-            store.fired(&f);
-            if let Some(q) = quotas.get(f.tenant) {
-                q.release();
+            if next == Next::Done {
+                if own {
+                    store.fired(&f);
+                } else {
+                    store.cancel(f.tenant, f.key, crate::store::Ack::None);
+                }
+                if let Some(q) = quotas.get(f.tenant) {
+                    q.release();
+                }
+            } else {
+                kept.push(delivery::Kept {
+                    record,
+                    deadline,
+                    fired_at,
+                    next,
+                    own,
+                });
             }
-            fired += 1;
         });
+        if !self.deliveries.kept.is_empty() {
+            self.settle_kept();
+        }
         if fired > 0 {
-            self.metrics.fired_total.fetch_add(fired, Ordering::Relaxed);
+            self.metrics
+                .fired_total
+                .fetch_add(own_firings, Ordering::Relaxed);
             self.metrics
                 .pending
                 .store(self.table.len() as u64, Ordering::Relaxed);

@@ -1,9 +1,12 @@
 //! A shard's start: its store loads the shard's timers before the loop applies any op. Ops
 //! that arrive meanwhile wait in order; any that wait longer than the store's ack timeout are
 //! answered with the store's refusal (`StoreUnavailable`), and the rest are applied once the
-//! table is loaded, so the ring's order is kept.
+//! table is loaded, so the ring's order is kept. Dead letters come back the same way; their
+//! metadata says what they are, and they go to the dead-letter table, not the wheel.
 
+use super::dead::Letter;
 use super::Shard;
+use crate::metrics::DeliveryMetrics;
 use crate::clock::TimeSource;
 use crate::op::Op;
 use crate::store::Recovered;
@@ -24,12 +27,28 @@ impl<S: TimeSource> Shard<S> {
             &self.quotas,
             &mut self.store,
         );
+        let (dead, metrics) = (&mut self.deliveries.dead, &self.metrics);
         // A recovered timer was acknowledged: it counts against its tenant's quota even if
         // that leaves the tenant over it (new keys are refused until it drains).
         let mut insert = |r: Recovered<'_>| -> bool {
             let Some(timer) = PackedTimer::with_meta(r.tenant, r.key, r.meta, r.payload) else {
                 return false;
             };
+            if crate::sink::is_dead(r.meta) {
+                table.observe_version(r.version);
+                let letter = Letter {
+                    timer,
+                    version: r.version,
+                    fire_at: r.deadline,
+                };
+                if dead.insert(letter).is_none() {
+                    if let Some(q) = quotas.get(r.tenant) {
+                        q.force();
+                    }
+                    DeliveryMetrics::add(&metrics.webhooks.tenant(r.tenant).dead, 1);
+                }
+                return true;
+            }
             match table.insert_with_version(timer, r.deadline, r.version) {
                 Ok(u) => {
                     if !u.replaced {

@@ -1,21 +1,35 @@
 //! Sinks: where a fired timer goes.
 //!
 //! A [`Sink`] takes each fired timer on the shard's thread, right after the wheel fired it, in
-//! deadline order. It must not block: delivery that takes time (a webhook) is started here and
-//! runs as a task on the shard's executor. The shard holds its sinks; a sink never imports the
-//! shard, the engine or the API.
+//! deadline order, and says what becomes of it ([`Next`]): done (the usual case: its record
+//! goes), kept pending with new delivery metadata and a new deadline (a webhook under way or
+//! waiting for a retry), or made a dead letter. It must not block: delivery that takes time (a
+//! webhook) is started here and runs as a task on the shard's executor; its outcome comes back
+//! as a [`Followup`] that the shard takes each pass ([`Sink::take_followups`]) and applies to
+//! its table and store, so the table has one writer and the loop stays cooperative. The shard
+//! holds its sinks; a sink never imports the shard, the engine or the API.
 //!
 //! | sink | where a fired timer goes | file |
 //! |---|---|---|
 //! | handler | an in-process closure (`EngineBuilder::on_fire`) | this file |
-//! | Redis Stream | one entry in `punctual:fired:{<tenant>}`, written by the Redis store in the same transaction that removes the timer's record | `stream.rs` |
+//! | Redis Stream | one entry in `punctual:fired:{<tenant>}`, written by the Redis store in the same transaction that removes (or rewrites) the timer's record | `stream.rs` |
+//! | webhook | a `POST` to the timer's callback, retried as a timer, dead letters at the end | `webhook/` |
+//!
+//! A timer with a callback fires more than once: at its deadline (its *own firing*: the stream
+//! entry and the handler are for that one only, see [`is_own_firing`]) and then for each step
+//! of its delivery.
 //!
 //! Cost: one virtual call per sink per fire.
 
 pub mod stream;
+pub mod webhook;
 
 use crate::units::{UtcMicros, UtcNanos};
+use crate::wheel::table::PackedTimer;
 use std::sync::Arc;
+use std::time::Duration;
+
+pub use webhook::meta::{is_dead, is_own_firing};
 
 /// A fired timer, as sinks and the handler see it.
 #[derive(Debug, Clone, Copy)]
@@ -26,12 +40,48 @@ pub struct FiredTimer<'a> {
     pub version: u64,
     pub deadline: UtcMicros,
     pub fired_at: UtcNanos,
+    /// Delivery metadata (empty for a timer without a callback; see `webhook::meta`).
+    pub meta: &'a [u8],
     pub payload: &'a [u8],
+}
+
+/// What becomes of a fired timer (or of a pending one, in a [`Followup`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Done: its record goes.
+    Done,
+    /// Stays pending under the same version, `after` from now, with this metadata.
+    Reschedule { after: Duration, meta: Vec<u8> },
+    /// Leaves the wheel for the dead-letter table, with this (final) metadata; `fire_at` is
+    /// the timer's own deadline.
+    Dead { meta: Vec<u8>, fire_at: UtcMicros },
+}
+
+/// What a sink learned later about a pending timer (a delivery's outcome), for the shard to
+/// apply. It applies only if the timer is still pending under `version` with exactly the
+/// metadata of `timer` (the state it was left in when the work started): a timer cancelled,
+/// replaced or moved on since is left alone.
+#[derive(Debug)]
+pub struct Followup {
+    /// Tenant, key and the expected metadata (no payload).
+    pub timer: PackedTimer,
+    pub version: u64,
+    pub next: Next,
 }
 
 /// Takes fired timers on the shard's thread (see the module doc).
 pub trait Sink {
-    fn fired(&mut self, timer: &FiredTimer<'_>);
+    /// Takes a fired timer and says what becomes of it.
+    fn fired(&mut self, timer: &FiredTimer<'_>) -> Next;
+
+    /// Moves the follow-ups gathered since the last call into `out` (the shard calls this
+    /// once per pass).
+    fn take_followups(&mut self, _out: &mut Vec<Followup>) {}
+
+    /// Whether follow-ups are waiting.
+    fn has_followups(&self) -> bool {
+        false
+    }
 }
 
 /// An in-process handler: runs on the shard's thread for every fired timer; keep it short.
@@ -41,9 +91,13 @@ pub type FireHandler = Arc<dyn Fn(&FiredTimer<'_>) + Send + Sync>;
 pub struct HandlerSink(pub FireHandler);
 
 impl Sink for HandlerSink {
+    /// Calls the handler for a timer's own firing only, never for the steps of its delivery.
     #[inline]
-    fn fired(&mut self, timer: &FiredTimer<'_>) {
-        (self.0)(timer)
+    fn fired(&mut self, timer: &FiredTimer<'_>) -> Next {
+        if is_own_firing(timer.meta) {
+            (self.0)(timer)
+        }
+        Next::Done
     }
 }
 

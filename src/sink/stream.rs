@@ -77,6 +77,7 @@ mod tests {
             version: 7,
             deadline: UtcMicros(10),
             fired_at: UtcNanos(12_999),
+            meta: b"",
             payload: b"",
         };
         let packed = String::from_utf8(xadd(&t, 1000).get_packed_command()).unwrap_or_default();

@@ -20,8 +20,20 @@
 //!   [`Store::cancel`] with the caller's ack;
 //! - per fire: [`Store::fired`] (the timer's record goes; Redis also appends the stream entry
 //!   in the same transaction, see `redis`), after [`Store::fire_room`] said how many fires it
-//!   can take this pass;
+//!   can take this pass; or, for a timer whose sink keeps it pending (a webhook under way),
+//!   [`Store::fired_kept`] (the record is rewritten with its new deadline and delivery
+//!   metadata; the stream entry as for a fire);
+//! - per step of a webhook delivery: [`Store::schedule`] (a retry: the record rewritten, same
+//!   version, no caller), [`Store::cancel`] (delivered: the record goes), [`Store::dead`] (the
+//!   record goes, a dead letter is kept), [`Store::dead_removed`] (a dead letter discarded or
+//!   re-driven);
 //! - after each pass, [`Store::after_pass`]; at shutdown, [`Store::close`].
+//!
+//! Dead letters come back at start through [`Store::recover`] like timers; their metadata
+//! says what they are (`sink::is_dead`), and the shard files them in its dead-letter table.
+//! The methods added for webhooks have defaults that keep a store correct without dead-letter
+//! persistence (a dead letter is then only in memory): `fired_kept` writes the record like a
+//! schedule, `dead` removes it like a cancel.
 //!
 //! A store never imports the shard, the engine or the API: it sees ops only as these calls.
 
@@ -87,6 +99,20 @@ pub struct Recovered<'a> {
     pub payload: &'a [u8],
 }
 
+/// A timer that became a dead letter, as a store records it.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadLetter<'a> {
+    /// Tenant, key, final delivery metadata and payload.
+    pub timer: &'a PackedTimer,
+    pub version: u64,
+    /// The timer's own deadline.
+    pub fire_at: UtcMicros,
+    pub attempts: u32,
+    pub last_status: Option<u16>,
+    pub last_error: Option<&'a str>,
+    pub callback: &'a str,
+}
+
 /// What a shard needs of its store (see the module doc).
 pub trait Store {
     /// "memory", "redis": for logs and `/healthz`.
@@ -135,6 +161,23 @@ pub trait Store {
 
     /// A timer fired: its record goes.
     fn fired(&mut self, timer: &FiredTimer<'_>);
+
+    /// A timer fired (its own firing) and stays pending as `kept` (new deadline, new delivery
+    /// metadata, same version), already in the shard's table. No caller waits.
+    fn fired_kept(&mut self, _timer: &FiredTimer<'_>, kept: &PackedTimer, scheduled: &Scheduled) {
+        self.schedule(kept, scheduled, Ack::None);
+    }
+
+    /// A pending timer became a dead letter: its record goes, the dead letter is kept (and
+    /// handed back by `recover`). No caller waits.
+    fn dead(&mut self, letter: &DeadLetter<'_>) {
+        self.cancel(letter.timer.tenant(), letter.timer.key(), Ack::None);
+    }
+
+    /// A dead letter was discarded or re-driven: it goes.
+    fn dead_removed(&mut self, _tenant: &str, _key: &str, ack: Ack) {
+        ack.answer(Ok(()));
+    }
 
     /// After each pass of the shard's loop.
     fn after_pass(&mut self) {}

@@ -1,6 +1,7 @@
-//! Glue between glommio's sockets and hyper: [`Io`] adapts a glommio `TcpStream`
-//! (futures-io traits) to hyper's `rt::Read`/`rt::Write`, and [`LocalTimer`] gives hyper
-//! glommio's timers for its header-read timeout.
+//! Glue between glommio's sockets and hyper, for the API's server connections and the webhook
+//! client's: [`Io`] adapts a glommio `TcpStream`, or a TLS stream over one (futures-io traits),
+//! to hyper's `rt::Read`/`rt::Write`, and [`LocalTimer`] gives hyper glommio's timers for its
+//! header-read timeout.
 //!
 //! [`Io`] also enforces the write-stall timeout: a write that makes no progress for
 //! `stall` (the peer stopped reading) fails with `TimedOut`, which closes the connection.
@@ -17,8 +18,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-pub struct Io {
-    stream: TcpStream,
+pub struct Io<S = TcpStream> {
+    stream: S,
     stall: Duration,
     write_timer: Option<Timer>,
     /// How many bytes of hyper's buffer to offer the next read (they must be zeroed first):
@@ -29,8 +30,8 @@ pub struct Io {
 const MIN_READ: usize = 4 * 1024;
 const MAX_READ: usize = 64 * 1024;
 
-impl Io {
-    pub fn new(stream: TcpStream, stall: Duration) -> Self {
+impl<S> Io<S> {
+    pub fn new(stream: S, stall: Duration) -> Self {
         Io {
             stream,
             stall,
@@ -51,7 +52,7 @@ fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "peer stopped reading")
 }
 
-impl hyper::rt::Read for Io {
+impl<S: AsyncRead + Unpin> hyper::rt::Read for Io<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -84,7 +85,7 @@ impl hyper::rt::Read for Io {
     }
 }
 
-impl hyper::rt::Write for Io {
+impl<S: AsyncWrite + Unpin> hyper::rt::Write for Io<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -126,9 +127,9 @@ pub struct LocalTimer;
 struct LocalSleep(Timer);
 
 // SAFETY: hyper requires `Sleep: Send + Sync` for multi-threaded runtimes, but a `LocalSleep`
-// is only ever created by `LocalTimer`, which only the connections of `api::server` use; those
-// connections own a glommio `TcpStream` (which is `!Send`), are `spawn_local`ed on one shard,
-// and so are created, polled and dropped on that one thread. The timer never crosses threads,
+// is only ever created by `LocalTimer`, which only the connections of `api::server` and of the
+// webhook client use; those connections own a glommio `TcpStream` (which is `!Send`), are
+// `spawn_local`ed on one shard, and so are created, polled and dropped on that one thread. The timer never crosses threads,
 // and no `&LocalSleep` is ever shared with another thread.
 unsafe impl Send for LocalSleep {}
 // SAFETY: as above: no reference to it leaves its thread.

@@ -1,0 +1,318 @@
+//! What the shard does for its sinks' deliveries: timers a sink keeps pending when they fire,
+//! the follow-ups of deliveries under way, and the dead letters (see `sink::webhook` for the
+//! whole flow).
+//!
+//! All of it goes through the one table and the one store, like an op: a kept timer is put
+//! back under its version with its new metadata and deadline and written with
+//! `Store::fired_kept` (its own firing) or `Store::schedule` (a step of its delivery); a
+//! follow-up applies only to the exact state it was meant for; a dead letter leaves the table
+//! for [`DeadLetters`] and the store's `dead`. None of this is refused by the store: like
+//! fires, these writes stand for timers that were already admitted.
+
+use super::dead::{DeadLetters, Letter};
+use super::Shard;
+use crate::clock::TimeSource;
+use crate::error::Error;
+use crate::metrics::DeliveryMetrics;
+use crate::op::{Cancelled, DeadInfo, Reply, Scheduled};
+use crate::sink::webhook::meta::{redriven, Delivery, Last};
+use crate::sink::{FiredTimer, Followup, Next};
+use crate::store::{Ack, DeadLetter};
+use crate::units::{UtcMicros, UtcNanos};
+use crate::wheel::table::{PackedTimer, TimerRecord};
+
+/// A fired timer that a sink keeps (or buries): put back after the wheel's poll.
+pub(crate) struct Kept {
+    pub record: TimerRecord,
+    pub deadline: UtcMicros,
+    pub fired_at: UtcNanos,
+    pub next: Next,
+    /// Whether the firing was the timer's own (its stream entry goes with the rewrite).
+    pub own: bool,
+}
+
+/// The shard's delivery state: dead letters and reusable scratch.
+#[derive(Default)]
+pub(crate) struct Deliveries {
+    pub dead: DeadLetters,
+    pub followups: Vec<Followup>,
+    pub kept: Vec<Kept>,
+}
+
+impl<S: TimeSource> Shard<S> {
+    /// Puts back (or buries) the timers the last poll's sinks kept.
+    pub(super) fn settle_kept(&mut self) {
+        let mut kept = std::mem::take(&mut self.deliveries.kept);
+        for k in kept.drain(..) {
+            let TimerRecord { version, timer } = k.record;
+            let f = FiredTimer {
+                shard: self.id,
+                tenant: timer.tenant(),
+                key: timer.key(),
+                version,
+                deadline: k.deadline,
+                fired_at: k.fired_at,
+                meta: timer.meta(),
+                payload: timer.payload(),
+            };
+            match k.next {
+                Next::Reschedule { after, meta } => {
+                    let Some(new) = PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload) else {
+                        continue;
+                    };
+                    let deadline = self.after(after);
+                    match self.table.insert_with_version(new, deadline, version) {
+                        Ok(u) => {
+                            let s = Scheduled {
+                                version,
+                                deadline,
+                                replaced: false,
+                            };
+                            if let Some(t) = self.table.timer_at(u.slot) {
+                                if k.own {
+                                    self.store.fired_kept(&f, t, &s);
+                                } else {
+                                    self.store.schedule(t, &s, Ack::None);
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            let e = self.upsert_error(e, deadline);
+                            tracing::error!(shard = self.id, tenant = f.tenant, key = f.key, error = %e, "a webhook timer could not be kept pending; its delivery stops");
+                            if k.own {
+                                self.store.fired(&f);
+                            } else {
+                                self.store.cancel(f.tenant, f.key, Ack::None);
+                            }
+                            self.release_quota(f.tenant);
+                        }
+                    }
+                }
+                Next::Dead { meta, fire_at } => {
+                    if k.own {
+                        self.store.fired(&f);
+                    }
+                    if let Some(letter) =
+                        PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload)
+                    {
+                        self.bury(letter, version, fire_at);
+                    }
+                }
+                Next::Done => {
+                    if k.own {
+                        self.store.fired(&f);
+                    } else {
+                        self.store.cancel(f.tenant, f.key, Ack::None);
+                    }
+                    self.release_quota(f.tenant);
+                }
+            }
+        }
+        self.deliveries.kept = kept;
+    }
+
+    /// Applies the follow-ups the sinks gathered; how many.
+    pub(super) fn follow_up(&mut self) -> usize {
+        let mut buf = std::mem::take(&mut self.deliveries.followups);
+        for sink in self.sinks.iter_mut() {
+            sink.take_followups(&mut buf);
+        }
+        let n = buf.len();
+        for f in buf.drain(..) {
+            self.apply_followup(f);
+        }
+        self.deliveries.followups = buf;
+        n
+    }
+
+    fn apply_followup(&mut self, f: Followup) {
+        let identity = f.timer.identity();
+        let payload = match self.table.get(identity) {
+            Some(v) if v.version == f.version && v.timer.meta() == f.timer.meta() => {
+                v.timer.payload().to_vec()
+            }
+            // Cancelled, replaced or moved on since: not ours to change.
+            _ => return,
+        };
+        let (tenant, key) = (f.timer.tenant(), f.timer.key());
+        match f.next {
+            Next::Done => {
+                if self.table.cancel(identity).is_some() {
+                    self.store.cancel(tenant, key, Ack::None);
+                    self.release_quota(tenant);
+                }
+            }
+            Next::Reschedule { after, meta } => {
+                let Some(new) = PackedTimer::with_meta(tenant, key, &meta, &payload) else {
+                    return;
+                };
+                let deadline = self.after(after);
+                match self.table.insert_with_version(new, deadline, f.version) {
+                    Ok(u) => {
+                        let s = Scheduled {
+                            version: f.version,
+                            deadline,
+                            replaced: true,
+                        };
+                        if let Some(t) = self.table.timer_at(u.slot) {
+                            self.store.schedule(t, &s, Ack::None);
+                        }
+                    }
+                    Err(e) => {
+                        let e = self.upsert_error(e, deadline);
+                        tracing::error!(shard = self.id, tenant, key, error = %e, "a webhook retry could not be scheduled");
+                    }
+                }
+            }
+            Next::Dead { meta, fire_at } => {
+                if self.table.cancel(identity).is_some() {
+                    if let Some(letter) = PackedTimer::with_meta(tenant, key, &meta, &payload) {
+                        self.bury(letter, f.version, fire_at);
+                    }
+                }
+            }
+        }
+        self.metrics.pending.store(
+            self.table.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// Files a dead letter (already out of the table) and tells the store. It keeps its quota
+    /// slot; one it replaces gives its slot back.
+    fn bury(&mut self, letter: PackedTimer, version: u64, fire_at: UtcMicros) {
+        let d = Delivery::decode(letter.meta());
+        let (attempts, last_status, last_error, callback) = match &d {
+            Some(d) => (
+                d.attempts,
+                match d.last {
+                    Last::Status(s) => Some(s),
+                    _ => None,
+                },
+                match &d.last {
+                    Last::Error(e) => Some(e.as_str()),
+                    _ => None,
+                },
+                d.url.as_str(),
+            ),
+            None => (0, None, None, ""),
+        };
+        self.store.dead(&DeadLetter {
+            timer: &letter,
+            version,
+            fire_at,
+            attempts,
+            last_status,
+            last_error,
+            callback,
+        });
+        let m = self.metrics.webhooks.tenant(letter.tenant());
+        DeliveryMetrics::add(&m.dead, 1);
+        let tenant = letter.tenant().to_string();
+        if self
+            .deliveries
+            .dead
+            .insert(Letter {
+                timer: letter,
+                version,
+                fire_at,
+            })
+            .is_some()
+        {
+            DeliveryMetrics::add(&m.dead, -1);
+            self.release_quota(&tenant);
+        }
+    }
+
+    /// The deadline `after` from now.
+    fn after(&self, after: std::time::Duration) -> UtcMicros {
+        let us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+        self.clock.now().as_micros().saturating_add_micros(us)
+    }
+
+    pub(super) fn dead_list(&self, tenant: &str, after: Option<&str>, limit: usize) -> Vec<DeadInfo> {
+        self.deliveries.dead.list(tenant, after, limit)
+    }
+
+    /// Re-drives the dead letter under `timer`'s (tenant, key): pending again, due now, with a
+    /// fresh attempt budget and its old version (so the same `Idempotency-Key`).
+    pub(super) fn redrive(&mut self, timer: PackedTimer, reply: Reply<Result<Scheduled, Error>>) {
+        let (tenant, key) = (timer.tenant(), timer.key());
+        let meta = match self.deliveries.dead.get(tenant, key) {
+            Some(l) => redriven(l.timer.meta()),
+            None => {
+                let _ = reply.send(Err(Error::DeadLetterNotFound {
+                    tenant: tenant.to_string(),
+                    key: key.to_string(),
+                }));
+                return;
+            }
+        };
+        if self.table.get(timer.identity()).is_some() {
+            let _ = reply.send(Err(Error::TimerPending {
+                tenant: tenant.to_string(),
+                key: key.to_string(),
+            }));
+            return;
+        }
+        if let Err(e) = self.store.admit() {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let Some(letter) = self.deliveries.dead.remove(tenant, key) else {
+            return;
+        };
+        let now = self.clock.now().as_micros();
+        let new = meta.and_then(|m| PackedTimer::with_meta(tenant, key, &m, letter.timer.payload()));
+        let Some(new) = new else {
+            self.deliveries.dead.insert(letter);
+            let _ = reply.send(Err(Error::DeadLetterNotFound {
+                tenant: tenant.to_string(),
+                key: key.to_string(),
+            }));
+            return;
+        };
+        match self.table.insert_with_version(new, now, letter.version) {
+            Ok(u) => {
+                let s = Scheduled {
+                    version: letter.version,
+                    deadline: now,
+                    replaced: false,
+                };
+                if let Some(t) = self.table.timer_at(u.slot) {
+                    self.store.schedule(t, &s, Ack::Schedule(reply, s));
+                }
+                self.store.dead_removed(tenant, key, Ack::None);
+                DeliveryMetrics::add(&self.metrics.webhooks.tenant(tenant).dead, -1);
+            }
+            Err(e) => {
+                let e = self.upsert_error(e, now);
+                self.deliveries.dead.insert(letter);
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Discards the dead letter under `timer`'s (tenant, key); its quota slot is given back.
+    pub(super) fn discard(&mut self, timer: PackedTimer, reply: Reply<Result<Cancelled, Error>>) {
+        let (tenant, key) = (timer.tenant(), timer.key());
+        if self.deliveries.dead.get(tenant, key).is_none() {
+            let _ = reply.send(Ok(Cancelled::NotFound));
+            return;
+        }
+        if let Err(e) = self.store.admit() {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        if let Some(letter) = self.deliveries.dead.remove(tenant, key) {
+            self.release_quota(tenant);
+            DeliveryMetrics::add(&self.metrics.webhooks.tenant(tenant).dead, -1);
+            let answer = Cancelled::Cancelled {
+                version: letter.version,
+                deadline: letter.fire_at,
+            };
+            self.store
+                .dead_removed(tenant, key, Ack::Cancel(reply, answer));
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The shard's HTTP client for deliveries: hyper's HTTP/1.1 client over glommio sockets (and
+//! rustls for https, through `futures-rustls`), with a keep-alive pool per target.
+//!
+//! One pool per shard, used only on its thread. A target is (scheme, host, port); its idle
+//! connections wait in a stack (the most recently used first, so a quiet period lets the
+//! oldest ones go). A connection serves one request at a time (HTTP/1.1), so the per-host cap
+//! on deliveries in flight also caps the connections to a host. A connection goes back to the
+//! pool only after its response was read whole; an idle one older than [`IDLE_MAX`] or closed
+//! by the peer is dropped when it is next looked at.
+//!
+//! Host names are resolved on glommio's blocking thread (never on the shard's), and the
+//! addresses kept for [`DNS_TTL`]; IP literals are not resolved.
+//!
+//! Cost per delivery on a warm connection: one request written and one response read by hyper,
+//! no allocation besides the request's and the response's.
+
+use super::settings::Target;
+use crate::hyperio::Io;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, StatusCode};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Idle connections older than this are closed rather than reused (servers commonly close
+/// keep-alive connections after 5 to 60 s; reusing one the peer is closing fails the request).
+pub const IDLE_MAX: Duration = Duration::from_secs(4);
+
+/// How long resolved addresses are kept.
+pub const DNS_TTL: Duration = Duration::from_secs(30);
+
+/// The most of a response body read (to keep the connection); a longer body closes it.
+const MAX_RESPONSE_BODY: usize = 64 * 1024;
+
+type Sender = SendRequest<Full<Bytes>>;
+
+struct Idle {
+    sender: Sender,
+    since: Instant,
+}
+
+/// What the endpoint answered.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub retry_after: Option<hyper::header::HeaderValue>,
+}
+
+pub struct Pool {
+    tls: futures_rustls::TlsConnector,
+    idle: RefCell<HashMap<Target, Vec<Idle>>>,
+    dns: RefCell<HashMap<String, (Instant, Arc<[SocketAddr]>)>>,
+}
+
+impl Pool {
+    pub fn new(tls: Arc<rustls::ClientConfig>) -> Pool {
+        Pool {
+            tls: futures_rustls::TlsConnector::from(tls),
+            idle: RefCell::new(HashMap::new()),
+            dns: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Idle connections kept, all targets together.
+    pub fn idle_connections(&self) -> usize {
+        self.idle.borrow().values().map(Vec::len).sum()
+    }
+
+    /// Sends `req` to `target` on a pooled connection (or a new one) and reads the answer.
+    /// `stall` bounds a write that makes no progress. The caller bounds the whole exchange.
+    pub async fn send(
+        &self,
+        target: &Target,
+        req: Request<Full<Bytes>>,
+        stall: Duration,
+    ) -> Result<Answer, String> {
+        let mut sender = match self.take_idle(target) {
+            Some(s) => s,
+            None => self.connect(target, stall).await?,
+        };
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("request failed: {e}"))?;
+        let status = resp.status();
+        let retry_after = resp.headers().get(hyper::header::RETRY_AFTER).cloned();
+        // Read the body whole so the connection can serve the next delivery.
+        let body = Limited::new(resp.into_body(), MAX_RESPONSE_BODY).collect().await;
+        if body.is_ok() && !sender.is_closed() {
+            self.idle
+                .borrow_mut()
+                .entry(target.clone())
+                .or_default()
+                .push(Idle {
+                    sender,
+                    since: Instant::now(),
+                });
+        }
+        Ok(Answer {
+            status,
+            retry_after,
+        })
+    }
+
+    /// The most recently used idle connection to `target` that is still open and fresh.
+    fn take_idle(&self, target: &Target) -> Option<Sender> {
+        let mut idle = self.idle.borrow_mut();
+        let stack = idle.get_mut(target)?;
+        let now = Instant::now();
+        // The oldest are at the front: drop the stale ones there first.
+        stack.retain(|c| now.saturating_duration_since(c.since) < IDLE_MAX && !c.sender.is_closed());
+        while let Some(c) = stack.pop() {
+            if c.sender.is_ready() {
+                return Some(c.sender);
+            }
+        }
+        None
+    }
+
+    /// A new connection to `target`: TCP (and TLS for https), then hyper's handshake; the
+    /// connection's task runs on this shard until the peer or the pool closes it.
+    async fn connect(&self, target: &Target, stall: Duration) -> Result<Sender, String> {
+        let addrs = self.resolve(target).await?;
+        let mut last = String::from("no address");
+        let mut stream = None;
+        for addr in addrs.iter() {
+            match glommio::net::TcpStream::connect(*addr).await {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = format!("connect {addr}: {e}"),
+            }
+        }
+        let stream = stream.ok_or(last)?;
+        let _ = stream.set_nodelay(true);
+        let builder = hyper::client::conn::http1::Builder::new();
+        if target.https {
+            let name = rustls_pki_types::ServerName::try_from(target.host.clone())
+                .map_err(|e| format!("TLS name {:?}: {e}", target.host))?;
+            let tls = self
+                .tls
+                .connect(name, stream)
+                .await
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+            let (sender, conn) = builder
+                .handshake(Io::new(tls, stall))
+                .await
+                .map_err(|e| format!("HTTP handshake: {e}"))?;
+            glommio::spawn_local(async move {
+                let _ = conn.await;
+            })
+            .detach();
+            Ok(sender)
+        } else {
+            let (sender, conn) = builder
+                .handshake(Io::new(stream, stall))
+                .await
+                .map_err(|e| format!("HTTP handshake: {e}"))?;
+            glommio::spawn_local(async move {
+                let _ = conn.await;
+            })
+            .detach();
+            Ok(sender)
+        }
+    }
+
+    /// The target's addresses: the literal, the cached resolution, or a fresh one.
+    async fn resolve(&self, target: &Target) -> Result<Arc<[SocketAddr]>, String> {
+        if let Ok(ip) = target.host.parse::<IpAddr>() {
+            return Ok(Arc::from([SocketAddr::new(ip, target.port)]));
+        }
+        let key = format!("{}:{}", target.host, target.port);
+        if let Some((at, addrs)) = self.dns.borrow().get(&key) {
+            if at.elapsed() < DNS_TTL {
+                return Ok(addrs.clone());
+            }
+        }
+        let query = key.clone();
+        let resolved = glommio::executor()
+            .spawn_blocking(move || {
+                use std::net::ToSocketAddrs;
+                query
+                    .to_socket_addrs()
+                    .map(|a| a.collect::<Vec<_>>())
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| format!("resolve {}: {e}", target.host))?;
+        if resolved.is_empty() {
+            return Err(format!("resolve {}: no address", target.host));
+        }
+        let addrs: Arc<[SocketAddr]> = Arc::from(resolved);
+        let mut dns = self.dns.borrow_mut();
+        // A bounded cache: callbacks name few hosts; a flood of names is forgotten whole.
+        if dns.len() >= 4096 {
+            dns.clear();
+        }
+        dns.insert(key, (Instant::now(), addrs.clone()));
+        Ok(addrs)
+    }
+}

@@ -1,0 +1,172 @@
+//! One delivery attempt, as a task on the shard's executor: the request, the answer within the
+//! webhook timeout, and the follow-up for the shard (remove, retry later, or dead letter).
+//!
+//! The request: `POST <url>` with the JSON body
+//! `{"tenant","key","version","fire_at_us","fired_at_us","attempt","payload"}` (serde), and the
+//! headers `Content-Type: application/json`, `Idempotency-Key: <tenant>/<key>/<version>`,
+//! `Punctual-Attempt: <n>` and, when the tenant has a secret, `Punctual-Signature` (`sign`).
+
+use super::meta::{Delivery, Last, State};
+use super::policy::{self, Failure};
+use super::settings::Target;
+use super::{dead, Ctx};
+use crate::metrics::{single_writer_add, DeliveryMetrics};
+use crate::sink::{payload_json, FiredTimer, Followup, Next};
+use crate::wheel::table::PackedTimer;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST, USER_AGENT};
+use hyper::{Method, Request};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// The body of a delivery.
+#[derive(Serialize)]
+pub struct Body<'a> {
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub version: u64,
+    pub fire_at_us: u64,
+    pub fired_at_us: u64,
+    pub attempt: u32,
+    pub payload: &'a RawValue,
+}
+
+/// The request of attempt `d.attempts` of `t`; `None` only if the body cannot be encoded.
+fn request(ctx: &Ctx, t: &FiredTimer<'_>, d: &Delivery, target: &Target, path: &str) -> Option<Request<Full<Bytes>>> {
+    let payload: &RawValue = serde_json::from_slice(payload_json(t.payload))
+        .unwrap_or_else(|_| null());
+    let body = serde_json::to_vec(&Body {
+        tenant: t.tenant,
+        key: t.key,
+        version: t.version,
+        fire_at_us: d.fire_at_us,
+        fired_at_us: t.fired_at.as_micros().0,
+        attempt: d.attempts,
+        payload,
+    })
+    .ok()?;
+    let mut b = Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header(HOST, target.host_header())
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header(USER_AGENT, HeaderValue::from_static(concat!("punctual/", env!("CARGO_PKG_VERSION"))))
+        .header("idempotency-key", format!("{}/{}/{}", t.tenant, t.key, t.version))
+        .header("punctual-attempt", d.attempts);
+    if let Some(secret) = ctx.settings.secret(t.tenant) {
+        let now_s = t.fired_at.0 / 1_000_000_000;
+        b = b.header("punctual-signature", super::sign::signature(secret, now_s, &body));
+    }
+    b.body(Full::new(Bytes::from(body))).ok()
+}
+
+fn null() -> &'static RawValue {
+    static NULL: std::sync::OnceLock<Box<RawValue>> = std::sync::OnceLock::new();
+    NULL.get_or_init(|| RawValue::from_string("null".to_string()).unwrap_or_default())
+}
+
+/// Starts attempt `d.attempts` of `t` as a task; `meta` is the in-flight state the timer was
+/// left in (the follow-up applies only to it).
+pub(super) fn spawn(ctx: Rc<Ctx>, t: &FiredTimer<'_>, d: Delivery, meta: Vec<u8>, target: Target, path: String) {
+    let Some(expect) = PackedTimer::with_meta(t.tenant, t.key, &meta, b"") else {
+        return;
+    };
+    let m = ctx.tenant(t.tenant);
+    let req = request(&ctx, t, &d, &target, &path);
+    single_writer_add(&m.attempts, 1);
+    DeliveryMetrics::add(&m.in_flight, 1);
+    *ctx.per_host.borrow_mut().entry(target.clone()).or_default() += 1;
+    *ctx.per_tenant.borrow_mut().entry(t.tenant.into()).or_default() += 1;
+    let version = t.version;
+    glommio::spawn_local(async move {
+        let outcome = match req {
+            Some(req) => attempt(&ctx, &target, req).await,
+            None => Err(Failure::Connect("the request could not be built".into())),
+        };
+        release(&ctx, &target, expect.tenant());
+        DeliveryMetrics::add(&m.in_flight, -1);
+        let next = settle(&ctx, &m, d, outcome, expect.tenant());
+        ctx.followups.borrow_mut().push(Followup {
+            timer: expect,
+            version,
+            next,
+        });
+        (ctx.wake)();
+    })
+    .detach();
+}
+
+/// Sends the request and reads the answer within the timeout.
+async fn attempt(ctx: &Ctx, target: &Target, req: Request<Full<Bytes>>) -> Result<(), Failure> {
+    let timeout = ctx.settings.timeout;
+    let send = async {
+        match ctx.pool.send(target, req, timeout).await {
+            Ok(a) => {
+                let now_s = crate::clock::clock_ns(libc::CLOCK_REALTIME) / 1_000_000_000;
+                let retry_after = a
+                    .retry_after
+                    .as_ref()
+                    .and_then(|v| policy::parse_retry_after(v.as_bytes(), now_s));
+                policy::classify(a.status.as_u16(), retry_after)
+            }
+            Err(e) => Err(Failure::Connect(e)),
+        }
+    };
+    let expire = async {
+        glommio::timer::sleep(crate::units::capped(timeout)).await;
+        Err(Failure::Timeout)
+    };
+    futures_lite::future::or(send, expire).await
+}
+
+fn release(ctx: &Ctx, target: &Target, tenant: &str) {
+    let mut hosts = ctx.per_host.borrow_mut();
+    if let Some(n) = hosts.get_mut(target) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            hosts.remove(target);
+        }
+    }
+    let mut tenants = ctx.per_tenant.borrow_mut();
+    if let Some(n) = tenants.get_mut(tenant) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            tenants.remove(tenant);
+        }
+    }
+}
+
+/// What the outcome makes of the timer, counted.
+fn settle(ctx: &Ctx, m: &DeliveryMetrics, mut d: Delivery, outcome: Result<(), Failure>, tenant: &str) -> Next {
+    let failure = match outcome {
+        Ok(()) => {
+            single_writer_add(&m.successes, 1);
+            let now = crate::clock::clock_ns(libc::CLOCK_REALTIME);
+            m.latency.observe(now.saturating_sub(d.fire_at_us.saturating_mul(1_000)));
+            return Next::Done;
+        }
+        Err(f) => f,
+    };
+    m.failed(failure.class());
+    d.last = match &failure {
+        Failure::Connect(e) => Last::Error(e.clone()),
+        Failure::Timeout => Last::Error(format!("no answer within {} ms", ctx.settings.timeout.as_millis())),
+        Failure::Retriable { status, .. } | Failure::Permanent { status } => Last::Status(*status),
+    };
+    if failure.is_retriable() && d.has_budget() {
+        let retry_after = match &failure {
+            Failure::Retriable { retry_after, .. } => *retry_after,
+            _ => None,
+        };
+        let after: Duration = policy::next_delay(&d.retry, d.attempts, retry_after, ctx.draw());
+        d.state = State::Waiting;
+        return Next::Reschedule {
+            after,
+            meta: d.encode(),
+        };
+    }
+    dead(d, ctx, tenant)
+}

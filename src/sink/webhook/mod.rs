@@ -1,0 +1,221 @@
+//! The webhook sink: a fired timer with a callback is `POST`ed to its URL, retried with
+//! backoff as a timer of its own, and made a dead letter when it keeps failing.
+//!
+//! # A retry is a timer
+//!
+//! Delivery state lives in the timer's metadata (`meta.rs`), which every store persists
+//! verbatim with the record; every step is a change of the pending timer (same version, so
+//! the same `Idempotency-Key`), made by the shard and written through the store like any
+//! (re)schedule. Walk-through, `max_attempts = 3`, a receiver that fails twice:
+//!
+//! ```text
+//!  t=D       the timer fires (state New): its own firing → stream entry, handler;
+//!            attempt 1 starts as a task; the timer is kept, InFlight, at D + timeout + 1 s
+//!  t=D+3ms   answer 503 → follow-up: Waiting, last_status 503, at now + jitter(1 s)
+//!  t=D+0.6s  fires (Waiting): attempt 2 starts; InFlight at now + timeout + 1 s
+//!            ✗ the process is killed here: the store holds "InFlight, attempt 2"
+//!  restart   recovery loads it; at its deadline it fires (InFlight: no outcome came):
+//!            attempt 3 starts (last_error says why); InFlight
+//!  …         answer 200 → follow-up: Remove (the record goes, like a cancel)
+//! ```
+//!
+//! Had attempt 3 failed too, the follow-up would have been `Dead`: the timer leaves the wheel
+//! for the shard's dead-letter table (and the store's), until it is re-driven or discarded.
+//! A cancel (`DELETE`) removes the pending timer whatever its state; a follow-up that finds
+//! the timer gone, replaced (another version) or moved on (other metadata) does nothing.
+//! After a crash a delivery may repeat (at least once), with the same `Idempotency-Key`.
+//!
+//! # Never delaying the wheel, one tenant never slowing another
+//!
+//! `fired` only decides, builds the request (serde for the body, HMAC for the signature) and
+//! spawns the delivery as a task on the shard's executor; the wheel's pass goes on. Each shard
+//! caps its deliveries in flight per host and per tenant (`WebhookSettings`); a delivery a cap
+//! holds back is not lost and uses no attempt: the timer waits [`CAP_WAIT`] (plus jitter) and
+//! fires again. Refusals are counted per tenant.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `meta.rs` | the delivery state and its encoding |
+//! | `policy.rs` | classification of answers, backoff with full jitter, `Retry-After` |
+//! | `sign.rs` | `Punctual-Signature`: signing, and verification for receivers |
+//! | `settings.rs` | tenants' callbacks, allow-lists, secrets, retry defaults; TLS roots |
+//! | `client.rs` | the HTTP/1.1 client and its keep-alive pool per host |
+//! | `deliver.rs` | one attempt: the request, the answer, the follow-up |
+//!
+//! Cost per fire of a webhook timer: a metadata decode and encode, the JSON body, an HMAC
+//! when the tenant has a secret, and a task spawn.
+
+pub mod client;
+mod deliver;
+pub mod meta;
+pub mod policy;
+pub mod settings;
+pub mod sign;
+
+use super::{FiredTimer, Followup, Next, Sink};
+use crate::metrics::{DeliveryMetrics, ShardMetrics};
+use meta::{Delivery, Last, State};
+use settings::{Target, WebhookSettings};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What is added to the webhook timeout for the deadline of a delivery in flight: the timer
+/// fires again (and the next attempt starts) only if the outcome never came back.
+pub const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long a delivery held back by a cap waits (plus up to as much again of jitter).
+pub const CAP_WAIT: Duration = Duration::from_millis(20);
+
+/// What the sink and its delivery tasks share, on the shard's thread.
+pub(crate) struct Ctx {
+    pub shard: usize,
+    pub settings: Arc<WebhookSettings>,
+    pub pool: client::Pool,
+    pub followups: RefCell<Vec<Followup>>,
+    /// Wakes the shard's loop if it is parked (a follow-up is waiting).
+    pub wake: Box<dyn Fn()>,
+    pub per_host: RefCell<HashMap<Target, u32>>,
+    pub per_tenant: RefCell<HashMap<Box<str>, u32>>,
+    pub metrics: Arc<ShardMetrics>,
+    tenant_metrics: RefCell<HashMap<Box<str>, Arc<DeliveryMetrics>>>,
+    pub jitter: RefCell<policy::Jitter>,
+}
+
+impl Ctx {
+    /// The tenant's figures, from the sink's own map (the shared list's lock only on first use).
+    pub fn tenant(&self, tenant: &str) -> Arc<DeliveryMetrics> {
+        if let Some(m) = self.tenant_metrics.borrow().get(tenant) {
+            return m.clone();
+        }
+        let m = self.metrics.webhooks.tenant(tenant);
+        self.tenant_metrics
+            .borrow_mut()
+            .insert(tenant.into(), m.clone());
+        m
+    }
+
+    pub fn draw(&self) -> u64 {
+        self.jitter.borrow_mut().next()
+    }
+}
+
+/// The webhook sink of one shard.
+pub struct WebhookSink {
+    ctx: Rc<Ctx>,
+}
+
+impl WebhookSink {
+    /// `wake` is called (on the shard's thread) when a follow-up is waiting.
+    pub fn new(
+        shard: usize,
+        settings: Arc<WebhookSettings>,
+        metrics: Arc<ShardMetrics>,
+        wake: Box<dyn Fn()>,
+    ) -> WebhookSink {
+        let seed = crate::clock::clock_ns(libc::CLOCK_REALTIME) ^ ((shard as u64) << 48);
+        WebhookSink {
+            ctx: Rc::new(Ctx {
+                shard,
+                pool: client::Pool::new(settings.tls.clone()),
+                settings,
+                followups: RefCell::new(Vec::new()),
+                wake,
+                per_host: RefCell::new(HashMap::new()),
+                per_tenant: RefCell::new(HashMap::new()),
+                metrics,
+                tenant_metrics: RefCell::new(HashMap::new()),
+                jitter: RefCell::new(policy::Jitter::new(seed)),
+            }),
+        }
+    }
+
+    /// Starts the next attempt of `d` (or says why not): the timer's next state.
+    fn start(&mut self, t: &FiredTimer<'_>, mut d: Delivery) -> Next {
+        let ctx = &self.ctx;
+        if !d.has_budget() {
+            return dead(d, ctx, t.tenant);
+        }
+        let (target, path) = match Target::parse(&d.url) {
+            Ok(tp) => tp,
+            Err(e) => {
+                d.last = Last::Error(e.to_string());
+                return dead(d, ctx, t.tenant);
+            }
+        };
+        let s = &ctx.settings;
+        let host_full = ctx
+            .per_host
+            .borrow()
+            .get(&target)
+            .is_some_and(|&n| n >= s.max_in_flight_per_host);
+        let tenant_full = ctx
+            .per_tenant
+            .borrow()
+            .get(t.tenant)
+            .is_some_and(|&n| n >= s.max_in_flight_per_tenant);
+        if host_full || tenant_full {
+            crate::metrics::single_writer_add(&ctx.tenant(t.tenant).refused, 1);
+            if d.state == State::New {
+                d.state = State::Waiting;
+            }
+            let jitter = Duration::from_micros(ctx.draw() % (CAP_WAIT.as_micros() as u64 + 1));
+            return Next::Reschedule {
+                after: CAP_WAIT + jitter,
+                meta: d.encode(),
+            };
+        }
+        d.attempts += 1;
+        d.state = State::InFlight;
+        let meta = d.encode();
+        let after = s.timeout + IN_FLIGHT_MARGIN;
+        deliver::spawn(ctx.clone(), t, d, meta.clone(), target, path);
+        Next::Reschedule { after, meta }
+    }
+}
+
+/// `d` as a dead letter.
+fn dead(mut d: Delivery, ctx: &Ctx, tenant: &str) -> Next {
+    d.state = State::Dead;
+    crate::metrics::single_writer_add(&ctx.tenant(tenant).dead_total, 1);
+    Next::Dead {
+        fire_at: crate::units::UtcMicros(d.fire_at_us),
+        meta: d.encode(),
+    }
+}
+
+impl Sink for WebhookSink {
+    fn fired(&mut self, t: &FiredTimer<'_>) -> Next {
+        if t.meta.is_empty() {
+            return Next::Done;
+        }
+        let Some(mut d) = Delivery::decode(t.meta) else {
+            tracing::warn!(shard = self.ctx.shard, tenant = t.tenant, key = t.key, "webhook: unreadable delivery state; the timer fires without its callback");
+            return Next::Done;
+        };
+        if !self.ctx.settings.enabled(t.tenant) {
+            return Next::Done;
+        }
+        match d.state {
+            State::New | State::Waiting => self.start(t, d),
+            State::InFlight => {
+                // The outcome of the attempt in flight never came back (the process
+                // restarted, or the shard fell far behind): that attempt counts as failed.
+                d.last = Last::Error("no outcome: the process restarted or the delivery outlived its timeout".into());
+                crate::metrics::DeliveryMetrics::failed(&self.ctx.tenant(t.tenant), "timeout");
+                self.start(t, d)
+            }
+            State::Dead => Next::Done,
+        }
+    }
+
+    fn take_followups(&mut self, out: &mut Vec<Followup>) {
+        out.append(&mut self.ctx.followups.borrow_mut());
+    }
+
+    fn has_followups(&self) -> bool {
+        !self.ctx.followups.borrow().is_empty()
+    }
+}

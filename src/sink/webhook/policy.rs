@@ -1,0 +1,191 @@
+//! What an attempt's outcome means, and when the next attempt goes: the classification of
+//! answers, the backoff with full jitter, and `Retry-After`.
+//!
+//! | outcome | class | next |
+//! |---|---|---|
+//! | 2xx within the timeout | success | the timer is done |
+//! | connection error, timeout, 5xx, 408, 429 | retriable | the next attempt after the backoff, or `Retry-After` (capped at `max_delay_ms`); a dead letter once `max_attempts` were made |
+//! | any other status (other 4xx, 3xx: redirects are not followed) | permanent | a dead letter at once |
+//!
+//! Backoff after attempt `n` (1-based): a uniform draw from `[0, min(max_delay, base · 2^(n−1))]`
+//! ("full jitter"), every step saturating, so no policy overflows.
+
+use super::meta::RetryPolicy;
+use std::time::Duration;
+
+/// Why an attempt failed, for metrics (`class` label) and for the dead letter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Connect, TLS or I/O error (the text says which).
+    Connect(String),
+    /// No complete answer within the webhook timeout.
+    Timeout,
+    /// An answer that asks for a retry: 5xx, 408, 429 (with its `Retry-After`, if any).
+    Retriable {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
+    /// An answer that will not change on retry.
+    Permanent { status: u16 },
+}
+
+impl Failure {
+    /// The class as a metric label.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Failure::Connect(_) => "connect",
+            Failure::Timeout => "timeout",
+            Failure::Retriable { status, .. } if *status >= 500 => "5xx",
+            Failure::Retriable { .. } => "throttled",
+            Failure::Permanent { .. } => "permanent",
+        }
+    }
+
+    pub fn is_retriable(&self) -> bool {
+        !matches!(self, Failure::Permanent { .. })
+    }
+}
+
+/// Classifies an answer: `Ok` for success.
+pub fn classify(status: u16, retry_after: Option<Duration>) -> Result<(), Failure> {
+    match status {
+        200..=299 => Ok(()),
+        408 | 429 | 500..=599 => Err(Failure::Retriable {
+            status,
+            retry_after,
+        }),
+        _ => Err(Failure::Permanent { status }),
+    }
+}
+
+/// The ceiling of the backoff after attempt `attempt` (1-based): `min(max, base · 2^(attempt−1))`.
+pub fn backoff_ceiling(p: &RetryPolicy, attempt: u32) -> Duration {
+    let shift = attempt.saturating_sub(1).min(63);
+    let factor = 1u64.checked_shl(shift).unwrap_or(u64::MAX);
+    let ms = p.base_delay_ms.saturating_mul(factor).min(p.max_delay_ms);
+    Duration::from_millis(ms)
+}
+
+/// The wait before the next attempt: `Retry-After` when the endpoint gave one (capped at
+/// `max_delay_ms`), else a full-jitter draw under the backoff ceiling. `draw` is a uniform
+/// random `u64`.
+pub fn next_delay(
+    p: &RetryPolicy,
+    attempt: u32,
+    retry_after: Option<Duration>,
+    draw: u64,
+) -> Duration {
+    let max = Duration::from_millis(p.max_delay_ms);
+    if let Some(ra) = retry_after {
+        return ra.min(max);
+    }
+    let ceiling = backoff_ceiling(p, attempt).as_micros() as u64;
+    Duration::from_micros(draw % ceiling.saturating_add(1))
+}
+
+/// `Retry-After`: delta-seconds, or an HTTP date (IMF-fixdate, RFC 2822 form) counted from
+/// `now_unix_s`. `None` when absent or unreadable.
+pub fn parse_retry_after(value: &[u8], now_unix_s: u64) -> Option<Duration> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if let Ok(s) = text.parse::<u64>() {
+        return Some(Duration::from_secs(s));
+    }
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc2822)
+        .ok()?
+        .unix_timestamp();
+    Some(Duration::from_secs(
+        u64::try_from(at).ok()?.saturating_sub(now_unix_s),
+    ))
+}
+
+/// A small, fast generator for jitter (xorshift64*); not for secrets.
+#[derive(Debug)]
+pub struct Jitter(u64);
+
+impl Jitter {
+    pub fn new(seed: u64) -> Jitter {
+        Jitter(seed | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(base: u64, max: u64) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 10,
+            base_delay_ms: base,
+            max_delay_ms: max,
+        }
+    }
+
+    #[test]
+    fn answers_are_classified_as_documented() {
+        assert_eq!(classify(204, None), Ok(()));
+        for s in [408, 429, 500, 503, 599] {
+            assert!(classify(s, None).is_err_and(|f| f.is_retriable()), "{s}");
+        }
+        for s in [301, 400, 401, 404, 410, 422] {
+            assert_eq!(classify(s, None), Err(Failure::Permanent { status: s }));
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_saturates() {
+        let p = policy(1000, 60_000);
+        let ms: Vec<u128> = (1..=8)
+            .map(|n| backoff_ceiling(&p, n).as_millis())
+            .collect();
+        assert_eq!(ms, [1000, 2000, 4000, 8000, 16_000, 32_000, 60_000, 60_000]);
+        let huge = policy(u64::MAX, u64::MAX);
+        assert_eq!(
+            backoff_ceiling(&huge, u32::MAX),
+            Duration::from_millis(u64::MAX)
+        );
+        // Attempt 0 (never happens) is treated as attempt 1.
+        assert_eq!(backoff_ceiling(&p, 0), Duration::from_millis(1000));
+    }
+
+    #[test]
+    fn full_jitter_stays_under_the_ceiling_and_retry_after_is_capped() {
+        let p = policy(100, 1_000);
+        let mut j = Jitter::new(7);
+        for n in 1..20 {
+            let d = next_delay(&p, n, None, j.next());
+            assert!(d <= backoff_ceiling(&p, n), "attempt {n}: {d:?}");
+        }
+        let ra = Some(Duration::from_secs(3600));
+        assert_eq!(next_delay(&p, 1, ra, 0), Duration::from_millis(1_000));
+        let short = Some(Duration::from_millis(250));
+        assert_eq!(next_delay(&p, 1, short, 0), Duration::from_millis(250));
+        // The largest policy does not overflow.
+        let huge = policy(u64::MAX, u64::MAX);
+        let _ = next_delay(&huge, 64, None, u64::MAX);
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        assert_eq!(
+            parse_retry_after(b" 7 ", 0),
+            Some(Duration::from_secs(7))
+        );
+        let now = 784_111_777 - 10; // 10 s before the date below
+        assert_eq!(
+            parse_retry_after(b"Sun, 06 Nov 1994 08:49:37 GMT", now),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(parse_retry_after(b"soon", 0), None);
+        assert_eq!(parse_retry_after(b"-1", 0), None);
+        assert_eq!(parse_retry_after(&[0xff], 0), None);
+    }
+}
