@@ -45,7 +45,9 @@ pub async fn run(
             Err((key, e)) => Slot::Done(BatchItem::failed(key, &e)),
             Ok((key, reg)) => match validate_name(NameKind::Key, &key) {
                 Err(e) => Slot::Done(BatchItem::failed(Some(key), &ApiError::from(e))),
-                Ok(()) => {
+                Ok(()) => match app.meta_for(tenant, &reg) {
+                    Err(e) => Slot::Done(BatchItem::failed(Some(key), &e)),
+                    Ok(meta) => {
                     // Items past the quota are refused in item order: take a slot here, and
                     // when none is left, let the earlier items settle first (replacements give
                     // theirs back). Without a slot the shard still takes the item if it
@@ -55,15 +57,17 @@ pub async fn run(
                         finish_chunk(&mut slots, &mut out).await;
                         held = quota.and_then(QuotaSlot::reserve);
                     }
-                    let fut = Box::pin(app.handle.schedule_holding(
+                    let fut = Box::pin(app.handle.schedule_with_meta(
                         tenant,
                         &key,
                         reg.deadline,
                         reg.payload,
+                        &meta,
                         held,
                     ));
                     Slot::Waiting { key, fut }
-                }
+                    }
+                },
             },
         };
         slots.push(slot);

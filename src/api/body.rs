@@ -16,11 +16,34 @@ use serde_json::Number;
 /// Most timers in one batch (docs/API.md).
 pub const MAX_BATCH_ITEMS: usize = 10_000;
 
-/// One validated registration: when it fires and the payload's JSON text (empty for none).
+/// One validated registration: when it fires, the payload's JSON text (empty for none), and
+/// the callback and retry fields as given (checked against the tenant's settings later).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration<'a> {
     pub deadline: UtcMicros,
     pub payload: &'a [u8],
+    pub callback: Option<String>,
+    pub retry: Option<RetryBody>,
+}
+
+/// `"callback": {"url": "https://…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallbackBody {
+    pub url: String,
+}
+
+/// `"retry": {"max_attempts", "base_delay_ms", "max_delay_ms"}`, each optional (the tenant's
+/// defaults fill the gaps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBody {
+    #[serde(default)]
+    pub max_attempts: Option<u64>,
+    #[serde(default)]
+    pub base_delay_ms: Option<u64>,
+    #[serde(default)]
+    pub max_delay_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -34,6 +57,10 @@ struct PutBody<'a> {
     delay_ms: Option<Number>,
     #[serde(default, borrow)]
     payload: Option<&'a RawValue>,
+    #[serde(default)]
+    callback: Option<CallbackBody>,
+    #[serde(default)]
+    retry: Option<RetryBody>,
 }
 
 #[derive(Deserialize)]
@@ -48,6 +75,10 @@ struct ItemBody<'a> {
     delay_ms: Option<Number>,
     #[serde(default, borrow)]
     payload: Option<&'a RawValue>,
+    #[serde(default)]
+    callback: Option<CallbackBody>,
+    #[serde(default)]
+    retry: Option<RetryBody>,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +151,8 @@ pub fn parse_put(body: &[u8], now: UtcMicros) -> Result<Registration<'_>, ApiErr
     Ok(Registration {
         deadline,
         payload: payload_bytes(b.payload)?,
+        callback: b.callback.map(|c| c.url),
+        retry: b.retry,
     })
 }
 
@@ -158,6 +191,8 @@ pub fn parse_item(
             Ok(Registration {
                 deadline,
                 payload: payload_bytes(b.payload)?,
+                callback: b.callback.clone().map(|c| c.url),
+                retry: b.retry,
             })
         },
     );

@@ -9,7 +9,8 @@
 //! - `routes` and `batch` own request handling; `body` owns parsing and validation of request
 //!   JSON; `error` owns the error codes and their mapping to HTTP statuses (one function);
 //!   `respond` builds responses.
-//! - `tenants` owns bearer tokens and quotas; `metrics` owns `/metrics`.
+//! - `tenants` owns bearer tokens and quotas; `metrics` owns `/metrics`; `webhooks` owns the
+//!   callbacks of registrations and the dead-letter routes.
 //!
 //! Cost model: a request is parsed on the shard that accepted it, then one ring push and one
 //! reply travel to and from the shard that owns the key (possibly the same one).
@@ -26,5 +27,6 @@ mod serve;
 mod server;
 mod state;
 pub mod tenants;
+mod webhooks;
 
 pub use serve::serve;

@@ -57,7 +57,8 @@ impl<'a> ScheduledBody<'a> {
     }
 }
 
-/// A pending timer: the answer to a GET.
+/// A pending timer: the answer to a GET. A timer with a callback also shows it, its retry
+/// policy and how far its delivery has got; its `fire_at_us` stays its own deadline.
 #[derive(Serialize)]
 pub struct TimerBody<'a> {
     pub tenant: &'a str,
@@ -65,16 +66,31 @@ pub struct TimerBody<'a> {
     pub fire_at_us: u64,
     pub version: u64,
     pub payload: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callback: Option<super::webhooks::CallbackView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<super::webhooks::RetryView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<super::webhooks::DeliveryView>,
 }
 
 impl<'a> TimerBody<'a> {
     pub fn new(tenant: &'a str, key: &'a str, info: &'a TimerInfo) -> Self {
+        let views = super::webhooks::views(info);
+        let fire_at_us = views.as_ref().map_or(info.deadline.0, |v| v.0);
+        let (callback, retry, delivery) = match views {
+            Some((_, c, r, d)) => (Some(c), Some(r), Some(d)),
+            None => (None, None, None),
+        };
         TimerBody {
             tenant,
             key,
-            fire_at_us: info.deadline.0,
+            fire_at_us,
             version: info.version,
             payload: payload(&info.payload),
+            callback,
+            retry,
+            delivery,
         }
     }
 }

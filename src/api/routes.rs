@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 enum Route<'a> {
     Timer(&'a str, &'a str),
     Batch(&'a str),
+    /// `/v1/dead/{tenant}[/{key}[/retry]]`.
+    Dead(&'a str, Option<&'a str>, bool),
     Metrics,
     Healthz,
     NotFound,
@@ -31,6 +33,15 @@ fn route(path: &str) -> Route<'_> {
         (Some("metrics"), None, ..) => Route::Metrics,
         (Some("healthz"), None, ..) => Route::Healthz,
         (Some("v1"), Some("timers"), Some(t), None, _) if !t.is_empty() => Route::Batch(t),
+        (Some("v1"), Some("dead"), Some(t), None, _) if !t.is_empty() => Route::Dead(t, None, false),
+        (Some("v1"), Some("dead"), Some(t), Some(k), None) if !t.is_empty() && !k.is_empty() => {
+            Route::Dead(t, Some(k), false)
+        }
+        (Some("v1"), Some("dead"), Some(t), Some(k), Some("retry"))
+            if !t.is_empty() && !k.is_empty() && it.next().is_none() =>
+        {
+            Route::Dead(t, Some(k), true)
+        }
         (Some("v1"), Some("timers"), Some(t), Some(k), None) if !t.is_empty() && !k.is_empty() => {
             Route::Timer(t, k)
         }
@@ -54,6 +65,14 @@ impl App {
                 (name, self.timer(t, k, req).await)
             }
             Route::Batch(t) => ("post_batch", self.batch(t, req).await),
+            Route::Dead(t, k, retry) => {
+                let name = match (k, retry) {
+                    (None, _) => "list_dead",
+                    (Some(_), true) => "redrive_dead",
+                    (Some(_), false) => "discard_dead",
+                };
+                (name, self.dead(t, k, retry, req).await)
+            }
             Route::Metrics => ("metrics", self.metrics(&req)),
             Route::Healthz => ("healthz", self.healthz(&req)),
             Route::NotFound => (
@@ -73,7 +92,7 @@ impl App {
         resp
     }
 
-    fn check(&self, tenant: &str, req: &Request<Incoming>) -> Result<(), ApiError> {
+    pub(super) fn check(&self, tenant: &str, req: &Request<Incoming>) -> Result<(), ApiError> {
         validate_name(NameKind::Tenant, tenant)?;
         let auth = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
         if !self.shared.tenants.authorized(tenant, auth) {
@@ -199,16 +218,18 @@ impl App {
         Ok(respond::json_of(status, &health))
     }
 
-    /// Schedules one registration. The tenant's quota is the shard's to enforce: a new key
-    /// past it is refused there (`quota_exceeded`), a replacement never is.
+    /// Schedules one registration (with its callback's delivery metadata, checked against
+    /// the tenant's allow-list). The tenant's quota is the shard's to enforce: a new key past
+    /// it is refused there (`quota_exceeded`), a replacement never is.
     pub async fn schedule(
         &self,
         tenant: &str,
         key: &str,
         reg: &Registration<'_>,
     ) -> Result<Scheduled, ApiError> {
+        let meta = self.meta_for(tenant, reg)?;
         self.handle
-            .schedule_holding(tenant, key, reg.deadline, reg.payload, None)
+            .schedule_with_meta(tenant, key, reg.deadline, reg.payload, &meta, None)
             .await
             .map_err(ApiError::from)
     }

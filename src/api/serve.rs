@@ -11,6 +11,8 @@ use super::state::Shared;
 use super::tenants::Tenants;
 use crate::config::{Config, PinningMode};
 use crate::engine::{EngineBuilder, Pinning};
+use crate::sink::webhook::settings::{tls_config, TenantWebhooks, WebhookSettings};
+use crate::store::redis::RedisConfig;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +28,12 @@ pub fn serve(config: Config) -> Result<(), String> {
     listen::wait_until_free(config.listen, Duration::from_millis(config.bind_retry_ms))?;
 
     let tenants = Tenants::new(&config.tenants);
-    let shared = Arc::new(Shared::new(config.clone(), tenants.clone()));
+    let webhooks = Arc::new(webhook_settings(&config)?);
+    let shared = Arc::new(Shared::new(
+        config.clone(),
+        tenants.clone(),
+        webhooks.clone(),
+    ));
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let hook_shared = shared.clone();
     let mut builder = EngineBuilder::new()
@@ -34,6 +41,7 @@ pub fn serve(config: Config) -> Result<(), String> {
         .spin(Duration::from_micros(config.spin_us))
         .ring_capacity(config.ring_capacity)
         .shard_capacity(config.shard_capacity)
+        .webhooks(webhooks)
         .on_shard_start(move |id, handle| {
             let r = server::start_shard(id, handle, hook_shared.clone());
             let _ = bound_tx.send((id, r));
@@ -44,7 +52,14 @@ pub fn serve(config: Config) -> Result<(), String> {
         }
     }
     if let Some(url) = &config.redis {
-        builder = builder.redis(url.clone());
+        let mut redis = RedisConfig::new(url.clone());
+        redis.streams_off = config
+            .tenants
+            .iter()
+            .filter(|(_, t)| t.stream == Some(false))
+            .map(|(name, _)| name.clone())
+            .collect();
+        builder = builder.redis_config(redis);
     }
     builder = match (&config.cores, &config.pinning) {
         (Some(cores), _) => builder.cores(cores.clone()),
@@ -104,4 +119,37 @@ pub fn serve(config: Config) -> Result<(), String> {
     engine.shutdown()?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The webhook settings the configuration describes (validated already, except the CA file,
+/// which is read here).
+fn webhook_settings(config: &Config) -> Result<WebhookSettings, String> {
+    let w = &config.webhooks;
+    let ca = match &w.webhook_ca_file {
+        Some(path) => Some(
+            std::fs::read(path).map_err(|e| format!("webhook_ca_file {path:?}: {e}"))?,
+        ),
+        None => None,
+    };
+    let tls = tls_config(ca.as_deref()).map_err(|e| format!("webhook_ca_file: {e}"))?;
+    let mut s = WebhookSettings::new(tls);
+    s.timeout = Duration::from_millis(w.webhook_timeout_ms);
+    s.max_in_flight_per_host = u32::try_from(w.webhook_max_in_flight_per_host).unwrap_or(u32::MAX);
+    s.max_in_flight_per_tenant =
+        u32::try_from(w.webhook_max_in_flight_per_tenant).unwrap_or(u32::MAX);
+    s.allow = w.callback_allow.clone();
+    s.retry = w.retry();
+    for (name, t) in &config.tenants {
+        s.tenants.insert(
+            name.clone(),
+            TenantWebhooks {
+                allow: t.callback_allow.clone(),
+                default_url: t.callback_url.clone(),
+                retry: w.tenant_retry(t),
+                secret: t.webhook_secret.as_ref().map(|s| s.as_bytes().to_vec()),
+                webhooks: t.webhooks.unwrap_or(true),
+            },
+        );
+    }
+    Ok(s)
 }

@@ -7,6 +7,7 @@ use super::metrics::Metrics;
 use super::tenants::Tenants;
 use crate::config::Config;
 use crate::engine::Handle;
+use crate::sink::webhook::settings::WebhookSettings;
 use event_listener::Event;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -16,6 +17,8 @@ use std::sync::{Arc, OnceLock};
 pub struct Shared {
     pub config: Config,
     pub tenants: Tenants,
+    /// Callbacks: allow-lists, defaults, secrets (shared with the shards' sinks).
+    pub webhooks: Arc<WebhookSettings>,
     pub metrics: OnceLock<Metrics>,
     pub(super) connections: AtomicUsize,
     pub(super) listeners: AtomicUsize,
@@ -24,10 +27,11 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(config: Config, tenants: Tenants) -> Self {
+    pub fn new(config: Config, tenants: Tenants, webhooks: Arc<WebhookSettings>) -> Self {
         Shared {
             config,
             tenants,
+            webhooks,
             metrics: OnceLock::new(),
             connections: AtomicUsize::new(0),
             listeners: AtomicUsize::new(0),

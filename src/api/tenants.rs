@@ -72,6 +72,7 @@ mod tests {
             TenantConfig {
                 token: Some("s3cret".into()),
                 max_pending: Some(2),
+                ..Default::default()
             },
         );
         Tenants::new(&m)

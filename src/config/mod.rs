@@ -4,8 +4,10 @@
 //! [`Config::default`]. A value that is wrong is reported with the key that holds it.
 
 mod args;
+mod webhooks;
 
 pub use args::ServeArgs;
+pub use webhooks::WebhookConfig;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -32,6 +34,19 @@ pub struct TenantConfig {
     pub token: Option<String>,
     /// Quota of pending timers.
     pub max_pending: Option<u64>,
+    /// The callback of a registration that names none.
+    pub callback_url: Option<String>,
+    /// URL prefixes this tenant's callbacks must start with (replaces the top-level list).
+    pub callback_allow: Option<Vec<String>>,
+    /// Signs this tenant's deliveries (`Punctual-Signature`).
+    pub webhook_secret: Option<String>,
+    pub retry_max_attempts: Option<u64>,
+    pub retry_base_delay_ms: Option<u64>,
+    pub retry_max_delay_ms: Option<u64>,
+    /// Callbacks accepted and delivered (default true).
+    pub webhooks: Option<bool>,
+    /// Fired timers written to the Redis Stream (default true).
+    pub stream: Option<bool>,
 }
 
 /// How shards are placed on cores.
@@ -61,6 +76,8 @@ pub struct Config {
     pub body_timeout_ms: u64,
     pub shutdown_timeout_ms: u64,
     pub bind_retry_ms: u64,
+    #[serde(flatten)]
+    pub webhooks: WebhookConfig,
     pub tenants: BTreeMap<String, TenantConfig>,
 }
 
@@ -83,6 +100,7 @@ impl Default for Config {
             body_timeout_ms: 10_000,
             shutdown_timeout_ms: 10_000,
             bind_retry_ms: 5_000,
+            webhooks: WebhookConfig::default(),
             tenants: BTreeMap::new(),
         }
     }
@@ -108,6 +126,14 @@ pub struct FileConfig {
     body_timeout_ms: Option<u64>,
     shutdown_timeout_ms: Option<u64>,
     bind_retry_ms: Option<u64>,
+    callback_allow: Option<Vec<String>>,
+    webhook_timeout_ms: Option<u64>,
+    webhook_max_in_flight_per_host: Option<u64>,
+    webhook_max_in_flight_per_tenant: Option<u64>,
+    webhook_ca_file: Option<String>,
+    retry_max_attempts: Option<u64>,
+    retry_base_delay_ms: Option<u64>,
+    retry_max_delay_ms: Option<u64>,
     #[serde(default)]
     tenants: BTreeMap<String, TenantConfig>,
 }

@@ -15,6 +15,7 @@ impl Config {
     /// Flags (which clap has already overlaid on the environment) over the file over defaults.
     pub fn resolve(file: FileConfig, args: &ServeArgs) -> Result<Config, ConfigError> {
         let d = Config::default();
+        let webhooks = WebhookConfig::resolve(&file)?;
         let u = |key: &str,
                  flag: &Option<String>,
                  file: Option<u64>,
@@ -142,6 +143,7 @@ impl Config {
             }
         }
         Ok(Config {
+            webhooks,
             listen,
             shards,
             cores,
@@ -224,6 +226,9 @@ impl Config {
         for t in shown.tenants.values_mut() {
             if t.token.is_some() {
                 t.token = Some("***".into());
+            }
+            if t.webhook_secret.is_some() {
+                t.webhook_secret = Some("***".into());
             }
         }
         toml::to_string(&shown).unwrap_or_else(|e| format!("# could not render: {e}\n"))

@@ -21,7 +21,7 @@ mod placement;
 mod running;
 mod stats;
 
-pub use crate::op::{Cancelled, Scheduled, TimerInfo};
+pub use crate::op::{Cancelled, DeadInfo, Scheduled, TimerInfo};
 pub use builder::{ClockChoice, EngineBuilder, ShardStartHook, StoreKind};
 pub use handle::{Handle, MAX_PAYLOAD};
 pub use placement::{available_cores, Pinning};

@@ -135,7 +135,7 @@ async fn pump(shared: &Shared, conn: &mut Conn) -> Result<(), String> {
 fn encode(shared: &Shared, skip: usize, out: &mut Vec<u8>) -> Shape {
     let outbox = shared.outbox.borrow();
     let batch: Vec<_> = outbox.batch(skip, shared.cfg.flush_max_commands).collect();
-    let atomic = batch.iter().any(|e| e.second.is_some());
+    let atomic = batch.iter().any(|e| e.is_atomic());
     if batch.is_empty() {
         return Shape {
             sizes: Vec::new(),
@@ -148,8 +148,8 @@ fn encode(shared: &Shared, skip: usize, out: &mut Vec<u8>) -> Shape {
     let mut sizes = Vec::with_capacity(batch.len());
     for e in &batch {
         e.first.write_packed_command(out);
-        if let Some(s) = &e.second {
-            s.write_packed_command(out);
+        for c in e.rest() {
+            c.write_packed_command(out);
         }
         sizes.push(e.commands());
     }

@@ -14,7 +14,8 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `punctual:{p<N>}:timers` | hash | field `<tenant>/<key>` → `<version> <fire_at_us> <payload>`, one per pending timer of partition N |
-//! | `punctual:fired:{<tenant>}` | stream | one entry per firing: `key`, `version`, `fire_at_us`, `fired_at_us`, `payload` |
+//! | `punctual:fired:{<tenant>}` | stream | one entry per firing: `key`, `version`, `fire_at_us`, `fired_at_us`, `payload` (not for tenants in `streams_off`) |
+//! | `punctual:{p<N>}:dead`, `punctual:dead:{<tenant>}` | hash, stream | dead letters (see `dead`) |
 //!
 //! N is `FNV-1a(tenant, key) mod 1024`: a fixed number of partitions, independent of the
 //! shard count. Shard `s` of `S` owns (and routes, see `Handle::shard_for`) the partitions
@@ -34,6 +35,9 @@
 //! - fire: `XADD punctual:fired:{<tenant>} MAXLEN ~ <max> * …` and the `HDEL`, inside the
 //!   same `MULTI`/`EXEC` (a pipeline that holds a fire is sent as one transaction), so the
 //!   entry appears exactly when the record disappears.
+//! - fire of a webhook timer, kept pending: the `XADD` and the `HSET` of its rewritten record
+//!   (delivery under way), in one transaction; each later step of its delivery is an `HSET`
+//!   (a retry), an `HDEL` (delivered), or a dead letter's transaction (see `dead`).
 //!
 //! # Invariants
 //!
@@ -69,6 +73,7 @@
 //! `sink::stream`) rather than a separate sink.
 
 pub mod conn;
+pub mod dead;
 pub mod flush;
 pub mod layout;
 pub mod outbox;
@@ -76,7 +81,7 @@ pub mod recover;
 pub mod replies;
 pub mod streams;
 
-use super::{Ack, LocalFuture, Recovered, Store};
+use super::{Ack, DeadLetter, LocalFuture, Recovered, Store};
 use crate::error::{Error, Result};
 use crate::metrics::{ShardMetrics, StoreMetrics, StoreState};
 use crate::op::Scheduled;
@@ -112,6 +117,8 @@ pub struct RedisConfig {
     pub stream_maxlen: u64,
     /// `COUNT` of each recovery `HSCAN` (default 1,000).
     pub recovery_page: usize,
+    /// Tenants whose fired timers get no stream entry (webhooks only; default none).
+    pub streams_off: std::collections::BTreeSet<String>,
     /// Connect and I/O timeout of one attempt (default 1 s).
     pub io_timeout: Duration,
     /// Longest pause between reconnect attempts (default 1 s; they start at 10 ms).
@@ -129,6 +136,7 @@ impl RedisConfig {
             ack_timeout: Duration::from_secs(2),
             stream_maxlen: 1_000_000,
             recovery_page: 1000,
+            streams_off: Default::default(),
             io_timeout: Duration::from_secs(1),
             backoff_max: Duration::from_secs(1),
         }
@@ -333,11 +341,34 @@ impl Store for RedisStore {
 
     /// Queues the stream entry and the record's removal, applied together.
     fn fired(&mut self, t: &FiredTimer<'_>) {
-        self.shared.outbox.borrow_mut().push(
-            stream::xadd(t, self.shared.cfg.stream_maxlen),
-            Some(del_cmd(t.tenant, t.key)),
-            Ack::None,
-        );
+        let del = del_cmd(t.tenant, t.key);
+        let mut outbox = self.shared.outbox.borrow_mut();
+        match self.stream_entry(t) {
+            Some(xadd) => outbox.push(xadd, Some(del), Ack::None),
+            None => outbox.push(del, None, Ack::None),
+        }
+    }
+
+    /// Queues the stream entry and the rewritten record, applied together.
+    fn fired_kept(&mut self, t: &FiredTimer<'_>, kept: &PackedTimer, s: &Scheduled) {
+        let put = put_cmd(kept, s.version, s.deadline.0);
+        let mut outbox = self.shared.outbox.borrow_mut();
+        match self.stream_entry(t) {
+            Some(xadd) => outbox.push(xadd, Some(put), Ack::None),
+            None => outbox.push(put, None, Ack::None),
+        }
+    }
+
+    fn dead(&mut self, letter: &DeadLetter<'_>) {
+        let cmds = dead::bury(letter, self.shared.cfg.stream_maxlen);
+        self.shared.outbox.borrow_mut().push_three(cmds);
+    }
+
+    fn dead_removed(&mut self, tenant: &str, key: &str, ack: Ack) {
+        self.shared
+            .outbox
+            .borrow_mut()
+            .push(dead::remove(tenant, key), None, ack);
     }
 
     /// Tells the store task that writes are waiting, and answers `StoreUnavailable` to callers
@@ -382,6 +413,15 @@ impl Store for RedisStore {
                 );
             }
         })
+    }
+}
+
+impl RedisStore {
+    /// The fired stream's entry for `t`, unless its tenant's stream is off.
+    fn stream_entry(&self, t: &FiredTimer<'_>) -> Option<redis::Cmd> {
+        let off = &self.shared.cfg.streams_off;
+        (off.is_empty() || !off.contains(t.tenant))
+            .then(|| stream::xadd(t, self.shared.cfg.stream_maxlen))
     }
 }
 

@@ -25,13 +25,25 @@ pub struct Entry {
     pub first: Cmd,
     /// Fires carry two commands (XADD, HDEL) that must apply together.
     pub second: Option<Cmd>,
+    /// A dead letter carries a third (HSET of the letter, HDEL of the timer, XADD).
+    pub third: Option<Cmd>,
     ack: Ack,
     queued: Instant,
 }
 
 impl Entry {
     pub fn commands(&self) -> usize {
-        1 + usize::from(self.second.is_some())
+        1 + usize::from(self.second.is_some()) + usize::from(self.third.is_some())
+    }
+
+    /// Whether the entry's commands must apply together (the pipeline is a transaction).
+    pub fn is_atomic(&self) -> bool {
+        self.second.is_some()
+    }
+
+    /// The commands after the first.
+    pub fn rest(&self) -> impl Iterator<Item = &Cmd> {
+        self.second.iter().chain(self.third.iter())
     }
 }
 
@@ -90,10 +102,21 @@ impl Outbox {
     }
 
     pub fn push(&mut self, first: Cmd, second: Option<Cmd>, ack: Ack) {
+        self.push_entry(first, second, None, ack);
+    }
+
+    /// Three commands that apply together (a dead letter's).
+    pub fn push_three(&mut self, cmds: [Cmd; 3]) {
+        let [a, b, c] = cmds;
+        self.push_entry(a, Some(b), Some(c), Ack::None);
+    }
+
+    fn push_entry(&mut self, first: Cmd, second: Option<Cmd>, third: Option<Cmd>, ack: Ack) {
         self.fires += usize::from(second.is_some());
         self.entries.push_back(Entry {
             first,
             second,
+            third,
             ack,
             queued: self.now,
         });

@@ -1,7 +1,8 @@
 //! Recovery: on start, a shard loads the pending timers of the partitions it owns.
 //!
-//! Partitions are read with `HSCAN <partition> <cursor> COUNT <page>`, eight partitions per
-//! pipeline, page by page, so no reply holds more than about `8 × page` timers. Each timer is
+//! Partitions are read with `HSCAN <partition> <cursor> COUNT <page>`, eight hashes per
+//! pipeline, page by page (each partition's pending timers, then its dead letters, which the
+//! shard tells apart by their metadata), so no reply holds more than about `8 × page` timers. Each timer is
 //! handed to the shard with its stored version (the shard's table raises its version counter
 //! past it). Nothing fires until every partition is loaded; the
 //! shard's first poll then fires the overdue ones at once, in deadline order (the wheel's).
@@ -11,6 +12,7 @@
 
 use super::conn::Conn;
 use super::flush::pause;
+use super::dead::dead_key;
 use super::layout::{decode_record, parse_field, partition_of, timers_key, PARTITIONS};
 use super::Shared;
 use crate::metrics::{StoreMetrics, StoreState};
@@ -83,15 +85,16 @@ async fn load(
     conn: &mut Conn,
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
 ) -> Result<u64, String> {
-    let mut todo =
-        (0..PARTITIONS).filter(|&p| crate::partition::owns(shared.shard, shared.shards, p));
-    let mut active: Vec<(u32, Vec<u8>)> = Vec::with_capacity(WINDOW);
+    let mut todo = (0..PARTITIONS)
+        .filter(|&p| crate::partition::owns(shared.shard, shared.shards, p))
+        .flat_map(|p| [(p, timers_key(p)), (p, dead_key(p))]);
+    let mut active: Vec<(u32, String, Vec<u8>)> = Vec::with_capacity(WINDOW);
     let mut loaded = 0u64;
     let mut skipped = 0u64;
     loop {
         while active.len() < WINDOW {
             match todo.next() {
-                Some(p) => active.push((p, b"0".to_vec())),
+                Some((p, hash)) => active.push((p, hash, b"0".to_vec())),
                 None => break,
             }
         }
@@ -105,9 +108,9 @@ async fn load(
             }
             return Ok(loaded);
         }
-        for (p, cursor) in &active {
+        for (_, hash, cursor) in &active {
             redis::cmd("HSCAN")
-                .arg(timers_key(*p))
+                .arg(hash)
                 .arg(&cursor[..])
                 .arg("COUNT")
                 .arg(shared.cfg.recovery_page)
@@ -118,7 +121,7 @@ async fn load(
             .await
             .map_err(|e| e.to_string())?;
         let mut next = Vec::with_capacity(WINDOW);
-        for ((p, _), reply) in active.drain(..).zip(replies) {
+        for ((p, hash, _), reply) in active.drain(..).zip(replies) {
             let (cursor, items) = match reply {
                 Value::Array(mut parts) if parts.len() == 2 => {
                     let items = parts.pop();
@@ -143,7 +146,7 @@ async fn load(
                 }
             }
             match cursor {
-                Some(Value::BulkString(c)) if c != b"0" => next.push((p, c)),
+                Some(Value::BulkString(c)) if c != b"0" => next.push((p, hash, c)),
                 _ => {}
             }
         }

@@ -1,0 +1,257 @@
+//! The webhook side of the API: turning a registration's `callback` and `retry` into the
+//! timer's delivery metadata (checked against the tenant's allow-list: no open relay), showing
+//! a pending timer's delivery, and the dead-letter routes:
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /v1/dead/{tenant}?limit=N&after=KEY` | 200 `{"dead": [...]}`, by key, at most N (default 100, at most 1,000) |
+//! | `POST /v1/dead/{tenant}/{key}/retry` | 202 `{"tenant","key","version","fire_at_us"}`: delivered again now, a fresh attempt budget; 404 without a dead letter; 409 `timer_pending` while a timer is pending under the key |
+//! | `DELETE /v1/dead/{tenant}/{key}` | 204, or 404 |
+
+use super::body::Registration;
+use super::error::ApiError;
+use super::respond::{self, Resp};
+use super::state::App;
+use crate::engine::{Cancelled, DeadInfo, TimerInfo};
+use crate::error::{validate_name, NameKind};
+use crate::sink::webhook::meta::{Delivery, Last, State};
+use crate::sink::webhook::settings::CallbackError;
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+/// Dead letters listed when the request names no limit, and the most it may name.
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 1000;
+
+impl From<CallbackError> for ApiError {
+    fn from(e: CallbackError) -> Self {
+        match e {
+            CallbackError::NotAllowed(_) | CallbackError::Off => {
+                ApiError::CallbackNotAllowed(e.to_string())
+            }
+            CallbackError::Invalid { .. } | CallbackError::Retry(_) => {
+                ApiError::InvalidField(e.to_string())
+            }
+        }
+    }
+}
+
+impl App {
+    /// The delivery metadata of a registration: empty without a callback (given or the
+    /// tenant's default).
+    pub fn meta_for(&self, tenant: &str, reg: &Registration<'_>) -> Result<Vec<u8>, ApiError> {
+        let w = &self.shared.webhooks;
+        let Some(url) = w.callback_for(tenant, reg.callback.as_deref())? else {
+            if reg.retry.is_some() {
+                return Err(ApiError::InvalidField(
+                    "\"retry\" needs a \"callback\" (or a callback_url for the tenant)".into(),
+                ));
+            }
+            return Ok(Vec::new());
+        };
+        let r = reg.retry;
+        let policy = w.retry_for(
+            tenant,
+            r.and_then(|r| r.max_attempts),
+            r.and_then(|r| r.base_delay_ms),
+            r.and_then(|r| r.max_delay_ms),
+        )?;
+        Ok(Delivery::new(url, policy, reg.deadline.0).encode())
+    }
+
+    /// `/v1/dead/{tenant}[/{key}[/retry]]`.
+    pub(super) async fn dead(
+        &self,
+        tenant: &str,
+        key: Option<&str>,
+        retry: bool,
+        req: Request<Incoming>,
+    ) -> Result<Resp, ApiError> {
+        let allow = match (key, retry) {
+            (None, _) => "GET",
+            (Some(_), false) => "DELETE",
+            (Some(_), true) => "POST",
+        };
+        if req.method().as_str() != allow {
+            return Err(ApiError::MethodNotAllowed {
+                method: req.method().to_string(),
+                allow,
+            });
+        }
+        self.check(tenant, &req)?;
+        let Some(key) = key else {
+            let (limit, after) = list_query(req.uri().query())?;
+            let dead = self
+                .handle
+                .dead_letters_async(tenant, after.as_deref(), limit)
+                .await?;
+            let body = DeadList {
+                dead: dead.iter().map(DeadBody::new).collect(),
+            };
+            return Ok(respond::json_of(StatusCode::OK, &body));
+        };
+        validate_name(NameKind::Key, key)?;
+        if *req.method() == Method::POST {
+            let s = self.handle.redrive_async(tenant, key).await?;
+            return Ok(respond::json_of(
+                StatusCode::ACCEPTED,
+                &respond::ScheduledBody::new(tenant, key, &s),
+            ));
+        }
+        match self.handle.discard_dead_async(tenant, key).await? {
+            Cancelled::Cancelled { .. } => Ok(respond::empty(StatusCode::NO_CONTENT)),
+            Cancelled::NotFound => Err(ApiError::NotFound(format!(
+                "no dead letter for tenant {tenant:?} and key {key:?}"
+            ))),
+        }
+    }
+}
+
+/// `limit` and `after` of a dead-letter list.
+fn list_query(query: Option<&str>) -> Result<(usize, Option<String>), ApiError> {
+    let mut limit = DEFAULT_LIMIT;
+    let mut after = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("limit", v)) => {
+                limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::InvalidField(format!("limit must be 1 to {MAX_LIMIT}"))
+                    })?;
+            }
+            Some(("after", v)) => {
+                validate_name(NameKind::Key, v)?;
+                after = Some(v.to_string());
+            }
+            _ => {
+                return Err(ApiError::InvalidField(format!(
+                    "unknown query parameter {pair:?}; expected limit and after"
+                )))
+            }
+        }
+    }
+    Ok((limit, after))
+}
+
+/// `{"dead": [...]}`.
+#[derive(Serialize)]
+struct DeadList<'a> {
+    dead: Vec<DeadBody<'a>>,
+}
+
+/// One dead letter.
+#[derive(Serialize)]
+struct DeadBody<'a> {
+    key: &'a str,
+    version: u64,
+    fire_at_us: u64,
+    attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_error: Option<String>,
+    callback: Option<CallbackView>,
+    payload: &'a RawValue,
+}
+
+impl<'a> DeadBody<'a> {
+    fn new(d: &'a DeadInfo) -> Self {
+        let delivery = Delivery::decode(&d.meta);
+        let (last_status, last_error) = match delivery.as_ref().map(|d| &d.last) {
+            Some(Last::Status(s)) => (Some(*s), None),
+            Some(Last::Error(e)) => (None, Some(e.clone())),
+            _ => (None, None),
+        };
+        DeadBody {
+            key: &d.key,
+            version: d.version,
+            fire_at_us: d.fire_at.0,
+            attempts: delivery.as_ref().map_or(0, |d| d.attempts),
+            last_status,
+            last_error,
+            callback: delivery.as_ref().map(|d| CallbackView { url: d.url.clone() }),
+            payload: respond::payload(&d.payload),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct CallbackView {
+    pub url: String,
+}
+
+#[derive(Serialize)]
+pub struct RetryView {
+    pub max_attempts: u32,
+    pub base_delay_ms: u64,
+    pub max_delay_ms: u64,
+}
+
+/// A pending timer's delivery, as `GET` shows it.
+#[derive(Serialize)]
+pub struct DeliveryView {
+    /// `pending` (its deadline not reached), `in_flight`, or `retrying` (waiting for the next
+    /// attempt).
+    pub state: &'static str,
+    pub attempts: u32,
+    /// When the wheel fires it next: the deadline, the next attempt, or the end of the
+    /// attempt in flight.
+    pub next_at_us: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// The `callback`, `retry` and `delivery` of a pending timer, and its own deadline; `None`
+/// for a timer without a callback.
+pub fn views(info: &TimerInfo) -> Option<(u64, CallbackView, RetryView, DeliveryView)> {
+    let d = Delivery::decode(&info.meta)?;
+    let (last_status, last_error) = match &d.last {
+        Last::Status(s) => (Some(*s), None),
+        Last::Error(e) => (None, Some(e.clone())),
+        Last::None => (None, None),
+    };
+    Some((
+        d.fire_at_us,
+        CallbackView { url: d.url },
+        RetryView {
+            max_attempts: d.retry.max_attempts,
+            base_delay_ms: d.retry.base_delay_ms,
+            max_delay_ms: d.retry.max_delay_ms,
+        },
+        DeliveryView {
+            state: match d.state {
+                State::New => "pending",
+                State::InFlight => "in_flight",
+                State::Waiting | State::Dead => "retrying",
+            },
+            attempts: d.attempts,
+            next_at_us: info.deadline.0,
+            last_status,
+            last_error,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_query_reads_limit_and_after_and_refuses_the_rest() {
+        assert_eq!(list_query(None), Ok((DEFAULT_LIMIT, None)));
+        assert_eq!(
+            list_query(Some("limit=5&after=k1")),
+            Ok((5, Some("k1".into())))
+        );
+        for bad in ["limit=0", "limit=1001", "limit=x", "after=a/b", "sort=key"] {
+            assert!(list_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The webhook keys of the configuration (file only): the top-level ones below, and per tenant
+//! `callback_url`, `callback_allow`, `webhook_secret`, `retry_*`, `webhooks` and `stream` in
+//! `[tenants.<name>]` (`TenantConfig`).
+//!
+//! ```toml
+//! callback_allow = ["https://hooks.example.com/"]   # tenants not listed below
+//! webhook_timeout_ms = 5000
+//! retry_max_attempts = 5
+//!
+//! [tenants.shop]
+//! callback_allow = ["https://shop.example.com/hooks/"]
+//! callback_url = "https://shop.example.com/hooks/timers"
+//! webhook_secret = "…"
+//! stream = false          # webhooks only, no Redis Stream entry
+//! ```
+
+use super::{invalid, ConfigError, FileConfig, TenantConfig};
+use crate::sink::webhook::meta::RetryPolicy;
+use crate::sink::webhook::settings::{check_allow_prefix, check_retry, DEFAULT_RETRY};
+use serde::Serialize;
+
+/// The top-level webhook settings, defaults written in `Default`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WebhookConfig {
+    /// URL prefixes callbacks must start with, for tenants without their own list. Empty:
+    /// callbacks are refused (`400 callback_not_allowed`).
+    pub callback_allow: Vec<String>,
+    /// A 2xx within this many ms is success [default: 5000].
+    pub webhook_timeout_ms: u64,
+    /// Deliveries in flight per shard to one host [default: 64].
+    pub webhook_max_in_flight_per_host: u64,
+    /// Deliveries in flight per shard for one tenant [default: 256].
+    pub webhook_max_in_flight_per_tenant: u64,
+    /// A PEM file of extra trust anchors for https callbacks (a private CA).
+    pub webhook_ca_file: Option<String>,
+    pub retry_max_attempts: u64,
+    pub retry_base_delay_ms: u64,
+    pub retry_max_delay_ms: u64,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        WebhookConfig {
+            callback_allow: Vec::new(),
+            webhook_timeout_ms: 5_000,
+            webhook_max_in_flight_per_host: 64,
+            webhook_max_in_flight_per_tenant: 256,
+            webhook_ca_file: None,
+            retry_max_attempts: u64::from(DEFAULT_RETRY.max_attempts),
+            retry_base_delay_ms: DEFAULT_RETRY.base_delay_ms,
+            retry_max_delay_ms: DEFAULT_RETRY.max_delay_ms,
+        }
+    }
+}
+
+impl WebhookConfig {
+    pub(super) fn resolve(file: &FileConfig) -> Result<WebhookConfig, ConfigError> {
+        let d = WebhookConfig::default();
+        let in_range = |key: &str, v: Option<u64>, default: u64, lo: u64, hi: u64| {
+            let v = v.unwrap_or(default);
+            if (lo..=hi).contains(&v) {
+                Ok(v)
+            } else {
+                Err(invalid(key, v, format!("must be {lo} to {hi}")))
+            }
+        };
+        let w = WebhookConfig {
+            callback_allow: file.callback_allow.clone().unwrap_or_default(),
+            webhook_timeout_ms: in_range(
+                "webhook_timeout_ms",
+                file.webhook_timeout_ms,
+                d.webhook_timeout_ms,
+                1,
+                600_000,
+            )?,
+            webhook_max_in_flight_per_host: in_range(
+                "webhook_max_in_flight_per_host",
+                file.webhook_max_in_flight_per_host,
+                d.webhook_max_in_flight_per_host,
+                1,
+                1 << 20,
+            )?,
+            webhook_max_in_flight_per_tenant: in_range(
+                "webhook_max_in_flight_per_tenant",
+                file.webhook_max_in_flight_per_tenant,
+                d.webhook_max_in_flight_per_tenant,
+                1,
+                1 << 20,
+            )?,
+            webhook_ca_file: file.webhook_ca_file.clone(),
+            retry_max_attempts: file.retry_max_attempts.unwrap_or(d.retry_max_attempts),
+            retry_base_delay_ms: file.retry_base_delay_ms.unwrap_or(d.retry_base_delay_ms),
+            retry_max_delay_ms: file.retry_max_delay_ms.unwrap_or(d.retry_max_delay_ms),
+        };
+        check_prefixes("callback_allow", &w.callback_allow)?;
+        check_retry(&w.retry()).map_err(|e| invalid("retry_max_attempts", "…", e))?;
+        for (name, t) in &file.tenants {
+            let key = |k: &str| format!("tenants.{name}.{k}");
+            if let Some(list) = &t.callback_allow {
+                check_prefixes(&key("callback_allow"), list)?;
+            }
+            if let Some(p) = w.tenant_retry(t) {
+                check_retry(&p).map_err(|e| invalid(&key("retry_max_attempts"), "…", e))?;
+            }
+            if let Some(url) = &t.callback_url {
+                let list = t.callback_allow.as_ref().unwrap_or(&w.callback_allow);
+                if !list.iter().any(|p| url.starts_with(p.as_str())) {
+                    return Err(invalid(
+                        &key("callback_url"),
+                        url,
+                        "is not allowed by the tenant's callback_allow",
+                    ));
+                }
+            }
+            if t.webhook_secret.as_deref().is_some_and(str::is_empty) {
+                return Err(invalid(&key("webhook_secret"), "", "must not be empty"));
+            }
+        }
+        Ok(w)
+    }
+
+    /// The top-level retry policy.
+    pub fn retry(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: u32::try_from(self.retry_max_attempts).unwrap_or(u32::MAX),
+            base_delay_ms: self.retry_base_delay_ms,
+            max_delay_ms: self.retry_max_delay_ms,
+        }
+    }
+
+    /// A tenant's retry policy, when it sets any of its fields (the rest from the top level).
+    pub fn tenant_retry(&self, t: &TenantConfig) -> Option<RetryPolicy> {
+        if t.retry_max_attempts.is_none()
+            && t.retry_base_delay_ms.is_none()
+            && t.retry_max_delay_ms.is_none()
+        {
+            return None;
+        }
+        let d = self.retry();
+        Some(RetryPolicy {
+            max_attempts: t
+                .retry_max_attempts
+                .map_or(d.max_attempts, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            base_delay_ms: t.retry_base_delay_ms.unwrap_or(d.base_delay_ms),
+            max_delay_ms: t.retry_max_delay_ms.unwrap_or(d.max_delay_ms),
+        })
+    }
+}
+
+fn check_prefixes(key: &str, list: &[String]) -> Result<(), ConfigError> {
+    for p in list {
+        check_allow_prefix(p).map_err(|e| invalid(key, p, e))?;
+    }
+    Ok(())
+}
