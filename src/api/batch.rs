@@ -48,24 +48,24 @@ pub async fn run(
                 Ok(()) => match app.meta_for(tenant, &reg) {
                     Err(e) => Slot::Done(BatchItem::failed(Some(key), &e)),
                     Ok(meta) => {
-                    // Items past the quota are refused in item order: take a slot here, and
-                    // when none is left, let the earlier items settle first (replacements give
-                    // theirs back). Without a slot the shard still takes the item if it
-                    // replaces a pending timer, and refuses it otherwise.
-                    let mut held = quota.and_then(QuotaSlot::reserve);
-                    if quota.is_some() && held.is_none() && !slots.is_empty() {
-                        finish_chunk(&mut slots, &mut out).await;
-                        held = quota.and_then(QuotaSlot::reserve);
-                    }
-                    let fut = Box::pin(app.handle.schedule_with_meta(
-                        tenant,
-                        &key,
-                        reg.deadline,
-                        reg.payload,
-                        &meta,
-                        held,
-                    ));
-                    Slot::Waiting { key, fut }
+                        // Items past the quota are refused in item order: take a slot here, and
+                        // when none is left, let the earlier items settle first (replacements give
+                        // theirs back). Without a slot the shard still takes the item if it
+                        // replaces a pending timer, and refuses it otherwise.
+                        let mut held = quota.and_then(QuotaSlot::reserve);
+                        if quota.is_some() && held.is_none() && !slots.is_empty() {
+                            finish_chunk(&mut slots, &mut out).await;
+                            held = quota.and_then(QuotaSlot::reserve);
+                        }
+                        let fut = Box::pin(app.handle.schedule_with_meta(
+                            tenant,
+                            &key,
+                            reg.deadline,
+                            reg.payload,
+                            &meta,
+                            held,
+                        ));
+                        Slot::Waiting { key, fut }
                     }
                 },
             },

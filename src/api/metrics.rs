@@ -312,6 +312,7 @@ impl Collector for EngineCollector {
                 }
             }
         }
+        encode_webhooks(&self.handle, &mut encoder)?;
         let streams = self.handle.stream_lengths();
         if !streams.is_empty() {
             let mut family = encoder.encode_descriptor(
@@ -340,4 +341,111 @@ impl Collector for EngineCollector {
         let mut info = info;
         info.encode_info(&labels)
     }
+}
+
+/// `punctual_webhook_*`: per shard and tenant, for the tenants that had deliveries.
+fn encode_webhooks(
+    handle: &Handle,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    use crate::metrics::{DeliveryMetrics, FAILURE_CLASSES};
+    let rows: Vec<(String, String, Arc<DeliveryMetrics>)> = handle
+        .store_metrics()
+        .iter()
+        .enumerate()
+        .flat_map(|(shard, m)| {
+            m.webhooks
+                .snapshot()
+                .into_iter()
+                .map(move |(tenant, d)| (shard.to_string(), tenant, d))
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    type Get = fn(&DeliveryMetrics) -> u64;
+    let counters: [(&str, &str, Get); 4] = [
+        ("punctual_webhook_attempts", "Delivery attempts started", |d| d.attempts.load(Relaxed)),
+        ("punctual_webhook_successes", "Deliveries answered 2xx within the timeout", |d| {
+            d.successes.load(Relaxed)
+        }),
+        (
+            "punctual_webhook_refused",
+            "Deliveries held back by the per-host or per-tenant cap (retried shortly, no attempt used)",
+            |d| d.refused.load(Relaxed),
+        ),
+        ("punctual_webhook_dead_letters_made", "Timers that became dead letters", |d| {
+            d.dead_total.load(Relaxed)
+        }),
+    ];
+    for (name, help, get) in counters {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (shard, tenant, d) in &rows {
+            let labels = [("shard", shard.as_str()), ("tenant", tenant.as_str())];
+            family
+                .encode_family(&labels)?
+                .encode_counter::<(), _, u64>(&get(d), None)?;
+        }
+    }
+    let mut family = encoder.encode_descriptor(
+        "punctual_webhook_failures",
+        "Failed delivery attempts, by class: connect, timeout, 5xx, throttled (408, 429), permanent",
+        None,
+        MetricType::Counter,
+    )?;
+    for (shard, tenant, d) in &rows {
+        for (i, class) in FAILURE_CLASSES.iter().enumerate() {
+            let labels = [
+                ("shard", shard.as_str()),
+                ("tenant", tenant.as_str()),
+                ("class", class),
+            ];
+            family
+                .encode_family(&labels)?
+                .encode_counter::<(), _, u64>(&d.failures[i].load(Relaxed), None)?;
+        }
+    }
+    type Gauge = fn(&DeliveryMetrics) -> i64;
+    let gauges: [(&str, &str, Gauge); 2] = [
+        ("punctual_webhook_in_flight", "Deliveries in flight", |d| {
+            d.in_flight.load(Relaxed)
+        }),
+        (
+            "punctual_webhook_dead_letters",
+            "Dead letters held (not yet re-driven or discarded)",
+            |d| d.dead.load(Relaxed),
+        ),
+    ];
+    for (name, help, get) in gauges {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (shard, tenant, d) in &rows {
+            let labels = [("shard", shard.as_str()), ("tenant", tenant.as_str())];
+            family.encode_family(&labels)?.encode_gauge(&get(d))?;
+        }
+    }
+    let mut family = encoder.encode_descriptor(
+        "punctual_webhook_delivery_latency_seconds",
+        "Successful deliveries: the answer's arrival minus the timer's deadline",
+        None,
+        MetricType::Histogram,
+    )?;
+    for (shard, tenant, d) in &rows {
+        let labels = [("shard", shard.as_str()), ("tenant", tenant.as_str())];
+        let h = d.latency.snapshot();
+        let mut prev = 0;
+        let mut buckets: Vec<(f64, u64)> = h
+            .buckets
+            .iter()
+            .map(|&(le, c)| {
+                let b = (le, c.saturating_sub(prev));
+                prev = c;
+                b
+            })
+            .collect();
+        buckets.push((f64::MAX, h.count.saturating_sub(prev)));
+        family
+            .encode_family(&labels)?
+            .encode_histogram::<()>(h.sum, h.count, &buckets, None)?;
+    }
+    Ok(())
 }

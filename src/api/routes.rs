@@ -33,7 +33,9 @@ fn route(path: &str) -> Route<'_> {
         (Some("metrics"), None, ..) => Route::Metrics,
         (Some("healthz"), None, ..) => Route::Healthz,
         (Some("v1"), Some("timers"), Some(t), None, _) if !t.is_empty() => Route::Batch(t),
-        (Some("v1"), Some("dead"), Some(t), None, _) if !t.is_empty() => Route::Dead(t, None, false),
+        (Some("v1"), Some("dead"), Some(t), None, _) if !t.is_empty() => {
+            Route::Dead(t, None, false)
+        }
         (Some("v1"), Some("dead"), Some(t), Some(k), None) if !t.is_empty() && !k.is_empty() => {
             Route::Dead(t, Some(k), false)
         }

@@ -126,9 +126,9 @@ pub fn serve(config: Config) -> Result<(), String> {
 fn webhook_settings(config: &Config) -> Result<WebhookSettings, String> {
     let w = &config.webhooks;
     let ca = match &w.webhook_ca_file {
-        Some(path) => Some(
-            std::fs::read(path).map_err(|e| format!("webhook_ca_file {path:?}: {e}"))?,
-        ),
+        Some(path) => {
+            Some(std::fs::read(path).map_err(|e| format!("webhook_ca_file {path:?}: {e}"))?)
+        }
         None => None,
     };
     let tls = tls_config(ca.as_deref()).map_err(|e| format!("webhook_ca_file: {e}"))?;

@@ -11,10 +11,10 @@
 //! flight, answers it, and closes.
 
 use super::drain::LocalDrain;
-use crate::hyperio::{Io, LocalTimer};
 use super::metrics::Metrics;
 use super::state::{App, Shared};
 use crate::engine::Handle;
+use crate::hyperio::{Io, LocalTimer};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use std::rc::Rc;

@@ -174,7 +174,9 @@ impl<'a> DeadBody<'a> {
             attempts: delivery.as_ref().map_or(0, |d| d.attempts),
             last_status,
             last_error,
-            callback: delivery.as_ref().map(|d| CallbackView { url: d.url.clone() }),
+            callback: delivery
+                .as_ref()
+                .map(|d| CallbackView { url: d.url.clone() }),
             payload: respond::payload(&d.payload),
         }
     }

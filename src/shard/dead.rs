@@ -55,10 +55,9 @@ impl DeadLetters {
             return Vec::new();
         };
         let range = match after {
-            Some(a) => keys.range::<str, _>((
-                std::ops::Bound::Excluded(a),
-                std::ops::Bound::Unbounded,
-            )),
+            Some(a) => {
+                keys.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+            }
             None => keys.range::<str, _>(..),
         };
         range

@@ -57,7 +57,8 @@ impl<S: TimeSource> Shard<S> {
             };
             match k.next {
                 Next::Reschedule { after, meta } => {
-                    let Some(new) = PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload) else {
+                    let Some(new) = PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload)
+                    else {
                         continue;
                     };
                     let deadline = self.after(after);
@@ -92,8 +93,7 @@ impl<S: TimeSource> Shard<S> {
                     if k.own {
                         self.store.fired(&f);
                     }
-                    if let Some(letter) =
-                        PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload)
+                    if let Some(letter) = PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload)
                     {
                         self.bury(letter, version, fire_at);
                     }
@@ -230,7 +230,12 @@ impl<S: TimeSource> Shard<S> {
         self.clock.now().as_micros().saturating_add_micros(us)
     }
 
-    pub(super) fn dead_list(&self, tenant: &str, after: Option<&str>, limit: usize) -> Vec<DeadInfo> {
+    pub(super) fn dead_list(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Vec<DeadInfo> {
         self.deliveries.dead.list(tenant, after, limit)
     }
 
@@ -263,7 +268,8 @@ impl<S: TimeSource> Shard<S> {
             return;
         };
         let now = self.clock.now().as_micros();
-        let new = meta.and_then(|m| PackedTimer::with_meta(tenant, key, &m, letter.timer.payload()));
+        let new =
+            meta.and_then(|m| PackedTimer::with_meta(tenant, key, &m, letter.timer.payload()));
         let Some(new) = new else {
             self.deliveries.dead.insert(letter);
             let _ = reply.send(Err(Error::DeadLetterNotFound {

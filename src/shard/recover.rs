@@ -6,8 +6,8 @@
 
 use super::dead::Letter;
 use super::Shard;
-use crate::metrics::DeliveryMetrics;
 use crate::clock::TimeSource;
+use crate::metrics::DeliveryMetrics;
 use crate::op::Op;
 use crate::store::Recovered;
 use crate::wheel::table::PackedTimer;

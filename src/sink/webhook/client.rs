@@ -89,7 +89,9 @@ impl Pool {
         let status = resp.status();
         let retry_after = resp.headers().get(hyper::header::RETRY_AFTER).cloned();
         // Read the body whole so the connection can serve the next delivery.
-        let body = Limited::new(resp.into_body(), MAX_RESPONSE_BODY).collect().await;
+        let body = Limited::new(resp.into_body(), MAX_RESPONSE_BODY)
+            .collect()
+            .await;
         if body.is_ok() && !sender.is_closed() {
             self.idle
                 .borrow_mut()
@@ -112,7 +114,8 @@ impl Pool {
         let stack = idle.get_mut(target)?;
         let now = Instant::now();
         // The oldest are at the front: drop the stale ones there first.
-        stack.retain(|c| now.saturating_duration_since(c.since) < IDLE_MAX && !c.sender.is_closed());
+        stack
+            .retain(|c| now.saturating_duration_since(c.since) < IDLE_MAX && !c.sender.is_closed());
         while let Some(c) = stack.pop() {
             if c.sender.is_ready() {
                 return Some(c.sender);

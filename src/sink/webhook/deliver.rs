@@ -35,9 +35,15 @@ pub struct Body<'a> {
 }
 
 /// The request of attempt `d.attempts` of `t`; `None` only if the body cannot be encoded.
-fn request(ctx: &Ctx, t: &FiredTimer<'_>, d: &Delivery, target: &Target, path: &str) -> Option<Request<Full<Bytes>>> {
-    let payload: &RawValue = serde_json::from_slice(payload_json(t.payload))
-        .unwrap_or_else(|_| null());
+fn request(
+    ctx: &Ctx,
+    t: &FiredTimer<'_>,
+    d: &Delivery,
+    target: &Target,
+    path: &str,
+) -> Option<Request<Full<Bytes>>> {
+    let payload: &RawValue =
+        serde_json::from_slice(payload_json(t.payload)).unwrap_or_else(|_| null());
     let body = serde_json::to_vec(&Body {
         tenant: t.tenant,
         key: t.key,
@@ -53,12 +59,21 @@ fn request(ctx: &Ctx, t: &FiredTimer<'_>, d: &Delivery, target: &Target, path: &
         .uri(path)
         .header(HOST, target.host_header())
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-        .header(USER_AGENT, HeaderValue::from_static(concat!("punctual/", env!("CARGO_PKG_VERSION"))))
-        .header("idempotency-key", format!("{}/{}/{}", t.tenant, t.key, t.version))
+        .header(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("punctual/", env!("CARGO_PKG_VERSION"))),
+        )
+        .header(
+            "idempotency-key",
+            format!("{}/{}/{}", t.tenant, t.key, t.version),
+        )
         .header("punctual-attempt", d.attempts);
     if let Some(secret) = ctx.settings.secret(t.tenant) {
         let now_s = t.fired_at.0 / 1_000_000_000;
-        b = b.header("punctual-signature", super::sign::signature(secret, now_s, &body));
+        b = b.header(
+            "punctual-signature",
+            super::sign::signature(secret, now_s, &body),
+        );
     }
     b.body(Full::new(Bytes::from(body))).ok()
 }
@@ -70,7 +85,14 @@ fn null() -> &'static RawValue {
 
 /// Starts attempt `d.attempts` of `t` as a task; `meta` is the in-flight state the timer was
 /// left in (the follow-up applies only to it).
-pub(super) fn spawn(ctx: Rc<Ctx>, t: &FiredTimer<'_>, d: Delivery, meta: Vec<u8>, target: Target, path: String) {
+pub(super) fn spawn(
+    ctx: Rc<Ctx>,
+    t: &FiredTimer<'_>,
+    d: Delivery,
+    meta: Vec<u8>,
+    target: Target,
+    path: String,
+) {
     let Some(expect) = PackedTimer::with_meta(t.tenant, t.key, &meta, b"") else {
         return;
     };
@@ -79,7 +101,10 @@ pub(super) fn spawn(ctx: Rc<Ctx>, t: &FiredTimer<'_>, d: Delivery, meta: Vec<u8>
     single_writer_add(&m.attempts, 1);
     DeliveryMetrics::add(&m.in_flight, 1);
     *ctx.per_host.borrow_mut().entry(target.clone()).or_default() += 1;
-    *ctx.per_tenant.borrow_mut().entry(t.tenant.into()).or_default() += 1;
+    *ctx.per_tenant
+        .borrow_mut()
+        .entry(t.tenant.into())
+        .or_default() += 1;
     let version = t.version;
     glommio::spawn_local(async move {
         let outcome = match req {
@@ -140,12 +165,19 @@ fn release(ctx: &Ctx, target: &Target, tenant: &str) {
 }
 
 /// What the outcome makes of the timer, counted.
-fn settle(ctx: &Ctx, m: &DeliveryMetrics, mut d: Delivery, outcome: Result<(), Failure>, tenant: &str) -> Next {
+fn settle(
+    ctx: &Ctx,
+    m: &DeliveryMetrics,
+    mut d: Delivery,
+    outcome: Result<(), Failure>,
+    tenant: &str,
+) -> Next {
     let failure = match outcome {
         Ok(()) => {
             single_writer_add(&m.successes, 1);
             let now = crate::clock::clock_ns(libc::CLOCK_REALTIME);
-            m.latency.observe(now.saturating_sub(d.fire_at_us.saturating_mul(1_000)));
+            m.latency
+                .observe(now.saturating_sub(d.fire_at_us.saturating_mul(1_000)));
             return Next::Done;
         }
         Err(f) => f,
@@ -153,7 +185,10 @@ fn settle(ctx: &Ctx, m: &DeliveryMetrics, mut d: Delivery, outcome: Result<(), F
     m.failed(failure.class());
     d.last = match &failure {
         Failure::Connect(e) => Last::Error(e.clone()),
-        Failure::Timeout => Last::Error(format!("no answer within {} ms", ctx.settings.timeout.as_millis())),
+        Failure::Timeout => Last::Error(format!(
+            "no answer within {} ms",
+            ctx.settings.timeout.as_millis()
+        )),
         Failure::Retriable { status, .. } | Failure::Permanent { status } => Last::Status(*status),
     };
     if failure.is_retriable() && d.has_budget() {

@@ -261,7 +261,9 @@ mod tests {
         assert_eq!(Delivery::decode(&bad_state), None);
         // The long error was cut at a character boundary, not mid-character.
         let back = Delivery::decode(&bytes).expect("valid");
-        assert!(matches!(back.last, Last::Error(e) if e.len() <= MAX_ERROR && e.chars().all(|c| c == 'é')));
+        assert!(
+            matches!(back.last, Last::Error(e) if e.len() <= MAX_ERROR && e.chars().all(|c| c == 'é'))
+        );
     }
 
     #[test]
@@ -270,7 +272,11 @@ mod tests {
         assert!(is_own_firing(&[]) && is_own_firing(&d.encode()));
         d.state = State::Waiting;
         assert!(!is_own_firing(&d.encode()));
-        assert_eq!(redriven(&d.encode()), None, "only a dead letter is re-driven");
+        assert_eq!(
+            redriven(&d.encode()),
+            None,
+            "only a dead letter is re-driven"
+        );
         d.state = State::Dead;
         d.attempts = 3;
         assert!(is_dead(&d.encode()));

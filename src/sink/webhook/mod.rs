@@ -192,7 +192,12 @@ impl Sink for WebhookSink {
             return Next::Done;
         }
         let Some(mut d) = Delivery::decode(t.meta) else {
-            tracing::warn!(shard = self.ctx.shard, tenant = t.tenant, key = t.key, "webhook: unreadable delivery state; the timer fires without its callback");
+            tracing::warn!(
+                shard = self.ctx.shard,
+                tenant = t.tenant,
+                key = t.key,
+                "webhook: unreadable delivery state; the timer fires without its callback"
+            );
             return Next::Done;
         };
         if !self.ctx.settings.enabled(t.tenant) {
@@ -203,7 +208,9 @@ impl Sink for WebhookSink {
             State::InFlight => {
                 // The outcome of the attempt in flight never came back (the process
                 // restarted, or the shard fell far behind): that attempt counts as failed.
-                d.last = Last::Error("no outcome: the process restarted or the delivery outlived its timeout".into());
+                d.last = Last::Error(
+                    "no outcome: the process restarted or the delivery outlived its timeout".into(),
+                );
                 crate::metrics::DeliveryMetrics::failed(&self.ctx.tenant(t.tenant), "timeout");
                 self.start(t, d)
             }

@@ -175,10 +175,7 @@ mod tests {
 
     #[test]
     fn retry_after_reads_seconds_and_dates() {
-        assert_eq!(
-            parse_retry_after(b" 7 ", 0),
-            Some(Duration::from_secs(7))
-        );
+        assert_eq!(parse_retry_after(b" 7 ", 0), Some(Duration::from_secs(7)));
         let now = 784_111_777 - 10; // 10 s before the date below
         assert_eq!(
             parse_retry_after(b"Sun, 06 Nov 1994 08:49:37 GMT", now),

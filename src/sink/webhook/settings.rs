@@ -229,11 +229,11 @@ impl Target {
             return Err(invalid("no host"));
         }
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
-        let path = uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
+        let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
             .to_string();
-        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
         Ok((Target { https, host, port }, path))
     }
 
@@ -354,7 +354,10 @@ mod tests {
     #[test]
     fn targets_parse_with_default_ports_and_ipv6() {
         let (t, p) = Target::parse("https://h.example/a/b?c=d").expect("valid");
-        assert_eq!((t.https, t.host.as_str(), t.port, p.as_str()), (true, "h.example", 443, "/a/b?c=d"));
+        assert_eq!(
+            (t.https, t.host.as_str(), t.port, p.as_str()),
+            (true, "h.example", 443, "/a/b?c=d")
+        );
         assert_eq!(t.host_header(), "h.example");
         let (t, p) = Target::parse("http://[::1]:8080").expect("valid");
         assert_eq!((t.host.as_str(), t.port, p.as_str()), ("::1", 8080, "/"));
@@ -369,7 +372,10 @@ mod tests {
         let s = settings();
         assert_eq!(s.retry_for("shop", None, None, None), Ok(DEFAULT_RETRY));
         let p = s.retry_for("shop", Some(3), Some(10), None).expect("valid");
-        assert_eq!((p.max_attempts, p.base_delay_ms, p.max_delay_ms), (3, 10, 60_000));
+        assert_eq!(
+            (p.max_attempts, p.base_delay_ms, p.max_delay_ms),
+            (3, 10, 60_000)
+        );
         assert!(s.retry_for("shop", Some(0), None, None).is_err());
         assert!(s.retry_for("shop", Some(1 << 40), None, None).is_err());
         assert!(s.retry_for("shop", None, Some(5_000), Some(10)).is_err());

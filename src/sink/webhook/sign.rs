@@ -126,6 +126,9 @@ mod tests {
         let h = signature(b"Jefe", 0, b"what do ya want for nothing?");
         let mut m = HmacSha256::new_from_slice(b"Jefe").expect("any key length");
         m.update(b"0.what do ya want for nothing?");
-        assert_eq!(h, format!("t=0,v1={}", hex::encode(m.finalize().into_bytes())));
+        assert_eq!(
+            h,
+            format!("t=0,v1={}", hex::encode(m.finalize().into_bytes()))
+        );
     }
 }

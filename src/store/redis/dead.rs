@@ -101,7 +101,13 @@ mod tests {
         assert!(text(&hset).contains(&dead_key(p)) && text(&hset).contains("7 9 m1:M {\"a\":1}"));
         assert!(text(&hdel).contains(&layout::timers_key(p)));
         let x = text(&xadd);
-        for part in ["punctual:dead:{shop}", "attempts", "last_status", "503", "http://h/x"] {
+        for part in [
+            "punctual:dead:{shop}",
+            "attempts",
+            "last_status",
+            "503",
+            "http://h/x",
+        ] {
             assert!(x.contains(part), "{part} missing in {x:?}");
         }
         assert!(!x.contains("last_error"));

@@ -11,8 +11,8 @@
 //! inserting a timer twice is an upsert with the same version, so a restart is harmless.
 
 use super::conn::Conn;
-use super::flush::pause;
 use super::dead::dead_key;
+use super::flush::pause;
 use super::layout::{decode_record, parse_field, partition_of, timers_key, PARTITIONS};
 use super::Shared;
 use crate::metrics::{StoreMetrics, StoreState};
