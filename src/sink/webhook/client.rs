@@ -38,6 +38,9 @@ const MAX_RESPONSE_BODY: usize = 64 * 1024;
 
 type Sender = SendRequest<Full<Bytes>>;
 
+/// Resolved addresses by `host:port`, with when they were resolved.
+type DnsCache = HashMap<String, (Instant, Arc<[SocketAddr]>)>;
+
 struct Idle {
     sender: Sender,
     since: Instant,
@@ -53,7 +56,7 @@ pub struct Answer {
 pub struct Pool {
     tls: futures_rustls::TlsConnector,
     idle: RefCell<HashMap<Target, Vec<Idle>>>,
-    dns: RefCell<HashMap<String, (Instant, Arc<[SocketAddr]>)>>,
+    dns: RefCell<DnsCache>,
 }
 
 impl Pool {

@@ -98,7 +98,7 @@ impl Ctx {
     }
 
     pub fn draw(&self) -> u64 {
-        self.jitter.borrow_mut().next()
+        self.jitter.borrow_mut().draw()
     }
 }
 

@@ -107,7 +107,7 @@ impl Jitter {
         Jitter(seed | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn draw(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -161,7 +161,7 @@ mod tests {
         let p = policy(100, 1_000);
         let mut j = Jitter::new(7);
         for n in 1..20 {
-            let d = next_delay(&p, n, None, j.next());
+            let d = next_delay(&p, n, None, j.draw());
             assert!(d <= backoff_ceiling(&p, n), "attempt {n}: {d:?}");
         }
         let ra = Some(Duration::from_secs(3600));
