@@ -67,32 +67,57 @@ pub struct TimerBody<'a> {
     pub version: u64,
     pub payload: &'a RawValue,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub callback: Option<super::webhooks::CallbackView>,
+    pub callback: Option<CallbackView>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry: Option<super::webhooks::RetryView>,
+    pub retry: Option<RetryView>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub delivery: Option<super::webhooks::DeliveryView>,
+    pub delivery: Option<DeliveryView>,
 }
 
 impl<'a> TimerBody<'a> {
+    /// The body of a timer without a callback (`api::webhooks::timer_body` adds one's).
     pub fn new(tenant: &'a str, key: &'a str, info: &'a TimerInfo) -> Self {
-        let views = super::webhooks::views(info);
-        let fire_at_us = views.as_ref().map_or(info.deadline.0, |v| v.0);
-        let (callback, retry, delivery) = match views {
-            Some((_, c, r, d)) => (Some(c), Some(r), Some(d)),
-            None => (None, None, None),
-        };
         TimerBody {
             tenant,
             key,
-            fire_at_us,
+            fire_at_us: info.deadline.0,
             version: info.version,
             payload: payload(&info.payload),
-            callback,
-            retry,
-            delivery,
+            callback: None,
+            retry: None,
+            delivery: None,
         }
     }
+}
+
+/// `"callback": {"url"}`.
+#[derive(Serialize)]
+pub struct CallbackView {
+    pub url: String,
+}
+
+/// `"retry": {"max_attempts", "base_delay_ms", "max_delay_ms"}`.
+#[derive(Serialize)]
+pub struct RetryView {
+    pub max_attempts: u32,
+    pub base_delay_ms: u64,
+    pub max_delay_ms: u64,
+}
+
+/// A pending timer's delivery, as `GET` shows it.
+#[derive(Serialize)]
+pub struct DeliveryView {
+    /// `pending` (its deadline not reached), `in_flight`, or `retrying` (waiting for the next
+    /// attempt).
+    pub state: &'static str,
+    pub attempts: u32,
+    /// When the wheel fires it next: the deadline, the next attempt, or the end of the
+    /// attempt in flight.
+    pub next_at_us: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// One item of a batch's answer: its result, or its error.

@@ -139,7 +139,7 @@ impl App {
             Method::GET => match self.handle.get_async(tenant, key).await? {
                 Some(info) => Ok(respond::json_of(
                     StatusCode::OK,
-                    &respond::TimerBody::new(tenant, key, &info),
+                    &super::webhooks::timer_body(tenant, key, &info),
                 )),
                 None => Err(not_pending(tenant, key)),
             },

@@ -12,7 +12,6 @@ use super::tenants::Tenants;
 use crate::config::{Config, PinningMode};
 use crate::engine::{EngineBuilder, Pinning};
 use crate::sink::webhook::settings::{tls_config, TenantWebhooks, WebhookSettings};
-use crate::store::redis::RedisConfig;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,14 +51,13 @@ pub fn serve(config: Config) -> Result<(), String> {
         }
     }
     if let Some(url) = &config.redis {
-        let mut redis = RedisConfig::new(url.clone());
-        redis.streams_off = config
-            .tenants
-            .iter()
-            .filter(|(_, t)| t.stream == Some(false))
-            .map(|(name, _)| name.clone())
-            .collect();
-        builder = builder.redis_config(redis);
+        builder = builder.redis(url.clone()).streams_off(
+            config
+                .tenants
+                .iter()
+                .filter(|(_, t)| t.stream == Some(false))
+                .map(|(name, _)| name.clone()),
+        );
     }
     builder = match (&config.cores, &config.pinning) {
         (Some(cores), _) => builder.cores(cores.clone()),

@@ -10,7 +10,7 @@
 
 use super::body::Registration;
 use super::error::ApiError;
-use super::respond::{self, Resp};
+use super::respond::{self, CallbackView, DeliveryView, Resp, RetryView, TimerBody};
 use super::state::App;
 use crate::engine::{Cancelled, DeadInfo, TimerInfo};
 use crate::error::{validate_name, NameKind};
@@ -182,63 +182,37 @@ impl<'a> DeadBody<'a> {
     }
 }
 
-#[derive(Serialize)]
-pub struct CallbackView {
-    pub url: String,
-}
-
-#[derive(Serialize)]
-pub struct RetryView {
-    pub max_attempts: u32,
-    pub base_delay_ms: u64,
-    pub max_delay_ms: u64,
-}
-
-/// A pending timer's delivery, as `GET` shows it.
-#[derive(Serialize)]
-pub struct DeliveryView {
-    /// `pending` (its deadline not reached), `in_flight`, or `retrying` (waiting for the next
-    /// attempt).
-    pub state: &'static str,
-    pub attempts: u32,
-    /// When the wheel fires it next: the deadline, the next attempt, or the end of the
-    /// attempt in flight.
-    pub next_at_us: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_status: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-}
-
-/// The `callback`, `retry` and `delivery` of a pending timer, and its own deadline; `None`
-/// for a timer without a callback.
-pub fn views(info: &TimerInfo) -> Option<(u64, CallbackView, RetryView, DeliveryView)> {
-    let d = Delivery::decode(&info.meta)?;
+/// A pending timer's body: with its callback, retry policy and delivery when it has a
+/// callback (its `fire_at_us` stays its own deadline, not the next attempt's).
+pub fn timer_body<'a>(tenant: &'a str, key: &'a str, info: &'a TimerInfo) -> TimerBody<'a> {
+    let mut body = TimerBody::new(tenant, key, info);
+    let Some(d) = Delivery::decode(&info.meta) else {
+        return body;
+    };
     let (last_status, last_error) = match &d.last {
         Last::Status(s) => (Some(*s), None),
         Last::Error(e) => (None, Some(e.clone())),
         Last::None => (None, None),
     };
-    Some((
-        d.fire_at_us,
-        CallbackView { url: d.url },
-        RetryView {
-            max_attempts: d.retry.max_attempts,
-            base_delay_ms: d.retry.base_delay_ms,
-            max_delay_ms: d.retry.max_delay_ms,
+    body.fire_at_us = d.fire_at_us;
+    body.retry = Some(RetryView {
+        max_attempts: d.retry.max_attempts,
+        base_delay_ms: d.retry.base_delay_ms,
+        max_delay_ms: d.retry.max_delay_ms,
+    });
+    body.delivery = Some(DeliveryView {
+        state: match d.state {
+            State::New => "pending",
+            State::InFlight => "in_flight",
+            State::Waiting | State::Dead => "retrying",
         },
-        DeliveryView {
-            state: match d.state {
-                State::New => "pending",
-                State::InFlight => "in_flight",
-                State::Waiting | State::Dead => "retrying",
-            },
-            attempts: d.attempts,
-            next_at_us: info.deadline.0,
-            last_status,
-            last_error,
-        },
-    ))
+        attempts: d.attempts,
+        next_at_us: info.deadline.0,
+        last_status,
+        last_error,
+    });
+    body.callback = Some(CallbackView { url: d.url });
+    body
 }
 
 #[cfg(test)]

@@ -168,6 +168,15 @@ impl EngineBuilder {
         self.store(StoreKind::Redis(config))
     }
 
+    /// Tenants whose fired timers get no Redis Stream entry (they use webhooks only). Applies
+    /// to a Redis store set before this call.
+    pub fn streams_off(mut self, tenants: impl IntoIterator<Item = String>) -> Self {
+        if let StoreKind::Redis(cfg) = &mut self.store {
+            cfg.streams_off.extend(tenants);
+        }
+        self
+    }
+
     /// Which store the shards use (default: in memory, not durable).
     pub fn store(mut self, store: StoreKind) -> Self {
         self.store = store;
