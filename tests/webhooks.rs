@@ -617,3 +617,137 @@ fn retries_resume_after_a_restart_with_redis_and_dead_letters_survive_it() {
     );
     assert_eq!(s.req("DELETE", "/v1/dead/t/dead", "").status, 204);
 }
+
+#[test]
+fn the_python_receiver_example_verifies_signatures_and_dedupes() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let port = api_support::free_port();
+    let mut py = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/webhook_receiver.py"
+        ))
+        .arg(format!("127.0.0.1:{port}"))
+        .env("PUNCTUAL_WEBHOOK_SECRET", "s3cret")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    eventually("the Python receiver listens", || {
+        std::net::TcpStream::connect(addr).ok()
+    });
+    let s = start(
+        &format!(
+            "callback_allow = [\"http://{addr}/\"]\n[tenants.good]\nwebhook_secret = \"s3cret\"\n[tenants.bad]\nwebhook_secret = \"wrong\"\n"
+        ),
+        &[],
+    );
+    let cb = json!({"url": format!("http://{addr}/hook")});
+    let (_, r) = put(
+        &s,
+        "good",
+        "k1",
+        json!({"delay_ms": 10, "payload": {"x": 1}, "callback": cb}),
+    );
+    let version = r["version"].as_u64().expect("version");
+    put(
+        &s,
+        "bad",
+        "k2",
+        json!({"delay_ms": 10, "callback": cb,
+        "retry": {"max_attempts": 1}}),
+    );
+    eventually("the good delivery is accepted", || {
+        (s.req("GET", "/v1/timers/good/k1", "").status == 404).then_some(())
+    });
+    assert!(dead(&s, "good").is_empty());
+    // A wrong signature is answered 401: permanent, a dead letter at once.
+    let letters = eventually("the badly signed delivery is dead", || {
+        let d = dead(&s, "bad");
+        (!d.is_empty()).then_some(d)
+    });
+    assert_eq!(letters[0]["last_status"], 401);
+    // A repeat of the good delivery (same Idempotency-Key, a valid signature) is not processed
+    // twice.
+    let body = json!({"tenant": "good", "key": "k1", "version": version, "fire_at_us": 1,
+        "fired_at_us": 1, "attempt": 2, "payload": {"x": 1}})
+    .to_string();
+    let sig = sign::signature(b"s3cret", receiver::now_us() / 1_000_000, body.as_bytes());
+    let idem = format!("good/k1/{version}");
+    let r = api_support::request(
+        addr,
+        "POST",
+        "/hook",
+        &[
+            ("Idempotency-Key", idem.as_str()),
+            ("Punctual-Signature", sig.as_str()),
+        ],
+        body.as_bytes(),
+    );
+    assert_eq!(r.status, 204);
+    let _ = py.kill();
+    let _ = py.wait();
+    let mut out = String::new();
+    py.stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("output");
+    assert_eq!(out.matches("timer good/k1").count(), 1, "{out}");
+    assert!(out.contains(&format!("repeat of {idem}")), "{out}");
+    assert!(!out.contains("bad/k2"), "{out}");
+}
+
+#[test]
+fn an_https_callback_is_delivered_over_rustls_and_an_untrusted_certificate_is_refused() {
+    let pki = receiver::test_pki();
+    let rx = Receiver::start_tls(&pki, |_, _| Reply::status(200));
+    let ca = config_file(&pki.ca_pem);
+    let base = format!("https://localhost:{}/", rx.addr.port());
+    let toml = |ca: Option<&std::path::Path>| {
+        let mut t = format!("callback_allow = [{base:?}]\n");
+        if let Some(p) = ca {
+            t.push_str(&format!("webhook_ca_file = {:?}\n", p.to_string_lossy()));
+        }
+        t
+    };
+    let s = start(&toml(Some(ca.path())), &[]);
+    let (st, _) = put(
+        &s,
+        "t",
+        "k",
+        json!({"delay_ms": 10, "payload": 7, "callback": {"url": format!("{base}tls")}}),
+    );
+    assert_eq!(st, 201);
+    let got = rx.wait(LONG, |r| !r.is_empty());
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].json()["payload"], 7);
+    eventually("the delivered timer leaves", || {
+        (s.req("GET", "/v1/timers/t/k", "").status == 404).then_some(())
+    });
+    // Without the CA, the certificate does not verify: a connect failure, retried, then dead.
+    let untrusting = start(&toml(None), &[]);
+    put(
+        &untrusting,
+        "t",
+        "k",
+        json!({"delay_ms": 10, "callback": {"url": format!("{base}tls")},
+        "retry": {"max_attempts": 2, "base_delay_ms": 10, "max_delay_ms": 10}}),
+    );
+    let letters = eventually("a dead letter", || {
+        let d = dead(&untrusting, "t");
+        (!d.is_empty()).then_some(d)
+    });
+    let err = letters[0]["last_error"].as_str().unwrap_or("").to_string();
+    assert!(err.contains("TLS") || err.contains("certificate"), "{err}");
+    assert_eq!(
+        rx.received().len(),
+        1,
+        "nothing reached the receiver without trust"
+    );
+}

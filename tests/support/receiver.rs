@@ -97,8 +97,56 @@ impl Receiver {
                         return;
                     }
                     let Ok(conn) = conn else { continue };
+                    let _ = conn.set_nodelay(true);
                     let (log, script, stop) = (log.clone(), script.clone(), stop.clone());
                     std::thread::spawn(move || serve(conn, &log, &script, &stop));
+                }
+            });
+        }
+        Receiver {
+            addr,
+            log,
+            script,
+            stop,
+        }
+    }
+
+    /// Like `start`, over TLS with `pki`'s certificate for `localhost`.
+    pub fn start_tls(
+        pki: &TestPki,
+        script: impl Fn(&Received, &[Received]) -> Reply + Send + Sync + 'static,
+    ) -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let addr = listener.local_addr().expect("local addr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let script: Arc<Mutex<Arc<Script>>> = Arc::new(Mutex::new(Arc::new(script)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![pki.cert_der.clone().into()],
+                rustls_pki_types::PrivateKeyDer::Pkcs8(pki.key_der.clone().into()),
+            )
+            .expect("server certificate");
+        let config = Arc::new(config);
+        {
+            let (log, script, stop) = (log.clone(), script.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for conn in listener.incoming() {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let Ok(conn) = conn else { continue };
+                    let Ok(tls) = rustls::ServerConnection::new(config.clone()) else {
+                        continue;
+                    };
+                    let (log, script, stop) = (log.clone(), script.clone(), stop.clone());
+                    std::thread::spawn(move || {
+                        serve(rustls::StreamOwned::new(tls, conn), &log, &script, &stop)
+                    });
                 }
             });
         }
@@ -164,16 +212,36 @@ impl Drop for Receiver {
     }
 }
 
-fn serve(
-    conn: TcpStream,
+/// A test CA, and a certificate for `localhost` it signed (with its key).
+pub struct TestPki {
+    pub ca_pem: String,
+    pub cert_der: Vec<u8>,
+    pub key_der: Vec<u8>,
+}
+
+pub fn test_pki() -> TestPki {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("CA");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .expect("params")
+        .signed_by(&key, &ca)
+        .expect("certificate");
+    TestPki {
+        ca_pem: ca.pem(),
+        cert_der: cert.der().to_vec(),
+        key_der: key.serialize_der(),
+    }
+}
+
+fn serve<S: Read + Write>(
+    conn: S,
     log: &Mutex<Vec<Received>>,
     script: &Mutex<Arc<Script>>,
     stop: &AtomicBool,
 ) {
-    let _ = conn.set_nodelay(true);
-    let Ok(mut writer) = conn.try_clone() else {
-        return;
-    };
     let mut reader = BufReader::new(conn);
     while !stop.load(Ordering::Acquire) {
         let mut line = String::new();
@@ -226,7 +294,11 @@ fn serve(
             head.push_str(&format!("{k}: {v}\r\n"));
         }
         head.push_str("\r\n");
-        if writer.write_all(head.as_bytes()).is_err() {
+        let w = reader.get_mut();
+        if w.write_all(head.as_bytes())
+            .and_then(|()| w.flush())
+            .is_err()
+        {
             return;
         }
     }
