@@ -98,7 +98,8 @@ impl<S: TimeSource> Shard<S> {
                         self.bury(letter, version, fire_at);
                     }
                 }
-                Next::Done => {
+                Next::Done | Next::Wake => {
+                    // A sink never answers a fire with `Wake`; taken as done.
                     if k.own {
                         self.store.fired(&f);
                     } else {
@@ -127,12 +128,14 @@ impl<S: TimeSource> Shard<S> {
 
     fn apply_followup(&mut self, f: Followup) {
         let identity = f.timer.identity();
-        let payload = match self.table.get(identity) {
-            Some(v) if v.version == f.version && v.timer.meta() == f.timer.meta() => {
-                v.timer.payload().to_vec()
-            }
+        let current = self.table.get(identity);
+        if !current.is_some_and(|v| v.version == f.version && v.timer.meta() == f.timer.meta()) {
             // Cancelled, replaced or moved on since: not ours to change.
-            _ => return,
+            return;
+        }
+        let payload = match f.next {
+            Next::Done => Vec::new(),
+            _ => current.map_or_else(Vec::new, |v| v.timer.payload().to_vec()),
         };
         let (tenant, key) = (f.timer.tenant(), f.timer.key());
         match f.next {
@@ -169,6 +172,13 @@ impl<S: TimeSource> Shard<S> {
                     if let Some(letter) = PackedTimer::with_meta(tenant, key, &meta, &payload) {
                         self.bury(letter, f.version, fire_at);
                     }
+                }
+            }
+            Next::Wake => {
+                // Due now; the store keeps its later deadline as the safety net.
+                let now = self.clock.now().as_micros();
+                if let Some(t) = PackedTimer::with_meta(tenant, key, f.timer.meta(), &payload) {
+                    let _ = self.table.insert_with_version(t, now, f.version);
                 }
             }
         }

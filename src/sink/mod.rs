@@ -55,6 +55,9 @@ pub enum Next {
     /// Leaves the wheel for the dead-letter table, with this (final) metadata; `fire_at` is
     /// the timer's own deadline.
     Dead { meta: Vec<u8>, fire_at: UtcMicros },
+    /// Due now, unchanged (a follow-up: a delivery held back by a cap got its turn). The
+    /// store is not told: it keeps the later deadline, a safety net should the wake be lost.
+    Wake,
 }
 
 /// What a sink learned later about a pending timer (a delivery's outcome), for the shard to

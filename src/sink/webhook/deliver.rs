@@ -112,6 +112,7 @@ pub(super) fn spawn(
             None => Err(Failure::Connect("the request could not be built".into())),
         };
         release(&ctx, &target, expect.tenant());
+        wake_next(&ctx, &target, expect.tenant());
         DeliveryMetrics::add(&m.in_flight, -1);
         let next = settle(&ctx, &m, d, outcome, expect.tenant());
         ctx.followups.borrow_mut().push(Followup {
@@ -161,6 +162,34 @@ fn release(ctx: &Ctx, target: &Target, tenant: &str) {
         if *n == 0 {
             tenants.remove(tenant);
         }
+    }
+}
+
+/// A slot on `target` and one of `tenant` came free: the first timer waiting on each is due
+/// now (it takes the slot when it fires, or waits again if another took it first).
+fn wake_next(ctx: &Ctx, target: &Target, tenant: &str) {
+    let mut q = ctx.queues.borrow_mut();
+    let mut woken = Vec::with_capacity(2);
+    if let Some(queue) = q.by_host.get_mut(target) {
+        woken.extend(queue.pop_front());
+        if queue.is_empty() {
+            q.by_host.remove(target);
+        }
+    }
+    if let Some(queue) = q.by_tenant.get_mut(tenant) {
+        woken.extend(queue.pop_front());
+        if queue.is_empty() {
+            q.by_tenant.remove(tenant);
+        }
+    }
+    drop(q);
+    let mut followups = ctx.followups.borrow_mut();
+    for h in woken {
+        followups.push(Followup {
+            timer: h.timer,
+            version: h.version,
+            next: Next::Wake,
+        });
     }
 }
 

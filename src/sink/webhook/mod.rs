@@ -30,8 +30,12 @@
 //! `fired` only decides, builds the request (serde for the body, HMAC for the signature) and
 //! spawns the delivery as a task on the shard's executor; the wheel's pass goes on. Each shard
 //! caps its deliveries in flight per host and per tenant (`WebhookSettings`); a delivery a cap
-//! holds back is not lost and uses no attempt: the timer waits [`CAP_WAIT`] (plus jitter) and
-//! fires again. Refusals are counted per tenant.
+//! holds back is not lost and uses no attempt: the timer stays pending (its deadline pushed to
+//! a safety net, [`held_back_for`]) and waits in a FIFO queue of its host or tenant; each
+//! delivery that ends wakes the next one waiting on its host and on its tenant (a `Wake`
+//! follow-up: the timer is due at once). So a backlog costs one queue entry per timer, not a
+//! re-fire every few milliseconds, and the caps' throughput goes to the timers in order.
+//! Refusals are counted per tenant.
 //!
 //! | file | owns |
 //! |---|---|
@@ -66,8 +70,25 @@ use std::time::Duration;
 /// fires again (and the next attempt starts) only if the outcome never came back.
 pub const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(1);
 
-/// How long a delivery held back by a cap waits (plus up to as much again of jitter).
-pub const CAP_WAIT: Duration = Duration::from_millis(20);
+/// A delivery held back by a cap is woken by the queue; should the wake be lost (a crash), the
+/// timer fires again after this (the webhook timeout, plus the in-flight margin, plus up to
+/// one more second of jitter).
+pub fn held_back_for(s: &WebhookSettings, draw: u64) -> Duration {
+    s.timeout + IN_FLIGHT_MARGIN + Duration::from_micros(draw % 1_000_001)
+}
+
+/// A timer held back by a cap, waiting for its turn: its identity and its metadata then.
+pub(crate) struct HeldBack {
+    pub timer: crate::wheel::table::PackedTimer,
+    pub version: u64,
+}
+
+/// The timers held back by a cap, in arrival order, per host and per tenant.
+#[derive(Default)]
+pub(crate) struct Queues {
+    pub by_host: HashMap<Target, std::collections::VecDeque<HeldBack>>,
+    pub by_tenant: HashMap<Box<str>, std::collections::VecDeque<HeldBack>>,
+}
 
 /// What the sink and its delivery tasks share, on the shard's thread.
 pub(crate) struct Ctx {
@@ -79,6 +100,7 @@ pub(crate) struct Ctx {
     pub wake: Box<dyn Fn()>,
     pub per_host: RefCell<HashMap<Target, u32>>,
     pub per_tenant: RefCell<HashMap<Box<str>, u32>>,
+    pub queues: RefCell<Queues>,
     pub metrics: Arc<ShardMetrics>,
     tenant_metrics: RefCell<HashMap<Box<str>, Arc<DeliveryMetrics>>>,
     pub jitter: RefCell<policy::Jitter>,
@@ -125,6 +147,7 @@ impl WebhookSink {
                 wake,
                 per_host: RefCell::new(HashMap::new()),
                 per_tenant: RefCell::new(HashMap::new()),
+                queues: RefCell::new(Queues::default()),
                 metrics,
                 tenant_metrics: RefCell::new(HashMap::new()),
                 jitter: RefCell::new(policy::Jitter::new(seed)),
@@ -161,10 +184,27 @@ impl WebhookSink {
             if d.state == State::New {
                 d.state = State::Waiting;
             }
-            let jitter = Duration::from_micros(ctx.draw() % (CAP_WAIT.as_micros() as u64 + 1));
+            let meta = d.encode();
+            if let Some(timer) =
+                crate::wheel::table::PackedTimer::with_meta(t.tenant, t.key, &meta, b"")
+            {
+                let held = HeldBack {
+                    timer,
+                    version: t.version,
+                };
+                let mut q = ctx.queues.borrow_mut();
+                if host_full {
+                    q.by_host.entry(target).or_default().push_back(held);
+                } else {
+                    q.by_tenant
+                        .entry(t.tenant.into())
+                        .or_default()
+                        .push_back(held);
+                }
+            }
             return Next::Reschedule {
-                after: CAP_WAIT + jitter,
-                meta: d.encode(),
+                after: held_back_for(s, ctx.draw()),
+                meta,
             };
         }
         d.attempts += 1;
