@@ -23,6 +23,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The service's allocator (`src/main.rs`), so the figures are the service's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn scale(n: u64) -> u64 {
     let s: f64 = std::env::var("PUNCTUAL_BENCH_SCALE")
         .ok()

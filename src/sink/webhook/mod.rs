@@ -83,11 +83,15 @@ pub(crate) struct HeldBack {
     pub version: u64,
 }
 
+/// The sink's maps, keyed by host or tenant: foldhash with a random seed (the keys come from
+/// clients' registrations, so a fixed seed would let them aim at one probe sequence).
+pub(crate) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// The timers held back by a cap, in arrival order, per host and per tenant.
 #[derive(Default)]
 pub(crate) struct Queues {
-    pub by_host: HashMap<Target, std::collections::VecDeque<HeldBack>>,
-    pub by_tenant: HashMap<Box<str>, std::collections::VecDeque<HeldBack>>,
+    pub by_host: Map<Target, std::collections::VecDeque<HeldBack>>,
+    pub by_tenant: Map<Box<str>, std::collections::VecDeque<HeldBack>>,
 }
 
 /// What the sink and its delivery tasks share, on the shard's thread.
@@ -98,11 +102,11 @@ pub(crate) struct Ctx {
     pub followups: RefCell<Vec<Followup>>,
     /// Wakes the shard's loop if it is parked (a follow-up is waiting).
     pub wake: Box<dyn Fn()>,
-    pub per_host: RefCell<HashMap<Target, u32>>,
-    pub per_tenant: RefCell<HashMap<Box<str>, u32>>,
+    pub per_host: RefCell<Map<Target, u32>>,
+    pub per_tenant: RefCell<Map<Box<str>, u32>>,
     pub queues: RefCell<Queues>,
     pub metrics: Arc<ShardMetrics>,
-    tenant_metrics: RefCell<HashMap<Box<str>, Arc<DeliveryMetrics>>>,
+    tenant_metrics: RefCell<Map<Box<str>, Arc<DeliveryMetrics>>>,
     pub jitter: RefCell<policy::Jitter>,
 }
 
@@ -145,11 +149,11 @@ impl WebhookSink {
                 settings,
                 followups: RefCell::new(Vec::new()),
                 wake,
-                per_host: RefCell::new(HashMap::new()),
-                per_tenant: RefCell::new(HashMap::new()),
+                per_host: RefCell::default(),
+                per_tenant: RefCell::default(),
                 queues: RefCell::new(Queues::default()),
                 metrics,
-                tenant_metrics: RefCell::new(HashMap::new()),
+                tenant_metrics: RefCell::default(),
                 jitter: RefCell::new(policy::Jitter::new(seed)),
             }),
         }
