@@ -6,6 +6,8 @@
 
 mod api_support;
 mod openapi_support;
+#[path = "support/receiver.rs"]
+mod receiver;
 
 use api_support::{raw_exchange, read_response, request, Resp, Server};
 use openapi_support::{refs, router_routes, shape, Covered, Spec};
@@ -304,6 +306,97 @@ fn unlisted_methods(api: &Api) {
     }
 }
 
+/// Callbacks and the dead-letter routes, on a server whose callbacks may go to a receiver
+/// that answers 410 (permanent: each delivery makes a dead letter at once).
+fn dead_letters(spec: &Spec) {
+    let rx = receiver::Receiver::start(|_, _| receiver::Reply::status(410));
+    let mut f = tempfile::NamedTempFile::new().expect("temp file");
+    let conf = format!(
+        "callback_allow = [{:?}]\n[tenants.locked]\ntoken = \"s3cret\"\n",
+        rx.base()
+    );
+    f.write_all(conf.as_bytes()).expect("write");
+    let path = f.path().to_str().expect("utf-8 path").to_string();
+    let s = Server::start(&["--config", &path]);
+    let api = Api { spec, s: &s };
+    let cb = json!({"url": rx.url("hook")});
+    let far = json!({"delay_ms": 600000, "callback": cb, "retry": {"max_attempts": 2}});
+    let a = api.put("/v1/timers/t/pending", &far.to_string());
+    assert_eq!(a.status, 201, "{}", a.body);
+    let g = api.ask("GET", "/v1/timers/t/pending", "");
+    assert_eq!(
+        (g.status, &g.body["delivery"]["state"]),
+        (200, &json!("pending"))
+    );
+    let elsewhere = json!({"delay_ms": 1, "callback": {"url": "http://127.0.0.1:1/x"}});
+    let a = api.put("/v1/timers/t/k", &elsewhere.to_string());
+    assert_eq!(a.sc(), (400, "callback_not_allowed"));
+    let now = json!({"delay_ms": 1, "payload": {"n": 1}, "callback": cb});
+    assert_eq!(api.put("/v1/timers/t/k", &now.to_string()).status, 201);
+    let dead = |api: &Api| {
+        for _ in 0..2000 {
+            let a = api.ask("GET", "/v1/dead/t", "");
+            if a.body["dead"].as_array().is_some_and(|d| !d.is_empty()) {
+                return a;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("no dead letter");
+    };
+    let a = dead(&api);
+    assert_eq!(
+        (a.status, &a.body["dead"][0]["last_status"]),
+        (200, &json!(410))
+    );
+    // Re-drive: refused while a timer is pending under the key, accepted once it is not.
+    assert_eq!(
+        api.put("/v1/timers/t/k", r#"{"delay_ms": 600000}"#).status,
+        201
+    );
+    let a = api.ask("POST", "/v1/dead/t/k/retry", "");
+    assert_eq!(a.sc(), (409, "timer_pending"));
+    assert_eq!(api.ask("DELETE", "/v1/timers/t/k", "").status, 204);
+    assert_eq!(api.ask("POST", "/v1/dead/t/k/retry", "").status, 202);
+    dead(&api);
+    assert_eq!(api.ask("DELETE", "/v1/dead/t/k", "").status, 204);
+    for (method, path) in [
+        ("DELETE", "/v1/dead/t/none"),
+        ("POST", "/v1/dead/t/none/retry"),
+    ] {
+        assert_eq!(
+            api.ask(method, path, "").sc(),
+            (404, "not_found"),
+            "{method}"
+        );
+    }
+    for (query, code) in [
+        ("/v1/dead/t?limit=0", "invalid_field"),
+        ("/v1/dead/t?after=a%2F", "invalid_key"),
+        ("/v1/dead/a%20b", "invalid_tenant"),
+    ] {
+        assert_eq!(api.ask("GET", query, "").sc(), (400, code), "{query}");
+    }
+    for (method, path) in [("DELETE", "/v1/dead/t/.."), ("POST", "/v1/dead/t/../retry")] {
+        assert_eq!(
+            api.ask(method, path, "").sc(),
+            (400, "invalid_key"),
+            "{method}"
+        );
+    }
+    for (method, path) in [
+        ("GET", "/v1/dead/locked"),
+        ("DELETE", "/v1/dead/locked/k"),
+        ("POST", "/v1/dead/locked/k/retry"),
+    ] {
+        assert_eq!(
+            api.ask(method, path, "").sc(),
+            (401, "unauthorized"),
+            "{method}"
+        );
+        assert_eq!(api.oversized_head(method, path).status, 431, "{method}");
+    }
+}
+
 /// A Redis store that is down: writes, reads and cancels wait for the store's
 /// acknowledgement timeout (2 s) and are answered 503 store_unavailable; /healthz is 503.
 fn store_down(spec: &Spec) {
@@ -318,6 +411,9 @@ fn store_down(spec: &Spec) {
             ("PUT", "/v1/timers/t/k", r#"{"delay_ms": 1000}"#),
             ("GET", "/v1/timers/t/k", ""),
             ("DELETE", "/v1/timers/t/k", ""),
+            ("GET", "/v1/dead/t", ""),
+            ("DELETE", "/v1/dead/t/k", ""),
+            ("POST", "/v1/dead/t/k/retry", ""),
         ] {
             let api = &api;
             scope.spawn(move || {
@@ -391,6 +487,7 @@ fn real_answers_match_the_openapi_document() {
     std::thread::scope(|scope| {
         scope.spawn(|| store_down(&spec));
         scope.spawn(|| small_server(&spec));
+        scope.spawn(|| dead_letters(&spec));
         let args = [
             "--config",
             &conf,

@@ -33,22 +33,24 @@ fn route(path: &str) -> Route<'_> {
         (Some("metrics"), None, ..) => Route::Metrics,
         (Some("healthz"), None, ..) => Route::Healthz,
         (Some("v1"), Some("timers"), Some(t), None, _) if !t.is_empty() => Route::Batch(t),
-        (Some("v1"), Some("dead"), Some(t), None, _) if !t.is_empty() => {
-            Route::Dead(t, None, false)
-        }
-        (Some("v1"), Some("dead"), Some(t), Some(k), None) if !t.is_empty() && !k.is_empty() => {
-            Route::Dead(t, Some(k), false)
-        }
-        (Some("v1"), Some("dead"), Some(t), Some(k), Some("retry"))
-            if !t.is_empty() && !k.is_empty() && it.next().is_none() =>
-        {
-            Route::Dead(t, Some(k), true)
+        (Some("v1"), Some("dead"), Some(t), None, _) => dead_route(t, None, false),
+        (Some("v1"), Some("dead"), Some(t), Some(k), None) => dead_route(t, Some(k), false),
+        (Some("v1"), Some("dead"), Some(t), Some(k), Some("retry")) if it.next().is_none() => {
+            dead_route(t, Some(k), true)
         }
         (Some("v1"), Some("timers"), Some(t), Some(k), None) if !t.is_empty() && !k.is_empty() => {
             Route::Timer(t, k)
         }
         _ => Route::NotFound,
     }
+}
+
+/// `/v1/dead/{tenant}[/{key}[/retry]]`, with no empty segment.
+fn dead_route<'a>(tenant: &'a str, key: Option<&'a str>, retry: bool) -> Route<'a> {
+    if tenant.is_empty() || key.is_some_and(str::is_empty) {
+        return Route::NotFound;
+    }
+    Route::Dead(tenant, key, retry)
 }
 
 impl App {
