@@ -24,7 +24,7 @@ use super::segment::sync_dir;
 use super::{Health, Shared};
 use crate::metrics::StoreMetrics;
 use futures_lite::AsyncWriteExt;
-use glommio::io::{DmaFile, DmaStreamWriterBuilder, OpenOptions};
+use glommio::io::{DmaStreamWriterBuilder, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -82,6 +82,10 @@ async fn run(shared: Rc<Shared>, snapshot: Option<(u64, u64)>, sealed: Vec<(u64,
         Err(Stop::NoSpace(e)) => {
             tracing::warn!(shard = shared.shard, error = %e, "journal: no space for a snapshot; compaction retried at the next segment roll");
         }
+        Err(Stop::Io(e)) => {
+            StoreMetrics::count(&shared.m().errors_total, 1);
+            tracing::warn!(shard = shared.shard, error = %e, "journal: compaction failed; retried at the next segment roll");
+        }
         Err(Stop::Damage(e)) => {
             StoreMetrics::count(&shared.m().errors_total, 1);
             // Never again in this process: the same damage would stop it every time.
@@ -93,6 +97,9 @@ async fn run(shared: Rc<Shared>, snapshot: Option<(u64, u64)>, sealed: Vec<(u64,
 
 enum Stop {
     NoSpace(std::io::Error),
+    /// Any other I/O error: try again at the next roll.
+    Io(std::io::Error),
+    /// A damaged input: compaction stops for this run of the process.
     Damage(String),
 }
 
@@ -101,7 +108,7 @@ impl From<std::io::Error> for Stop {
         if super::segment::is_no_space(&e) {
             Stop::NoSpace(e)
         } else {
-            Stop::Damage(e.to_string())
+            Stop::Io(e)
         }
     }
 }
@@ -191,20 +198,17 @@ async fn write(shared: &Shared, replay: &Replay, tmp: &Path, out: u64) -> Result
     Ok((timers, bytes))
 }
 
-/// A whole file, read through the DMA path (no blocking read on the shard's thread).
+/// A whole file, read on glommio's blocking pool (no blocking read on the shard's thread).
 async fn load(path: &Path) -> Result<Source, Stop> {
-    let file = DmaFile::open(path).await.map_err(std::io::Error::from)?;
-    let size = file.file_size().await.map_err(std::io::Error::from)?;
-    let read = file
-        .read_at(0, size as usize)
-        .await
-        .map_err(std::io::Error::from)?;
-    let _ = file.close().await;
+    let owned = path.to_path_buf();
+    let read = glommio::executor()
+        .spawn_blocking(move || std::fs::read(owned))
+        .await?;
     let header =
         Header::decode(&read).map_err(|why| Stop::Damage(format!("{}: {why}", path.display())))?;
     Ok(Source {
         path: path.to_path_buf(),
-        buf: Buf::Dma(read),
+        buf: Buf::Owned(read),
         header,
     })
 }

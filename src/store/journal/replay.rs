@@ -30,7 +30,6 @@ pub const YIELD_EVERY: usize = 4096;
 /// A file's bytes, read whole.
 pub enum Buf {
     Owned(Vec<u8>),
-    Dma(glommio::io::ReadResult),
 }
 
 impl std::ops::Deref for Buf {
@@ -38,7 +37,6 @@ impl std::ops::Deref for Buf {
     fn deref(&self) -> &[u8] {
         match self {
             Buf::Owned(v) => v,
-            Buf::Dma(r) => r,
         }
     }
 }
