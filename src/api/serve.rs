@@ -9,7 +9,7 @@ use super::listen;
 use super::server;
 use super::state::Shared;
 use super::tenants::Tenants;
-use crate::config::{Config, PinningMode};
+use crate::config::{Config, FsyncMode, PinningMode, StoreChoice};
 use crate::engine::{EngineBuilder, Pinning};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::Arc;
@@ -43,9 +43,19 @@ pub fn serve(config: Config) -> Result<(), String> {
             builder = builder.quota(tenant.clone(), limit);
         }
     }
-    if let Some(url) = &config.redis {
-        builder = builder.redis(url.clone());
-    }
+    builder = match (config.store, &config.redis) {
+        (StoreChoice::Redis, Some(url)) => builder.redis(url.clone()),
+        (StoreChoice::Journal, _) => {
+            let mut j = crate::store::journal::JournalConfig::new(&config.data_dir);
+            j.fsync = match config.fsync {
+                FsyncMode::Always => crate::store::journal::Fsync::Always,
+                FsyncMode::Never => crate::store::journal::Fsync::Never,
+            };
+            j.skip_corrupt = config.journal_skip_corrupt;
+            builder.journal_config(j)
+        }
+        _ => builder,
+    };
     builder = match (&config.cores, &config.pinning) {
         (Some(cores), _) => builder.cores(cores.clone()),
         (None, PinningMode::Auto) => builder.pinning(Pinning::Auto),
@@ -70,14 +80,22 @@ pub fn serve(config: Config) -> Result<(), String> {
             }
         }
     }
-    match &config.redis {
-        Some(url) => tracing::info!(
+    match (config.store, &config.redis) {
+        (StoreChoice::Redis, url) => tracing::info!(
             listen = %config.listen,
             shards = config.shards,
-            redis = %url,
+            redis = url.as_deref().unwrap_or(""),
             "punctual serving HTTP; store: Redis (2xx means Redis acknowledged the write)"
         ),
-        None => tracing::info!(
+        (StoreChoice::Journal, _) => tracing::info!(
+            listen = %config.listen,
+            shards = config.shards,
+            data_dir = %config.data_dir.display(),
+            fsync = ?config.fsync,
+            "punctual serving HTTP; store: journal (2xx means the write is on disk{})",
+            if config.fsync == FsyncMode::Always { ", fdatasync'd" } else { "; fsync never: a power cut can lose the last moments" }
+        ),
+        (StoreChoice::Memory, _) => tracing::warn!(
             listen = %config.listen,
             shards = config.shards,
             "punctual serving HTTP; store: in-memory (not durable: pending timers are lost on exit)"

@@ -355,3 +355,43 @@ fn repartition(cfg: &JournalConfig, root: &Path, from: u64, old: usize, new: usi
     remove_other_generations(root, to);
     Ok(moved)
 }
+
+/// A timer as [`read_shard_dir`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub tenant: String,
+    pub key: String,
+    pub version: u64,
+    pub deadline_us: u64,
+}
+
+/// Replays one shard directory as a start would (without creating a segment), on a
+/// temporary executor of the calling thread: its live timers and what was torn or skipped.
+/// For tests and inspection; files a start would delete are deleted.
+pub fn read_shard_dir(
+    dir: &Path,
+    skip_corrupt: bool,
+) -> std::result::Result<(Vec<Found>, super::replay::Report), String> {
+    let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .make()
+        .map_err(|e| e.to_string())?;
+    ex.run(async {
+        let mut torn = 0;
+        let (snapshot, segments) = load_dir(dir, skip_corrupt, &mut torn)?;
+        let mut replay = Replay::new(snapshot, segments, skip_corrupt, true);
+        replay.index().await?;
+        replay.check_snapshot().await?;
+        let found = replay
+            .live()
+            .map(|(t, _)| Found {
+                tenant: t.tenant.to_string(),
+                key: t.key.to_string(),
+                version: t.version,
+                deadline_us: t.deadline.0,
+            })
+            .collect();
+        let mut report = replay.report.clone();
+        report.torn += torn;
+        Ok((found, report))
+    })
+}
