@@ -10,7 +10,7 @@ use super::server;
 use super::state::Shared;
 use super::tenants::Tenants;
 use crate::config::{Config, FsyncMode, PinningMode, StoreChoice};
-use crate::engine::{EngineBuilder, Pinning};
+use crate::engine::{EngineBuilder, Fsync, JournalConfig, Pinning};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,10 +46,10 @@ pub fn serve(config: Config) -> Result<(), String> {
     builder = match (config.store, &config.redis) {
         (StoreChoice::Redis, Some(url)) => builder.redis(url.clone()),
         (StoreChoice::Journal, _) => {
-            let mut j = crate::store::journal::JournalConfig::new(&config.data_dir);
+            let mut j = JournalConfig::new(&config.data_dir);
             j.fsync = match config.fsync {
-                FsyncMode::Always => crate::store::journal::Fsync::Always,
-                FsyncMode::Never => crate::store::journal::Fsync::Never,
+                FsyncMode::Always => Fsync::Always,
+                FsyncMode::Never => Fsync::Never,
             };
             j.skip_corrupt = config.journal_skip_corrupt;
             builder.journal_config(j)
