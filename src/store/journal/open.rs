@@ -49,9 +49,20 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
         .collect();
     if let Some((path, end)) = &report.truncate {
         tracing::warn!(shard = shared.shard, file = %path.display(), offset = end, "journal: torn tail truncated (a commit cut short by a crash; it was never acknowledged)");
-        truncate(path, *end).map_err(|e| format!("cannot truncate {}: {e}", path.display()))?;
-        if let Some(last) = sealed.last_mut() {
-            last.1 = *end;
+    }
+    // The newest segment is never written again: give back its reserved tail, or drop it
+    // whole when it holds no record.
+    if let (Some(end), Some(last)) = (report.last_end, sealed.last().copied()) {
+        let path = shared.dir.join(super::file::segment_name(last.0));
+        if end <= BLOCK as u64 {
+            std::fs::remove_file(&path)
+                .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+            sealed.pop();
+        } else if end < last.1 {
+            truncate(&path, end).map_err(|e| format!("cannot truncate {}: {e}", path.display()))?;
+            if let Some(l) = sealed.last_mut() {
+                l.1 = end;
+            }
         }
     }
     if report.corrupt > 0 {

@@ -63,6 +63,8 @@ pub struct Report {
     pub corrupt: u64,
     /// The last segment's valid length, when its tail was torn.
     pub truncate: Option<(PathBuf, u64)>,
+    /// Where the newest segment's records end (its header's end when it holds none).
+    pub last_end: Option<u64>,
 }
 
 /// Corruption that stops the start: which file, where, and what to do.
@@ -151,6 +153,9 @@ impl Replay {
                 }
             }
             report.corrupt += scan.corrupt;
+            if i == last {
+                report.last_end = Some(scan.end as u64);
+            }
             if scan.torn {
                 report.torn += 1;
                 report.truncate = Some((src.path.clone(), scan.end as u64));
