@@ -166,3 +166,39 @@ fn a_corrupt_journal_stops_the_start_with_an_error_that_names_the_file() {
     assert_eq!(metric_sum(&s, "punctual_journal_corrupt_records"), 1);
     assert_eq!(metric_sum(&s, "punctual_timers_pending"), 49);
 }
+
+#[test]
+fn serve_without_store_flags_keeps_a_journal_in_punctual_data() {
+    let cwd = tempfile::tempdir().expect("tempdir");
+    let port = api_support::free_port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["serve", "--listen", &addr.to_string(), "--shards", "1"])
+        .args(["--pinning", "none", "--shard-capacity", "1000"])
+        .current_dir(cwd.path())
+        .env("RUST_LOG", "warn")
+        .env_remove("PUNCTUAL_STORE")
+        .env_remove("PUNCTUAL_DATA_DIR")
+        .env_remove("PUNCTUAL_REDIS")
+        .spawn()
+        .expect("spawn");
+    let give_up = Instant::now() + Duration::from_secs(30);
+    let mut healthy = None;
+    while Instant::now() < give_up {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("punctual exited: {status}");
+        }
+        if let Ok(r) = try_request(addr, "GET", "/healthz", &[], b"") {
+            if r.status == 200 {
+                healthy = Some(r.json());
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let health = healthy.expect("healthy");
+    assert_eq!(health["store"], "journal");
+    assert!(cwd.path().join("punctual-data").join("CURRENT").exists());
+}

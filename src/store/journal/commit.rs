@@ -13,7 +13,6 @@
 //!     sync or other write error → refuse everything, stop (never sync that file again)
 //! ```
 
-use super::file::BLOCK;
 use super::record::{put_batch, FRAME};
 use super::segment::{is_no_space, padded, Active};
 use super::{Fsync, Health, Shared};
@@ -229,9 +228,4 @@ fn expire(shared: &Shared) {
     if n > 0 {
         StoreMetrics::count(&shared.m().ack_timeouts_total, n);
     }
-}
-
-/// The bytes one commit of `records` bytes takes on disk.
-pub fn commit_size(records: usize) -> usize {
-    padded(BATCH_RECORD + records).max(BLOCK)
 }

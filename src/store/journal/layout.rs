@@ -59,7 +59,9 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
 /// Locks the data directory and makes its generation match `shards` (re-partitioning the old
 /// one if the count changed). Runs on the caller's thread, before the shards start.
 pub fn prepare(cfg: &JournalConfig, shards: usize) -> Result<Arc<DataDir>> {
-    let root = cfg.dir.clone();
+    // Absolute: glommio opens directories relative to nothing (a relative path fails with
+    // EBADF), and the shards must not depend on the working directory anyway.
+    let root = std::path::absolute(&cfg.dir).map_err(|e| io("cannot resolve", &cfg.dir, e))?;
     std::fs::create_dir_all(&root).map_err(|e| io("cannot create", &root, e))?;
     let lock = lock(&root)?;
     let current = read_current(&root)?;

@@ -48,13 +48,10 @@ impl Active {
             .dma_open(&path)
             .await
             .map_err(io::Error::from)?;
-        match Self::prepare(&file, seq, shard, shards, cap, sync).await {
-            Ok(()) => {}
-            Err(e) => {
-                let _ = file.close().await;
-                let _ = glommio::io::remove(&path).await;
-                return Err(e);
-            }
+        if let Err(e) = Self::prepare(&file, seq, shard, shards, cap, sync).await {
+            let _ = file.close().await;
+            let _ = glommio::io::remove(&path).await;
+            return Err(e);
         }
         if sync {
             sync_dir(dir).await?;
