@@ -42,6 +42,12 @@ pub struct Scan<'a> {
     role: Role,
     skip_corrupt: bool,
     done: bool,
+    /// Records left in the current commit, from its `batch` record: once they are read, the
+    /// rest of the block is padding. (Zeros alone cannot tell padding of fewer than four
+    /// bytes from the start of a length that crosses the block boundary.)
+    left: Option<u32>,
+    /// The commit just ended: check that the rest of the block is zeros, then skip it.
+    pad: bool,
     /// Where the valid data ends so far (after the last good record).
     pub end: usize,
     /// The tail was torn (`Role::Last` only): truncate at `end`.
@@ -63,6 +69,8 @@ impl<'a> Scan<'a> {
             role,
             skip_corrupt: skip,
             done: false,
+            left: None,
+            pad: false,
             end: start,
             torn: false,
             corrupt: 0,
@@ -95,6 +103,8 @@ impl<'a> Scan<'a> {
         match self.resync(at + 1) {
             Some(y) if self.skip_corrupt => {
                 self.corrupt += 1;
+                self.left = None;
+                self.pad = false;
                 tracing::error!(offset = at, resumes = y, %why, "journal: corrupt records skipped");
                 self.at = y;
                 None
@@ -124,6 +134,20 @@ impl<'a> Iterator for Scan<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done {
             let at = self.at;
+            if self.pad {
+                self.pad = false;
+                let boundary = at.div_ceil(self.block).saturating_mul(self.block);
+                let rest = self.buf.get(at..boundary.min(self.buf.len()));
+                if rest.is_some_and(|r| r.iter().all(|&b| b == 0)) {
+                    self.at = boundary;
+                    continue;
+                }
+                let why = "non-zero bytes after the last record of a commit".to_string();
+                if let Some(out) = self.damaged(at, why) {
+                    return Some(out);
+                }
+                continue;
+            }
             match decode_at(self.buf, at, self.block) {
                 Step::Record {
                     record,
@@ -132,6 +156,20 @@ impl<'a> Iterator for Scan<'a> {
                 } => {
                     self.at = next;
                     self.end = next;
+                    match record {
+                        Record::Batch { records, .. } if self.role != Role::Snapshot => {
+                            self.left = Some(records);
+                        }
+                        _ => {
+                            if let Some(l) = self.left.as_mut() {
+                                *l = l.saturating_sub(1);
+                            }
+                        }
+                    }
+                    if self.left == Some(0) {
+                        self.left = None;
+                        self.pad = true;
+                    }
                     return Some(Ok((record, frame, at)));
                 }
                 Step::Padding { next } => self.at = next,
@@ -206,6 +244,23 @@ mod tests {
         assert_eq!((damage.map(|d| d.offset), torn), (Some(21), false));
         let (n, damage, _, corrupt) = run(&b, Role::Last, true);
         assert_eq!((n, damage, corrupt), (3, None, 1));
+    }
+
+    #[test]
+    fn padding_shorter_than_a_length_field_ends_the_commit() {
+        // A commit whose records end 3 bytes before the block boundary: the length of the
+        // next commit's batch record must not be read across it.
+        let mut b = Vec::new();
+        put_batch(&mut b, 1, 3);
+        put_cancel(&mut b, "t", "a"); // 21 + 13 = 34
+        put_cancel(&mut b, "t", &"k".repeat(255)); // + 267 = 301
+        put_cancel(&mut b, "t", &"k".repeat(196)); // + 208 = 509
+        assert_eq!(b.len(), 509);
+        b.resize(512, 0);
+        put_batch(&mut b, 2, 1);
+        put_cancel(&mut b, "t", "b");
+        let (n, damage, torn, _) = run(&b, Role::Sealed, false);
+        assert_eq!((n, damage, torn), (6, None, false));
     }
 
     #[test]
