@@ -411,7 +411,7 @@ fn a_flipped_bit_stops_the_start_naming_the_file_and_offset_or_is_skipped() {
     assert_eq!(corrupt, 1);
     let left = pending(&e);
     assert!(
-        left < 300 && left >= 300 - 64,
+        (300 - 64..300).contains(&left),
         "only the damaged commit is lost: {left}"
     );
     assert_eq!(
