@@ -282,6 +282,9 @@ pub enum StoreState {
     /// The store failed in a way it cannot recover from by itself (the log says what to do);
     /// writes are refused.
     Failed = 5,
+    /// The store cannot write now (the disk is full); writes are refused and retried, and it
+    /// becomes `Ready` by itself when a write succeeds again.
+    Stalled = 6,
 }
 
 impl StoreState {
@@ -292,6 +295,7 @@ impl StoreState {
             3 => StoreState::Ready,
             4 => StoreState::Reconnecting,
             5 => StoreState::Failed,
+            6 => StoreState::Stalled,
             _ => StoreState::InMemory,
         }
     }
@@ -303,7 +307,8 @@ pub struct StoreMetrics {
     /// Seconds from sending a batch of writes to its acknowledgement (a Redis pipeline's last
     /// reply, a journal group commit's fdatasync).
     pub flush_seconds: Histogram,
-    /// Writes per batch (Redis: commands per pipeline, MULTI/EXEC included).
+    /// Writes per batch (Redis: commands per pipeline, MULTI/EXEC included; journal: records
+    /// per group commit).
     pub batch_commands: Histogram,
     /// Writes (registrations, cancels, fires) not yet acknowledged.
     pub pending_writes: AtomicU64,
@@ -321,6 +326,22 @@ pub struct StoreMetrics {
     pub fires_held: AtomicU64,
     /// Times the shard began holding fires back.
     pub fire_pauses_total: AtomicU64,
+    /// Journal: bytes written to segments (records, commit markers and block padding).
+    pub journal_bytes_total: AtomicU64,
+    /// Journal: records made durable (schedules, attempts, cancels, fires).
+    pub journal_records_total: AtomicU64,
+    /// Journal: segment files on disk.
+    pub journal_segments: AtomicU64,
+    /// Journal: bytes the shard's segments and snapshot take on disk.
+    pub journal_disk_bytes: AtomicU64,
+    /// Journal: snapshots written by compaction.
+    pub journal_snapshots_total: AtomicU64,
+    /// Journal: how long the last snapshot took, ns.
+    pub journal_snapshot_ns: AtomicU64,
+    /// Journal: torn tails (a commit a crash cut short) truncated at recovery.
+    pub journal_torn_total: AtomicU64,
+    /// Journal: corrupt regions skipped (`--journal-skip-corrupt`).
+    pub journal_corrupt_total: AtomicU64,
     /// (tenant, length) of every fired stream, sampled by shard 0 (Redis only). Only the
     /// sampling task and a scrape take this lock, never a shard's loop.
     pub stream_lengths: std::sync::Mutex<Vec<(String, u64)>>,
@@ -342,6 +363,14 @@ impl Default for StoreMetrics {
             recovery_duration_ns: AtomicU64::new(0),
             fires_held: AtomicU64::new(0),
             fire_pauses_total: AtomicU64::new(0),
+            journal_bytes_total: AtomicU64::new(0),
+            journal_records_total: AtomicU64::new(0),
+            journal_segments: AtomicU64::new(0),
+            journal_disk_bytes: AtomicU64::new(0),
+            journal_snapshots_total: AtomicU64::new(0),
+            journal_snapshot_ns: AtomicU64::new(0),
+            journal_torn_total: AtomicU64::new(0),
+            journal_corrupt_total: AtomicU64::new(0),
             stream_lengths: std::sync::Mutex::new(Vec::new()),
         }
     }

@@ -1,7 +1,7 @@
 //! Configuration: defaults, precedence (flags over PUNCTUAL_* over the file over defaults),
 //! and validation errors that name the key.
 
-use punctual::config::{Config, ConfigError, FileConfig, ServeArgs};
+use punctual::config::{Config, ConfigError, FileConfig, FsyncMode, ServeArgs, StoreChoice};
 use std::process::Command;
 
 fn file(text: &str) -> FileConfig {
@@ -18,6 +18,10 @@ fn defaults_match_the_design() {
     assert_eq!(c.listen.to_string(), "127.0.0.1:7480");
     assert_eq!(c.shards, punctual::engine::available_cores().len().max(1));
     assert_eq!(c.redis, None);
+    assert_eq!(c.store, StoreChoice::Journal);
+    assert_eq!(c.data_dir, std::path::PathBuf::from("./punctual-data"));
+    assert_eq!(c.fsync, FsyncMode::Always);
+    assert!(!c.journal_skip_corrupt);
     assert_eq!(c.max_body_bytes, 128 * 1024);
     assert_eq!(c.max_batch_body_bytes, 16 * 1024 * 1024);
     assert_eq!(c.bind_retry_ms, 5_000);
@@ -176,6 +180,11 @@ fn serve_help_documents_every_option() {
         "--cores",
         "--pinning",
         "--redis",
+        "--store",
+        "--data-dir",
+        "--fsync",
+        "--journal-skip-corrupt",
+        "PUNCTUAL_DATA_DIR",
         "--spin-us",
         "--ring-capacity",
         "--shard-capacity",
@@ -214,4 +223,59 @@ fn bind_retry_ms_is_read_from_file_env_and_flag_and_bounded() {
         err.contains("`bind_retry_ms`") && err.contains("600000"),
         "{err}"
     );
+}
+
+#[test]
+fn the_store_is_the_journal_unless_redis_or_memory_is_chosen() {
+    let resolve = |args: ServeArgs, text: &str| Config::resolve(file(text), &args);
+    let redis = ServeArgs {
+        redis: Some("redis://127.0.0.1:6379/".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        resolve(redis.clone(), "").map(|c| c.store),
+        Ok(StoreChoice::Redis)
+    );
+    let memory = ServeArgs {
+        store: Some("memory".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        resolve(memory, "").map(|c| c.store),
+        Ok(StoreChoice::Memory)
+    );
+    let c = resolve(
+        ServeArgs::default(),
+        "store = \"journal\"\ndata_dir = \"/var/lib/punctual\"\nfsync = \"never\"\njournal_skip_corrupt = true\n",
+    )
+    .expect("file");
+    assert_eq!(
+        (
+            c.store,
+            c.data_dir.to_string_lossy().into_owned(),
+            c.fsync,
+            c.journal_skip_corrupt
+        ),
+        (
+            StoreChoice::Journal,
+            "/var/lib/punctual".into(),
+            FsyncMode::Never,
+            true
+        )
+    );
+    let both = ServeArgs {
+        store: Some("journal".into()),
+        ..redis
+    };
+    assert!(err_text(resolve(both, "")).contains("choose one store"));
+    let bad = ServeArgs {
+        fsync: Some("sometimes".into()),
+        ..Default::default()
+    };
+    assert!(err_text(resolve(bad, "")).contains("`fsync`"));
+    let lone = ServeArgs {
+        store: Some("redis".into()),
+        ..Default::default()
+    };
+    assert!(err_text(resolve(lone, "")).contains("`store`"));
 }

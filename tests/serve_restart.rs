@@ -31,6 +31,7 @@ impl Proc {
             .args(["--listen", &addr.to_string()])
             .args(["--shards", "2", "--pinning", "none", "--spin-us", "0"])
             .args(["--shard-capacity", "100000"])
+            .args(["--data-dir".as_ref(), dir.join("data").as_os_str()])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

@@ -90,6 +90,8 @@ fn a_second_instance_on_the_same_port_refuses_to_start() {
             "none",
             "--bind-retry-ms",
             "200",
+            "--store",
+            "memory",
         ])
         .output()
         .expect("run");

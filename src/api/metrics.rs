@@ -40,7 +40,7 @@ fn latency_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// `store` ("memory" or "redis") goes into `punctual_build_info`.
+    /// `store` ("journal", "memory" or "redis") goes into `punctual_build_info`.
     pub fn new(handle: Handle, store: &'static str) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
@@ -114,6 +114,14 @@ struct Row {
     recovery_seconds: f64,
     fires_held: u64,
     fire_pauses: u64,
+    journal_bytes: u64,
+    journal_records: u64,
+    journal_segments: u64,
+    journal_disk_bytes: u64,
+    journal_snapshots: u64,
+    journal_snapshot_seconds: f64,
+    journal_torn: u64,
+    journal_corrupt: u64,
 }
 
 fn rows(handle: &Handle) -> Vec<Row> {
@@ -137,6 +145,15 @@ fn rows(handle: &Handle) -> Vec<Row> {
                 recoveries: get(|m| m.recoveries_total.load(Relaxed)),
                 recovered_timers: get(|m| m.recovered_timers.load(Relaxed)),
                 recovery_seconds: get(|m| m.recovery_duration_ns.load(Relaxed)) as f64 * 1e-9,
+                journal_bytes: get(|m| m.journal_bytes_total.load(Relaxed)),
+                journal_records: get(|m| m.journal_records_total.load(Relaxed)),
+                journal_segments: get(|m| m.journal_segments.load(Relaxed)),
+                journal_disk_bytes: get(|m| m.journal_disk_bytes.load(Relaxed)),
+                journal_snapshots: get(|m| m.journal_snapshots_total.load(Relaxed)),
+                journal_snapshot_seconds: get(|m| m.journal_snapshot_ns.load(Relaxed)) as f64
+                    * 1e-9,
+                journal_torn: get(|m| m.journal_torn_total.load(Relaxed)),
+                journal_corrupt: get(|m| m.journal_corrupt_total.load(Relaxed)),
                 s,
             }
         })
@@ -145,28 +162,76 @@ fn rows(handle: &Handle) -> Vec<Row> {
 
 type Pick = fn(&Row) -> Value<'_>;
 
-const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 12] = [
+const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 20] = [
     (
         "punctual_store_flush_seconds",
-        "Duration of one Redis pipeline flush",
+        "Duration of one batch of durable writes: a Redis pipeline, or a journal group commit (write and fdatasync)",
         MetricType::Histogram,
         |r| Value::Histogram(&r.flush),
     ),
     (
         "punctual_store_batch_commands",
-        "Commands per Redis pipeline flush",
+        "Writes per batch: commands per Redis pipeline, or records per journal group commit",
         MetricType::Histogram,
         |r| Value::Histogram(&r.batch),
     ),
     (
+        "punctual_journal_bytes_written",
+        "Bytes the journal wrote to its segments (records, commit markers, block padding)",
+        MetricType::Counter,
+        |r| Value::Counter(r.journal_bytes),
+    ),
+    (
+        "punctual_journal_records_written",
+        "Records the journal made durable",
+        MetricType::Counter,
+        |r| Value::Counter(r.journal_records),
+    ),
+    (
+        "punctual_journal_segments",
+        "Journal segment files on disk",
+        MetricType::Gauge,
+        |r| Value::Gauge(r.journal_segments as i64),
+    ),
+    (
+        "punctual_journal_disk_bytes",
+        "Bytes the shard's journal (segments and snapshot) takes on disk",
+        MetricType::Gauge,
+        |r| Value::Gauge(r.journal_disk_bytes as i64),
+    ),
+    (
+        "punctual_journal_snapshots",
+        "Snapshots written by journal compaction",
+        MetricType::Counter,
+        |r| Value::Counter(r.journal_snapshots),
+    ),
+    (
+        "punctual_journal_snapshot_seconds",
+        "Duration of the last journal snapshot",
+        MetricType::Gauge,
+        |r| Value::GaugeF(r.journal_snapshot_seconds),
+    ),
+    (
+        "punctual_journal_torn_records",
+        "Torn journal tails (a commit cut short by a crash) truncated at recovery",
+        MetricType::Counter,
+        |r| Value::Counter(r.journal_torn),
+    ),
+    (
+        "punctual_journal_corrupt_records",
+        "Corrupt journal regions skipped at recovery (--journal-skip-corrupt)",
+        MetricType::Counter,
+        |r| Value::Counter(r.journal_corrupt),
+    ),
+    (
         "punctual_store_pending_writes",
-        "Writes buffered for Redis, not yet acknowledged",
+        "Writes buffered for the store, not yet acknowledged",
         MetricType::Gauge,
         |r| Value::Gauge(r.pending_writes as i64),
     ),
     (
         "punctual_store_fires_held",
-        "1 while the shard holds due timers back: max_buffered_fires fires wait for Redis",
+        "1 while the shard holds due timers back: max_buffered_fires fires wait for the store",
         MetricType::Gauge,
         |r| Value::Gauge(r.fires_held as i64),
     ),
@@ -184,7 +249,7 @@ const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 12] = [
     ),
     (
         "punctual_store_errors",
-        "Redis errors seen by the shard's store",
+        "Errors seen by the shard's store (Redis replies and I/O, journal I/O)",
         MetricType::Counter,
         |r| Value::Counter(r.errors),
     ),
@@ -202,19 +267,19 @@ const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 12] = [
     ),
     (
         "punctual_store_recoveries",
-        "Recoveries of pending timers from Redis",
+        "Recoveries of pending timers from the store",
         MetricType::Counter,
         |r| Value::Counter(r.recoveries),
     ),
     (
         "punctual_store_recovered_timers",
-        "Pending timers loaded from Redis by recoveries",
+        "Pending timers loaded from the store by recoveries",
         MetricType::Counter,
         |r| Value::Counter(r.recovered_timers),
     ),
     (
         "punctual_store_recovery_seconds",
-        "Duration of the last recovery from Redis",
+        "Duration of the last recovery from the store",
         MetricType::Gauge,
         |r| Value::GaugeF(r.recovery_seconds),
     ),

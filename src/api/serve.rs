@@ -9,8 +9,8 @@ use super::listen;
 use super::server;
 use super::state::Shared;
 use super::tenants::Tenants;
-use crate::config::{Config, PinningMode};
-use crate::engine::{EngineBuilder, Pinning};
+use crate::config::{Config, FsyncMode, PinningMode, StoreChoice};
+use crate::engine::{EngineBuilder, Fsync, JournalConfig, Pinning};
 use crate::sink::webhook::settings::{tls_config, TenantWebhooks, WebhookSettings};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::Arc;
@@ -50,15 +50,25 @@ pub fn serve(config: Config) -> Result<(), String> {
             builder = builder.quota(tenant.clone(), limit);
         }
     }
-    if let Some(url) = &config.redis {
-        builder = builder.redis(url.clone()).streams_off(
+    builder = match (config.store, &config.redis) {
+        (StoreChoice::Redis, Some(url)) => builder.redis(url.clone()).streams_off(
             config
                 .tenants
                 .iter()
                 .filter(|(_, t)| t.stream == Some(false))
                 .map(|(name, _)| name.clone()),
-        );
-    }
+        ),
+        (StoreChoice::Journal, _) => {
+            let mut j = JournalConfig::new(&config.data_dir);
+            j.fsync = match config.fsync {
+                FsyncMode::Always => Fsync::Always,
+                FsyncMode::Never => Fsync::Never,
+            };
+            j.skip_corrupt = config.journal_skip_corrupt;
+            builder.journal_config(j)
+        }
+        _ => builder,
+    };
     builder = match (&config.cores, &config.pinning) {
         (Some(cores), _) => builder.cores(cores.clone()),
         (None, PinningMode::Auto) => builder.pinning(Pinning::Auto),
@@ -83,14 +93,22 @@ pub fn serve(config: Config) -> Result<(), String> {
             }
         }
     }
-    match &config.redis {
-        Some(url) => tracing::info!(
+    match (config.store, &config.redis) {
+        (StoreChoice::Redis, url) => tracing::info!(
             listen = %config.listen,
             shards = config.shards,
-            redis = %url,
+            redis = url.as_deref().unwrap_or(""),
             "punctual serving HTTP; store: Redis (2xx means Redis acknowledged the write)"
         ),
-        None => tracing::info!(
+        (StoreChoice::Journal, _) => tracing::info!(
+            listen = %config.listen,
+            shards = config.shards,
+            data_dir = %config.data_dir.display(),
+            fsync = ?config.fsync,
+            "punctual serving HTTP; store: journal (2xx means the write is on disk{})",
+            if config.fsync == FsyncMode::Always { ", fdatasync'd" } else { "; fsync never: a power cut can lose the last moments" }
+        ),
+        (StoreChoice::Memory, _) => tracing::warn!(
             listen = %config.listen,
             shards = config.shards,
             "punctual serving HTTP; store: in-memory (not durable: pending timers are lost on exit)"

@@ -23,8 +23,26 @@ pub struct ServeArgs {
     /// [default: auto].
     #[arg(long, env = "PUNCTUAL_PINNING", value_name = "auto|none")]
     pub pinning: Option<String>,
-    /// Redis URL (redis://host:port[/db]) for the durable store; without it timers live in
-    /// memory only and are lost on exit.
+    /// Where timers are made durable: "journal" (a log per shard under --data-dir; a 2xx
+    /// means fdatasync'd), "redis" (at --redis; a 2xx means Redis acknowledged), or "memory"
+    /// (not durable: pending timers are lost on exit) [default: journal, or redis when --redis
+    /// is given].
+    #[arg(long, env = "PUNCTUAL_STORE", value_name = "journal|redis|memory")]
+    pub store: Option<String>,
+    /// The journal's directory; one process at a time [default: ./punctual-data].
+    #[arg(long, env = "PUNCTUAL_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<String>,
+    /// "always": acknowledge a write once its group commit is fdatasync'd (commits start as
+    /// soon as the previous one is durable, up to 4,096 records each). "never": once it is
+    /// written, without fdatasync: survives a crash of punctual, but a power cut loses the
+    /// last moments [default: always].
+    #[arg(long, env = "PUNCTUAL_FSYNC", value_name = "always|never")]
+    pub fsync: Option<String>,
+    /// At start, skip (and count) corrupt journal records instead of refusing to start with
+    /// an error that names the file and offset; the timers they held are lost [default: false].
+    #[arg(long, env = "PUNCTUAL_JOURNAL_SKIP_CORRUPT", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]
+    pub journal_skip_corrupt: Option<String>,
+    /// Redis URL (redis://host:port[/db]) for the Redis store; implies --store redis.
     #[arg(long, env = "PUNCTUAL_REDIS", value_name = "URL")]
     pub redis: Option<String>,
     /// Microseconds before a deadline at which a shard stops parking and spins; 0 turns

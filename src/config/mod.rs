@@ -57,6 +57,28 @@ pub enum PinningMode {
     None,
 }
 
+/// Which store makes timers durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreChoice {
+    /// A journal per shard under `data_dir` (the default).
+    Journal,
+    /// Redis at `redis`.
+    Redis,
+    /// Nothing durable: pending timers are lost on exit.
+    Memory,
+}
+
+/// When the journal acknowledges a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncMode {
+    /// After `fdatasync`: survives a crash of the process or the machine.
+    Always,
+    /// After the write: survives a crash of the process, not a power cut.
+    Never,
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Config {
@@ -64,6 +86,10 @@ pub struct Config {
     pub shards: usize,
     pub cores: Option<Vec<usize>>,
     pub pinning: PinningMode,
+    pub store: StoreChoice,
+    pub data_dir: std::path::PathBuf,
+    pub fsync: FsyncMode,
+    pub journal_skip_corrupt: bool,
     pub redis: Option<String>,
     pub spin_us: u64,
     pub ring_capacity: usize,
@@ -88,6 +114,10 @@ impl Default for Config {
             shards: crate::cpus::available_cores().len().max(1),
             cores: None,
             pinning: PinningMode::Auto,
+            store: StoreChoice::Journal,
+            data_dir: std::path::PathBuf::from("./punctual-data"),
+            fsync: FsyncMode::Always,
+            journal_skip_corrupt: false,
             redis: None,
             spin_us: 100,
             ring_capacity: 65_536,
@@ -114,6 +144,10 @@ pub struct FileConfig {
     shards: Option<u64>,
     cores: Option<Vec<u64>>,
     pinning: Option<String>,
+    store: Option<String>,
+    data_dir: Option<String>,
+    fsync: Option<String>,
+    journal_skip_corrupt: Option<bool>,
     redis: Option<String>,
     spin_us: Option<u64>,
     ring_capacity: Option<u64>,

@@ -95,6 +95,53 @@ impl Config {
                 .connection_info()
                 .map_err(|e| invalid("redis", url, e))?;
         }
+        let store = match (
+            pick::<String>("store", &args.store, file.store)?.as_deref(),
+            &redis,
+        ) {
+            (None, Some(_)) | (Some("redis"), Some(_)) => StoreChoice::Redis,
+            (None, None) | (Some("journal"), None) => StoreChoice::Journal,
+            (Some("memory"), None) => StoreChoice::Memory,
+            (Some("redis"), None) => {
+                return Err(invalid(
+                    "store",
+                    "redis",
+                    "needs `redis` = redis://host:port[/db]",
+                ))
+            }
+            (Some(s @ ("journal" | "memory")), Some(url)) => {
+                return Err(invalid(
+                    "store",
+                    s,
+                    format!("`redis` = {url:?} is also set; choose one store"),
+                ))
+            }
+            (Some(other), _) => {
+                return Err(invalid(
+                    "store",
+                    other,
+                    "must be \"journal\", \"redis\" or \"memory\"",
+                ))
+            }
+        };
+        let data_dir = match pick::<String>("data_dir", &args.data_dir, file.data_dir)? {
+            Some(d) if d.trim().is_empty() => {
+                return Err(invalid("data_dir", d, "must name a directory"))
+            }
+            Some(d) => std::path::PathBuf::from(d),
+            None => d.data_dir.clone(),
+        };
+        let fsync = match pick::<String>("fsync", &args.fsync, file.fsync)?.as_deref() {
+            None | Some("always") => FsyncMode::Always,
+            Some("never") => FsyncMode::Never,
+            Some(other) => return Err(invalid("fsync", other, "must be \"always\" or \"never\"")),
+        };
+        let journal_skip_corrupt = pick::<bool>(
+            "journal_skip_corrupt",
+            &args.journal_skip_corrupt,
+            file.journal_skip_corrupt,
+        )?
+        .unwrap_or(false);
         let max_header_bytes = u(
             "max_header_bytes",
             &args.max_header_bytes,
@@ -148,6 +195,10 @@ impl Config {
             shards,
             cores,
             pinning,
+            store,
+            data_dir,
+            fsync,
+            journal_skip_corrupt,
             redis,
             spin_us: u(
                 "spin_us",

@@ -13,6 +13,7 @@ use crate::shard::watchdog::{Pulse, Watchdog};
 use crate::shard::{set_timer_slack_ns, Shard, Wakee};
 use crate::sink::webhook::{settings::WebhookSettings, WebhookSink};
 use crate::sink::{FireHandler, FiredTimer, HandlerSink, Sink};
+use crate::store::journal::{JournalConfig, JournalStore};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisConfig;
 use crate::store::redis::RedisStore;
@@ -35,6 +36,8 @@ pub enum StoreKind {
     Memory,
     /// Redis, through batched pipelines on each shard's own connection.
     Redis(RedisConfig),
+    /// A journal per shard on local disk, group-committed with fdatasync.
+    Journal(JournalConfig),
 }
 
 impl StoreKind {
@@ -42,6 +45,7 @@ impl StoreKind {
         match self {
             StoreKind::Memory => "memory",
             StoreKind::Redis(_) => "redis",
+            StoreKind::Journal(_) => "journal",
         }
     }
 }
@@ -177,6 +181,17 @@ impl EngineBuilder {
         self
     }
 
+    /// Makes timers durable in a journal per shard under `dir`, with the journal's defaults
+    /// (see [`JournalConfig::new`]).
+    pub fn journal(self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.store(StoreKind::Journal(JournalConfig::new(dir)))
+    }
+
+    /// Makes timers durable in a journal per shard with this configuration.
+    pub fn journal_config(self, config: JournalConfig) -> Self {
+        self.store(StoreKind::Journal(config))
+    }
+
     /// Which store the shards use (default: in memory, not durable).
     pub fn store(mut self, store: StoreKind) -> Self {
         self.store = store;
@@ -235,6 +250,17 @@ impl EngineBuilder {
                 tracing::info!("store: in-memory (not durable: pending timers are lost on exit); configure a durable store for durability");
                 None
             }
+            StoreKind::Journal(cfg) => {
+                cfg.validate()?;
+                None
+            }
+        };
+        // Locked, and re-partitioned if the shard count changed, before any shard starts.
+        let data_dir = match &self.store {
+            StoreKind::Journal(cfg) => {
+                Some(crate::store::journal::layout::prepare(cfg, self.shards)?)
+            }
+            _ => None,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let mut rings = Vec::with_capacity(self.shards);
@@ -291,6 +317,7 @@ impl EngineBuilder {
             let hook = self.on_shard_start.clone().map(|h| (h, handle.clone()));
             let store = self.store.clone();
             let redis_info = redis_info.clone();
+            let data_dir = data_dir.clone();
             let shards = self.shards;
             // A shard that runs only its own loop parks in the kernel directly; with other
             // tasks on its executor (HTTP, the store) it must park in glommio's reactor.
@@ -323,9 +350,18 @@ impl EngineBuilder {
                             Wakee::Reactor(glommio::net::UnixStream::from_raw_fd(wakee_fd))
                         }
                     };
-                    let store: Box<dyn crate::store::Store> = match (store, redis_info) {
-                        (StoreKind::Redis(cfg), Some(info)) => {
+                    let store: Box<dyn crate::store::Store> = match (store, redis_info, data_dir) {
+                        (StoreKind::Redis(cfg), Some(info), _) => {
                             Box::new(RedisStore::new(cfg, info, id, shards, m.clone()))
+                        }
+                        (StoreKind::Journal(cfg), _, Some(data)) => {
+                            match JournalStore::open(cfg, data, id, shards, m.clone()).await {
+                                Ok(s) => Box::new(s),
+                                Err(e) => {
+                                    let _ = ready.send(Err(e));
+                                    return;
+                                }
+                            }
                         }
                         _ => Box::new(MemoryStore),
                     };
@@ -357,7 +393,7 @@ impl EngineBuilder {
                     if let Some((hook, handle)) = hook {
                         hook(id, handle);
                     }
-                    let _ = ready.send(id);
+                    let _ = ready.send(Ok(id));
                     shard.run(wakee).await;
                 })
                 .map_err(|e| Error::ShardStart {
@@ -367,15 +403,26 @@ impl EngineBuilder {
             threads.push(thread);
         }
         drop(ready_tx);
+        // A journal loads and checks its files before its shard reports: allow for the disk.
+        let start_limit = match self.store {
+            StoreKind::Journal(_) => Duration::from_secs(600),
+            _ => Duration::from_secs(10),
+        };
         for _ in 0..self.shards {
-            if ready_rx.recv_timeout(Duration::from_secs(10)).is_err() {
-                stop.store(true, Ordering::Release);
-                handle.inner.rings.iter().for_each(|r| r.wake());
-                return Err(Error::ShardStart {
+            let failure = match ready_rx.recv_timeout(start_limit) {
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => e,
+                Err(_) => Error::ShardStart {
                     shard: 0,
-                    reason: "a shard did not start within 10 s".into(),
-                });
+                    reason: format!("a shard did not start within {} s", start_limit.as_secs()),
+                },
+            };
+            stop.store(true, Ordering::Release);
+            handle.inner.rings.iter().for_each(|r| r.wake());
+            for t in threads {
+                let _ = t.join();
             }
+            return Err(failure);
         }
         let (period, grace) = self.watchdog;
         let watchdog = if period.is_zero() {

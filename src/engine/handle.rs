@@ -49,7 +49,7 @@ impl Handle {
         crate::partition::shard_of(tenant, key, self.inner.rings.len())
     }
 
-    /// Which store the shards use: "memory" or "redis".
+    /// Which store the shards use: "journal", "memory" or "redis".
     pub fn store_kind(&self) -> &'static str {
         self.inner.store_kind
     }
@@ -59,7 +59,8 @@ impl Handle {
         self.inner.metrics.iter().map(|m| m.store.state()).collect()
     }
 
-    /// True when no Redis is configured, or when every shard is connected and recovered:
+    /// True when the store is in memory, or when every shard's store is recovered and can
+    /// take writes (not connecting, stalled on a full disk or failed):
     /// what `/healthz` reports.
     pub fn store_healthy(&self) -> bool {
         self.store_states()

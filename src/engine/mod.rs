@@ -22,6 +22,7 @@ mod running;
 mod stats;
 
 pub use crate::op::{Cancelled, DeadInfo, Scheduled, TimerInfo};
+pub use crate::store::journal::{Fsync, JournalConfig};
 pub use builder::{ClockChoice, EngineBuilder, ShardStartHook, StoreKind};
 pub use handle::{Handle, MAX_PAYLOAD};
 pub use placement::{available_cores, Pinning};

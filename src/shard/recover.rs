@@ -80,6 +80,9 @@ impl<S: TimeSource> Shard<S> {
         if !recovered {
             return false;
         }
+        self.metrics
+            .pending
+            .store(self.table.len() as u64, Ordering::Relaxed);
         self.store.begin_pass();
         for (_, op) in held {
             self.apply(op);

@@ -9,6 +9,7 @@
 //!
 //! | store | durable means | file |
 //! |---|---|---|
+//! | journal (the service's default) | the group commit that carried the write was written to the shard's own log on local disk and `fdatasync`'d (`fsync = never`: written, which survives a process crash but not a power cut) | `journal/` |
 //! | memory | nothing (explicit, not durable: the log says so at start) | `memory.rs` |
 //! | Redis | Redis acknowledged the pipeline that carried the write | `redis/` |
 //!
@@ -37,6 +38,7 @@
 //!
 //! A store never imports the shard, the engine or the API: it sees ops only as these calls.
 
+pub mod journal;
 pub mod memory;
 pub mod redis;
 
@@ -115,7 +117,7 @@ pub struct DeadLetter<'a> {
 
 /// What a shard needs of its store (see the module doc).
 pub trait Store {
-    /// "memory", "redis": for logs and `/healthz`.
+    /// "journal", "memory", "redis": for logs and `/healthz`.
     fn kind(&self) -> &'static str;
 
     /// Loads the shard's timers, handing each to `insert` (false: it did not fit, and stays

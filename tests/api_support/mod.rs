@@ -18,6 +18,21 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local addr").port()
 }
 
+/// The store a test server runs with when its test names none: the in-memory store. These
+/// tests are about HTTP; the journal (the service's default) has its own process tests
+/// (`serve_journal.rs`), and a default `./punctual-data` shared by parallel tests would be
+/// locked by the first of them.
+fn store_args(args: &[&str]) -> &'static [&'static str] {
+    let named = args.iter().any(|a| {
+        a.starts_with("--store") || a.starts_with("--redis") || a.starts_with("--data-dir")
+    });
+    if named {
+        &[]
+    } else {
+        &["--store", "memory"]
+    }
+}
+
 impl Server {
     /// `punctual serve` on a free port, light settings for tests, plus `args`.
     pub fn start(args: &[&str]) -> Server {
@@ -48,6 +63,7 @@ impl Server {
                 "--shard-capacity",
                 "100000",
             ])
+            .args(store_args(args))
             .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -57,6 +73,9 @@ impl Server {
             "PUNCTUAL_SHARDS",
             "PUNCTUAL_CONFIG",
             "PUNCTUAL_SPIN_US",
+            "PUNCTUAL_STORE",
+            "PUNCTUAL_DATA_DIR",
+            "PUNCTUAL_REDIS",
         ] {
             cmd.env_remove(k);
         }

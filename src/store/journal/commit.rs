@@ -1,0 +1,231 @@
+//! The commit task: one per shard, spawned on the shard's executor. It turns the outbox into
+//! group commits, rolls segments, starts compactions, and handles a full or failing disk.
+//!
+//! ```text
+//!   loop:
+//!     answer callers whose ack timed out (their records stay queued)
+//!     nothing queued?            wait for the shard's kick
+//!     batch = whole records from the front (≤ max_batch_records, ≤ max_batch_bytes)
+//!     it does not fit the segment? roll: create the next one, seal this one, maybe compact
+//!     write [batch record | records | zero padding] at the segment's end; fdatasync
+//!     durable → pop the batch, answer its acks
+//!     disk full → keep it queued, refuse new writes, back off, write it again
+//!     sync or other write error → refuse everything, stop (never sync that file again)
+//! ```
+
+use super::record::{put_batch, FRAME};
+use super::segment::{is_no_space, padded, Active};
+use super::{Fsync, Health, Shared};
+use crate::metrics::StoreMetrics;
+use std::io;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const BACKOFF_START: Duration = Duration::from_millis(10);
+
+/// Bytes of the `batch` record that opens every commit.
+const BATCH_RECORD: usize = FRAME + 12;
+
+/// Why a commit did not happen.
+enum Fault {
+    /// The disk is full: retry later, the same records at the same place.
+    NoSpace(io::Error),
+    /// A sync (or a write) failed: the file's state is unknown, never sync it again.
+    Fatal {
+        what: &'static str,
+        error: io::Error,
+    },
+}
+
+pub(crate) async fn run(shared: Rc<Shared>, mut active: Active) {
+    let mut backoff = BACKOFF_START;
+    let mut seq = 0u64;
+    loop {
+        expire(&shared);
+        let (len, closing) = (shared.outbox.borrow().len(), shared.closing.get());
+        if len == 0 {
+            if closing {
+                return;
+            }
+            let listener = shared.wake.listen();
+            if shared.outbox.borrow().is_empty() && !shared.closing.get() {
+                listener.await;
+            }
+            continue;
+        }
+        match commit(&shared, &mut active, seq).await {
+            Ok(()) => {
+                seq += 1;
+                backoff = BACKOFF_START;
+                if shared.health.get() == Health::Stalled {
+                    shared.set_health(Health::Ready);
+                    tracing::info!(
+                        shard = shared.shard,
+                        "journal: writing again; durable writes are acknowledged"
+                    );
+                }
+            }
+            Err(Fault::NoSpace(e)) => {
+                StoreMetrics::count(&shared.m().errors_total, 1);
+                if shared.health.get() == Health::Ready {
+                    shared.set_health(Health::Stalled);
+                    tracing::error!(shard = shared.shard, dir = %shared.dir.display(), error = %e, "journal: the disk is full; new timers are refused (503 store_unavailable) and the commit is retried until space returns; nothing acknowledged is lost");
+                }
+                if shared.closing.get() {
+                    return;
+                }
+                pause(&shared, &mut backoff).await;
+            }
+            Err(Fault::Fatal { what, error }) => {
+                fail(&shared, &active, what, &error);
+                return;
+            }
+        }
+    }
+}
+
+/// Writes and syncs the next batch.
+async fn commit(shared: &Rc<Shared>, active: &mut Active, seq: u64) -> Result<(), Fault> {
+    let cfg = &shared.cfg;
+    let batch = shared
+        .outbox
+        .borrow()
+        .batch(cfg.max_batch_records, cfg.max_batch_bytes);
+    let size = padded(BATCH_RECORD + batch.bytes);
+    if !active.fits(size as u64) {
+        roll(shared, active).await?;
+    }
+    let mut buf = active.file.alloc_dma_buffer(size);
+    {
+        let b = buf.as_bytes_mut();
+        let mut head = Vec::with_capacity(BATCH_RECORD);
+        put_batch(&mut head, seq, batch.records as u32);
+        let outbox = shared.outbox.borrow();
+        let records = outbox.bytes(batch);
+        let body_end = BATCH_RECORD + records.len();
+        b[..BATCH_RECORD].copy_from_slice(&head);
+        b[BATCH_RECORD..body_end].copy_from_slice(records);
+        b[body_end..].fill(0);
+    }
+    let started = Instant::now();
+    match active.file.write_at(buf, active.pos).await {
+        Ok(n) if n == size => {}
+        Ok(n) => {
+            return Err(Fault::NoSpace(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("short write: {n} of {size} bytes"),
+            )))
+        }
+        Err(e) => {
+            let e = io::Error::from(e);
+            return Err(if is_no_space(&e) {
+                Fault::NoSpace(e)
+            } else {
+                Fault::Fatal {
+                    what: "write",
+                    error: e,
+                }
+            });
+        }
+    }
+    if cfg.fsync == Fsync::Always {
+        active.file.fdatasync().await.map_err(|e| Fault::Fatal {
+            what: "fdatasync",
+            error: io::Error::from(e),
+        })?;
+    }
+    active.pos += size as u64;
+    let m = shared.m();
+    m.flush_seconds.observe(started.elapsed().as_nanos() as u64);
+    m.batch_commands.observe(batch.records as u64);
+    StoreMetrics::count(&m.journal_bytes_total, size as u64);
+    StoreMetrics::count(&m.journal_records_total, batch.records as u64);
+    let mut outbox = shared.outbox.borrow_mut();
+    outbox.complete(batch, Ok(()));
+    m.pending_writes
+        .store(outbox.len() as u64, Ordering::Relaxed);
+    drop(outbox);
+    shared.publish_files(active.pos);
+    Ok(())
+}
+
+/// Seals the active segment and starts the next; maybe starts a compaction.
+async fn roll(shared: &Rc<Shared>, active: &mut Active) -> Result<(), Fault> {
+    let sync = shared.cfg.fsync == Fsync::Always;
+    if !sync {
+        // Without per-commit syncs, the sealed segment is synced once, so that a later
+        // segment never outlives an earlier one's unsynced tail on a power cut.
+        active.file.fdatasync().await.map_err(|e| Fault::Fatal {
+            what: "fdatasync",
+            error: io::Error::from(e),
+        })?;
+    }
+    let next = Active::create(
+        &shared.dir,
+        active.seq + 1,
+        shared.shard,
+        shared.shards,
+        shared.cfg.segment_bytes,
+        true,
+    )
+    .await
+    .map_err(|e| {
+        if is_no_space(&e) {
+            Fault::NoSpace(e)
+        } else {
+            Fault::Fatal {
+                what: "segment creation",
+                error: e,
+            }
+        }
+    })?;
+    let old = std::mem::replace(active, next);
+    // Give back the reserved tail; a crash before this reaches the disk leaves zeros, which
+    // read as the end.
+    if let Err(e) = old.file.truncate(old.pos).await {
+        tracing::debug!(file = %old.path.display(), error = %e, "journal: cannot trim a sealed segment");
+    }
+    let _ = old.file.close().await;
+    shared.files.borrow_mut().sealed.push((old.seq, old.pos));
+    shared.publish_files(active.pos);
+    super::compact::maybe_start(shared, active.seq);
+    Ok(())
+}
+
+/// The journal cannot know what reached the disk: refuse everything from now on.
+fn fail(shared: &Shared, active: &Active, what: &str, error: &io::Error) {
+    StoreMetrics::count(&shared.m().errors_total, 1);
+    shared.set_health(Health::Failed);
+    let refusal = shared.unavailable();
+    shared.outbox.borrow_mut().abandon(Err(refusal));
+    tracing::error!(
+        shard = shared.shard,
+        file = %active.path.display(),
+        %error,
+        "journal: {what} failed. Writes not yet acknowledged may or may not be on disk, and the kernel may have dropped them, so this file is never synced again and this shard acknowledges nothing more (503, /healthz unavailable); timers keep firing from memory. Check the disk (dmesg, SMART, free space), then restart punctual: recovery replays what the journal holds, and every acknowledged timer is there"
+    );
+}
+
+/// Sleeps one backoff step (answering timed-out callers meanwhile) and doubles the step.
+async fn pause(shared: &Shared, backoff: &mut Duration) {
+    let until = Instant::now() + crate::units::capped(*backoff);
+    while Instant::now() < until && !shared.closing.get() {
+        expire(shared);
+        let step = until
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(20));
+        glommio::timer::sleep(step).await;
+    }
+    *backoff = backoff.saturating_mul(2).min(shared.cfg.retry_max);
+}
+
+fn expire(shared: &Shared) {
+    let n = shared
+        .outbox
+        .borrow_mut()
+        .expire(Instant::now(), shared.cfg.retry_max.as_secs().max(1));
+    if n > 0 {
+        StoreMetrics::count(&shared.m().ack_timeouts_total, n);
+    }
+}

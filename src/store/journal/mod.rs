@@ -1,0 +1,491 @@
+//! The journal store: each shard's timers made durable in its own append-only log on local
+//! disk, written through glommio's DMA files (O_DIRECT, io_uring) and group-committed with
+//! `fdatasync`, compacted into snapshots in the background, replayed at start.
+//!
+//! # What the store owns
+//!
+//! ```text
+//!   <data_dir>/LOCK                       flock: one process per data directory
+//!   <data_dir>/CURRENT                    "generation G, shards N": which directories are in force
+//!   <data_dir>/gen-<G>/shard-<s>/
+//!       seg-<seq>.log                     the log: segments in order of seq, each ≤ segment_bytes
+//!       snap-<seq>.snap                   the live timers of every segment before seq
+//! ```
+//!
+//! One journal per shard, written only by that shard's thread. The record format (version 1)
+//! is in `record`, the file header in `file`; `docs/ARCHITECTURE.md` has both.
+//!
+//! # Writing: group commit
+//!
+//! ```text
+//!   shard (its loop)                      commit task (same executor)
+//!   ─────────────────                     ──────────────────────────────────────────────
+//!   schedule: encode the record into      take a prefix of whole records (≤ N records,
+//!   the outbox, with the caller's ack     ≤ max_batch_bytes), put a `batch` record first,
+//!   (one Vec append, no I/O)              pad to the block, write it at the segment's end
+//!                                         (DMA), fdatasync, then answer every ack in it
+//! ```
+//!
+//! A commit starts as soon as the previous one is durable, so records that arrive while one is
+//! in flight go together in the next: a batch waits for at most one commit (well under 1 ms on
+//! a local SSD). The shard never waits: it appends and goes on firing; the commit task runs
+//! between the shard's passes. Every commit starts on a block boundary, so no write ever
+//! touches a block that holds acknowledged records. With `fsync = never`, a commit is
+//! acknowledged when its DMA write completes: the data is in the device, which survives a
+//! process crash but not a power cut.
+//!
+//! # Compaction
+//!
+//! Segments roll at `segment_bytes`. At each roll, when the old files (the snapshot and the
+//! sealed segments) hold at most 50% live data (estimated as pending timers × mean record
+//! size), a compaction task writes a new snapshot from them — the previous snapshot's timers
+//! that no later record touched, plus the last schedule of every timer the segments leave
+//! pending, frames copied verbatim — syncs it, gives it its name, and deletes the files it
+//! covers. It runs on the shard's executor and yields every 4,096 records, so fires go on.
+//! Disk use therefore stays under 2 × the live data + the active segment + one segment of
+//! trigger granularity, i.e. under 2 × live + two segments; while a snapshot is being written
+//! it also holds that snapshot (at most the live data).
+//!
+//! # Recovery
+//!
+//! At start the shard loads its snapshot and segments, indexes the segments (`replay`),
+//! checks every CRC, truncates a torn tail (counted) and stops the start on corruption
+//! elsewhere (naming the file and offset; `--journal-skip-corrupt` skips and counts instead,
+//! see `scan`). Then it opens a new segment (a segment is never appended to after a restart)
+//! and hands every live timer, with its version, to the shard; overdue ones fire at once, in
+//! deadline order. A different shard count is handled once, before the shards start: every
+//! old shard's live timers are sent to their new owner's snapshot in a new generation, which
+//! `CURRENT` then names (`layout`).
+//!
+//! # Faults
+//!
+//! | fault | what happens |
+//! |---|---|
+//! | disk full (ENOSPC, EDQUOT, a short write) | nothing is popped; `admit` refuses (503 `store_unavailable`, `Retry-After`), waiting callers are answered the same after the ack timeout, state `Stalled`; the commit is retried with backoff and the store is `Ready` again once one succeeds |
+//! | `fdatasync` fails, or a write fails otherwise | never retried on that file (after a failed sync the kernel may have dropped the data and a retry can report success): every waiting ack is refused, nothing more is acknowledged, state `Failed` (`/healthz` 503), and the log says what to do |
+//!
+//! # Invariants
+//!
+//! - An ack is answered `Ok` only after the commit that carried its record was written and
+//!   (with `fsync = always`) `fdatasync`'d.
+//! - Records reach the log in the order the shard made them; a commit's records are popped
+//!   only once it is durable, so a failed commit is written again whole, at the same offset.
+//! - A file is deleted only after a synced snapshot under its final name covers it.
+//!
+//! # Cost model
+//!
+//! Per registration on the shard: one frame encoded into the outbox (four copies of the
+//! timer's bytes, one CRC32C) and one `VecDeque` push. Per commit: one copy of the batch into a
+//! DMA buffer, one write, one `fdatasync`. On disk: the frame (9 bytes + 16 + the packed
+//! timer), plus per commit a 21-byte `batch` record and padding to 4 KiB.
+
+pub mod commit;
+pub mod compact;
+pub mod file;
+pub mod layout;
+pub mod open;
+pub mod outbox;
+pub mod record;
+pub mod replay;
+pub mod scan;
+pub mod segment;
+
+use super::{Ack, LocalFuture, Recovered, Store};
+use crate::error::{Error, Result};
+use crate::metrics::{ShardMetrics, StoreMetrics, StoreState};
+use crate::op::Scheduled;
+use crate::sink::FiredTimer;
+use crate::units::UtcMicros;
+use crate::wheel::table::PackedTimer;
+use outbox::Outbox;
+use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// When a commit is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    /// After its write and an `fdatasync`: survives a crash of the process or the machine.
+    Always,
+    /// After its write: survives a crash of the process, not a power cut (the last moments
+    /// before one may be lost).
+    Never,
+}
+
+/// How the journal writes. Defaults are written in [`JournalConfig::new`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct JournalConfig {
+    /// The data directory (default `./punctual-data`).
+    pub dir: PathBuf,
+    pub fsync: Fsync,
+    /// A segment rolls when the next commit would pass this size (default 64 MiB).
+    pub segment_bytes: u64,
+    /// Records per commit at most: N of "flushed every N records" (default 4,096).
+    pub max_batch_records: usize,
+    /// Bytes per commit at most, past its first record (default 1 MiB).
+    pub max_batch_bytes: usize,
+    /// Writes the outbox holds before durable registrations are refused (default 100,000).
+    pub max_buffered: usize,
+    /// Fires the outbox holds before the shard holds due timers back (default 100,000).
+    pub max_buffered_fires: usize,
+    /// Longest a durable schedule or cancel waits before `StoreUnavailable` (2 s).
+    pub ack_timeout: Duration,
+    /// Skip (and count) corrupt records at recovery instead of refusing to start.
+    pub skip_corrupt: bool,
+    /// Longest pause between retries of a commit on a full disk (default 1 s).
+    pub retry_max: Duration,
+}
+
+impl JournalConfig {
+    pub fn new(dir: impl Into<PathBuf>) -> JournalConfig {
+        JournalConfig {
+            dir: dir.into(),
+            fsync: Fsync::Always,
+            segment_bytes: 64 << 20,
+            max_batch_records: 4096,
+            max_batch_bytes: 1 << 20,
+            max_buffered: 100_000,
+            max_buffered_fires: 100_000,
+            ack_timeout: Duration::from_secs(2),
+            skip_corrupt: false,
+            retry_max: Duration::from_secs(1),
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |what: &str| Err(Error::Config(format!("journal: {what}")));
+        if self.segment_bytes < (1 << 20) || self.segment_bytes > (1 << 30) {
+            return bad("segment_bytes must be 1 MiB to 1 GiB");
+        }
+        if self.max_batch_bytes < record::MAX_LEN
+            || self.max_batch_bytes as u64 > self.segment_bytes / 4
+        {
+            return bad("max_batch_bytes must be 256 KiB to a quarter of segment_bytes");
+        }
+        if self.max_batch_records == 0 || self.max_buffered == 0 || self.max_buffered_fires == 0 {
+            return bad("max_batch_records, max_buffered and max_buffered_fires must be positive");
+        }
+        Ok(())
+    }
+
+    fn retry_after_s(&self) -> u64 {
+        self.retry_max.as_secs().max(1)
+    }
+}
+
+/// Whether the commit task can write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Health {
+    Ready,
+    /// The disk is full: retrying.
+    Stalled,
+    /// A sync or write failed: nothing more is acknowledged.
+    Failed,
+}
+
+/// The files the shard's log consists of, besides the active segment; shared by the commit
+/// and compaction tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Files {
+    /// (seq, bytes) of the snapshot.
+    pub snapshot: Option<(u64, u64)>,
+    /// (seq, bytes) of the sealed segments, oldest first.
+    pub sealed: Vec<(u64, u64)>,
+    pub compacting: bool,
+}
+
+impl Files {
+    pub fn old_bytes(&self) -> u64 {
+        self.snapshot.map_or(0, |s| s.1) + self.sealed.iter().map(|s| s.1).sum::<u64>()
+    }
+}
+
+/// What the shard and its tasks share, on the shard's thread only.
+pub(crate) struct Shared {
+    pub cfg: JournalConfig,
+    /// This shard's directory.
+    pub dir: PathBuf,
+    pub shard: usize,
+    pub shards: usize,
+    pub outbox: RefCell<Outbox>,
+    pub files: RefCell<Files>,
+    pub wake: event_listener::Event,
+    pub closing: Cell<bool>,
+    pub health: Cell<Health>,
+    /// Pending timers, and the bytes of the schedule records that made them: the estimate of
+    /// the live data that decides compaction.
+    pub live: Cell<u64>,
+    pub record_bytes: Cell<(u64, u64)>,
+    pub metrics: Arc<ShardMetrics>,
+    /// Holds the data directory's lock while any shard's store lives.
+    pub _lock: Arc<layout::DataDir>,
+}
+
+impl Shared {
+    pub fn m(&self) -> &StoreMetrics {
+        &self.metrics.store
+    }
+
+    pub fn unavailable(&self) -> Error {
+        Error::StoreUnavailable {
+            retry_after_s: self.cfg.retry_after_s(),
+        }
+    }
+
+    /// Estimated live bytes: pending timers × the mean schedule record.
+    pub fn live_bytes(&self) -> u64 {
+        let (bytes, records) = self.record_bytes.get();
+        match bytes.checked_div(records) {
+            Some(mean) => self.live.get().saturating_mul(mean),
+            None => 0,
+        }
+    }
+
+    pub fn note_record(&self, bytes: usize) {
+        let (b, n) = self.record_bytes.get();
+        self.record_bytes.set((b + bytes as u64, n + 1));
+    }
+
+    pub fn publish_files(&self, active: u64) {
+        let f = self.files.borrow();
+        let m = self.m();
+        m.journal_segments
+            .store(f.sealed.len() as u64 + 1, Ordering::Relaxed);
+        m.journal_disk_bytes
+            .store(f.old_bytes() + active, Ordering::Relaxed);
+    }
+
+    pub fn set_health(&self, h: Health) {
+        self.health.set(h);
+        self.m().set_state(match h {
+            Health::Ready => StoreState::Ready,
+            Health::Stalled => StoreState::Stalled,
+            Health::Failed => StoreState::Failed,
+        });
+    }
+}
+
+/// One shard's journal store.
+pub struct JournalStore {
+    shared: Rc<Shared>,
+    /// What `open` loaded, until `recover` hands it to the shard.
+    opened: Option<open::Opened>,
+    task: Option<glommio::Task<()>>,
+}
+
+impl JournalStore {
+    /// Opens the shard's journal on the shard's thread: loads and checks its files, truncates
+    /// a torn tail and starts a new segment. An error (corruption, I/O) stops the start.
+    pub async fn open(
+        cfg: JournalConfig,
+        data: Arc<layout::DataDir>,
+        shard: usize,
+        shards: usize,
+        metrics: Arc<ShardMetrics>,
+    ) -> Result<JournalStore> {
+        metrics.store.set_state(StoreState::Recovering);
+        let outbox = Outbox::new(cfg.max_buffered, cfg.max_buffered_fires, cfg.ack_timeout);
+        let shared = Rc::new(Shared {
+            dir: data.shard_dir(shard),
+            cfg,
+            shard,
+            shards,
+            outbox: RefCell::new(outbox),
+            files: RefCell::new(Files::default()),
+            wake: event_listener::Event::new(),
+            closing: Cell::new(false),
+            health: Cell::new(Health::Ready),
+            live: Cell::new(0),
+            record_bytes: Cell::new((0, 0)),
+            metrics,
+            _lock: data,
+        });
+        let opened = open::open(&shared)
+            .await
+            .map_err(|reason| Error::ShardStart { shard, reason })?;
+        Ok(JournalStore {
+            shared,
+            opened: Some(opened),
+            task: None,
+        })
+    }
+
+    /// A retry of a pending timer: the same version, with new delivery metadata and deadline
+    /// (an `attempt` record: an upsert that keeps its version).
+    pub fn attempt(&mut self, timer: &PackedTimer, version: u64, deadline: UtcMicros, ack: Ack) {
+        let shared = &self.shared;
+        let mut size = 0;
+        shared.outbox.borrow_mut().push(
+            |b| {
+                size = record::put_timer(b, true, version, deadline, timer);
+                size
+            },
+            ack,
+            false,
+        );
+        shared.note_record(size);
+    }
+
+    /// A dead-lettered timer leaves the pending set.
+    pub fn dead_letter(&mut self, tenant: &str, key: &str, version: u64) {
+        self.shared.outbox.borrow_mut().push(
+            |b| record::put_dead_letter(b, version, tenant, key),
+            Ack::None,
+            true,
+        );
+        self.shared
+            .live
+            .set(self.shared.live.get().saturating_sub(1));
+    }
+}
+
+impl Store for JournalStore {
+    fn kind(&self) -> &'static str {
+        "journal"
+    }
+
+    fn recover<'a>(
+        &'a mut self,
+        insert: &'a mut dyn FnMut(Recovered<'_>) -> bool,
+        stop: &'a AtomicBool,
+    ) -> LocalFuture<'a, bool> {
+        Box::pin(async move {
+            let Some(opened) = self.opened.take() else {
+                return !stop.load(Ordering::Acquire);
+            };
+            let Some(log) = open::hand_over(&self.shared, opened, insert, stop).await else {
+                return false;
+            };
+            self.task = Some(glommio::spawn_local(commit::run(self.shared.clone(), log)));
+            true
+        })
+    }
+
+    /// `Ok` when the journal can write and one more write fits in the outbox; else
+    /// `StoreUnavailable`, counted.
+    fn admit(&self) -> Result<()> {
+        if self.shared.health.get() == Health::Ready && self.shared.outbox.borrow().has_room() {
+            return Ok(());
+        }
+        StoreMetrics::count(&self.shared.m().refused_total, 1);
+        Err(self.shared.unavailable())
+    }
+
+    fn refusal(&self) -> Error {
+        self.shared.unavailable()
+    }
+
+    fn ack_timeout(&self) -> Duration {
+        self.shared.cfg.ack_timeout
+    }
+
+    /// Shorter passes, so that the commit task runs between them.
+    fn ops_per_pass(&self) -> usize {
+        512
+    }
+
+    fn begin_pass(&mut self) {
+        self.shared.outbox.borrow_mut().stamp();
+    }
+
+    fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
+        let shared = &self.shared;
+        let mut size = 0;
+        shared.outbox.borrow_mut().push(
+            |b| {
+                size = record::put_timer(b, false, s.version, s.deadline, timer);
+                size
+            },
+            ack,
+            false,
+        );
+        shared.note_record(size);
+        if !s.replaced {
+            shared.live.set(shared.live.get() + 1);
+        }
+    }
+
+    fn cancel(&mut self, tenant: &str, key: &str, ack: Ack) {
+        self.shared
+            .outbox
+            .borrow_mut()
+            .push(|b| record::put_cancel(b, tenant, key), ack, false);
+        self.shared
+            .live
+            .set(self.shared.live.get().saturating_sub(1));
+    }
+
+    fn fire_room(&self) -> usize {
+        if self.shared.health.get() == Health::Failed {
+            return usize::MAX;
+        }
+        self.shared.outbox.borrow().fire_room()
+    }
+
+    fn fires_held(&mut self, held: bool) {
+        let m = self.shared.m();
+        let was = m.fires_held.swap(u64::from(held), Ordering::Relaxed);
+        if held && was == 0 {
+            StoreMetrics::count(&m.fire_pauses_total, 1);
+            tracing::warn!(
+                shard = self.shared.shard,
+                limit = self.shared.cfg.max_buffered_fires,
+                "journal: fires waiting for the disk reached their bound; due timers stay pending (not lost) until the journal can write"
+            );
+        }
+    }
+
+    fn fired(&mut self, t: &FiredTimer<'_>) {
+        let shared = &self.shared;
+        shared.live.set(shared.live.get().saturating_sub(1));
+        if shared.health.get() == Health::Failed {
+            return;
+        }
+        shared.outbox.borrow_mut().push(
+            |b| record::put_fired(b, t.version, t.tenant, t.key),
+            Ack::None,
+            true,
+        );
+    }
+
+    /// Wakes the commit task and answers callers past the ack timeout (see the Redis store's
+    /// `after_pass` for the bound this gives).
+    fn after_pass(&mut self) {
+        let mut outbox = self.shared.outbox.borrow_mut();
+        let n = outbox.len();
+        if n == 0 {
+            return;
+        }
+        let expired = outbox.expire(std::time::Instant::now(), self.shared.cfg.retry_after_s());
+        drop(outbox);
+        let m = self.shared.m();
+        if expired > 0 {
+            StoreMetrics::count(&m.ack_timeouts_total, expired);
+        }
+        m.pending_writes.store(n as u64, Ordering::Relaxed);
+        self.shared.wake.notify(1);
+    }
+
+    /// Commits what it can within the ack timeout, then stops the commit task.
+    fn close(&mut self) -> LocalFuture<'_, ()> {
+        Box::pin(async move {
+            self.shared.closing.set(true);
+            self.shared.wake.notify(usize::MAX);
+            if let Some(task) = self.task.take() {
+                let limit = crate::units::capped(self.shared.cfg.ack_timeout);
+                futures_lite::future::or(task, glommio::timer::sleep(limit)).await;
+            }
+            let left = self.shared.outbox.borrow().len();
+            if left > 0 {
+                tracing::warn!(
+                    shard = self.shared.shard,
+                    writes = left,
+                    "journal closed with writes not yet durable; they were never acknowledged"
+                );
+            }
+        })
+    }
+}

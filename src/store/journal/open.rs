@@ -1,0 +1,174 @@
+//! A shard's start: load and check its files ([`open`], before the shard reports itself
+//! started, so that corruption stops the start), then hand the live timers to the shard
+//! ([`hand_over`], from `Store::recover`).
+//!
+//! ```text
+//!   open:       load the newest snapshot and the segments after it (layout::load_dir)
+//!               index the segments, check every CRC and the snapshot (replay)
+//!               truncate a torn tail, counted; corruption → an error naming file and offset
+//!               create the next segment (a segment is never appended to after a restart)
+//!   hand_over:  every live timer → the shard's insert, yielding every 4,096
+//! ```
+
+use super::file::BLOCK;
+use super::layout::load_dir;
+use super::replay::{breathe, Replay, YIELD_EVERY};
+use super::segment::Active;
+use super::Shared;
+use crate::metrics::{StoreMetrics, StoreState};
+use crate::store::Recovered;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// What `open` loaded, and the segment the commit task will write.
+pub struct Opened {
+    replay: Replay,
+    active: Active,
+    started: Instant,
+}
+
+pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
+    let started = Instant::now();
+    let cfg = &shared.cfg;
+    let mut torn = 0;
+    let (snapshot, segments) = load_dir(&shared.dir, cfg.skip_corrupt, &mut torn)?;
+    let snap = snapshot
+        .as_ref()
+        .map(|s| (s.header.seq, s.buf.len() as u64));
+    let mut replay = Replay::new(snapshot, segments, cfg.skip_corrupt, true);
+    replay.index().await?;
+    replay.check_snapshot().await?;
+    let report = replay.report.clone();
+    let m = shared.m();
+    StoreMetrics::count(&m.journal_torn_total, report.torn + torn);
+    StoreMetrics::count(&m.journal_corrupt_total, report.corrupt);
+    let mut sealed: Vec<(u64, u64)> = replay
+        .segments()
+        .iter()
+        .map(|s| (s.header.seq, s.buf.len() as u64))
+        .collect();
+    if let Some((path, end)) = &report.truncate {
+        tracing::warn!(shard = shared.shard, file = %path.display(), offset = end, "journal: torn tail truncated (a commit cut short by a crash; it was never acknowledged)");
+    }
+    // The newest segment is never written again: give back its reserved tail, or drop it
+    // whole when it holds no record.
+    if let (Some(end), Some(last)) = (report.last_end, sealed.last().copied()) {
+        let path = shared.dir.join(super::file::segment_name(last.0));
+        if end <= BLOCK as u64 {
+            std::fs::remove_file(&path)
+                .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+            sealed.pop();
+        } else if end < last.1 {
+            truncate(&path, end).map_err(|e| format!("cannot truncate {}: {e}", path.display()))?;
+            if let Some(l) = sealed.last_mut() {
+                l.1 = end;
+            }
+        }
+    }
+    if report.corrupt > 0 {
+        tracing::error!(
+            shard = shared.shard,
+            regions = report.corrupt,
+            "journal: corrupt records skipped (--journal-skip-corrupt); the timers they held are lost"
+        );
+    }
+    let next = sealed
+        .last()
+        .map(|s| s.0 + 1)
+        .into_iter()
+        .chain(snap.map(|s| s.0))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let sync = cfg.fsync == super::Fsync::Always;
+    let active = Active::create(
+        &shared.dir,
+        next,
+        shared.shard,
+        shared.shards,
+        cfg.segment_bytes,
+        sync,
+    )
+    .await
+    .map_err(|e| format!("cannot create a segment in {}: {e}", shared.dir.display()))?;
+    {
+        let mut files = shared.files.borrow_mut();
+        files.snapshot = snap;
+        files.sealed = sealed;
+    }
+    shared.publish_files(BLOCK as u64);
+    Ok(Opened {
+        replay,
+        active,
+        started,
+    })
+}
+
+/// The valid length of a torn segment, made durable.
+fn truncate(path: &std::path::Path, end: u64) -> std::io::Result<()> {
+    let f = std::fs::OpenOptions::new().write(true).open(path)?;
+    f.set_len(end)?;
+    f.sync_all()
+}
+
+/// Hands every live timer to `insert`; the active segment for the commit task, or `None` if
+/// `stop` was set first.
+pub(crate) async fn hand_over(
+    shared: &Shared,
+    opened: Opened,
+    insert: &mut dyn FnMut(Recovered<'_>) -> bool,
+    stop: &AtomicBool,
+) -> Option<Active> {
+    let Opened {
+        replay,
+        active,
+        started,
+    } = opened;
+    let (mut loaded, mut refused) = (0u64, 0u64);
+    for (i, (t, frame)) in replay.live().enumerate() {
+        let fits = insert(Recovered {
+            tenant: t.tenant,
+            key: t.key,
+            version: t.version,
+            deadline: t.deadline,
+            meta: t.meta,
+            payload: t.payload,
+        });
+        if fits {
+            loaded += 1;
+            shared.note_record(frame.len());
+        } else {
+            refused += 1;
+            if refused == 1 {
+                tracing::error!(shard = shared.shard, tenant = t.tenant, key = t.key, "journal: recovered timer does not fit this shard (capacity or range); it stays in the journal");
+            }
+        }
+        if (i + 1) % YIELD_EVERY == 0 {
+            if stop.load(Ordering::Acquire) {
+                return None;
+            }
+            breathe().await;
+        }
+    }
+    drop(replay);
+    // Timers that did not fit stay live in the journal's files (compaction replays files, not
+    // the shard's table), so a restart with room recovers them.
+    if refused > 0 {
+        StoreMetrics::count(&shared.m().errors_total, refused);
+        tracing::error!(shard = shared.shard, refused, "journal: recovered timers refused by the shard; they stay in the journal: raise shard_capacity and restart");
+    }
+    shared.live.set(loaded);
+    let m = shared.m();
+    m.recovered_timers.store(loaded, Ordering::Relaxed);
+    m.recovery_duration_ns
+        .store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    StoreMetrics::count(&m.recoveries_total, 1);
+    m.set_state(StoreState::Ready);
+    tracing::info!(
+        shard = shared.shard,
+        timers = loaded,
+        ms = started.elapsed().as_millis() as u64,
+        "journal: recovered pending timers"
+    );
+    Some(active)
+}

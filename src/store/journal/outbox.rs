@@ -1,0 +1,214 @@
+//! The outbox: records the shard encoded and the commit task has not yet made durable, in the
+//! order the shard made them, with the acknowledgement each one owes.
+//!
+//! The shard appends a record's frame to one byte buffer and a mark (where the frame ends,
+//! its ack, when it was queued) to a queue. The commit task takes a prefix of whole records,
+//! writes it, and pops that prefix only once it is durable; on a failure nothing is popped, so
+//! the same prefix is written again.
+//!
+//! Invariants: bytes and marks leave only from the front, only after the commit that carried
+//! them is durable. Schedules and cancels are admitted while `len() < limit`; fires are never
+//! refused (each stands for a timer already admitted), but the shard stops firing while
+//! `fires == fire_limit`, so the outbox holds at most `limit + fire_limit` records.
+//!
+//! Cost: one `Vec` append (the frame) and one `VecDeque` push per write, no allocation once
+//! the buffers have grown; a commit's pop moves only the bytes queued after it.
+
+use crate::error::Error;
+use crate::store::Ack;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+struct Mark {
+    /// Where this record's frame ends in `bytes`, counted from the outbox's first byte ever.
+    end: u64,
+    ack: Ack,
+    queued: Instant,
+    fire: bool,
+}
+
+pub struct Outbox {
+    bytes: Vec<u8>,
+    /// The stream position of `bytes[0]`.
+    base: u64,
+    marks: VecDeque<Mark>,
+    limit: usize,
+    fire_limit: usize,
+    ack_timeout: Duration,
+    /// Marks before this index have had their ack timeout checked (and maybe answered).
+    checked: usize,
+    /// The instant stamped on new records: taken once per pass of the shard (`stamp`).
+    now: Instant,
+    fires: usize,
+}
+
+/// A prefix of the outbox, as the commit task takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub records: usize,
+    pub bytes: usize,
+}
+
+impl Outbox {
+    pub fn new(limit: usize, fire_limit: usize, ack_timeout: Duration) -> Outbox {
+        Outbox {
+            bytes: Vec::new(),
+            base: 0,
+            marks: VecDeque::new(),
+            limit,
+            fire_limit,
+            ack_timeout,
+            checked: 0,
+            now: Instant::now(),
+            fires: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.marks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.marks.is_empty()
+    }
+
+    pub fn stamp(&mut self) {
+        self.now = Instant::now();
+    }
+
+    pub fn has_room(&self) -> bool {
+        self.marks.len() < self.limit
+    }
+
+    pub fn fire_room(&self) -> usize {
+        self.fire_limit.saturating_sub(self.fires)
+    }
+
+    /// Appends one record: `encode` writes its frame into the buffer.
+    pub fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize, ack: Ack, fire: bool) {
+        encode(&mut self.bytes);
+        self.fires += usize::from(fire);
+        self.marks.push_back(Mark {
+            end: self.base + self.bytes.len() as u64,
+            ack,
+            queued: self.now,
+            fire,
+        });
+    }
+
+    /// When the oldest record was queued.
+    pub fn oldest(&self) -> Option<Instant> {
+        self.marks.front().map(|m| m.queued)
+    }
+
+    /// The next commit: whole records from the front, at most `max_records` and, past the
+    /// first, at most `max_bytes`.
+    pub fn batch(&self, max_records: usize, max_bytes: usize) -> Batch {
+        let mut b = Batch {
+            records: 0,
+            bytes: 0,
+        };
+        for m in self.marks.iter().take(max_records) {
+            let bytes = (m.end - self.base) as usize;
+            if b.records > 0 && bytes > max_bytes {
+                break;
+            }
+            b = Batch {
+                records: b.records + 1,
+                bytes,
+            };
+        }
+        b
+    }
+
+    /// The bytes of `batch`.
+    pub fn bytes(&self, batch: Batch) -> &[u8] {
+        self.bytes.get(..batch.bytes).unwrap_or_default()
+    }
+
+    /// Pops `batch` (durable now, or never to be), answering each ack with `outcome`.
+    pub fn complete(&mut self, batch: Batch, outcome: Result<(), Error>) {
+        for _ in 0..batch.records {
+            let Some(m) = self.marks.pop_front() else {
+                break;
+            };
+            self.checked = self.checked.saturating_sub(1);
+            self.fires -= usize::from(m.fire);
+            m.ack.answer(outcome.clone());
+        }
+        let n = batch.bytes.min(self.bytes.len());
+        self.bytes.drain(..n);
+        self.base += n as u64;
+    }
+
+    /// Answers `outcome` to everything queued and forgets it (the store failed for good).
+    pub fn abandon(&mut self, outcome: Result<(), Error>) {
+        let all = Batch {
+            records: self.marks.len(),
+            bytes: self.bytes.len(),
+        };
+        self.complete(all, outcome);
+    }
+
+    /// Answers `StoreUnavailable` to callers that waited past the ack timeout. Their records
+    /// stay queued: the caller was told "not acknowledged", which allows either outcome.
+    /// Returns how many were answered.
+    pub fn expire(&mut self, now: Instant, retry_after_s: u64) -> u64 {
+        let mut answered = 0;
+        while let Some(m) = self.marks.get_mut(self.checked) {
+            if now.saturating_duration_since(m.queued) < self.ack_timeout {
+                break;
+            }
+            if m.ack.is_waiting() {
+                std::mem::replace(&mut m.ack, Ack::None)
+                    .answer(Err(Error::StoreUnavailable { retry_after_s }));
+                answered += 1;
+            }
+            self.checked += 1;
+        }
+        answered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(o: &mut Outbox, n: usize) {
+        o.push(
+            |b| {
+                b.extend(std::iter::repeat_n(7u8, n));
+                n
+            },
+            Ack::None,
+            false,
+        );
+    }
+
+    #[test]
+    fn a_batch_takes_whole_records_within_its_bounds() {
+        let mut o = Outbox::new(10, 10, Duration::from_secs(2));
+        push(&mut o, 10);
+        push(&mut o, 20);
+        push(&mut o, 30);
+        assert_eq!(
+            o.batch(10, 35),
+            Batch {
+                records: 2,
+                bytes: 30
+            }
+        );
+        assert_eq!(o.batch(1, 1).records, 1, "one record always goes");
+        let b = o.batch(2, 1000);
+        o.complete(b, Ok(()));
+        assert_eq!(o.len(), 1);
+        assert_eq!(
+            o.batch(10, 1000),
+            Batch {
+                records: 1,
+                bytes: 30
+            }
+        );
+        assert_eq!(o.bytes(o.batch(10, 1000)).len(), 30);
+    }
+}

@@ -1,0 +1,449 @@
+//! The journal's record format, version 1: how one record is framed, encoded and decoded.
+//!
+//! ```text
+//!   frame:  len: u32 LE | crc32c: u32 LE | type: u8 | body: len - 1 bytes
+//!           crc32c covers the 4 bytes of len, the type and the body
+//!
+//!   type  name         body
+//!   1     batch        seq: u64 | records: u32             first record of every commit
+//!   2     schedule     version: u64 | deadline_us: u64 | timer
+//!   3     attempt      version: u64 | deadline_us: u64 | timer   (a retry: same version)
+//!   4     cancel       identity
+//!   5     fired        version: u64 | identity
+//!   6     dead letter  version: u64 | identity               (reserved: removes the timer)
+//!   7     end          timers: u64                          last record of a snapshot
+//!
+//!   identity = tenant_len: u8 | key_len: u8 | tenant | key
+//!   timer    = identity | meta_len: u16 LE | meta | payload (the rest of the body)
+//! ```
+//!
+//! All integers are little-endian. A timer's bytes after the version and deadline are laid out
+//! like a `PackedTimer`, so a schedule is encoded with four copies and decoded without any.
+//!
+//! Decoding never panics and never trusts a length: every read is bounds-checked, a `len`
+//! outside `1..=MAX_LEN` or past the buffer, a CRC mismatch, an unknown type, a body of the
+//! wrong size or a name that is not UTF-8 is [`Step::Bad`]. Zero bytes where a frame would
+//! start are padding (to the end of the block) or, at a block boundary, the end of the data.
+
+use crate::units::UtcMicros;
+use crate::wheel::table::PackedTimer;
+
+/// The format's version, written in every file header.
+pub const FORMAT: u16 = 1;
+
+/// Bytes before the body: len, crc, type.
+pub const FRAME: usize = 9;
+
+/// The longest `len`: the largest timer (two 255-byte names, 64 KiB of meta, a 64 KiB
+/// payload) fits with room to spare; anything longer is damage, not data.
+pub const MAX_LEN: usize = 256 * 1024;
+
+/// Record types (the `type` byte).
+pub mod kind {
+    pub const BATCH: u8 = 1;
+    pub const SCHEDULE: u8 = 2;
+    pub const ATTEMPT: u8 = 3;
+    pub const CANCEL: u8 = 4;
+    pub const FIRED: u8 = 5;
+    pub const DEAD_LETTER: u8 = 6;
+    pub const END: u8 = 7;
+}
+
+/// A timer as a schedule or attempt record holds it; borrowed from the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timer<'a> {
+    pub version: u64,
+    pub deadline: UtcMicros,
+    /// `tenant_len | key_len | tenant | key`: the key of the journal's indexes.
+    pub identity: &'a [u8],
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub meta: &'a [u8],
+    pub payload: &'a [u8],
+}
+
+/// One decoded record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record<'a> {
+    Batch { seq: u64, records: u32 },
+    Schedule(Timer<'a>),
+    Attempt(Timer<'a>),
+    Cancel { identity: &'a [u8] },
+    Fired { version: u64, identity: &'a [u8] },
+    DeadLetter { version: u64, identity: &'a [u8] },
+    End { timers: u64 },
+}
+
+impl<'a> Record<'a> {
+    /// The timer this record is about, if any.
+    pub fn identity(&self) -> Option<&'a [u8]> {
+        match *self {
+            Record::Schedule(t) | Record::Attempt(t) => Some(t.identity),
+            Record::Cancel { identity }
+            | Record::Fired { identity, .. }
+            | Record::DeadLetter { identity, .. } => Some(identity),
+            Record::Batch { .. } | Record::End { .. } => None,
+        }
+    }
+}
+
+/// Why the bytes at an offset are not a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bad {
+    /// `len` is 0 mid-frame, over [`MAX_LEN`], or runs past the buffer.
+    Length(u32),
+    Crc,
+    UnknownType(u8),
+    /// The body does not have the shape its type requires.
+    Body(u8),
+    /// Padding that is not all zeros.
+    Padding,
+}
+
+impl std::fmt::Display for Bad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bad::Length(n) => write!(f, "record length {n} is impossible here"),
+            Bad::Crc => f.write_str("CRC mismatch"),
+            Bad::UnknownType(t) => write!(f, "unknown record type {t}"),
+            Bad::Body(t) => write!(f, "malformed body for record type {t}"),
+            Bad::Padding => f.write_str("non-zero bytes in block padding"),
+        }
+    }
+}
+
+/// What lies at an offset of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step<'a> {
+    /// A record, its whole frame, and the offset after it.
+    Record {
+        record: Record<'a>,
+        frame: &'a [u8],
+        next: usize,
+    },
+    /// Zero padding up to `next`, the following block boundary.
+    Padding {
+        next: usize,
+    },
+    /// No more data: zeros (or nothing) at a block boundary.
+    End,
+    Bad(Bad),
+}
+
+/// Decodes what lies at `at` in `buf`, whose blocks are `block` bytes (a power of two).
+pub fn decode_at(buf: &[u8], at: usize, block: usize) -> Step<'_> {
+    let rest = buf.get(at..).unwrap_or_default();
+    let len = match read_u32(rest, 0) {
+        Some(len) => len,
+        None => return zeros_to_block(buf, at, block),
+    };
+    if len == 0 {
+        return zeros_to_block(buf, at, block);
+    }
+    let Some(frame) = usize::try_from(len)
+        .ok()
+        .filter(|&l| l <= MAX_LEN)
+        .and_then(|l| rest.get(..8 + l))
+    else {
+        return Step::Bad(Bad::Length(len));
+    };
+    let stored = read_u32(frame, 4).unwrap_or(0);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&frame[..4]), &frame[8..]);
+    if crc != stored {
+        return Step::Bad(Bad::Crc);
+    }
+    let (kind, body) = (frame[8], &frame[FRAME..]);
+    match decode_body(kind, body) {
+        Ok(record) => Step::Record {
+            record,
+            frame,
+            next: at + frame.len(),
+        },
+        Err(bad) => Step::Bad(bad),
+    }
+}
+
+/// At `at` there is no frame: padding to the next block boundary if the rest of the block is
+/// zeros, the end if `at` is on a boundary (or past the buffer), else damage.
+fn zeros_to_block(buf: &[u8], at: usize, block: usize) -> Step<'_> {
+    let block = block.max(1);
+    let next = (at / block + 1).saturating_mul(block);
+    let upto = next.min(buf.len());
+    let zeros = buf.get(at..upto).is_none_or(|b| b.iter().all(|&x| x == 0));
+    if !zeros {
+        return Step::Bad(Bad::Padding);
+    }
+    if at % block == 0 || at >= buf.len() || upto == buf.len() {
+        Step::End
+    } else {
+        Step::Padding { next }
+    }
+}
+
+fn decode_body(kind: u8, body: &[u8]) -> Result<Record<'_>, Bad> {
+    let bad = Bad::Body(kind);
+    match kind {
+        kind::BATCH => match (read_u64(body, 0), read_u32(body, 8), body.len()) {
+            (Some(seq), Some(records), 12) => Ok(Record::Batch { seq, records }),
+            _ => Err(bad),
+        },
+        kind::SCHEDULE | kind::ATTEMPT => {
+            let t = timer(body).ok_or(bad)?;
+            Ok(if kind == kind::SCHEDULE {
+                Record::Schedule(t)
+            } else {
+                Record::Attempt(t)
+            })
+        }
+        kind::CANCEL => match identity(body, 0) {
+            Some((identity, _, _, end)) if end == body.len() => Ok(Record::Cancel { identity }),
+            _ => Err(bad),
+        },
+        kind::FIRED | kind::DEAD_LETTER => {
+            let version = read_u64(body, 0).ok_or(bad)?;
+            match identity(body, 8) {
+                Some((identity, _, _, end)) if end == body.len() => Ok(if kind == kind::FIRED {
+                    Record::Fired { version, identity }
+                } else {
+                    Record::DeadLetter { version, identity }
+                }),
+                _ => Err(bad),
+            }
+        }
+        kind::END => match (read_u64(body, 0), body.len()) {
+            (Some(timers), 8) => Ok(Record::End { timers }),
+            _ => Err(bad),
+        },
+        other => Err(Bad::UnknownType(other)),
+    }
+}
+
+/// `version | deadline | identity | meta_len | meta | payload`.
+fn timer(body: &[u8]) -> Option<Timer<'_>> {
+    let version = read_u64(body, 0)?;
+    let deadline = UtcMicros(read_u64(body, 8)?);
+    let (identity, tenant, key, at) = identity(body, 16)?;
+    let meta_len = usize::from(u16::from_le_bytes(body.get(at..at + 2)?.try_into().ok()?));
+    let meta = body.get(at + 2..at + 2 + meta_len)?;
+    let payload = body.get(at + 2 + meta_len..)?;
+    Some(Timer {
+        version,
+        deadline,
+        identity,
+        tenant,
+        key,
+        meta,
+        payload,
+    })
+}
+
+/// The identity at `at`: its bytes, the tenant, the key, and the offset after it.
+fn identity(body: &[u8], at: usize) -> Option<(&[u8], &str, &str, usize)> {
+    let t = usize::from(*body.get(at)?);
+    let k = usize::from(*body.get(at + 1)?);
+    let end = at + 2 + t + k;
+    let whole = body.get(at..end)?;
+    let tenant = std::str::from_utf8(whole.get(2..2 + t)?).ok()?;
+    let key = std::str::from_utf8(whole.get(2 + t..)?).ok()?;
+    if tenant.is_empty() || key.is_empty() {
+        return None;
+    }
+    Some((whole, tenant, key, end))
+}
+
+fn read_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn read_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Appends one frame to `out`: `body` writes the body, then len and crc are filled in.
+fn frame(out: &mut Vec<u8>, kind: u8, body: impl FnOnce(&mut Vec<u8>)) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0; 8]);
+    out.push(kind);
+    body(out);
+    let len = (out.len() - start - 8) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), &out[start + 8..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    out.len() - start
+}
+
+/// A schedule (or, with `attempt`, a retry that keeps its version); the frame's size.
+pub fn put_timer(
+    out: &mut Vec<u8>,
+    attempt: bool,
+    version: u64,
+    deadline: UtcMicros,
+    timer: &PackedTimer,
+) -> usize {
+    let kind = if attempt {
+        kind::ATTEMPT
+    } else {
+        kind::SCHEDULE
+    };
+    frame(out, kind, |b| {
+        b.extend_from_slice(&version.to_le_bytes());
+        b.extend_from_slice(&deadline.0.to_le_bytes());
+        b.extend_from_slice(timer.identity());
+        b.extend_from_slice(&(timer.meta().len() as u16).to_le_bytes());
+        b.extend_from_slice(timer.meta());
+        b.extend_from_slice(timer.payload());
+    })
+}
+
+/// A cancel of (tenant, key); names longer than 255 bytes never reach a store.
+pub fn put_cancel(out: &mut Vec<u8>, tenant: &str, key: &str) -> usize {
+    frame(out, kind::CANCEL, |b| put_identity(b, tenant, key))
+}
+
+/// A fire of (tenant, key) at `version`.
+pub fn put_fired(out: &mut Vec<u8>, version: u64, tenant: &str, key: &str) -> usize {
+    frame(out, kind::FIRED, |b| {
+        b.extend_from_slice(&version.to_le_bytes());
+        put_identity(b, tenant, key);
+    })
+}
+
+/// A dead letter of (tenant, key) at `version` (the timer leaves the pending set).
+pub fn put_dead_letter(out: &mut Vec<u8>, version: u64, tenant: &str, key: &str) -> usize {
+    frame(out, kind::DEAD_LETTER, |b| {
+        b.extend_from_slice(&version.to_le_bytes());
+        put_identity(b, tenant, key);
+    })
+}
+
+pub fn put_batch(out: &mut Vec<u8>, seq: u64, records: u32) -> usize {
+    frame(out, kind::BATCH, |b| {
+        b.extend_from_slice(&seq.to_le_bytes());
+        b.extend_from_slice(&records.to_le_bytes());
+    })
+}
+
+pub fn put_end(out: &mut Vec<u8>, timers: u64) -> usize {
+    frame(out, kind::END, |b| {
+        b.extend_from_slice(&timers.to_le_bytes())
+    })
+}
+
+fn put_identity(b: &mut Vec<u8>, tenant: &str, key: &str) {
+    let (t, k) = (tenant.len().min(255), key.len().min(255));
+    b.extend_from_slice(&[t as u8, k as u8]);
+    b.extend_from_slice(&tenant.as_bytes()[..t]);
+    b.extend_from_slice(&key.as_bytes()[..k]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn first(buf: &[u8]) -> Step<'_> {
+        decode_at(buf, 0, 4096)
+    }
+
+    #[test]
+    fn a_schedule_round_trips_with_its_meta() {
+        let t = PackedTimer::with_meta("shop", "order-1", b"cb", b"{}").expect("fits");
+        let mut out = Vec::new();
+        let n = put_timer(&mut out, false, 7, UtcMicros(42), &t);
+        assert_eq!(n, out.len());
+        let Step::Record { record, next, .. } = first(&out) else {
+            panic!("{:?}", first(&out))
+        };
+        assert_eq!(next, n);
+        let Record::Schedule(r) = record else {
+            panic!("{record:?}")
+        };
+        assert_eq!(
+            (r.version, r.deadline, r.tenant, r.key, r.meta, r.payload),
+            (7, UtcMicros(42), "shop", "order-1", &b"cb"[..], &b"{}"[..])
+        );
+        assert_eq!(r.identity, t.identity());
+    }
+
+    #[test]
+    fn zeros_are_padding_mid_block_and_the_end_on_a_boundary() {
+        let mut out = Vec::new();
+        put_cancel(&mut out, "t", "k");
+        let used = out.len();
+        out.resize(8192, 0);
+        assert_eq!(decode_at(&out, used, 4096), Step::Padding { next: 4096 });
+        assert_eq!(decode_at(&out, 4096, 4096), Step::End);
+        out[100] = 1;
+        assert_eq!(decode_at(&out, used, 4096), Step::Bad(Bad::Padding));
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_in_a_frame_is_detected() {
+        let t = PackedTimer::new("shop", "order-1", b"payload").expect("fits");
+        let mut out = Vec::new();
+        put_timer(&mut out, false, 1, UtcMicros(2), &t);
+        for i in 0..out.len() * 8 {
+            let mut b = out.clone();
+            b[i / 8] ^= 1 << (i % 8);
+            assert!(
+                !matches!(first(&b), Step::Record { .. }),
+                "bit {i} flipped went unnoticed"
+            );
+        }
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        "[A-Za-z0-9._:-]{1,40}"
+    }
+
+    proptest! {
+        #[test]
+        fn every_record_decodes_to_what_was_encoded(
+            tenant in name(), key in name(),
+            meta in proptest::collection::vec(any::<u8>(), 0..300),
+            payload in proptest::collection::vec(any::<u8>(), 0..600),
+            version in any::<u64>(), deadline in any::<u64>(), attempt in any::<bool>(),
+            tail in 0u8..4,
+        ) {
+            let t = PackedTimer::with_meta(&tenant, &key, &meta, &payload).expect("fits");
+            let mut out = Vec::new();
+            put_timer(&mut out, attempt, version, UtcMicros(deadline), &t);
+            match tail {
+                0 => { put_cancel(&mut out, &tenant, &key); }
+                1 => { put_fired(&mut out, version, &tenant, &key); }
+                2 => { put_dead_letter(&mut out, version, &tenant, &key); }
+                _ => { put_batch(&mut out, version, 3); }
+            }
+            let Step::Record { record, next, .. } = decode_at(&out, 0, 4096) else {
+                return Err(TestCaseError::fail("first record"));
+            };
+            let expect = Timer {
+                version, deadline: UtcMicros(deadline), identity: t.identity(),
+                tenant: &tenant, key: &key, meta: &meta, payload: &payload,
+            };
+            prop_assert_eq!(record, if attempt { Record::Attempt(expect) } else { Record::Schedule(expect) });
+            let Step::Record { record, next: end, .. } = decode_at(&out, next, 4096) else {
+                return Err(TestCaseError::fail("second record"));
+            };
+            prop_assert_eq!(end, out.len());
+            let id = t.identity();
+            let want = match tail {
+                0 => Record::Cancel { identity: id },
+                1 => Record::Fired { version, identity: id },
+                2 => Record::DeadLetter { version, identity: id },
+                _ => Record::Batch { seq: version, records: 3 },
+            };
+            prop_assert_eq!(record, want);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic_and_never_overrun(
+            bytes in proptest::collection::vec(any::<u8>(), 0..2000),
+            at in 0usize..2100,
+        ) {
+            if let Step::Record { next, frame, .. } = decode_at(&bytes, at, 512) {
+                prop_assert!(next <= bytes.len() && next == at + frame.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! Reading a file's records in order, and judging damage: a torn tail, or corruption.
+//!
+//! A record that does not decode at offset X is judged by what follows it:
+//!
+//! | what follows X | in the last segment | in any other file |
+//! |---|---|---|
+//! | a later commit (a valid `batch` record on a block boundary; in a snapshot, any valid record) | corruption | corruption |
+//! | nothing valid | a torn tail: the commit a crash cut short; truncated at X, counted | corruption |
+//!
+//! Corruption stops the start with an error that names the file and X, unless the store
+//! skips corrupt records, in which case the scan resumes at the next valid commit (or record)
+//! and counts one corrupt region. Only one commit is ever in flight, and commits start on
+//! block boundaries of files that are never reused, so a later `batch` record proves that X
+//! was acknowledged data. Damage inside the very last commit of the last segment cannot be
+//! told from a torn write: it is truncated and counted as torn.
+
+use super::record::{decode_at, kind, Record, Step};
+
+/// Where a file stands in the shard's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The newest segment: its tail may be torn.
+    Last,
+    /// A segment with newer ones after it: synced whole before the next one began.
+    Sealed,
+    /// A snapshot: written whole and synced before its name was given.
+    Snapshot,
+}
+
+/// Damage that stops the start: the offset and what is wrong there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    pub offset: usize,
+    pub why: String,
+}
+
+/// The records of one file, in order (see the module doc for damage).
+pub struct Scan<'a> {
+    buf: &'a [u8],
+    block: usize,
+    at: usize,
+    role: Role,
+    skip_corrupt: bool,
+    done: bool,
+    /// Records left in the current commit, from its `batch` record: once they are read, the
+    /// rest of the block is padding. (Zeros alone cannot tell padding of fewer than four
+    /// bytes from the start of a length that crosses the block boundary.)
+    left: Option<u32>,
+    /// The commit just ended: check that the rest of the block is zeros, then skip it.
+    pad: bool,
+    /// Where the valid data ends so far (after the last good record).
+    pub end: usize,
+    /// The tail was torn (`Role::Last` only): truncate at `end`.
+    pub torn: bool,
+    /// Corrupt regions skipped.
+    pub corrupt: u64,
+}
+
+/// One record, its whole frame and its offset.
+pub type Item<'a> = (Record<'a>, &'a [u8], usize);
+
+impl<'a> Scan<'a> {
+    /// Records from `start` (the first block after the header).
+    pub fn new(buf: &'a [u8], start: usize, block: usize, role: Role, skip: bool) -> Scan<'a> {
+        Scan {
+            buf,
+            block: block.max(1),
+            at: start,
+            role,
+            skip_corrupt: skip,
+            done: false,
+            left: None,
+            pad: false,
+            end: start,
+            torn: false,
+            corrupt: 0,
+        }
+    }
+
+    /// The first offset at or after `from` where valid data resumes.
+    fn resync(&self, from: usize) -> Option<usize> {
+        match self.role {
+            Role::Snapshot => (from..self.buf.len()).find(|&y| {
+                matches!(
+                    decode_at(self.buf, y, self.block),
+                    Step::Record { record, .. } if !matches!(record, Record::Batch { .. })
+                )
+            }),
+            Role::Last | Role::Sealed => {
+                let first = from.div_ceil(self.block).saturating_mul(self.block);
+                (first..self.buf.len()).step_by(self.block).find(|&y| {
+                    matches!(
+                        decode_at(self.buf, y, self.block),
+                        Step::Record { frame, .. } if frame.get(8) == Some(&kind::BATCH)
+                    )
+                })
+            }
+        }
+    }
+
+    /// Damage at `at`: resume past it, stop as a torn tail, or report it.
+    fn damaged(&mut self, at: usize, why: String) -> Option<Result<Item<'a>, Damage>> {
+        match self.resync(at + 1) {
+            Some(y) if self.skip_corrupt => {
+                self.corrupt += 1;
+                self.left = None;
+                self.pad = false;
+                tracing::error!(offset = at, resumes = y, %why, "journal: corrupt records skipped");
+                self.at = y;
+                None
+            }
+            None if self.role == Role::Last => {
+                self.torn = true;
+                self.done = true;
+                None
+            }
+            None if self.skip_corrupt => {
+                self.corrupt += 1;
+                tracing::error!(offset = at, %why, "journal: corrupt records skipped to the end of the file");
+                self.done = true;
+                None
+            }
+            _ => {
+                self.done = true;
+                Some(Err(Damage { offset: at, why }))
+            }
+        }
+    }
+}
+
+impl<'a> Iterator for Scan<'a> {
+    type Item = Result<Item<'a>, Damage>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            let at = self.at;
+            if self.pad {
+                self.pad = false;
+                let boundary = at.div_ceil(self.block).saturating_mul(self.block);
+                let rest = self.buf.get(at..boundary.min(self.buf.len()));
+                if rest.is_some_and(|r| r.iter().all(|&b| b == 0)) {
+                    self.at = boundary;
+                    continue;
+                }
+                let why = "non-zero bytes after the last record of a commit".to_string();
+                if let Some(out) = self.damaged(at, why) {
+                    return Some(out);
+                }
+                continue;
+            }
+            match decode_at(self.buf, at, self.block) {
+                Step::Record {
+                    record,
+                    frame,
+                    next,
+                } => {
+                    self.at = next;
+                    self.end = next;
+                    match record {
+                        Record::Batch { records, .. } if self.role != Role::Snapshot => {
+                            self.left = Some(records);
+                        }
+                        _ => {
+                            if let Some(l) = self.left.as_mut() {
+                                *l = l.saturating_sub(1);
+                            }
+                        }
+                    }
+                    if self.left == Some(0) {
+                        self.left = None;
+                        self.pad = true;
+                    }
+                    return Some(Ok((record, frame, at)));
+                }
+                Step::Padding { next } => self.at = next,
+                Step::End => {
+                    // Zeros on a block boundary end the data, unless a later commit exists.
+                    if self.role != Role::Snapshot && self.resync(at + 1).is_some() {
+                        let why = "a block of zeros where the log continues".to_string();
+                        if let Some(out) = self.damaged(at, why) {
+                            return Some(out);
+                        }
+                        continue;
+                    }
+                    self.done = true;
+                }
+                Step::Bad(bad) => {
+                    if let Some(out) = self.damaged(at, bad.to_string()) {
+                        return Some(out);
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::journal::record::{put_batch, put_cancel};
+
+    /// Two commits of one cancel each, each on its own 512-byte block.
+    fn two_commits() -> Vec<u8> {
+        let mut b = Vec::new();
+        put_batch(&mut b, 1, 1);
+        put_cancel(&mut b, "t", "a");
+        b.resize(512, 0);
+        put_batch(&mut b, 2, 1);
+        put_cancel(&mut b, "t", "b");
+        b.resize(1024, 0);
+        b
+    }
+
+    fn run(buf: &[u8], role: Role, skip: bool) -> (usize, Option<Damage>, bool, u64) {
+        let mut s = Scan::new(buf, 0, 512, role, skip);
+        let mut n = 0;
+        let mut damage = None;
+        for item in s.by_ref() {
+            match item {
+                Ok(_) => n += 1,
+                Err(d) => damage = Some(d),
+            }
+        }
+        (n, damage, s.torn, s.corrupt)
+    }
+
+    #[test]
+    fn a_cut_last_commit_is_a_torn_tail() {
+        let b = two_commits();
+        // The second commit's batch record (21 bytes) survives, its cancel is cut.
+        let cut = &b[..540];
+        let (n, damage, torn, _) = run(cut, Role::Last, false);
+        assert_eq!((n, damage, torn), (3, None, true));
+        let (_, damage, _, _) = run(cut, Role::Sealed, false);
+        assert_eq!(damage.map(|d| d.offset), Some(512 + 21));
+    }
+
+    #[test]
+    fn damage_before_a_later_commit_is_corruption_unless_skipped() {
+        let mut b = two_commits();
+        b[25] ^= 0x10; // inside the first cancel
+        let (_, damage, torn, _) = run(&b, Role::Last, false);
+        assert_eq!((damage.map(|d| d.offset), torn), (Some(21), false));
+        let (n, damage, _, corrupt) = run(&b, Role::Last, true);
+        assert_eq!((n, damage, corrupt), (3, None, 1));
+    }
+
+    #[test]
+    fn padding_shorter_than_a_length_field_ends_the_commit() {
+        // A commit whose records end 3 bytes before the block boundary: the length of the
+        // next commit's batch record must not be read across it.
+        let mut b = Vec::new();
+        put_batch(&mut b, 1, 3);
+        put_cancel(&mut b, "t", "a"); // 21 + 13 = 34
+        put_cancel(&mut b, "t", &"k".repeat(255)); // + 267 = 301
+        put_cancel(&mut b, "t", &"k".repeat(196)); // + 208 = 509
+        assert_eq!(b.len(), 509);
+        b.resize(512, 0);
+        put_batch(&mut b, 2, 1);
+        put_cancel(&mut b, "t", "b");
+        let (n, damage, torn, _) = run(&b, Role::Sealed, false);
+        assert_eq!((n, damage, torn), (6, None, false));
+    }
+
+    #[test]
+    fn a_zeroed_block_inside_the_log_is_corruption() {
+        let mut b = two_commits();
+        b[..512].fill(0);
+        let (_, damage, _, _) = run(&b, Role::Last, false);
+        assert_eq!(damage.map(|d| d.offset), Some(0));
+    }
+}

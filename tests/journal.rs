@@ -1,0 +1,566 @@
+//! The journal store through the library API, on real files: acknowledged timers survive a
+//! restart (with the same or another shard count) and fire once; a journal cut at any offset
+//! recovers everything acknowledged before the cut; a flipped bit stops the start with the
+//! file and offset, or is skipped and counted; compaction keeps the disk bounded.
+
+use punctual::engine::Pinning;
+use punctual::store::journal::JournalConfig;
+use punctual::{EngineBuilder, Error, UtcMicros};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+type Fired = Arc<Mutex<Vec<(String, u64)>>>;
+
+fn config(dir: &Path) -> JournalConfig {
+    let mut cfg = JournalConfig::new(dir);
+    // Outcomes, not latency: a disk shared with compilers can be slow.
+    cfg.ack_timeout = Duration::from_secs(20);
+    cfg
+}
+
+fn start(shards: usize, cfg: JournalConfig) -> Result<(punctual::Engine, Fired), Error> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let fired: Fired = Arc::default();
+    let f = fired.clone();
+    let e = EngineBuilder::new()
+        .shards(shards)
+        .pinning(Pinning::None)
+        .spin(Duration::ZERO)
+        .shard_capacity(200_000)
+        .journal_config(cfg)
+        .on_fire(move |t| {
+            if let Ok(mut v) = f.lock() {
+                v.push((t.key.to_string(), t.version));
+            }
+        })
+        .build()?;
+    assert!(e.handle().wait_store_ready(Duration::from_secs(30)));
+    Ok((e, fired))
+}
+
+fn far() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+        + 3_600_000_000
+}
+
+/// Schedules `n` timers `order-<i>` due at `due`; their versions.
+fn schedule(h: &punctual::Handle, n: usize, due: u64) -> HashMap<String, u64> {
+    (0..n)
+        .map(|i| {
+            let key = format!("order-{i}");
+            let s = h
+                .schedule(
+                    "shop",
+                    &key,
+                    UtcMicros(due),
+                    format!("{{\"n\":{i}}}").as_bytes(),
+                )
+                .expect("durable schedule acknowledged");
+            (key, s.version)
+        })
+        .collect()
+}
+
+/// Pending timers, all shards together, once the shards have published their recovered
+/// count (a shard publishes it just after its store reports ready).
+fn pending(e: &punctual::Engine) -> u64 {
+    let count = || e.handle().stats().iter().map(|s| s.pending).sum::<u64>();
+    let recovered: u64 = e
+        .handle()
+        .store_metrics()
+        .iter()
+        .map(|m| {
+            m.store
+                .recovered_timers
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum();
+    let give_up = std::time::Instant::now() + Duration::from_secs(5);
+    while count() < recovered && std::time::Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    count()
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn acknowledged_timers_survive_a_restart_and_fire_once_never_early() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (e, _) = start(2, config(tmp.path())).expect("starts");
+    let h = e.handle();
+    let due = h.now().0 + 10_000_000; // after the restart, even on a loaded machine
+    let versions = schedule(&h, 500, due);
+    // Cancelled and replaced timers must come back as they were left.
+    assert!(h.cancel("shop", "order-7").is_ok());
+    let replaced = h
+        .schedule("shop", "order-8", UtcMicros(due + 1), b"again")
+        .expect("replace");
+    e.shutdown().expect("shutdown");
+
+    let (e, fired) = start(2, config(tmp.path())).expect("restarts");
+    let recovered: u64 = e
+        .handle()
+        .store_metrics()
+        .iter()
+        .map(|m| {
+            m.store
+                .recovered_timers
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum();
+    assert_eq!(recovered, 499);
+    let info = e
+        .handle()
+        .get("shop", "order-8")
+        .expect("get")
+        .expect("there");
+    assert_eq!(
+        (info.version, info.payload),
+        (replaced.version, b"again".to_vec())
+    );
+    assert_eq!(
+        e.handle()
+            .get("shop", "order-3")
+            .expect("get")
+            .map(|t| t.version),
+        versions.get("order-3").copied()
+    );
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    while fired.lock().map(|f| f.len()).unwrap_or(0) < 499 && std::time::Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let got = fired.lock().expect("lock").clone();
+    let keys: HashSet<&String> = got.iter().map(|(k, _)| k).collect();
+    assert_eq!((got.len(), keys.len()), (499, 499), "each once");
+    assert!(!keys.contains(&"order-7".to_string()));
+    e.shutdown().expect("shutdown");
+
+    // Fired is durable too: nothing comes back a second time.
+    let (e, _) = start(2, config(tmp.path())).expect("restarts again");
+    assert_eq!(pending(&e), 0);
+    e.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_different_shard_count_gives_each_shard_exactly_its_partitions() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let due = far();
+    let (e, _) = start(3, config(tmp.path())).expect("starts");
+    let versions = schedule(&e.handle(), 2000, due);
+    e.shutdown().expect("shutdown");
+    for shards in [2, 1, 4] {
+        let (e, _) = start(shards, config(tmp.path())).expect("restarts");
+        let h = e.handle();
+        assert_eq!(pending(&e), 2000, "{shards} shards");
+        for (key, v) in versions.iter().take(200) {
+            assert_eq!(
+                h.get("shop", key).expect("get").map(|t| t.version),
+                Some(*v)
+            );
+        }
+        // Each shard holds exactly the timers of its own partitions.
+        let per_shard: Vec<u64> = h.stats().iter().map(|s| s.pending).collect();
+        let mut want = vec![0u64; shards];
+        for key in versions.keys() {
+            want[punctual::partition::shard_of("shop", key, shards)] += 1;
+        }
+        assert_eq!(per_shard, want, "{shards} shards");
+        e.shutdown().expect("shutdown");
+    }
+}
+
+#[test]
+fn compaction_keeps_the_disk_bounded_while_ten_times_the_live_set_churns() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.segment_bytes = 1 << 20;
+    cfg.max_batch_bytes = 256 * 1024;
+    let (e, _) = start(1, cfg.clone()).expect("starts");
+    let h = e.handle();
+    let due = far();
+    let live = 20_000usize;
+    let payload = vec![b'x'; 100];
+    let record = 9 + 16 + 2 + 4 + 12 + 2 + 100; // frame + version/deadline + identity + meta + payload
+    let live_bytes = (live * record) as u64;
+    let seg = cfg.segment_bytes;
+    let mut worst = 0u64;
+    let mut snapshots = 0;
+    for round in 0..10 {
+        // In chunks of concurrent calls, so that group commit carries many per fdatasync.
+        for chunk in (0..live).collect::<Vec<_>>().chunks(500) {
+            let mut calls = Vec::new();
+            for &i in chunk {
+                let key = format!("k{round:02}-{i:07}");
+                calls.push(h.schedule_async("shop", &key, UtcMicros(due), &payload));
+            }
+            let mut cancels = Vec::new();
+            if round > 0 {
+                for &i in chunk {
+                    cancels.push(h.cancel_async("shop", &format!("k{:02}-{i:07}", round - 1)));
+                }
+            }
+            for r in futures_lite::future::block_on(futures_util::future::join_all(calls)) {
+                r.expect("schedule");
+            }
+            for r in futures_lite::future::block_on(futures_util::future::join_all(cancels)) {
+                r.expect("cancel");
+            }
+            worst = worst.max(dir_bytes(tmp.path()));
+        }
+        let disk = dir_bytes(tmp.path());
+        snapshots = e.handle().store_metrics()[0]
+            .store
+            .journal_snapshots_total
+            .load(std::sync::atomic::Ordering::Relaxed);
+        eprintln!("round {round}: disk {disk} B, live {live_bytes} B, snapshots {snapshots}");
+    }
+    assert_eq!(pending(&e), live as u64);
+    assert!(snapshots >= 3, "compaction ran ({snapshots} snapshots)");
+    let bound = 2 * live_bytes + 2 * seg;
+    assert!(
+        worst <= bound + live_bytes,
+        "disk {worst} B over 2 × live {live_bytes} + 2 segments {seg}, plus one snapshot in writing"
+    );
+    e.shutdown().expect("shutdown");
+    for f in segment_files(tmp.path()) {
+        eprintln!(
+            "{} {:?}",
+            f.display(),
+            std::fs::metadata(&f).map(|m| m.len())
+        );
+    }
+    let settled = dir_bytes(tmp.path());
+    assert!(
+        settled <= bound,
+        "disk {settled} B over the bound {bound} B"
+    );
+    let (e, _) = start(1, cfg).expect("restarts");
+    assert_eq!(pending(&e), live as u64);
+    e.shutdown().expect("shutdown");
+}
+
+/// Bytes the files under `dir` take on disk (allocated blocks).
+fn dir_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(m) = e.metadata() {
+                total += m.blocks() * 512;
+            }
+        }
+    }
+    total
+}
+
+/// The one shard directory of a one-shard journal under `root`.
+fn shard_dir(root: &Path) -> PathBuf {
+    root.join("gen-1").join("shard-0")
+}
+
+/// Fills a one-shard journal with `n` timers in concurrent chunks (so commits carry many
+/// records); their versions by key.
+fn fill(root: &Path, n: usize) -> HashMap<String, u64> {
+    let mut cfg = config(root);
+    cfg.segment_bytes = 1 << 20;
+    cfg.max_batch_bytes = 256 * 1024;
+    let (e, _) = start(1, cfg).expect("starts");
+    let h = e.handle();
+    let due = far();
+    let mut versions = HashMap::new();
+    let keys: Vec<String> = (0..n).map(|i| format!("order-{i:05}")).collect();
+    for chunk in keys.chunks(64) {
+        let calls: Vec<_> = chunk
+            .iter()
+            .map(|k| h.schedule_async("shop", k, UtcMicros(due), b"{\"p\":1}"))
+            .collect();
+        let done = futures_lite::future::block_on(futures_util::future::join_all(calls));
+        for (k, r) in chunk.iter().zip(done) {
+            versions.insert(k.clone(), r.expect("acknowledged").version);
+        }
+    }
+    e.shutdown().expect("shutdown");
+    versions
+}
+
+/// (key, frame end) of every schedule record in a segment, in order.
+fn schedule_ends(buf: &[u8]) -> Vec<(String, usize)> {
+    use punctual::store::journal::record::Record;
+    use punctual::store::journal::scan::{Role, Scan};
+    Scan::new(buf, 4096, 4096, Role::Sealed, false)
+        .filter_map(|item| match item {
+            Ok((Record::Schedule(t), frame, at)) => Some((t.key.to_string(), at + frame.len())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_journal_cut_at_any_offset_recovers_every_record_before_the_cut() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let versions = fill(tmp.path(), 600);
+    let dir = shard_dir(tmp.path());
+    let seg = segment_files(&dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .find(|p| {
+            std::fs::metadata(p)
+                .map(|m| m.len() > 4096)
+                .unwrap_or(false)
+        })
+        .expect("a segment with records");
+    let whole = std::fs::read(&seg).expect("read");
+    let data_end = whole.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let ends = schedule_ends(&whole[..data_end]);
+    assert_eq!(ends.len(), 600, "every schedule is in the segment");
+    // Every offset across the last records, and 1,000 more spread over the whole file.
+    let mut cuts: Vec<usize> = (data_end.saturating_sub(1200)..=data_end).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..800 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        cuts.push(4096 + (x as usize) % (data_end - 4096));
+    }
+    let mut torn = 0;
+    for cut in cuts {
+        let trial = tmp.path().join("trial");
+        let _ = std::fs::remove_dir_all(&trial);
+        std::fs::create_dir_all(&trial).expect("trial dir");
+        std::fs::write(trial.join(seg.file_name().expect("name")), &whole[..cut])
+            .expect("cut copy");
+        let (found, report) = punctual::store::journal::layout::read_shard_dir(&trial, false)
+            .unwrap_or_else(|e| panic!("cut at {cut}: recovery failed: {e}"));
+        torn += report.torn;
+        let got: HashMap<&str, u64> = found.iter().map(|f| (f.key.as_str(), f.version)).collect();
+        for (key, end) in &ends {
+            if *end <= cut {
+                assert_eq!(
+                    got.get(key.as_str()),
+                    versions.get(key),
+                    "cut at {cut}: {key} lost"
+                );
+            } else {
+                assert!(
+                    !got.contains_key(key.as_str()),
+                    "cut at {cut}: {key} invented"
+                );
+            }
+        }
+    }
+    assert!(torn > 900, "most cuts tear a record ({torn})");
+}
+
+#[test]
+fn a_flipped_bit_stops_the_start_naming_the_file_and_offset_or_is_skipped() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let versions = fill(tmp.path(), 300);
+    let dir = shard_dir(tmp.path());
+    let seg = segment_files(&dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .find(|p| {
+            std::fs::metadata(p)
+                .map(|m| m.len() > 4096)
+                .unwrap_or(false)
+        })
+        .expect("a segment with records");
+    let mut bytes = std::fs::read(&seg).expect("read");
+    let ends = schedule_ends(&bytes);
+    // A bit in the third record: acknowledged data with later commits after it.
+    let at = ends[2].1 - 5;
+    bytes[at] ^= 0x08;
+    std::fs::write(&seg, &bytes).expect("write");
+
+    let mut cfg = config(tmp.path());
+    cfg.segment_bytes = 1 << 20;
+    cfg.max_batch_bytes = 256 * 1024;
+    let err = match start(1, cfg.clone()) {
+        Ok(_) => panic!("a corrupt journal must not start"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains(&seg.display().to_string()) && err.contains("offset"),
+        "the error names the file and offset: {err}"
+    );
+    assert!(err.contains("--journal-skip-corrupt"), "{err}");
+
+    cfg.skip_corrupt = true;
+    let (e, _) = start(1, cfg).expect("starts, skipping");
+    let corrupt: u64 = e.handle().store_metrics()[0]
+        .store
+        .journal_corrupt_total
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(corrupt, 1);
+    let left = pending(&e);
+    assert!(
+        (300 - 64..300).contains(&left),
+        "only the damaged commit is lost: {left}"
+    );
+    assert_eq!(
+        e.handle()
+            .get("shop", "order-00299")
+            .expect("get")
+            .map(|t| t.version),
+        versions.get("order-00299").copied()
+    );
+    e.shutdown().expect("shutdown");
+}
+
+/// Mounts a 48 MiB ext4 image on a loop device under `at` (root only); unmounts on drop.
+struct LoopFs {
+    mnt: PathBuf,
+}
+
+impl LoopFs {
+    fn mount(at: &Path) -> Result<LoopFs, String> {
+        let img = at.join("fs.img");
+        let mnt = at.join("mnt");
+        std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
+        let f = std::fs::File::create(&img).map_err(|e| e.to_string())?;
+        f.set_len(48 << 20).map_err(|e| e.to_string())?;
+        let run = |cmd: &mut std::process::Command| -> Result<(), String> {
+            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr)))
+            }
+        };
+        run(std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&img))?;
+        run(std::process::Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&img)
+            .arg(&mnt))?;
+        Ok(LoopFs { mnt })
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let ok = std::process::Command::new("umount")
+            .arg(&self.mnt)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.mnt)
+                .status();
+        }
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_with_store_unavailable_loses_nothing_and_recovers() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fs = match LoopFs::mount(tmp.path()) {
+        Ok(fs) => fs,
+        Err(why) if std::env::var_os("PUNCTUAL_SKIP_ROOT_TESTS").is_some() => {
+            eprintln!("\n!!! SKIPPED (PUNCTUAL_SKIP_ROOT_TESTS): the ENOSPC test needs root and a loop device: {why}\n");
+            return;
+        }
+        Err(why) => panic!(
+            "the ENOSPC test needs root and a loop device to mount a small ext4 (tmpfs has no O_DIRECT): {why}. Run as root, or set PUNCTUAL_SKIP_ROOT_TESTS=1 to skip it knowingly"
+        ),
+    };
+    let mut cfg = config(&fs.mnt.join("data"));
+    cfg.segment_bytes = 4 << 20;
+    cfg.ack_timeout = Duration::from_secs(2);
+    cfg.retry_max = Duration::from_millis(200);
+    let (e, _) = start(1, cfg.clone()).expect("starts");
+    let h = e.handle();
+    let due = far();
+    let payload = vec![b'p'; 1000];
+    // Fill the disk with a ballast file, leaving less than a segment.
+    let ballast = fs.mnt.join("ballast");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&ballast).expect("ballast");
+        let chunk = vec![1u8; 1 << 20];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let mut acked = HashMap::new();
+    let mut refused = 0;
+    let mut i = 0;
+    while refused == 0 && i < 20_000 {
+        let keys: Vec<String> = (i..i + 200).map(|n| format!("k{n:06}")).collect();
+        i += 200;
+        let calls: Vec<_> = keys
+            .iter()
+            .map(|k| h.schedule_async("shop", k, UtcMicros(due), &payload))
+            .collect();
+        for (k, r) in keys.iter().zip(futures_lite::future::block_on(
+            futures_util::future::join_all(calls),
+        )) {
+            match r {
+                Ok(s) => {
+                    acked.insert(k.clone(), s.version);
+                }
+                Err(Error::StoreUnavailable { retry_after_s }) => {
+                    assert!(retry_after_s >= 1);
+                    refused += 1;
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
+    }
+    assert!(refused > 0, "the full disk refused writes");
+    assert!(!h.store_healthy(), "unhealthy while the disk is full");
+    assert!(matches!(
+        h.schedule("shop", "while-full", UtcMicros(due), b"x"),
+        Err(Error::StoreUnavailable { .. })
+    ));
+    std::fs::remove_file(&ballast).expect("free the space");
+    assert!(
+        h.wait_store_ready(Duration::from_secs(20)),
+        "writes again once space returns"
+    );
+    let s = h
+        .schedule("shop", "after", UtcMicros(due), b"x")
+        .expect("acknowledged again");
+    acked.insert("after".into(), s.version);
+    e.shutdown().expect("shutdown");
+
+    let (e, _) = start(1, cfg).expect("restarts");
+    let h = e.handle();
+    for (k, v) in &acked {
+        assert_eq!(
+            h.get("shop", k).expect("get").map(|t| t.version),
+            Some(*v),
+            "{k} lost"
+        );
+    }
+    e.shutdown().expect("shutdown");
+    drop(fs);
+}
