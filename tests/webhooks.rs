@@ -762,3 +762,75 @@ fn an_https_callback_is_delivered_over_rustls_and_an_untrusted_certificate_is_re
         "nothing reached the receiver without trust"
     );
 }
+
+/// The same with the journal: retries resume after SIGKILL, a dead letter survives two
+/// restarts, and one re-driven before the second restart is delivered, not resurrected as a
+/// dead letter or lost.
+#[test]
+fn retries_resume_after_a_restart_with_the_journal_and_dead_letters_survive_it() {
+    let data = tempfile::tempdir().expect("data dir");
+    let dir = data.path().to_string_lossy().into_owned();
+    let rx = Receiver::start(|r, _| {
+        Reply::status(if r.path.starts_with("/gone") {
+            410
+        } else {
+            500
+        })
+    });
+    let toml = format!("callback_allow = [{:?}]\n", rx.base());
+    let args = ["--store", "journal", "--data-dir", dir.as_str()];
+    let mut s = start(&toml, &args);
+    let (st, r) = put(
+        &s,
+        "t",
+        "k",
+        json!({"delay_ms": 10, "payload": {"n": 1}, "callback": {"url": rx.url("h")},
+               "retry": {"max_attempts": 10, "base_delay_ms": 300, "max_delay_ms": 300}}),
+    );
+    assert_eq!(st, 201);
+    let version = r["version"].as_u64();
+    for key in ["dead-a", "dead-b"] {
+        let (st, _) = put(
+            &s,
+            "t",
+            key,
+            json!({"delay_ms": 10, "callback": {"url": rx.url(&format!("gone-{key}"))}}),
+        );
+        assert_eq!(st, 201);
+    }
+    eventually("two dead letters", || {
+        (dead(&s, "t").len() == 2).then_some(())
+    });
+    rx.wait(LONG, |_| rx.to("/h").len() >= 2);
+    let _ = s.s.child.kill(); // SIGKILL in the middle of the retries
+    let _ = s.s.child.wait();
+    let attempts_before = rx.to("/h").len();
+    rx.set_script(|_, _| Reply::status(200));
+    s = start(&toml, &args);
+    let got = rx.wait(LONG, |_| rx.to("/h").len() > attempts_before);
+    let resumed: Vec<_> = got
+        .iter()
+        .filter(|r| r.path == "/h")
+        .skip(attempts_before)
+        .collect();
+    assert!(!resumed.is_empty(), "no retry after the restart");
+    assert_eq!(resumed[0].json()["version"].as_u64(), version);
+    eventually("the delivered timer leaves", || {
+        (s.req("GET", "/v1/timers/t/k", "").status == 404).then_some(())
+    });
+    assert_eq!(dead(&s, "t").len(), 2, "both dead letters came back");
+    // Re-drive one (the receiver now answers 200), then restart again.
+    assert_eq!(s.req("POST", "/v1/dead/t/dead-a/retry", "").status, 202);
+    rx.wait(LONG, |_| !rx.to("/gone-dead-a").is_empty());
+    eventually("the re-driven timer is delivered and leaves", || {
+        (s.req("GET", "/v1/timers/t/dead-a", "").status == 404).then_some(())
+    });
+    let _ = s.s.child.kill();
+    let _ = s.s.child.wait();
+    let s = start(&toml, &args);
+    let letters = dead(&s, "t");
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0]["key"].as_str(), Some("dead-b"));
+    assert_eq!(s.req("GET", "/v1/timers/t/dead-a", "").status, 404);
+    assert_eq!(s.req("DELETE", "/v1/dead/t/dead-b", "").status, 204);
+}

@@ -295,10 +295,13 @@ impl<S: TimeSource> Shard<S> {
                     deadline: now,
                     replaced: false,
                 };
+                // The dead letter's removal goes first: a store that keeps dead letters and
+                // timers under one identity (the journal) must replay the removal before the
+                // re-driven timer, not after it.
+                self.store.dead_removed(tenant, key, Ack::None);
                 if let Some(t) = self.table.timer_at(u.slot) {
                     self.store.schedule(t, &s, Ack::Schedule(reply, s));
                 }
-                self.store.dead_removed(tenant, key, Ack::None);
                 DeliveryMetrics::add(&self.metrics.webhooks.tenant(tenant).dead, -1);
             }
             Err(e) => {

@@ -90,7 +90,7 @@ pub mod replay;
 pub mod scan;
 pub mod segment;
 
-use super::{Ack, LocalFuture, Recovered, Store};
+use super::{Ack, DeadLetter, LocalFuture, Recovered, Store};
 use crate::error::{Error, Result};
 use crate::metrics::{ShardMetrics, StoreMetrics, StoreState};
 use crate::op::Scheduled;
@@ -313,9 +313,9 @@ impl JournalStore {
         })
     }
 
-    /// A retry of a pending timer: the same version, with new delivery metadata and deadline
-    /// (an `attempt` record: an upsert that keeps its version).
-    pub fn attempt(&mut self, timer: &PackedTimer, version: u64, deadline: UtcMicros, ack: Ack) {
+    /// A pending timer rewritten under the same version, with new delivery metadata and
+    /// deadline (an `attempt` record: an upsert that keeps its version).
+    fn attempt(&mut self, timer: &PackedTimer, version: u64, deadline: UtcMicros, ack: Ack) {
         let shared = &self.shared;
         let mut size = 0;
         shared.outbox.borrow_mut().push(
@@ -327,18 +327,6 @@ impl JournalStore {
             false,
         );
         shared.note_record(size);
-    }
-
-    /// A dead-lettered timer leaves the pending set.
-    pub fn dead_letter(&mut self, tenant: &str, key: &str, version: u64) {
-        self.shared.outbox.borrow_mut().push(
-            |b| record::put_dead_letter(b, version, tenant, key),
-            Ack::None,
-            true,
-        );
-        self.shared
-            .live
-            .set(self.shared.live.get().saturating_sub(1));
     }
 }
 
@@ -449,6 +437,24 @@ impl Store for JournalStore {
             Ack::None,
             true,
         );
+    }
+
+    /// A timer that stays pending after its own firing (a webhook delivery under way): an
+    /// attempt record under its version, so a crash re-delivers it, never loses it.
+    fn fired_kept(&mut self, _t: &FiredTimer<'_>, kept: &PackedTimer, s: &Scheduled) {
+        self.attempt(kept, s.version, s.deadline, Ack::None);
+    }
+
+    /// A dead letter stays in the journal as its timer, under its version, with the delivery
+    /// metadata that says it is dead: recovery hands it back and the shard files it by that
+    /// metadata. It still counts as live data for compaction.
+    fn dead(&mut self, letter: &DeadLetter<'_>) {
+        self.attempt(letter.timer, letter.version, letter.fire_at, Ack::None);
+    }
+
+    /// A dead letter discarded or re-driven: a cancel record.
+    fn dead_removed(&mut self, tenant: &str, key: &str, ack: Ack) {
+        self.cancel(tenant, key, ack);
     }
 
     /// Wakes the commit task and answers callers past the ack timeout (see the Redis store's
