@@ -147,6 +147,9 @@ pub fn single_writer_add(counter: &AtomicU64, n: u64) {
     );
 }
 
+/// The wheel's levels and its expired list: one occupancy gauge each.
+pub const WHEEL_GAUGES: usize = 10;
+
 /// One shard's figures.
 pub struct ShardMetrics {
     pub pending: AtomicU64,
@@ -162,6 +165,9 @@ pub struct ShardMetrics {
     /// Times the watchdog woke this shard because it had not run well past its time
     /// (`shard::watchdog`).
     pub watchdog_wakes_total: AtomicU64,
+    /// Pending timers on each level of the wheel (0 to 8), then on its expired list; sampled
+    /// at every clock anchor.
+    pub wheel_timers: [AtomicU64; WHEEL_GAUGES],
     /// The durable store's figures (all zero, state `InMemory`, without one).
     pub store: StoreMetrics,
     /// Webhook deliveries, per tenant.
@@ -179,6 +185,7 @@ impl Default for ShardMetrics {
             clock_set_backs_total: AtomicU64::new(0),
             clock_fallback: AtomicU64::new(0),
             watchdog_wakes_total: AtomicU64::new(0),
+            wheel_timers: [const { AtomicU64::new(0) }; WHEEL_GAUGES],
             store: StoreMetrics::default(),
             webhooks: WebhookMetrics::default(),
         }

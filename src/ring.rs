@@ -117,6 +117,10 @@ impl Ring {
         self.queue.len()
     }
 
+    pub fn capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
     pub fn rejected(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
     }

@@ -6,6 +6,7 @@
 //! shard only touches its own label sets, so the counters do not bounce between cores.
 
 use crate::engine::Handle;
+use crate::metrics::StoreState;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
@@ -78,6 +79,81 @@ impl Metrics {
         }
         out
     }
+}
+
+/// The gauges with labels beyond the shard: ring capacity, store readiness, wheel occupancy
+/// per level, and each quota'd tenant's pending count and quota.
+fn encode_gauges(handle: &Handle, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let stats = handle.stats();
+    let mut gauge = |name: &str, help: &str, rows: Vec<(Vec<(&str, String)>, i64)>| {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (labels, v) in rows {
+            family.encode_family(&labels)?.encode_gauge(&v)?;
+        }
+        Ok::<(), std::fmt::Error>(())
+    };
+    let shard = |s: &crate::engine::ShardStats| ("shard", s.shard.to_string());
+    gauge(
+        "punctual_ring_capacity",
+        "Requests the shard's ring holds when full",
+        stats
+            .iter()
+            .map(|s| (vec![shard(s)], s.ring_capacity as i64))
+            .collect(),
+    )?;
+    gauge(
+        "punctual_store_ready",
+        "1 when the shard's store acknowledges writes (in memory, or recovered and connected), else 0",
+        stats
+            .iter()
+            .map(|s| {
+                let ready = matches!(s.store_state, StoreState::InMemory | StoreState::Ready);
+                (vec![shard(s)], i64::from(ready))
+            })
+            .collect(),
+    )?;
+    gauge(
+        "punctual_store_state",
+        "The shard's store state: 0 in memory, 1 connecting, 2 recovering, 3 ready, 4 reconnecting, 5 failed, 6 stalled (disk full)",
+        stats.iter().map(|s| (vec![shard(s)], s.store_state as i64)).collect(),
+    )?;
+    gauge(
+        "punctual_wheel_timers",
+        "Pending timers on each level of the shard's timing wheel (level 0: the next 64 µs … level 8), and on its expired list",
+        stats
+            .iter()
+            .flat_map(|s| {
+                s.wheel_timers.iter().enumerate().map(move |(l, &n)| {
+                    let level = if l + 1 == s.wheel_timers.len() {
+                        "expired".to_string()
+                    } else {
+                        l.to_string()
+                    };
+                    (vec![shard(s), ("level", level)], n as i64)
+                })
+            })
+            .collect(),
+    )?;
+    let quotas = handle.quotas();
+    if !quotas.is_empty() {
+        gauge(
+            "punctual_tenant_pending",
+            "Pending timers (and dead letters) counted against the tenant's quota, all shards together",
+            quotas
+                .iter()
+                .map(|(t, _, pending)| (vec![("tenant", t.clone())], *pending))
+                .collect(),
+        )?;
+        gauge(
+            "punctual_tenant_quota",
+            "The tenant's max_pending",
+            quotas
+                .iter()
+                .map(|(t, limit, _)| (vec![("tenant", t.clone())], *limit as i64))
+                .collect(),
+        )?;
+    }
+    Ok(())
 }
 
 struct EngineCollector {
@@ -378,6 +454,7 @@ impl Collector for EngineCollector {
             }
         }
         encode_webhooks(&self.handle, &mut encoder)?;
+        encode_gauges(&self.handle, &mut encoder)?;
         let streams = self.handle.stream_lengths();
         if !streams.is_empty() {
             let mut family = encoder.encode_descriptor(

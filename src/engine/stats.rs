@@ -10,6 +10,8 @@ pub struct ShardStats {
     pub pending: u64,
     pub fired_total: u64,
     pub ring_depth: usize,
+    /// Requests the ring holds when full.
+    pub ring_capacity: usize,
     pub ring_rejected_total: u64,
     pub clock_offset_ns: i64,
     pub clock_steps_total: u64,
@@ -20,6 +22,10 @@ pub struct ShardStats {
     /// Times the watchdog had to wake the shard (`shard::watchdog`).
     pub watchdog_wakes_total: u64,
     pub lateness: crate::metrics::HistogramSnapshot,
+    /// Pending timers on each wheel level (0 to 8), then on the expired list.
+    pub wheel_timers: [u64; crate::metrics::WHEEL_GAUGES],
+    /// What the shard's store is doing.
+    pub store_state: crate::metrics::StoreState,
 }
 
 impl Handle {
@@ -33,6 +39,7 @@ impl Handle {
                     pending: m.pending.load(Ordering::Relaxed),
                     fired_total: m.fired_total.load(Ordering::Relaxed),
                     ring_depth: inner.rings[i].len(),
+                    ring_capacity: inner.rings[i].capacity(),
                     ring_rejected_total: inner.rings[i].rejected(),
                     clock_offset_ns: m.clock_offset_ns.load(Ordering::Relaxed),
                     clock_steps_total: m.clock_steps_total.load(Ordering::Relaxed),
@@ -40,6 +47,10 @@ impl Handle {
                     clock_fallback: m.clock_fallback.load(Ordering::Relaxed) != 0,
                     watchdog_wakes_total: m.watchdog_wakes_total.load(Ordering::Relaxed),
                     lateness: m.lateness.snapshot(),
+                    wheel_timers: std::array::from_fn(|l| {
+                        m.wheel_timers[l].load(Ordering::Relaxed)
+                    }),
+                    store_state: m.store.state(),
                 }
             })
             .collect()

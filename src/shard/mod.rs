@@ -166,7 +166,7 @@ impl<S: TimeSource> Shard<S> {
                 let t = self.clock.source().ticks_now();
                 if self.clock.anchor_due(t) {
                     self.clock.anchor();
-                    self.publish_clock();
+                    self.publish_gauges();
                 }
                 let (fired, more) = self.fire_due(fire_budget);
                 self.store.after_pass();
@@ -486,10 +486,15 @@ impl<S: TimeSource> Shard<S> {
     }
 
     pub fn publish_initial(&self) {
-        self.publish_clock();
+        self.publish_gauges();
     }
 
-    fn publish_clock(&self) {
+    /// The clock's figures and the wheel's occupancy, for exporters: at every anchor (every
+    /// 100 ms), not per fire.
+    fn publish_gauges(&self) {
+        for (gauge, n) in self.metrics.wheel_timers.iter().zip(self.table.occupancy()) {
+            gauge.store(u64::from(n), Ordering::Relaxed);
+        }
         let s = self.clock.stats();
         self.metrics
             .clock_offset_ns

@@ -82,6 +82,8 @@ pub struct Wheel<T> {
     /// The expired list is in deadline order (pushes in order keep it so; one out of order
     /// clears it, and the next poll sorts once).
     expired_sorted: bool,
+    /// Entries on each level, and on the expired list (the last), for the occupancy gauges.
+    occupancy: [u32; LEVELS + 1],
     slab: Slab<T>,
     /// Reused to sort the expired list; no allocation once it has grown.
     scratch: Vec<(u64, u32)>,
@@ -97,6 +99,7 @@ impl<T> Wheel<T> {
             expired: SlotList::EMPTY,
             expired_min: u64::MAX,
             expired_sorted: true,
+            occupancy: [0; LEVELS + 1],
             slab: Slab::with_capacity(capacity),
             scratch: Vec::new(),
         }
@@ -121,6 +124,11 @@ impl<T> Wheel<T> {
         self.slab.heap_bytes()
             + std::mem::size_of::<[Level; LEVELS]>()
             + self.scratch.capacity() * std::mem::size_of::<(u64, u32)>()
+    }
+
+    /// Entries on each level (0 to 8), then on the expired list: where the pending timers sit.
+    pub fn occupancy(&self) -> [u32; LEVELS + 1] {
+        self.occupancy
     }
 
     /// Whether `deadline` fits on the levels as seen from the current time.
@@ -228,7 +236,7 @@ impl<T> Wheel<T> {
                     return true;
                 }
             } else {
-                self.cascade_list(list);
+                self.cascade_list(level, list);
             }
         }
         self.elapsed = self.elapsed.max(now);
@@ -272,6 +280,7 @@ impl<T> Wheel<T> {
                 self.elapsed
             );
             let value = self.slab.remove(index);
+            self.occupancy[0] -= 1;
             *budget -= 1;
             fire(index, deadline, value);
             index = next;
@@ -279,10 +288,12 @@ impl<T> Wheel<T> {
         SlotList::EMPTY
     }
 
-    fn cascade_list(&mut self, list: SlotList) {
+    /// Moves every entry of a slot of `level` down to where its deadline now belongs.
+    fn cascade_list(&mut self, level: usize, list: SlotList) {
         let mut index = list.head;
         while index != NIL {
             let next = self.slab.get(index).next;
+            self.occupancy[level] -= 1;
             self.link(index);
             index = next;
         }
@@ -310,6 +321,7 @@ impl<T> Wheel<T> {
                 break;
             }
             let value = self.slab.remove(index);
+            self.occupancy[LEVELS] -= 1;
             *budget -= 1;
             fire(index, UtcMicros(deadline), value);
             index = next;
@@ -339,6 +351,7 @@ impl<T> Wheel<T> {
         self.expired = SlotList::EMPTY;
         self.expired_min = u64::MAX;
         self.expired_sorted = true;
+        self.occupancy[LEVELS] = 0;
         for &(_, index) in &scratch {
             self.push_expired(index);
         }
@@ -365,6 +378,7 @@ impl<T> Wheel<T> {
         *self.levels[level as usize].slot_mut(slot) =
             self.append(list, index, Pos::slot(level, slot));
         self.levels[level as usize].mark_occupied(slot);
+        self.occupancy[level as usize] += 1;
     }
 
     fn push_expired(&mut self, index: u32) {
@@ -375,6 +389,7 @@ impl<T> Wheel<T> {
         }
         self.expired = self.append(self.expired, index, Pos::EXPIRED);
         self.expired_min = self.expired_min.min(deadline);
+        self.occupancy[LEVELS] += 1;
     }
 
     /// Appends `index` to `list` and returns the new list.
@@ -410,9 +425,11 @@ impl<T> Wheel<T> {
             self.slab.get_mut(next).prev = prev;
         }
         let list = if pos == Pos::EXPIRED {
+            self.occupancy[LEVELS] -= 1;
             &mut self.expired
         } else {
             let (level, slot) = pos.level_and_slot();
+            self.occupancy[level as usize] -= 1;
             self.levels[level as usize].slot_mut(slot)
         };
         if list.head == index {

@@ -188,6 +188,11 @@ impl TimerTable {
         self.wheel.next_deadline()
     }
 
+    /// Pending timers on each level of the wheel, then on its expired list.
+    pub fn occupancy(&self) -> [u32; super::LEVELS + 1] {
+        self.wheel.occupancy()
+    }
+
     pub fn elapsed(&self) -> UtcMicros {
         self.wheel.elapsed()
     }

@@ -144,6 +144,12 @@ fn run(start: u64, ops: &[Op], budget: usize) -> Result<(), TestCaseError> {
         fired.sort_unstable();
         prop_assert_eq!(&fired, &model.fire(now), "fired set at now={}", now);
         prop_assert_eq!(table.len(), model.by_key.len());
+        prop_assert_eq!(
+            table.occupancy().iter().map(|&n| n as usize).sum::<usize>(),
+            table.len(),
+            "occupancy {:?} does not add up to the pending count",
+            table.occupancy()
+        );
         if let Some(next) = table.next_deadline() {
             let earliest = model.by_deadline.keys().next().map(|&(d, _)| d);
             prop_assert!(
