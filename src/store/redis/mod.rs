@@ -201,11 +201,22 @@ impl Shared {
     }
 }
 
-/// A `Shared` for unit tests: no connection, shard 0 of 1.
-#[cfg(test)]
+/// A `Shared` with a default configuration and no connection, shard 0 of 1: for unit tests
+/// and the reply judge's fuzz target.
+pub(crate) fn detached_shared() -> Shared {
+    test_shared(RedisConfig::new("redis://127.0.0.1:1/"))
+}
+
+/// [`detached_shared`] with this configuration.
 pub(crate) fn test_shared(cfg: RedisConfig) -> Shared {
+    let info = cfg
+        .connection_info()
+        .unwrap_or_else(|_| redis::ConnectionInfo {
+            addr: redis::ConnectionAddr::Tcp("127.0.0.1".into(), 1),
+            redis: Default::default(),
+        });
     Shared {
-        info: cfg.connection_info().expect("valid URL"),
+        info,
         outbox: RefCell::new(Outbox::new(8, 8, cfg.ack_timeout)),
         cfg,
         shard: 0,

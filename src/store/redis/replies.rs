@@ -49,6 +49,43 @@ fn transient(code: &str) -> bool {
     )
 }
 
+/// Reads the RESP bytes of one pipeline's replies and judges them against a pipeline of
+/// `sizes` commands per entry (`atomic`: wrapped in MULTI/EXEC), as the store task does: for
+/// the fuzz target `redis_replies`, which feeds it arbitrary bytes. Never panics; how many
+/// entries were settled, or why the pipeline would be replayed.
+#[doc(hidden)]
+pub fn judge_wire(sizes: &[usize], atomic: bool, wire: &[u8]) -> Result<usize, String> {
+    let shape = Shape {
+        sizes: sizes.to_vec(),
+        atomic,
+    };
+    let mut reader = super::conn::ReplyReader::default();
+    let mut values = Vec::new();
+    // The bytes arrive in pieces, as a socket hands them over.
+    for piece in wire.chunks(7) {
+        let space = reader.space();
+        let n = piece.len().min(space.len());
+        space[..n].copy_from_slice(&piece[..n]);
+        reader.filled(n);
+        while values.len() < shape.commands() {
+            match reader.next_value() {
+                Ok(Some(v)) => values.push(v),
+                Ok(None) => break,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+    if values.len() < shape.commands() {
+        return Err(format!(
+            "{} replies for {} commands",
+            values.len(),
+            shape.commands()
+        ));
+    }
+    let shared = super::detached_shared();
+    judge(&shared, &shape, values).map(|outcomes| outcomes.len())
+}
+
 /// Per-entry outcomes, or `Err` (keep everything queued) on a transient failure.
 pub(crate) fn judge(
     shared: &Shared,
@@ -108,10 +145,9 @@ fn server_error(shared: &Shared, code: &str, details: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::redis::RedisConfig;
 
     fn shared() -> Shared {
-        crate::store::redis::test_shared(RedisConfig::new("redis://127.0.0.1:1/"))
+        crate::store::redis::detached_shared()
     }
 
     fn reply(resp: &[u8]) -> Value {
@@ -156,6 +192,19 @@ mod tests {
         let outcomes = judge(&s, &shape, replies).expect("settled");
         assert_eq!(outcomes[0], Ok(()));
         assert!(matches!(outcomes[1], Err(Error::StoreUnavailable { .. })));
+    }
+
+    #[test]
+    fn the_wire_judge_reads_resp_in_pieces_and_settles_each_entry() {
+        // MULTI, two queued commands, EXEC with two results: one entry of two commands.
+        let wire = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n$3\r\n1-0\r\n:1\r\n";
+        assert_eq!(judge_wire(&[2], true, wire), Ok(1));
+        assert_eq!(judge_wire(&[1, 1], false, b":1\r\n:0\r\n"), Ok(2));
+        assert!(
+            judge_wire(&[1], false, b":1").is_err(),
+            "a cut reply is a replay"
+        );
+        assert!(judge_wire(&[1], false, b"?x\r\n").is_err());
     }
 
     #[test]
