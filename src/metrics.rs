@@ -392,6 +392,17 @@ impl StoreMetrics {
         self.state.store(s as u64, Ordering::Relaxed);
     }
 
+    /// A recovery finished: `loaded` timers in `took`. The store is ready.
+    pub fn recovered(&self, loaded: u64, took: std::time::Duration) {
+        self.recovered_timers.store(loaded, Ordering::Relaxed);
+        self.recovery_duration_ns.store(
+            took.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+        StoreMetrics::count(&self.recoveries_total, 1);
+        self.set_state(StoreState::Ready);
+    }
+
     /// `counter += n`; the store's counters have one writer, the shard's thread.
     pub fn count(counter: &AtomicU64, n: u64) {
         single_writer_add(counter, n);

@@ -110,9 +110,7 @@ impl Handle {
         deadline: Deadline,
         payload: &[u8],
     ) -> Result<Scheduled> {
-        let (tx, rx) = reply_channel();
-        self.push_schedule(tenant, key, deadline, payload, &[], Some(tx), None)?;
-        block_on(rx).map_err(|_| Error::ShuttingDown)?
+        block_on(self.schedule_async(tenant, key, deadline, payload))
     }
 
     /// `schedule` for callers on an executor: the push happens now, the answer comes later.
@@ -205,14 +203,7 @@ impl Handle {
         tenant: &str,
         key: &str,
     ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
-        let (tx, rx) = reply_channel();
-        let pushed = self
-            .pack(tenant, key, &[])
-            .and_then(|timer| self.push(tenant, key, Op::DeadRedrive { timer, reply: tx }));
-        async move {
-            pushed?;
-            rx.await.map_err(|_| Error::ShuttingDown)?
-        }
+        self.call(tenant, key, |timer, reply| Op::DeadRedrive { timer, reply })
     }
 
     /// Discards the dead letter under (tenant, key): `Cancelled`, or `NotFound` without one.
@@ -221,14 +212,7 @@ impl Handle {
         tenant: &str,
         key: &str,
     ) -> impl Future<Output = Result<Cancelled>> + Send + 'static {
-        let (tx, rx) = reply_channel();
-        let pushed = self
-            .pack(tenant, key, &[])
-            .and_then(|timer| self.push(tenant, key, Op::DeadDiscard { timer, reply: tx }));
-        async move {
-            pushed?;
-            rx.await.map_err(|_| Error::ShuttingDown)?
-        }
+        self.call(tenant, key, |timer, reply| Op::DeadDiscard { timer, reply })
     }
 
     /// The quota of `tenant`, if it has one.
@@ -254,10 +238,7 @@ impl Handle {
 
     /// Cancels the pending timer under (tenant, key).
     pub fn cancel(&self, tenant: &str, key: &str) -> Result<Cancelled> {
-        let (tx, rx) = reply_channel();
-        let timer = self.pack(tenant, key, &[])?;
-        self.push(tenant, key, Op::Cancel { timer, reply: tx })?;
-        block_on(rx).map_err(|_| Error::ShuttingDown)?
+        block_on(self.cancel_async(tenant, key))
     }
 
     pub fn cancel_async(
@@ -265,22 +246,12 @@ impl Handle {
         tenant: &str,
         key: &str,
     ) -> impl Future<Output = Result<Cancelled>> + Send + 'static {
-        let (tx, rx) = reply_channel();
-        let pushed = self
-            .pack(tenant, key, &[])
-            .and_then(|timer| self.push(tenant, key, Op::Cancel { timer, reply: tx }));
-        async move {
-            pushed?;
-            rx.await.map_err(|_| Error::ShuttingDown)?
-        }
+        self.call(tenant, key, |timer, reply| Op::Cancel { timer, reply })
     }
 
     /// The pending timer under (tenant, key), if any.
     pub fn get(&self, tenant: &str, key: &str) -> Result<Option<TimerInfo>> {
-        let (tx, rx) = reply_channel();
-        let timer = self.pack(tenant, key, &[])?;
-        self.push(tenant, key, Op::Get { timer, reply: tx })?;
-        block_on(rx).map_err(|_| Error::ShuttingDown)?
+        block_on(self.get_async(tenant, key))
     }
 
     pub fn get_async(
@@ -288,10 +259,21 @@ impl Handle {
         tenant: &str,
         key: &str,
     ) -> impl Future<Output = Result<Option<TimerInfo>>> + Send + 'static {
+        self.call(tenant, key, |timer, reply| Op::Get { timer, reply })
+    }
+
+    /// Sends the op `make` builds for (tenant, key) to the shard that owns it; the future
+    /// resolves to the shard's answer (`ShuttingDown` if the shard stops first).
+    fn call<T: Send + 'static>(
+        &self,
+        tenant: &str,
+        key: &str,
+        make: impl FnOnce(PackedTimer, Reply<Result<T>>) -> Op,
+    ) -> impl Future<Output = Result<T>> + Send + 'static {
         let (tx, rx) = reply_channel();
         let pushed = self
             .pack(tenant, key, &[])
-            .and_then(|timer| self.push(tenant, key, Op::Get { timer, reply: tx }));
+            .and_then(|timer| self.push(tenant, key, make(timer, tx)));
         async move {
             pushed?;
             rx.await.map_err(|_| Error::ShuttingDown)?

@@ -38,6 +38,7 @@
 //!
 //! A store never imports the shard, the engine or the API: it sees ops only as these calls.
 
+pub mod acks;
 pub mod journal;
 pub mod memory;
 pub mod redis;

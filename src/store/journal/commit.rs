@@ -207,23 +207,23 @@ fn fail(shared: &Shared, active: &Active, what: &str, error: &io::Error) {
     );
 }
 
-/// Sleeps one backoff step (answering timed-out callers meanwhile) and doubles the step.
+/// Sleeps one backoff step (answering timed-out callers meanwhile) and doubles it, up to
+/// `retry_max` (see `store::acks::pause`).
 async fn pause(shared: &Shared, backoff: &mut Duration) {
-    let until = Instant::now() + crate::units::capped(*backoff);
-    while Instant::now() < until && !shared.closing.get() {
-        expire(shared);
-        let step = until
-            .saturating_duration_since(Instant::now())
-            .min(Duration::from_millis(20));
-        glommio::timer::sleep(step).await;
-    }
-    *backoff = backoff.saturating_mul(2).min(shared.cfg.retry_max);
+    crate::store::acks::pause(
+        backoff,
+        shared.cfg.retry_max,
+        || shared.closing.get(),
+        || expire(shared),
+    )
+    .await;
 }
 
 fn expire(shared: &Shared) {
     let n = shared
         .outbox
         .borrow_mut()
+        .acks
         .expire(Instant::now(), shared.cfg.retry_max.as_secs().max(1));
     if n > 0 {
         StoreMetrics::count(&shared.m().ack_timeouts_total, n);

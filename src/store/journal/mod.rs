@@ -355,7 +355,8 @@ impl Store for JournalStore {
     /// `Ok` when the journal can write and one more write fits in the outbox; else
     /// `StoreUnavailable`, counted.
     fn admit(&self) -> Result<()> {
-        if self.shared.health.get() == Health::Ready && self.shared.outbox.borrow().has_room() {
+        if self.shared.health.get() == Health::Ready && self.shared.outbox.borrow().acks.has_room()
+        {
             return Ok(());
         }
         StoreMetrics::count(&self.shared.m().refused_total, 1);
@@ -376,7 +377,7 @@ impl Store for JournalStore {
     }
 
     fn begin_pass(&mut self) {
-        self.shared.outbox.borrow_mut().stamp();
+        self.shared.outbox.borrow_mut().acks.stamp();
     }
 
     fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
@@ -410,7 +411,7 @@ impl Store for JournalStore {
         if self.shared.health.get() == Health::Failed {
             return usize::MAX;
         }
-        self.shared.outbox.borrow().fire_room()
+        self.shared.outbox.borrow().acks.fire_room()
     }
 
     fn fires_held(&mut self, held: bool) {
@@ -460,19 +461,15 @@ impl Store for JournalStore {
     /// Wakes the commit task and answers callers past the ack timeout (see the Redis store's
     /// `after_pass` for the bound this gives).
     fn after_pass(&mut self) {
-        let mut outbox = self.shared.outbox.borrow_mut();
-        let n = outbox.len();
-        if n == 0 {
-            return;
+        let waiting = self
+            .shared
+            .outbox
+            .borrow_mut()
+            .acks
+            .after_pass(self.shared.m(), self.shared.cfg.retry_after_s());
+        if waiting {
+            self.shared.wake.notify(1);
         }
-        let expired = outbox.expire(std::time::Instant::now(), self.shared.cfg.retry_after_s());
-        drop(outbox);
-        let m = self.shared.m();
-        if expired > 0 {
-            StoreMetrics::count(&m.ack_timeouts_total, expired);
-        }
-        m.pending_writes.store(n as u64, Ordering::Relaxed);
-        self.shared.wake.notify(1);
     }
 
     /// Commits what it can within the ack timeout, then stops the commit task.

@@ -15,7 +15,7 @@ use super::layout::load_dir;
 use super::replay::{breathe, Replay, YIELD_EVERY};
 use super::segment::Active;
 use super::Shared;
-use crate::metrics::{StoreMetrics, StoreState};
+use crate::metrics::StoreMetrics;
 use crate::store::Recovered;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -158,12 +158,7 @@ pub(crate) async fn hand_over(
         tracing::error!(shard = shared.shard, refused, "journal: recovered timers refused by the shard; they stay in the journal: raise shard_capacity and restart");
     }
     shared.live.set(loaded);
-    let m = shared.m();
-    m.recovered_timers.store(loaded, Ordering::Relaxed);
-    m.recovery_duration_ns
-        .store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    StoreMetrics::count(&m.recoveries_total, 1);
-    m.set_state(StoreState::Ready);
+    shared.m().recovered(loaded, started.elapsed());
     tracing::info!(
         shard = shared.shard,
         timers = loaded,

@@ -7,39 +7,27 @@
 //! the same prefix is written again.
 //!
 //! Invariants: bytes and marks leave only from the front, only after the commit that carried
-//! them is durable. Schedules and cancels are admitted while `len() < limit`; fires are never
-//! refused (each stands for a timer already admitted), but the shard stops firing while
-//! `fires == fire_limit`, so the outbox holds at most `limit + fire_limit` records.
+//! them is durable. The acks, their admission limits and their timeouts are `store::acks`'s:
+//! the outbox holds at most `limit + fire_limit` records.
 //!
 //! Cost: one `Vec` append (the frame) and one `VecDeque` push per write, no allocation once
 //! the buffers have grown; a commit's pop moves only the bytes queued after it.
 
 use crate::error::Error;
+use crate::store::acks::Acks;
 use crate::store::Ack;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
-
-struct Mark {
-    /// Where this record's frame ends in `bytes`, counted from the outbox's first byte ever.
-    end: u64,
-    ack: Ack,
-    queued: Instant,
-    fire: bool,
-}
+use std::time::Duration;
 
 pub struct Outbox {
     bytes: Vec<u8>,
     /// The stream position of `bytes[0]`.
     base: u64,
-    marks: VecDeque<Mark>,
-    limit: usize,
-    fire_limit: usize,
-    ack_timeout: Duration,
-    /// Marks before this index have had their ack timeout checked (and maybe answered).
-    checked: usize,
-    /// The instant stamped on new records: taken once per pass of the shard (`stamp`).
-    now: Instant,
-    fires: usize,
+    /// Where each queued record's frame ends in `bytes`, counted from the outbox's first byte
+    /// ever.
+    ends: VecDeque<u64>,
+    /// The callers' acks, one per record, in the same order.
+    pub acks: Acks,
 }
 
 /// A prefix of the outbox, as the commit task takes it.
@@ -54,51 +42,24 @@ impl Outbox {
         Outbox {
             bytes: Vec::new(),
             base: 0,
-            marks: VecDeque::new(),
-            limit,
-            fire_limit,
-            ack_timeout,
-            checked: 0,
-            now: Instant::now(),
-            fires: 0,
+            ends: VecDeque::new(),
+            acks: Acks::new(limit, fire_limit, ack_timeout),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.marks.len()
+        self.ends.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.marks.is_empty()
-    }
-
-    pub fn stamp(&mut self) {
-        self.now = Instant::now();
-    }
-
-    pub fn has_room(&self) -> bool {
-        self.marks.len() < self.limit
-    }
-
-    pub fn fire_room(&self) -> usize {
-        self.fire_limit.saturating_sub(self.fires)
+        self.ends.is_empty()
     }
 
     /// Appends one record: `encode` writes its frame into the buffer.
     pub fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize, ack: Ack, fire: bool) {
         encode(&mut self.bytes);
-        self.fires += usize::from(fire);
-        self.marks.push_back(Mark {
-            end: self.base + self.bytes.len() as u64,
-            ack,
-            queued: self.now,
-            fire,
-        });
-    }
-
-    /// When the oldest record was queued.
-    pub fn oldest(&self) -> Option<Instant> {
-        self.marks.front().map(|m| m.queued)
+        self.ends.push_back(self.base + self.bytes.len() as u64);
+        self.acks.push(ack, fire);
     }
 
     /// The next commit: whole records from the front, at most `max_records` and, past the
@@ -108,8 +69,8 @@ impl Outbox {
             records: 0,
             bytes: 0,
         };
-        for m in self.marks.iter().take(max_records) {
-            let bytes = (m.end - self.base) as usize;
+        for &end in self.ends.iter().take(max_records) {
+            let bytes = (end - self.base) as usize;
             if b.records > 0 && bytes > max_bytes {
                 break;
             }
@@ -129,12 +90,10 @@ impl Outbox {
     /// Pops `batch` (durable now, or never to be), answering each ack with `outcome`.
     pub fn complete(&mut self, batch: Batch, outcome: Result<(), Error>) {
         for _ in 0..batch.records {
-            let Some(m) = self.marks.pop_front() else {
+            if self.ends.pop_front().is_none() {
                 break;
-            };
-            self.checked = self.checked.saturating_sub(1);
-            self.fires -= usize::from(m.fire);
-            m.ack.answer(outcome.clone());
+            }
+            self.acks.pop(outcome.clone());
         }
         let n = batch.bytes.min(self.bytes.len());
         self.bytes.drain(..n);
@@ -144,29 +103,10 @@ impl Outbox {
     /// Answers `outcome` to everything queued and forgets it (the store failed for good).
     pub fn abandon(&mut self, outcome: Result<(), Error>) {
         let all = Batch {
-            records: self.marks.len(),
+            records: self.ends.len(),
             bytes: self.bytes.len(),
         };
         self.complete(all, outcome);
-    }
-
-    /// Answers `StoreUnavailable` to callers that waited past the ack timeout. Their records
-    /// stay queued: the caller was told "not acknowledged", which allows either outcome.
-    /// Returns how many were answered.
-    pub fn expire(&mut self, now: Instant, retry_after_s: u64) -> u64 {
-        let mut answered = 0;
-        while let Some(m) = self.marks.get_mut(self.checked) {
-            if now.saturating_duration_since(m.queued) < self.ack_timeout {
-                break;
-            }
-            if m.ack.is_waiting() {
-                std::mem::replace(&mut m.ack, Ack::None)
-                    .answer(Err(Error::StoreUnavailable { retry_after_s }));
-                answered += 1;
-            }
-            self.checked += 1;
-        }
-        answered
     }
 }
 

@@ -23,6 +23,7 @@ use super::conn::{Conn, ConnError};
 use super::replies::{judge, Shape};
 use super::Shared;
 use crate::metrics::{StoreMetrics, StoreState};
+use crate::store::acks::{self, Acks};
 use crate::units::capped;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -38,7 +39,7 @@ pub(crate) async fn run(shared: Rc<Shared>, mut conn: Option<Conn>) {
         expire(&shared);
         let (len, oldest, fires) = {
             let o = shared.outbox.borrow();
-            (o.len(), o.oldest(0), o.has_fires())
+            (o.len(), o.acks.queued_at(0), o.acks.has_fires())
         };
         let closing = shared.closing.get();
         if len == 0 {
@@ -127,7 +128,7 @@ async fn pump(shared: &Shared, conn: &mut Conn) -> Result<(), String> {
             .m()
             .pending_writes
             .store(outbox.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        expire_in(shared, &mut outbox);
+        expire_in(shared, &mut outbox.acks);
     }
 }
 
@@ -183,52 +184,25 @@ async fn reconnect(shared: &Shared, backoff: &mut Duration) -> Option<Conn> {
     }
 }
 
-/// Sleeps one backoff step (answering timed-out callers meanwhile) and doubles the step, up
-/// to `backoff_max` (both saturate: any configured duration is safe here).
+/// Sleeps one backoff step (answering timed-out callers meanwhile) and doubles it, up to
+/// `backoff_max` (see `store::acks::pause`).
 pub(crate) async fn pause(shared: &Shared, backoff: &mut Duration) {
-    let until = Instant::now() + capped(*backoff);
-    while Instant::now() < until && !shared.closing.get() {
-        expire(shared);
-        let step = until
-            .saturating_duration_since(Instant::now())
-            .min(Duration::from_millis(20));
-        glommio::timer::sleep(step).await;
-    }
-    *backoff = backoff.saturating_mul(2).min(shared.cfg.backoff_max);
+    acks::pause(
+        backoff,
+        shared.cfg.backoff_max,
+        || shared.closing.get(),
+        || expire(shared),
+    )
+    .await;
 }
 
 fn expire(shared: &Shared) {
-    expire_in(shared, &mut shared.outbox.borrow_mut());
+    expire_in(shared, &mut shared.outbox.borrow_mut().acks);
 }
 
-fn expire_in(shared: &Shared, outbox: &mut super::outbox::Outbox) {
-    let n = outbox.expire(Instant::now(), shared.cfg.backoff_max.as_secs().max(1));
+fn expire_in(shared: &Shared, acks: &mut Acks) {
+    let n = acks.expire(Instant::now(), shared.cfg.backoff_max.as_secs().max(1));
     if n > 0 {
         StoreMetrics::count(&shared.m().ack_timeouts_total, n);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::redis::{test_shared, RedisConfig};
-
-    #[test]
-    fn backoff_saturates_whatever_the_configured_maximum() {
-        let mut cfg = RedisConfig::new("redis://127.0.0.1:1/");
-        cfg.backoff_max = Duration::MAX;
-        let shared = test_shared(cfg);
-        // Closing: the pause returns at once; only the arithmetic is exercised.
-        shared.closing.set(true);
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .make()
-            .expect("executor");
-        let backoff = ex.run(async {
-            let mut backoff = Duration::MAX - Duration::from_secs(1);
-            pause(&shared, &mut backoff).await;
-            pause(&shared, &mut backoff).await;
-            backoff
-        });
-        assert_eq!(backoff, Duration::MAX);
     }
 }

@@ -292,7 +292,7 @@ impl Store for RedisStore {
 
     /// `Ok` when one more durable write fits in the outbox; else `StoreUnavailable`, counted.
     fn admit(&self) -> Result<()> {
-        if self.shared.outbox.borrow().has_room() {
+        if self.shared.outbox.borrow().acks.has_room() {
             return Ok(());
         }
         StoreMetrics::count(&self.shared.m().refused_total, 1);
@@ -315,7 +315,7 @@ impl Store for RedisStore {
 
     /// Stamps the entries of the batch the shard is about to apply (one clock read a pass).
     fn begin_pass(&mut self) {
-        self.shared.outbox.borrow_mut().stamp();
+        self.shared.outbox.borrow_mut().acks.stamp();
     }
 
     fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
@@ -331,7 +331,7 @@ impl Store for RedisStore {
     }
 
     fn fire_room(&self) -> usize {
-        self.shared.outbox.borrow().fire_room()
+        self.shared.outbox.borrow().acks.fire_room()
     }
 
     /// Counted once per pause, not per pass.
@@ -390,20 +390,15 @@ impl Store for RedisStore {
     /// answers expired callers whenever it runs. So a caller waits at most the ack timeout
     /// plus about 110 ms.
     fn after_pass(&mut self) {
-        let mut outbox = self.shared.outbox.borrow_mut();
-        let n = outbox.len();
-        if n == 0 {
-            return;
+        let waiting = self
+            .shared
+            .outbox
+            .borrow_mut()
+            .acks
+            .after_pass(self.shared.m(), self.shared.cfg.retry_after_s());
+        if waiting {
+            self.shared.wake.notify(1);
         }
-        let expired = outbox.expire(std::time::Instant::now(), self.shared.cfg.retry_after_s());
-        drop(outbox);
-        let m = self.shared.m();
-        if expired > 0 {
-            StoreMetrics::count(&m.ack_timeouts_total, expired);
-        }
-        m.pending_writes
-            .store(n as u64, std::sync::atomic::Ordering::Relaxed);
-        self.shared.wake.notify(1);
     }
 
     /// Flushes what it can within the ack timeout, then stops the store task.

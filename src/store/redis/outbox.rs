@@ -16,10 +16,11 @@
 //! Cost: one `VecDeque` push per write; the caller's reply channel rides in the entry.
 
 use crate::error::Error;
+use crate::store::acks::Acks;
 use crate::store::Ack;
 use redis::Cmd;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct Entry {
     pub first: Cmd,
@@ -27,8 +28,6 @@ pub struct Entry {
     pub second: Option<Cmd>,
     /// A dead letter carries a third (HSET of the letter, HDEL of the timer, XADD).
     pub third: Option<Cmd>,
-    ack: Ack,
-    queued: Instant,
 }
 
 impl Entry {
@@ -49,27 +48,15 @@ impl Entry {
 
 pub struct Outbox {
     entries: VecDeque<Entry>,
-    limit: usize,
-    fire_limit: usize,
-    ack_timeout: Duration,
-    /// Entries before this index have had their ack timeout checked (and maybe answered).
-    checked: usize,
-    /// The instant stamped on new entries: taken once per drained batch (`stamp`).
-    now: Instant,
-    /// Fires among the entries: they are flushed at once, not after the flush interval.
-    fires: usize,
+    /// The callers' acks, one per entry, in the same order (`store::acks`).
+    pub acks: Acks,
 }
 
 impl Outbox {
     pub fn new(limit: usize, fire_limit: usize, ack_timeout: Duration) -> Outbox {
         Outbox {
             entries: VecDeque::new(),
-            limit,
-            fire_limit,
-            ack_timeout,
-            checked: 0,
-            now: Instant::now(),
-            fires: 0,
+            acks: Acks::new(limit, fire_limit, ack_timeout),
         }
     }
 
@@ -79,26 +66,6 @@ impl Outbox {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
-    }
-
-    pub fn stamp(&mut self) {
-        self.now = Instant::now();
-    }
-
-    /// Whether one more durable registration or cancel fits.
-    pub fn has_room(&self) -> bool {
-        self.entries.len() < self.limit
-    }
-
-    /// How many more fires fit before the shard must hold due timers back.
-    pub fn fire_room(&self) -> usize {
-        self.fire_limit.saturating_sub(self.fires)
-    }
-
-    /// Whether a fire waits: fires go out at once (their lateness counts), registrations
-    /// wait up to the flush interval for company.
-    pub fn has_fires(&self) -> bool {
-        self.fires > 0
     }
 
     pub fn push(&mut self, first: Cmd, second: Option<Cmd>, ack: Ack) {
@@ -112,19 +79,13 @@ impl Outbox {
     }
 
     fn push_entry(&mut self, first: Cmd, second: Option<Cmd>, third: Option<Cmd>, ack: Ack) {
-        self.fires += usize::from(second.is_some());
+        // A fire's entry is the one with a second command (its stream entry and removal).
+        self.acks.push(ack, second.is_some());
         self.entries.push_back(Entry {
             first,
             second,
             third,
-            ack,
-            queued: self.now,
         });
-    }
-
-    /// When the oldest entry after the first `skip` was queued.
-    pub fn oldest(&self, skip: usize) -> Option<Instant> {
-        self.entries.get(skip).map(|e| e.queued)
     }
 
     /// The next pipeline after the first `skip` entries (those already in flight): at most
@@ -138,35 +99,14 @@ impl Outbox {
         })
     }
 
-    /// Pops the first `n` entries, answering each with its outcome.
+    /// Pops the first entries, one per outcome, answering each caller with its outcome.
     pub fn complete(&mut self, outcomes: impl IntoIterator<Item = Result<(), Error>>) {
         for outcome in outcomes {
-            let Some(e) = self.entries.pop_front() else {
+            if self.entries.pop_front().is_none() {
                 return;
-            };
-            self.checked = self.checked.saturating_sub(1);
-            self.fires -= usize::from(e.second.is_some());
-            e.ack.answer(outcome);
-        }
-    }
-
-    /// Answers `StoreUnavailable` to callers that waited past the ack timeout. Their writes
-    /// stay queued: the caller was told "not acknowledged", which allows either outcome.
-    /// Returns how many were answered.
-    pub fn expire(&mut self, now: Instant, retry_after_s: u64) -> u64 {
-        let mut answered = 0;
-        while let Some(e) = self.entries.get_mut(self.checked) {
-            if now.saturating_duration_since(e.queued) < self.ack_timeout {
-                break;
             }
-            if e.ack.is_waiting() {
-                std::mem::replace(&mut e.ack, Ack::None)
-                    .answer(Err(Error::StoreUnavailable { retry_after_s }));
-                answered += 1;
-            }
-            self.checked += 1;
+            self.acks.pop(outcome);
         }
-        answered
     }
 }
 
@@ -201,27 +141,11 @@ mod tests {
     }
 
     #[test]
-    fn ack_timeout_answers_unavailable_and_keeps_the_write() {
-        let mut o = Outbox::new(10, 10, Duration::from_millis(0));
-        let (ack, rx) = sched();
-        o.push(redis::cmd("HSET"), None, ack);
-        assert_eq!(o.expire(Instant::now(), 1), 1);
-        assert_eq!(
-            futures_lite::future::block_on(rx).ok(),
-            Some(Err(Error::StoreUnavailable { retry_after_s: 1 }))
-        );
-        assert_eq!(o.len(), 1);
-        assert_eq!(o.expire(Instant::now(), 1), 0);
-        o.complete([Ok(())]);
-        assert!(o.is_empty());
-    }
-
-    #[test]
     fn completion_answers_in_order() {
         let mut o = Outbox::new(1, 1, Duration::from_secs(2));
         let (ack, rx) = sched();
         o.push(redis::cmd("HSET"), None, ack);
-        assert!(!o.has_room());
+        assert!(!o.acks.has_room());
         o.complete([Ok(())]);
         assert!(matches!(futures_lite::future::block_on(rx), Ok(Ok(s)) if s.version == 1));
     }

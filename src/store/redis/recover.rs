@@ -56,12 +56,7 @@ pub(crate) async fn recover(
         shared.m().set_state(StoreState::Recovering);
         match load(shared, &mut conn, insert).await {
             Ok(loaded) => {
-                let m = shared.m();
-                m.recovered_timers.store(loaded, Ordering::Relaxed);
-                m.recovery_duration_ns
-                    .store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                StoreMetrics::count(&m.recoveries_total, 1);
-                m.set_state(StoreState::Ready);
+                shared.m().recovered(loaded, started.elapsed());
                 tracing::info!(
                     shard = shared.shard,
                     timers = loaded,

@@ -1,0 +1,232 @@
+//! The acknowledgements a store owes, in the order the shard made the writes.
+//!
+//! Every durable store keeps its writes in an outbox until they are durable: the Redis store
+//! as commands, the journal as encoded records. Next to them, in the same order, sit the
+//! callers' [`Ack`]s. This module owns that second queue and what goes with it, so both stores
+//! keep one set of rules:
+//!
+//! - an ack leaves only from the front, when the write it stands for is durable (answered
+//!   `Ok`) or given up for good (answered with the error);
+//! - schedules and cancels are admitted while fewer than `limit` writes wait; fires are never
+//!   refused (each stands for a timer already admitted), but the shard stops firing while
+//!   `fire_limit` fires wait ([`Acks::fire_room`]);
+//! - a caller that waited past the ack timeout is answered `StoreUnavailable` and its write
+//!   stays queued: "not acknowledged" allows either outcome ([`Acks::expire`]).
+//!
+//! Cost: one `VecDeque` push per write; the queue time is stamped once per shard pass.
+
+use super::Ack;
+use crate::error::Error;
+use crate::metrics::StoreMetrics;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+struct Owed {
+    ack: Ack,
+    queued: Instant,
+    fire: bool,
+}
+
+pub struct Acks {
+    owed: VecDeque<Owed>,
+    limit: usize,
+    fire_limit: usize,
+    ack_timeout: Duration,
+    /// Entries before this index have had their ack timeout checked (and maybe answered).
+    checked: usize,
+    /// The instant stamped on new entries: taken once per pass of the shard (`stamp`).
+    now: Instant,
+    /// Fires among the entries.
+    fires: usize,
+}
+
+impl Acks {
+    pub fn new(limit: usize, fire_limit: usize, ack_timeout: Duration) -> Acks {
+        Acks {
+            owed: VecDeque::new(),
+            limit,
+            fire_limit,
+            ack_timeout,
+            checked: 0,
+            now: Instant::now(),
+            fires: 0,
+        }
+    }
+
+    /// Writes waiting to be durable.
+    pub fn len(&self) -> usize {
+        self.owed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.owed.is_empty()
+    }
+
+    /// Takes the queue time for the writes of the coming pass.
+    pub fn stamp(&mut self) {
+        self.now = Instant::now();
+    }
+
+    /// Whether one more schedule or cancel fits.
+    pub fn has_room(&self) -> bool {
+        self.owed.len() < self.limit
+    }
+
+    /// How many more fires fit before the shard must hold due timers back.
+    pub fn fire_room(&self) -> usize {
+        self.fire_limit.saturating_sub(self.fires)
+    }
+
+    /// Whether a fire waits (fires are written at once: their lateness counts).
+    pub fn has_fires(&self) -> bool {
+        self.fires > 0
+    }
+
+    /// The ack of a write just queued (a fire's, when `fire`).
+    pub fn push(&mut self, ack: Ack, fire: bool) {
+        self.fires += usize::from(fire);
+        self.owed.push_back(Owed {
+            ack,
+            queued: self.now,
+            fire,
+        });
+    }
+
+    /// When the write `skip` places from the front was queued.
+    pub fn queued_at(&self, skip: usize) -> Option<Instant> {
+        self.owed.get(skip).map(|o| o.queued)
+    }
+
+    /// The front write is durable (`Ok`) or given up: answers its caller. False when nothing
+    /// was queued.
+    pub fn pop(&mut self, outcome: Result<(), Error>) -> bool {
+        let Some(o) = self.owed.pop_front() else {
+            return false;
+        };
+        self.checked = self.checked.saturating_sub(1);
+        self.fires -= usize::from(o.fire);
+        o.ack.answer(outcome);
+        true
+    }
+
+    /// Answers `StoreUnavailable` to callers that waited past the ack timeout; their writes
+    /// stay queued. How many were answered.
+    pub fn expire(&mut self, now: Instant, retry_after_s: u64) -> u64 {
+        let mut answered = 0;
+        while let Some(o) = self.owed.get_mut(self.checked) {
+            if now.saturating_duration_since(o.queued) < self.ack_timeout {
+                break;
+            }
+            if o.ack.is_waiting() {
+                std::mem::replace(&mut o.ack, Ack::None)
+                    .answer(Err(Error::StoreUnavailable { retry_after_s }));
+                answered += 1;
+            }
+            self.checked += 1;
+        }
+        answered
+    }
+
+    /// After each pass of the shard: answers callers past the ack timeout (counted) and
+    /// publishes how many writes wait. Whether any wait (then the store's task is woken).
+    pub fn after_pass(&mut self, m: &StoreMetrics, retry_after_s: u64) -> bool {
+        let n = self.len();
+        if n == 0 {
+            return false;
+        }
+        let expired = self.expire(Instant::now(), retry_after_s);
+        if expired > 0 {
+            StoreMetrics::count(&m.ack_timeouts_total, expired);
+        }
+        m.pending_writes.store(n as u64, Ordering::Relaxed);
+        true
+    }
+}
+
+/// Sleeps one backoff step, calling `tick` at least every 20 ms (so that callers past their
+/// ack timeout are answered meanwhile), unless `stop` says to give up; then doubles the step
+/// up to `max`. Both saturate: any configured duration is safe here.
+pub async fn pause(
+    backoff: &mut Duration,
+    max: Duration,
+    stop: impl Fn() -> bool,
+    mut tick: impl FnMut(),
+) {
+    let until = Instant::now() + crate::units::capped(*backoff);
+    while Instant::now() < until && !stop() {
+        tick();
+        let step = until
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(20));
+        glommio::timer::sleep(step).await;
+    }
+    *backoff = backoff.saturating_mul(2).min(max);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::{reply_channel, Scheduled};
+
+    fn sched() -> (
+        Ack,
+        futures_channel::oneshot::Receiver<Result<Scheduled, Error>>,
+    ) {
+        let (tx, rx) = reply_channel();
+        let s = Scheduled {
+            version: 1,
+            deadline: crate::units::UtcMicros(5),
+            replaced: false,
+        };
+        (Ack::Schedule(tx, s), rx)
+    }
+
+    #[test]
+    fn ack_timeout_answers_unavailable_and_keeps_the_write() {
+        let mut a = Acks::new(10, 10, Duration::from_millis(0));
+        let (ack, rx) = sched();
+        a.push(ack, false);
+        assert_eq!(a.expire(Instant::now(), 1), 1);
+        assert_eq!(
+            futures_lite::future::block_on(rx).ok(),
+            Some(Err(Error::StoreUnavailable { retry_after_s: 1 }))
+        );
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.expire(Instant::now(), 1), 0, "answered once");
+        assert!(a.pop(Ok(())));
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn pops_answer_in_order_and_room_counts_writes_and_fires_apart() {
+        let mut a = Acks::new(1, 2, Duration::from_secs(2));
+        let (ack, rx) = sched();
+        a.push(ack, false);
+        assert!(!a.has_room());
+        a.push(Ack::None, true);
+        assert_eq!(a.fire_room(), 1);
+        assert!(a.has_fires());
+        assert!(a.pop(Ok(())));
+        assert!(matches!(futures_lite::future::block_on(rx), Ok(Ok(s)) if s.version == 1));
+        assert!(a.pop(Ok(())));
+        assert_eq!(
+            (a.fire_room(), a.has_fires(), a.pop(Ok(()))),
+            (2, false, false)
+        );
+    }
+
+    #[test]
+    fn backoff_saturates_whatever_the_configured_maximum() {
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("executor");
+        let backoff = ex.run(async {
+            let mut backoff = Duration::MAX - Duration::from_secs(1);
+            pause(&mut backoff, Duration::MAX, || true, || {}).await;
+            pause(&mut backoff, Duration::MAX, || true, || {}).await;
+            backoff
+        });
+        assert_eq!(backoff, Duration::MAX);
+    }
+}
