@@ -289,8 +289,9 @@ pub enum StoreState {
     /// The store failed in a way it cannot recover from by itself (the log says what to do);
     /// writes are refused.
     Failed = 5,
-    /// The store cannot write now (the disk is full); writes are refused and retried, and it
-    /// becomes `Ready` by itself when a write succeeds again.
+    /// The store cannot make writes durable now (the journal's disk is full, or too few Redis
+    /// replicas confirm them); writes are refused or held and retried, and it becomes `Ready`
+    /// by itself when a write succeeds again.
     Stalled = 6,
 }
 

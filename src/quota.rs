@@ -18,6 +18,16 @@
 //! a restart) leaves the count equal to the tenants' pending timers, which is what the quota
 //! promises.
 //!
+//! # Room held for quotas
+//!
+//! A quota caps a tenant; it would promise nothing if tenants without one could take every
+//! slot of a shard. So the capacity that quota'd tenants may still claim (the sum of their
+//! unused quotas, spread evenly over the shards) is held for them: a new key of a tenant
+//! without a quota is refused `CapacityExceeded` once a shard's free room is no more than
+//! that share. Tenants with a quota are refused only at their quota or at the shard's full
+//! capacity. When the quotas add up to more than the capacity, tenants without one get no
+//! room at all; the engine warns about that at start.
+//!
 //! The map is built once at start and only read afterwards; tenants without a quota cost one
 //! `is_empty` check per schedule and fire when no tenant has one.
 
@@ -30,13 +40,21 @@ use std::sync::Arc;
 pub struct Quota {
     pub limit: u64,
     pending: AtomicI64,
+    /// The sum of `limit − pending` over every quota of the same [`Quotas`].
+    unused: Arc<AtomicI64>,
 }
 
 impl Quota {
     pub fn new(limit: u64) -> Quota {
+        let unused = Arc::new(AtomicI64::new(i64::try_from(limit).unwrap_or(i64::MAX)));
+        Quota::sharing(limit, unused)
+    }
+
+    fn sharing(limit: u64, unused: Arc<AtomicI64>) -> Quota {
         Quota {
             limit,
             pending: AtomicI64::new(0),
+            unused,
         }
     }
 
@@ -47,17 +65,20 @@ impl Quota {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < limit).then_some(n + 1)
             })
+            .map(|_| self.unused.fetch_sub(1, Ordering::AcqRel))
             .is_ok()
     }
 
     /// Takes a slot without checking: a recovered timer, already acknowledged.
     pub fn force(&self) {
         self.pending.fetch_add(1, Ordering::AcqRel);
+        self.unused.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Gives a slot back: the timer fired or was cancelled, or a reservation was not used.
     pub fn release(&self) {
         self.pending.fetch_sub(1, Ordering::AcqRel);
+        self.unused.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Pending timers counted against the quota.
@@ -95,30 +116,66 @@ impl Drop for QuotaSlot {
 
 /// The quotas of every tenant that has one.
 #[derive(Debug, Default)]
-pub struct Quotas(HashMap<Box<str>, Arc<Quota>>);
+pub struct Quotas {
+    map: HashMap<Box<str>, Arc<Quota>>,
+    /// The sum of the quotas' unused slots (see the module doc).
+    unused: Arc<AtomicI64>,
+    /// Shards the unused slots are spread over.
+    shards: usize,
+}
 
 impl Quotas {
-    pub fn new(limits: impl IntoIterator<Item = (String, u64)>) -> Quotas {
-        Quotas(
-            limits
-                .into_iter()
-                .map(|(t, n)| (t.into_boxed_str(), Arc::new(Quota::new(n))))
-                .collect(),
-        )
+    /// The quotas of these tenants, with the room they may still claim spread over `shards`.
+    pub fn new(limits: impl IntoIterator<Item = (String, u64)>, shards: usize) -> Quotas {
+        let unused = Arc::new(AtomicI64::new(0));
+        let map: HashMap<_, _> = limits
+            .into_iter()
+            .map(|(t, n)| {
+                unused.fetch_add(i64::try_from(n).unwrap_or(i64::MAX / 4), Ordering::AcqRel);
+                (
+                    t.into_boxed_str(),
+                    Arc::new(Quota::sharing(n, unused.clone())),
+                )
+            })
+            .collect();
+        Quotas {
+            map,
+            unused,
+            shards: shards.max(1),
+        }
     }
 
     #[inline]
     pub fn get(&self, tenant: &str) -> Option<&Arc<Quota>> {
-        if self.0.is_empty() {
+        if self.map.is_empty() {
             return None;
         }
-        self.0.get(tenant)
+        self.map.get(tenant)
+    }
+
+    /// Slots one shard holds for the quota'd tenants: their unused quotas, spread evenly over
+    /// the shards, rounded up. 0 when no tenant has a quota.
+    #[inline]
+    pub fn held_per_shard(&self) -> usize {
+        if self.map.is_empty() {
+            return 0;
+        }
+        let unused = self.unused.load(Ordering::Acquire).max(0) as u64;
+        usize::try_from(unused.div_ceil(self.shards as u64)).unwrap_or(usize::MAX)
+    }
+
+    /// The sum of the limits, to compare with the capacity at start.
+    pub fn total_limit(&self) -> u64 {
+        self.map
+            .values()
+            .map(|q| q.limit)
+            .fold(0, u64::saturating_add)
     }
 
     /// (tenant, limit, pending) of every quota, for exporters.
     pub fn snapshot(&self) -> Vec<(String, u64, i64)> {
         let mut v: Vec<_> = self
-            .0
+            .map
             .iter()
             .map(|(t, q)| (t.to_string(), q.limit, q.pending()))
             .collect();
@@ -171,9 +228,35 @@ mod tests {
 
     #[test]
     fn tenants_without_a_quota_have_none() {
-        let qs = Quotas::new([("acme".to_string(), 5)]);
+        let qs = Quotas::new([("acme".to_string(), 5)], 1);
         assert_eq!(qs.get("acme").map(|q| q.limit), Some(5));
         assert!(qs.get("open").is_none());
         assert!(Quotas::default().get("acme").is_none());
+    }
+
+    #[test]
+    fn unused_quota_is_held_per_shard_and_follows_reserve_release_and_force() {
+        let qs = Quotas::new([("a".to_string(), 5), ("b".to_string(), 4)], 2);
+        assert_eq!(qs.held_per_shard(), 5, "9 unused over 2 shards, rounded up");
+        let a = qs.get("a").expect("quota").clone();
+        assert!(a.reserve() && a.reserve() && a.reserve());
+        assert_eq!(qs.held_per_shard(), 3, "6 unused");
+        a.release();
+        assert_eq!(qs.held_per_shard(), 4, "7 unused");
+        let b = qs.get("b").expect("quota").clone();
+        for _ in 0..4 {
+            b.force();
+        }
+        a.force();
+        a.force();
+        assert_eq!(qs.held_per_shard(), 1, "1 unused");
+        a.force();
+        assert_eq!(
+            qs.held_per_shard(),
+            0,
+            "a over its limit holds nothing more"
+        );
+        assert_eq!(Quotas::default().held_per_shard(), 0);
+        assert_eq!(qs.total_limit(), 9);
     }
 }

@@ -279,3 +279,59 @@ fn the_store_is_the_journal_unless_redis_or_memory_is_chosen() {
     };
     assert!(err_text(resolve(lone, "")).contains("`store`"));
 }
+
+#[test]
+fn sentinel_urls_and_wait_replicas_are_read_and_checked() {
+    let resolve = |args: ServeArgs, text: &str| Config::resolve(file(text), &args);
+    let c = resolve(
+        ServeArgs::default(),
+        "redis = \"redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/orders\"\nredis_wait_replicas = 1\n",
+    )
+    .expect("file");
+    assert_eq!((c.store, c.redis_wait_replicas), (StoreChoice::Redis, 1));
+    let flag = ServeArgs {
+        redis: Some("redis+sentinel://127.0.0.1:26379/orders".into()),
+        redis_wait_replicas: Some("2".into()),
+        ..Default::default()
+    };
+    assert_eq!(resolve(flag, "").map(|c| c.redis_wait_replicas), Ok(2));
+    for (url, why) in [
+        ("redis+sentinel://127.0.0.1:26379", "master-name"),
+        ("redis+sentinel://127.0.0.1/orders", "host:port"),
+    ] {
+        let bad = ServeArgs {
+            redis: Some(url.into()),
+            ..Default::default()
+        };
+        let e = err_text(resolve(bad, ""));
+        assert!(e.contains("`redis`") && e.contains(why), "{url}: {e}");
+    }
+    let without_redis = ServeArgs {
+        redis_wait_replicas: Some("1".into()),
+        ..Default::default()
+    };
+    assert!(err_text(resolve(without_redis, "")).contains("`redis_wait_replicas`"));
+    let too_many = ServeArgs {
+        redis: Some("redis://127.0.0.1:6379/".into()),
+        redis_wait_replicas: Some("65".into()),
+        ..Default::default()
+    };
+    assert!(err_text(resolve(too_many, "")).contains("`redis_wait_replicas`"));
+}
+
+#[test]
+fn print_config_masks_the_redis_password() {
+    let (code, out, err) = print_config(
+        &[
+            "--redis",
+            "redis+sentinel://app:hunter2@127.0.0.1:26379/orders/1",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("hunter2"), "{out}");
+    assert!(
+        out.contains("redis+sentinel://app:***@127.0.0.1:26379/orders/1"),
+        "{out}"
+    );
+}

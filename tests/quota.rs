@@ -141,3 +141,57 @@ fn quota_stays_exact_across_a_store_timeout_and_a_restart() {
     }
     assert_eq!(status, 201, "the fire gave its slot back");
 }
+
+/// A tenant without a quota cannot take the room that quota'd tenants may still claim, so a
+/// flood of unquota'd keys leaves a quota'd tenant served up to its quota.
+#[test]
+fn room_left_in_quotas_is_held_from_tenants_without_one() {
+    let e = EngineBuilder::new()
+        .shards(1)
+        .pinning(Pinning::None)
+        .spin(Duration::ZERO)
+        .shard_capacity(100)
+        .quota("calm", 30)
+        .build()
+        .expect("engine starts");
+    let h = e.handle();
+    let far = UtcMicros(h.now().0 + 60_000_000);
+    let mut open = 0;
+    while h.schedule("open", &format!("k{open}"), far, b"").is_ok() {
+        open += 1;
+        assert!(open <= 100, "never past the capacity");
+    }
+    assert_eq!(open, 70, "30 of 100 held for the quota'd tenant");
+    assert_eq!(
+        h.schedule("open", "one-more", far, b""),
+        Err(Error::CapacityExceeded {
+            shard: 0,
+            capacity: 100
+        })
+    );
+    assert!(
+        h.schedule("open", "k0", far, b"")
+            .expect("a replacement needs no room")
+            .replaced,
+        "replacing a pending key is not refused"
+    );
+    for k in 0..30 {
+        h.schedule("calm", &format!("c{k}"), far, b"")
+            .expect("the held room serves the quota'd tenant");
+    }
+    assert!(matches!(
+        h.schedule("calm", "c30", far, b""),
+        Err(Error::QuotaExceeded { .. })
+    ));
+    // A cancel of a quota'd timer gives its room back to the quota, not to the open tenant.
+    assert!(matches!(
+        h.cancel("calm", "c0"),
+        Ok(Cancelled::Cancelled { .. })
+    ));
+    assert!(matches!(
+        h.schedule("open", "one-more", far, b""),
+        Err(Error::CapacityExceeded { .. })
+    ));
+    h.schedule("calm", "c0", far, b"")
+        .expect("its own slot again");
+}

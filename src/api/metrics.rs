@@ -114,7 +114,7 @@ fn encode_gauges(handle: &Handle, encoder: &mut DescriptorEncoder) -> Result<(),
     )?;
     gauge(
         "punctual_store_state",
-        "The shard's store state: 0 in memory, 1 connecting, 2 recovering, 3 ready, 4 reconnecting, 5 failed, 6 stalled (disk full)",
+        "The shard's store state: 0 in memory, 1 connecting, 2 recovering, 3 ready, 4 reconnecting, 5 failed, 6 stalled (disk full, or too few Redis replicas confirm writes)",
         stats.iter().map(|s| (vec![shard(s)], s.store_state as i64)).collect(),
     )?;
     gauge(

@@ -12,6 +12,7 @@ use super::tenants::Tenants;
 use crate::config::{Config, FsyncMode, PinningMode, StoreChoice};
 use crate::engine::{EngineBuilder, Fsync, JournalConfig, Pinning};
 use crate::sink::webhook::settings::{tls_config, TenantWebhooks, WebhookSettings};
+use crate::store::redis::RedisConfig;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,13 +52,18 @@ pub fn serve(config: Config) -> Result<(), String> {
         }
     }
     builder = match (config.store, &config.redis) {
-        (StoreChoice::Redis, Some(url)) => builder.redis(url.clone()).streams_off(
-            config
-                .tenants
-                .iter()
-                .filter(|(_, t)| t.stream == Some(false))
-                .map(|(name, _)| name.clone()),
-        ),
+        (StoreChoice::Redis, Some(url)) => builder
+            .redis_config(RedisConfig {
+                wait_replicas: config.redis_wait_replicas,
+                ..RedisConfig::new(url.clone())
+            })
+            .streams_off(
+                config
+                    .tenants
+                    .iter()
+                    .filter(|(_, t)| t.stream == Some(false))
+                    .map(|(name, _)| name.clone()),
+            ),
         (StoreChoice::Journal, _) => {
             let mut j = JournalConfig::new(&config.data_dir);
             j.fsync = match config.fsync {
@@ -97,8 +103,9 @@ pub fn serve(config: Config) -> Result<(), String> {
         (StoreChoice::Redis, url) => tracing::info!(
             listen = %config.listen,
             shards = config.shards,
-            redis = url.as_deref().unwrap_or(""),
-            "punctual serving HTTP; store: Redis (2xx means Redis acknowledged the write)"
+            redis = url.as_deref().map(crate::config::mask_url).unwrap_or_default(),
+            wait_replicas = config.redis_wait_replicas,
+            "punctual serving HTTP; store: Redis (2xx means Redis acknowledged the write, and with wait_replicas > 0 that many replicas hold it)"
         ),
         (StoreChoice::Journal, _) => tracing::info!(
             listen = %config.listen,

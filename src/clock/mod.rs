@@ -53,8 +53,15 @@
 //!   the last two intervals', by more than the lag in hand per interval: about `lag_target`,
 //!   so 10 ppm at the defaults. A larger drop (the end of a large NTP slew) shows only at the
 //!   next anchor: until then the clock leads by at most the drop × 100 ms less that lag,
-//!   49 µs for 500 ppm. A step of the system clock that no [`SetWatch`] reports leads by the
-//!   step until the next anchor.
+//!   49 µs for 500 ppm, 8.3 ms at the end of a chrony slew at its default `maxslewrate`
+//!   (83,333 ppm); a drop beyond the rate tracker's band is believed only when a second span
+//!   confirms it, so such a lead can last two intervals. A step of the system clock that no
+//!   [`SetWatch`] reports leads by the step until the next anchor.
+//! - So the mapping alone does not make firing never-early: the shard closes the gap. Before
+//!   a pass fires anything it asks [`Clock::ahead_of_system`] (one `clock_gettime`, only
+//!   when something is due), and on a lead it anchors first, which sets the lead back
+//!   (counted in `set_backs`). A timer fires only once the mapped clock, read before the
+//!   system clock, has reached its deadline without leading the system clock.
 //! - `now()` runs forward between anchors and is continuous across an anchor that finds a
 //!   lag. It is **not** monotonic: it moves back by the lead when a lead is set back, and by
 //!   the step when the system clock steps back.
@@ -244,6 +251,15 @@ impl<S: TimeSource> Clock<S> {
     #[inline]
     pub fn now(&self) -> UtcNanos {
         self.at(self.src.ticks_now())
+    }
+
+    /// Whether `mapped`, a reading of [`Clock::now`] taken just before this call, is ahead of
+    /// the system clock (read now, so after `mapped`: a `true` is a real lead). One
+    /// `clock_gettime`; the shard asks before it fires, so that a lead that built up since the
+    /// last anchor (the system clock slowed down faster than the rate tracker could see)
+    /// never fires a timer early.
+    pub fn ahead_of_system(&self, mapped: UtcNanos) -> bool {
+        mapped.0 > self.src.realtime().0
     }
 
     /// UTC at tick `t` (which should not precede the last anchor).

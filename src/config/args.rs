@@ -42,9 +42,16 @@ pub struct ServeArgs {
     /// an error that names the file and offset; the timers they held are lost [default: false].
     #[arg(long, env = "PUNCTUAL_JOURNAL_SKIP_CORRUPT", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]
     pub journal_skip_corrupt: Option<String>,
-    /// Redis URL (redis://host:port[/db]) for the Redis store; implies --store redis.
+    /// Redis URL for the Redis store; implies --store redis. redis://[user:pass@]host:port[/db],
+    /// or redis+sentinel://[user:pass@]host:port[,host:port…]/<master-name>[/db] to follow the
+    /// master that Redis Sentinel names through failovers.
     #[arg(long, env = "PUNCTUAL_REDIS", value_name = "URL")]
     pub redis: Option<String>,
+    /// Redis replicas that must hold a write before it is acknowledged (WAIT N after each
+    /// pipeline), so that an acknowledged timer survives the loss of the master; 0 trusts the
+    /// master alone [default: 0].
+    #[arg(long, env = "PUNCTUAL_REDIS_WAIT_REPLICAS", value_name = "N")]
+    pub redis_wait_replicas: Option<String>,
     /// Microseconds before a deadline at which a shard stops parking and spins; 0 turns
     /// spinning off for shared hosts [default: 100].
     #[arg(long, env = "PUNCTUAL_SPIN_US", value_name = "N")]

@@ -91,6 +91,7 @@ pub struct Config {
     pub fsync: FsyncMode,
     pub journal_skip_corrupt: bool,
     pub redis: Option<String>,
+    pub redis_wait_replicas: u32,
     pub spin_us: u64,
     pub ring_capacity: usize,
     pub shard_capacity: usize,
@@ -119,6 +120,7 @@ impl Default for Config {
             fsync: FsyncMode::Always,
             journal_skip_corrupt: false,
             redis: None,
+            redis_wait_replicas: 0,
             spin_us: 100,
             ring_capacity: 65_536,
             shard_capacity: 10_000_000,
@@ -149,6 +151,7 @@ pub struct FileConfig {
     fsync: Option<String>,
     journal_skip_corrupt: Option<bool>,
     redis: Option<String>,
+    redis_wait_replicas: Option<u64>,
     spin_us: Option<u64>,
     ring_capacity: Option<u64>,
     shard_capacity: Option<u64>,
@@ -188,6 +191,20 @@ impl FileConfig {
         })?;
         Self::parse(&text, &shown)
     }
+}
+
+/// A Redis URL with its password replaced by `***`, for logs and `--print-config`.
+pub fn mask_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Some((userinfo, hosts)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+    let slash = if rest.contains('/') { "/" } else { "" };
+    format!("{scheme}://{user}:***@{hosts}{slash}{path}")
 }
 
 fn invalid(key: &str, value: impl ToString, reason: impl ToString) -> ConfigError {

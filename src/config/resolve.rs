@@ -92,7 +92,7 @@ impl Config {
         let redis = pick::<String>("redis", &args.redis, file.redis)?;
         if let Some(url) = &redis {
             crate::store::redis::RedisConfig::new(url.clone())
-                .connection_info()
+                .endpoint()
                 .map_err(|e| invalid("redis", url, e))?;
         }
         let store = match (
@@ -124,6 +124,21 @@ impl Config {
                 ))
             }
         };
+        let redis_wait_replicas = u(
+            "redis_wait_replicas",
+            &args.redis_wait_replicas,
+            file.redis_wait_replicas,
+            d.redis_wait_replicas.into(),
+            0,
+            64,
+        )? as u32;
+        if redis_wait_replicas > 0 && store != StoreChoice::Redis {
+            return Err(invalid(
+                "redis_wait_replicas",
+                redis_wait_replicas,
+                "applies to the Redis store only; set `redis` too",
+            ));
+        }
         let data_dir = match pick::<String>("data_dir", &args.data_dir, file.data_dir)? {
             Some(d) if d.trim().is_empty() => {
                 return Err(invalid("data_dir", d, "must name a directory"))
@@ -200,6 +215,7 @@ impl Config {
             fsync,
             journal_skip_corrupt,
             redis,
+            redis_wait_replicas,
             spin_us: u(
                 "spin_us",
                 &args.spin_us,
@@ -274,6 +290,7 @@ impl Config {
     /// The configuration as TOML, with tokens masked (for `--print-config`).
     pub fn to_toml_masked(&self) -> String {
         let mut shown = self.clone();
+        shown.redis = shown.redis.as_deref().map(super::mask_url);
         for t in shown.tenants.values_mut() {
             if t.token.is_some() {
                 t.token = Some("***".into());

@@ -274,10 +274,19 @@ impl EngineBuilder {
             rings.push(Arc::new(ring));
             wakees.push(wakee);
         }
+        let quotas = Arc::new(Quotas::new(self.quotas.clone(), self.shards));
+        let capacity = (self.shards as u64).saturating_mul(self.shard_capacity as u64);
+        if quotas.total_limit() >= capacity {
+            tracing::warn!(
+                quotas = quotas.total_limit(),
+                capacity,
+                "tenants' quotas add up to the whole capacity: room is held for them, so tenants without a quota are refused capacity_exceeded; raise shard_capacity or lower the quotas"
+            );
+        }
         let handle = Handle {
             inner: Arc::new(Shared {
                 store_kind: self.store.name(),
-                quotas: Arc::new(Quotas::new(self.quotas.clone())),
+                quotas,
                 rings,
                 metrics: (0..self.shards)
                     .map(|_| Arc::new(ShardMetrics::default()))

@@ -376,6 +376,14 @@ impl<S: TimeSource> Shard<S> {
         slot: Option<QuotaSlot>,
     ) -> Result<Option<QuotaSlot>, Error> {
         let Some(quota) = self.quotas.get(timer.tenant()) else {
+            let held = self.quotas.held_per_shard();
+            if held > 0
+                && self.table.len() + held >= self.table.capacity()
+                && self.table.get(timer.identity()).is_none()
+            {
+                // The room left is held for tenants with a quota (`quota`).
+                return Err(self.upsert_error(UpsertError::Capacity, UtcMicros(0)));
+            }
             return Ok(slot);
         };
         if slot.is_some() || self.table.get(timer.identity()).is_some() {
@@ -411,7 +419,19 @@ impl<S: TimeSource> Shard<S> {
     /// Fires up to `budget` due timers (fewer when the store has less room for fires); how
     /// many fired, and what is left.
     fn fire_due(&mut self, budget: usize) -> (u64, More) {
-        let now = self.clock.now().as_micros();
+        let mut now = self.clock.now();
+        if self
+            .table
+            .next_deadline()
+            .is_some_and(|d| d <= now.as_micros())
+            && self.clock.ahead_of_system(now)
+        {
+            // Something is due by the mapped clock, which leads the system clock: set the
+            // lead back (counted as a set-back) before firing anything.
+            self.clock.anchor();
+            now = self.clock.now();
+        }
+        let now = now.as_micros();
         let room = self.store.fire_room();
         let budget = budget.min(room);
         let (clock, metrics, quotas, id) = (&self.clock, &*self.metrics, &*self.quotas, self.id);

@@ -46,6 +46,11 @@ pub(crate) async fn run(shared: Rc<Shared>, mut active: Active) {
         let (len, closing) = (shared.outbox.borrow().len(), shared.closing.get());
         if len == 0 {
             if closing {
+                // Give back the reserved tail, so that the next start reads only records.
+                // (A crash leaves it: zeros, which read as the end.)
+                if let Err(e) = active.file.truncate(active.pos).await {
+                    tracing::debug!(file = %active.path.display(), error = %e, "journal: cannot trim the last segment at close");
+                }
                 return;
             }
             let listener = shared.wake.listen();

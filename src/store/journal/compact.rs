@@ -198,17 +198,17 @@ async fn write(shared: &Shared, replay: &Replay, tmp: &Path, out: u64) -> Result
     Ok((timers, bytes))
 }
 
-/// A whole file, read on glommio's blocking pool (no blocking read on the shard's thread).
+/// A whole file, mapped on glommio's blocking pool (no blocking call on the shard's thread).
 async fn load(path: &Path) -> Result<Source, Stop> {
     let owned = path.to_path_buf();
     let read = glommio::executor()
-        .spawn_blocking(move || std::fs::read(owned))
+        .spawn_blocking(move || Buf::map(&owned))
         .await?;
     let header =
         Header::decode(&read).map_err(|why| Stop::Damage(format!("{}: {why}", path.display())))?;
     Ok(Source {
         path: path.to_path_buf(),
-        buf: Buf::Owned(read),
+        buf: read,
         header,
     })
 }

@@ -227,12 +227,11 @@ pub fn load_dir(
             let _ = std::fs::remove_file(&path);
             continue;
         }
-        let buf =
-            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let buf = Buf::map(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         match Header::decode(&buf) {
             Ok(header) if header.kind == Kind::Segment => segments.push(Source {
                 path,
-                buf: Buf::Owned(buf),
+                buf,
                 header,
             }),
             // A crash while the segment was being created: nothing in it was acknowledged.
@@ -257,11 +256,11 @@ pub fn load_dir(
         Some(seq) => {
             let path = dir.join(snapshot_name(seq));
             let buf =
-                std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                Buf::map(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             match Header::decode(&buf) {
                 Ok(header) if header.kind == Kind::Snapshot => Some(Source {
                     path,
-                    buf: Buf::Owned(buf),
+                    buf,
                     header,
                 }),
                 Err(why) if skip_corrupt => {

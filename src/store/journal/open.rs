@@ -59,7 +59,9 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
                 .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
             sealed.pop();
         } else if end < last.1 {
-            truncate(&path, end).map_err(|e| format!("cannot truncate {}: {e}", path.display()))?;
+            replay
+                .cut_segment(last.0, end, truncate)
+                .map_err(|e| format!("cannot truncate {}: {e}", path.display()))?;
             if let Some(l) = sealed.last_mut() {
                 l.1 = end;
             }

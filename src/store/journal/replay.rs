@@ -15,7 +15,9 @@
 //! next snapshot; a change of shard count sends each to its new owner.
 //!
 //! Cost: one hash and one probe per segment record, one lookup per snapshot record; memory
-//! is the loaded files plus the index.
+//! is the index plus the pages of the files that replay touches. Files are mapped, not read
+//! into the heap: their pages are the kernel's page cache, given back when the mapping
+//! goes, and the reserved zero tail of a segment cut short by a crash costs no heap.
 
 use super::file::Header;
 use super::record::{kind, Record, Timer};
@@ -27,9 +29,30 @@ use std::path::PathBuf;
 /// Records handled between two yields to the executor.
 pub const YIELD_EVERY: usize = 4096;
 
-/// A file's bytes, read whole.
+/// A file's bytes: mapped read-only, or (an empty file, a test) owned.
 pub enum Buf {
     Owned(Vec<u8>),
+    Mapped(memmap2::Mmap),
+}
+
+impl Buf {
+    /// Maps the file at `path` read-only.
+    ///
+    /// Only files that nothing writes while they are mapped are opened here: at start, before
+    /// the shard writes; in compaction, sealed segments and a finished snapshot, never the
+    /// segment being written. A file is truncated only after its mapping is dropped.
+    pub fn map(path: &std::path::Path) -> std::io::Result<Buf> {
+        let file = std::fs::File::open(path)?;
+        if file.metadata()?.len() == 0 {
+            return Ok(Buf::Owned(Vec::new()));
+        }
+        // SAFETY: the mapping is read-only and private to this process, and the journal's
+        // files are not modified while mapped (see above; the data directory's lock keeps
+        // other punctual processes out). Mapping a file that another program truncates is
+        // outside that contract: the read would fault (SIGBUS), as it would for any mmap user.
+        let map = unsafe { memmap2::Mmap::map(&file)? };
+        Ok(Buf::Mapped(map))
+    }
 }
 
 impl std::ops::Deref for Buf {
@@ -37,6 +60,7 @@ impl std::ops::Deref for Buf {
     fn deref(&self) -> &[u8] {
         match self {
             Buf::Owned(v) => v,
+            Buf::Mapped(m) => m,
         }
     }
 }
@@ -244,6 +268,23 @@ impl Replay {
     /// The loaded segments (for their paths and sizes).
     pub fn segments(&self) -> &[Source] {
         &self.segments
+    }
+
+    /// Cuts segment `seq` at `end` with `cut` and maps it again. The index keeps offsets,
+    /// not pointers, so it stays valid; the old mapping is dropped before the file shrinks.
+    pub fn cut_segment(
+        &mut self,
+        seq: u64,
+        end: u64,
+        cut: impl FnOnce(&std::path::Path, u64) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let Some(src) = self.segments.iter_mut().find(|s| s.header.seq == seq) else {
+            return Ok(());
+        };
+        src.buf = Buf::Owned(Vec::new());
+        cut(&src.path, end)?;
+        src.buf = Buf::map(&src.path)?;
+        Ok(())
     }
 }
 

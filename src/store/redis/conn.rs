@@ -26,7 +26,7 @@ pub enum ConnError {
     Glommio(String),
     #[error("handshake refused: {0}")]
     Handshake(String),
-    #[error("unsupported address {0} (only redis://host:port[/db] over TCP)")]
+    #[error("unsupported address {0} (only TCP)")]
     Unsupported(String),
 }
 
@@ -107,6 +107,7 @@ impl From<glommio::GlommioError<()>> for ConnError {
 }
 
 pub struct Conn {
+    peer: String,
     stream: glommio::net::TcpStream,
     reader: ReplyReader,
     out: Vec<u8>,
@@ -126,6 +127,7 @@ impl Conn {
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
         let mut conn = Conn {
+            peer: format!("{host}:{port}"),
             stream,
             reader: ReplyReader::default(),
             out: Vec::with_capacity(64 * 1024),
@@ -159,6 +161,11 @@ impl Conn {
             }
         }
         Ok(conn)
+    }
+
+    /// The server's address, `host:port`, as connected to.
+    pub fn peer(&self) -> &str {
+        &self.peer
     }
 
     /// The buffer the next pipeline is encoded into (cleared by `round_trip`).

@@ -17,6 +17,17 @@
 //! Several pipelines are in flight at once (Redis answers them in order), so a burst is
 //! limited by Redis, not by round trips.
 //!
+//! # Waiting for replicas
+//!
+//! With `wait_replicas` = n > 0, each pipeline ends with `WAIT n <ms>`, one pipeline is in
+//! flight at a time, and its writes are answered only once `WAIT` says n replicas hold them.
+//! When fewer answer in time, the writes are applied on the master but not yet safe: the
+//! pipeline stays unanswered, the store reports `stalled`, and the task asks again with a
+//! lone `WAIT` (each blocks up to its timeout) until enough replicas have caught up. The
+//! writes are not sent again, so a wait adds no duplicate stream entries; callers whose ack
+//! timeout passes meanwhile get `StoreUnavailable`, and their writes stay queued. A
+//! connection lost during the wait replays the pipeline, like any other.
+//!
 //! How replies are judged (which error replies are transient) is `replies`.
 
 use super::conn::{Conn, ConnError};
@@ -35,6 +46,8 @@ const DEPTH: usize = 4;
 
 pub(crate) async fn run(shared: Rc<Shared>, mut conn: Option<Conn>) {
     let mut backoff = BACKOFF_START;
+    // The master switches announced when `conn` was made (see `endpoint`).
+    let mut switches = shared.endpoint.switches();
     loop {
         expire(&shared);
         let (len, oldest, fires) = {
@@ -60,7 +73,16 @@ pub(crate) async fn run(shared: Rc<Shared>, mut conn: Option<Conn>) {
             futures_lite::future::or(listener, glommio::timer::sleep(wait)).await;
             continue;
         }
+        if conn.is_some() && shared.endpoint.switches() != switches {
+            tracing::info!(
+                shard = shared.shard,
+                "store: Redis master switched; reconnecting through the sentinels"
+            );
+            conn = None;
+            shared.m().set_state(StoreState::Reconnecting);
+        }
         let Some(c) = conn.as_mut() else {
+            switches = shared.endpoint.switches();
             conn = reconnect(&shared, &mut backoff).await;
             if conn.is_none() && shared.closing.get() {
                 return;
@@ -94,8 +116,13 @@ struct Flight {
 async fn pump(shared: &Shared, conn: &mut Conn) -> Result<(), String> {
     let mut flights: std::collections::VecDeque<Flight> = std::collections::VecDeque::new();
     let mut in_flight = 0; // entries covered by `flights`
+    let depth = if shared.cfg.wait_replicas > 0 {
+        1
+    } else {
+        DEPTH
+    };
     loop {
-        while flights.len() < DEPTH {
+        while flights.len() < depth {
             let shape = encode(shared, in_flight, conn.out());
             if shape.sizes.is_empty() {
                 break;
@@ -111,16 +138,20 @@ async fn pump(shared: &Shared, conn: &mut Conn) -> Result<(), String> {
             return Ok(());
         };
         let commands = flight.shape.commands();
-        let replies = conn
+        let mut replies = conn
             .receive(commands)
             .await
             .map_err(|e: ConnError| e.to_string())?;
+        let waited = flight.shape.wait.then(|| replies.pop());
         shared
             .m()
             .flush_seconds
             .observe(flight.started.elapsed().as_nanos() as u64);
         shared.m().batch_commands.observe(commands as u64);
         let outcomes = judge(shared, &flight.shape, replies)?;
+        if let Some(reply) = waited {
+            replicas_hold(shared, conn, reply).await?;
+        }
         in_flight -= flight.shape.sizes.len();
         let mut outbox = shared.outbox.borrow_mut();
         outbox.complete(outcomes);
@@ -137,10 +168,12 @@ fn encode(shared: &Shared, skip: usize, out: &mut Vec<u8>) -> Shape {
     let outbox = shared.outbox.borrow();
     let batch: Vec<_> = outbox.batch(skip, shared.cfg.flush_max_commands).collect();
     let atomic = batch.iter().any(|e| e.is_atomic());
+    let wait = shared.cfg.wait_replicas > 0;
     if batch.is_empty() {
         return Shape {
             sizes: Vec::new(),
             atomic,
+            wait,
         };
     }
     if atomic {
@@ -157,17 +190,90 @@ fn encode(shared: &Shared, skip: usize, out: &mut Vec<u8>) -> Shape {
     if atomic {
         redis::cmd("EXEC").write_packed_command(out);
     }
-    Shape { sizes, atomic }
+    if wait {
+        wait_cmd(shared).write_packed_command(out);
+    }
+    Shape {
+        sizes,
+        atomic,
+        wait,
+    }
+}
+
+/// `WAIT n <ms>`: the replicas to wait for, and for how long at most (half the I/O timeout,
+/// at most 500 ms, so that the reply arrives before the connection's read timeout).
+fn wait_cmd(shared: &Shared) -> redis::Cmd {
+    let ms = (shared.cfg.io_timeout / 2)
+        .min(Duration::from_millis(500))
+        .as_millis()
+        .max(1) as u64;
+    redis::cmd("WAIT")
+        .arg(shared.cfg.wait_replicas)
+        .arg(ms)
+        .clone()
+}
+
+/// Returns once `WAIT` says enough replicas hold the pipeline's writes, asking again with a
+/// lone `WAIT` while too few do. `Err` (drop the connection, replay) on an error reply or a
+/// lost connection.
+async fn replicas_hold(
+    shared: &Shared,
+    conn: &mut Conn,
+    mut reply: Option<redis::Value>,
+) -> Result<(), String> {
+    let want = i64::from(shared.cfg.wait_replicas);
+    let mut warned = false;
+    loop {
+        match reply {
+            Some(redis::Value::Int(n)) if n >= want => {
+                if warned {
+                    shared.m().set_state(StoreState::Ready);
+                    tracing::info!(
+                        shard = shared.shard,
+                        replicas = n,
+                        "store: replicas caught up; acknowledging writes again"
+                    );
+                }
+                return Ok(());
+            }
+            Some(redis::Value::Int(n)) => {
+                if !warned {
+                    warned = true;
+                    shared.m().set_state(StoreState::Stalled);
+                    tracing::warn!(
+                        shard = shared.shard,
+                        replicas = n,
+                        wanted = want,
+                        "store: too few Redis replicas confirm writes; holding acknowledgements until they do (check the replicas' link to the master)"
+                    );
+                }
+            }
+            other => return Err(format!("unexpected WAIT reply {other:?}")),
+        }
+        if shared.closing.get() {
+            return Err("closing while waiting for replicas".into());
+        }
+        // No backoff: the WAIT itself blocks up to its timeout, and asking again at once
+        // acknowledges as soon as a replica catches up.
+        expire(shared);
+        wait_cmd(shared).write_packed_command(conn.out());
+        reply = conn
+            .round_trip(1)
+            .await
+            .map_err(|e: ConnError| e.to_string())?
+            .pop();
+    }
 }
 
 /// Connects, or backs off once. `None` when this attempt failed.
 async fn reconnect(shared: &Shared, backoff: &mut Duration) -> Option<Conn> {
-    match Conn::connect(&shared.info, shared.cfg.io_timeout).await {
+    match super::endpoint::connect(&shared.endpoint, shared.cfg.io_timeout).await {
         Ok(c) => {
             StoreMetrics::count(&shared.m().reconnects_total, 1);
             shared.m().set_state(StoreState::Ready);
             tracing::info!(
                 shard = shared.shard,
+                redis = %c.peer(),
                 "store: reconnected to Redis; replaying buffered writes"
             );
             *backoff = BACKOFF_START;

@@ -74,6 +74,7 @@
 
 pub mod conn;
 pub mod dead;
+pub mod endpoint;
 pub mod flush;
 pub mod layout;
 pub mod outbox;
@@ -87,8 +88,8 @@ use crate::metrics::{ShardMetrics, StoreMetrics, StoreState};
 use crate::op::Scheduled;
 use crate::sink::{stream, FiredTimer};
 use crate::wheel::table::PackedTimer;
+use endpoint::Endpoint;
 use outbox::Outbox;
-use redis::{ConnectionInfo, IntoConnectionInfo};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::AtomicBool;
@@ -98,7 +99,9 @@ use std::time::Duration;
 /// How the store talks to Redis. Defaults are written in [`RedisConfig::new`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`.
+    /// `redis://[user:password@]host:port[/db]`, or
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db]` for the
+    /// master that Redis Sentinel names (see `endpoint`).
     pub url: String,
     /// Longest a write waits in the outbox before its pipeline is sent (default 1 ms).
     pub flush_interval: Duration,
@@ -123,6 +126,11 @@ pub struct RedisConfig {
     pub io_timeout: Duration,
     /// Longest pause between reconnect attempts (default 1 s; they start at 10 ms).
     pub backoff_max: Duration,
+    /// Replicas that must hold a write before it is acknowledged (default 0: the master's
+    /// word is enough). Above 0, each pipeline ends with `WAIT n`, and a write is answered
+    /// only once `n` replicas have it, so an acknowledged timer survives the loss of the
+    /// master. See `flush` for what happens while too few replicas answer.
+    pub wait_replicas: u32,
 }
 
 impl RedisConfig {
@@ -139,26 +147,17 @@ impl RedisConfig {
             streams_off: Default::default(),
             io_timeout: Duration::from_secs(1),
             backoff_max: Duration::from_secs(1),
+            wait_replicas: 0,
         }
     }
 
     /// The parsed URL; an error names what is wrong with it.
-    pub fn connection_info(&self) -> Result<ConnectionInfo> {
-        let info = self
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| Error::Config(format!("redis URL {:?}: {e}", self.url)))?;
-        match info.addr {
-            redis::ConnectionAddr::Tcp(..) => Ok(info),
-            _ => Err(Error::Config(format!(
-                "redis URL {:?}: only redis://host:port[/db] (TCP) is supported",
-                self.url
-            ))),
-        }
+    pub fn endpoint(&self) -> Result<Endpoint> {
+        Endpoint::parse(&self.url)
+            .map_err(|e| Error::Config(format!("redis URL {:?}: {e}", self.url)))
     }
 
-    pub(crate) fn validate(&self) -> Result<ConnectionInfo> {
+    pub(crate) fn validate(&self) -> Result<Endpoint> {
         if self.flush_max_commands == 0
             || self.max_buffered == 0
             || self.max_buffered_fires == 0
@@ -168,7 +167,7 @@ impl RedisConfig {
                 "store: flush_max_commands, max_buffered, max_buffered_fires and recovery_page must be positive".into(),
             ));
         }
-        self.connection_info()
+        self.endpoint()
     }
 
     /// The `Retry-After` a refused durable write suggests, in seconds.
@@ -180,7 +179,7 @@ impl RedisConfig {
 /// What the shard and its store task share, on the shard's thread only.
 pub(crate) struct Shared {
     pub cfg: RedisConfig,
-    pub info: ConnectionInfo,
+    pub endpoint: Endpoint,
     pub shard: usize,
     pub shards: usize,
     pub outbox: RefCell<Outbox>,
@@ -209,14 +208,14 @@ pub(crate) fn detached_shared() -> Shared {
 
 /// [`detached_shared`] with this configuration.
 pub(crate) fn test_shared(cfg: RedisConfig) -> Shared {
-    let info = cfg
-        .connection_info()
-        .unwrap_or_else(|_| redis::ConnectionInfo {
+    let endpoint = cfg.endpoint().unwrap_or_else(|_| {
+        Endpoint::Direct(redis::ConnectionInfo {
             addr: redis::ConnectionAddr::Tcp("127.0.0.1".into(), 1),
             redis: Default::default(),
-        });
+        })
+    });
     Shared {
-        info,
+        endpoint,
         outbox: RefCell::new(Outbox::new(8, 8, cfg.ack_timeout)),
         cfg,
         shard: 0,
@@ -236,7 +235,7 @@ pub struct RedisStore {
 impl RedisStore {
     pub fn new(
         cfg: RedisConfig,
-        info: ConnectionInfo,
+        endpoint: Endpoint,
         shard: usize,
         shards: usize,
         metrics: Arc<ShardMetrics>,
@@ -246,7 +245,7 @@ impl RedisStore {
         RedisStore {
             shared: Rc::new(Shared {
                 cfg,
-                info,
+                endpoint,
                 shard,
                 shards,
                 outbox: RefCell::new(outbox),
@@ -264,6 +263,14 @@ impl RedisStore {
         self.task = Some(glommio::spawn_local(flush::run(shared, Some(conn))));
         if self.shared.shard == 0 {
             glommio::spawn_local(streams::run(self.shared.clone())).detach();
+            let shared = self.shared.clone();
+            glommio::spawn_local(async move {
+                endpoint::watch_switches(&shared.endpoint, shared.cfg.io_timeout, || {
+                    shared.closing.get()
+                })
+                .await
+            })
+            .detach();
         }
     }
 }

@@ -41,7 +41,8 @@ pub(crate) async fn recover(
             return None;
         }
         shared.m().set_state(StoreState::Connecting);
-        let mut conn = match Conn::connect(&shared.info, shared.cfg.io_timeout).await {
+        let mut conn = match super::endpoint::connect(&shared.endpoint, shared.cfg.io_timeout).await
+        {
             Ok(c) => c,
             Err(e) => {
                 StoreMetrics::count(&shared.m().errors_total, 1);

@@ -18,16 +18,18 @@ use crate::error::Error;
 use crate::metrics::StoreMetrics;
 use redis::Value;
 
-/// Commands per entry, and whether the pipeline is wrapped in MULTI/EXEC.
+/// Commands per entry, whether the pipeline is wrapped in MULTI/EXEC, and whether it ends
+/// with a `WAIT` (whose reply the store task takes off before [`judge`] sees the rest).
 #[derive(Debug)]
 pub(crate) struct Shape {
     pub sizes: Vec<usize>,
     pub atomic: bool,
+    pub wait: bool,
 }
 
 impl Shape {
     pub fn commands(&self) -> usize {
-        self.sizes.iter().sum::<usize>() + if self.atomic { 2 } else { 0 }
+        self.sizes.iter().sum::<usize>() + if self.atomic { 2 } else { 0 } + usize::from(self.wait)
     }
 }
 
@@ -58,6 +60,7 @@ pub fn judge_wire(sizes: &[usize], atomic: bool, wire: &[u8]) -> Result<usize, S
     let shape = Shape {
         sizes: sizes.to_vec(),
         atomic,
+        wait: false,
     };
     let mut reader = super::conn::ReplyReader::default();
     let mut values = Vec::new();
@@ -160,6 +163,7 @@ mod tests {
         let shape = Shape {
             sizes: vec![1, 2],
             atomic: true,
+            wait: false,
         };
         let replies = vec![
             Value::Okay,
@@ -184,6 +188,7 @@ mod tests {
         let shape = Shape {
             sizes: vec![1, 1],
             atomic: false,
+            wait: false,
         };
         let replies = vec![
             Value::Int(1),
@@ -213,6 +218,7 @@ mod tests {
         let shape = Shape {
             sizes: vec![2],
             atomic: true,
+            wait: false,
         };
         let replies = vec![
             Value::Okay,

@@ -23,7 +23,7 @@ pub(crate) async fn run(shared: Rc<Shared>) {
     let mut conn: Option<Conn> = None;
     while !shared.closing.get() {
         if conn.is_none() {
-            conn = Conn::connect(&shared.info, shared.cfg.io_timeout)
+            conn = super::endpoint::connect(&shared.endpoint, shared.cfg.io_timeout)
                 .await
                 .ok();
         }

@@ -1,0 +1,435 @@
+//! Where the store's Redis is: one address, or a master that Redis Sentinel names.
+//!
+//! ```text
+//! redis://[user:password@]host:port[/db]
+//! redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db]
+//! ```
+//!
+//! With sentinels, every connection starts by asking them, in the order given, for the
+//! master's address (`SENTINEL GET-MASTER-ADDR-BY-NAME`), then checks with `ROLE` that the
+//! server found there is a master before it writes anything. The credentials and database
+//! in the URL are the master's; the sentinels are asked without them.
+//!
+//! Failover needs nothing more than that. The store task drops its connection on an I/O
+//! error or a transient error reply (`READONLY` from a demoted master, `LOADING`, …) and
+//! reconnects through [`connect`], which asks the sentinels again; until their quorum has
+//! promoted a replica they still name the dead master, the connection is refused, and the
+//! store retries with its backoff (at most `backoff_max`, 1 s by default). So writes reach
+//! the new master within about one backoff of the promotion.
+//!
+//! One case needs more: an old master that the sentinels lost but punctual still reaches (a
+//! partition) keeps taking writes that vanish when it is demoted. So shard 0 also listens to
+//! the sentinels' `+switch-master` announcements ([`watch_switches`]); each one for this
+//! master bumps a counter that every shard's store task compares before it writes, and a
+//! store task whose connection predates the switch drops it and asks the sentinels again.
+//! Writes acknowledged by the old master in the moment before the announcement can still be
+//! lost; `wait_replicas` closes that gap (a partitioned master's replicas stop confirming).
+
+use super::conn::{Conn, ConnError};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The URL scheme for a master found through Redis Sentinel.
+pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
+
+/// A parsed Redis URL.
+#[derive(Clone, Debug)]
+pub enum Endpoint {
+    /// One server at a fixed address.
+    Direct(ConnectionInfo),
+    /// The master that these sentinels name.
+    Sentinel {
+        sentinels: Vec<(String, u16)>,
+        master: String,
+        /// Credentials and database of the master.
+        redis: RedisConnectionInfo,
+        /// `+switch-master` announcements seen for this master, all shards together.
+        switches: Arc<AtomicU64>,
+    },
+}
+
+impl Endpoint {
+    /// Parses `url`; the error says what is wrong with it.
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
+        if let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) {
+            return parse_sentinel(rest);
+        }
+        let info = url.into_connection_info().map_err(|e| e.to_string())?;
+        match info.addr {
+            ConnectionAddr::Tcp(..) => Ok(Endpoint::Direct(info)),
+            _ => Err(format!(
+                "only redis://host:port[/db] (TCP) or {SENTINEL_SCHEME}host:port[,host:port…]/<master>[/db] is supported"
+            )),
+        }
+    }
+
+    /// Master switches announced so far (always 0 for a direct endpoint). A connection made
+    /// before the count moved is to a master that may no longer be one.
+    pub fn switches(&self) -> u64 {
+        match self {
+            Endpoint::Direct(_) => 0,
+            Endpoint::Sentinel { switches, .. } => switches.load(Ordering::Acquire),
+        }
+    }
+
+    /// Where a log line says the store is connecting to.
+    pub fn describe(&self) -> String {
+        match self {
+            Endpoint::Direct(info) => info.addr.to_string(),
+            Endpoint::Sentinel {
+                sentinels, master, ..
+            } => {
+                let list: Vec<String> = sentinels.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+                format!("master {master:?} of sentinels {}", list.join(","))
+            }
+        }
+    }
+}
+
+fn parse_sentinel(rest: &str) -> Result<Endpoint, String> {
+    let (authority, path) = rest
+        .split_once('/')
+        .ok_or("a sentinel URL needs /<master-name> after the sentinels")?;
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let mut sentinels = Vec::new();
+    for h in hosts.split(',') {
+        let (host, port) = h
+            .rsplit_once(':')
+            .ok_or_else(|| format!("sentinel {h:?} needs host:port"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("sentinel {h:?}: port {port:?} is not a number 1-65535"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || port == 0 {
+            return Err(format!("sentinel {h:?} needs a host and a port 1-65535"));
+        }
+        sentinels.push((host.to_owned(), port));
+    }
+    let mut parts = path.splitn(2, '/');
+    let master = parts.next().unwrap_or_default();
+    if master.is_empty() {
+        return Err("a sentinel URL needs /<master-name> after the sentinels".into());
+    }
+    let db = match parts.next() {
+        None | Some("") => 0,
+        Some(d) => d
+            .parse::<i64>()
+            .map_err(|_| format!("database {d:?} is not a number"))?,
+    };
+    let mut redis = RedisConnectionInfo {
+        db,
+        ..Default::default()
+    };
+    if let Some(u) = userinfo {
+        let decode = |s: &str| {
+            percent_decode(s).ok_or_else(|| format!("credentials {s:?}: bad percent-encoding"))
+        };
+        match u.split_once(':') {
+            Some((user, pass)) => {
+                if !user.is_empty() {
+                    redis.username = Some(decode(user)?);
+                }
+                redis.password = Some(decode(pass)?);
+            }
+            None => redis.username = Some(decode(u)?),
+        }
+    }
+    Ok(Endpoint::Sentinel {
+        sentinels,
+        master: master.to_owned(),
+        redis,
+        switches: Arc::default(),
+    })
+}
+
+/// `%XX` sequences decoded, as in a URL's userinfo; `None` on a bad sequence or bad UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Connects to where `endpoint` says the store's Redis is now.
+pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Conn, ConnError> {
+    match endpoint {
+        Endpoint::Direct(info) => Conn::connect(info, timeout).await,
+        Endpoint::Sentinel {
+            sentinels,
+            master,
+            redis,
+            ..
+        } => {
+            let mut last = ConnError::Handshake("no sentinel configured".into());
+            for (host, port) in sentinels {
+                match via_sentinel(host, *port, master, redis, timeout).await {
+                    Ok(conn) => return Ok(conn),
+                    Err(e) => {
+                        tracing::debug!(sentinel = %format!("{host}:{port}"), error = %e, "store: no master through this sentinel");
+                        last = e;
+                    }
+                }
+            }
+            Err(last)
+        }
+    }
+}
+
+async fn via_sentinel(
+    host: &str,
+    port: u16,
+    master: &str,
+    redis: &RedisConnectionInfo,
+    timeout: Duration,
+) -> Result<Conn, ConnError> {
+    let sentinel_info = ConnectionInfo {
+        addr: ConnectionAddr::Tcp(host.to_owned(), port),
+        redis: RedisConnectionInfo::default(),
+    };
+    let mut s = Conn::connect(&sentinel_info, timeout).await?;
+    redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(master)
+        .write_packed_command(s.out());
+    let reply = s.round_trip(1).await?.pop();
+    let (mhost, mport) = master_addr(reply)
+        .map_err(|e| ConnError::Handshake(format!("sentinel {host}:{port} for {master:?}: {e}")))?;
+    let info = ConnectionInfo {
+        addr: ConnectionAddr::Tcp(mhost.clone(), mport),
+        redis: redis.clone(),
+    };
+    let mut conn = Conn::connect(&info, timeout).await?;
+    redis::cmd("ROLE").write_packed_command(conn.out());
+    let role = conn.round_trip(1).await?.pop();
+    if !is_master(&role) {
+        return Err(ConnError::Handshake(format!(
+            "{mhost}:{mport}, named master {master:?} by sentinel {host}:{port}, is not a master (yet)"
+        )));
+    }
+    Ok(conn)
+}
+
+/// Listens to the sentinels' `+switch-master` announcements until `closing()`, counting
+/// those for this endpoint's master (see the module doc). Moves to the next sentinel when
+/// one fails; nothing to do for a direct endpoint.
+pub async fn watch_switches(endpoint: &Endpoint, timeout: Duration, closing: impl Fn() -> bool) {
+    let Endpoint::Sentinel {
+        sentinels,
+        master,
+        switches,
+        ..
+    } = endpoint
+    else {
+        return;
+    };
+    let mut next = 0;
+    while !closing() {
+        let (host, port) = &sentinels[next % sentinels.len()];
+        next += 1;
+        let info = ConnectionInfo {
+            addr: ConnectionAddr::Tcp(host.clone(), *port),
+            redis: RedisConnectionInfo::default(),
+        };
+        let error = match Conn::connect(&info, timeout).await {
+            Ok(mut conn) => {
+                redis::cmd("SUBSCRIBE")
+                    .arg("+switch-master")
+                    .write_packed_command(conn.out());
+                listen(&mut conn, master, switches, &closing).await
+            }
+            Err(e) => e,
+        };
+        if !closing() {
+            tracing::debug!(sentinel = %format!("{host}:{port}"), error = %error, "store: not listening to this sentinel's announcements; trying the next");
+            glommio::timer::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// Reads announcements from a subscribed sentinel connection until it fails or `closing()`.
+async fn listen(
+    conn: &mut Conn,
+    master: &str,
+    switches: &AtomicU64,
+    closing: &impl Fn() -> bool,
+) -> ConnError {
+    if let Err(e) = conn.send().await {
+        return e;
+    }
+    while !closing() {
+        match conn.receive(1).await {
+            Ok(mut v) => {
+                if let Some(to) = v.pop().and_then(|v| switched(&v, master)) {
+                    switches.fetch_add(1, Ordering::AcqRel);
+                    tracing::info!(master, to = %to, "store: Sentinel announced a new master; every shard reconnects to it");
+                }
+            }
+            // The connection's read timeout: no announcement yet.
+            Err(ConnError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+            Err(e) => return e,
+        }
+    }
+    ConnError::Closed
+}
+
+/// The new master's `host:port` when `v` announces a switch of `master`.
+fn switched(v: &Value, master: &str) -> Option<String> {
+    let Value::Array(items) = v else { return None };
+    let [Value::BulkString(kind), _, Value::BulkString(text)] = items.as_slice() else {
+        return None;
+    };
+    if kind.as_slice() != b"message" {
+        return None;
+    }
+    // "<master-name> <old-ip> <old-port> <new-ip> <new-port>"
+    let text = std::str::from_utf8(text).ok()?;
+    let f: Vec<&str> = text.split_whitespace().collect();
+    (f.len() == 5 && f[0] == master).then(|| format!("{}:{}", f[3], f[4]))
+}
+
+/// The `[host, port]` a sentinel answered, or why it is not usable.
+fn master_addr(reply: Option<Value>) -> Result<(String, u16), String> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok().map(str::to_owned),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    match reply {
+        Some(Value::Array(items)) if items.len() == 2 => {
+            let host = text(&items[0]).ok_or("host is not text")?;
+            let port = text(&items[1])
+                .and_then(|p| p.parse::<u16>().ok())
+                .ok_or("port is not a number")?;
+            Ok((host, port))
+        }
+        Some(Value::Nil) => Err("unknown master name".into()),
+        Some(Value::ServerError(e)) => Err(format!("{} {}", e.code(), e.details().unwrap_or(""))),
+        other => Err(format!("unexpected reply {other:?}")),
+    }
+}
+
+fn is_master(role: &Option<Value>) -> bool {
+    match role {
+        Some(Value::Array(items)) => matches!(
+            items.first(),
+            Some(Value::BulkString(b)) if b.as_slice() == b"master"
+        ),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sentinel_url_names_its_sentinels_master_database_and_credentials() {
+        let e =
+            Endpoint::parse("redis+sentinel://app:s%40cret@10.0.0.1:26379,[::1]:26380/orders/2")
+                .expect("valid");
+        let Endpoint::Sentinel {
+            sentinels,
+            master,
+            redis,
+            ..
+        } = e
+        else {
+            panic!("not a sentinel endpoint: {e:?}");
+        };
+        assert_eq!(
+            sentinels,
+            vec![("10.0.0.1".to_owned(), 26379), ("::1".to_owned(), 26380)]
+        );
+        assert_eq!(master, "orders");
+        assert_eq!(redis.db, 2);
+        assert_eq!(redis.username.as_deref(), Some("app"));
+        assert_eq!(redis.password.as_deref(), Some("s@cret"));
+    }
+
+    #[test]
+    fn a_plain_url_is_direct() {
+        let e = Endpoint::parse("redis://127.0.0.1:6380/1").expect("valid");
+        assert!(
+            matches!(e, Endpoint::Direct(ref i) if i.redis.db == 1),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn bad_sentinel_urls_are_refused_with_a_reason() {
+        for (url, why) in [
+            ("redis+sentinel://h:1", "master-name"),
+            ("redis+sentinel://h:1/", "master-name"),
+            ("redis+sentinel://h/m", "host:port"),
+            ("redis+sentinel://h:x/m", "port"),
+            ("redis+sentinel://h:0/m", "1-65535"),
+            ("redis+sentinel://:1/m", "host"),
+            ("redis+sentinel://h:1,/m", "host:port"),
+            ("redis+sentinel://h:1/m/x", "database"),
+            ("redis+sentinel://u:%zz@h:1/m", "percent"),
+            ("unix:///tmp/redis.sock", "TCP"),
+        ] {
+            let err = Endpoint::parse(url).expect_err(url);
+            assert!(err.contains(why), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn sentinel_replies_are_judged_without_panics() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(
+            master_addr(Some(Value::Array(vec![bulk("10.1.2.3"), bulk("6380")]))),
+            Ok(("10.1.2.3".to_owned(), 6380))
+        );
+        assert!(master_addr(Some(Value::Nil))
+            .unwrap_err()
+            .contains("unknown"));
+        assert!(master_addr(Some(Value::Array(vec![bulk("h"), bulk("99999")]))).is_err());
+        assert!(master_addr(Some(Value::Array(vec![bulk("h")]))).is_err());
+        assert!(master_addr(None).is_err());
+        assert!(is_master(&Some(Value::Array(vec![
+            bulk("master"),
+            Value::Int(0)
+        ]))));
+        assert!(!is_master(&Some(Value::Array(vec![bulk("slave")]))));
+        assert!(!is_master(&None));
+    }
+
+    #[test]
+    fn only_this_masters_switch_announcements_count() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let msg =
+            |text: &str| Value::Array(vec![bulk("message"), bulk("+switch-master"), bulk(text)]);
+        assert_eq!(
+            switched(&msg("orders 127.0.0.1 6379 127.0.0.1 6380"), "orders"),
+            Some("127.0.0.1:6380".into())
+        );
+        assert_eq!(
+            switched(&msg("other 127.0.0.1 6379 127.0.0.1 6380"), "orders"),
+            None
+        );
+        assert_eq!(switched(&msg("orders 127.0.0.1"), "orders"), None);
+        let confirm = Value::Array(vec![
+            bulk("subscribe"),
+            bulk("+switch-master"),
+            Value::Int(1),
+        ]);
+        assert_eq!(switched(&confirm, "orders"), None);
+        assert_eq!(switched(&Value::Nil, "orders"), None);
+    }
+}
