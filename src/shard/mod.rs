@@ -429,6 +429,7 @@ impl<S: TimeSource> Shard<S> {
             // Something is due by the mapped clock, which leads the system clock: set the
             // lead back (counted as a set-back) before firing anything.
             self.clock.anchor();
+            self.publish_gauges();
             now = self.clock.now();
         }
         let now = now.as_micros();
