@@ -552,3 +552,99 @@ fn refuse_schedule(shard: usize, reply: Option<Reply<Result<Scheduled, Error>>>,
         None => tracing::warn!(shard, error = %e, "detached schedule refused"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{ClockConfig, FakeSource};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    /// Records the system clock (the fake CLOCK_REALTIME) at each fire.
+    struct Witness {
+        src: FakeSource,
+        seen: Rc<RefCell<Vec<(UtcMicros, UtcNanos)>>>,
+    }
+
+    impl Sink for Witness {
+        fn fired(&mut self, t: &FiredTimer<'_>) -> Next {
+            self.seen
+                .borrow_mut()
+                .push((t.deadline, self.src.realtime()));
+            Next::Done
+        }
+    }
+
+    /// A shard on a fake TSC and a fake system clock, with the in-memory store.
+    fn shard(src: &FakeSource) -> (Shard<FakeSource>, Rc<RefCell<Vec<(UtcMicros, UtcNanos)>>>) {
+        let clock = Clock::calibrate(src.clone(), ClockConfig::default());
+        let (ring, _wakee) = Ring::new(0, 16).expect("ring");
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let witness = Witness {
+            src: src.clone(),
+            seen: seen.clone(),
+        };
+        let shard = Shard {
+            id: 0,
+            ring: Arc::new(ring),
+            table: TimerTable::new(clock.now().as_micros(), 1024),
+            clock,
+            spin: Duration::ZERO,
+            sinks: vec![Box::new(witness)],
+            store: Box::new(crate::store::memory::MemoryStore),
+            metrics: Arc::default(),
+            stop: Arc::default(),
+            pulse: Arc::default(),
+            quotas: Arc::default(),
+            deliveries: Default::default(),
+        };
+        (shard, seen)
+    }
+
+    /// The system clock slows down right after an anchor (the end of a fast NTP slew): the
+    /// mapped clock, still running at the rate it measured, leads it until the next anchor.
+    /// A timer due in that window must still wait for the system clock.
+    #[test]
+    fn nothing_fires_before_the_system_clock_reaches_its_deadline() {
+        let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+        src.set_realtime_drift_ppb(50_000_000); // a 5% forward slew, learned by the rate tracker
+        let (mut s, seen) = shard(&src);
+        for _ in 0..20 {
+            src.advance(Duration::from_millis(50));
+            if s.clock.anchor_due(src.ticks()) {
+                s.clock.anchor();
+            }
+        }
+        s.clock.anchor();
+        src.set_realtime_drift_ppb(0); // the slew ends: the system clock slows by 5%
+        let base = src.realtime().0 / 1_000;
+        for i in 0..80u64 {
+            let timer = PackedTimer::new("t", &format!("k{i}"), b"").expect("small");
+            let deadline = UtcMicros(base + 1_000 + i * 1_000);
+            s.table
+                .insert_with_version(timer, deadline, i + 1)
+                .expect("in range");
+        }
+        // Walk in 50 µs steps, firing as the loop does, without anchoring: only the fire-time
+        // check stands between a lead and an early fire.
+        for _ in 0..2_000 {
+            src.advance(Duration::from_micros(50));
+            s.fire_due(usize::MAX);
+        }
+        let seen = seen.borrow();
+        assert_eq!(seen.len(), 80, "every timer fired");
+        for (deadline, at) in seen.iter() {
+            assert!(
+                at.0 / 1_000 >= deadline.0,
+                "fired at system time {} µs, before its deadline {} µs",
+                at.0 / 1_000,
+                deadline.0
+            );
+        }
+        assert!(
+            s.clock.stats().set_backs > 0,
+            "the leads were set back at fire time: {:?}",
+            s.clock.stats()
+        );
+    }
+}
