@@ -560,10 +560,13 @@ mod tests {
     use std::cell::RefCell;
     use std::rc::Rc;
 
+    /// (deadline, the system clock when it fired) of each fire.
+    type Seen = Rc<RefCell<Vec<(UtcMicros, UtcNanos)>>>;
+
     /// Records the system clock (the fake CLOCK_REALTIME) at each fire.
     struct Witness {
         src: FakeSource,
-        seen: Rc<RefCell<Vec<(UtcMicros, UtcNanos)>>>,
+        seen: Seen,
     }
 
     impl Sink for Witness {
@@ -576,7 +579,7 @@ mod tests {
     }
 
     /// A shard on a fake TSC and a fake system clock, with the in-memory store.
-    fn shard(src: &FakeSource) -> (Shard<FakeSource>, Rc<RefCell<Vec<(UtcMicros, UtcNanos)>>>) {
+    fn shard(src: &FakeSource) -> (Shard<FakeSource>, Seen) {
         let clock = Clock::calibrate(src.clone(), ClockConfig::default());
         let (ring, _wakee) = Ring::new(0, 16).expect("ring");
         let seen = Rc::new(RefCell::new(Vec::new()));
