@@ -5,9 +5,9 @@
 //! redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db]
 //! ```
 //!
-//! With sentinels, every connection starts by asking them, in the order given, for the
-//! master's address (`SENTINEL GET-MASTER-ADDR-BY-NAME`), then checks with `ROLE` that the
-//! server found there is a master before it writes anything. The credentials and database
+//! With sentinels, every connection starts by asking each of them for the master's address
+//! (`SENTINEL GET-MASTER-ADDR-BY-NAME`), takes the address most of them name, then checks
+//! with `ROLE` that the server found there is a master before it writes anything. The credentials and database
 //! in the URL are the master's; the sentinels are asked without them.
 //!
 //! Failover needs nothing more than that. The store task drops its connection on an I/O
@@ -175,28 +175,54 @@ pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Conn, Con
             redis,
             ..
         } => {
+            // Every sentinel is asked; the address most of them name wins. A sentinel that
+            // is cut off or lagging may still name an old master that came back (it stays a
+            // master for seconds before Sentinel demotes it), and writes there are lost.
+            let mut votes: Vec<((String, u16), usize)> = Vec::new();
             let mut last = ConnError::Handshake("no sentinel configured".into());
             for (host, port) in sentinels {
-                match via_sentinel(host, *port, master, redis, timeout).await {
-                    Ok(conn) => return Ok(conn),
+                match ask_sentinel(host, *port, master, timeout).await {
+                    Ok(addr) => match votes.iter_mut().find(|(a, _)| *a == addr) {
+                        Some((_, n)) => *n += 1,
+                        None => votes.push((addr, 1)),
+                    },
                     Err(e) => {
-                        tracing::debug!(sentinel = %format!("{host}:{port}"), error = %e, "store: no master through this sentinel");
+                        tracing::debug!(sentinel = %format!("{host}:{port}"), error = %e, "store: no master from this sentinel");
                         last = e;
                     }
                 }
             }
-            Err(last)
+            // The most votes; among equals, the address the earliest sentinel named.
+            let Some(((mhost, mport), n)) = votes.into_iter().rev().max_by_key(|(_, n)| *n) else {
+                return Err(last);
+            };
+            if n * 2 <= sentinels.len() {
+                tracing::debug!(master, votes = n, sentinels = sentinels.len(), "store: no majority of sentinels agrees on the master; using the address most of those that answered name");
+            }
+            let info = ConnectionInfo {
+                addr: ConnectionAddr::Tcp(mhost.clone(), mport),
+                redis: redis.clone(),
+            };
+            let mut conn = Conn::connect(&info, timeout).await?;
+            redis::cmd("ROLE").write_packed_command(conn.out());
+            let role = conn.round_trip(1).await?.pop();
+            if !is_master(&role) {
+                return Err(ConnError::Handshake(format!(
+                    "{mhost}:{mport}, named master {master:?} by {n} sentinel(s), is not a master (yet)"
+                )));
+            }
+            Ok(conn)
         }
     }
 }
 
-async fn via_sentinel(
+/// The master's address as the sentinel at `host:port` names it.
+async fn ask_sentinel(
     host: &str,
     port: u16,
     master: &str,
-    redis: &RedisConnectionInfo,
     timeout: Duration,
-) -> Result<Conn, ConnError> {
+) -> Result<(String, u16), ConnError> {
     let sentinel_info = ConnectionInfo {
         addr: ConnectionAddr::Tcp(host.to_owned(), port),
         redis: RedisConnectionInfo::default(),
@@ -207,21 +233,8 @@ async fn via_sentinel(
         .arg(master)
         .write_packed_command(s.out());
     let reply = s.round_trip(1).await?.pop();
-    let (mhost, mport) = master_addr(reply)
-        .map_err(|e| ConnError::Handshake(format!("sentinel {host}:{port} for {master:?}: {e}")))?;
-    let info = ConnectionInfo {
-        addr: ConnectionAddr::Tcp(mhost.clone(), mport),
-        redis: redis.clone(),
-    };
-    let mut conn = Conn::connect(&info, timeout).await?;
-    redis::cmd("ROLE").write_packed_command(conn.out());
-    let role = conn.round_trip(1).await?.pop();
-    if !is_master(&role) {
-        return Err(ConnError::Handshake(format!(
-            "{mhost}:{mport}, named master {master:?} by sentinel {host}:{port}, is not a master (yet)"
-        )));
-    }
-    Ok(conn)
+    master_addr(reply)
+        .map_err(|e| ConnError::Handshake(format!("sentinel {host}:{port} for {master:?}: {e}")))
 }
 
 /// Listens to the sentinels' `+switch-master` announcements until `closing()`, counting
