@@ -1,7 +1,7 @@
 //! Failover with Redis Sentinel and `--redis-wait-replicas 1`, end to end: the real binary,
 //! a real master, replica and three sentinels (`support/sentinel.rs`). The master is
 //! SIGKILLed while timers are being registered; Sentinel promotes the replica; the old master
-//! is started again with its old configuration and Sentinel makes it the new master's replica.
+//! is started again as the new master's replica.
 //! Every timer punctual acknowledged, before or during the failover, must appear in its
 //! stream on the new master, and punctual must acknowledge new writes again within 30 s of
 //! the switch. (Until the old master is back as a replica the new master has none, so no
@@ -158,8 +158,13 @@ fn acknowledged_timers_survive_a_sentinel_failover_with_wait_replicas() {
         .unwrap_or_else(|| panic!("no failover within 30 s of the kill\n{}", redis.logs()));
     assert_eq!(new, redis.replica.port, "the replica is the new master");
     let switched = Instant::now();
-    // The old master comes back as it was; Sentinel turns it into the new master's replica.
-    redis.master.start();
+    // The old master comes back as the new master's replica. It keeps nothing on disk, so it
+    // must not come back as a master: until Sentinel reconfigured it, a slow or aborted
+    // failover could take the empty node for the master again and the replicas would resync
+    // from it, wiping what they hold (the hazard Redis documents for masters without
+    // persistence). A node that restarts with its data would be turned into a replica by
+    // Sentinel itself.
+    redis.master.start_replica_of(new);
 
     // New writes are acknowledged again (WAIT 1 satisfied by the returning node) within 30 s.
     let mut probes = Vec::new();

@@ -33,10 +33,10 @@ One run, for one setting of --redis-wait-replicas (0 or 1):
     Resolution about 10 ms plus one poll round trip.
  6. With --redis-wait-replicas 1 the new master has no replica, so acknowledgements stall.
     RESTART_AFTER_S (3 s) after +switch-master the drill restarts the old master on its old
-    port with its old configuration, as an operator's supervisor would; Sentinel turns it
-    into a replica of the new master (+convert-to-slave; Sentinel waits about 8-10 s after
-    the node comes back before it does, so that a flapping node is not reconfigured), it
-    resynchronises, and WAIT is satisfied again.
+    port as a replica of the new master (`--replicaof`), as an operator's supervisor should
+    restart a node that keeps nothing on disk (never as a master: an empty master that
+    Sentinel took for the master again would wipe the replicas); it resynchronises, and WAIT
+    is satisfied again.
  7. Acks resume: the first 2xx received after punctual's first write on the new master, from
     the kill, from +switch-master and (wait 1) from the restart. Also the longest gap between
     two consecutive 2xx around the kill.
@@ -240,9 +240,11 @@ class Node:
         self.proc = None
         self.starts = 0
 
-    def start(self):
+    def start(self, replica_of=None):
         self.starts += 1
         cmd = [REDIS_SERVER, self.conf] + (["--sentinel"] if self.sentinel else [])
+        if replica_of is not None:
+            cmd += ["--replicaof", "127.0.0.1", str(replica_of)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
         wait_for(f"{self.name} on port {self.port} to answer PING",
@@ -677,7 +679,10 @@ def one_run(binary, wait, d, run_id):
         t_restart = None
         if wait > 0:
             time.sleep(max(0.0, t_switch + RESTART_AFTER_S - now()))
-            master.start()
+            # As the new master's replica: a node that keeps nothing on disk must never come
+            # back as a master (if the failover had not settled, Sentinel could take the
+            # empty node for the master and the replicas would resync from it, wiping them).
+            master.start(replica_of=new_port)
             t_restart = now()
             log(f"  old master restarted on :{pm} {t_restart - t_switch:.2f} s after +switch-master")
 

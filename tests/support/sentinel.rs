@@ -41,12 +41,23 @@ pub struct Node {
 impl Node {
     /// Starts the process from its configuration file and waits until it answers PING.
     pub fn start(&mut self) {
+        self.start_with(&[]);
+    }
+
+    /// Starts a data node as a replica of the master on `master`: how a node that keeps
+    /// nothing on disk must come back after it was lost (see the failover test).
+    pub fn start_replica_of(&mut self, master: u16) {
+        self.start_with(&["--replicaof".into(), "127.0.0.1".into(), master.to_string()]);
+    }
+
+    fn start_with(&mut self, args: &[String]) {
         assert!(self.child.is_none(), "{} is already running", self.name);
         let mut cmd = Command::new("redis-server");
         cmd.arg(&self.conf);
         if self.sentinel {
             cmd.arg("--sentinel");
         }
+        cmd.args(args);
         let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::null())
