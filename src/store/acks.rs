@@ -129,18 +129,23 @@ impl Acks {
     }
 
     /// After each pass of the shard: answers callers past the ack timeout (counted) and
-    /// publishes how many writes wait. Whether any wait (then the store's task is woken).
-    pub fn after_pass(&mut self, m: &StoreMetrics, retry_after_s: u64) -> bool {
+    /// publishes how many writes wait; when any do, wakes the store's task through `wake`.
+    pub fn after_pass(
+        &mut self,
+        m: &StoreMetrics,
+        retry_after_s: u64,
+        wake: &event_listener::Event,
+    ) {
         let n = self.len();
         if n == 0 {
-            return false;
+            return;
         }
         let expired = self.expire(Instant::now(), retry_after_s);
         if expired > 0 {
             StoreMetrics::count(&m.ack_timeouts_total, expired);
         }
         m.pending_writes.store(n as u64, Ordering::Relaxed);
-        true
+        wake.notify(1);
     }
 }
 
@@ -165,11 +170,12 @@ pub async fn pause(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::op::{reply_channel, Scheduled};
 
-    fn sched() -> (
+    /// A schedule's ack and the caller's end of its reply (for the stores' tests too).
+    pub(crate) fn sched() -> (
         Ack,
         futures_channel::oneshot::Receiver<Result<Scheduled, Error>>,
     ) {

@@ -461,15 +461,12 @@ impl Store for JournalStore {
     /// Wakes the commit task and answers callers past the ack timeout (see the Redis store's
     /// `after_pass` for the bound this gives).
     fn after_pass(&mut self) {
-        let waiting = self
-            .shared
-            .outbox
-            .borrow_mut()
-            .acks
-            .after_pass(self.shared.m(), self.shared.cfg.retry_after_s());
-        if waiting {
-            self.shared.wake.notify(1);
-        }
+        let shared = &self.shared;
+        shared.outbox.borrow_mut().acks.after_pass(
+            shared.m(),
+            shared.cfg.retry_after_s(),
+            &shared.wake,
+        );
     }
 
     /// Commits what it can within the ack timeout, then stops the commit task.

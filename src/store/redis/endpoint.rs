@@ -216,6 +216,14 @@ pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Conn, Con
     }
 }
 
+/// A sentinel's address: sentinels are asked without the master's credentials.
+fn sentinel_at(host: &str, port: u16) -> ConnectionInfo {
+    ConnectionInfo {
+        addr: ConnectionAddr::Tcp(host.to_owned(), port),
+        redis: RedisConnectionInfo::default(),
+    }
+}
+
 /// The master's address as the sentinel at `host:port` names it.
 async fn ask_sentinel(
     host: &str,
@@ -223,11 +231,7 @@ async fn ask_sentinel(
     master: &str,
     timeout: Duration,
 ) -> Result<(String, u16), ConnError> {
-    let sentinel_info = ConnectionInfo {
-        addr: ConnectionAddr::Tcp(host.to_owned(), port),
-        redis: RedisConnectionInfo::default(),
-    };
-    let mut s = Conn::connect(&sentinel_info, timeout).await?;
+    let mut s = Conn::connect(&sentinel_at(host, port), timeout).await?;
     redis::cmd("SENTINEL")
         .arg("GET-MASTER-ADDR-BY-NAME")
         .arg(master)
@@ -254,11 +258,7 @@ pub async fn watch_switches(endpoint: &Endpoint, timeout: Duration, closing: imp
     while !closing() {
         let (host, port) = &sentinels[next % sentinels.len()];
         next += 1;
-        let info = ConnectionInfo {
-            addr: ConnectionAddr::Tcp(host.clone(), *port),
-            redis: RedisConnectionInfo::default(),
-        };
-        let error = match Conn::connect(&info, timeout).await {
+        let error = match Conn::connect(&sentinel_at(host, *port), timeout).await {
             Ok(mut conn) => {
                 redis::cmd("SUBSCRIBE")
                     .arg("+switch-master")

@@ -397,15 +397,12 @@ impl Store for RedisStore {
     /// answers expired callers whenever it runs. So a caller waits at most the ack timeout
     /// plus about 110 ms.
     fn after_pass(&mut self) {
-        let waiting = self
-            .shared
-            .outbox
-            .borrow_mut()
-            .acks
-            .after_pass(self.shared.m(), self.shared.cfg.retry_after_s());
-        if waiting {
-            self.shared.wake.notify(1);
-        }
+        let shared = &self.shared;
+        shared.outbox.borrow_mut().acks.after_pass(
+            shared.m(),
+            shared.cfg.retry_after_s(),
+            &shared.wake,
+        );
     }
 
     /// Flushes what it can within the ack timeout, then stops the store task.

@@ -113,19 +113,7 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::Scheduled;
-
-    type Rx<T> = futures_channel::oneshot::Receiver<T>;
-
-    fn sched() -> (Ack, Rx<Result<Scheduled, Error>>) {
-        let (tx, rx) = crate::op::reply_channel();
-        let s = Scheduled {
-            version: 1,
-            deadline: crate::units::UtcMicros(5),
-            replaced: false,
-        };
-        (Ack::Schedule(tx, s), rx)
-    }
+    use crate::store::acks::tests::sched;
 
     #[test]
     fn prefix_respects_the_command_budget_but_never_splits_a_fire() {
