@@ -14,7 +14,8 @@
 //!
 //! Systems:
 //! - `punctual-spin` / `punctual-nospin`: one shard pinned to core 1, spin window 200 µs / 0;
-//!   `punctual-*-unpinned`: the same with the shard thread left to the kernel's placement.
+//!   `punctual-*-unpinned`: the same with the shard thread left to the kernel's placement;
+//!   `punctual-spin-2shards`: two shards pinned to cores 1 and 0, timers spread by key.
 //! - `tokio-sleep-ct` / `tokio-sleep-mt`: one task per timer doing `sleep_until`, on the
 //!   current-thread runtime (thread pinned to core 1) and on the multi-thread runtime.
 //! - `delayqueue-ct` / `delayqueue-mt`: one task draining a `tokio_util::time::DelayQueue`.
@@ -24,14 +25,15 @@
 //!
 //! `--only S` runs the systems whose name contains `S` (e.g. `--only punctual`); `--workload W1`.
 //!
-//! Registration runs on core 0 before the first deadline. `cpu_s` is the process's user+system
+//! Registration runs on core 0 and ends before the first deadline (stderr says how long before).
+//! `min` is the first fire's lateness: in W2, how long the first of the burst waited. `cpu_s` is the process's user+system
 //! CPU time from the start of registration to the last fire.
 
 use punctual::clock::clock_ns;
 use punctual::engine::Pinning;
 use punctual::{EngineBuilder, UtcMicros};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[global_allocator]
@@ -90,42 +92,86 @@ impl Workload {
     }
 }
 
-/// Per-timer lateness in ns, written once by whichever thread fires the timer.
+/// Per-timer lateness in ns. Each firing thread writes its own lane (a log and a count, on
+/// cache lines of their own), so that two shards firing at once measure their own work, not
+/// the recorder's cache lines bouncing between cores; the logs are merged afterwards.
 struct Recorder {
     deadlines_ns: Vec<i64>,
-    late_ns: Vec<AtomicI64>,
+    lanes: Vec<Lane>,
+}
+
+#[repr(align(128))]
+struct Lane {
     fired: AtomicU64,
-    duplicates: AtomicU64,
+    /// (timer, lateness ns), in firing order. Only the lane's own thread locks it while firing,
+    /// so the lock is never contended until the merge.
+    log: Mutex<Vec<(u32, i64)>>,
+}
+
+/// Lanes: punctual passes its shard id; other systems' threads take one each, in turn.
+const LANES: usize = 4;
+
+static NEXT_LANE: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static MY_LANE: usize = NEXT_LANE.fetch_add(1, Ordering::Relaxed) as usize;
 }
 
 impl Recorder {
     fn new(deadlines_us: &[u64]) -> Arc<Recorder> {
         Arc::new(Recorder {
             deadlines_ns: deadlines_us.iter().map(|&d| (d * 1_000) as i64).collect(),
-            late_ns: deadlines_us
-                .iter()
-                .map(|_| AtomicI64::new(NOT_FIRED))
+            lanes: (0..LANES)
+                .map(|_| Lane {
+                    fired: AtomicU64::new(0),
+                    log: Mutex::new(Vec::with_capacity(deadlines_us.len())),
+                })
                 .collect(),
-            fired: AtomicU64::new(0),
-            duplicates: AtomicU64::new(0),
         })
     }
 
     #[inline]
     fn fire(&self, i: usize) {
+        self.fire_on(MY_LANE.with(|l| *l), i);
+    }
+
+    #[inline]
+    fn fire_on(&self, lane: usize, i: usize) {
         let now = clock_ns(libc::CLOCK_REALTIME) as i64;
         let late = now - self.deadlines_ns[i];
-        if self.late_ns[i].swap(late, Ordering::Relaxed) != NOT_FIRED {
-            self.duplicates.fetch_add(1, Ordering::Relaxed);
+        let lane = &self.lanes[lane % LANES];
+        if let Ok(mut log) = lane.log.lock() {
+            log.push((i as u32, late));
         }
-        self.fired.fetch_add(1, Ordering::Relaxed);
+        lane.fired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn fired(&self) -> usize {
+        self.lanes
+            .iter()
+            .map(|l| l.fired.load(Ordering::Relaxed) as usize)
+            .sum()
+    }
+
+    /// Every timer's lateness (`NOT_FIRED` for those that did not fire), and how many fired
+    /// more than once.
+    fn merged(&self) -> (Vec<i64>, u64) {
+        let mut late = vec![NOT_FIRED; self.deadlines_ns.len()];
+        let mut duplicates = 0;
+        for lane in &self.lanes {
+            let log = lane.log.lock().map(|l| l.clone()).unwrap_or_default();
+            for (i, l) in log {
+                if std::mem::replace(&mut late[i as usize], l) != NOT_FIRED {
+                    duplicates += 1;
+                }
+            }
+        }
+        (late, duplicates)
     }
 
     fn wait_all(&self, last_deadline_us: u64, grace: Duration) {
         let give_up = last_deadline_us * 1_000 + grace.as_nanos() as u64;
-        while (self.fired.load(Ordering::Relaxed) as usize) < self.late_ns.len()
-            && clock_ns(libc::CLOCK_REALTIME) < give_up
-        {
+        while self.fired() < self.deadlines_ns.len() && clock_ns(libc::CLOCK_REALTIME) < give_up {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
@@ -139,6 +185,8 @@ struct Row {
     lost: usize,
     early: usize,
     duplicates: u64,
+    /// The earliest fire's lateness: for W2, how long the first of the burst waited.
+    min_us: f64,
     p50_us: f64,
     p90_us: f64,
     p99_us: f64,
@@ -148,12 +196,8 @@ struct Row {
 }
 
 fn summarize(system: &'static str, w: &Workload, rec: &Recorder, cpu_s: f64) -> Row {
-    let mut late: Vec<i64> = rec
-        .late_ns
-        .iter()
-        .map(|l| l.load(Ordering::Relaxed))
-        .filter(|&l| l != NOT_FIRED)
-        .collect();
+    let (late, duplicates) = rec.merged();
+    let mut late: Vec<i64> = late.into_iter().filter(|&l| l != NOT_FIRED).collect();
     late.sort_unstable();
     let pct = |p: f64| -> f64 {
         if late.is_empty() {
@@ -169,7 +213,8 @@ fn summarize(system: &'static str, w: &Workload, rec: &Recorder, cpu_s: f64) -> 
         fired: late.len(),
         lost: w.n() - late.len(),
         early: late.iter().filter(|&&l| l < 0).count(),
-        duplicates: rec.duplicates.load(Ordering::Relaxed),
+        duplicates,
+        min_us: late.first().map_or(f64::NAN, |&l| l as f64 / 1_000.0),
         p50_us: pct(0.50),
         p90_us: pct(0.90),
         p99_us: pct(0.99),
@@ -221,6 +266,7 @@ fn run(system: &'static str, w: &Workload) -> Row {
     let cpu0 = cpu_seconds();
     match system {
         "punctual-spin" => run_punctual(&deadlines, &rec, last, w, SPIN, true),
+        "punctual-spin-2shards" => run_punctual_on(&deadlines, &rec, last, w, SPIN, TWO_SHARDS),
         "punctual-nospin" => run_punctual(&deadlines, &rec, last, w, Duration::ZERO, true),
         "punctual-spin-unpinned" => run_punctual(&deadlines, &rec, last, w, SPIN, false),
         "punctual-nospin-unpinned" => {
@@ -248,26 +294,44 @@ fn run_punctual(
     spin: Duration,
     pinned: bool,
 ) {
+    let cores = if pinned { vec![SHARD_CORE] } else { vec![] };
+    run_punctual_on(deadlines, rec, last, w, spin, &cores)
+}
+
+/// Two shards, pinned to cores 1 and 0: the registrar shares core 0 with the second shard
+/// until registration ends, well before the first deadline.
+const TWO_SHARDS: &[usize] = &[SHARD_CORE, REGISTRAR_CORE];
+
+/// One shard per entry of `cores`, each pinned there; one unpinned shard when `cores` is empty.
+fn run_punctual_on(
+    deadlines: &[u64],
+    rec: &Arc<Recorder>,
+    last: u64,
+    w: &Workload,
+    spin: Duration,
+    cores: &[usize],
+) {
     let fired = rec.clone();
-    let pinning = if pinned {
-        Pinning::Cores(vec![SHARD_CORE])
+    let (pinning, shards) = if cores.is_empty() {
+        (Pinning::None, 1)
     } else {
-        Pinning::None
+        (Pinning::Cores(cores.to_vec()), cores.len())
     };
     let engine = EngineBuilder::new()
         .pinning(pinning)
-        .shards(1)
+        .shards(shards)
         .spin(spin)
         .shard_capacity(deadlines.len().max(1))
         .ring_capacity(65_536)
         .on_fire(move |f| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&f.payload[..8]);
-            fired.fire(u64::from_le_bytes(b) as usize);
+            fired.fire_on(f.shard, u64::from_le_bytes(b) as usize);
         })
         .build()
         .expect("engine starts");
     let h = engine.handle();
+    let first = deadlines.iter().copied().min().unwrap_or(last);
     let deadlines = deadlines.to_vec();
     // Register from a thread pinned to the other core, so the main thread's affinity stays
     // whole for the next system's setup.
@@ -289,8 +353,19 @@ fn run_punctual(
     })
     .join()
     .expect("registrar thread");
+    report_registration(first, w);
     rec.wait_all(last, grace(w));
     engine.shutdown().expect("clean shutdown");
+}
+
+/// Says how long before the first deadline registration finished (on stderr): a registration
+/// still running at the deadline would be measured as lateness.
+fn report_registration(first_deadline_us: u64, w: &Workload) {
+    let lead_ms = (first_deadline_us as f64 - now_us() as f64) / 1_000.0;
+    eprintln!(
+        "  {}: registration done {lead_ms:.0} ms before the first deadline",
+        w.name()
+    );
 }
 
 fn tokio_runtime(multi: bool) -> tokio::runtime::Runtime {
@@ -351,9 +426,7 @@ fn run_tokio_sleep(deadlines: &[u64], rec: &Arc<Recorder>, last: u64, w: &Worklo
                 });
             }
             let until = map(last) + grace;
-            while (rec.fired.load(Ordering::Relaxed) as usize) < deadlines.len()
-                && tokio::time::Instant::now() < until
-            {
+            while rec.fired() < deadlines.len() && tokio::time::Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
@@ -420,8 +493,9 @@ fn run_floor(deadlines: &[u64], rec: &Arc<Recorder>, spin: bool) {
     .expect("floor thread");
 }
 
-const SYSTEMS: [&str; 10] = [
+const SYSTEMS: [&str; 11] = [
     "punctual-spin",
+    "punctual-spin-2shards",
     "punctual-nospin",
     "punctual-spin-unpinned",
     "punctual-nospin-unpinned",
@@ -480,8 +554,8 @@ fn main() {
             }
             let row = run(system, w);
             eprintln!(
-                "{:<16} {:<3} n={:<8} fired={:<8} p50={:>9.1}µs p99={:>9.1}µs p99.9={:>9.1}µs max={:>9.1}µs",
-                row.system, row.workload, row.n, row.fired, row.p50_us, row.p99_us, row.p999_us, row.max_us
+                "{:<16} {:<3} n={:<8} fired={:<8} min={:>9.1}µs p50={:>9.1}µs p99={:>9.1}µs p99.9={:>9.1}µs max={:>9.1}µs",
+                row.system, row.workload, row.n, row.fired, row.min_us, row.p50_us, row.p99_us, row.p999_us, row.max_us
             );
             rows.push(row);
         }
@@ -493,7 +567,7 @@ fn main() {
             serde_json::json!({
                 "system": r.system, "workload": r.workload, "n": r.n, "fired": r.fired,
                 "lost": r.lost, "early": r.early, "duplicates": r.duplicates,
-                "p50_us": round1(r.p50_us), "p90_us": round1(r.p90_us), "p99_us": round1(r.p99_us),
+                "min_us": round1(r.min_us), "p50_us": round1(r.p50_us), "p90_us": round1(r.p90_us), "p99_us": round1(r.p99_us),
                 "p999_us": round1(r.p999_us), "max_us": round1(r.max_us), "cpu_s": round1(r.cpu_s * 100.0) / 100.0,
             })
         );
@@ -506,13 +580,14 @@ fn round1(x: f64) -> f64 {
 
 fn print_table(rows: &[Row]) {
     println!(
-        "{:<16} {:<4} {:>9} {:>9} {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>11} {:>7}",
+        "{:<16} {:<4} {:>9} {:>9} {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>7}",
         "system",
         "wl",
         "n",
         "fired",
         "lost",
         "early",
+        "min µs",
         "p50 µs",
         "p90 µs",
         "p99 µs",
@@ -522,8 +597,8 @@ fn print_table(rows: &[Row]) {
     );
     for r in rows {
         println!(
-            "{:<16} {:<4} {:>9} {:>9} {:>5} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>11.1} {:>7.2}",
-            r.system, r.workload, r.n, r.fired, r.lost, r.early, r.p50_us, r.p90_us, r.p99_us, r.p999_us, r.max_us, r.cpu_s
+            "{:<16} {:<4} {:>9} {:>9} {:>5} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>11.1} {:>7.2}",
+            r.system, r.workload, r.n, r.fired, r.lost, r.early, r.min_us, r.p50_us, r.p90_us, r.p99_us, r.p999_us, r.max_us, r.cpu_s
         );
     }
 }
