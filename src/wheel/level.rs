@@ -14,6 +14,8 @@ pub(crate) struct Level {
     /// Bit `s` is set when slot `s` holds at least one entry.
     occupied: u64,
     slots: [SlotList; SLOTS],
+    /// Entries in each slot: what cascading the slot will cost.
+    counts: [u32; SLOTS],
 }
 
 impl Level {
@@ -22,7 +24,35 @@ impl Level {
             level,
             occupied: 0,
             slots: [SlotList::EMPTY; SLOTS],
+            counts: [0; SLOTS],
         }
+    }
+
+    /// Entries in slot `s`.
+    pub fn count(&self, s: usize) -> u32 {
+        self.counts[s]
+    }
+
+    /// Slot `s` gained (`delta` = 1) or lost (`delta` = -1) an entry.
+    pub fn add_count(&mut self, s: usize, delta: i32) {
+        self.counts[s] = self.counts[s].wrapping_add_signed(delta);
+    }
+
+    /// Takes slot `s`'s list (and count) out, leaving the slot empty.
+    pub fn take(&mut self, s: usize) -> (SlotList, u32) {
+        self.mark_empty(s);
+        let count = std::mem::take(&mut self.counts[s]);
+        (
+            std::mem::replace(&mut self.slots[s], SlotList::EMPTY),
+            count,
+        )
+    }
+
+    /// Puts a list of `count` entries back into the (empty) slot `s`.
+    pub fn put_back(&mut self, s: usize, list: SlotList, count: u32) {
+        self.slots[s] = list;
+        self.counts[s] = count;
+        self.mark_occupied(s);
     }
 
     pub fn slot(&self, s: usize) -> &SlotList {

@@ -188,6 +188,12 @@ impl TimerTable {
         self.wheel.next_deadline()
     }
 
+    /// See `Wheel::set_move_ns`.
+    #[cfg(test)]
+    pub(crate) fn set_move_ns(&mut self, ns: u64) {
+        self.wheel.set_move_ns(ns);
+    }
+
     /// Pending timers on each level of the wheel, then on its expired list.
     pub fn occupancy(&self) -> [u32; super::LEVELS + 1] {
         self.wheel.occupancy()

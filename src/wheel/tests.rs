@@ -99,9 +99,12 @@ fn poll_all(table: &mut TimerTable, now: u64, budget: usize) -> Vec<(u64, u8, u6
     fired
 }
 
-fn run(start: u64, ops: &[Op], budget: usize) -> Result<(), TestCaseError> {
+/// `move_ns`: the cascade cost per entry and level that sets how far ahead slots cascade
+/// (large values make a handful of entries cascade milliseconds ahead of their slot).
+fn run(start: u64, ops: &[Op], budget: usize, move_ns: u64) -> Result<(), TestCaseError> {
     let mut now = start;
     let mut table = TimerTable::new(UtcMicros(now), 64);
+    table.set_move_ns(move_ns);
     let mut model = Model::default();
     for op in ops {
         match *op {
@@ -183,8 +186,9 @@ proptest! {
         start in prop_oneof![Just(0u64), 1_000_000u64..2_000_000_000_000_000],
         ops in prop::collection::vec(op(), 1..150),
         budget in prop_oneof![3 => Just(usize::MAX), 1 => 1usize..5],
+        move_ns in prop_oneof![Just(super::MOVE_NS), Just(0), 1_000u64..50_000_000],
     ) {
-        run(start, &ops, budget)?;
+        run(start, &ops, budget, move_ns)?;
     }
 }
 
@@ -227,6 +231,46 @@ fn same_deadline_burst_fires_all_at_once_and_not_a_microsecond_before() {
         fired += 1
     });
     assert_eq!(fired, 10_000);
+}
+
+#[test]
+fn a_large_slot_is_cascaded_ahead_so_its_deadline_only_fires() {
+    // The deadline starts a level-1 slot: without cascading ahead, the burst would move down
+    // at the deadline itself, before the first fire.
+    let start = 1 << 24;
+    let due = start + (5 << 18);
+    let n = 10_000u32;
+    let mut wheel: Wheel<u32> = Wheel::new(UtcMicros(start), n as usize);
+    for i in 0..n {
+        wheel.insert(UtcMicros(due), i).expect("in range");
+    }
+    let ahead = wheel.next_deadline().expect("pending").0;
+    assert!(
+        ahead < due,
+        "a slot of {n} entries is due for its cascade before its start"
+    );
+    // From `n × level × MOVE_NS`: level 1 alone asks for 10,000 × 40 ns = 400 µs ahead.
+    let when = due - 300;
+    let mut fired = 0;
+    wheel.poll(UtcMicros(when), |_, _, _| fired += 1);
+    assert_eq!(fired, 0, "a cascade fires nothing");
+    assert_eq!(
+        wheel.occupancy()[0],
+        n,
+        "every entry reached level 0 ahead of its deadline"
+    );
+    assert_eq!(wheel.next_deadline(), Some(UtcMicros(due)));
+    // The wheel's time is past the clock now; a timer due in between goes to the expired list
+    // and still fires first, by the clock, not before its deadline.
+    wheel.insert(UtcMicros(due - 100), n).expect("in range");
+    wheel.poll(UtcMicros(due - 101), |_, _, _| fired += 1);
+    assert_eq!(fired, 0);
+    let mut order = Vec::new();
+    wheel.poll(UtcMicros(due), |_, d, v| order.push((d.0, v)));
+    assert_eq!(order.len(), n as usize + 1);
+    assert_eq!(order[0], (due - 100, n));
+    assert!(order[1..].iter().all(|&(d, _)| d == due));
+    assert!(wheel.is_empty());
 }
 
 #[test]
