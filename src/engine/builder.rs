@@ -397,6 +397,7 @@ impl EngineBuilder {
                         pulse,
                         quotas,
                         deliveries: Default::default(),
+                        spent: Default::default(),
                     };
                     shard.publish_initial();
                     if let Some((hook, handle)) = hook {

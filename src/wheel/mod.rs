@@ -149,6 +149,11 @@ impl<T> Wheel<T> {
         self.slab.len() == 0
     }
 
+    /// Every slab index handed out so far is below this.
+    pub(crate) fn index_bound(&self) -> usize {
+        self.slab.index_bound()
+    }
+
     /// The wheel's current time: everything due at or before it has fired.
     pub fn elapsed(&self) -> UtcMicros {
         UtcMicros(self.elapsed)
@@ -205,11 +210,6 @@ impl<T> Wheel<T> {
     pub(crate) fn get_index(&self, index: u32) -> Option<(UtcMicros, &T)> {
         let entry = self.slab.get(index);
         entry.value.as_ref().map(|v| (UtcMicros(entry.deadline), v))
-    }
-
-    /// Every pending entry's slab index and value, in slab order.
-    pub(crate) fn live(&self) -> impl Iterator<Item = (u32, &T)> {
-        self.slab.live()
     }
 
     /// A lower bound on the earliest pending deadline: exact for level-0 entries and the

@@ -43,6 +43,11 @@ impl<T> Slab<T> {
         self.len
     }
 
+    /// One past the highest index handed out so far: every index is below it.
+    pub fn index_bound(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Stores `value` and returns its index. `None` when the index space (u32) is spent.
     pub fn insert(&mut self, deadline: u64, value: T) -> Option<u32> {
         let index = if self.free_head != NIL {
@@ -94,14 +99,6 @@ impl<T> Slab<T> {
 
     pub fn get_mut(&mut self, index: u32) -> &mut Entry<T> {
         &mut self.entries[index as usize]
-    }
-
-    /// Live entries and their indices, in index order.
-    pub fn live(&self) -> impl Iterator<Item = (u32, &T)> {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| e.value.as_ref().map(|v| (i as u32, v)))
     }
 
     /// The index behind `handle` when it is still live.

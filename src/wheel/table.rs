@@ -12,7 +12,8 @@
 //!
 //! Memory per pending timer: one slab entry (48 bytes: deadline, links, generation, position,
 //! version and the packed pointer) plus one index bucket (4 bytes and a control byte, at most
-//! 7/8 full), besides the packed bytes themselves.
+//! 7/8 full), besides the packed bytes themselves; and one bit per slab entry, to sweep the
+//! index after a poll that fired many.
 
 use super::{InsertError, Wheel};
 use crate::units::UtcMicros;
@@ -97,8 +98,13 @@ impl PackedTimer {
     }
 
     fn str_at(&self, start: usize, len: usize) -> &str {
-        // Built from &str in `new`, so always UTF-8; an empty string would be a bug, not a panic.
-        std::str::from_utf8(&self.data[start..start + len]).unwrap_or_default()
+        let bytes = &self.data[start..start + len];
+        debug_assert!(std::str::from_utf8(bytes).is_ok());
+        // SAFETY: `data` is private and only `with_meta` fills it, copying the tenant and the
+        // key from `&str`s whole, at the offsets their length bytes give: these bytes are one
+        // of those strings, so they are UTF-8. (Read on every fire; validating them again
+        // cost a few percent of a burst.)
+        unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 }
 
@@ -155,10 +161,23 @@ pub struct TimerTable {
     hasher: foldhash::fast::RandomState,
     last_version: u64,
     capacity: usize,
-    /// (hash, slab index) of the timers one `poll` fired, for their index removal; reused.
-    /// Holds at most half the table during a poll; kept afterwards only while small.
+    /// (hash, slab index) of the timers one `poll` fired, for their index removal one by one;
+    /// reused. Holds at most `record_max()` during a poll; kept afterwards only while small.
     fired: Vec<(u64, u32)>,
+    /// One bit per slab index, set for the timers the current `poll` fired: a poll that fires
+    /// more than `fired` may hold sweeps the index once with it. All clear between polls.
+    fired_bits: Vec<u64>,
+    /// `RECORD_MIN`, lowered by tests to reach the sweep with small tables.
+    record_min: usize,
 }
+
+/// A poll removes its fired timers' index entries one by one (a random probe each, about
+/// 100 ns at a million timers) up to `buckets / SWEEP_RATIO` of them; past that, one
+/// sequential sweep of the index's buckets (a bit test each, a few ns) is cheaper.
+const SWEEP_RATIO: usize = 32;
+
+/// Fired timers a poll removes one by one at least, however small the index.
+const RECORD_MIN: usize = 4096;
 
 impl TimerTable {
     pub fn new(now: UtcMicros, capacity: usize) -> TimerTable {
@@ -169,6 +188,8 @@ impl TimerTable {
             last_version: 0,
             capacity,
             fired: Vec::new(),
+            fired_bits: Vec::new(),
+            record_min: RECORD_MIN,
         }
     }
 
@@ -194,6 +215,19 @@ impl TimerTable {
         self.wheel.set_move_ns(ns);
     }
 
+    /// Lowers the number of fired timers a poll removes from the index one by one before it
+    /// sweeps instead.
+    #[cfg(test)]
+    pub(crate) fn set_record_min(&mut self, n: usize) {
+        self.record_min = n;
+    }
+
+    /// Entries in the (tenant, key) index: equal to `len()` between polls.
+    #[cfg(test)]
+    pub(crate) fn index_len(&self) -> usize {
+        self.index.len()
+    }
+
     /// Pending timers on each level of the wheel, then on its expired list.
     pub fn occupancy(&self) -> [u32; super::LEVELS + 1] {
         self.wheel.occupancy()
@@ -209,6 +243,7 @@ impl TimerTable {
         self.wheel.heap_bytes()
             + self.index.allocation_size()
             + self.fired.capacity() * std::mem::size_of::<(u64, u32)>()
+            + self.fired_bits.capacity() * 8
     }
 
     fn hash(&self, identity: &[u8]) -> u64 {
@@ -337,31 +372,43 @@ impl TimerTable {
         budget: usize,
         mut fire: impl FnMut(UtcMicros, TimerRecord),
     ) -> bool {
-        // Index entries of fired timers are removed after the wheel's poll, not during it: a
-        // burst that fires more than half of the table rebuilds the index from the survivors
-        // (a sequential pass) instead of paying one random probe per fired timer. Until then
-        // the index holds stale slab indices; nothing reads it while the wheel polls.
-        let half = self.len() / 2;
+        // Index entries of fired timers are removed after the wheel's poll, not during it, so
+        // that the fires of a burst are not spaced out by index probes. Until then the index
+        // holds stale slab indices; nothing reads it while the wheel polls, and no slab entry
+        // is reused before the removal (the handler cannot insert).
+        let record_max = (self.index.capacity() / SWEEP_RATIO).max(self.record_min);
+        let words = self.wheel.index_bound().div_ceil(64);
+        if self.fired_bits.len() < words {
+            // Grows with the slab's high-water mark, outside the fires.
+            self.fired_bits.resize(words, 0);
+        }
         let mut fired = std::mem::take(&mut self.fired);
         fired.clear();
         let mut fired_count = 0usize;
-        let hasher = &self.hasher;
+        let (hasher, bits) = (&self.hasher, &mut self.fired_bits);
         let more = self
             .wheel
             .poll_at_most(now, budget, |slab_index, deadline, record| {
                 fired_count += 1;
-                if fired_count <= half + 1 {
+                let i = slab_index as usize;
+                bits[i / 64] |= 1 << (i % 64);
+                if fired_count <= record_max {
                     fired.push((hasher.hash_one(record.timer.identity()), slab_index));
                 }
                 fire(deadline, record);
             });
-        if fired_count > half + 1 {
-            self.rebuild_index();
+        if fired_count > record_max {
+            let bits = &self.fired_bits;
+            self.index
+                .retain(|&mut i| bits[i as usize / 64] & (1 << (i % 64)) == 0);
+            self.fired_bits.fill(0);
         } else {
             for &(hash, slab_index) in &fired {
                 if let Ok(entry) = self.index.find_entry(hash, |&i| i == slab_index) {
                     entry.remove();
                 }
+                let i = slab_index as usize;
+                self.fired_bits[i / 64] &= !(1 << (i % 64));
             }
         }
         // Keep a small scratch for the next poll; a burst's big one is given back.
@@ -369,21 +416,6 @@ impl TimerTable {
             self.fired = fired;
         }
         more
-    }
-
-    /// Empties the index and re-inserts every pending timer. O(slab + pending).
-    fn rebuild_index(&mut self) {
-        self.index.clear();
-        let wheel = &self.wheel;
-        let hasher = &self.hasher;
-        for (slab_index, record) in wheel.live() {
-            let hash = hasher.hash_one(record.timer.identity());
-            self.index.insert_unique(hash, slab_index, |&i| {
-                wheel
-                    .get_index(i)
-                    .map_or(0, |(_, r)| hasher.hash_one(r.timer.identity()))
-            });
-        }
     }
 }
 
