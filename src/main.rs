@@ -48,6 +48,17 @@ fn serve(args: &punctual::config::ServeArgs) -> ExitCode {
         print!("{}", config.to_toml_masked());
         return ExitCode::SUCCESS;
     }
+    if !config.transparent_huge_pages {
+        // SAFETY: PR_SET_THP_DISABLE takes one integer argument (the rest must be zero) and
+        // only sets a flag on this process's memory map.
+        let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        if rc != 0 {
+            eprintln!(
+                "punctual: could not turn transparent huge pages off for this process ({}); page faults may stall a shard for milliseconds",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

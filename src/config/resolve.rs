@@ -157,6 +157,12 @@ impl Config {
             file.journal_skip_corrupt,
         )?
         .unwrap_or(false);
+        let transparent_huge_pages = pick::<bool>(
+            "transparent_huge_pages",
+            &args.transparent_huge_pages,
+            file.transparent_huge_pages,
+        )?
+        .unwrap_or(false);
         let max_header_bytes = u(
             "max_header_bytes",
             &args.max_header_bytes,
@@ -214,6 +220,7 @@ impl Config {
             data_dir,
             fsync,
             journal_skip_corrupt,
+            transparent_huge_pages,
             redis,
             redis_wait_replicas,
             spin_us: u(

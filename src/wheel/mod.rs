@@ -67,6 +67,7 @@
 //! tail, count). `poll`: O(fired + cascaded), plus a sort of the
 //! expired list when it holds anything due.
 
+mod index;
 mod level;
 mod list;
 mod slab;

@@ -2,9 +2,13 @@
 //! generation per slot, so a stale [`Handle`] (its timer fired, cancelled, or replaced) is
 //! detected instead of touching someone else's timer.
 //!
-//! Cost model: insert pops the free list or pushes onto the vector (amortised O(1), and no
-//! allocation at all once `with_capacity` covers the peak); remove is O(1). An entry is
-//! 24 bytes of bookkeeping plus the caller's value.
+//! The entries live in chunks of [`CHUNK`] that are never moved: growing the slab allocates one
+//! more chunk (its pages are touched one entry at a time, as entries arrive) and copies
+//! nothing, so a slab of ten million entries grows without a pause. An index is its chunk's
+//! number and the position in it.
+//!
+//! Cost model: insert pops the free list or pushes onto the last chunk, O(1); remove is O(1).
+//! An entry is 24 bytes of bookkeeping plus the caller's value.
 
 use super::list::{Pos, NIL};
 
@@ -24,16 +28,29 @@ pub(crate) struct Entry<T> {
     pub value: Option<T>,
 }
 
+const CHUNK_BITS: u32 = 16;
+/// Entries per chunk: 3 MiB of 48-byte entries.
+pub(crate) const CHUNK: usize = 1 << CHUNK_BITS;
+const CHUNK_MASK: u32 = (CHUNK as u32) - 1;
+
 pub(crate) struct Slab<T> {
-    entries: Vec<Entry<T>>,
+    /// Each chunk is allocated with room for `CHUNK` entries and filled in order; only the
+    /// last one is partly filled.
+    chunks: Vec<Vec<Entry<T>>>,
+    /// Entries ever pushed: one past the highest index handed out.
+    high: usize,
     free_head: u32,
     len: usize,
 }
 
 impl<T> Slab<T> {
+    /// A slab with chunks allocated up front for `capacity` entries (0: none until needed).
     pub fn with_capacity(capacity: usize) -> Slab<T> {
         Slab {
-            entries: Vec::with_capacity(capacity),
+            chunks: (0..capacity.div_ceil(CHUNK))
+                .map(|_| Vec::with_capacity(CHUNK))
+                .collect(),
+            high: 0,
             free_head: NIL,
             len: 0,
         }
@@ -45,25 +62,29 @@ impl<T> Slab<T> {
 
     /// One past the highest index handed out so far: every index is below it.
     pub fn index_bound(&self) -> usize {
-        self.entries.len()
+        self.high
     }
 
     /// Stores `value` and returns its index. `None` when the index space (u32) is spent.
     pub fn insert(&mut self, deadline: u64, value: T) -> Option<u32> {
         let index = if self.free_head != NIL {
             let index = self.free_head;
-            let entry = &mut self.entries[index as usize];
-            self.free_head = entry.next;
+            let entry = self.get_mut(index);
+            let next = entry.next;
             entry.deadline = deadline;
             entry.prev = NIL;
             entry.next = NIL;
             entry.value = Some(value);
+            self.free_head = next;
             index
         } else {
-            let index = u32::try_from(self.entries.len())
-                .ok()
-                .filter(|&i| i != NIL)?;
-            self.entries.push(Entry {
+            let index = u32::try_from(self.high).ok().filter(|&i| i != NIL)?;
+            let chunk = self.high >> CHUNK_BITS;
+            if chunk == self.chunks.len() {
+                self.chunks.push(Vec::with_capacity(CHUNK));
+            }
+            self.high += 1;
+            self.chunks[chunk].push(Entry {
                 deadline,
                 prev: NIL,
                 next: NIL,
@@ -80,42 +101,49 @@ impl<T> Slab<T> {
     /// Frees `index` and returns its value. The generation moves on, so handles to it go stale.
     pub fn remove(&mut self, index: u32) -> T {
         let free_head = self.free_head;
-        let entry = &mut self.entries[index as usize];
+        let entry = self.get_mut(index);
         debug_assert!(entry.pos != Pos::FREE, "double free of slab entry {index}");
         entry.generation = entry.generation.wrapping_add(1);
         entry.pos = Pos::FREE;
         entry.next = free_head;
+        let value = entry.value.take();
         self.free_head = index;
         self.len -= 1;
-        match entry.value.take() {
+        match value {
             Some(v) => v,
             None => unreachable!("slab entry {index} was live without a value"),
         }
     }
 
+    #[inline]
     pub fn get(&self, index: u32) -> &Entry<T> {
-        &self.entries[index as usize]
+        &self.chunks[(index >> CHUNK_BITS) as usize][(index & CHUNK_MASK) as usize]
     }
 
+    #[inline]
     pub fn get_mut(&mut self, index: u32) -> &mut Entry<T> {
-        &mut self.entries[index as usize]
+        &mut self.chunks[(index >> CHUNK_BITS) as usize][(index & CHUNK_MASK) as usize]
     }
 
     /// The index behind `handle` when it is still live.
     pub fn resolve(&self, handle: Handle) -> Option<u32> {
-        let entry = self.entries.get(handle.index as usize)?;
+        let entry = self
+            .chunks
+            .get((handle.index >> CHUNK_BITS) as usize)?
+            .get((handle.index & CHUNK_MASK) as usize)?;
         (entry.generation == handle.generation && entry.pos != Pos::FREE).then_some(handle.index)
     }
 
     pub fn handle(&self, index: u32) -> Handle {
         Handle {
             index,
-            generation: self.entries[index as usize].generation,
+            generation: self.get(index).generation,
         }
     }
 
-    /// Heap bytes held by the slab (its vector's capacity).
+    /// Heap bytes held by the slab (its chunks' capacity).
     pub fn heap_bytes(&self) -> usize {
-        self.entries.capacity() * std::mem::size_of::<Entry<T>>()
+        self.chunks.len() * CHUNK * std::mem::size_of::<Entry<T>>()
+            + self.chunks.capacity() * std::mem::size_of::<Vec<Entry<T>>>()
     }
 }

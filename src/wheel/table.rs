@@ -2,22 +2,22 @@
 //! upsert semantics, and the version counter.
 //!
 //! A timer's tenant, key and payload travel as one [`PackedTimer`] allocation, made by the
-//! caller's thread and moved (not copied) into the wheel. The index is a `hashbrown`
-//! `HashTable<u32>` of slab indices; it stores no key bytes of its own, and compares against
-//! the bytes in the slab entry.
+//! caller's thread and moved (not copied) into the wheel. The index (`index.rs`) holds slab
+//! indices and 32 bits of each key's hash; it stores no key bytes of its own, and compares
+//! against the bytes in the slab entry.
 //!
 //! Versions: each table hands out `max(now in µs, previous + 1)`, so a version is positive,
 //! increases strictly on every (re)schedule, and keeps increasing across restarts (the clock
 //! has moved on) and across recovery ([`TimerTable::observe_version`]).
 //!
 //! Memory per pending timer: one slab entry (48 bytes: deadline, links, generation, position,
-//! version and the packed pointer) plus one index bucket (4 bytes and a control byte, at most
+//! version and the packed pointer) plus one index bucket (8 bytes and a control byte, 7/16 to
 //! 7/8 full), besides the packed bytes themselves; and one bit per slab entry, to sweep the
 //! index after a poll that fired many.
 
+use super::index::Index;
 use super::{InsertError, Wheel};
 use crate::units::UtcMicros;
-use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
 /// Tenant, key, delivery metadata and payload in one allocation:
@@ -152,7 +152,7 @@ pub enum UpsertError {
 
 pub struct TimerTable {
     wheel: Wheel<TimerRecord>,
-    index: HashTable<u32>,
+    index: Index,
     /// Seeded at random per table (foldhash's `RandomState`: a per-process random global seed
     /// and a per-instance one). Keys are chosen by clients: with a fixed seed, a client who
     /// knows it could send keys that all land in one probe sequence and turn every insert and
@@ -180,10 +180,12 @@ const SWEEP_RATIO: usize = 32;
 const RECORD_MIN: usize = 4096;
 
 impl TimerTable {
+    /// An empty table that will hold at most `capacity` timers. Nothing is reserved for them:
+    /// the slab and the index grow in small steps as timers arrive.
     pub fn new(now: UtcMicros, capacity: usize) -> TimerTable {
         TimerTable {
-            wheel: Wheel::new(now, capacity),
-            index: HashTable::with_capacity(capacity),
+            wheel: Wheel::new(now, 0),
+            index: Index::new(),
             hasher: foldhash::fast::RandomState::default(),
             last_version: 0,
             capacity,
@@ -258,9 +260,7 @@ impl TimerTable {
     /// The slab index of the pending timer `identity`, whose hash is `hash`.
     fn find(&self, hash: u64, identity: &[u8]) -> Option<u32> {
         let wheel = &self.wheel;
-        self.index
-            .find(hash, |&i| is_timer(wheel, i, identity))
-            .copied()
+        self.index.find(hash, |i| is_timer(wheel, i, identity))
     }
 
     /// The next version: `max(now, previous + 1)`.
@@ -311,17 +311,8 @@ impl TimerTable {
             Err(InsertError::OutOfRange) => return Err(UpsertError::OutOfRange),
             Err(InsertError::Full) => return Err(UpsertError::Capacity),
         };
-        match existing.and_then(|old| self.index.find_mut(hash, |&i| i == old)) {
-            Some(bucket) => *bucket = index,
-            None => {
-                let wheel = &self.wheel;
-                let hasher = &self.hasher;
-                self.index.insert_unique(hash, index, |&i| {
-                    wheel
-                        .get_index(i)
-                        .map_or(0, |(_, r)| hasher.hash_one(r.timer.identity()))
-                });
-            }
+        if !existing.is_some_and(|old| self.index.replace(hash, old, index)) {
+            self.index.insert(hash, index);
         }
         Ok(Upserted {
             version,
@@ -334,11 +325,7 @@ impl TimerTable {
     pub fn cancel(&mut self, identity: &[u8]) -> Option<(UtcMicros, TimerRecord)> {
         let hash = self.hash(identity);
         let wheel = &self.wheel;
-        let (index, _) = self
-            .index
-            .find_entry(hash, |&i| is_timer(wheel, i, identity))
-            .ok()?
-            .remove();
+        let index = self.index.remove(hash, |i| is_timer(wheel, i, identity))?;
         let deadline = self.wheel.get_index(index).map(|(d, _)| d)?;
         Some((deadline, self.wheel.remove_index(index)))
     }
@@ -376,7 +363,7 @@ impl TimerTable {
         // that the fires of a burst are not spaced out by index probes. Until then the index
         // holds stale slab indices; nothing reads it while the wheel polls, and no slab entry
         // is reused before the removal (the handler cannot insert).
-        let record_max = (self.index.capacity() / SWEEP_RATIO).max(self.record_min);
+        let record_max = (self.index.buckets() / SWEEP_RATIO).max(self.record_min);
         let words = self.wheel.index_bound().div_ceil(64);
         if self.fired_bits.len() < words {
             // Grows with the slab's high-water mark, outside the fires.
@@ -400,13 +387,11 @@ impl TimerTable {
         if fired_count > record_max {
             let bits = &self.fired_bits;
             self.index
-                .retain(|&mut i| bits[i as usize / 64] & (1 << (i % 64)) == 0);
+                .retain(|i| bits[i as usize / 64] & (1 << (i % 64)) == 0);
             self.fired_bits.fill(0);
         } else {
             for &(hash, slab_index) in &fired {
-                if let Ok(entry) = self.index.find_entry(hash, |&i| i == slab_index) {
-                    entry.remove();
-                }
+                self.index.remove(hash, |i| i == slab_index);
                 let i = slab_index as usize;
                 self.fired_bits[i / 64] &= !(1 << (i % 64));
             }
