@@ -29,7 +29,9 @@ const NOW: UtcMicros = UtcMicros(1_700_000_000_000_000);
 /// (virtual, resident) bytes of this process, from /proc/self/statm.
 fn memory() -> (u64, u64) {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let mut fields = statm.split_whitespace().map(|f| f.parse::<u64>().unwrap_or(0));
+    let mut fields = statm
+        .split_whitespace()
+        .map(|f| f.parse::<u64>().unwrap_or(0));
     let (size, resident) = (fields.next().unwrap_or(0), fields.next().unwrap_or(0));
     (size * 4096, resident * 4096)
 }

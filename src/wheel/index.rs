@@ -1,47 +1,33 @@
 //! The timer table's (tenant, key) index: slab indices found by the identity's hash.
 //!
 //! It grows with the table, in small steps, never all at once. The index is split into
-//! [`PARTS`] hash tables by the top bits of the hash; a part that fills up doubles alone, so a
-//! growth step rehashes 1/1024 of the index. Each bucket keeps 32 bits of the hash (its tag)
-//! beside the slab index, so a rehash reads only the part's own buckets, never the slab or the
-//! keys. The longest insert while a table grows to ten million timers is 0.3 ms
-//! (`cargo run --release --example table_growth -- 10000000`, without transparent huge pages;
-//! with 256 parts it was 6 ms). The tag also spares a slab read on most probes that land on
-//! another key.
+//! [`PARTS`] hash tables by 12 bits of the hash; a part that fills up doubles alone, so a
+//! growth step rehashes 1/4096 of the index: about 2,400 entries at ten million timers, each
+//! rehashed through its slab entry and key bytes. The longest insert while a table grew to ten
+//! million timers was 0.6 ms (`cargo run --release --example table_growth -- 10000000`; one
+//! table growing whole would stop the shard for as long as it takes to rehash everything).
 //!
-//! Memory: 8 bytes and a control byte per bucket, 7/16 to 7/8 full, and 1024 small tables
-//! (32 KiB when empty).
+//! A variant that kept 32 bits of the hash in each bucket (8-byte buckets, rehashed without
+//! touching the slab) made inserts of new keys 20 ns faster but cancels 40–60 ns slower at a
+//! million timers (`cargo bench --bench wheel -- table/1M`), and took 6 bytes more per timer;
+//! the 4-byte buckets stayed.
+//!
+//! Memory: 4 bytes and a control byte per bucket, 7/16 to 7/8 full, and 4096 small tables
+//! (128 KiB of headers when empty).
 
 use hashbrown::HashTable;
 
-/// Parts, chosen by the hash's top 10 bits.
-pub(crate) const PARTS: usize = 1024;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Bucket {
-    slot: u32,
-    tag: u32,
-}
-
-/// The hash a part's table works with, made from the stored tag alone: spreads the tag's bits
-/// over the 64 (hashbrown takes its control byte from the top ones).
-#[inline]
-fn spread(tag: u32) -> u64 {
-    u64::from(tag).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-}
+/// Parts, chosen by 12 bits from the middle of the hash. hashbrown places a bucket by the
+/// hash's low bits and filters probes with its top 7 bits, so the part's bits must be neither.
+pub(crate) const PARTS: usize = 4096;
 
 #[inline]
 fn part_of(hash: u64) -> usize {
-    (hash >> 54) as usize
-}
-
-#[inline]
-fn tag_of(hash: u64) -> u32 {
-    hash as u32
+    ((hash >> 40) as usize) & (PARTS - 1)
 }
 
 pub(crate) struct Index {
-    parts: Box<[HashTable<Bucket>]>,
+    parts: Box<[HashTable<u32>]>,
     len: usize,
 }
 
@@ -65,36 +51,35 @@ impl Index {
     }
 
     pub fn allocation_size(&self) -> usize {
-        self.parts.iter().map(HashTable::allocation_size).sum::<usize>()
-            + PARTS * std::mem::size_of::<HashTable<Bucket>>()
+        self.parts
+            .iter()
+            .map(HashTable::allocation_size)
+            .sum::<usize>()
+            + PARTS * std::mem::size_of::<HashTable<u32>>()
     }
 
     /// The slot stored under `hash` for which `is` says yes.
     #[inline]
     pub fn find(&self, hash: u64, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
-        let tag = tag_of(hash);
         self.parts[part_of(hash)]
-            .find(spread(tag), |b| b.tag == tag && is(b.slot))
-            .map(|b| b.slot)
+            .find(hash, |&slot| is(slot))
+            .copied()
     }
 
-    /// Adds `slot` under `hash` (the caller knows it is not there yet).
+    /// Adds `slot` under `hash` (the caller knows it is not there yet). `hash_of` gives the
+    /// hash of a slot already in the index, for when its part grows.
     #[inline]
-    pub fn insert(&mut self, hash: u64, slot: u32) {
-        let tag = tag_of(hash);
-        self.parts[part_of(hash)].insert_unique(spread(tag), Bucket { slot, tag }, |b| {
-            spread(b.tag)
-        });
+    pub fn insert(&mut self, hash: u64, slot: u32, hash_of: impl Fn(u32) -> u64) {
+        self.parts[part_of(hash)].insert_unique(hash, slot, |&s| hash_of(s));
         self.len += 1;
     }
 
     /// Points the entry for `old` under `hash` at `new`; false when there is none.
     #[inline]
     pub fn replace(&mut self, hash: u64, old: u32, new: u32) -> bool {
-        let tag = tag_of(hash);
-        match self.parts[part_of(hash)].find_mut(spread(tag), |b| b.tag == tag && b.slot == old) {
-            Some(b) => {
-                b.slot = new;
+        match self.parts[part_of(hash)].find_mut(hash, |&s| s == old) {
+            Some(slot) => {
+                *slot = new;
                 true
             }
             None => false,
@@ -104,20 +89,19 @@ impl Index {
     /// Removes the entry under `hash` for which `is` says yes; its slot.
     #[inline]
     pub fn remove(&mut self, hash: u64, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
-        let tag = tag_of(hash);
-        let (bucket, _) = self.parts[part_of(hash)]
-            .find_entry(spread(tag), |b| b.tag == tag && is(b.slot))
+        let (slot, _) = self.parts[part_of(hash)]
+            .find_entry(hash, |&s| is(s))
             .ok()?
             .remove();
         self.len -= 1;
-        Some(bucket.slot)
+        Some(slot)
     }
 
     /// Keeps the entries whose slot `keep` says yes to. One pass over every bucket.
     pub fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
         let mut len = 0;
         for part in self.parts.iter_mut() {
-            part.retain(|b| keep(b.slot));
+            part.retain(|&mut s| keep(s));
             len += part.len();
         }
         self.len = len;
@@ -131,15 +115,19 @@ mod tests {
     #[test]
     fn entries_are_found_by_hash_and_predicate_and_survive_growth() {
         let mut index = Index::new();
-        let hash = |i: u32| u64::from(i).wrapping_mul(0xd6e8_feb8_6659_fd93).rotate_left(17);
+        let hash = |i: u32| {
+            u64::from(i)
+                .wrapping_mul(0xd6e8_feb8_6659_fd93)
+                .rotate_left(17)
+        };
         for i in 0..20_000u32 {
-            index.insert(hash(i), i);
+            index.insert(hash(i), i, |s| hash(s));
         }
         assert_eq!(index.len(), 20_000);
         for i in (0..20_000u32).step_by(7) {
             assert_eq!(index.find(hash(i), |s| s == i), Some(i));
         }
-        // Same tag and part, another slot: the predicate decides.
+        // Same hash, another slot: the predicate decides.
         assert_eq!(index.find(hash(5), |s| s == 6), None);
         assert!(index.replace(hash(9), 9, 90_009));
         assert_eq!(index.find(hash(9), |s| s == 90_009), Some(90_009));
@@ -147,7 +135,10 @@ mod tests {
         assert_eq!(index.remove(hash(10), |s| s == 10), Some(10));
         assert_eq!(index.remove(hash(10), |s| s == 10), None);
         index.retain(|s| s % 2 == 0);
-        assert_eq!(index.len(), (0..20_000u32).filter(|i| i % 2 == 0 && *i != 10).count());
+        assert_eq!(
+            index.len(),
+            (0..20_000u32).filter(|i| i % 2 == 0 && *i != 10).count()
+        );
         assert_eq!(index.find(hash(11), |s| s == 11), None);
         assert_eq!(index.find(hash(12), |s| s == 12), Some(12));
     }
@@ -155,8 +146,8 @@ mod tests {
     #[test]
     fn one_hash_value_for_two_slots_keeps_both() {
         let mut index = Index::new();
-        index.insert(42, 1);
-        index.insert(42, 2);
+        index.insert(42, 1, |_| 42);
+        index.insert(42, 2, |_| 42);
         assert_eq!(index.find(42, |s| s == 2), Some(2));
         assert_eq!(index.remove(42, |s| s == 1), Some(1));
         assert_eq!(index.find(42, |_| true), Some(2));

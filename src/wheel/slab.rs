@@ -115,14 +115,38 @@ impl<T> Slab<T> {
         }
     }
 
+    /// Entry `index`. Panics when `index` was never handed out (a bug: indices come only from
+    /// `insert`).
     #[inline]
     pub fn get(&self, index: u32) -> &Entry<T> {
-        &self.chunks[(index >> CHUNK_BITS) as usize][(index & CHUNK_MASK) as usize]
+        let (chunk, at) = self.locate(index);
+        // SAFETY: `locate` checked `index < high`. Entries are pushed in index order, chunk by
+        // chunk, so chunk `index >> CHUNK_BITS` exists and holds more than `at` entries.
+        unsafe { self.chunks.get_unchecked(chunk).get_unchecked(at) }
     }
 
+    /// Entry `index`, to change. Panics like [`Slab::get`].
     #[inline]
     pub fn get_mut(&mut self, index: u32) -> &mut Entry<T> {
-        &mut self.chunks[(index >> CHUNK_BITS) as usize][(index & CHUNK_MASK) as usize]
+        let (chunk, at) = self.locate(index);
+        // SAFETY: as in `get`.
+        unsafe { self.chunks.get_unchecked_mut(chunk).get_unchecked_mut(at) }
+    }
+
+    /// The chunk and the position in it of entry `index`, which must have been handed out.
+    /// One comparison instead of two bounds checks through the chunk list: on a slab of a
+    /// million entries, the two checks made a cancel 100 ns slower (`benches/wheel.rs`).
+    #[inline]
+    fn locate(&self, index: u32) -> (usize, usize) {
+        assert!(
+            (index as usize) < self.high,
+            "slab index {index} was never handed out (high {})",
+            self.high
+        );
+        (
+            (index >> CHUNK_BITS) as usize,
+            (index & CHUNK_MASK) as usize,
+        )
     }
 
     /// The index behind `handle` when it is still live.

@@ -312,7 +312,12 @@ impl TimerTable {
             Err(InsertError::Full) => return Err(UpsertError::Capacity),
         };
         if !existing.is_some_and(|old| self.index.replace(hash, old, index)) {
-            self.index.insert(hash, index);
+            let (wheel, hasher) = (&self.wheel, &self.hasher);
+            self.index.insert(hash, index, |i| {
+                wheel
+                    .get_index(i)
+                    .map_or(0, |(_, r)| hasher.hash_one(r.timer.identity()))
+            });
         }
         Ok(Upserted {
             version,
