@@ -121,7 +121,7 @@ mod tests {
                 .rotate_left(17)
         };
         for i in 0..20_000u32 {
-            index.insert(hash(i), i, |s| hash(s));
+            index.insert(hash(i), i, hash);
         }
         assert_eq!(index.len(), 20_000);
         for i in (0..20_000u32).step_by(7) {
