@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
-"""Resident memory per pending timer of `punctual serve` (in-memory store).
+"""Resident memory per pending timer of `punctual serve`.
 
-Usage: perf/load/memory.py [BINARY] [COUNT]
-Starts BINARY (default target/release/punctual) with 2 shards on 127.0.0.1:7598, reads its
-VmRSS, registers COUNT timers (default 1,000,000) with 32-byte keys and 100-byte payloads
-through batch POSTs of 10,000, due in one hour, reads VmRSS again and prints the difference
-per timer. The shards are sized for COUNT timers (--shard-capacity), since their tables are
-reserved up front and that reservation is part of the cost.
+Usage: perf/load/memory.py [BINARY] [COUNT] [STORE]
+Starts BINARY (default target/release/punctual) with 2 shards on 127.0.0.1:7598 and the store
+STORE (default memory: the figure is the engine's own; `journal` adds the journal's buffers),
+reads its VmRSS, registers COUNT timers (default 1,000,000) with 32-byte keys and 100-byte
+payloads through batch POSTs of 10,000, due in one hour, reads VmRSS again and prints the
+difference per timer. --shard-capacity is COUNT: builds that reserved their tables up front
+reserved that much.
 """
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 
 binary = sys.argv[1] if len(sys.argv) > 1 else "target/release/punctual"
 count = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000
+store = sys.argv[3] if len(sys.argv) > 3 else "memory"
 port = 7598
 
 
@@ -30,7 +33,8 @@ def rss_kib(pid):
 
 proc = subprocess.Popen(
     [binary, "serve", "--listen", f"127.0.0.1:{port}", "--shards", "2",
-     "--shard-capacity", str(count), "--spin-us", "0"],
+     "--shard-capacity", str(count), "--spin-us", "0", "--store", store,
+     "--data-dir", f"/tmp/punctual-memory-{os.getpid()}"],
     stderr=subprocess.DEVNULL)
 try:
     for _ in range(200):
@@ -58,8 +62,9 @@ try:
             raise RuntimeError(f"batch at {start}: {r.status} {bad[:1]}")
     time.sleep(0.5)
     after = rss_kib(proc.pid)
-    print(f"timers: {count}  RSS before: {before} KiB  after: {after} KiB  "
+    print(f"store: {store}  timers: {count}  RSS before: {before} KiB  after: {after} KiB  "
           f"per timer: {(after - before) * 1024 / count:.0f} bytes")
 finally:
     proc.terminate()
     proc.wait()
+    shutil.rmtree(f"/tmp/punctual-memory-{os.getpid()}", ignore_errors=True)
