@@ -1,7 +1,9 @@
 //! Durable-store figures, printed as plain lines (run: `cargo bench --bench store`):
 //!
 //! 1. durable registrations/s (acknowledged by Redis), next to `redis-benchmark -q -P 64 -t
-//!    zadd` against the same redis-server in the same run;
+//!    zadd` against the same redis-server in the same run, and what each costs Redis: commands,
+//!    bytes received and Redis CPU per timer (from `INFO`), beside the same figures for
+//!    `redis-benchmark`'s own `HSET`s;
 //! 2. a burst of 100,000 timers due in the same millisecond: time until all are in the stream;
 //! 3. lateness of durable fires: the stream entry's Redis timestamp (ms) minus the deadline;
 //! 4. recovery of 1,000,000 pending timers: start to every shard loaded and ready.
@@ -87,6 +89,83 @@ fn xlen(con: &mut redis::Connection, tenant: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// What Redis has done so far, from `INFO`: CPU seconds (user + system), bytes received,
+/// commands, and `(command, calls, µs)` per command.
+struct RedisWork {
+    cpu_s: f64,
+    net_in: u64,
+    commands: u64,
+    per_command: Vec<(String, u64, u64)>,
+}
+
+impl RedisWork {
+    fn sample(con: &mut redis::Connection) -> RedisWork {
+        let info: String = redis::cmd("INFO")
+            .arg("everything")
+            .query(con)
+            .unwrap_or_default();
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .unwrap_or("0")
+                .trim()
+                .to_string()
+        };
+        let per_command = info
+            .lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let get = |k: &str| {
+                    rest.split(',')
+                        .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0)
+                };
+                Some((name.to_string(), get("calls"), get("usec")))
+            })
+            .collect();
+        RedisWork {
+            cpu_s: field("used_cpu_user").parse::<f64>().unwrap_or(0.0)
+                + field("used_cpu_sys").parse::<f64>().unwrap_or(0.0),
+            net_in: field("total_net_input_bytes").parse().unwrap_or(0),
+            commands: field("total_commands_processed").parse().unwrap_or(0),
+            per_command,
+        }
+    }
+
+    /// Per unit of work (`n` timers or operations) between `self` and `later`, as one line.
+    fn per(&self, later: &RedisWork, n: u64, what: &str) -> String {
+        let n = n.max(1) as f64;
+        let mut commands: Vec<String> = later
+            .per_command
+            .iter()
+            .filter_map(|(name, calls, usec)| {
+                let (c0, u0) = self
+                    .per_command
+                    .iter()
+                    .find(|(n0, _, _)| n0 == name)
+                    .map_or((0, 0), |&(_, c, u)| (c, u));
+                let calls = calls.saturating_sub(c0);
+                (calls > 0 && name != "info").then(|| {
+                    format!(
+                        "{name} {:.3}/{what} {:.2} µs each",
+                        calls as f64 / n,
+                        usec.saturating_sub(u0) as f64 / calls as f64
+                    )
+                })
+            })
+            .collect();
+        commands.sort();
+        format!(
+            "Redis CPU {:.2} µs/{what}, {:.1} bytes in/{what}, {:.3} commands/{what} ({})",
+            (later.cpu_s - self.cpu_s) * 1e6 / n,
+            later.net_in.saturating_sub(self.net_in) as f64 / n,
+            later.commands.saturating_sub(self.commands) as f64 / n,
+            commands.join("; ")
+        )
+    }
+}
+
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[((sorted.len() - 1) as f64 * p) as usize]
 }
@@ -126,7 +205,9 @@ fn main() {
     let n = scale(200_000);
     let zadd = redis_benchmark(redis.port, "zadd", n, &[]);
     // For context: HSET to a million random fields, closer to what a registration costs Redis.
+    let before = RedisWork::sample(&mut con);
     let hset = redis_benchmark(redis.port, "hset", n, &["-r", "1000000"]);
+    let hset_cost = before.per(&RedisWork::sample(&mut con), n, "op");
     // Three rounds on fresh keys, interleaved with redis-benchmark's, so that a busy moment
     // of a shared host shows as spread rather than as one misleading figure.
     let mut rates = Vec::new();
@@ -135,7 +216,12 @@ fn main() {
         let h = e.handle();
         let far = h.now().0 + 3_600_000_000;
         let tenant = format!("reg{round}");
+        let before = RedisWork::sample(&mut con);
         rates.push(register(&h, &tenant, n, |i| far + i));
+        println!(
+            "  round {round}: {}",
+            before.per(&RedisWork::sample(&mut con), n, "timer")
+        );
         let m = &h.store_metrics()[0].store;
         let (f, b) = (m.flush_seconds.snapshot(), m.batch_commands.snapshot());
         println!(
@@ -156,6 +242,7 @@ fn main() {
     );
     println!("redis-benchmark -q -P 64 -t zadd -n {n}: {zadd}");
     println!("redis-benchmark -q -P 64 -t hset -r 1000000 -n {n}: {hset}");
+    println!("  redis-benchmark's HSETs: {hset_cost}");
     let _: () = redis::cmd("FLUSHALL").query(&mut con).expect("flush");
 
     // 2. Burst, and 3. lateness from the same fires.
