@@ -45,11 +45,6 @@ impl Index {
         self.len
     }
 
-    /// Buckets in all parts: what a sweep visits.
-    pub fn buckets(&self) -> usize {
-        self.parts.iter().map(HashTable::capacity).sum()
-    }
-
     pub fn allocation_size(&self) -> usize {
         self.parts
             .iter()

@@ -172,7 +172,7 @@ pub struct TimerTable {
 }
 
 /// A poll removes its fired timers' index entries one by one (a random probe each, about
-/// 100 ns at a million timers) up to `buckets / SWEEP_RATIO` of them; past that, one
+/// 100 ns at a million timers) up to `pending / SWEEP_RATIO` of them; past that, one
 /// sequential sweep of the index's buckets (a bit test each, a few ns) is cheaper.
 const SWEEP_RATIO: usize = 32;
 
@@ -368,7 +368,9 @@ impl TimerTable {
         // that the fires of a burst are not spaced out by index probes. Until then the index
         // holds stale slab indices; nothing reads it while the wheel polls, and no slab entry
         // is reused before the removal (the handler cannot insert).
-        let record_max = (self.index.buckets() / SWEEP_RATIO).max(self.record_min);
+        // The pending count stands for the sweep's length (buckets are 8/7 to 16/7 of it):
+        // counting the parts' buckets would cost more than a small poll.
+        let record_max = (self.len() / SWEEP_RATIO).max(self.record_min);
         let words = self.wheel.index_bound().div_ceil(64);
         if self.fired_bits.len() < words {
             // Grows with the slab's high-water mark, outside the fires.
