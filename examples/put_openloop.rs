@@ -161,7 +161,8 @@ fn main() {
                     // A request is far smaller than a socket buffer: one write takes it whole.
                     match conn.stream.write(&req) {
                         Ok(n) if n == req.len() => {
-                            send_late.push(now.saturating_duration_since(conn.due).as_nanos() as u64);
+                            send_late
+                                .push(now.saturating_duration_since(conn.due).as_nanos() as u64);
                             conn.sent = Some(now);
                         }
                         _ => errors += 1,
@@ -194,7 +195,9 @@ fn main() {
             tv_sec: w.as_secs() as libc::time_t,
             tv_nsec: w.subsec_nanos() as libc::c_long,
         });
-        let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        let ts_ptr = ts
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
         // SAFETY: `fds` holds `fds.len()` initialised pollfds that live across the call;
         // `ts_ptr` is null or points at `ts`, alive until the call returns; no signal mask.
         let ready = unsafe {

@@ -165,8 +165,14 @@ pub(crate) struct Shard<S: TimeSource> {
 /// them on the shard is a cross-thread free (an atomic push onto the owning heap's list and a
 /// cache miss on its page header): 15% of a million-timer burst's time when done per fire.
 /// At most [`SPENT_MAX`] are held.
-#[derive(Default)]
 pub(crate) struct Spent(Vec<PackedTimer>);
+
+impl Default for Spent {
+    /// Room for one pass of fires from the start, so a first burst does not wait for it.
+    fn default() -> Spent {
+        Spent(Vec::with_capacity(FIRE_BATCH))
+    }
+}
 
 impl Spent {
     /// Frees up to `n` timers; how many.

@@ -290,7 +290,11 @@ impl<T> Wheel<T> {
         } else {
             let moves = u64::from(level_ref.count(slot)) * level as u64;
             let lead = moves.saturating_mul(self.move_ns).div_ceil(1_000);
-            start.saturating_sub(lead).max(self.elapsed)
+            // Not bounded below by `elapsed`: after a cascade ahead, `elapsed` is the start of
+            // the slot just cascaded, in the future, and the next level's cascade must not wait
+            // for it (a million timers' last step down would then begin as little as the
+            // level-2 slot width, 4 ms, before their deadline).
+            start.saturating_sub(lead)
         };
         Some(NextSlot {
             level,

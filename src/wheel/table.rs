@@ -311,6 +311,12 @@ impl TimerTable {
             Err(InsertError::OutOfRange) => return Err(UpsertError::OutOfRange),
             Err(InsertError::Full) => return Err(UpsertError::Capacity),
         };
+        let words = (index as usize / 64) + 1;
+        if self.fired_bits.len() < words {
+            // Grown here, as the slab grows, never in a poll: a burst's first fire must not
+            // wait for fresh pages (doubling: a 10-million-timer table's bitmap is 1.2 MiB).
+            self.fired_bits.resize(words.next_power_of_two(), 0);
+        }
         if !existing.is_some_and(|old| self.index.replace(hash, old, index)) {
             let (wheel, hasher) = (&self.wheel, &self.hasher);
             self.index.insert(hash, index, |i| {
@@ -371,11 +377,7 @@ impl TimerTable {
         // The pending count stands for the sweep's length (buckets are 8/7 to 16/7 of it):
         // counting the parts' buckets would cost more than a small poll.
         let record_max = (self.len() / SWEEP_RATIO).max(self.record_min);
-        let words = self.wheel.index_bound().div_ceil(64);
-        if self.fired_bits.len() < words {
-            // Grows with the slab's high-water mark, outside the fires.
-            self.fired_bits.resize(words, 0);
-        }
+        debug_assert!(self.fired_bits.len() * 64 >= self.wheel.index_bound());
         let mut fired = std::mem::take(&mut self.fired);
         fired.clear();
         let mut fired_count = 0usize;

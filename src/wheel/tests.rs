@@ -290,6 +290,28 @@ fn a_large_slot_is_cascaded_ahead_so_its_deadline_only_fires() {
 }
 
 #[test]
+fn a_cascade_ahead_does_not_hold_back_the_next_levels() {
+    // 100,000 timers 4 ms after the start of their level-2 slot: the level-1 step alone asks
+    // for 4 ms (100,000 × 40 ns), so it must start before that slot's start, which the
+    // level-2 step has just made the wheel's time.
+    let s2 = 1u64 << 30;
+    let due = s2 + 4_000;
+    let n = 100_000u32;
+    let mut wheel: Wheel<u32> = Wheel::new(UtcMicros(s2 - 300_000), n as usize);
+    for i in 0..n {
+        wheel.insert(UtcMicros(due), i).expect("in range");
+    }
+    let mut fired = 0;
+    wheel.poll(UtcMicros(s2 - 1), |_, _, _| fired += 1);
+    assert_eq!(fired, 0);
+    assert_eq!(
+        wheel.occupancy()[0],
+        n,
+        "both steps down are done before the level-2 slot starts"
+    );
+}
+
+#[test]
 fn stale_handle_does_not_cancel_the_slot_reuser() {
     let mut wheel: Wheel<&str> = Wheel::new(UtcMicros(0), 1);
     let first = wheel.insert(UtcMicros(100), "first").expect("in range");
