@@ -8,8 +8,8 @@
 //!   recovery of 1 M and 10 M timers.
 //!
 //! `cargo bench --bench journal` (all), `-- --quick` (100 k registrations, recovery of 1 M only).
-//! The data goes under `$PUNCTUAL_BENCH_DIR` or `./target/journal-bench` (a real disk:
-//! tmpfs has no O_DIRECT).
+//! The data goes under `$PUNCTUAL_BENCH_DIR` or `./target/journal-bench` (a real disk: on
+//! tmpfs `fdatasync` costs nothing).
 
 use punctual::engine::Pinning;
 use punctual::store::journal::JournalConfig;

@@ -490,7 +490,7 @@ fn a_full_disk_refuses_with_store_unavailable_loses_nothing_and_recovers() {
             return;
         }
         Err(why) => panic!(
-            "the ENOSPC test needs root and a loop device to mount a small ext4 (tmpfs has no O_DIRECT): {why}. Run as root, or set PUNCTUAL_SKIP_ROOT_TESTS=1 to skip it knowingly"
+            "the ENOSPC test needs root and a loop device to mount a small ext4 it can fill: {why}. Run as root, or set PUNCTUAL_SKIP_ROOT_TESTS=1 to skip it knowingly"
         ),
     };
     let mut cfg = config(&fs.mnt.join("data"));

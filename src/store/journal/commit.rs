@@ -101,9 +101,9 @@ async fn commit(shared: &Rc<Shared>, active: &mut Active, seq: u64) -> Result<()
     if !active.fits(size as u64) {
         roll(shared, active).await?;
     }
-    let mut buf = active.file.alloc_dma_buffer(size);
+    let mut buf = vec![0u8; size];
     {
-        let b = buf.as_bytes_mut();
+        let b = &mut buf[..];
         let mut head = Vec::with_capacity(BATCH_RECORD);
         put_batch(&mut head, seq, batch.records as u32);
         let outbox = shared.outbox.borrow();
@@ -123,7 +123,6 @@ async fn commit(shared: &Rc<Shared>, active: &mut Active, seq: u64) -> Result<()
             )))
         }
         Err(e) => {
-            let e = io::Error::from(e);
             return Err(if is_no_space(&e) {
                 Fault::NoSpace(e)
             } else {
@@ -137,7 +136,7 @@ async fn commit(shared: &Rc<Shared>, active: &mut Active, seq: u64) -> Result<()
     if cfg.fsync == Fsync::Always {
         active.file.fdatasync().await.map_err(|e| Fault::Fatal {
             what: "fdatasync",
-            error: io::Error::from(e),
+            error: e,
         })?;
     }
     active.pos += size as u64;
@@ -163,7 +162,7 @@ async fn roll(shared: &Rc<Shared>, active: &mut Active) -> Result<(), Fault> {
         // segment never outlives an earlier one's unsynced tail on a power cut.
         active.file.fdatasync().await.map_err(|e| Fault::Fatal {
             what: "fdatasync",
-            error: io::Error::from(e),
+            error: e,
         })?;
     }
     let next = Active::create(
@@ -191,7 +190,7 @@ async fn roll(shared: &Rc<Shared>, active: &mut Active) -> Result<(), Fault> {
     if let Err(e) = old.file.truncate(old.pos).await {
         tracing::debug!(file = %old.path.display(), error = %e, "journal: cannot trim a sealed segment");
     }
-    let _ = old.file.close().await;
+    drop(old.file);
     shared.files.borrow_mut().sealed.push((old.seq, old.pos));
     shared.publish_files(active.pos);
     super::compact::maybe_start(shared, active.seq);

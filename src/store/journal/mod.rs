@@ -1,5 +1,5 @@
 //! The journal store: each shard's timers made durable in its own append-only log on local
-//! disk, written through glommio's DMA files (O_DIRECT, io_uring) and group-committed with
+//! disk, written on the shard executor's blocking thread (`segment`) and group-committed with
 //! `fdatasync`, compacted into snapshots in the background, replayed at start.
 //!
 //! # What the store owns
@@ -23,7 +23,7 @@
 //!   schedule: encode the record into      take a prefix of whole records (≤ N records,
 //!   the outbox, with the caller's ack     ≤ max_batch_bytes), put a `batch` record first,
 //!   (one Vec append, no I/O)              pad to the block, write it at the segment's end
-//!                                         (DMA), fdatasync, then answer every ack in it
+//!                                         (pwrite), fdatasync, then answer every ack in it
 //! ```
 //!
 //! A commit starts as soon as the previous one is durable, so records that arrive while one is
@@ -31,8 +31,8 @@
 //! a local SSD). The shard never waits: it appends and goes on firing; the commit task runs
 //! between the shard's passes. Every commit starts on a block boundary, so no write ever
 //! touches a block that holds acknowledged records. With `fsync = never`, a commit is
-//! acknowledged when its DMA write completes: the data is in the device, which survives a
-//! process crash but not a power cut.
+//! acknowledged when its write completes: the data is in the kernel's page cache, which
+//! survives a process crash but not a power cut.
 //!
 //! # Compaction
 //!
@@ -76,7 +76,8 @@
 //!
 //! Per registration on the shard: one frame encoded into the outbox (four copies of the
 //! timer's bytes, one CRC32C) and one `VecDeque` push. Per commit: one copy of the batch into a
-//! DMA buffer, one write, one `fdatasync`. On disk: the frame (9 bytes + 16 + the packed
+//! buffer, one `pwrite` and one `fdatasync` on the executor's blocking thread, while the
+//! executor sleeps or runs its other tasks. On disk: the frame (9 bytes + 16 + the packed
 //! timer), plus per commit a 21-byte `batch` record and padding to 4 KiB.
 
 pub mod commit;
