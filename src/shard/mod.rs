@@ -695,4 +695,36 @@ mod tests {
             s.clock.stats()
         );
     }
+
+    /// A burst's fired timers are held for freeing after it, but never more than SPENT_MAX of
+    /// them, and the ones held are freed once nothing more is due.
+    #[test]
+    fn fired_timers_memory_is_held_within_its_bound_and_freed_after_the_burst() {
+        let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+        let (mut s, seen) = shard(&src);
+        s.table = TimerTable::new(s.clock.now().as_micros(), 1 << 20);
+        let due = UtcMicros(src.realtime().0 / 1_000 + 1_000);
+        let n = SPENT_MAX + 1_000;
+        for i in 0..n {
+            let timer = PackedTimer::new("t", &format!("k{i}"), b"{}").expect("small");
+            s.table
+                .insert_with_version(timer, due, i as u64 + 1)
+                .expect("in range");
+        }
+        src.advance(Duration::from_millis(2));
+        let (fired, more) = s.fire_due(usize::MAX);
+        assert_eq!((fired, more), (n as u64, More::No));
+        assert_eq!(seen.borrow().len(), n);
+        assert_eq!(
+            s.spent.0.len(),
+            SPENT_MAX,
+            "held at most SPENT_MAX, the rest freed at once"
+        );
+        let mut passes = 0;
+        while s.spent.free(FREE_BATCH) > 0 {
+            passes += 1;
+        }
+        assert_eq!(passes, SPENT_MAX.div_ceil(FREE_BATCH));
+        assert!(s.spent.0.is_empty());
+    }
 }
