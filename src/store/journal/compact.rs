@@ -162,7 +162,11 @@ async fn compact(
 }
 
 async fn write(shared: &Shared, replay: &Replay, tmp: &Path, out: u64) -> Result<(u64, u64), Stop> {
+    // Readable too, though only written: the first DMA open on a device makes glommio probe
+    // it with a read, and a write-only file fails that probe with EBADF, which glommio logs
+    // as an error.
     let file = OpenOptions::new()
+        .read(true)
         .write(true)
         .create(true)
         .truncate(true)
