@@ -175,6 +175,20 @@ impl Default for Spent {
 }
 
 impl Spent {
+    /// After a pass: frees a batch once nothing more is due, or while the hold is full; how
+    /// many it freed.
+    fn after_pass(&mut self, more: More) -> usize {
+        if more == More::No || self.0.len() >= SPENT_MAX {
+            self.free(FREE_BATCH)
+        } else {
+            0
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Frees up to `n` timers; how many.
     fn free(&mut self, n: usize) -> usize {
         let n = n.min(self.0.len());
@@ -205,11 +219,7 @@ impl<S: TimeSource> Shard<S> {
                 }
                 let (fired, more) = self.fire_due(fire_budget);
                 self.store.after_pass();
-                let freed = if more == More::No || self.spent.0.len() >= SPENT_MAX {
-                    self.spent.free(FREE_BATCH)
-                } else {
-                    0
-                };
+                let freed = self.spent.after_pass(more);
                 if cooperative && (drained > 0 || fired > 0 || freed > 0) {
                     self.yield_now().await;
                     continue;
@@ -221,7 +231,7 @@ impl<S: TimeSource> Shard<S> {
                         self.nap(&mut wakee, HELD_BACK_NAP, &mut buf).await;
                         continue;
                     }
-                    More::No if !self.ring.is_empty() || !self.spent.0.is_empty() => continue,
+                    More::No if !self.ring.is_empty() || !self.spent.is_empty() => continue,
                     More::No => self.wait(&mut wakee, &mut buf).await,
                 }
             }
