@@ -166,12 +166,12 @@ async fn roll(shared: &Rc<Shared>, active: &mut Active) -> Result<(), Fault> {
         })?;
     }
     let next = Active::create(
+        &shared.io,
         &shared.dir,
         active.seq + 1,
         shared.shard,
         shared.shards,
         shared.cfg.segment_bytes,
-        true,
     )
     .await
     .map_err(|e| {

@@ -5,29 +5,32 @@
 //!   at a segment roll, when old bytes ≥ one segment and old bytes ≥ 2 × estimated live bytes:
 //!     inputs  = the snapshot (if any) + every sealed segment (all before the new active one)
 //!     replay  = index the sealed segments; the snapshot's untouched timers + their live ones
-//!     write   snap-<active seq>.tmp: header, every live frame verbatim, an end record; sync
+//!     write   snap-<active seq>.tmp: header, every live frame verbatim, an end record —
+//!             exactly that many bytes, so the file's length is its content; fdatasync
+//!             (data and length)
 //!     rename  to snap-<active seq>.snap; sync the directory       ← the switch
 //!     delete  the inputs; sync the directory
 //! ```
 //!
 //! The task runs on the shard's executor and yields every 4,096 records, so the shard keeps
-//! firing and the commit task keeps committing; only one compaction runs at a time. A crash
+//! firing and the commit task keeps committing; only one compaction runs at a time. Its
+//! writes, syncs and changes of name go through the journal's I/O thread, 1 MiB at a time. A crash
 //! before the rename leaves a `.tmp` that the next start deletes; after it, the next start
 //! deletes whatever inputs are left. A full disk abandons the snapshot (the next roll tries
 //! again); damage in an input stops compaction for this run of the process, loudly, and leaves
 //! the files for the operator (the next start reports the same damage).
 
 use super::file::{snapshot_name, snapshot_tmp_name, Header, Kind, BLOCK};
+use super::io::{DiskFile, IoThread};
 use super::record::put_end;
 use super::replay::{breathe, Buf, Replay, Source, YIELD_EVERY};
 use super::segment::sync_dir;
 use super::{Health, Shared};
 use crate::metrics::StoreMetrics;
-use futures_lite::AsyncWriteExt;
-use glommio::io::{DmaStreamWriterBuilder, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Starts a compaction if the old files are mostly dead (see the module doc).
@@ -121,13 +124,14 @@ async fn compact(
     out: u64,
 ) -> Result<(u64, u64), Stop> {
     let dir = &shared.dir;
+    let io = &shared.io;
     let snap = match snapshot {
-        Some((seq, _)) => Some(load(&dir.join(snapshot_name(seq))).await?),
+        Some((seq, _)) => Some(load(io, &dir.join(snapshot_name(seq))).await?),
         None => None,
     };
     let mut segments = Vec::with_capacity(sealed.len());
     for &(seq, _) in sealed {
-        segments.push(load(&dir.join(super::file::segment_name(seq))).await?);
+        segments.push(load(io, &dir.join(super::file::segment_name(seq))).await?);
     }
     let mut replay = Replay::new(snap, segments, false, false);
     replay.index().await.map_err(Stop::Damage)?;
@@ -138,45 +142,89 @@ async fn compact(
     let (timers, bytes) = match written {
         Ok(w) => w,
         Err(e) => {
-            let _ = glommio::io::remove(&tmp).await;
+            let doomed = tmp.clone();
+            let _ = io.run(move |d| d.unlink(&doomed)).await;
             return Err(e);
         }
     };
     drop(replay);
-    glommio::io::rename(&tmp, dir.join(snapshot_name(out)))
-        .await
-        .map_err(std::io::Error::from)?;
-    sync_dir(dir).await?;
+    let name = dir.join(snapshot_name(out));
+    io.run(move |d| d.rename(&tmp, &name)).await?;
+    sync_dir(io, dir).await?;
     let mut doomed: Vec<PathBuf> = sealed
         .iter()
         .map(|&(seq, _)| dir.join(super::file::segment_name(seq)))
         .collect();
     doomed.extend(snapshot.map(|(seq, _)| dir.join(snapshot_name(seq))));
-    for p in &doomed {
-        if let Err(e) = glommio::io::remove(p).await {
-            tracing::warn!(file = %p.display(), error = %e, "journal: cannot delete a compacted file (the next start does)");
+    for p in doomed {
+        let shown = p.display().to_string();
+        if let Err(e) = io.run(move |d| d.unlink(&p)).await {
+            tracing::warn!(file = %shown, error = %e, "journal: cannot delete a compacted file (the next start does)");
         }
     }
-    let _ = sync_dir(dir).await;
+    let _ = sync_dir(io, dir).await;
     Ok((timers, bytes))
 }
 
+/// Bytes gathered before each write of a snapshot.
+const WRITE_CHUNK: usize = 1 << 20;
+
+/// A file written front to back through the I/O thread, `WRITE_CHUNK` bytes at a time.
+struct Writer {
+    io: IoThread,
+    file: Arc<DiskFile>,
+    buf: Vec<u8>,
+    pos: u64,
+}
+
+impl Writer {
+    async fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= WRITE_CHUNK {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(WRITE_CHUNK));
+        let (file, pos) = (self.file.clone(), self.pos);
+        let len = buf.len();
+        let n = self.io.run(move |d| d.write_at(&file, &buf, pos)).await?;
+        if n != len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!("short write: {n} of {len} bytes"),
+            ));
+        }
+        self.pos += len as u64;
+        Ok(())
+    }
+
+    /// Writes what is left and syncs: the data and the file's exact length are durable.
+    async fn finish(mut self) -> std::io::Result<u64> {
+        self.flush().await?;
+        let file = self.file.clone();
+        self.io.run(move |d| d.sync(&file)).await?;
+        Ok(self.pos)
+    }
+}
+
 async fn write(shared: &Shared, replay: &Replay, tmp: &Path, out: u64) -> Result<(u64, u64), Stop> {
-    // Readable too, though only written: the first DMA open on a device makes glommio probe
-    // it with a read, and a write-only file fails that probe with EBADF, which glommio logs
-    // as an error.
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .dma_open(tmp)
-        .await
-        .map_err(std::io::Error::from)?;
-    let mut w = DmaStreamWriterBuilder::new(file)
-        .with_buffer_size(1 << 20)
-        .with_write_behind(2)
-        .build();
+    let io = &shared.io;
+    // A `.tmp` left by a crash of an earlier run was deleted at start; one left by a failed
+    // compaction of this run was deleted when it failed.
+    let path = tmp.to_path_buf();
+    let file = io.run(move |d| d.create_new(&path)).await?;
+    let mut w = Writer {
+        io: io.clone(),
+        file: Arc::new(file),
+        buf: Vec::with_capacity(WRITE_CHUNK),
+        pos: 0,
+    };
     let header = Header {
         kind: Kind::Snapshot,
         block: BLOCK as u32,
@@ -184,10 +232,10 @@ async fn write(shared: &Shared, replay: &Replay, tmp: &Path, out: u64) -> Result
         shards: shared.shards as u32,
         seq: out,
     };
-    w.write_all(&header.encode()).await?;
+    w.put(&header.encode()).await?;
     let mut timers = 0u64;
     for (_, frame) in replay.live() {
-        w.write_all(frame).await?;
+        w.put(frame).await?;
         timers += 1;
         if timers % YIELD_EVERY as u64 == 0 {
             breathe().await;
@@ -195,19 +243,15 @@ async fn write(shared: &Shared, replay: &Replay, tmp: &Path, out: u64) -> Result
     }
     let mut end = Vec::new();
     put_end(&mut end, timers);
-    w.write_all(&end).await?;
-    let bytes = w.current_pos();
-    // Closing flushes, syncs and trims the file to what was written.
-    w.close().await?;
+    w.put(&end).await?;
+    let bytes = w.finish().await?;
     Ok((timers, bytes))
 }
 
-/// A whole file, mapped on glommio's blocking pool (no blocking call on the shard's thread).
-async fn load(path: &Path) -> Result<Source, Stop> {
+/// A whole file, mapped on the journal's I/O thread (no blocking call on the shard's thread).
+async fn load(io: &IoThread, path: &Path) -> Result<Source, Stop> {
     let owned = path.to_path_buf();
-    let read = glommio::executor()
-        .spawn_blocking(move || Buf::map(&owned))
-        .await?;
+    let read = io.run(move |_| Buf::map(&owned)).await?;
     let header =
         Header::decode(&read).map_err(|why| Stop::Damage(format!("{}: {why}", path.display())))?;
     Ok(Source {

@@ -1,5 +1,5 @@
 //! The journal store: each shard's timers made durable in its own append-only log on local
-//! disk, written on the shard executor's blocking thread (`segment`) and group-committed with
+//! disk, written on the journal's own I/O thread (`io`, `segment`) and group-committed with
 //! `fdatasync`, compacted into snapshots in the background, replayed at start.
 //!
 //! # What the store owns
@@ -76,13 +76,16 @@
 //!
 //! Per registration on the shard: one frame encoded into the outbox (four copies of the
 //! timer's bytes, one CRC32C) and one `VecDeque` push. Per commit: one copy of the batch into a
-//! buffer, one `pwrite` and one `fdatasync` on the executor's blocking thread, while the
+//! buffer, one `pwrite` and one `fdatasync` on the journal's I/O thread, while the
 //! executor sleeps or runs its other tasks. On disk: the frame (9 bytes + 16 + the packed
 //! timer), plus per commit a 21-byte `batch` record and padding to 4 KiB.
 
 pub mod commit;
 pub mod compact;
 pub mod file;
+#[cfg(test)]
+pub(crate) mod harness;
+pub mod io;
 pub mod layout;
 pub mod open;
 pub mod outbox;
@@ -138,6 +141,8 @@ pub struct JournalConfig {
     pub skip_corrupt: bool,
     /// Longest pause between retries of a commit on a full disk (default 1 s).
     pub retry_max: Duration,
+    /// The file operations the journal calls: the real disk, or (tests) one with faults.
+    pub disk: io::Disk,
 }
 
 impl JournalConfig {
@@ -153,6 +158,7 @@ impl JournalConfig {
             ack_timeout: Duration::from_secs(2),
             skip_corrupt: false,
             retry_max: Duration::from_secs(1),
+            disk: io::Disk::default(),
         }
     }
 
@@ -221,6 +227,8 @@ pub(crate) struct Shared {
     pub live: Cell<u64>,
     pub record_bytes: Cell<(u64, u64)>,
     pub metrics: Arc<ShardMetrics>,
+    /// The journal's own I/O thread: every write, sync and change of name runs there.
+    pub io: io::IoThread,
     /// Holds the data directory's lock while any shard's store lives.
     pub _lock: Arc<layout::DataDir>,
 }
@@ -289,6 +297,10 @@ impl JournalStore {
     ) -> Result<JournalStore> {
         metrics.store.set_state(StoreState::Recovering);
         let outbox = Outbox::new(cfg.max_buffered, cfg.max_buffered_fires, cfg.ack_timeout);
+        let io = io::IoThread::start(shard, cfg.disk.clone()).map_err(|e| Error::ShardStart {
+            shard,
+            reason: format!("cannot start the journal's I/O thread: {e}"),
+        })?;
         let shared = Rc::new(Shared {
             dir: data.shard_dir(shard),
             cfg,
@@ -302,6 +314,7 @@ impl JournalStore {
             live: Cell::new(0),
             record_bytes: Cell::new((0, 0)),
             metrics,
+            io,
             _lock: data,
         });
         let opened = open::open(&shared)

@@ -82,14 +82,13 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
         .max()
         .unwrap_or(1)
         .max(1);
-    let sync = cfg.fsync == super::Fsync::Always;
     let active = Active::create(
+        &shared.io,
         &shared.dir,
         next,
         shared.shard,
         shared.shards,
         cfg.segment_bytes,
-        sync,
     )
     .await
     .map_err(|e| format!("cannot create a segment in {}: {e}", shared.dir.display()))?;

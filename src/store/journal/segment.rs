@@ -1,82 +1,67 @@
 //! The active segment: the one file a shard appends to, one block-aligned commit at a time.
 //!
-//! The writes, syncs and truncations run on the shard executor's blocking thread (glommio's
-//! `spawn_blocking`), and the executor waits for them asleep. Through glommio's own file I/O,
-//! the executor went round its reactor without sleeping while a commit was in flight (its
-//! poll ring cannot sleep with a request outstanding): about 0.9 ms of CPU per operation at
-//! 1,000 PUT/s (`BENCHMARKS.md`, "the journal's CPU per operation"). The file is written
-//! through the page cache and made durable by `fdatasync`, as before.
+//! The writes, syncs and truncations run on the journal's own I/O thread (`io`), and the
+//! commit task waits for them while the executor sleeps or runs its other tasks. (Through
+//! glommio's own file I/O, the executor went round its reactor without sleeping while a commit
+//! was in flight: about 0.9 ms of CPU per operation at 1,000 PUT/s, `BENCHMARKS.md`, "the
+//! journal's CPU per operation"; through glommio's blocking pool, a commit waited behind any
+//! other blocking job of the shard, such as a webhook's name lookup.) The file is written
+//! through the page cache and made durable by `fdatasync`.
 //!
 //! A segment is created whole before it takes a record: the file is made, its full size is
 //! reserved with `fallocate` (so a full disk shows at creation, not in the middle of a commit),
 //! the header block is written and synced, and the directory is synced so that the name
-//! survives a power cut. Commits then go at `pos`, each padded to the block, so no write
-//! touches a block written before it.
+//! survives a power cut — in every fsync mode, so that no acknowledged commit ever sits in a
+//! file whose header or name a power cut can take. Commits then go at `pos`, each padded to
+//! the block, so no write touches a block written before it.
 
 use super::file::{segment_name, Header, Kind, BLOCK};
-use std::fs::File;
+use super::io::{DiskFile, IoThread};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A segment's file, used from the shard's executor; every call runs on its blocking thread.
-pub struct SegmentFile(Arc<File>);
+/// A segment's file; every call runs on the journal's I/O thread.
+pub struct SegmentFile {
+    file: Arc<DiskFile>,
+    io: IoThread,
+}
 
 impl SegmentFile {
-    /// Runs `f` on the executor's blocking thread; the executor sleeps until it is done.
     async fn run<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&File) -> io::Result<R> + Send + 'static,
+        f: impl FnOnce(&super::io::Disk, &DiskFile) -> io::Result<R> + Send + 'static,
     ) -> io::Result<R> {
-        let file = self.0.clone();
-        glommio::executor().spawn_blocking(move || f(&file)).await
+        let file = self.file.clone();
+        self.io.run(move |disk| f(disk, &file)).await
     }
 
     /// Creates `path`, which must not exist yet.
-    pub async fn create_new(path: &Path) -> io::Result<SegmentFile> {
+    pub async fn create_new(io: &IoThread, path: &Path) -> io::Result<SegmentFile> {
         let path = path.to_path_buf();
-        let file = glommio::executor()
-            .spawn_blocking(move || {
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(&path)
-            })
-            .await?;
-        Ok(SegmentFile(Arc::new(file)))
+        let file = io.run(move |disk| disk.create_new(&path)).await?;
+        Ok(SegmentFile {
+            file: Arc::new(file),
+            io: io.clone(),
+        })
     }
 
     /// Writes `buf` at `pos` with one `pwrite`; the bytes written (fewer on a full disk).
     pub async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<usize> {
-        self.run(move |f| f.write_at(&buf, pos)).await
+        self.run(move |d, f| d.write_at(f, &buf, pos)).await
     }
 
     pub async fn fdatasync(&self) -> io::Result<()> {
-        self.run(File::sync_data).await
+        self.run(|d, f| d.sync(f)).await
     }
 
     pub async fn truncate(&self, len: u64) -> io::Result<()> {
-        self.run(move |f| f.set_len(len)).await
+        self.run(move |d, f| d.set_len(f, len)).await
     }
 
     /// Reserves `len` bytes of disk for the file (`fallocate`), without changing what it reads.
     pub async fn pre_allocate(&self, len: u64) -> io::Result<()> {
-        let len = libc::off_t::try_from(len)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment size"))?;
-        self.run(move |f| {
-            // SAFETY: the descriptor belongs to `f`, which is alive for the call; fallocate
-            // reads no memory of ours.
-            let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) };
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        })
-        .await
+        self.run(move |d, f| d.allocate(f, len)).await
     }
 }
 
@@ -101,23 +86,22 @@ pub fn is_no_space(e: &io::Error) -> bool {
 impl Active {
     /// Creates segment `seq` in `dir`, ready for its first commit.
     pub async fn create(
+        io: &IoThread,
         dir: &Path,
         seq: u64,
         shard: usize,
         shards: usize,
         cap: u64,
-        sync: bool,
     ) -> io::Result<Active> {
         let path = dir.join(segment_name(seq));
-        let file = SegmentFile::create_new(&path).await?;
-        if let Err(e) = Self::prepare(&file, seq, shard, shards, cap, sync).await {
+        let file = SegmentFile::create_new(io, &path).await?;
+        if let Err(e) = Self::prepare(&file, seq, shard, shards, cap).await {
             drop(file);
-            let _ = glommio::io::remove(&path).await;
+            let doomed = path.clone();
+            let _ = io.run(move |d| d.unlink(&doomed)).await;
             return Err(e);
         }
-        if sync {
-            sync_dir(dir).await?;
-        }
+        sync_dir(io, dir).await?;
         Ok(Active {
             file,
             path,
@@ -133,7 +117,6 @@ impl Active {
         shard: usize,
         shards: usize,
         cap: u64,
-        sync: bool,
     ) -> io::Result<()> {
         if let Err(e) = file.pre_allocate(cap).await {
             if is_no_space(&e) {
@@ -159,9 +142,7 @@ impl Active {
                 "short write of a segment header",
             ));
         }
-        if sync {
-            file.fdatasync().await?;
-        }
+        file.fdatasync().await?;
         Ok(())
     }
 
@@ -172,13 +153,9 @@ impl Active {
 }
 
 /// Makes a directory's entries durable (a new or renamed file's name).
-pub async fn sync_dir(dir: &Path) -> io::Result<()> {
-    let d = glommio::io::Directory::open(dir)
-        .await
-        .map_err(io::Error::from)?;
-    let r = d.sync().await.map_err(io::Error::from);
-    let _ = d.close().await;
-    r
+pub async fn sync_dir(io: &IoThread, dir: &Path) -> io::Result<()> {
+    let dir = dir.to_path_buf();
+    io.run(move |d| d.sync_dir(&dir)).await
 }
 
 /// `n` rounded up to the block.

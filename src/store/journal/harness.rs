@@ -1,0 +1,259 @@
+//! Tests' way to drive one shard's journal store directly, through the calls a shard makes
+//! (`Store::schedule`, `cancel`, `fired`, `dead`, `dead_removed`, `after_pass`), on a glommio
+//! executor of the test's thread, and to read back what a start recovers.
+
+use super::layout::{self, DataDir};
+use super::{JournalConfig, JournalStore};
+use crate::error::Error;
+use crate::metrics::ShardMetrics;
+use crate::op::{reply_channel, Cancelled, Scheduled};
+use crate::sink::FiredTimer;
+use crate::store::{Ack, DeadLetter, Store};
+use crate::units::{UtcMicros, UtcNanos};
+use crate::wheel::table::PackedTimer;
+use futures_channel::oneshot::Receiver;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const TENANT: &str = "t";
+
+/// A timer as a start hands it to the shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub key: String,
+    pub version: u64,
+    pub deadline: u64,
+    pub meta: Vec<u8>,
+}
+
+/// The caller's end of one durable write.
+pub enum Answer {
+    Schedule(Receiver<Result<Scheduled, Error>>),
+    Cancel(Receiver<Result<Cancelled, Error>>),
+}
+
+impl Answer {
+    /// Whether the write was acknowledged (waits at most `limit`).
+    pub async fn acknowledged(self, limit: Duration) -> bool {
+        let wait = async {
+            match self {
+                Answer::Schedule(rx) => matches!(rx.await, Ok(Ok(_))),
+                Answer::Cancel(rx) => matches!(rx.await, Ok(Ok(_))),
+            }
+        };
+        futures_lite::future::or(wait, async {
+            glommio::timer::sleep(limit).await;
+            false
+        })
+        .await
+    }
+}
+
+/// One shard's store, opened and recovered.
+pub struct Node {
+    pub store: JournalStore,
+    pub recovered: Vec<Found>,
+}
+
+/// Locks the data directory for `shards` shards (re-partitioning it if the count changed).
+pub fn prepare(cfg: &JournalConfig, shards: usize) -> Result<Arc<DataDir>, String> {
+    layout::prepare(cfg, shards).map_err(|e| e.to_string())
+}
+
+impl Node {
+    /// Opens shard `shard` of `shards` and recovers it.
+    pub async fn open(
+        cfg: &JournalConfig,
+        data: Arc<DataDir>,
+        shard: usize,
+        shards: usize,
+    ) -> Result<Node, String> {
+        let metrics = Arc::new(ShardMetrics::default());
+        let mut store = JournalStore::open(cfg.clone(), data, shard, shards, metrics)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut recovered = Vec::new();
+        let stop = AtomicBool::new(false);
+        let mut insert = |r: crate::store::Recovered<'_>| {
+            recovered.push(Found {
+                key: r.key.to_string(),
+                version: r.version,
+                deadline: r.deadline.0,
+                meta: r.meta.to_vec(),
+            });
+            true
+        };
+        if !store.recover(&mut insert, &stop).await {
+            return Err("recovery stopped".into());
+        }
+        Ok(Node { store, recovered })
+    }
+
+    fn timer(key: &str, meta: &[u8]) -> PackedTimer {
+        PackedTimer::with_meta(TENANT, key, meta, b"payload").unwrap_or_else(|| unreachable!())
+    }
+
+    pub fn schedule(&mut self, key: &str, version: u64, deadline: u64, meta: &[u8]) -> Answer {
+        let (tx, rx) = reply_channel();
+        let s = Scheduled {
+            version,
+            deadline: UtcMicros(deadline),
+            replaced: false,
+        };
+        self.store
+            .schedule(&Self::timer(key, meta), &s, Ack::Schedule(tx, s));
+        Answer::Schedule(rx)
+    }
+
+    pub fn cancel(&mut self, key: &str, version: u64) -> Answer {
+        let (tx, rx) = reply_channel();
+        let c = Cancelled::Cancelled {
+            version,
+            deadline: UtcMicros(0),
+        };
+        self.store.cancel(TENANT, key, Ack::Cancel(tx, c));
+        Answer::Cancel(rx)
+    }
+
+    pub fn fired(&mut self, key: &str, version: u64) {
+        self.store.fired(&FiredTimer {
+            shard: 0,
+            tenant: TENANT,
+            key,
+            version,
+            deadline: UtcMicros(1),
+            fired_at: UtcNanos(1_000),
+            meta: &[],
+            payload: b"payload",
+        });
+    }
+
+    pub fn dead(&mut self, key: &str, version: u64, meta: &[u8]) {
+        let timer = Self::timer(key, meta);
+        self.store.dead(&DeadLetter {
+            timer: &timer,
+            version,
+            fire_at: UtcMicros(1),
+            attempts: 1,
+            last_status: Some(400),
+            last_error: None,
+            callback: "http://127.0.0.1:9/",
+        });
+    }
+
+    pub fn dead_removed(&mut self, key: &str, version: u64) -> Answer {
+        let (tx, rx) = reply_channel();
+        let c = Cancelled::Cancelled {
+            version,
+            deadline: UtcMicros(1),
+        };
+        self.store.dead_removed(TENANT, key, Ack::Cancel(tx, c));
+        Answer::Cancel(rx)
+    }
+
+    /// Ends the shard's pass: the commit task takes what was queued.
+    pub fn pass(&mut self) {
+        self.store.after_pass();
+        self.store.begin_pass();
+    }
+
+    pub async fn close(mut self) {
+        self.store.close().await;
+    }
+}
+
+/// Runs `f` on a fresh glommio executor of this thread.
+pub fn on_executor<T>(f: impl std::future::Future<Output = T>) -> T {
+    match glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make() {
+        Ok(ex) => ex.run(f),
+        Err(e) => panic!("cannot start an executor: {e}"),
+    }
+}
+
+/// A journal config for tests: the smallest segments, long timeouts (outcomes, not latency).
+pub fn config(dir: &std::path::Path) -> JournalConfig {
+    let mut cfg = JournalConfig::new(dir);
+    cfg.segment_bytes = 1 << 20;
+    cfg.max_batch_bytes = 256 << 10;
+    cfg.ack_timeout = Duration::from_secs(60);
+    cfg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_does_not_wait_behind_the_executors_blocking_pool() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cfg = config(tmp.path());
+        let data = prepare(&cfg, 1).expect("prepare");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            // Occupy the executor's blocking pool (where a webhook's name lookup runs) until
+            // the commit is answered, or 60 s.
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let started = Arc::new(AtomicBool::new(false));
+            let running = started.clone();
+            let blocker = glommio::spawn_local(glommio::executor().spawn_blocking(move || {
+                running.store(true, std::sync::atomic::Ordering::Release);
+                let _ = held.recv_timeout(Duration::from_secs(60));
+            }));
+            for _ in 0..10_000 {
+                if started.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+            assert!(
+                started.load(std::sync::atomic::Ordering::Acquire),
+                "the blocking job runs"
+            );
+            let answer = node.schedule("k", 1, u64::MAX / 2, b"");
+            node.pass();
+            let acked = answer.acknowledged(Duration::from_secs(30)).await;
+            let _ = release.send(());
+            blocker.await;
+            assert!(
+                acked,
+                "the commit waited behind the executor's blocking pool"
+            );
+            node.close().await;
+        });
+    }
+
+    #[test]
+    fn the_harness_recovers_what_it_acknowledged() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cfg = config(tmp.path());
+        let far = u64::MAX / 2;
+        let data = prepare(&cfg, 1).expect("prepare");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            let answers = vec![
+                node.schedule("a", 1, far, b""),
+                node.schedule("b", 2, far, b""),
+                node.cancel("b", 2),
+                node.schedule("c", 3, 5, b""),
+            ];
+            node.fired("c", 3);
+            node.dead("d", 4, b"");
+            let removed = node.dead_removed("d", 4);
+            node.pass();
+            for a in answers.into_iter().chain([removed]) {
+                assert!(a.acknowledged(Duration::from_secs(30)).await);
+            }
+            node.close().await;
+        });
+        let data = prepare(&cfg, 1).expect("prepare again");
+        let found = on_executor(async {
+            let node = Node::open(&cfg, data, 0, 1).await.expect("reopens");
+            let found = node.recovered.clone();
+            node.close().await;
+            found
+        });
+        let keys: Vec<_> = found.iter().map(|f| (f.key.as_str(), f.version)).collect();
+        assert_eq!(keys, [("a", 1)]);
+    }
+}
