@@ -90,12 +90,10 @@ impl<S: TimeSource> Shard<S> {
                     }
                 }
                 Next::Dead { meta, fire_at } => {
-                    if k.own {
-                        self.store.fired(&f);
-                    }
-                    if let Some(letter) = PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload)
-                    {
-                        self.bury(letter, version, fire_at);
+                    match PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload) {
+                        Some(letter) => self.bury(letter, version, fire_at, k.own.then_some(&f)),
+                        None if k.own => self.store.fired(&f),
+                        None => {}
                     }
                 }
                 Next::Done | Next::Wake => {
@@ -170,7 +168,7 @@ impl<S: TimeSource> Shard<S> {
             Next::Dead { meta, fire_at } => {
                 if self.table.cancel(identity).is_some() {
                     if let Some(letter) = PackedTimer::with_meta(tenant, key, &meta, &payload) {
-                        self.bury(letter, f.version, fire_at);
+                        self.bury(letter, f.version, fire_at, None);
                     }
                 }
             }
@@ -188,9 +186,16 @@ impl<S: TimeSource> Shard<S> {
         );
     }
 
-    /// Files a dead letter (already out of the table) and tells the store. It keeps its quota
-    /// slot; one it replaces gives its slot back.
-    fn bury(&mut self, letter: PackedTimer, version: u64, fire_at: UtcMicros) {
+    /// Files a dead letter (already out of the table) and tells the store, with the fire when
+    /// it was the timer's own firing that killed it. It keeps its quota slot; one it replaces
+    /// gives its slot back.
+    fn bury(
+        &mut self,
+        letter: PackedTimer,
+        version: u64,
+        fire_at: UtcMicros,
+        fired: Option<&FiredTimer<'_>>,
+    ) {
         let d = Delivery::decode(letter.meta());
         let (attempts, last_status, last_error, callback) = match &d {
             Some(d) => (
@@ -207,7 +212,7 @@ impl<S: TimeSource> Shard<S> {
             ),
             None => (0, None, None, ""),
         };
-        self.store.dead(&DeadLetter {
+        let dead = DeadLetter {
             timer: &letter,
             version,
             fire_at,
@@ -215,7 +220,11 @@ impl<S: TimeSource> Shard<S> {
             last_status,
             last_error,
             callback,
-        });
+        };
+        match fired {
+            Some(f) => self.store.fired_dead(f, &dead),
+            None => self.store.dead(&dead),
+        }
         let m = self.metrics.webhooks.tenant(letter.tenant());
         DeliveryMetrics::add(&m.dead, 1);
         let tenant = letter.tenant().to_string();
@@ -295,12 +304,9 @@ impl<S: TimeSource> Shard<S> {
                     deadline: now,
                     replaced: false,
                 };
-                // The dead letter's removal goes first: a store that keeps dead letters and
-                // timers under one identity (the journal) must replay the removal before the
-                // re-driven timer, not after it.
-                self.store.dead_removed(tenant, key, Ack::None);
-                if let Some(t) = self.table.timer_at(u.slot) {
-                    self.store.schedule(t, &s, Ack::Schedule(reply, s));
+                match self.table.timer_at(u.slot) {
+                    Some(t) => self.store.redrive(t, &s, Ack::Schedule(reply, s)),
+                    None => self.store.dead_removed(tenant, key, Ack::None),
                 }
                 DeliveryMetrics::add(&self.metrics.webhooks.tenant(tenant).dead, -1);
             }

@@ -26,8 +26,9 @@
 //!   metadata; the stream entry as for a fire);
 //! - per step of a webhook delivery: [`Store::schedule`] (a retry: the record rewritten, same
 //!   version, no caller), [`Store::cancel`] (delivered: the record goes), [`Store::dead`] (the
-//!   record goes, a dead letter is kept), [`Store::dead_removed`] (a dead letter discarded or
-//!   re-driven);
+//!   record goes, a dead letter is kept; [`Store::fired_dead`] when the timer's own firing
+//!   killed it), [`Store::dead_removed`] (a dead letter discarded), [`Store::redrive`] (a
+//!   dead letter pending again);
 //! - after each pass, [`Store::after_pass`]; at shutdown, [`Store::close`].
 //!
 //! Dead letters come back at start through [`Store::recover`] like timers; their metadata
@@ -177,9 +178,26 @@ pub trait Store {
         self.cancel(letter.timer.tenant(), letter.timer.key(), Ack::None);
     }
 
+    /// A timer's own firing made it a dead letter: its fire and its dead letter. A store that
+    /// writes them separately may lose the dead letter in a crash between the two; the journal
+    /// writes one record.
+    fn fired_dead(&mut self, timer: &FiredTimer<'_>, letter: &DeadLetter<'_>) {
+        self.fired(timer);
+        self.dead(letter);
+    }
+
     /// A dead letter was discarded or re-driven: it goes.
     fn dead_removed(&mut self, _tenant: &str, _key: &str, ack: Ack) {
         ack.answer(Ok(()));
+    }
+
+    /// A dead letter was re-driven: it goes, and `timer` (its identity) is pending again under
+    /// its version, already in the shard's table. The removal comes first, so that a store
+    /// that applies them in order never lets the removal erase the re-driven timer; the
+    /// journal writes one record for both.
+    fn redrive(&mut self, timer: &PackedTimer, scheduled: &Scheduled, ack: Ack) {
+        self.dead_removed(timer.tenant(), timer.key(), Ack::None);
+        self.schedule(timer, scheduled, ack);
     }
 
     /// After each pass of the shard's loop.

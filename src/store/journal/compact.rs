@@ -242,7 +242,7 @@ async fn write(shared: &Shared, replay: &Replay, tmp: &Path, out: u64) -> Result
         }
     }
     let mut end = Vec::new();
-    put_end(&mut end, timers);
+    put_end(&mut end, replay.end(timers));
     w.put(&end).await?;
     let bytes = w.finish().await?;
     Ok((timers, bytes))

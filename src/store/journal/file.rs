@@ -71,7 +71,7 @@ impl Header {
         let format = u16::from_le_bytes([h[8], h[9]]);
         if format != FORMAT {
             return Err(format!(
-                "journal format {format}; this build reads format {FORMAT}"
+                "journal format {format}; this build reads format {FORMAT} only (before 1.0, formats are not migrated: let the timers drain with the build that wrote them, or start on an empty --data-dir)"
             ));
         }
         let kind = match h[10] {

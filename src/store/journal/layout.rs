@@ -308,8 +308,8 @@ fn repartition(cfg: &JournalConfig, root: &Path, from: u64, old: usize, new: usi
     let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .make()
         .map_err(|e| Error::Config(format!("journal: cannot start the re-partition: {e}")))?;
-    let moved = ex.run(async {
-        let mut moved = 0u64;
+    let (moved, floor) = ex.run(async {
+        let (mut moved, mut floor) = (0u64, 0u64);
         for s in 0..old {
             let dir = source.join(format!("shard-{s}"));
             if !dir.exists() {
@@ -327,6 +327,7 @@ fn repartition(cfg: &JournalConfig, root: &Path, from: u64, old: usize, new: usi
                 .check_snapshot()
                 .await
                 .map_err(|e| Error::Config(format!("journal: {e}")))?;
+            floor = floor.max(replay.end(0).version_floor);
             for (t, frame) in replay.live() {
                 let owner = crate::partition::shard_of(t.tenant, t.key, new);
                 if let Some((path, w, n)) = outs.get_mut(owner) {
@@ -337,11 +338,17 @@ fn repartition(cfg: &JournalConfig, root: &Path, from: u64, old: usize, new: usi
                 }
             }
         }
-        Ok::<u64, Error>(moved)
+        Ok::<(u64, u64), Error>((moved, floor))
     })?;
     for (path, w, n) in outs {
         let mut end = Vec::new();
-        record::put_end(&mut end, n);
+        // A new generation's batches start again at 1; its versions stay above the old ones.
+        let end_record = record::End {
+            entries: n,
+            last_batch: 0,
+            version_floor: floor,
+        };
+        record::put_end(&mut end, end_record);
         let mut f = w
             .into_inner()
             .map_err(|e| io("cannot write", &path, e.into_error()))?;
@@ -364,6 +371,8 @@ pub struct Found {
     pub key: String,
     pub version: u64,
     pub deadline_us: u64,
+    /// A dead letter, not a pending timer.
+    pub dead: bool,
 }
 
 /// Replays one shard directory as a start would (without creating a segment), on a
@@ -384,11 +393,12 @@ pub fn read_shard_dir(
         replay.check_snapshot().await?;
         let found = replay
             .live()
-            .map(|(t, _)| Found {
+            .map(|(t, frame)| Found {
                 tenant: t.tenant.to_string(),
                 key: t.key.to_string(),
                 version: t.version,
                 deadline_us: t.deadline.0,
+                dead: record::is_dead_letter(frame),
             })
             .collect();
         let mut report = replay.report.clone();

@@ -12,7 +12,7 @@
 //!       snap-<seq>.snap                   the live timers of every segment before seq
 //! ```
 //!
-//! One journal per shard, written only by that shard's thread. The record format (version 1)
+//! One journal per shard, written only by that shard's thread. The record format (version 2)
 //! is in `record`, the file header in `file`; `docs/ARCHITECTURE.md` has both.
 //!
 //! # Writing: group commit
@@ -93,6 +93,8 @@ pub mod record;
 pub mod replay;
 pub mod scan;
 pub mod segment;
+#[cfg(test)]
+mod testlog;
 
 use super::{Ack, DeadLetter, LocalFuture, Recovered, Store};
 use crate::error::{Error, Result};
@@ -344,6 +346,23 @@ impl JournalStore {
     }
 }
 
+impl JournalStore {
+    /// Queues a dead-letter record; `fire` when it is also the timer's fire (counted as one).
+    fn push_dead(&mut self, letter: &DeadLetter<'_>, fire: bool) {
+        let shared = &self.shared;
+        let mut size = 0;
+        shared.outbox.borrow_mut().push(
+            |b| {
+                size = record::put_dead_letter(b, letter.version, letter.fire_at, letter.timer);
+                size
+            },
+            Ack::None,
+            fire,
+        );
+        shared.note_record(size);
+    }
+}
+
 impl Store for JournalStore {
     fn kind(&self) -> &'static str {
         "journal"
@@ -460,16 +479,46 @@ impl Store for JournalStore {
         self.attempt(kept, s.version, s.deadline, Ack::None);
     }
 
-    /// A dead letter stays in the journal as its timer, under its version, with the delivery
-    /// metadata that says it is dead: recovery hands it back and the shard files it by that
-    /// metadata. It still counts as live data for compaction.
+    /// A dead letter record: the dead letter is filed under its identity, apart from the
+    /// pending timers, and the pending timer it was leaves them (see `record`). It counts as
+    /// live data for compaction.
     fn dead(&mut self, letter: &DeadLetter<'_>) {
-        self.attempt(letter.timer, letter.version, letter.fire_at, Ack::None);
+        self.push_dead(letter, false);
     }
 
-    /// A dead letter discarded or re-driven: a cancel record.
+    /// The timer's own firing made it a dead letter: one dead-letter record, which is the
+    /// fire too, so that no crash keeps the fire and loses the dead letter.
+    fn fired_dead(&mut self, _t: &FiredTimer<'_>, letter: &DeadLetter<'_>) {
+        if self.shared.health.get() == Health::Failed {
+            return;
+        }
+        self.push_dead(letter, true);
+    }
+
+    /// A dead letter discarded: a dead-removed record (the pending timers are not touched).
     fn dead_removed(&mut self, tenant: &str, key: &str, ack: Ack) {
-        self.cancel(tenant, key, ack);
+        self.shared.outbox.borrow_mut().push(
+            |b| record::put_dead_removed(b, tenant, key),
+            ack,
+            false,
+        );
+    }
+
+    /// A dead letter re-driven: one record that removes it and makes `timer` pending, so that
+    /// no crash can apply one half without the other.
+    fn redrive(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
+        let shared = &self.shared;
+        let mut size = 0;
+        shared.outbox.borrow_mut().push(
+            |b| {
+                size = record::put_redrive(b, s.version, s.deadline, timer);
+                size
+            },
+            ack,
+            false,
+        );
+        shared.note_record(size);
+        shared.live.set(shared.live.get() + 1);
     }
 
     /// Wakes the commit task and answers callers past the ack timeout (see the Redis store's

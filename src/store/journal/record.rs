@@ -1,21 +1,36 @@
-//! The journal's record format, version 1: how one record is framed, encoded and decoded.
+//! The journal's record format, version 2: how one record is framed, encoded and decoded.
 //!
 //! ```text
 //!   frame:  len: u32 LE | crc32c: u32 LE | type: u8 | body: len - 1 bytes
 //!           crc32c covers the 4 bytes of len, the type and the body
 //!
-//!   type  name         body
-//!   1     batch        seq: u64 | records: u32             first record of every commit
-//!   2     schedule     version: u64 | deadline_us: u64 | timer
-//!   3     attempt      version: u64 | deadline_us: u64 | timer   (a retry: same version)
-//!   4     cancel       identity
-//!   5     fired        version: u64 | identity
-//!   6     dead letter  version: u64 | identity               (reserved: removes the timer)
-//!   7     end          timers: u64                          last record of a snapshot
+//!   type  name          body                                    timers      dead letters
+//!   1     batch         seq: u64 | records: u32                 (first record of every commit)
+//!   2     schedule      version: u64 | deadline_us: u64 | timer pending
+//!   3     attempt       version: u64 | deadline_us: u64 | timer pending (a retry: same version)
+//!   4     cancel        identity                                gone
+//!   5     fired         version: u64 | identity                 gone
+//!   6     dead letter   version: u64 | fire_at_us: u64 | timer  gone        filed
+//!   7     end           entries: u64 | last_batch: u64 | version_floor: u64   (last record of a snapshot)
+//!   8     dead removed  identity                                            gone (discarded)
+//!   9     redrive       version: u64 | deadline_us: u64 | timer pending     gone (re-driven)
 //!
 //!   identity = tenant_len: u8 | key_len: u8 | tenant | key
 //!   timer    = identity | meta_len: u16 LE | meta | payload (the rest of the body)
 //! ```
+//!
+//! A pending timer and a dead letter may share an identity (the API's `409 timer_pending`
+//! says they coexist), so replay keeps two sets, and each record says what it does to each
+//! ([`Record::effect`]): a record about one set never touches the other, except the two that
+//! are one operation on both — a dead letter (its timer died: it leaves the pending set) and a
+//! re-drive (the dead letter goes, the timer is pending again) — which are single records so
+//! that no crash can apply half of one.
+//!
+//! The batch sequence runs 1, 2, 3… across segments, restarts and snapshots (a snapshot's end
+//! record holds the last one it covers), so that recovery can prove that nothing is missing
+//! between two commits (`replay`). The end record also holds the highest version the covered
+//! records ever carried, so that versions only grow even after the records that carried them
+//! are compacted away and the clock steps back.
 //!
 //! All integers are little-endian. A timer's bytes after the version and deadline are laid out
 //! like a `PackedTimer`, so a schedule is encoded with four copies and decoded without any.
@@ -29,7 +44,7 @@ use crate::units::UtcMicros;
 use crate::wheel::table::PackedTimer;
 
 /// The format's version, written in every file header.
-pub const FORMAT: u16 = 1;
+pub const FORMAT: u16 = 2;
 
 /// Bytes before the body: len, crc, type.
 pub const FRAME: usize = 9;
@@ -47,6 +62,8 @@ pub mod kind {
     pub const FIRED: u8 = 5;
     pub const DEAD_LETTER: u8 = 6;
     pub const END: u8 = 7;
+    pub const DEAD_REMOVED: u8 = 8;
+    pub const REDRIVE: u8 = 9;
 }
 
 /// A timer as a schedule or attempt record holds it; borrowed from the buffer.
@@ -65,26 +82,106 @@ pub struct Timer<'a> {
 /// One decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record<'a> {
-    Batch { seq: u64, records: u32 },
+    Batch {
+        seq: u64,
+        records: u32,
+    },
     Schedule(Timer<'a>),
     Attempt(Timer<'a>),
-    Cancel { identity: &'a [u8] },
-    Fired { version: u64, identity: &'a [u8] },
-    DeadLetter { version: u64, identity: &'a [u8] },
-    End { timers: u64 },
+    Cancel {
+        identity: &'a [u8],
+    },
+    Fired {
+        version: u64,
+        identity: &'a [u8],
+    },
+    /// A dead letter, with its timer's final metadata and payload; `deadline` is the timer's
+    /// own deadline.
+    DeadLetter(Timer<'a>),
+    End(End),
+    DeadRemoved {
+        identity: &'a [u8],
+    },
+    Redrive(Timer<'a>),
+}
+
+/// The end record of a snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct End {
+    /// Records in the snapshot: pending timers and dead letters.
+    pub entries: u64,
+    /// The last batch sequence the snapshot covers (0: none); the next segment's first commit
+    /// carries the one after it.
+    pub last_batch: u64,
+    /// The highest version any covered record carried.
+    pub version_floor: u64,
+}
+
+/// What a record does to one of the two sets replay rebuilds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// The identity is in the set, as this record holds it.
+    Live,
+    /// The identity leaves the set.
+    Gone,
 }
 
 impl<'a> Record<'a> {
-    /// The timer this record is about, if any.
+    /// The (tenant, key) this record is about, if any.
     pub fn identity(&self) -> Option<&'a [u8]> {
         match *self {
-            Record::Schedule(t) | Record::Attempt(t) => Some(t.identity),
+            Record::Schedule(t)
+            | Record::Attempt(t)
+            | Record::DeadLetter(t)
+            | Record::Redrive(t) => Some(t.identity),
             Record::Cancel { identity }
             | Record::Fired { identity, .. }
-            | Record::DeadLetter { identity, .. } => Some(identity),
-            Record::Batch { .. } | Record::End { .. } => None,
+            | Record::DeadRemoved { identity } => Some(identity),
+            Record::Batch { .. } | Record::End(_) => None,
         }
     }
+
+    /// What the record does to (the pending timers, the dead letters).
+    pub fn effect(&self) -> (Option<Effect>, Option<Effect>) {
+        use Effect::{Gone, Live};
+        match self {
+            Record::Schedule(_) | Record::Attempt(_) => (Some(Live), None),
+            Record::Cancel { .. } | Record::Fired { .. } => (Some(Gone), None),
+            Record::DeadLetter(_) => (Some(Gone), Some(Live)),
+            Record::DeadRemoved { .. } => (None, Some(Gone)),
+            Record::Redrive(_) => (Some(Live), Some(Gone)),
+            Record::Batch { .. } | Record::End(_) => (None, None),
+        }
+    }
+
+    /// The version the record carries, if any.
+    pub fn version(&self) -> Option<u64> {
+        match *self {
+            Record::Schedule(t)
+            | Record::Attempt(t)
+            | Record::DeadLetter(t)
+            | Record::Redrive(t) => Some(t.version),
+            Record::Fired { version, .. } => Some(version),
+            Record::End(e) => Some(e.version_floor),
+            _ => None,
+        }
+    }
+
+    /// The timer (or dead letter) a record that makes an entry live holds.
+    pub fn entry(&self) -> Option<Timer<'a>> {
+        match *self {
+            Record::Schedule(t)
+            | Record::Attempt(t)
+            | Record::DeadLetter(t)
+            | Record::Redrive(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a whole frame is a dead letter (and not a pending timer).
+pub fn is_dead_letter(frame: &[u8]) -> bool {
+    frame.get(8) == Some(&kind::DEAD_LETTER)
 }
 
 /// Why the bytes at an offset are not a record.
@@ -187,31 +284,40 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Record<'_>, Bad> {
             (Some(seq), Some(records), 12) => Ok(Record::Batch { seq, records }),
             _ => Err(bad),
         },
-        kind::SCHEDULE | kind::ATTEMPT => {
+        kind::SCHEDULE | kind::ATTEMPT | kind::DEAD_LETTER | kind::REDRIVE => {
             let t = timer(body).ok_or(bad)?;
-            Ok(if kind == kind::SCHEDULE {
-                Record::Schedule(t)
-            } else {
-                Record::Attempt(t)
+            Ok(match kind {
+                kind::SCHEDULE => Record::Schedule(t),
+                kind::ATTEMPT => Record::Attempt(t),
+                kind::DEAD_LETTER => Record::DeadLetter(t),
+                _ => Record::Redrive(t),
             })
         }
-        kind::CANCEL => match identity(body, 0) {
-            Some((identity, _, _, end)) if end == body.len() => Ok(Record::Cancel { identity }),
+        kind::CANCEL | kind::DEAD_REMOVED => match identity(body, 0) {
+            Some((identity, _, _, end)) if end == body.len() => Ok(if kind == kind::CANCEL {
+                Record::Cancel { identity }
+            } else {
+                Record::DeadRemoved { identity }
+            }),
             _ => Err(bad),
         },
-        kind::FIRED | kind::DEAD_LETTER => {
+        kind::FIRED => {
             let version = read_u64(body, 0).ok_or(bad)?;
             match identity(body, 8) {
-                Some((identity, _, _, end)) if end == body.len() => Ok(if kind == kind::FIRED {
-                    Record::Fired { version, identity }
-                } else {
-                    Record::DeadLetter { version, identity }
-                }),
+                Some((identity, _, _, end)) if end == body.len() => {
+                    Ok(Record::Fired { version, identity })
+                }
                 _ => Err(bad),
             }
         }
-        kind::END => match (read_u64(body, 0), body.len()) {
-            (Some(timers), 8) => Ok(Record::End { timers }),
+        kind::END => match (read_u64(body, 0), read_u64(body, 8), read_u64(body, 16)) {
+            (Some(entries), Some(last_batch), Some(version_floor)) if body.len() == 24 => {
+                Ok(Record::End(End {
+                    entries,
+                    last_batch,
+                    version_floor,
+                }))
+            }
             _ => Err(bad),
         },
         other => Err(Bad::UnknownType(other)),
@@ -285,6 +391,38 @@ pub fn put_timer(
     } else {
         kind::SCHEDULE
     };
+    put_timer_as(out, kind, version, deadline, timer)
+}
+
+/// A dead letter: `timer` (with the metadata that says it is dead) under `version`, due at
+/// `fire_at`; the pending timer of its identity leaves. The frame's size.
+pub fn put_dead_letter(
+    out: &mut Vec<u8>,
+    version: u64,
+    fire_at: UtcMicros,
+    timer: &PackedTimer,
+) -> usize {
+    put_timer_as(out, kind::DEAD_LETTER, version, fire_at, timer)
+}
+
+/// A re-drive: the dead letter of `timer`'s identity goes, and `timer` is pending. The
+/// frame's size.
+pub fn put_redrive(
+    out: &mut Vec<u8>,
+    version: u64,
+    deadline: UtcMicros,
+    timer: &PackedTimer,
+) -> usize {
+    put_timer_as(out, kind::REDRIVE, version, deadline, timer)
+}
+
+fn put_timer_as(
+    out: &mut Vec<u8>,
+    kind: u8,
+    version: u64,
+    deadline: UtcMicros,
+    timer: &PackedTimer,
+) -> usize {
     frame(out, kind, |b| {
         b.extend_from_slice(&version.to_le_bytes());
         b.extend_from_slice(&deadline.0.to_le_bytes());
@@ -308,12 +446,9 @@ pub fn put_fired(out: &mut Vec<u8>, version: u64, tenant: &str, key: &str) -> us
     })
 }
 
-/// A dead letter of (tenant, key) at `version` (the timer leaves the pending set).
-pub fn put_dead_letter(out: &mut Vec<u8>, version: u64, tenant: &str, key: &str) -> usize {
-    frame(out, kind::DEAD_LETTER, |b| {
-        b.extend_from_slice(&version.to_le_bytes());
-        put_identity(b, tenant, key);
-    })
+/// The dead letter of (tenant, key) discarded.
+pub fn put_dead_removed(out: &mut Vec<u8>, tenant: &str, key: &str) -> usize {
+    frame(out, kind::DEAD_REMOVED, |b| put_identity(b, tenant, key))
 }
 
 pub fn put_batch(out: &mut Vec<u8>, seq: u64, records: u32) -> usize {
@@ -323,9 +458,11 @@ pub fn put_batch(out: &mut Vec<u8>, seq: u64, records: u32) -> usize {
     })
 }
 
-pub fn put_end(out: &mut Vec<u8>, timers: u64) -> usize {
+pub fn put_end(out: &mut Vec<u8>, end: End) -> usize {
     frame(out, kind::END, |b| {
-        b.extend_from_slice(&timers.to_le_bytes())
+        b.extend_from_slice(&end.entries.to_le_bytes());
+        b.extend_from_slice(&end.last_batch.to_le_bytes());
+        b.extend_from_slice(&end.version_floor.to_le_bytes());
     })
 }
 
@@ -403,7 +540,7 @@ mod tests {
             meta in proptest::collection::vec(any::<u8>(), 0..300),
             payload in proptest::collection::vec(any::<u8>(), 0..600),
             version in any::<u64>(), deadline in any::<u64>(), attempt in any::<bool>(),
-            tail in 0u8..4,
+            tail in 0u8..6,
         ) {
             let t = PackedTimer::with_meta(&tenant, &key, &meta, &payload).expect("fits");
             let mut out = Vec::new();
@@ -411,7 +548,9 @@ mod tests {
             match tail {
                 0 => { put_cancel(&mut out, &tenant, &key); }
                 1 => { put_fired(&mut out, version, &tenant, &key); }
-                2 => { put_dead_letter(&mut out, version, &tenant, &key); }
+                2 => { put_dead_letter(&mut out, version, UtcMicros(deadline), &t); }
+                3 => { put_dead_removed(&mut out, &tenant, &key); }
+                4 => { put_redrive(&mut out, version, UtcMicros(deadline), &t); }
                 _ => { put_batch(&mut out, version, 3); }
             }
             let Step::Record { record, next, .. } = decode_at(&out, 0, 4096) else {
@@ -430,7 +569,9 @@ mod tests {
             let want = match tail {
                 0 => Record::Cancel { identity: id },
                 1 => Record::Fired { version, identity: id },
-                2 => Record::DeadLetter { version, identity: id },
+                2 => Record::DeadLetter(expect),
+                3 => Record::DeadRemoved { identity: id },
+                4 => Record::Redrive(expect),
                 _ => Record::Batch { seq: version, records: 3 },
             };
             prop_assert_eq!(record, want);

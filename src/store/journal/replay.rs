@@ -1,14 +1,19 @@
-//! Replay: the live timers of a snapshot and the segments after it, without holding a copy of
-//! each timer.
+//! Replay: the live timers and dead letters of a snapshot and the segments after it, without
+//! holding a copy of each.
 //!
 //! ```text
-//!   1. index the segments, oldest first: identity → the location of its last record
-//!      (a schedule or attempt: live at that frame; a cancel, fire or dead letter: gone)
-//!   2. live timers = the snapshot's timers whose identity the index does not hold
-//!                  + the index's live entries, decoded from their frames
+//!   1. index the segments, oldest first: (set, identity) → the location of its last record
+//!      in that set, live or gone (`Record::effect`: the pending timers and the dead letters
+//!      are two sets, and a timer and a dead letter with the same identity coexist)
+//!   2. live entries = the snapshot's entries whose (set, identity) the index does not hold
+//!                   + the index's live entries, decoded from their frames
 //! ```
 //!
-//! The index stores 12 bytes per timer (file, offset, live) in a `hashbrown::HashTable`; the
+//! Replay also finds the version floor: the highest version any record it read carried (a
+//! snapshot's end record holds that of the records it replaced), so that the shard never
+//! hands out a version again even when the clock has stepped back.
+//!
+//! The index stores 12 bytes per entry (file, offset, set, live) in a `hashbrown::HashTable`; the
 //! identity it hashes and compares is read from the frame in the loaded file, so nothing is
 //! copied. Snapshots hold each identity once, so they are streamed, not indexed. Recovery
 //! hands the live timers to the shard; compaction copies their frames, verbatim, into the
@@ -20,7 +25,7 @@
 //! goes, and the reserved zero tail of a segment cut short by a crash costs no heap.
 
 use super::file::Header;
-use super::record::{kind, Record, Timer};
+use super::record::{kind, Effect, End, Record, Timer};
 use super::scan::{Damage, Role, Scan};
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
@@ -72,12 +77,20 @@ pub struct Source {
     pub header: Header,
 }
 
-/// Where an identity's last record lies.
+/// Where an identity's last record in one set lies.
 #[derive(Clone, Copy)]
 struct Loc {
     src: u32,
     off: u32,
+    /// The set: dead letters (true) or pending timers.
+    dead: bool,
     live: bool,
+}
+
+impl Loc {
+    fn key<'a>(&self, segments: &'a [Source]) -> (bool, &'a [u8]) {
+        (self.dead, identity_at(segments, *self))
+    }
 }
 
 /// What replay found wrong, for the metrics and the log.
@@ -89,6 +102,10 @@ pub struct Report {
     pub truncate: Option<(PathBuf, u64)>,
     /// Where the newest segment's records end (its header's end when it holds none).
     pub last_end: Option<u64>,
+    /// The highest version of every record read (and of the snapshot's end record).
+    pub version_floor: u64,
+    /// The last batch sequence read (the snapshot's, when no segment holds a batch).
+    pub last_batch: u64,
 }
 
 /// Corruption that stops the start: which file, where, and what to do.
@@ -107,6 +124,8 @@ pub struct Replay {
     index: HashTable<Loc>,
     hasher: foldhash::fast::FixedState,
     skip_corrupt: bool,
+    /// The snapshot's end record, once [`Replay::check_snapshot`] read it.
+    snapshot_end: End,
     /// Whether the newest segment may have a torn tail (false for compaction, which reads
     /// only sealed segments).
     last_may_tear: bool,
@@ -126,6 +145,7 @@ impl Replay {
             index: HashTable::new(),
             hasher: foldhash::fast::FixedState::with_seed(0x7075_6e63),
             skip_corrupt,
+            snapshot_end: End::default(),
             last_may_tear,
             report: Report::default(),
         }
@@ -152,23 +172,32 @@ impl Replay {
             let mut scan = Scan::new(&src.buf, block, block, role, self.skip_corrupt);
             for item in scan.by_ref() {
                 let (record, _, off) = item.map_err(|d| corrupt_error(&src.path, &d))?;
+                if let Some(v) = record.version() {
+                    report.version_floor = report.version_floor.max(v);
+                }
+                if let Record::Batch { seq, .. } = record {
+                    report.last_batch = seq;
+                }
                 let Some(id) = record.identity() else {
                     continue;
                 };
-                let live = matches!(record, Record::Schedule(_) | Record::Attempt(_));
-                let loc = Loc {
-                    src: i as u32,
-                    off: off as u32,
-                    live,
-                };
-                let hash = hasher.hash_one(id);
-                let found = index.find_mut(hash, |l| identity_at(segments, *l) == id);
-                match found {
-                    Some(l) => *l = loc,
-                    None => {
-                        index.insert_unique(hash, loc, |l| {
-                            hasher.hash_one(identity_at(segments, *l))
-                        });
+                let (timers, dead) = record.effect();
+                for (set, effect) in [(false, timers), (true, dead)] {
+                    let Some(effect) = effect else {
+                        continue;
+                    };
+                    let loc = Loc {
+                        src: i as u32,
+                        off: off as u32,
+                        dead: set,
+                        live: effect == Effect::Live,
+                    };
+                    let hash = hasher.hash_one((set, id));
+                    match index.find_mut(hash, |l| l.key(segments) == (set, id)) {
+                        Some(l) => *l = loc,
+                        None => {
+                            index.insert_unique(hash, loc, |l| hasher.hash_one(l.key(segments)));
+                        }
                     }
                 }
                 handled += 1;
@@ -188,8 +217,8 @@ impl Replay {
         Ok(())
     }
 
-    /// Reads the snapshot through once, so that its damage is found before any timer is
-    /// handed on; the number of timers it holds.
+    /// Reads the snapshot through once, so that its damage is found before any entry is
+    /// handed on; the number of entries (timers and dead letters) it holds.
     pub async fn check_snapshot(&mut self) -> Result<u64, String> {
         let Some(snap) = &self.snapshot else {
             return Ok(0);
@@ -197,10 +226,13 @@ impl Replay {
         let mut n = 0u64;
         let mut scan = self.snapshot_scan(snap);
         let mut end = None;
+        let mut floor = 0;
         for item in scan.by_ref() {
-            match item.map_err(|d| corrupt_error(&snap.path, &d))? {
-                (Record::Schedule(_) | Record::Attempt(_), _, _) => n += 1,
-                (Record::End { timers }, _, _) => end = Some(timers),
+            let (record, _, _) = item.map_err(|d| corrupt_error(&snap.path, &d))?;
+            floor = floor.max(record.version().unwrap_or(0));
+            match record {
+                Record::End(e) => end = Some(e),
+                r if r.entry().is_some() => n += 1,
                 _ => {}
             }
             if n % YIELD_EVERY as u64 == 0 {
@@ -208,7 +240,11 @@ impl Replay {
             }
         }
         self.report.corrupt += scan.corrupt;
-        match end {
+        self.report.version_floor = self.report.version_floor.max(floor);
+        if let Some(e) = end {
+            self.snapshot_end = e;
+        }
+        match end.map(|e| e.entries) {
             Some(t) if t == n || self.skip_corrupt => Ok(n),
             found => {
                 let d = Damage {
@@ -233,36 +269,48 @@ impl Replay {
         Scan::new(&snap.buf, block, block, Role::Snapshot, self.skip_corrupt)
     }
 
-    /// Step 2: every live timer with its frame (run [`Replay::index`] and
-    /// [`Replay::check_snapshot`] first; damage they passed is skipped here).
+    /// Step 2: every live timer and dead letter with its frame (run [`Replay::index`] and
+    /// [`Replay::check_snapshot`] first; damage they passed is skipped here). A dead letter's
+    /// metadata says what it is (`sink::is_dead`).
     pub fn live(&self) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
         let from_snapshot = self
             .snapshot
             .iter()
             .flat_map(|s| self.snapshot_scan(s))
-            .filter_map(|item| match item {
-                Ok((Record::Schedule(t) | Record::Attempt(t), frame, _)) => Some((t, frame)),
-                _ => None,
+            .filter_map(|item| {
+                let (record, frame, _) = item.ok()?;
+                let set = matches!(record, Record::DeadLetter(_));
+                Some((set, record.entry()?, frame))
             })
-            .filter(|(t, _)| {
-                let hash = self.hasher.hash_one(t.identity);
+            .filter(|(set, t, _)| {
+                let hash = self.hasher.hash_one((*set, t.identity));
                 self.index
-                    .find(hash, |l| identity_at(&self.segments, *l) == t.identity)
+                    .find(hash, |l| l.key(&self.segments) == (*set, t.identity))
                     .is_none()
-            });
+            })
+            .map(|(_, t, frame)| (t, frame));
         let from_segments = self.index.iter().filter(|l| l.live).filter_map(|l| {
             let src = self.segments.get(l.src as usize)?;
             let block = src.header.block as usize;
             match super::record::decode_at(&src.buf, l.off as usize, block) {
-                super::record::Step::Record {
-                    record: Record::Schedule(t) | Record::Attempt(t),
-                    frame,
-                    ..
-                } => Some((t, frame)),
+                super::record::Step::Record { record, frame, .. } => Some((record.entry()?, frame)),
                 _ => None,
             }
         });
         from_snapshot.chain(from_segments)
+    }
+
+    /// The end record of a snapshot of `entries` of this replay's live entries: the last batch
+    /// and the version floor of everything it read.
+    pub fn end(&self, entries: u64) -> End {
+        End {
+            entries,
+            last_batch: self.report.last_batch.max(self.snapshot_end.last_batch),
+            version_floor: self
+                .report
+                .version_floor
+                .max(self.snapshot_end.version_floor),
+        }
     }
 
     /// The loaded segments (for their paths and sizes).
@@ -300,9 +348,9 @@ fn identity_at(segments: &[Source], l: Loc) -> &[u8] {
     };
     let body = at + 9;
     let start = match kind {
-        kind::SCHEDULE | kind::ATTEMPT => body + 16,
-        kind::CANCEL => body,
-        kind::FIRED | kind::DEAD_LETTER => body + 8,
+        kind::SCHEDULE | kind::ATTEMPT | kind::DEAD_LETTER | kind::REDRIVE => body + 16,
+        kind::CANCEL | kind::DEAD_REMOVED => body,
+        kind::FIRED => body + 8,
         _ => return &[],
     };
     let (Some(&t), Some(&k)) = (src.buf.get(start), src.buf.get(start + 1)) else {
@@ -317,4 +365,88 @@ fn identity_at(segments: &[Source], l: Loc) -> &[u8] {
 /// `yield_now`, so that glommio polls for I/O and timers before coming back.
 pub async fn breathe() {
     glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::layout::read_shard_dir;
+    use super::super::testlog::*;
+
+    /// (key, version, dead) of every live entry of a shard directory.
+    fn live(dir: &std::path::Path) -> Vec<(String, u64, bool)> {
+        let (found, _) = read_shard_dir(dir, false).expect("replay");
+        let mut v: Vec<_> = found
+            .into_iter()
+            .map(|f| (f.key, f.version, f.dead))
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn one_segment(commits: &[Vec<Frame>]) -> Vec<(String, u64, bool)> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        segment(tmp.path(), 1, 1, commits);
+        live(tmp.path())
+    }
+
+    fn entry(version: u64, dead: bool) -> (String, u64, bool) {
+        ("k".to_string(), version, dead)
+    }
+
+    #[test]
+    fn a_dead_letter_and_a_pending_timer_of_one_key_coexist_in_either_order() {
+        // Dead letter, then a new timer under its key.
+        let got = one_segment(&[vec![dead("k", 1)], vec![schedule("k", 2)]]);
+        assert_eq!(got, vec![entry(1, true), entry(2, false)]);
+        // ... then the dead letter discarded: the timer stays.
+        let got = one_segment(&[vec![dead("k", 1), schedule("k", 2), dead_removed("k")]]);
+        assert_eq!(got, vec![entry(2, false)]);
+        // ... or the new timer fired: the dead letter stays.
+        let got = one_segment(&[vec![dead("k", 1), schedule("k", 2)], vec![fired("k", 2)]]);
+        assert_eq!(got, vec![entry(1, true)]);
+        // ... or cancelled: the dead letter stays.
+        let got = one_segment(&[vec![dead("k", 1), schedule("k", 2), cancel("k")]]);
+        assert_eq!(got, vec![entry(1, true)]);
+        // A pending timer that dies: it leaves the pending set, the dead letter is filed.
+        let got = one_segment(&[vec![schedule("k", 3)], vec![dead("k", 3)]]);
+        assert_eq!(got, vec![entry(3, true)]);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_both_sets_and_later_records_touch_only_their_own() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        snapshot(tmp.path(), 2, &[dead("k", 1), schedule("k", 2)], 1, 2);
+        segment(tmp.path(), 2, 2, &[vec![dead_removed("k")]]);
+        assert_eq!(live(tmp.path()), vec![entry(2, false)]);
+        let tmp = tempfile::tempdir().expect("tempdir");
+        snapshot(tmp.path(), 2, &[dead("k", 1), schedule("k", 2)], 1, 2);
+        segment(tmp.path(), 2, 2, &[vec![fired("k", 2)]]);
+        assert_eq!(live(tmp.path()), vec![entry(1, true)]);
+    }
+
+    #[test]
+    fn a_redrive_is_one_record_so_a_cut_anywhere_keeps_the_letter_or_the_timer() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let whole = segment(
+            tmp.path(),
+            1,
+            1,
+            &[vec![dead("k", 1)], vec![redrive("k", 1)]],
+        );
+        assert_eq!(live(tmp.path()), vec![entry(1, false)]);
+        let data_end = whole.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        for cut in 4096 * 2..=data_end {
+            let trial = tempfile::tempdir().expect("tempdir");
+            std::fs::write(
+                trial.path().join(super::super::file::segment_name(1)),
+                &whole[..cut],
+            )
+            .expect("cut copy");
+            let got = live(trial.path());
+            assert!(
+                got == vec![entry(1, true)] || got == vec![entry(1, false)],
+                "cut at {cut}: {got:?}"
+            );
+        }
+    }
 }

@@ -1,0 +1,156 @@
+//! The journal's recovery in the real service: `punctual serve` on a real data directory,
+//! SIGKILLed and started again. A dead letter and a pending timer with the same (tenant, key)
+//! both survive, in either order; an operator's slip with `CURRENT` never turns into an empty,
+//! healthy server; versions only grow across restarts.
+
+mod api_support;
+#[path = "support/receiver.rs"]
+mod receiver;
+
+use api_support::Server;
+use receiver::{Receiver, Reply};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A journal server on `data` with `toml` as its config file; the file lives as long as it.
+struct Svc {
+    s: Server,
+    _config: tempfile::NamedTempFile,
+}
+
+fn serve(data: &Path, toml: &str) -> Svc {
+    let mut config = tempfile::NamedTempFile::new().expect("config file");
+    config.write_all(toml.as_bytes()).expect("write config");
+    let (cfg, dir) = (config.path().to_string_lossy(), data.to_string_lossy());
+    let s = Server::start(&[
+        "--config",
+        &cfg,
+        "--store",
+        "journal",
+        "--data-dir",
+        &dir,
+        "--shards",
+        "2",
+    ]);
+    Svc { s, _config: config }
+}
+
+impl Svc {
+    fn sigkill(mut self) {
+        let _ = self.s.child.kill();
+        let _ = self.s.child.wait();
+    }
+}
+
+fn dead(s: &Server, tenant: &str) -> Vec<Value> {
+    let (st, body) = s.json("GET", &format!("/v1/dead/{tenant}"), "");
+    assert_eq!(st, 200, "{body}");
+    body["dead"].as_array().cloned().unwrap_or_default()
+}
+
+/// Polls `f` until it returns `Some`, or 20 s pass.
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let give_up = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < give_up, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A receiver that answers 400 (a permanent failure) and a server whose tenant `t` calls it;
+/// `(t, k)` made a dead letter. Its version.
+fn with_dead_letter(data: &Path) -> (Receiver, String, Svc, u64) {
+    let rx = Receiver::start(|_, _| Reply::status(400));
+    let toml = format!("callback_allow = [{:?}]\n", rx.base());
+    let s = serve(data, &toml);
+    let (st, r) = s.s.json(
+        "PUT",
+        "/v1/timers/t/k",
+        &json!({"delay_ms": 10, "payload": "first", "callback": {"url": rx.url("h")}}).to_string(),
+    );
+    assert_eq!(st, 201, "{r}");
+    let version = r["version"].as_u64().expect("version");
+    eventually("a dead letter", || {
+        (dead(&s.s, "t").len() == 1).then_some(())
+    });
+    (rx, toml, s, version)
+}
+
+fn put_far(s: &Server) -> u64 {
+    let (st, r) = s.json(
+        "PUT",
+        "/v1/timers/t/k",
+        &json!({"delay_ms": 3_600_000, "payload": "second"}).to_string(),
+    );
+    assert_eq!(st, 201, "a dead letter does not make the key pending: {r}");
+    r["version"].as_u64().expect("version")
+}
+
+#[test]
+fn discarding_a_dead_letter_keeps_the_pending_timer_of_the_same_key_across_a_crash() {
+    let data = tempfile::tempdir().expect("data dir");
+    let (_rx, toml, s, _) = with_dead_letter(data.path());
+    let version = put_far(&s.s);
+    assert_eq!(s.s.req("DELETE", "/v1/dead/t/k", "").status, 204);
+    s.sigkill();
+    let s = serve(data.path(), &toml);
+    let (st, r) = s.s.json("GET", "/v1/timers/t/k", "");
+    assert_eq!(
+        st, 200,
+        "the pending timer was erased by the dead letter's removal: {r}"
+    );
+    assert_eq!(r["version"].as_u64(), Some(version));
+    assert!(
+        dead(&s.s, "t").is_empty(),
+        "the discarded dead letter came back"
+    );
+}
+
+#[test]
+fn a_new_timer_under_a_dead_letters_key_keeps_the_dead_letter_across_a_crash() {
+    let data = tempfile::tempdir().expect("data dir");
+    let (_rx, toml, s, dead_version) = with_dead_letter(data.path());
+    let version = put_far(&s.s);
+    s.sigkill();
+    let s = serve(data.path(), &toml);
+    let (st, r) = s.s.json("GET", "/v1/timers/t/k", "");
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["version"].as_u64(), Some(version));
+    let letters = dead(&s.s, "t");
+    assert_eq!(
+        letters.len(),
+        1,
+        "the re-PUT erased the dead letter: {letters:?}"
+    );
+    assert_eq!(letters[0]["version"].as_u64(), Some(dead_version));
+}
+
+#[test]
+fn the_fire_of_a_new_timer_under_a_dead_letters_key_keeps_the_dead_letter() {
+    let data = tempfile::tempdir().expect("data dir");
+    let (_rx, toml, s, dead_version) = with_dead_letter(data.path());
+    let (st, r) = s.s.json(
+        "PUT",
+        "/v1/timers/t/k",
+        &json!({"delay_ms": 10, "payload": "second"}).to_string(),
+    );
+    assert_eq!(st, 201, "{r}");
+    eventually("the new timer fires", || {
+        (s.s.req("GET", "/v1/timers/t/k", "").status == 404).then_some(())
+    });
+    s.sigkill();
+    let s = serve(data.path(), &toml);
+    let letters = dead(&s.s, "t");
+    assert_eq!(
+        letters.len(),
+        1,
+        "the fire erased the dead letter: {letters:?}"
+    );
+    assert_eq!(letters[0]["version"].as_u64(), Some(dead_version));
+    assert_eq!(s.s.req("GET", "/v1/timers/t/k", "").status, 404);
+}
