@@ -50,6 +50,7 @@ pub mod metrics;
 pub mod op;
 pub mod partition;
 pub mod quota;
+pub mod resolve;
 pub mod ring;
 pub mod shard;
 pub mod sink;

@@ -8,8 +8,9 @@
 //! pool only after its response was read whole; an idle one older than [`IDLE_MAX`] or closed
 //! by the peer is dropped when it is next looked at.
 //!
-//! Host names are resolved on glommio's blocking thread (never on the shard's), and the
-//! addresses kept for [`DNS_TTL`]; IP literals are not resolved.
+//! Host names are resolved by the process's resolver threads ([`crate::resolve`]: never on
+//! the shard's thread, nor on the executor's blocking thread that the journal writes
+//! through), which keep answers and failures for a while and bound every lookup.
 //!
 //! Cost per delivery on a warm connection: one request written and one response read by hyper,
 //! no allocation besides the request's and the response's.
@@ -22,7 +23,6 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::{Request, StatusCode};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,16 +30,10 @@ use std::time::{Duration, Instant};
 /// keep-alive connections after 5 to 60 s; reusing one the peer is closing fails the request).
 pub const IDLE_MAX: Duration = Duration::from_secs(4);
 
-/// How long resolved addresses are kept.
-pub const DNS_TTL: Duration = Duration::from_secs(30);
-
 /// The most of a response body read (to keep the connection); a longer body closes it.
 const MAX_RESPONSE_BODY: usize = 64 * 1024;
 
 type Sender = SendRequest<Full<Bytes>>;
-
-/// Resolved addresses by `host:port`, with when they were resolved.
-type DnsCache = HashMap<String, (Instant, Arc<[SocketAddr]>)>;
 
 struct Idle {
     sender: Sender,
@@ -56,7 +50,6 @@ pub struct Answer {
 pub struct Pool {
     tls: futures_rustls::TlsConnector,
     idle: RefCell<HashMap<Target, Vec<Idle>>>,
-    dns: RefCell<DnsCache>,
 }
 
 impl Pool {
@@ -64,7 +57,6 @@ impl Pool {
         Pool {
             tls: futures_rustls::TlsConnector::from(tls),
             idle: RefCell::new(HashMap::new()),
-            dns: RefCell::new(HashMap::new()),
         }
     }
 
@@ -130,7 +122,9 @@ impl Pool {
     /// A new connection to `target`: TCP (and TLS for https), then hyper's handshake; the
     /// connection's task runs on this shard until the peer or the pool closes it.
     async fn connect(&self, target: &Target, stall: Duration) -> Result<Sender, String> {
-        let addrs = self.resolve(target).await?;
+        let addrs = crate::resolve::resolve(&target.host, target.port)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut last = String::from("no address");
         let mut stream = None;
         for addr in addrs.iter() {
@@ -173,40 +167,5 @@ impl Pool {
             .detach();
             Ok(sender)
         }
-    }
-
-    /// The target's addresses: the literal, the cached resolution, or a fresh one.
-    async fn resolve(&self, target: &Target) -> Result<Arc<[SocketAddr]>, String> {
-        if let Ok(ip) = target.host.parse::<IpAddr>() {
-            return Ok(Arc::from([SocketAddr::new(ip, target.port)]));
-        }
-        let key = format!("{}:{}", target.host, target.port);
-        if let Some((at, addrs)) = self.dns.borrow().get(&key) {
-            if at.elapsed() < DNS_TTL {
-                return Ok(addrs.clone());
-            }
-        }
-        let query = key.clone();
-        let resolved = glommio::executor()
-            .spawn_blocking(move || {
-                use std::net::ToSocketAddrs;
-                query
-                    .to_socket_addrs()
-                    .map(|a| a.collect::<Vec<_>>())
-                    .map_err(|e| e.to_string())
-            })
-            .await
-            .map_err(|e| format!("resolve {}: {e}", target.host))?;
-        if resolved.is_empty() {
-            return Err(format!("resolve {}: no address", target.host));
-        }
-        let addrs: Arc<[SocketAddr]> = Arc::from(resolved);
-        let mut dns = self.dns.borrow_mut();
-        // A bounded cache: callbacks name few hosts; a flood of names is forgotten whole.
-        if dns.len() >= 4096 {
-            dns.clear();
-        }
-        dns.insert(key, (Instant::now(), addrs.clone()));
-        Ok(addrs)
     }
 }

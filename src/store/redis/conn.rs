@@ -8,6 +8,10 @@
 //!
 //! A connection that fails in any way (I/O error, timeout, unparsable reply) is dropped whole:
 //! the parser's state goes with it, and the caller reconnects.
+//!
+//! The server's host name is resolved by the process's resolver threads
+//! ([`crate::resolve`]), never on the shard's thread (glommio's `connect_timeout` given a host
+//! name would call `getaddrinfo` right there); the connect itself goes to the addresses.
 
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 use std::io::{self, Read};
@@ -28,6 +32,8 @@ pub enum ConnError {
     Handshake(String),
     #[error("unsupported address {0} (only TCP)")]
     Unsupported(String),
+    #[error("{0}")]
+    Resolve(#[from] crate::resolve::ResolveError),
 }
 
 /// Hands the parser the unread part of the last socket read; `WouldBlock` when it is used up.
@@ -100,6 +106,26 @@ impl ReplyReader {
     }
 }
 
+/// A TCP connection to the first of `host`'s addresses that takes one, each within `timeout`;
+/// the name is resolved off this thread, within the resolver's deadline.
+async fn connect_any(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<glommio::net::TcpStream, ConnError> {
+    let addrs = crate::resolve::resolve(host, port).await?;
+    let mut last = ConnError::Resolve(crate::resolve::ResolveError::NoAddress {
+        host: host.to_string(),
+    });
+    for addr in addrs {
+        match glommio::net::TcpStream::connect_timeout(addr, timeout).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e.into(),
+        }
+    }
+    Err(last)
+}
+
 impl From<glommio::GlommioError<()>> for ConnError {
     fn from(e: glommio::GlommioError<()>) -> Self {
         ConnError::Glommio(e.to_string())
@@ -121,8 +147,7 @@ impl Conn {
             ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
             other => return Err(ConnError::Unsupported(other.to_string())),
         };
-        let stream =
-            glommio::net::TcpStream::connect_timeout((host.as_str(), port), timeout).await?;
+        let stream = connect_any(&host, port, timeout).await?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
@@ -163,7 +188,7 @@ impl Conn {
         Ok(conn)
     }
 
-    /// The server's address, `host:port`, as connected to.
+    /// The server's address, `host:port`, as connected to (the name, not the address).
     pub fn peer(&self) -> &str {
         &self.peer
     }

@@ -1,0 +1,235 @@
+//! One tenant's DNS never stalls another tenant's writes: the real binary, with its default
+//! store (the journal, real files and fsync), runs in a mount namespace of its own where
+//! `/etc/resolv.conf` names a local UDP socket that receives and never answers (a black-holed
+//! name server, glibc's timeout 3 s). Tenant `slow` has 300 callback timers on a host that
+//! only that name server could resolve; tenant `fast` PUTs plain timers from 4 connections
+//! before and while the callbacks fire.
+//!
+//! Asserted (correctness): `fast` gets no 503 and no error at all, nothing it wrote is lost,
+//! no PUT is absurdly late (over 1 s), and `slow`'s timers are all still there (retrying).
+//! Printed (figures for DRILLS.md): `fast`'s PUT latency percentiles, before and during.
+//!
+//! Needs `unshare -m` and `mount --bind` (root, or CAP_SYS_ADMIN); without them it says so
+//! and passes without running.
+
+mod api_support;
+#[path = "support/keepalive.rs"]
+mod keepalive;
+
+use api_support::{try_request, Server};
+use keepalive::KeepAlive;
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BLACK_HOLED: &str = "slow.blackhole.test";
+
+/// A UDP socket on port 53 of a loopback address of our own that reads and never answers.
+fn black_hole() -> (UdpSocket, std::net::Ipv4Addr) {
+    let pid = std::process::id();
+    for n in 0..200u32 {
+        let ip = std::net::Ipv4Addr::new(127, 53, ((pid + n) % 250) as u8 + 1, 1);
+        if let Ok(s) = UdpSocket::bind((ip, 53)) {
+            return (s, ip);
+        }
+    }
+    panic!("no loopback address with a free port 53");
+}
+
+fn can_unshare() -> bool {
+    Command::new("unshare")
+        .args(["-m", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `punctual serve` in a mount namespace whose `/etc/resolv.conf` is `resolv`.
+fn start(resolv: &std::path::Path, config: &std::path::Path, data: &std::path::Path) -> Server {
+    let port = api_support::free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let child = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
+        ])
+        .arg(resolv)
+        .arg(env!("CARGO_BIN_EXE_punctual"))
+        .args(["serve", "--listen", &addr.to_string(), "--shards", "2"])
+        .args(["--pinning", "none", "--spin-us", "0"])
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .env("RUST_LOG", "warn")
+        .env_remove("PUNCTUAL_STORE")
+        .env_remove("PUNCTUAL_REDIS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn unshare");
+    let mut s = Server { child, addr };
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Some(status)) = s.child.try_wait() {
+            panic!("punctual exited during start-up: {status}");
+        }
+        if try_request(addr, "GET", "/healthz", &[], b"").is_ok_and(|r| r.status == 200) {
+            return s;
+        }
+        assert!(Instant::now() < give_up, "punctual never became healthy");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const BASELINE: u8 = 0;
+const DURING: u8 = 1;
+
+/// One PUT: its phase, its latency, its status (0: a transport error), its key.
+struct Put {
+    phase: u8,
+    took: Duration,
+    status: u16,
+    key: String,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn summary(puts: &[Put], phase: u8) -> (usize, Duration, Duration, Duration) {
+    let mut took: Vec<Duration> = puts
+        .iter()
+        .filter(|p| p.phase == phase)
+        .map(|p| p.took)
+        .collect();
+    took.sort();
+    (
+        took.len(),
+        percentile(&took, 0.5),
+        percentile(&took, 0.99),
+        took.last().copied().unwrap_or_default(),
+    )
+}
+
+#[test]
+fn a_black_holed_name_server_for_one_tenant_never_stalls_another_tenants_writes() {
+    if !can_unshare() {
+        eprintln!("skipped: `unshare -m` is not permitted here (needs root or CAP_SYS_ADMIN)");
+        return;
+    }
+    let (_hole, ns) = black_hole();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(
+        &resolv,
+        format!("nameserver {ns}\noptions timeout:3 attempts:1\n"),
+    )
+    .expect("resolv.conf");
+    let config = dir.path().join("punctual.toml");
+    std::fs::write(
+        &config,
+        format!("callback_allow = [\"http://{BLACK_HOLED}:9/\"]\n"),
+    )
+    .expect("config");
+    let s = start(&resolv, &config, &dir.path().join("data"));
+
+    let phase = Arc::new(AtomicU8::new(BASELINE));
+    let stop = Arc::new(AtomicBool::new(false));
+    let puts = Arc::new(Mutex::new(Vec::<Put>::new()));
+    let writers: Vec<_> = (0..4)
+        .map(|c| {
+            let (phase, stop, puts, addr) = (phase.clone(), stop.clone(), puts.clone(), s.addr);
+            std::thread::spawn(move || {
+                let mut conn = KeepAlive::new(addr, Duration::from_secs(20));
+                let mut mine = Vec::new();
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("c{c}-{i}");
+                    i += 1;
+                    let p = phase.load(Ordering::Relaxed);
+                    let t = Instant::now();
+                    let status = conn
+                        .send(
+                            "PUT",
+                            &format!("/v1/timers/fast/{key}"),
+                            br#"{"delay_ms": 600000}"#,
+                        )
+                        .map_or(0, |r| r.status);
+                    mine.push(Put {
+                        phase: p,
+                        took: t.elapsed(),
+                        status,
+                        key,
+                    });
+                }
+                puts.lock().unwrap_or_else(|p| p.into_inner()).extend(mine);
+            })
+        })
+        .collect();
+
+    std::thread::sleep(Duration::from_secs(3));
+    // `slow`'s callbacks: due in 300 ms, on the black-holed host, with attempts to spare.
+    let timers: Vec<_> = (0..300)
+        .map(|i| {
+            serde_json::json!({
+                "key": format!("s{i}"),
+                "delay_ms": 300,
+                "callback": {"url": format!("http://{BLACK_HOLED}:9/hook")},
+                "retry": {"max_attempts": 100},
+            })
+        })
+        .collect();
+    let (st, r) = s.json(
+        "POST",
+        "/v1/timers/slow",
+        &serde_json::json!({ "timers": timers }).to_string(),
+    );
+    assert_eq!(st, 200, "{r}");
+    phase.store(DURING, Ordering::Relaxed);
+    // The callbacks fire, resolve into the black hole (3 s each lookup), fail, retry.
+    std::thread::sleep(Duration::from_secs(10));
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().expect("a writer thread");
+    }
+    let puts = std::mem::take(&mut *puts.lock().unwrap_or_else(|p| p.into_inner()));
+
+    let (n0, p50_0, p99_0, max0) = summary(&puts, BASELINE);
+    let (n1, p50_1, p99_1, max1) = summary(&puts, DURING);
+    println!(
+        "fast PUT latency: baseline n={n0} p50={p50_0:?} p99={p99_0:?} max={max0:?}; \
+         while slow's callbacks resolve into a black hole: n={n1} p50={p50_1:?} p99={p99_1:?} max={max1:?}"
+    );
+    assert!(n0 > 0 && n1 > 0, "no PUTs measured: {n0} {n1}");
+    let failed: Vec<_> = puts.iter().filter(|p| p.status != 201).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of fast's PUTs failed, first: {} ({} after {:?})",
+        failed.len(),
+        failed[0].key,
+        failed[0].status,
+        failed[0].took
+    );
+    assert!(
+        max1 < Duration::from_secs(1),
+        "a PUT of fast waited {max1:?} behind slow's lookups"
+    );
+    // Nothing lost: every 25th of fast's timers, and every one of slow's, is still pending.
+    for p in puts.iter().step_by(25) {
+        let r = s.req("GET", &format!("/v1/timers/fast/{}", p.key), "");
+        assert_eq!(r.status, 200, "fast/{} lost", p.key);
+    }
+    for i in 0..300 {
+        let (st, r) = s.json("GET", &format!("/v1/timers/slow/s{i}"), "");
+        assert_eq!(st, 200, "slow/s{i} lost: {r}");
+    }
+}
