@@ -8,7 +8,8 @@
 //! timeouts). `getaddrinfo` blocks, and a name server that never answers holds it for the
 //! resolver's timeout times its attempts (glibc: 5 s × 2 by default). So it must run on a
 //! thread that nothing else needs: not a shard's (its wheel would stop), and not the
-//! executor's blocking thread (one per shard, which the journal writes through). An async
+//! executor's blocking thread (one per shard, which the journal's writes went through when
+//! a black-holed lookup held it for seconds). An async
 //! resolver (`hickory-resolver`) would need a tokio runtime beside glommio's executors, and
 //! would read only `resolv.conf`, not `nsswitch.conf`.
 //!

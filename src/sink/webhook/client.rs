@@ -9,8 +9,8 @@
 //! by the peer is dropped when it is next looked at.
 //!
 //! Host names are resolved by the process's resolver threads ([`crate::resolve`]: never on
-//! the shard's thread, nor on the executor's blocking thread that the journal writes
-//! through), which keep answers and failures for a while and bound every lookup.
+//! the shard's thread, nor on the executor's blocking thread), which keep answers and
+//! failures for a while and bound every lookup.
 //!
 //! Cost per delivery on a warm connection: one request written and one response read by hyper,
 //! no allocation besides the request's and the response's.
