@@ -154,3 +154,109 @@ fn the_fire_of_a_new_timer_under_a_dead_letters_key_keeps_the_dead_letter() {
     assert_eq!(letters[0]["version"].as_u64(), Some(dead_version));
     assert_eq!(s.s.req("GET", "/v1/timers/t/k", "").status, 404);
 }
+
+/// `punctual serve` on `data`, expected to refuse to start: its exit status and stderr.
+fn refused(data: &Path) -> (std::process::ExitStatus, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args([
+            "serve",
+            "--pinning",
+            "none",
+            "--spin-us",
+            "0",
+            "--shards",
+            "2",
+        ])
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{}", api_support::free_port()),
+        ])
+        .args(["--store", "journal", "--data-dir", &data.to_string_lossy()])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn punctual");
+    let give_up = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > give_up {
+            let _ = child.kill();
+            panic!("punctual started on a data directory it should refuse");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    (status, err)
+}
+
+/// Every file under `dir`, recursively.
+fn files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("list").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_missing_current_refuses_the_start_deletes_nothing_and_its_fix_brings_every_timer_back() {
+    let data = tempfile::tempdir().expect("data dir");
+    let s = serve(data.path(), "");
+    for i in 0..100 {
+        let (st, r) = s.s.json(
+            "PUT",
+            &format!("/v1/timers/shop/k-{i}"),
+            &json!({"delay_ms": 3_600_000}).to_string(),
+        );
+        assert_eq!(st, 201, "{r}");
+    }
+    let mut s = s;
+    let pid = s.s.child.id() as i32;
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let _ = s.s.child.wait();
+    let current = data.path().join("CURRENT");
+    let text = std::fs::read_to_string(&current).expect("CURRENT");
+    std::fs::remove_file(&current).expect("the operator's slip");
+    let before = files(data.path());
+    let (status, err) = refused(data.path());
+    assert!(!status.success(), "{err}");
+    for part in [
+        "CURRENT",
+        "is missing",
+        "gen-1",
+        "punctual journal check",
+        "printf",
+    ] {
+        assert!(err.contains(part), "{part:?} not in: {err}");
+    }
+    assert!(err.contains(&data.path().display().to_string()), "{err}");
+    let mut after = files(data.path());
+    after.retain(|p| !p.ends_with("LOCK"));
+    let mut kept = before.clone();
+    kept.retain(|p| !p.ends_with("LOCK"));
+    assert_eq!(after, kept, "the refused start changed the files");
+    // What the message says to write is what was there.
+    assert!(err.contains(&text.replace('\n', "\\n")), "{err}");
+    std::fs::write(&current, text).expect("restore CURRENT");
+    let s = serve(data.path(), "");
+    for i in 0..100 {
+        assert_eq!(
+            s.s.req("GET", &format!("/v1/timers/shop/k-{i}"), "").status,
+            200,
+            "k-{i} lost"
+        );
+    }
+}

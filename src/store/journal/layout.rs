@@ -1,9 +1,15 @@
 //! The data directory: its lock, `CURRENT`, the generation directories, and the one-time
 //! re-partition when the shard count changes.
 //!
-//! `CURRENT` names the generation in force and its shard count. It is only ever replaced
-//! whole (written to `CURRENT.tmp`, synced, renamed, the directory synced), so a crash leaves
-//! either the old generation or the new one in force, never a mix.
+//! `CURRENT` names the generation in force and its shard count (`current`: its format, and
+//! why a start refuses a data directory without a valid one). It is only ever replaced whole,
+//! so a crash leaves either the old generation or the new one in force, never a mix. A start
+//! deletes a generation only when `CURRENT` names a newer one with all its shard directories.
+//!
+//! A shard directory's files are checked before any of them is deleted: [`load_dir`] only
+//! lists what a start may delete (older snapshots, the segments the newest snapshot covers,
+//! unfinished snapshots, a last segment whose header never reached the disk), and the start
+//! deletes them once the replay has found the newest snapshot and the segments good.
 //!
 //! # A change of shard count
 //!
@@ -20,6 +26,7 @@
 //! before it may acknowledge (with shared old files, none could, until all had taken over
 //! their timers, or a crash would leave acknowledged timers in two generations).
 
+use super::current::{self, Current};
 use super::file::{snapshot_name, Header, Kind, Listing, BLOCK};
 use super::record;
 use super::replay::{Buf, Replay, Source};
@@ -64,36 +71,50 @@ pub fn prepare(cfg: &JournalConfig, shards: usize) -> Result<Arc<DataDir>> {
     let root = std::path::absolute(&cfg.dir).map_err(|e| io("cannot resolve", &cfg.dir, e))?;
     std::fs::create_dir_all(&root).map_err(|e| io("cannot create", &root, e))?;
     let lock = lock(&root)?;
-    let current = read_current(&root)?;
-    let generation = match current {
-        Some((g, n)) if n == shards => {
-            remove_other_generations(&root, g);
-            for s in 0..shards {
-                let d = generation_dir(&root, g).join(format!("shard-{s}"));
-                std::fs::create_dir_all(&d).map_err(|e| io("cannot create", &d, e))?;
-            }
-            g
+    let found = current::survey(&root)?;
+    let generation = match current::read(&root)? {
+        Err(why) => {
+            return Err(current::refusal(
+                &root,
+                &format!("not valid ({why})"),
+                &found,
+            ))
         }
-        Some((g, n)) => {
-            tracing::info!(
-                from = n,
-                to = shards,
-                "journal: the shard count changed; sending every pending timer to its new shard"
-            );
-            let started = std::time::Instant::now();
-            let moved = repartition(cfg, &root, g, n, shards)?;
-            tracing::info!(
-                timers = moved,
-                ms = started.elapsed().as_millis() as u64,
-                "journal: re-partitioned"
-            );
-            g + 1
+        Ok(None) if found.iter().any(|g| g.files > 0) => {
+            return Err(current::refusal(&root, "missing", &found))
         }
-        None => {
-            remove_other_generations(&root, 0);
+        // A first start that stopped before writing CURRENT: nothing was ever written.
+        Ok(None) => {
             create_generation(&root, 1, shards)?;
-            write_current(&root, 1, shards)?;
+            current::write(
+                &root,
+                Current {
+                    generation: 1,
+                    shards,
+                },
+            )?;
             1
+        }
+        Ok(Some(c)) => {
+            in_force(&root, c, &found)?;
+            if c.shards == shards {
+                remove_older_generations(&root, c.generation, &found);
+                c.generation
+            } else {
+                tracing::info!(
+                    from = c.shards,
+                    to = shards,
+                    "journal: the shard count changed; sending every pending timer to its new shard"
+                );
+                let started = std::time::Instant::now();
+                let moved = repartition(cfg, &root, c.generation, c.shards, shards)?;
+                tracing::info!(
+                    timers = moved,
+                    ms = started.elapsed().as_millis() as u64,
+                    "journal: re-partitioned"
+                );
+                c.generation + 1
+            }
         }
     };
     Ok(Arc::new(DataDir {
@@ -124,41 +145,25 @@ fn lock(root: &Path) -> Result<File> {
     Ok(f)
 }
 
-/// (generation, shards) from `CURRENT`, if there is one.
-fn read_current(root: &Path) -> Result<Option<(u64, usize)>> {
-    let path = root.join("CURRENT");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io("cannot read", &path, e)),
+/// Checks that the generation `CURRENT` names is there whole; else the refusal.
+fn in_force(root: &Path, c: Current, found: &[current::Generation]) -> Result<()> {
+    let what = match found.iter().find(|g| g.number == c.generation) {
+        None => format!("naming gen-{}, which is not there", c.generation),
+        Some(g) if !g.complete(c.shards) => {
+            let missing: Vec<String> = (0..c.shards)
+                .filter(|s| g.shards.binary_search(s).is_err())
+                .map(|s| format!("shard-{s}"))
+                .collect();
+            format!(
+                "naming gen-{} with {} shards, whose {} is not there",
+                c.generation,
+                c.shards,
+                missing.join(", ")
+            )
+        }
+        Some(_) => return Ok(()),
     };
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
-    };
-    match (field("generation "), field("shards ")) {
-        (Some(g), Some(n)) if n > 0 => Ok(Some((g, n as usize))),
-        _ => Err(Error::Config(format!(
-            "journal: {} is not a punctual CURRENT file: {text:?}",
-            path.display()
-        ))),
-    }
-}
-
-fn write_current(root: &Path, generation: u64, shards: usize) -> Result<()> {
-    let tmp = root.join("CURRENT.tmp");
-    let text = format!(
-        "punctual journal format {}\ngeneration {generation}\nshards {shards}\n",
-        record::FORMAT
-    );
-    let write = || -> std::io::Result<()> {
-        let mut f = File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, root.join("CURRENT"))?;
-        sync_dir(root)
-    };
-    write().map_err(|e| io("cannot write", &root.join("CURRENT"), e))
+    Err(current::refusal(root, &what, found))
 }
 
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -177,78 +182,72 @@ fn create_generation(root: &Path, generation: u64, shards: usize) -> Result<Path
     Ok(g)
 }
 
-/// Deletes every `gen-*` directory but `keep`: what a crashed re-partition or an old
-/// generation left.
-fn remove_other_generations(root: &Path, keep: u64) {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(g) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("gen-"))
-            .and_then(|g| g.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        if g != keep {
-            if let Err(err) = std::fs::remove_dir_all(e.path()) {
-                tracing::warn!(dir = %e.path().display(), error = %err, "journal: cannot remove an old generation");
+/// Deletes the generations older than `keep`, which `CURRENT` names and which is complete:
+/// what an old generation or a finished re-partition left. A newer one (an unfinished
+/// re-partition) is left alone; the next re-partition starts it again.
+fn remove_older_generations(root: &Path, keep: u64, found: &[current::Generation]) {
+    for g in found {
+        let dir = generation_dir(root, g.number);
+        if g.number < keep {
+            if let Err(err) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %err, "journal: cannot remove an old generation");
             }
+        } else if g.number > keep {
+            tracing::warn!(dir = %dir.display(), current = keep, "journal: a generation newer than CURRENT's (an unfinished change of shard count) is left alone");
         }
     }
 }
 
-/// Loads a shard directory: its newest snapshot and the segments after it. Files an older
-/// snapshot covers, unfinished snapshots and a last segment whose header never reached the
-/// disk are deleted (the last counted as torn in `torn`).
-pub fn load_dir(
-    dir: &Path,
-    skip_corrupt: bool,
-    torn: &mut u64,
-) -> std::result::Result<(Option<Source>, Vec<Source>), String> {
+/// A shard directory's files, loaded, and what a start may delete once they are found good.
+pub struct Loaded {
+    pub snapshot: Option<Source>,
+    pub segments: Vec<Source>,
+    /// Older snapshots, the segments the newest snapshot covers, unfinished snapshots, and a
+    /// last segment whose header never reached the disk.
+    pub obsolete: Vec<PathBuf>,
+    /// Last segments whose header never reached the disk (counted as torn).
+    pub torn: u64,
+    /// Files skipped as unreadable (`skip_corrupt`).
+    pub skipped: u64,
+}
+
+/// Loads a shard directory: its newest snapshot and the segments after it. Deletes nothing
+/// (see the module doc).
+pub fn load_dir(dir: &Path, skip_corrupt: bool) -> std::result::Result<Loaded, String> {
     let listing = Listing::read(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-    for p in &listing.leftovers {
-        let _ = std::fs::remove_file(p);
-    }
+    let mut obsolete = listing.leftovers.clone();
     let snap_seq = listing.snapshots.last().copied();
     let covered = |seq: u64| snap_seq.is_some_and(|s| seq < s);
     for &s in &listing.snapshots {
         if Some(s) != snap_seq {
-            let _ = std::fs::remove_file(dir.join(snapshot_name(s)));
+            obsolete.push(dir.join(snapshot_name(s)));
         }
     }
+    let (mut torn, mut skipped) = (0, 0);
     let mut segments = Vec::new();
     let last = listing.segments.last().copied();
     for &seq in &listing.segments {
         let path = dir.join(super::file::segment_name(seq));
         if covered(seq) {
-            let _ = std::fs::remove_file(&path);
+            obsolete.push(path);
             continue;
         }
         let buf = Buf::map(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         match Header::decode(&buf) {
-            Ok(header) if header.kind == Kind::Segment => segments.push(Source {
-                path,
-                buf,
-                header,
-            }),
+            Ok(header) if header.kind == Kind::Segment => {
+                segments.push(Source { path, buf, header })
+            }
             // A crash while the segment was being created: nothing in it was acknowledged.
             Err(_) if Some(seq) == last && buf.iter().all(|&b| b == 0) => {
-                *torn += 1;
-                let _ = std::fs::remove_file(&path);
+                torn += 1;
+                obsolete.push(path);
             }
             Err(why) if skip_corrupt => {
+                skipped += 1;
                 tracing::error!(file = %path.display(), %why, "journal: unreadable segment skipped");
             }
             Ok(_) => return Err(format!("{} is not a segment", path.display())),
-            Err(why) => {
-                return Err(format!(
-                    "journal file {} is corrupt at offset 0: {why}. Restore the file, or start with --journal-skip-corrupt to skip it",
-                    path.display()
-                ))
-            }
+            Err(why) => return Err(unreadable(&path, &why)),
         }
     }
     let snapshot = match snap_seq {
@@ -258,26 +257,55 @@ pub fn load_dir(
             let buf =
                 Buf::map(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             match Header::decode(&buf) {
-                Ok(header) if header.kind == Kind::Snapshot => Some(Source {
-                    path,
-                    buf,
-                    header,
-                }),
+                Ok(header) if header.kind == Kind::Snapshot => Some(Source { path, buf, header }),
                 Err(why) if skip_corrupt => {
+                    skipped += 1;
                     tracing::error!(file = %path.display(), %why, "journal: unreadable snapshot skipped");
                     None
                 }
                 Ok(_) => return Err(format!("{} is not a snapshot", path.display())),
-                Err(why) => {
-                    return Err(format!(
-                        "journal file {} is corrupt at offset 0: {why}. Restore the file, or start with --journal-skip-corrupt to skip it",
-                        path.display()
-                    ))
-                }
+                Err(why) => return Err(unreadable(&path, &why)),
             }
         }
     };
-    Ok((snapshot, segments))
+    Ok(Loaded {
+        snapshot,
+        segments,
+        obsolete,
+        torn,
+        skipped,
+    })
+}
+
+fn unreadable(path: &Path, why: &str) -> String {
+    format!(
+        "journal file {} is corrupt at offset 0: {why}. Restore the file, or start with --journal-skip-corrupt to skip it",
+        path.display()
+    )
+}
+
+/// A shard directory replayed and checked, as a start does before it changes anything.
+pub struct Checked {
+    pub replay: Replay,
+    /// What the start may delete now (none when damage was skipped: the files a skipped one
+    /// would have covered stay for the operator).
+    pub obsolete: Vec<PathBuf>,
+    /// Torn tails found, and the last segment whose header never reached the disk.
+    pub torn: u64,
+}
+
+/// Loads, indexes and checks a shard directory (every CRC, the snapshot); deletes nothing.
+pub async fn check_dir(dir: &Path, skip_corrupt: bool) -> std::result::Result<Checked, String> {
+    let loaded = load_dir(dir, skip_corrupt)?;
+    let mut replay = Replay::new(loaded.snapshot, loaded.segments, skip_corrupt, true);
+    replay.index().await?;
+    replay.check_snapshot().await?;
+    let lossy = loaded.skipped > 0 || replay.report.corrupt > 0;
+    Ok(Checked {
+        torn: replay.report.torn + loaded.torn,
+        obsolete: if lossy { Vec::new() } else { loaded.obsolete },
+        replay,
+    })
 }
 
 /// Sends every live timer of generation `from` (with `old` shards) to its owner among `new`
@@ -315,18 +343,10 @@ fn repartition(cfg: &JournalConfig, root: &Path, from: u64, old: usize, new: usi
             if !dir.exists() {
                 continue;
             }
-            let mut torn = 0;
-            let (snapshot, segments) = load_dir(&dir, cfg.skip_corrupt, &mut torn)
-                .map_err(|e| Error::Config(format!("journal: {e}")))?;
-            let mut replay = Replay::new(snapshot, segments, cfg.skip_corrupt, true);
-            replay
-                .index()
+            let replay = check_dir(&dir, cfg.skip_corrupt)
                 .await
-                .map_err(|e| Error::Config(format!("journal: {e}")))?;
-            replay
-                .check_snapshot()
-                .await
-                .map_err(|e| Error::Config(format!("journal: {e}")))?;
+                .map_err(|e| Error::Config(format!("journal: {e}")))?
+                .replay;
             floor = floor.max(replay.end(0).version_floor);
             for (t, frame) in replay.live() {
                 let owner = crate::partition::shard_of(t.tenant, t.key, new);
@@ -359,8 +379,16 @@ fn repartition(cfg: &JournalConfig, root: &Path, from: u64, old: usize, new: usi
             sync_dir(dir).map_err(|e| io("cannot sync", dir, e))?;
         }
     }
-    write_current(root, to, new)?;
-    remove_other_generations(root, to);
+    current::write(
+        root,
+        Current {
+            generation: to,
+            shards: new,
+        },
+    )?;
+    if let Ok(found) = current::survey(root) {
+        remove_older_generations(root, to, &found);
+    }
     Ok(moved)
 }
 
@@ -375,9 +403,9 @@ pub struct Found {
     pub dead: bool,
 }
 
-/// Replays one shard directory as a start would (without creating a segment), on a
-/// temporary executor of the calling thread: its live timers and what was torn or skipped.
-/// For tests and inspection; files a start would delete are deleted.
+/// Replays one shard directory as a start would (without creating a segment or deleting
+/// anything), on a temporary executor of the calling thread: its live timers and what was
+/// torn or skipped. For tests and inspection.
 pub fn read_shard_dir(
     dir: &Path,
     skip_corrupt: bool,
@@ -386,11 +414,7 @@ pub fn read_shard_dir(
         .make()
         .map_err(|e| e.to_string())?;
     ex.run(async {
-        let mut torn = 0;
-        let (snapshot, segments) = load_dir(dir, skip_corrupt, &mut torn)?;
-        let mut replay = Replay::new(snapshot, segments, skip_corrupt, true);
-        replay.index().await?;
-        replay.check_snapshot().await?;
+        let Checked { replay, torn, .. } = check_dir(dir, skip_corrupt).await?;
         let found = replay
             .live()
             .map(|(t, frame)| Found {
@@ -402,7 +426,106 @@ pub fn read_shard_dir(
             })
             .collect();
         let mut report = replay.report.clone();
-        report.torn += torn;
+        report.torn = torn;
         Ok((found, report))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::current::Current;
+    use super::super::testlog::{schedule, segment, snapshot};
+    use super::*;
+
+    fn cfg(root: &Path) -> JournalConfig {
+        JournalConfig::new(root)
+    }
+
+    fn shard_dir(root: &Path, g: u64, s: usize) -> PathBuf {
+        let d = generation_dir(root, g).join(format!("shard-{s}"));
+        std::fs::create_dir_all(&d).expect("mkdir");
+        d
+    }
+
+    fn set_current(root: &Path, generation: u64, shards: usize) {
+        current::write(root, Current { generation, shards }).expect("CURRENT");
+    }
+
+    fn refused(root: &Path) -> String {
+        match prepare(&cfg(root), 1) {
+            Err(e) => e.to_string(),
+            Ok(d) => panic!("started on generation {}", d.generation),
+        }
+    }
+
+    #[test]
+    fn a_fresh_directory_and_a_first_start_cut_before_current_start_empty() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert_eq!(prepare(&cfg(tmp.path()), 2).expect("fresh").generation, 1);
+        let tmp = tempfile::tempdir().expect("tempdir");
+        shard_dir(tmp.path(), 1, 0); // created, then the crash: no CURRENT, no file
+        assert_eq!(prepare(&cfg(tmp.path()), 1).expect("restart").generation, 1);
+    }
+
+    #[test]
+    fn journal_files_without_a_valid_current_refuse_the_start_and_stay() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        let seg = shard_dir(root, 4, 0).join(super::super::file::segment_name(1));
+        segment(seg.parent().expect("dir"), 1, 1, &[vec![schedule("k", 1)]]);
+        let why = refused(root);
+        for part in [
+            "CURRENT",
+            "is missing",
+            "gen-4",
+            "punctual journal check",
+            "printf",
+        ] {
+            assert!(why.contains(part), "{part:?} not in: {why}");
+        }
+        assert!(why.contains(&root.display().to_string()), "{why}");
+        assert!(seg.exists(), "the start deleted a file");
+        std::fs::write(root.join("CURRENT"), "generation 4\nshards 1\n").expect("write");
+        let why = refused(root);
+        assert!(why.contains("not valid"), "{why}");
+        assert!(seg.exists());
+        // The command the message gives puts it right.
+        set_current(root, 4, 1);
+        assert_eq!(prepare(&cfg(root), 1).expect("restored").generation, 4);
+        assert!(seg.exists());
+    }
+
+    #[test]
+    fn current_naming_a_missing_generation_or_shard_refuses_and_deletes_nothing() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        let old = shard_dir(root, 1, 0);
+        snapshot(&old, 1, &[schedule("k", 1)], 0, 1);
+        set_current(root, 2, 1);
+        let why = refused(root);
+        assert!(why.contains("gen-2, which is not there"), "{why}");
+        assert!(old.join(snapshot_name(1)).exists());
+        shard_dir(root, 2, 1);
+        set_current(root, 2, 2);
+        let why = refused(root);
+        assert!(why.contains("shard-0 is not there"), "{why}");
+        assert!(old.join(snapshot_name(1)).exists());
+    }
+
+    #[test]
+    fn only_generations_older_than_a_complete_current_one_are_deleted() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        for g in [1, 2, 3] {
+            snapshot(&shard_dir(root, g, 0), 1, &[schedule("k", g)], 0, g);
+        }
+        set_current(root, 2, 1);
+        assert_eq!(prepare(&cfg(root), 1).expect("start").generation, 2);
+        assert!(
+            !generation_dir(root, 1).exists(),
+            "the old generation stays"
+        );
+        assert!(generation_dir(root, 2).exists());
+        assert!(generation_dir(root, 3).exists(), "a newer one was deleted");
+    }
 }

@@ -82,6 +82,7 @@
 
 pub mod commit;
 pub mod compact;
+pub mod current;
 pub mod file;
 #[cfg(test)]
 pub(crate) mod harness;

@@ -3,15 +3,16 @@
 //! ([`hand_over`], from `Store::recover`).
 //!
 //! ```text
-//!   open:       load the newest snapshot and the segments after it (layout::load_dir)
+//!   open:       load the newest snapshot and the segments after it (layout::check_dir)
 //!               index the segments, check every CRC and the snapshot (replay)
+//!               then, only then, delete what the newest snapshot covers
 //!               truncate a torn tail, counted; corruption → an error naming file and offset
 //!               create the next segment (a segment is never appended to after a restart)
 //!   hand_over:  every live timer → the shard's insert, yielding every 4,096
 //! ```
 
 use super::file::BLOCK;
-use super::layout::load_dir;
+use super::layout::{check_dir, Checked};
 use super::replay::{breathe, Replay, YIELD_EVERY};
 use super::segment::Active;
 use super::Shared;
@@ -30,17 +31,19 @@ pub struct Opened {
 pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
     let started = Instant::now();
     let cfg = &shared.cfg;
-    let mut torn = 0;
-    let (snapshot, segments) = load_dir(&shared.dir, cfg.skip_corrupt, &mut torn)?;
-    let snap = snapshot
-        .as_ref()
-        .map(|s| (s.header.seq, s.buf.len() as u64));
-    let mut replay = Replay::new(snapshot, segments, cfg.skip_corrupt, true);
-    replay.index().await?;
-    replay.check_snapshot().await?;
+    let Checked {
+        mut replay,
+        obsolete,
+        torn,
+    } = check_dir(&shared.dir, cfg.skip_corrupt).await?;
+    // Only now that the newest snapshot and the segments after it are known good.
+    for path in &obsolete {
+        std::fs::remove_file(path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+    }
+    let snap = replay.snapshot_file();
     let report = replay.report.clone();
     let m = shared.m();
-    StoreMetrics::count(&m.journal_torn_total, report.torn + torn);
+    StoreMetrics::count(&m.journal_torn_total, torn);
     StoreMetrics::count(&m.journal_corrupt_total, report.corrupt);
     let mut sealed: Vec<(u64, u64)> = replay
         .segments()
@@ -167,4 +170,47 @@ pub(crate) async fn hand_over(
         "journal: recovered pending timers"
     );
     Some(active)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::file::{segment_name, snapshot_name};
+    use super::super::testlog::{schedule, segment, snapshot};
+    use super::super::{layout, JournalConfig, JournalStore};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_damaged_newest_snapshot_stops_the_start_before_any_file_is_deleted() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cfg = JournalConfig::new(tmp.path());
+        let data = layout::prepare(&cfg, 1).expect("prepare");
+        let dir = data.shard_dir(0);
+        snapshot(&dir, 2, &[schedule("a", 1)], 1, 1);
+        segment(&dir, 2, 2, &[vec![schedule("b", 2)]]);
+        snapshot(&dir, 5, &[schedule("a", 1), schedule("b", 2)], 2, 2);
+        let newest = dir.join(snapshot_name(5));
+        let mut bytes = std::fs::read(&newest).expect("read");
+        bytes[4096 + 20] ^= 1;
+        std::fs::write(&newest, bytes).expect("damage");
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("executor");
+        let opened = ex.run(JournalStore::open(
+            cfg,
+            data,
+            0,
+            1,
+            Arc::new(crate::metrics::ShardMetrics::default()),
+        ));
+        let Err(e) = opened else {
+            panic!("a damaged snapshot was accepted")
+        };
+        assert!(e.to_string().contains(&newest.display().to_string()), "{e}");
+        for f in [snapshot_name(2), segment_name(2)] {
+            assert!(
+                dir.join(&f).exists(),
+                "{f} was deleted before the damage was found"
+            );
+        }
+    }
 }

@@ -313,6 +313,13 @@ impl Replay {
         }
     }
 
+    /// (seq, bytes) of the loaded snapshot.
+    pub fn snapshot_file(&self) -> Option<(u64, u64)> {
+        self.snapshot
+            .as_ref()
+            .map(|s| (s.header.seq, s.buf.len() as u64))
+    }
+
     /// The loaded segments (for their paths and sizes).
     pub fn segments(&self) -> &[Source] {
         &self.segments

@@ -1,0 +1,233 @@
+//! `CURRENT`: which generation of a data directory is in force, and what a start does when it
+//! is missing or damaged.
+//!
+//! ```text
+//!   punctual journal format 2
+//!   generation <G>
+//!   shards <N>
+//! ```
+//!
+//! Exactly these three lines, each ending in a newline; anything else is not a `CURRENT` file.
+//! It is only ever replaced whole (written to `CURRENT.tmp`, synced, renamed, the directory
+//! synced), so a crash leaves the old one or the new one.
+//!
+//! # When it is missing or unreadable
+//!
+//! Only a first start that crashed before writing it leaves a data directory without a valid
+//! `CURRENT`, and then no generation holds a journal file yet: that start begins again. Any
+//! other case is an operator's slip (a deleted file, a half-copied directory, a bad restore),
+//! and starting empty would turn it into a healthy server that has lost every acknowledged
+//! timer. So a start refuses, naming the directory, the generations it found and the command
+//! that restores `CURRENT`, and deletes nothing. Likewise a `CURRENT` that names a generation
+//! or a shard directory that is not there. A generation is deleted only when a valid `CURRENT`
+//! names a newer one whose shard directories are all present (`layout`).
+
+use super::file::Listing;
+use super::record::FORMAT;
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+/// What `CURRENT` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Current {
+    pub generation: u64,
+    pub shards: usize,
+}
+
+impl Current {
+    /// The file's text.
+    pub fn text(&self) -> String {
+        format!(
+            "punctual journal format {FORMAT}\ngeneration {}\nshards {}\n",
+            self.generation, self.shards
+        )
+    }
+
+    /// Parses the file's text strictly; why it is not a `CURRENT` file otherwise.
+    pub fn parse(text: &str) -> std::result::Result<Current, String> {
+        let Some(body) = text.strip_suffix('\n') else {
+            return Err("it does not end with a newline (cut short?)".into());
+        };
+        let lines: Vec<&str> = body.split('\n').collect();
+        let [format, generation, shards] = lines[..] else {
+            return Err(format!("{} lines where 3 belong", lines.len()));
+        };
+        let number = |line: &str, prefix: &str| {
+            line.strip_prefix(prefix)
+                .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|n| n.parse::<u64>().ok())
+                .ok_or_else(|| format!("{line:?} where \"{prefix}<number>\" belongs"))
+        };
+        let f = number(format, "punctual journal format ")?;
+        if f != u64::from(FORMAT) {
+            return Err(format!(
+                "journal format {f}; this build reads format {FORMAT} only (before 1.0, formats are not migrated: let the timers drain with the build that wrote them, or start on an empty --data-dir)"
+            ));
+        }
+        let generation = number(generation, "generation ")?;
+        let shards = number(shards, "shards ")?;
+        if generation == 0 || shards == 0 {
+            return Err("generation and shards must be positive".into());
+        }
+        let shards = usize::try_from(shards).map_err(|_| "shards out of range".to_string())?;
+        Ok(Current { generation, shards })
+    }
+}
+
+/// `CURRENT` of `root`: `Ok(None)` when there is none, `Err` (why) when it is not valid.
+pub fn read(root: &Path) -> Result<std::result::Result<Option<Current>, String>> {
+    let path = root.join("CURRENT");
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Ok(None)),
+        Err(e) => {
+            return Err(Error::Config(format!(
+                "journal: cannot read {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    Ok(match std::str::from_utf8(&bytes) {
+        Ok(text) => Current::parse(text).map(Some),
+        Err(_) => Err("it is not text".into()),
+    })
+}
+
+/// Replaces `CURRENT` whole: written to `CURRENT.tmp`, synced, renamed, the directory synced.
+pub fn write(root: &Path, current: Current) -> Result<()> {
+    let tmp = root.join("CURRENT.tmp");
+    let write = || -> std::io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(current.text().as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, root.join("CURRENT"))?;
+        File::open(root)?.sync_all()
+    };
+    write().map_err(|e| {
+        Error::Config(format!(
+            "journal: cannot write {}: {e}",
+            root.join("CURRENT").display()
+        ))
+    })
+}
+
+/// A `gen-<G>` directory as a start finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Generation {
+    pub number: u64,
+    /// Its `shard-<s>` directories, ascending.
+    pub shards: Vec<usize>,
+    /// Segments and snapshots in them.
+    pub files: usize,
+}
+
+impl Generation {
+    /// Whether it has every shard directory of a count of `shards`.
+    pub fn complete(&self, shards: usize) -> bool {
+        (0..shards).all(|s| self.shards.binary_search(&s).is_ok())
+    }
+}
+
+impl std::fmt::Display for Generation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "gen-{} ({} shard directories, {} journal files)",
+            self.number,
+            self.shards.len(),
+            self.files
+        )
+    }
+}
+
+/// The `gen-<G>` directories of `root`, ascending.
+pub fn survey(root: &Path) -> Result<Vec<Generation>> {
+    let list = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .map_err(|e| Error::Config(format!("journal: cannot list {}: {e}", dir.display())))
+    };
+    let number = |name: &std::ffi::OsStr, prefix: &str| {
+        name.to_str()?.strip_prefix(prefix)?.parse::<u64>().ok()
+    };
+    let mut gens = Vec::new();
+    for e in list(root)?.flatten() {
+        let Some(g) = number(&e.file_name(), "gen-") else {
+            continue;
+        };
+        let mut gen = Generation {
+            number: g,
+            shards: Vec::new(),
+            files: 0,
+        };
+        for s in list(&e.path())?.flatten() {
+            if let Some(n) = number(&s.file_name(), "shard-").and_then(|n| usize::try_from(n).ok())
+            {
+                gen.shards.push(n);
+                if let Ok(l) = Listing::read(&s.path()) {
+                    gen.files += l.segments.len() + l.snapshots.len();
+                }
+            }
+        }
+        gen.shards.sort_unstable();
+        gens.push(gen);
+    }
+    gens.sort_by_key(|g| g.number);
+    Ok(gens)
+}
+
+/// The refusal of a start on `root` whose `CURRENT` is `what` (missing, or not valid because
+/// ...), while `found` holds journal files: what was found, and how to put it right.
+pub fn refusal(root: &Path, what: &str, found: &[Generation]) -> Error {
+    let list: Vec<String> = found.iter().map(ToString::to_string).collect();
+    let fix = match found.iter().rev().find(|g| g.files > 0) {
+        Some(g) => {
+            let c = Current {
+                generation: g.number,
+                shards: g.shards.len(),
+            };
+            format!(
+                ". If gen-{} is the generation to keep (the newest that holds files; an interrupted change of shard count can leave a newer, unfinished one), restore CURRENT with:\n  printf '{}' > {}",
+                g.number,
+                c.text().replace('\n', "\\n"),
+                root.join("CURRENT").display()
+            )
+        }
+        None => String::new(),
+    };
+    Error::Config(format!(
+        "journal: {} is {what}, but {} holds {}. punctual does not start on it and deletes nothing: starting empty would hide every timer those files hold. See what they hold with `punctual journal check {}`{fix}",
+        root.join("CURRENT").display(),
+        root.display(),
+        list.join(", "),
+        root.display(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_round_trips_and_anything_else_is_refused() {
+        let c = Current {
+            generation: 3,
+            shards: 2,
+        };
+        assert_eq!(Current::parse(&c.text()), Ok(c));
+        for bad in [
+            "",
+            "generation 3\nshards 2\n",
+            "punctual journal format 2\ngeneration 3\nshards 2",
+            "punctual journal format 1\ngeneration 3\nshards 2\n",
+            "punctual journal format 2\ngeneration 3\nshards 0\n",
+            "punctual journal format 2\ngeneration x\nshards 2\n",
+            "punctual journal format 2\ngeneration +3\nshards 2\n",
+            "punctual journal format 2\ngeneration 3\nshards 2\nshards 4\n",
+            "punctual journal format 2\r\ngeneration 3\r\nshards 2\r\n",
+        ] {
+            assert!(Current::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}
