@@ -260,3 +260,51 @@ fn a_missing_current_refuses_the_start_deletes_nothing_and_its_fix_brings_every_
         );
     }
 }
+
+/// libfaketime, which makes a process's CLOCK_REALTIME run at an offset.
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+#[test]
+fn versions_only_grow_across_a_restart_with_the_clock_two_minutes_behind() {
+    assert!(
+        Path::new(FAKETIME).exists(),
+        "this test needs libfaketime ({FAKETIME}): apt-get install faketime"
+    );
+    let data = tempfile::tempdir().expect("data dir");
+    let s = serve(data.path(), "");
+    let mut before = Vec::new();
+    for i in 0..400 {
+        let path = format!("/v1/timers/shop/k-{i}");
+        let (st, r) =
+            s.s.json("PUT", &path, &json!({"delay_ms": 3_600_000}).to_string());
+        assert_eq!(st, 201, "{r}");
+        before.push(r["version"].as_u64().expect("version"));
+        assert_eq!(s.s.req("DELETE", &path, "").status, 204);
+    }
+    s.sigkill();
+    // NTP corrects a fast clock, or a VM comes back from a snapshot: the restart runs behind.
+    let dir = data.path().to_string_lossy().into_owned();
+    let s = Server::start_with(
+        &["--store", "journal", "--data-dir", &dir, "--shards", "2"],
+        &[
+            ("LD_PRELOAD", FAKETIME),
+            ("FAKETIME", "-120s"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    let real_now_us = receiver::now_us();
+    // A version names one scheduling of a key in the Idempotency-Key (tenant/key/version): a
+    // new scheduling of the same key must never reuse or undercut an old one.
+    for (i, &old) in before.iter().enumerate().take(100) {
+        let path = format!("/v1/timers/shop/k-{i}");
+        let (st, r) = s.json("PUT", &path, &json!({"delay_ms": 3_600_000}).to_string());
+        assert_eq!(st, 201, "{r}");
+        let fire_at = r["fire_at_us"].as_u64().expect("fire_at_us");
+        assert!(
+            fire_at < real_now_us + 3_600_000_000 - 60_000_000,
+            "the server's clock is not behind (libfaketime not in effect): {r}"
+        );
+        let v = r["version"].as_u64().expect("version");
+        assert!(v > old, "k-{i}: version {v} after {old} was handed out");
+    }
+}

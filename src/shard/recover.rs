@@ -80,6 +80,8 @@ impl<S: TimeSource> Shard<S> {
         if !recovered {
             return false;
         }
+        // Versions only grow, even past a restart with the clock behind.
+        self.table.observe_version(self.store.version_floor());
         self.metrics
             .pending
             .store(self.table.len() as u64, Ordering::Relaxed);

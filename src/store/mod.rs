@@ -131,6 +131,14 @@ pub trait Store {
         stop: &'a AtomicBool,
     ) -> LocalFuture<'a, bool>;
 
+    /// After [`Store::recover`]: a version at least as high as every version the store ever
+    /// held, including those of timers since cancelled, fired or compacted away; the shard's
+    /// next versions stay above it even when the clock has stepped back. 0 when the store
+    /// knows none.
+    fn version_floor(&self) -> u64 {
+        0
+    }
+
     /// `Ok` when one more durable schedule or cancel fits now; else the refusal, counted.
     fn admit(&self) -> Result<(), Error>;
 

@@ -286,6 +286,8 @@ pub struct JournalStore {
     /// What `open` loaded, until `recover` hands it to the shard.
     opened: Option<open::Opened>,
     task: Option<glommio::Task<()>>,
+    /// The highest version the journal's records ever carried (see `replay`).
+    version_floor: u64,
 }
 
 impl JournalStore {
@@ -327,6 +329,7 @@ impl JournalStore {
             shared,
             opened: Some(opened),
             task: None,
+            version_floor: 0,
         })
     }
 
@@ -378,12 +381,17 @@ impl Store for JournalStore {
             let Some(opened) = self.opened.take() else {
                 return !stop.load(Ordering::Acquire);
             };
+            self.version_floor = opened.version_floor();
             let Some(log) = open::hand_over(&self.shared, opened, insert, stop).await else {
                 return false;
             };
             self.task = Some(glommio::spawn_local(commit::run(self.shared.clone(), log)));
             true
         })
+    }
+
+    fn version_floor(&self) -> u64 {
+        self.version_floor
     }
 
     /// `Ok` when the journal can write and one more write fits in the outbox; else

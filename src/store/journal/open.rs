@@ -28,6 +28,13 @@ pub struct Opened {
     started: Instant,
 }
 
+impl Opened {
+    /// The highest version of every record loaded (`replay`).
+    pub fn version_floor(&self) -> u64 {
+        self.replay.report.version_floor
+    }
+}
+
 pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
     let started = Instant::now();
     let cfg = &shared.cfg;

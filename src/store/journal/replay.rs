@@ -457,3 +457,33 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod floor_tests {
+    use super::super::layout::read_shard_dir;
+    use super::super::testlog::*;
+
+    #[test]
+    fn the_version_floor_counts_cancelled_fired_and_compacted_versions() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        segment(
+            tmp.path(),
+            1,
+            1,
+            &[
+                vec![schedule("a", 50), cancel("a"), schedule("b", 40)],
+                vec![fired("b", 40)],
+            ],
+        );
+        let (found, report) = read_shard_dir(tmp.path(), false).expect("replay");
+        assert!(found.is_empty());
+        assert_eq!(report.version_floor, 50);
+        // A snapshot's end record holds the floor of the records it replaced.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        snapshot(tmp.path(), 2, &[schedule("c", 7)], 1, 70);
+        segment(tmp.path(), 2, 2, &[vec![cancel("c")]]);
+        let (found, report) = read_shard_dir(tmp.path(), false).expect("replay");
+        assert!(found.is_empty());
+        assert_eq!(report.version_floor, 70);
+    }
+}
