@@ -208,6 +208,8 @@ pub struct DeliveryMetrics {
     /// Dead letters held now (made, recovered, less discarded and re-driven).
     pub dead: AtomicI64,
     pub in_flight: AtomicI64,
+    /// Timers waiting in a cap's queue for a slot (one entry per timer).
+    pub held_back: AtomicI64,
     /// The answer's arrival minus the timer's deadline, ns, for successful deliveries.
     pub latency: Histogram,
 }
@@ -222,6 +224,7 @@ impl Default for DeliveryMetrics {
             dead_total: AtomicU64::new(0),
             dead: AtomicI64::new(0),
             in_flight: AtomicI64::new(0),
+            held_back: AtomicI64::new(0),
             latency: Histogram::new(&DELIVERY_BOUNDS_NS, 1e9),
         }
     }

@@ -548,10 +548,15 @@ fn encode_webhooks(
         }
     }
     type Gauge = fn(&DeliveryMetrics) -> i64;
-    let gauges: [(&str, &str, Gauge); 2] = [
+    let gauges: [(&str, &str, Gauge); 3] = [
         ("punctual_webhook_in_flight", "Deliveries in flight", |d| {
             d.in_flight.load(Relaxed)
         }),
+        (
+            "punctual_webhook_held_back",
+            "Timers waiting in a per-host or per-tenant cap's queue for a slot (one entry each)",
+            |d| d.held_back.load(Relaxed),
+        ),
         (
             "punctual_webhook_dead_letters",
             "Dead letters held (not yet re-driven or discarded)",

@@ -110,6 +110,23 @@ impl<S: TimeSource> Shard<S> {
         self.deliveries.kept = kept;
     }
 
+    /// Tells the sinks that an op took the timer out of the table, or replaced it: what they
+    /// keep for it (a place in a cap's queue) goes.
+    pub(super) fn forget_in_sinks(&mut self, timer: &PackedTimer) {
+        for sink in self.sinks.iter_mut() {
+            sink.forget(timer);
+        }
+    }
+
+    /// [`Shard::forget_in_sinks`] for the timer in the table's `slot`.
+    pub(super) fn forget_replaced(&mut self, slot: u32) {
+        if let Some(t) = self.table.timer_at(slot) {
+            for sink in self.sinks.iter_mut() {
+                sink.forget(t);
+            }
+        }
+    }
+
     /// Applies the follow-ups the sinks gathered; how many.
     pub(super) fn follow_up(&mut self) -> usize {
         let mut buf = std::mem::take(&mut self.deliveries.followups);

@@ -362,6 +362,9 @@ impl<S: TimeSource> Shard<S> {
                     });
                 match scheduled {
                     Ok((at, s)) => {
+                        if s.replaced {
+                            self.forget_replaced(at);
+                        }
                         let ack = reply.map_or(Ack::None, |tx| Ack::Schedule(tx, s));
                         match self.table.timer_at(at) {
                             Some(timer) => self.store.schedule(timer, &s, ack),
@@ -382,6 +385,7 @@ impl<S: TimeSource> Shard<S> {
                     return;
                 }
                 if let Some((deadline, record)) = self.table.cancel(timer.identity()) {
+                    self.forget_in_sinks(&record.timer);
                     self.release_quota(record.timer.tenant());
                     let answer = Cancelled::Cancelled {
                         version: record.version,

@@ -85,6 +85,10 @@ pub trait Sink {
     fn has_followups(&self) -> bool {
         false
     }
+
+    /// The timer left the table, or was replaced, by an op (a cancel, a new version): drop
+    /// whatever the sink keeps for it (a place in a queue).
+    fn forget(&mut self, _timer: &PackedTimer) {}
 }
 
 /// An in-process handler: runs on the shard's thread for every fired timer; keep it short.

@@ -8,6 +8,7 @@
 
 use super::meta::{Delivery, Last, State};
 use super::policy::{self, Failure};
+use super::queue::Cap;
 use super::settings::Target;
 use super::{dead, Ctx};
 use crate::metrics::{single_writer_add, DeliveryMetrics};
@@ -169,22 +170,14 @@ fn release(ctx: &Ctx, target: &Target, tenant: &str) {
 /// now (it takes the slot when it fires, or waits again if another took it first).
 fn wake_next(ctx: &Ctx, target: &Target, tenant: &str) {
     let mut q = ctx.queues.borrow_mut();
-    let mut woken = Vec::with_capacity(2);
-    if let Some(queue) = q.by_host.get_mut(target) {
-        woken.extend(queue.pop_front());
-        if queue.is_empty() {
-            q.by_host.remove(target);
-        }
-    }
-    if let Some(queue) = q.by_tenant.get_mut(tenant) {
-        woken.extend(queue.pop_front());
-        if queue.is_empty() {
-            q.by_tenant.remove(tenant);
-        }
-    }
+    let woken = [
+        q.pop(&Cap::Host(target.clone())),
+        q.pop(&Cap::Tenant(tenant.into())),
+    ];
     drop(q);
     let mut followups = ctx.followups.borrow_mut();
-    for h in woken {
+    for h in woken.into_iter().flatten() {
+        DeliveryMetrics::add(&ctx.tenant(h.timer.tenant()).held_back, -1);
         followups.push(Followup {
             timer: h.timer,
             version: h.version,

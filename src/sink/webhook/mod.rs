@@ -34,8 +34,11 @@
 //! a safety net, [`held_back_for`]) and waits in a FIFO queue of its host or tenant; each
 //! delivery that ends wakes the next one waiting on its host and on its tenant (a `Wake`
 //! follow-up: the timer is due at once). So a backlog costs one queue entry per timer, not a
-//! re-fire every few milliseconds, and the caps' throughput goes to the timers in order.
-//! Refusals are counted per tenant.
+//! re-fire every few milliseconds, and the caps' throughput goes to the timers in order. A
+//! timer whose safety net fires while the cap is still full keeps its one entry and its place
+//! (`queue.rs`); one that is cancelled, replaced, started or buried leaves its queue.
+//! Refusals are counted per tenant, and the timers waiting are a gauge
+//! (`punctual_webhook_held_back`).
 //!
 //! | file | owns |
 //! |---|---|
@@ -43,6 +46,7 @@
 //! | `policy.rs` | classification of answers, backoff with full jitter, `Retry-After` |
 //! | `sign.rs` | `Punctual-Signature`: signing, and verification for receivers |
 //! | `settings.rs` | tenants' callbacks, allow-lists, secrets, retry defaults; TLS roots |
+//! | `queue.rs` | the timers a cap holds back: one FIFO per host and per tenant, one entry per timer |
 //! | `client.rs` | the HTTP/1.1 client and its keep-alive pool per host |
 //! | `deliver.rs` | one attempt: the request, the answer, the follow-up |
 //!
@@ -53,12 +57,14 @@ pub mod client;
 mod deliver;
 pub mod meta;
 pub mod policy;
+mod queue;
 pub mod settings;
 pub mod sign;
 
 use super::{FiredTimer, Followup, Next, Sink};
 use crate::metrics::{DeliveryMetrics, ShardMetrics};
 use meta::{Delivery, Last, State};
+use queue::{Cap, HeldBack, Queues};
 use settings::{Target, WebhookSettings};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -77,22 +83,9 @@ pub fn held_back_for(s: &WebhookSettings, draw: u64) -> Duration {
     s.timeout + IN_FLIGHT_MARGIN + Duration::from_micros(draw % 1_000_001)
 }
 
-/// A timer held back by a cap, waiting for its turn: its identity and its metadata then.
-pub(crate) struct HeldBack {
-    pub timer: crate::wheel::table::PackedTimer,
-    pub version: u64,
-}
-
 /// The sink's maps, keyed by host or tenant: foldhash with a random seed (the keys come from
 /// clients' registrations, so a fixed seed would let them aim at one probe sequence).
 pub(crate) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
-/// The timers held back by a cap, in arrival order, per host and per tenant.
-#[derive(Default)]
-pub(crate) struct Queues {
-    pub by_host: Map<Target, std::collections::VecDeque<HeldBack>>,
-    pub by_tenant: Map<Box<str>, std::collections::VecDeque<HeldBack>>,
-}
 
 /// What the sink and its delivery tasks share, on the shard's thread.
 pub(crate) struct Ctx {
@@ -126,6 +119,31 @@ impl Ctx {
     pub fn draw(&self) -> u64 {
         self.jitter.borrow_mut().draw()
     }
+
+    /// Takes the timer out of the cap's queue it waits in, if any (its delivery starts, it
+    /// is dead, cancelled or replaced).
+    pub fn unhold(&self, tenant: &str, key: &str) {
+        if !self.queues.borrow().is_empty() {
+            self.unhold_id(&identity(tenant, key), tenant);
+        }
+    }
+
+    fn unhold_id(&self, identity: &[u8], tenant: &str) {
+        let forgot = self.queues.borrow_mut().forget(identity);
+        if forgot {
+            DeliveryMetrics::add(&self.tenant(tenant).held_back, -1);
+        }
+    }
+}
+
+/// A timer's identity (what [`crate::wheel::table::PackedTimer::identity`] gives) from its
+/// names.
+fn identity(tenant: &str, key: &str) -> Vec<u8> {
+    let mut id = Vec::with_capacity(2 + tenant.len() + key.len());
+    id.extend_from_slice(&[tenant.len() as u8, key.len() as u8]);
+    id.extend_from_slice(tenant.as_bytes());
+    id.extend_from_slice(key.as_bytes());
+    id
 }
 
 /// The webhook sink of one shard.
@@ -160,16 +178,26 @@ impl WebhookSink {
     }
 
     /// Starts the next attempt of `d` (or says why not): the timer's next state.
-    fn start(&mut self, t: &FiredTimer<'_>, mut d: Delivery) -> Next {
+    fn start(&mut self, t: &FiredTimer<'_>, d: Delivery) -> Next {
+        let (next, held) = self.start_or_hold(t, d);
+        if !held {
+            self.ctx.unhold(t.tenant, t.key);
+        }
+        next
+    }
+
+    /// Starts the next attempt of `d` (or says why not): the timer's next state, and whether
+    /// it now waits in a cap's queue.
+    fn start_or_hold(&mut self, t: &FiredTimer<'_>, mut d: Delivery) -> (Next, bool) {
         let ctx = &self.ctx;
         if !d.has_budget() {
-            return dead(d, ctx, t.tenant);
+            return (dead(d, ctx, t.tenant), false);
         }
         let (target, path) = match Target::parse(&d.url) {
             Ok(tp) => tp,
             Err(e) => {
                 d.last = Last::Error(e.to_string());
-                return dead(d, ctx, t.tenant);
+                return (dead(d, ctx, t.tenant), false);
             }
         };
         let s = &ctx.settings;
@@ -196,27 +224,28 @@ impl WebhookSink {
                     timer,
                     version: t.version,
                 };
-                let mut q = ctx.queues.borrow_mut();
-                if host_full {
-                    q.by_host.entry(target).or_default().push_back(held);
+                let cap = if host_full {
+                    Cap::Host(target)
                 } else {
-                    q.by_tenant
-                        .entry(t.tenant.into())
-                        .or_default()
-                        .push_back(held);
+                    Cap::Tenant(t.tenant.into())
+                };
+                let added = ctx.queues.borrow_mut().hold(cap, held);
+                if added {
+                    DeliveryMetrics::add(&ctx.tenant(t.tenant).held_back, 1);
                 }
             }
-            return Next::Reschedule {
+            let next = Next::Reschedule {
                 after: held_back_for(s, ctx.draw()),
                 meta,
             };
+            return (next, true);
         }
         d.attempts += 1;
         d.state = State::InFlight;
         let meta = d.encode();
         let after = s.timeout + IN_FLIGHT_MARGIN;
         deliver::spawn(ctx.clone(), t, d, meta.clone(), target, path);
-        Next::Reschedule { after, meta }
+        (Next::Reschedule { after, meta }, false)
     }
 }
 
@@ -245,6 +274,7 @@ impl Sink for WebhookSink {
             return Next::Done;
         };
         if !self.ctx.settings.enabled(t.tenant) {
+            self.ctx.unhold(t.tenant, t.key);
             return Next::Done;
         }
         match d.state {
@@ -258,7 +288,16 @@ impl Sink for WebhookSink {
                 crate::metrics::DeliveryMetrics::failed(&self.ctx.tenant(t.tenant), "timeout");
                 self.start(t, d)
             }
-            State::Dead => Next::Done,
+            State::Dead => {
+                self.ctx.unhold(t.tenant, t.key);
+                Next::Done
+            }
+        }
+    }
+
+    fn forget(&mut self, timer: &crate::wheel::table::PackedTimer) {
+        if !self.ctx.queues.borrow().is_empty() {
+            self.ctx.unhold_id(timer.identity(), timer.tenant());
         }
     }
 
@@ -270,3 +309,6 @@ impl Sink for WebhookSink {
         !self.ctx.followups.borrow().is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests;
