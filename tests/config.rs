@@ -268,6 +268,14 @@ fn the_store_is_the_journal_unless_redis_or_memory_is_chosen() {
         ..redis
     };
     assert!(err_text(resolve(both, "")).contains("choose one store"));
+    let everysec = ServeArgs {
+        fsync: Some("everysec".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        resolve(everysec, "").map(|c| c.fsync),
+        Ok(FsyncMode::EverySec)
+    );
     let bad = ServeArgs {
         fsync: Some("sometimes".into()),
         ..Default::default()

@@ -67,6 +67,7 @@ pub fn serve(config: Config) -> Result<(), String> {
             let mut j = JournalConfig::new(&config.data_dir);
             j.fsync = match config.fsync {
                 FsyncMode::Always => Fsync::Always,
+                FsyncMode::EverySec => Fsync::EverySec,
                 FsyncMode::Never => Fsync::Never,
             };
             j.skip_corrupt = config.journal_skip_corrupt;
@@ -112,7 +113,11 @@ pub fn serve(config: Config) -> Result<(), String> {
             data_dir = %config.data_dir.display(),
             fsync = ?config.fsync,
             "punctual serving HTTP; store: journal (2xx means the write is on disk{})",
-            if config.fsync == FsyncMode::Always { ", fdatasync'd" } else { "; fsync never: a power cut can lose the last moments" }
+            match config.fsync {
+                FsyncMode::Always => ", fdatasync'd",
+                FsyncMode::EverySec => "; fsync everysec: a power cut can lose about the last second",
+                FsyncMode::Never => "; fsync never: a power cut can lose what the kernel had not written back",
+            }
         ),
         (StoreChoice::Memory, _) => tracing::warn!(
             listen = %config.listen,

@@ -33,10 +33,12 @@ pub struct ServeArgs {
     #[arg(long, env = "PUNCTUAL_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<String>,
     /// "always": acknowledge a write once its group commit is fdatasync'd (commits start as
-    /// soon as the previous one is durable, up to 4,096 records each). "never": once it is
-    /// written, without fdatasync: survives a crash of punctual, but a power cut loses the
-    /// last moments [default: always].
-    #[arg(long, env = "PUNCTUAL_FSYNC", value_name = "always|never")]
+    /// soon as the previous one is durable, up to 4,096 records each). "everysec": once it is
+    /// written, with an fdatasync at least once a second: a power cut loses at most about the
+    /// last second. "never": once it is written, synced only when a segment is sealed: a power
+    /// cut loses what the kernel had not yet written back. Both survive a crash of punctual
+    /// [default: always].
+    #[arg(long, env = "PUNCTUAL_FSYNC", value_name = "always|everysec|never")]
     pub fsync: Option<String>,
     /// At start, skip (and count) corrupt journal records instead of refusing to start with
     /// an error that names the file and offset; the timers they held are lost [default: false].

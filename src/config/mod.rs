@@ -75,7 +75,12 @@ pub enum StoreChoice {
 pub enum FsyncMode {
     /// After `fdatasync`: survives a crash of the process or the machine.
     Always,
-    /// After the write: survives a crash of the process, not a power cut.
+    /// After the write, with an `fdatasync` at least once a second: survives a crash of the
+    /// process; a power cut loses at most about the last second.
+    #[serde(rename = "everysec")]
+    EverySec,
+    /// After the write, synced only when a segment is sealed: survives a crash of the
+    /// process; a power cut loses what the kernel had not written back.
     Never,
 }
 

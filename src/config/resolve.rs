@@ -148,8 +148,15 @@ impl Config {
         };
         let fsync = match pick::<String>("fsync", &args.fsync, file.fsync)?.as_deref() {
             None | Some("always") => FsyncMode::Always,
+            Some("everysec") => FsyncMode::EverySec,
             Some("never") => FsyncMode::Never,
-            Some(other) => return Err(invalid("fsync", other, "must be \"always\" or \"never\"")),
+            Some(other) => {
+                return Err(invalid(
+                    "fsync",
+                    other,
+                    "must be \"always\", \"everysec\" or \"never\"",
+                ))
+            }
         };
         let journal_skip_corrupt = pick::<bool>(
             "journal_skip_corrupt",

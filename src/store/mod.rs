@@ -9,7 +9,7 @@
 //!
 //! | store | durable means | file |
 //! |---|---|---|
-//! | journal (the service's default) | the group commit that carried the write was written to the shard's own log on local disk and `fdatasync`'d (`fsync = never`: written, which survives a process crash but not a power cut) | `journal/` |
+//! | journal (the service's default) | the group commit that carried the write was written to the shard's own log on local disk and `fdatasync`'d (`fsync = everysec` or `never`: written, which survives a process crash; a power cut loses at most the last second, or what the kernel had not written back) | `journal/` |
 //! | memory | nothing (explicit, not durable: the log says so at start) | `memory.rs` |
 //! | Redis | Redis acknowledged the pipeline that carried the write | `redis/` |
 //!

@@ -12,6 +12,21 @@
 //!     disk full → keep it queued, refuse new writes, back off, write it again
 //!     sync or other write error → refuse everything, stop (never sync that file again)
 //! ```
+//!
+//! # The three fsync modes
+//!
+//! | mode | a commit is acknowledged | a power cut loses | a crash of the process loses |
+//! |---|---|---|---|
+//! | `always` (default) | after its `fdatasync` | nothing acknowledged | nothing acknowledged |
+//! | `everysec` | after its write; the segment is synced once a second while anything is unsynced | at most about the last second | nothing acknowledged |
+//! | `never` | after its write; a segment is synced when it is sealed, and at close | what the kernel had not yet written back (about 30 s with Linux's defaults) | nothing acknowledged |
+//!
+//! In every mode a segment's header and name are synced before its first commit, a segment is
+//! synced before the next one is created (so only the newest can hold unsynced commits), and
+//! a start syncs the newest segment it found before it creates the next. A segment written in
+//! `everysec` or `never` says so in its header (`file::UNSYNCED`): a power cut may leave any
+//! part of its unsynced tail unwritten, holes included, and recovery keeps the longest valid
+//! prefix of it without `--journal-skip-corrupt` (`scan`, `Role::LastUnsynced`).
 
 use super::record::{put_batch, FRAME};
 use super::segment::{is_no_space, padded, Active};
@@ -23,6 +38,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const BACKOFF_START: Duration = Duration::from_millis(10);
+
+/// `everysec`: the longest an acknowledged commit stays unsynced.
+const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 /// Bytes of the `batch` record that opens every commit.
 const BATCH_RECORD: usize = FRAME + 12;
@@ -41,21 +59,32 @@ enum Fault {
 pub(crate) async fn run(shared: Rc<Shared>, mut active: Active) {
     let mut backoff = BACKOFF_START;
     let mut seq = 0u64;
+    // `everysec`: when the oldest acknowledged commit not yet synced was written.
+    let mut unsynced: Option<Instant> = None;
     loop {
         expire(&shared);
-        let (len, closing) = (shared.outbox.borrow().len(), shared.closing.get());
-        if len == 0 {
+        let closing = shared.closing.get();
+        if unsynced.is_some_and(|since| closing || since.elapsed() >= SYNC_EVERY) {
+            if let Err(e) = active.file.fdatasync().await {
+                fail(&shared, &active, "fdatasync", &e);
+                return;
+            }
+            unsynced = None;
+        }
+        if shared.outbox.borrow().is_empty() {
             if closing {
-                // Give back the reserved tail, so that the next start reads only records.
-                // (A crash leaves it: zeros, which read as the end.)
-                if let Err(e) = active.file.truncate(active.pos).await {
-                    tracing::debug!(file = %active.path.display(), error = %e, "journal: cannot trim the last segment at close");
-                }
+                close(&active).await;
                 return;
             }
             let listener = shared.wake.listen();
             if shared.outbox.borrow().is_empty() && !shared.closing.get() {
-                listener.await;
+                match unsynced {
+                    Some(since) => {
+                        let left = SYNC_EVERY.saturating_sub(since.elapsed());
+                        futures_lite::future::or(listener, glommio::timer::sleep(left)).await;
+                    }
+                    None => listener.await,
+                }
             }
             continue;
         }
@@ -63,6 +92,9 @@ pub(crate) async fn run(shared: Rc<Shared>, mut active: Active) {
             Ok(()) => {
                 seq += 1;
                 backoff = BACKOFF_START;
+                if shared.cfg.fsync == Fsync::EverySec && unsynced.is_none() {
+                    unsynced = Some(Instant::now());
+                }
                 if shared.health.get() == Health::Stalled {
                     shared.set_health(Health::Ready);
                     tracing::info!(
@@ -87,6 +119,19 @@ pub(crate) async fn run(shared: Rc<Shared>, mut active: Active) {
                 return;
             }
         }
+    }
+}
+
+/// At close, with nothing left to write: gives back the reserved tail, so that the next start
+/// reads only records, and syncs (in every mode, so that a clean stop loses nothing). A crash
+/// before it leaves zeros, which read as the end.
+async fn close(active: &Active) {
+    if let Err(e) = active.file.truncate(active.pos).await {
+        tracing::debug!(file = %active.path.display(), error = %e, "journal: cannot trim the last segment at close");
+        return;
+    }
+    if let Err(e) = active.file.fdatasync().await {
+        tracing::warn!(file = %active.path.display(), error = %e, "journal: cannot sync the last segment at close");
     }
 }
 
@@ -133,7 +178,7 @@ async fn commit(shared: &Rc<Shared>, active: &mut Active, seq: u64) -> Result<()
             });
         }
     }
-    if cfg.fsync == Fsync::Always {
+    if cfg.fsync.per_commit() {
         active.file.fdatasync().await.map_err(|e| Fault::Fatal {
             what: "fdatasync",
             error: e,
@@ -156,8 +201,7 @@ async fn commit(shared: &Rc<Shared>, active: &mut Active, seq: u64) -> Result<()
 
 /// Seals the active segment and starts the next; maybe starts a compaction.
 async fn roll(shared: &Rc<Shared>, active: &mut Active) -> Result<(), Fault> {
-    let sync = shared.cfg.fsync == Fsync::Always;
-    if !sync {
+    if !shared.cfg.fsync.per_commit() {
         // Without per-commit syncs, the sealed segment is synced once, so that a later
         // segment never outlives an earlier one's unsynced tail on a power cut.
         active.file.fdatasync().await.map_err(|e| Fault::Fatal {
@@ -172,6 +216,7 @@ async fn roll(shared: &Rc<Shared>, active: &mut Active) -> Result<(), Fault> {
         shared.shard,
         shared.shards,
         shared.cfg.segment_bytes,
+        shared.cfg.fsync,
     )
     .await
     .map_err(|e| {

@@ -6,11 +6,14 @@
 //!
 //! ```text
 //!   header (the first block of every file, zero-padded to the block):
-//!     magic "PUNCTJNL" | format: u16 | kind: u8 (1 segment, 2 snapshot) | 0: u8 |
+//!     magic "PUNCTJNL" | format: u16 | kind: u8 (1 segment, 2 snapshot) | flags: u8 |
 //!     block: u32 | shard: u32 | shards: u32 | seq: u64 | crc32c of the preceding 32 bytes: u32
 //! ```
 //!
 //! Records start at the second block. `block` is the unit the writer aligns each commit to.
+//! `flags` bit 0 (`UNSYNCED`, segments only): its commits were acknowledged before they were
+//! synced (`--fsync everysec` or `never`), so a power cut may leave any part of its unsynced
+//! tail unwritten, holes before written blocks included (see `scan`, `Role::LastUnsynced`).
 
 use super::record::FORMAT;
 use std::path::{Path, PathBuf};
@@ -22,6 +25,14 @@ pub const MAGIC: &[u8; 8] = b"PUNCTJNL";
 pub const BLOCK: usize = 4096;
 
 const HEADER_LEN: usize = 36;
+
+/// Header flag: the segment's commits were not synced one by one.
+pub const UNSYNCED: u8 = 1;
+
+/// The header's flags byte (0 when `buf` is too short to hold one).
+pub fn flags(buf: &[u8]) -> u8 {
+    buf.get(11).copied().unwrap_or(0)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -41,11 +52,16 @@ pub struct Header {
 impl Header {
     /// The header block, `BLOCK` bytes.
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_flagged(0)
+    }
+
+    /// The header block with `flags` (see [`UNSYNCED`]).
+    pub fn encode_flagged(&self, flags: u8) -> Vec<u8> {
         let mut b = Vec::with_capacity(BLOCK);
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&FORMAT.to_le_bytes());
         b.push(self.kind as u8);
-        b.push(0);
+        b.push(flags);
         b.extend_from_slice(&self.block.to_le_bytes());
         b.extend_from_slice(&self.shard.to_le_bytes());
         b.extend_from_slice(&self.shards.to_le_bytes());

@@ -54,6 +54,8 @@ impl Answer {
 pub struct Node {
     pub store: JournalStore,
     pub recovered: Vec<Found>,
+    /// The payload of the timers this node schedules.
+    pub payload: Vec<u8>,
 }
 
 /// Locks the data directory for `shards` shards (re-partitioning it if the count changed).
@@ -87,11 +89,20 @@ impl Node {
         if !store.recover(&mut insert, &stop).await {
             return Err("recovery stopped".into());
         }
-        Ok(Node { store, recovered })
+        Ok(Node {
+            store,
+            recovered,
+            payload: b"payload".to_vec(),
+        })
     }
 
-    fn timer(key: &str, meta: &[u8]) -> PackedTimer {
-        PackedTimer::with_meta(TENANT, key, meta, b"payload").unwrap_or_else(|| unreachable!())
+    fn timer(&self, key: &str, meta: &[u8]) -> PackedTimer {
+        PackedTimer::with_meta(TENANT, key, meta, &self.payload).unwrap_or_else(|| unreachable!())
+    }
+
+    /// Whether the store admits a durable write now (the shard asks before each).
+    pub fn admits(&self) -> bool {
+        self.store.admit().is_ok()
     }
 
     pub fn schedule(&mut self, key: &str, version: u64, deadline: u64, meta: &[u8]) -> Answer {
@@ -101,8 +112,8 @@ impl Node {
             deadline: UtcMicros(deadline),
             replaced: false,
         };
-        self.store
-            .schedule(&Self::timer(key, meta), &s, Ack::Schedule(tx, s));
+        let timer = self.timer(key, meta);
+        self.store.schedule(&timer, &s, Ack::Schedule(tx, s));
         Answer::Schedule(rx)
     }
 
@@ -125,12 +136,12 @@ impl Node {
             deadline: UtcMicros(1),
             fired_at: UtcNanos(1_000),
             meta: &[],
-            payload: b"payload",
+            payload: &self.payload,
         });
     }
 
     pub fn dead(&mut self, key: &str, version: u64, meta: &[u8]) {
-        let timer = Self::timer(key, meta);
+        let timer = self.timer(key, meta);
         self.store.dead(&DeadLetter {
             timer: &timer,
             version,

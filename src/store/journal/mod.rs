@@ -30,9 +30,10 @@
 //! in flight go together in the next: a batch waits for at most one commit (well under 1 ms on
 //! a local SSD). The shard never waits: it appends and goes on firing; the commit task runs
 //! between the shard's passes. Every commit starts on a block boundary, so no write ever
-//! touches a block that holds acknowledged records. With `fsync = never`, a commit is
-//! acknowledged when its write completes: the data is in the kernel's page cache, which
-//! survives a process crash but not a power cut.
+//! touches a block that holds acknowledged records. With `fsync = everysec` or `never`, a
+//! commit is acknowledged when its write completes: the data is in the kernel's page cache,
+//! which survives a process crash; `everysec` syncs the segment at least once a second, and
+//! what a power cut may leave is in `commit` ("the three fsync modes").
 //!
 //! # Compaction
 //!
@@ -67,7 +68,8 @@
 //! # Invariants
 //!
 //! - An ack is answered `Ok` only after the commit that carried its record was written and
-//!   (with `fsync = always`) `fdatasync`'d.
+//!   (with `fsync = always`) `fdatasync`'d; in every mode, only once the segment's header and
+//!   name are durable.
 //! - Records reach the log in the order the shard made them; a commit's records are popped
 //!   only once it is durable, so a failed commit is written again whole, at the same offset.
 //! - A file is deleted only after a synced snapshot under its final name covers it.
@@ -82,6 +84,8 @@
 
 pub mod commit;
 pub mod compact;
+#[cfg(test)]
+mod crash;
 pub mod current;
 pub mod file;
 #[cfg(test)]
@@ -117,9 +121,20 @@ use std::time::Duration;
 pub enum Fsync {
     /// After its write and an `fdatasync`: survives a crash of the process or the machine.
     Always,
-    /// After its write: survives a crash of the process, not a power cut (the last moments
-    /// before one may be lost).
+    /// After its write, with an `fdatasync` of the segment at least once a second (while
+    /// anything is unsynced): survives a crash of the process; a power cut loses at most
+    /// about the last second.
+    EverySec,
+    /// After its write; a segment is synced only when it is sealed: survives a crash of the
+    /// process; a power cut loses what the kernel had not yet written back.
     Never,
+}
+
+impl Fsync {
+    /// Whether each commit is synced before it is acknowledged.
+    pub fn per_commit(self) -> bool {
+        self == Fsync::Always
+    }
 }
 
 /// How the journal writes. Defaults are written in [`JournalConfig::new`].

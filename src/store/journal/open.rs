@@ -92,6 +92,18 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
         .max()
         .unwrap_or(1)
         .max(1);
+    // With `--fsync everysec` or `never` the newest segment may hold commits a crashed run
+    // acknowledged unsynced: sync it before a newer one exists, so that only the newest
+    // segment can ever hold unsynced commits (the rule `scan` relies on).
+    if let Some(&(seq, _)) = sealed.last() {
+        let path = shared.dir.join(super::file::segment_name(seq));
+        let shown = path.display().to_string();
+        shared
+            .io
+            .run(move |d| d.sync(&d.open(&path)?))
+            .await
+            .map_err(|e| format!("cannot sync {shown}: {e}"))?;
+    }
     let active = Active::create(
         &shared.io,
         &shared.dir,
@@ -99,6 +111,7 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
         shared.shard,
         shared.shards,
         cfg.segment_bytes,
+        cfg.fsync,
     )
     .await
     .map_err(|e| format!("cannot create a segment in {}: {e}", shared.dir.display()))?;

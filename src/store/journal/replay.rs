@@ -164,7 +164,11 @@ impl Replay {
         let mut handled = 0usize;
         for (i, src) in segments.iter().enumerate() {
             let role = if i == last && self.last_may_tear {
-                Role::Last
+                if super::file::flags(&src.buf) & super::file::UNSYNCED != 0 {
+                    Role::LastUnsynced
+                } else {
+                    Role::Last
+                }
             } else {
                 Role::Sealed
             };

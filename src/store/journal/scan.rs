@@ -7,6 +7,14 @@
 //! | a later commit (a valid `batch` record on a block boundary; in a snapshot, any valid record) | corruption | corruption |
 //! | nothing valid | a torn tail: the commit a crash cut short; truncated at X, counted | corruption |
 //!
+//! The newest segment of a journal written with `--fsync everysec` or `never` (its header says
+//! `UNSYNCED`) is read as `Role::LastUnsynced`: its commits were acknowledged before they were
+//! synced, and a power cut may leave any of its unsynced blocks unwritten while later ones
+//! reached the disk (writeback has no order). There the first damage of any kind ends the log:
+//! the rest is truncated and counted as torn, which recovers the longest valid prefix, the
+//! state of the journal at some instant before the cut. (Every older segment was synced before
+//! the next one began, so this holds only for the newest.)
+//!
 //! Corruption stops the start with an error that names the file and X, unless the store
 //! skips corrupt records, in which case the scan resumes at the next valid commit (or record)
 //! and counts one corrupt region. Only one commit is ever in flight, and commits start on
@@ -21,6 +29,9 @@ use super::record::{decode_at, kind, Record, Step};
 pub enum Role {
     /// The newest segment: its tail may be torn.
     Last,
+    /// The newest segment, its commits acknowledged before they were synced: any damage ends
+    /// its log (see the module doc).
+    LastUnsynced,
     /// A segment with newer ones after it: synced whole before the next one began.
     Sealed,
     /// A snapshot: written whole and synced before its name was given.
@@ -50,7 +61,7 @@ pub struct Scan<'a> {
     pad: bool,
     /// Where the valid data ends so far (after the last good record).
     pub end: usize,
-    /// The tail was torn (`Role::Last` only): truncate at `end`.
+    /// The tail was torn (the newest segment only): truncate at `end`.
     pub torn: bool,
     /// Corrupt regions skipped.
     pub corrupt: u64,
@@ -86,7 +97,7 @@ impl<'a> Scan<'a> {
                     Step::Record { record, .. } if !matches!(record, Record::Batch { .. })
                 )
             }),
-            Role::Last | Role::Sealed => {
+            Role::Last | Role::LastUnsynced | Role::Sealed => {
                 let first = from.div_ceil(self.block).saturating_mul(self.block);
                 (first..self.buf.len()).step_by(self.block).find(|&y| {
                     matches!(
@@ -100,6 +111,14 @@ impl<'a> Scan<'a> {
 
     /// Damage at `at`: resume past it, stop as a torn tail, or report it.
     fn damaged(&mut self, at: usize, why: String) -> Option<Result<Item<'a>, Damage>> {
+        if self.role == Role::LastUnsynced {
+            if self.resync(at + 1).is_some() {
+                tracing::warn!(offset = at, %why, "journal: damage in the unsynced tail of the newest segment (a power cut under --fsync everysec or never); the log ends there and the commits after it are dropped");
+            }
+            self.torn = true;
+            self.done = true;
+            return None;
+        }
         match self.resync(at + 1) {
             Some(y) if self.skip_corrupt => {
                 self.corrupt += 1;
@@ -261,6 +280,22 @@ mod tests {
         put_cancel(&mut b, "t", "b");
         let (n, damage, torn, _) = run(&b, Role::Sealed, false);
         assert_eq!((n, damage, torn), (6, None, false));
+    }
+
+    #[test]
+    fn a_hole_in_an_unsynced_last_segment_ends_its_log_without_skipping() {
+        let mut b = two_commits();
+        b[..512].fill(0);
+        let (n, damage, torn, corrupt) = run(&b, Role::LastUnsynced, false);
+        assert_eq!((n, damage, torn, corrupt), (0, None, true, 0));
+        let mut b = two_commits();
+        b[25] ^= 0x10;
+        let (n, damage, torn, corrupt) = run(&b, Role::LastUnsynced, false);
+        assert_eq!(
+            (n, damage, torn, corrupt),
+            (1, None, true, 0),
+            "the batch record before it stays"
+        );
     }
 
     #[test]

@@ -15,8 +15,9 @@
 //! file whose header or name a power cut can take. Commits then go at `pos`, each padded to
 //! the block, so no write touches a block written before it.
 
-use super::file::{segment_name, Header, Kind, BLOCK};
+use super::file::{segment_name, Header, Kind, BLOCK, UNSYNCED};
 use super::io::{DiskFile, IoThread};
+use super::Fsync;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,10 +93,12 @@ impl Active {
         shard: usize,
         shards: usize,
         cap: u64,
+        fsync: Fsync,
     ) -> io::Result<Active> {
         let path = dir.join(segment_name(seq));
         let file = SegmentFile::create_new(io, &path).await?;
-        if let Err(e) = Self::prepare(&file, seq, shard, shards, cap).await {
+        let flags = if fsync.per_commit() { 0 } else { UNSYNCED };
+        if let Err(e) = Self::prepare(&file, seq, shard, shards, cap, flags).await {
             drop(file);
             let doomed = path.clone();
             let _ = io.run(move |d| d.unlink(&doomed)).await;
@@ -117,6 +120,7 @@ impl Active {
         shard: usize,
         shards: usize,
         cap: u64,
+        flags: u8,
     ) -> io::Result<()> {
         if let Err(e) = file.pre_allocate(cap).await {
             if is_no_space(&e) {
@@ -132,7 +136,7 @@ impl Active {
             shards: shards as u32,
             seq,
         }
-        .encode();
+        .encode_flagged(flags);
         let mut buf = vec![0u8; BLOCK];
         buf.copy_from_slice(&header);
         let n = file.write_at(buf, 0).await?;
