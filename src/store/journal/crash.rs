@@ -46,7 +46,7 @@ enum Step {
     Fired(String, u64),
     Dead(String, u64),
     DeadRemoved(String),
-    /// A dead letter pending again under its version (removal first, in one pass).
+    /// A dead letter pending again under its version.
     Redrive(String, u64),
     /// The end of a pass: the commit task takes what was queued; the acks are awaited.
     Pass,
@@ -200,6 +200,8 @@ fn phases() -> Vec<Phase> {
             payload: 16,
             base: small(4),
             steps: vec![
+                Step::Schedule(key("d", 1), 950),
+                Step::Pass,
                 Step::DeadRemoved(key("d", 1)),
                 Step::Pass,
                 Step::DeadRemoved(key("d", 0)),
@@ -227,14 +229,7 @@ async fn drive(node: &mut Node, steps: &[Step], limit: Duration) -> usize {
                 None
             }
             Step::DeadRemoved(k) => node.admits().then(|| node.dead_removed(k, 0)),
-            Step::Redrive(k, v) => {
-                if node.admits() {
-                    let _ = node.dead_removed(k, *v);
-                    Some(node.schedule(k, *v, FAR, b""))
-                } else {
-                    None
-                }
-            }
+            Step::Redrive(k, v) => node.admits().then(|| node.redrive(k, *v, FAR)),
             Step::Pass => {
                 node.pass();
                 for (at, a) in waiting.drain(..) {

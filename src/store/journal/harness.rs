@@ -163,6 +163,19 @@ impl Node {
         Answer::Cancel(rx)
     }
 
+    /// A dead letter pending again under its version (one record).
+    pub fn redrive(&mut self, key: &str, version: u64, deadline: u64) -> Answer {
+        let (tx, rx) = reply_channel();
+        let s = Scheduled {
+            version,
+            deadline: UtcMicros(deadline),
+            replaced: false,
+        };
+        let timer = self.timer(key, b"");
+        self.store.redrive(&timer, &s, Ack::Schedule(tx, s));
+        Answer::Schedule(rx)
+    }
+
     /// Ends the shard's pass: the commit task takes what was queued.
     pub fn pass(&mut self) {
         self.store.after_pass();
