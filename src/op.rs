@@ -41,11 +41,14 @@ pub(crate) enum Op {
         timer: PackedTimer,
         reply: Reply<Result<Option<TimerInfo>, Error>>,
     },
-    /// The shard's dead letters of `tenant`, by key, after `after`, at most `limit`.
+    /// The shard's dead letters of `tenant`, by key, after `after` and up to `through`
+    /// (inclusive), at most `limit`; with their metadata and payloads only when `bodies`.
     DeadList {
         tenant: String,
         after: Option<String>,
+        through: Option<String>,
         limit: usize,
+        bodies: bool,
         reply: Reply<Result<Vec<DeadInfo>, Error>>,
     },
     /// Re-drives the dead letter under (tenant, key): pending again, due now, a fresh budget.
@@ -129,7 +132,8 @@ pub struct DeadInfo {
     pub version: u64,
     /// The timer's own deadline.
     pub fire_at: UtcMicros,
-    /// Its final delivery metadata (attempts, last outcome, callback).
+    /// Its final delivery metadata (attempts, last outcome, callback); empty in a listing
+    /// of keys only.
     pub meta: Vec<u8>,
     pub payload: Vec<u8>,
 }

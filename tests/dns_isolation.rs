@@ -13,12 +13,14 @@
 //! and passes without running.
 
 mod api_support;
+#[path = "support/bare.rs"]
+mod bare;
 #[path = "support/keepalive.rs"]
 mod keepalive;
 
-use api_support::{try_request, Server};
+use api_support::Server;
 use keepalive::KeepAlive;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,42 +50,22 @@ fn can_unshare() -> bool {
 
 /// `punctual serve` in a mount namespace whose `/etc/resolv.conf` is `resolv`.
 fn start(resolv: &std::path::Path, config: &std::path::Path, data: &std::path::Path) -> Server {
-    let port = api_support::free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-    let child = Command::new("unshare")
-        .args([
-            "-m",
-            "sh",
-            "-c",
-            "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
-        ])
-        .arg(resolv)
-        .arg(env!("CARGO_BIN_EXE_punctual"))
-        .args(["serve", "--listen", &addr.to_string(), "--shards", "2"])
-        .args(["--pinning", "none", "--spin-us", "0"])
-        .arg("--config")
-        .arg(config)
-        .arg("--data-dir")
-        .arg(data)
-        .env("RUST_LOG", "warn")
-        .env_remove("PUNCTUAL_STORE")
-        .env_remove("PUNCTUAL_REDIS")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn unshare");
-    let mut s = Server { child, addr };
-    let give_up = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(Some(status)) = s.child.try_wait() {
-            panic!("punctual exited during start-up: {status}");
-        }
-        if try_request(addr, "GET", "/healthz", &[], b"").is_ok_and(|r| r.status == 200) {
-            return s;
-        }
-        assert!(Instant::now() < give_up, "punctual never became healthy");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut wrapper = bare::os(&[
+        "unshare",
+        "-m",
+        "sh",
+        "-c",
+        "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
+    ]);
+    wrapper.push(resolv.into());
+    let mut args = bare::os(&["--shards", "2", "--pinning", "none", "--spin-us", "0"]);
+    args.extend([
+        "--config".into(),
+        config.into(),
+        "--data-dir".into(),
+        data.into(),
+    ]);
+    bare::serve(&wrapper, &args)
 }
 
 const BASELINE: u8 = 0;

@@ -158,7 +158,8 @@ impl Handle {
     }
 
     /// Up to `limit` dead letters of `tenant` with a key after `after`, by key, gathered
-    /// from every shard.
+    /// from every shard. With several shards, the keys come first (no payload copied), then
+    /// the page's letters: each shard that holds some sends those of the page's key range.
     pub fn dead_letters_async(
         &self,
         tenant: &str,
@@ -166,32 +167,46 @@ impl Handle {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<DeadInfo>>> + Send + 'static {
         let checked = validate_name(NameKind::Tenant, tenant);
-        let mut waits = Vec::with_capacity(self.shards());
-        if checked.is_ok() && !self.inner.stopping.load(Ordering::Acquire) {
-            for ring in &self.inner.rings {
-                let (tx, rx) = reply_channel();
-                let op = Op::DeadList {
-                    tenant: tenant.to_string(),
-                    after: after.map(str::to_string),
-                    limit,
-                    reply: tx,
-                };
-                waits.push(ring.push(op).map(|()| rx));
-            }
-        }
         let stopping = self.inner.stopping.load(Ordering::Acquire);
+        let inner = self.inner.clone();
+        let (tenant, after) = (tenant.to_string(), after.map(str::to_string));
+        let one_pass = inner.rings.len() == 1;
+        let all: Vec<usize> = (0..inner.rings.len()).collect();
+        let first = (checked.is_ok() && !stopping).then(|| {
+            let page = DeadPage {
+                tenant: &tenant,
+                after: after.as_deref(),
+                through: None,
+                limit,
+                bodies: one_pass,
+            };
+            page.ask(&inner.rings, &all)
+        });
         async move {
             checked?;
-            if stopping {
+            let Some(first) = first else {
                 return Err(Error::ShuttingDown);
-            }
-            let mut all = Vec::new();
-            for w in waits {
-                all.extend(w?.await.map_err(|_| Error::ShuttingDown)??);
-            }
-            all.sort_by(|a, b| a.key.cmp(&b.key));
-            all.truncate(limit);
-            Ok(all)
+            };
+            let per_shard = gather(first).await?;
+            let page = merge(per_shard.iter().flatten().cloned().collect(), limit);
+            let Some(through) = page.last().map(|l| l.key.clone()).filter(|_| !one_pass) else {
+                return Ok(page);
+            };
+            let holders: Vec<usize> = per_shard
+                .iter()
+                .enumerate()
+                .filter(|(_, letters)| letters.iter().any(|l| l.key <= through))
+                .map(|(i, _)| i)
+                .collect();
+            let second = DeadPage {
+                tenant: &tenant,
+                after: after.as_deref(),
+                through: Some(&through),
+                limit,
+                bodies: true,
+            };
+            let bodies = gather(second.ask(&inner.rings, &holders)).await?;
+            Ok(merge(bodies.into_iter().flatten().collect(), limit))
         }
     }
 
@@ -341,4 +356,53 @@ impl Handle {
         }
         self.inner.rings[self.shard_for(tenant, key)].push(op)
     }
+}
+
+/// One shard's part of a dead-letter listing.
+struct DeadPage<'a> {
+    tenant: &'a str,
+    after: Option<&'a str>,
+    through: Option<&'a str>,
+    limit: usize,
+    bodies: bool,
+}
+
+type DeadReply = futures_channel::oneshot::Receiver<Result<Vec<DeadInfo>>>;
+
+impl DeadPage<'_> {
+    /// Sends the request to the shards `which`; what each answers, in that order.
+    fn ask(&self, rings: &[Arc<Ring>], which: &[usize]) -> Vec<Result<DeadReply>> {
+        which
+            .iter()
+            .filter_map(|&i| rings.get(i))
+            .map(|ring| {
+                let (tx, rx) = reply_channel();
+                let op = Op::DeadList {
+                    tenant: self.tenant.to_string(),
+                    after: self.after.map(str::to_string),
+                    through: self.through.map(str::to_string),
+                    limit: self.limit,
+                    bodies: self.bodies,
+                    reply: tx,
+                };
+                ring.push(op).map(|()| rx)
+            })
+            .collect()
+    }
+}
+
+/// Every shard's answer, in order.
+async fn gather(waits: Vec<Result<DeadReply>>) -> Result<Vec<Vec<DeadInfo>>> {
+    let mut all = Vec::with_capacity(waits.len());
+    for w in waits {
+        all.push(w?.await.map_err(|_| Error::ShuttingDown)??);
+    }
+    Ok(all)
+}
+
+/// The first `limit` by key.
+fn merge(mut letters: Vec<DeadInfo>, limit: usize) -> Vec<DeadInfo> {
+    letters.sort_by(|a, b| a.key.cmp(&b.key));
+    letters.truncate(limit);
+    letters
 }

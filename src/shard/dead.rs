@@ -4,7 +4,13 @@
 //! At most one per (tenant, key): a later dead letter under the same key replaces the earlier.
 //! Kept per tenant, ordered by key, so that a tenant's list (`GET /v1/dead/{tenant}`) is a
 //! range read that pages by key across shards. A dead letter holds its tenant's quota slot
-//! until it leaves.
+//! until it leaves, and takes room in its shard like a pending timer: pending timers and dead
+//! letters together stay within the shard's capacity (`Shard::admit_room` refuses new keys
+//! at the bound; a dead letter is never dropped to make room).
+//!
+//! A listing copies payloads only for the page: the engine first gathers the keys alone
+//! from every shard, picks the page, and then asks each shard for its letters in the page's
+//! key range, with their bodies.
 //!
 //! Cost: a `HashMap` lookup by tenant and a `BTreeMap` operation by key per change; none of it
 //! on the firing path.
@@ -24,6 +30,7 @@ pub(crate) struct Letter {
 #[derive(Default)]
 pub(crate) struct DeadLetters {
     by_tenant: HashMap<Box<str>, BTreeMap<Box<str>, Letter>>,
+    len: usize,
 }
 
 impl DeadLetters {
@@ -33,7 +40,16 @@ impl DeadLetters {
             .by_tenant
             .entry(letter.timer.tenant().into())
             .or_default();
-        keys.insert(letter.timer.key().into(), letter)
+        let replaced = keys.insert(letter.timer.key().into(), letter);
+        if replaced.is_none() {
+            self.len += 1;
+        }
+        replaced
+    }
+
+    /// Dead letters held, all tenants together.
+    pub fn len(&self) -> usize {
+        self.len
     }
 
     pub fn get(&self, tenant: &str, key: &str) -> Option<&Letter> {
@@ -46,28 +62,46 @@ impl DeadLetters {
         if keys.is_empty() {
             self.by_tenant.remove(tenant);
         }
+        self.len -= 1;
         Some(letter)
     }
 
-    /// Up to `limit` of the tenant's dead letters with a key after `after`, by key.
-    pub fn list(&self, tenant: &str, after: Option<&str>, limit: usize) -> Vec<DeadInfo> {
+    /// Up to `limit` of the tenant's dead letters with a key in (after, through], by key;
+    /// without `bodies`, their keys, versions and deadlines only (nothing else is copied).
+    pub fn list(
+        &self,
+        tenant: &str,
+        (after, through): (Option<&str>, Option<&str>),
+        limit: usize,
+        bodies: bool,
+    ) -> Vec<DeadInfo> {
+        use std::ops::Bound;
         let Some(keys) = self.by_tenant.get(tenant) else {
             return Vec::new();
         };
-        let range = match after {
-            Some(a) => {
-                keys.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+        if let (Some(a), Some(t)) = (after, through) {
+            if t <= a {
+                return Vec::new();
             }
-            None => keys.range::<str, _>(..),
-        };
-        range
+        }
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let to = through.map_or(Bound::Unbounded, Bound::Included);
+        keys.range::<str, _>((from, to))
             .take(limit)
             .map(|(k, l)| DeadInfo {
                 key: k.to_string(),
                 version: l.version,
                 fire_at: l.fire_at,
-                meta: l.timer.meta().to_vec(),
-                payload: l.timer.payload().to_vec(),
+                meta: if bodies {
+                    l.timer.meta().to_vec()
+                } else {
+                    Vec::new()
+                },
+                payload: if bodies {
+                    l.timer.payload().to_vec()
+                } else {
+                    Vec::new()
+                },
             })
             .collect()
     }
@@ -94,12 +128,33 @@ mod tests {
         d.insert(letter("u", "a", 1));
         assert_eq!(d.insert(letter("t", "a", 2)).map(|l| l.version), Some(1));
         let keys = |v: Vec<DeadInfo>| v.into_iter().map(|i| i.key).collect::<Vec<_>>();
-        assert_eq!(keys(d.list("t", None, 10)), ["a", "b", "c"]);
-        assert_eq!(keys(d.list("t", Some("a"), 1)), ["b"]);
-        assert_eq!(d.list("t", None, 10)[0].version, 2);
+        let all = (None, None);
+        assert_eq!(keys(d.list("t", all, 10, true)), ["a", "b", "c"]);
+        assert_eq!(keys(d.list("t", (Some("a"), None), 1, true)), ["b"]);
+        assert_eq!(d.list("t", all, 10, true)[0].version, 2);
+        assert_eq!(d.len(), 4);
         assert!(d.remove("t", "b").is_some() && d.remove("t", "b").is_none());
         assert!(d.remove("u", "a").is_some());
-        assert_eq!(d.list("t", None, 10).len(), 2);
-        assert!(d.list("u", None, 10).is_empty());
+        assert_eq!(d.len(), 2);
+        assert_eq!(d.list("t", all, 10, true).len(), 2);
+        assert!(d.list("u", all, 10, true).is_empty());
+    }
+
+    #[test]
+    fn a_listing_of_keys_copies_no_bodies_and_a_range_stops_at_through() {
+        let mut d = DeadLetters::default();
+        for k in ["a", "b", "c", "d"] {
+            d.insert(letter("t", k, 1));
+        }
+        let keys_only = d.list("t", (None, None), 10, false);
+        assert_eq!(keys_only.len(), 4);
+        assert!(keys_only
+            .iter()
+            .all(|i| i.meta.is_empty() && i.payload.is_empty()));
+        let page = d.list("t", (Some("a"), Some("c")), 10, true);
+        let keys: Vec<_> = page.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(keys, ["b", "c"]);
+        assert!(page.iter().all(|i| i.payload == b"{}"));
+        assert!(d.list("t", (Some("c"), Some("b")), 10, true).is_empty());
     }
 }

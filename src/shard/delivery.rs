@@ -266,13 +266,34 @@ impl<S: TimeSource> Shard<S> {
         self.clock.now().as_micros().saturating_add_micros(us)
     }
 
+    /// The tenant's dead letters in the key range (after, through], at most `limit`.
     pub(super) fn dead_list(
         &self,
         tenant: &str,
-        after: Option<&str>,
+        range: (Option<&str>, Option<&str>),
         limit: usize,
+        bodies: bool,
     ) -> Vec<DeadInfo> {
-        self.deliveries.dead.list(tenant, after, limit)
+        self.deliveries.dead.list(tenant, range, limit, bodies)
+    }
+
+    /// Dead letters take room in the shard like pending timers: a new key is refused
+    /// (`CapacityExceeded`) while the table's timers and the dead letters together fill the
+    /// shard's capacity. A timer that dies moves from one to the other, so a dead letter never
+    /// has to be dropped for room.
+    pub(super) fn admit_room(&self, timer: &PackedTimer) -> Result<(), Error> {
+        let dead = self.deliveries.dead.len();
+        let capacity = self.table.capacity();
+        if dead > 0
+            && self.table.len().saturating_add(dead) >= capacity
+            && self.table.get(timer.identity()).is_none()
+        {
+            return Err(Error::CapacityExceeded {
+                shard: self.id,
+                capacity,
+            });
+        }
+        Ok(())
     }
 
     /// Re-drives the dead letter under `timer`'s (tenant, key): pending again, due now, with a

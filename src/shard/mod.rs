@@ -342,6 +342,7 @@ impl<S: TimeSource> Shard<S> {
                 let scheduled = self
                     .store
                     .admit()
+                    .and_then(|()| self.admit_room(&timer))
                     .and_then(|()| self.admit_quota(&timer, slot))
                     .and_then(|slot| {
                         let version = self.table.next_version(self.clock.now().as_micros());
@@ -410,10 +411,13 @@ impl<S: TimeSource> Shard<S> {
             Op::DeadList {
                 tenant,
                 after,
+                through,
                 limit,
+                bodies,
                 reply,
             } => {
-                let _ = reply.send(Ok(self.dead_list(&tenant, after.as_deref(), limit)));
+                let range = (after.as_deref(), through.as_deref());
+                let _ = reply.send(Ok(self.dead_list(&tenant, range, limit, bodies)));
             }
             Op::DeadRedrive { timer, reply } => self.redrive(timer, reply),
             Op::DeadDiscard { timer, reply } => self.discard(timer, reply),
