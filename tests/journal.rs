@@ -1,6 +1,6 @@
 //! The journal store through the library API, on real files: acknowledged timers survive a
 //! restart (with the same or another shard count) and fire once; a journal cut at any offset
-//! recovers everything acknowledged before the cut; a flipped bit stops the start with the
+//! recovers every commit that lies whole before the cut, and nothing of the one it cuts; a flipped bit stops the start with the
 //! file and offset, or is skipped and counted; compaction keeps the disk bounded.
 
 use punctual::engine::Pinning;
@@ -310,16 +310,29 @@ fn fill(root: &Path, n: usize) -> HashMap<String, u64> {
     versions
 }
 
-/// (key, frame end) of every schedule record in a segment, in order.
+/// (key, end of its commit) of every schedule record in a segment, in order: a commit counts
+/// whole or not at all, so a cut recovers a record only when its whole commit lies before it.
 fn schedule_ends(buf: &[u8]) -> Vec<(String, usize)> {
     use punctual::store::journal::record::Record;
     use punctual::store::journal::scan::{Role, Scan};
-    Scan::new(buf, 4096, 4096, Role::Sealed, false)
-        .filter_map(|item| match item {
-            Ok((Record::Schedule(t), frame, at)) => Some((t.key.to_string(), at + frame.len())),
-            _ => None,
-        })
-        .collect()
+    let (mut out, mut commit): (Vec<(String, usize)>, Vec<String>) = (Vec::new(), Vec::new());
+    let mut end = 0;
+    for item in Scan::new(buf, 4096, 4096, Role::Sealed, false) {
+        match item {
+            Ok((Record::Batch { .. }, _, _)) => {
+                out.extend(commit.drain(..).map(|k| (k, end)));
+            }
+            Ok((record, frame, at)) => {
+                end = at + frame.len();
+                if let Record::Schedule(t) = record {
+                    commit.push(t.key.to_string());
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    out.extend(commit.drain(..).map(|k| (k, end)));
+    out
 }
 
 #[test]

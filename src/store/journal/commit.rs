@@ -58,7 +58,7 @@ enum Fault {
 
 pub(crate) async fn run(shared: Rc<Shared>, mut active: Active) {
     let mut backoff = BACKOFF_START;
-    let mut seq = 0u64;
+    let mut seq = shared.next_batch.get();
     // `everysec`: when the oldest acknowledged commit not yet synced was written.
     let mut unsynced: Option<Instant> = None;
     loop {

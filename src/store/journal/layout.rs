@@ -211,9 +211,38 @@ pub struct Loaded {
     pub skipped: u64,
 }
 
-/// Loads a shard directory: its newest snapshot and the segments after it. Deletes nothing
-/// (see the module doc).
-pub fn load_dir(dir: &Path, skip_corrupt: bool) -> std::result::Result<Loaded, String> {
+/// The shard a directory's files must belong to: every header must name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub shard: u32,
+    pub shards: u32,
+}
+
+/// The header of the file named for `seq`, or why it is not one that belongs where it lies.
+fn header_of(buf: &[u8], seq: u64, owner: Option<Owner>) -> std::result::Result<Header, String> {
+    let header = Header::decode(buf)?;
+    if header.seq != seq {
+        return Err(format!(
+            "its header says seq {}, its name {seq}",
+            header.seq
+        ));
+    }
+    match owner {
+        Some(o) if (header.shard, header.shards) != (o.shard, o.shards) => Err(format!(
+            "its header says shard {} of {}, but it lies in the directory of shard {} of {} (a file from elsewhere?)",
+            header.shard, header.shards, o.shard, o.shards
+        )),
+        _ => Ok(header),
+    }
+}
+
+/// Loads a shard directory: its newest snapshot and the segments after it, each header
+/// checked against its name and `owner`. Deletes nothing (see the module doc).
+pub fn load_dir(
+    dir: &Path,
+    skip_corrupt: bool,
+    owner: Option<Owner>,
+) -> std::result::Result<Loaded, String> {
     let listing = Listing::read(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
     let mut obsolete = listing.leftovers.clone();
     let snap_seq = listing.snapshots.last().copied();
@@ -233,7 +262,7 @@ pub fn load_dir(dir: &Path, skip_corrupt: bool) -> std::result::Result<Loaded, S
             continue;
         }
         let buf = Buf::map(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        match Header::decode(&buf) {
+        match header_of(&buf, seq, owner) {
             Ok(header) if header.kind == Kind::Segment => {
                 segments.push(Source { path, buf, header })
             }
@@ -256,7 +285,7 @@ pub fn load_dir(dir: &Path, skip_corrupt: bool) -> std::result::Result<Loaded, S
             let path = dir.join(snapshot_name(seq));
             let buf =
                 Buf::map(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            match Header::decode(&buf) {
+            match header_of(&buf, seq, owner) {
                 Ok(header) if header.kind == Kind::Snapshot => Some(Source { path, buf, header }),
                 Err(why) if skip_corrupt => {
                     skipped += 1;
@@ -294,9 +323,14 @@ pub struct Checked {
     pub torn: u64,
 }
 
-/// Loads, indexes and checks a shard directory (every CRC, the snapshot); deletes nothing.
-pub async fn check_dir(dir: &Path, skip_corrupt: bool) -> std::result::Result<Checked, String> {
-    let loaded = load_dir(dir, skip_corrupt)?;
+/// Loads, indexes and checks a shard directory (every CRC, the snapshot, continuity);
+/// deletes nothing.
+pub async fn check_dir(
+    dir: &Path,
+    skip_corrupt: bool,
+    owner: Option<Owner>,
+) -> std::result::Result<Checked, String> {
+    let loaded = load_dir(dir, skip_corrupt, owner)?;
     let mut replay = Replay::new(loaded.snapshot, loaded.segments, skip_corrupt, true);
     replay.index().await?;
     replay.check_snapshot().await?;
@@ -343,7 +377,11 @@ fn repartition(cfg: &JournalConfig, root: &Path, from: u64, old: usize, new: usi
             if !dir.exists() {
                 continue;
             }
-            let replay = check_dir(&dir, cfg.skip_corrupt)
+            let owner = Owner {
+                shard: s as u32,
+                shards: old as u32,
+            };
+            let replay = check_dir(&dir, cfg.skip_corrupt, Some(owner))
                 .await
                 .map_err(|e| Error::Config(format!("journal: {e}")))?
                 .replay;
@@ -414,7 +452,7 @@ pub fn read_shard_dir(
         .make()
         .map_err(|e| e.to_string())?;
     ex.run(async {
-        let Checked { replay, torn, .. } = check_dir(dir, skip_corrupt).await?;
+        let Checked { replay, torn, .. } = check_dir(dir, skip_corrupt, None).await?;
         let found = replay
             .live()
             .map(|(t, frame)| Found {

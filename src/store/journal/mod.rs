@@ -50,9 +50,11 @@
 //! # Recovery
 //!
 //! At start the shard loads its snapshot and segments, indexes the segments (`replay`),
-//! checks every CRC, truncates a torn tail (counted) and stops the start on corruption
-//! elsewhere (naming the file and offset; `--journal-skip-corrupt` skips and counts instead,
-//! see `scan`). Then it opens a new segment (a segment is never appended to after a restart)
+//! checks every CRC, the count of every commit and the continuity of the log (segment seqs
+//! and the batch sequence, which runs on across segments, restarts and snapshots), truncates
+//! a torn tail (a commit counts whole or not at all; counted) and stops the start on
+//! corruption elsewhere (naming the file and offset; `--journal-skip-corrupt` skips and
+//! counts instead, see `scan`). Nothing is deleted before that check passed (`layout`). Then it opens a new segment (a segment is never appended to after a restart)
 //! and hands every live timer, with its version, to the shard; overdue ones fire at once, in
 //! deadline order. A different shard count is handled once, before the shards start: every
 //! old shard's live timers are sent to their new owner's snapshot in a new generation, which
@@ -244,6 +246,9 @@ pub(crate) struct Shared {
     /// the live data that decides compaction.
     pub live: Cell<u64>,
     pub record_bytes: Cell<(u64, u64)>,
+    /// The batch sequence the commit task's first commit carries: the one after the last
+    /// that recovery read, so that the sequence runs on across restarts (`replay`).
+    pub next_batch: Cell<u64>,
     pub metrics: Arc<ShardMetrics>,
     /// The journal's own I/O thread: every write, sync and change of name runs there.
     pub io: io::IoThread,
@@ -333,6 +338,7 @@ impl JournalStore {
             health: Cell::new(Health::Ready),
             live: Cell::new(0),
             record_bytes: Cell::new((0, 0)),
+            next_batch: Cell::new(1),
             metrics,
             io,
             _lock: data,

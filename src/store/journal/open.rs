@@ -12,7 +12,7 @@
 //! ```
 
 use super::file::BLOCK;
-use super::layout::{check_dir, Checked};
+use super::layout::{check_dir, Checked, Owner};
 use super::replay::{breathe, Replay, YIELD_EVERY};
 use super::segment::Active;
 use super::Shared;
@@ -42,12 +42,13 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
         mut replay,
         obsolete,
         torn,
-    } = check_dir(&shared.dir, cfg.skip_corrupt).await?;
+    } = check_dir(&shared.dir, cfg.skip_corrupt, Some(owner(shared))).await?;
     // Only now that the newest snapshot and the segments after it are known good.
     for path in &obsolete {
         std::fs::remove_file(path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
     }
     let snap = replay.snapshot_file();
+    shared.next_batch.set(replay.next_batch());
     let report = replay.report.clone();
     let m = shared.m();
     StoreMetrics::count(&m.journal_torn_total, torn);
@@ -126,6 +127,13 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
         active,
         started,
     })
+}
+
+fn owner(shared: &Shared) -> Owner {
+    Owner {
+        shard: shared.shard as u32,
+        shards: shared.shards as u32,
+    }
 }
 
 /// The valid length of a torn segment, made durable.

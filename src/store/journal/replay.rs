@@ -108,6 +108,23 @@ pub struct Report {
     pub last_batch: u64,
 }
 
+/// Why segment `found` cannot follow where `wanted` belongs.
+fn gap(wanted: u64, found: u64, first: bool) -> String {
+    let after = if first {
+        "the snapshot (or, with none, the log's start)"
+    } else {
+        "the segment before it"
+    };
+    if found > wanted {
+        format!(
+            "segment {found} where segment {wanted} belongs after {after}: segments {wanted} to {} are missing",
+            found - 1
+        )
+    } else {
+        format!("segment {found} where segment {wanted} belongs after {after}")
+    }
+}
+
 /// Corruption that stops the start: which file, where, and what to do.
 pub fn corrupt_error(path: &std::path::Path, d: &Damage) -> String {
     format!(
@@ -126,6 +143,8 @@ pub struct Replay {
     skip_corrupt: bool,
     /// The snapshot's end record, once [`Replay::check_snapshot`] read it.
     snapshot_end: End,
+    /// The snapshot's entries, once [`Replay::check_snapshot`] counted them.
+    snapshot_entries: Option<u64>,
     /// Whether the newest segment may have a torn tail (false for compaction, which reads
     /// only sealed segments).
     last_may_tear: bool,
@@ -146,13 +165,21 @@ impl Replay {
             hasher: foldhash::fast::FixedState::with_seed(0x7075_6e63),
             skip_corrupt,
             snapshot_end: End::default(),
+            snapshot_entries: None,
             last_may_tear,
             report: Report::default(),
         }
     }
 
-    /// Step 1: indexes every segment, oldest first, yielding to the executor as it goes.
+    /// Step 1: checks the snapshot ([`Replay::check_snapshot`]), then indexes every segment,
+    /// oldest first, yielding to the executor as it goes. The log must be continuous: the
+    /// first segment is the snapshot's seq (or 1), each next one the seq after it, and the
+    /// batch sequence runs on from the snapshot's last batch without a gap (see `scan`).
     pub async fn index(&mut self) -> Result<(), String> {
+        self.check_snapshot().await?;
+        let skip = self.skip_corrupt;
+        let mut next_seg = self.snapshot.as_ref().map_or(1, |s| s.header.seq);
+        let mut next_batch = Some(self.snapshot_end.last_batch + 1);
         let Replay {
             segments,
             index,
@@ -172,8 +199,24 @@ impl Replay {
             } else {
                 Role::Sealed
             };
+            if src.header.seq != next_seg {
+                let d = Damage {
+                    offset: 0,
+                    why: gap(next_seg, src.header.seq, i == 0),
+                };
+                if !skip {
+                    return Err(corrupt_error(&src.path, &d));
+                }
+                report.corrupt += 1;
+                next_batch = None;
+                tracing::error!(file = %src.path.display(), why = %d.why, "journal: a gap in the log skipped");
+            }
+            next_seg = src.header.seq + 1;
             let block = src.header.block as usize;
-            let mut scan = Scan::new(&src.buf, block, block, role, self.skip_corrupt);
+            let mut scan = Scan::new(&src.buf, block, block, role, skip);
+            if let Some(b) = next_batch {
+                scan = scan.expecting(b);
+            }
             for item in scan.by_ref() {
                 let (record, _, off) = item.map_err(|d| corrupt_error(&src.path, &d))?;
                 if let Some(v) = record.version() {
@@ -210,6 +253,9 @@ impl Replay {
                 }
             }
             report.corrupt += scan.corrupt;
+            if let Some(b) = scan.last_batch {
+                next_batch = b.checked_add(1);
+            }
             if i == last {
                 report.last_end = Some(scan.end as u64);
             }
@@ -222,9 +268,14 @@ impl Replay {
     }
 
     /// Reads the snapshot through once, so that its damage is found before any entry is
-    /// handed on; the number of entries (timers and dead letters) it holds.
+    /// handed on; the number of entries (timers and dead letters) it holds. Runs once: a
+    /// second call answers the first one's count.
     pub async fn check_snapshot(&mut self) -> Result<u64, String> {
+        if let Some(n) = self.snapshot_entries {
+            return Ok(n);
+        }
         let Some(snap) = &self.snapshot else {
+            self.snapshot_entries = Some(0);
             return Ok(0);
         };
         let mut n = 0u64;
@@ -248,6 +299,7 @@ impl Replay {
         if let Some(e) = end {
             self.snapshot_end = e;
         }
+        self.snapshot_entries = Some(n);
         match end.map(|e| e.entries) {
             Some(t) if t == n || self.skip_corrupt => Ok(n),
             found => {
@@ -302,6 +354,11 @@ impl Replay {
             }
         });
         from_snapshot.chain(from_segments)
+    }
+
+    /// The sequence the next commit must carry: the one after the last batch read.
+    pub fn next_batch(&self) -> u64 {
+        self.report.last_batch.max(self.snapshot_end.last_batch) + 1
     }
 
     /// The end record of a snapshot of `entries` of this replay's live entries: the last batch
@@ -489,5 +546,149 @@ mod floor_tests {
         let (found, report) = read_shard_dir(tmp.path(), false).expect("replay");
         assert!(found.is_empty());
         assert_eq!(report.version_floor, 70);
+    }
+}
+
+#[cfg(test)]
+mod continuity_tests {
+    use super::super::file::{segment_name, snapshot_name, BLOCK};
+    use super::super::layout::{check_dir, read_shard_dir, Owner};
+    use super::super::record::put_batch;
+    use super::super::testlog::*;
+    use std::path::Path;
+
+    fn refused(dir: &Path) -> String {
+        match read_shard_dir(dir, false) {
+            Err(e) => e,
+            Ok((found, _)) => panic!("accepted: {} entries", found.len()),
+        }
+    }
+
+    #[test]
+    fn a_lost_middle_segment_is_corruption_never_a_resurrected_timer() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = tmp.path();
+        segment(d, 1, 1, &[vec![schedule("a", 1)]]);
+        segment(d, 2, 2, &[vec![cancel("a")]]);
+        segment(d, 3, 3, &[vec![schedule("b", 2)]]);
+        std::fs::remove_file(d.join(segment_name(2))).expect("lose it");
+        let why = refused(d);
+        assert!(why.contains(&segment_name(3)), "{why}");
+        assert!(why.contains("segments 2 to 2 are missing"), "{why}");
+        // Renumbered to hide the gap, the batch sequence still shows it.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = tmp.path();
+        segment(d, 1, 1, &[vec![schedule("a", 1)]]);
+        segment(d, 2, 3, &[vec![schedule("b", 2)]]);
+        let why = refused(d);
+        assert!(
+            why.contains(&segment_name(2)) && why.contains("offset 4096"),
+            "{why}"
+        );
+        assert!(why.contains("batch 3 where batch 2 belongs"), "{why}");
+    }
+
+    #[test]
+    fn the_first_segment_must_follow_the_snapshot() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = tmp.path();
+        snapshot(d, 3, &[schedule("a", 1)], 5, 1);
+        segment(d, 4, 6, &[vec![cancel("a")]]);
+        let why = refused(d);
+        assert!(why.contains("segment 4 where segment 3 belongs"), "{why}");
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = tmp.path();
+        snapshot(d, 3, &[schedule("a", 1)], 5, 1);
+        segment(d, 3, 9, &[vec![cancel("a")]]);
+        let why = refused(d);
+        assert!(why.contains("batch 9 where batch 6 belongs"), "{why}");
+        // Without a snapshot the log starts at segment 1.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        segment(tmp.path(), 2, 1, &[vec![schedule("a", 1)]]);
+        assert!(refused(tmp.path()).contains("segments 1 to 1 are missing"));
+        // And in order it all reads.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = tmp.path();
+        snapshot(d, 3, &[schedule("a", 1)], 5, 1);
+        segment(d, 3, 6, &[vec![cancel("a")], vec![schedule("b", 2)]]);
+        segment(d, 4, 8, &[vec![schedule("c", 3)]]);
+        let (found, _) = read_shard_dir(d, false).expect("continuous");
+        assert_eq!(found.len(), 2);
+    }
+
+    /// A segment whose first commit says it holds 3 records, with only 2 before the zeros,
+    /// then (when `later`) a second, whole commit on the next block.
+    fn short_commit(dir: &Path, later: bool) {
+        let mut b = super::super::file::Header {
+            kind: super::super::file::Kind::Segment,
+            block: BLOCK as u32,
+            shard: 0,
+            shards: 1,
+            seq: 1,
+        }
+        .encode();
+        put_batch(&mut b, 1, 3);
+        b.extend_from_slice(&schedule("a", 1));
+        b.extend_from_slice(&schedule("b", 2));
+        b.resize(2 * BLOCK, 0);
+        if later {
+            put_batch(&mut b, 2, 1);
+            b.extend_from_slice(&schedule("c", 3));
+            b.resize(3 * BLOCK, 0);
+        }
+        std::fs::write(dir.join(segment_name(1)), b).expect("write");
+    }
+
+    #[test]
+    fn zeros_while_a_commit_still_owes_records_are_corruption_or_the_torn_tail() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        short_commit(tmp.path(), true);
+        let why = refused(tmp.path());
+        assert!(why.contains("still owes 1 records"), "{why}");
+        // As the last commit of the last segment it is the commit a crash cut short: it
+        // counts not at all (none of its records is recovered), and nothing else is lost.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        short_commit(tmp.path(), false);
+        let (found, report) = read_shard_dir(tmp.path(), false).expect("torn tail");
+        assert!(found.is_empty(), "{} records of a torn commit", found.len());
+        assert_eq!(report.torn, 1);
+        assert_eq!(report.truncate.map(|t| t.1), Some(BLOCK as u64));
+    }
+
+    #[test]
+    fn a_header_must_match_its_name_and_its_shard() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = tmp.path();
+        segment(d, 1, 1, &[vec![schedule("a", 1)]]);
+        std::fs::rename(d.join(segment_name(1)), d.join(segment_name(2))).expect("rename");
+        let why = refused(d);
+        assert!(why.contains("its header says seq 1, its name 2"), "{why}");
+        let tmp = tempfile::tempdir().expect("tempdir");
+        segment(tmp.path(), 1, 1, &[vec![schedule("a", 1)]]);
+        let owner = Owner {
+            shard: 1,
+            shards: 2,
+        };
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("executor");
+        let checked = ex.run(check_dir(tmp.path(), false, Some(owner)));
+        let Err(why) = checked else {
+            panic!("another shard's file accepted")
+        };
+        assert!(why.contains("shard 0 of 1"), "{why}");
+    }
+
+    #[test]
+    fn a_snapshot_ends_at_its_end_record() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = tmp.path();
+        snapshot(d, 2, &[schedule("a", 1)], 1, 1);
+        let path = d.join(snapshot_name(2));
+        let mut b = std::fs::read(&path).expect("read");
+        b.extend_from_slice(&[0xAB; 700]); // what a writer's last buffer may leave after it
+        std::fs::write(&path, b).expect("write");
+        let (found, _) = read_shard_dir(d, false).expect("the end record is terminal");
+        assert_eq!(found.len(), 1);
     }
 }

@@ -7,6 +7,14 @@
 //! | a later commit (a valid `batch` record on a block boundary; in a snapshot, any valid record) | corruption | corruption |
 //! | nothing valid | a torn tail: the commit a crash cut short; truncated at X, counted | corruption |
 //!
+//! Within a commit, every record its `batch` record counts must be there: zeros (padding, or
+//! the end) while records are still owed are damage like any other, judged by the same rule
+//! (a torn tail when no later commit follows in the last segment, else corruption), so a run
+//! of zeros that ends on a block boundary can never hide acknowledged records. And each
+//! `batch` record must carry the sequence that follows the one before it (the first, the one
+//! the caller expects: see `replay`); any other is corruption, never a torn write, since
+//! blocks are never reused. A snapshot's `end` record is its last: the scan stops there.
+//!
 //! The newest segment of a journal written with `--fsync everysec` or `never` (its header says
 //! `UNSYNCED`) is read as `Role::LastUnsynced`: its commits were acknowledged before they were
 //! synced, and a power cut may leave any of its unsynced blocks unwritten while later ones
@@ -59,6 +67,12 @@ pub struct Scan<'a> {
     left: Option<u32>,
     /// The commit just ended: check that the rest of the block is zeros, then skip it.
     pad: bool,
+    /// The sequence the next `batch` record must carry (`None`: any, e.g. after skipped
+    /// damage).
+    next_batch: Option<u64>,
+    /// The first and the last batch sequence read.
+    pub first_batch: Option<u64>,
+    pub last_batch: Option<u64>,
     /// Where the valid data ends so far (after the last good record).
     pub end: usize,
     /// The tail was torn (the newest segment only): truncate at `end`.
@@ -82,10 +96,77 @@ impl<'a> Scan<'a> {
             done: false,
             left: None,
             pad: false,
+            next_batch: None,
+            first_batch: None,
+            last_batch: None,
             end: start,
             torn: false,
             corrupt: 0,
         }
+    }
+
+    /// Requires the first `batch` record to carry `seq` (and each later one the next).
+    pub fn expecting(mut self, seq: u64) -> Scan<'a> {
+        self.next_batch = Some(seq);
+        self
+    }
+
+    /// A `batch` record with `seq` at `at`: checks it follows, and starts its commit.
+    fn batch(&mut self, at: usize, seq: u64, records: u32) -> Option<Damage> {
+        let wanted = self.next_batch;
+        self.next_batch = seq.checked_add(1);
+        self.first_batch.get_or_insert(seq);
+        self.last_batch = Some(seq);
+        self.left = Some(records);
+        match wanted {
+            Some(w) if w != seq => {
+                let why = format!(
+                    "the commit here is batch {seq} where batch {w} belongs: {}",
+                    if seq > w {
+                        "commits are missing before it (a lost or zeroed file or region)"
+                    } else {
+                        "it repeats or goes back (a file from elsewhere?)"
+                    }
+                );
+                if self.skip_corrupt {
+                    self.corrupt += 1;
+                    tracing::error!(offset = at, %why, "journal: a gap in the log skipped");
+                    None
+                } else {
+                    self.done = true;
+                    Some(Damage { offset: at, why })
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Checks that the `records` records of the commit whose first one starts at `from` are
+    /// all there and whole, before any of them is handed on: a commit counts whole or not at
+    /// all. Where and why it is not.
+    fn whole_commit(&self, from: usize, records: u32) -> Result<(), (usize, String)> {
+        let mut at = from;
+        for i in 0..records {
+            match decode_at(self.buf, at, self.block) {
+                Step::Record {
+                    record: Record::Batch { .. },
+                    ..
+                } => {
+                    let why = format!(
+                        "a commit begins where its predecessor still owes {} records",
+                        records - i
+                    );
+                    return Err((at, why));
+                }
+                Step::Record { next, .. } => at = next,
+                Step::Bad(bad) => return Err((at, bad.to_string())),
+                Step::Padding { .. } | Step::End => {
+                    let why = format!("zeros where the commit still owes {} records", records - i);
+                    return Err((at, why));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The first offset at or after `from` where valid data resumes.
@@ -124,6 +205,7 @@ impl<'a> Scan<'a> {
                 self.corrupt += 1;
                 self.left = None;
                 self.pad = false;
+                self.next_batch = None;
                 tracing::error!(offset = at, resumes = y, %why, "journal: corrupt records skipped");
                 self.at = y;
                 None
@@ -173,18 +255,35 @@ impl<'a> Iterator for Scan<'a> {
                     frame,
                     next,
                 } => {
-                    self.at = next;
-                    self.end = next;
+                    let segment = self.role != Role::Snapshot;
                     match record {
-                        Record::Batch { records, .. } if self.role != Role::Snapshot => {
-                            self.left = Some(records);
+                        Record::Batch { seq, records } if segment => {
+                            if let Err((x, why)) = self.whole_commit(next, records) {
+                                if let Some(out) = self.damaged(x, why) {
+                                    return Some(out);
+                                }
+                                continue;
+                            }
+                            if let Some(d) = self.batch(at, seq, records) {
+                                return Some(Err(d));
+                            }
                         }
+                        _ if segment && self.left.is_none() => {
+                            let why = "a record outside any commit (no batch record opens it)";
+                            if let Some(out) = self.damaged(at, why.to_string()) {
+                                return Some(out);
+                            }
+                            continue;
+                        }
+                        Record::End(_) if !segment => self.done = true,
                         _ => {
                             if let Some(l) = self.left.as_mut() {
                                 *l = l.saturating_sub(1);
                             }
                         }
                     }
+                    self.at = next;
+                    self.end = next;
                     if self.left == Some(0) {
                         self.left = None;
                         self.pad = true;
@@ -247,10 +346,14 @@ mod tests {
     #[test]
     fn a_cut_last_commit_is_a_torn_tail() {
         let b = two_commits();
-        // The second commit's batch record (21 bytes) survives, its cancel is cut.
+        // The second commit's batch record (21 bytes) survives, its cancel is cut: the commit
+        // counts not at all, and the valid data ends where it began.
         let cut = &b[..540];
+        let mut s = Scan::new(cut, 0, 512, Role::Last, false);
+        assert_eq!(s.by_ref().count(), 2);
+        assert_eq!((s.torn, s.end), (true, 34));
         let (n, damage, torn, _) = run(cut, Role::Last, false);
-        assert_eq!((n, damage, torn), (3, None, true));
+        assert_eq!((n, damage, torn), (2, None, true));
         let (_, damage, _, _) = run(cut, Role::Sealed, false);
         assert_eq!(damage.map(|d| d.offset), Some(512 + 21));
     }
@@ -261,8 +364,9 @@ mod tests {
         b[25] ^= 0x10; // inside the first cancel
         let (_, damage, torn, _) = run(&b, Role::Last, false);
         assert_eq!((damage.map(|d| d.offset), torn), (Some(21), false));
+        // Skipped, the damaged commit counts not at all: the second one's two records remain.
         let (n, damage, _, corrupt) = run(&b, Role::Last, true);
-        assert_eq!((n, damage, corrupt), (3, None, 1));
+        assert_eq!((n, damage, corrupt), (2, None, 1));
     }
 
     #[test]
@@ -293,8 +397,8 @@ mod tests {
         let (n, damage, torn, corrupt) = run(&b, Role::LastUnsynced, false);
         assert_eq!(
             (n, damage, torn, corrupt),
-            (1, None, true, 0),
-            "the batch record before it stays"
+            (0, None, true, 0),
+            "a commit counts whole or not at all"
         );
     }
 
