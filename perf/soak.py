@@ -50,7 +50,8 @@ Every --sample seconds (10 by default), from a separate thread:
   errors, errors_total      unexpected answers/connection errors in the window, and so far
   cancel_404_total          expected 404s on DELETE so far
   store_pending_writes, journal_disk_mib, store_errors_total, ring_rejected_total,
-  watchdog_wakes_total      from /metrics, summed over shards
+  watchdog_wakes_total,
+  executor_stalls_total     from /metrics, summed over shards
   aux_rss_mib               VmRSS of --aux-pid (the soak's redis-server), if given
   shard_runq_wait_pct       host contention as the server saw it: the largest share of the
                             window a shard thread spent runnable but not running (schedstat)
@@ -91,7 +92,7 @@ COLUMNS = [
     "req_max_ms", "svc_p99_ms", "gen_lag_p99_ms", "errors", "errors_total", "cancel_404_total",
     "flush_p99_ms", "flush_max_le_ms", "store_pending_writes", "journal_disk_mib",
     "store_errors_total", "store_ack_timeouts_total", "store_refused_total",
-    "ring_rejected_total", "watchdog_wakes_total", "aux_rss_mib", "shard_runq_wait_pct",
+    "ring_rejected_total", "watchdog_wakes_total", "executor_stalls_total", "aux_rss_mib", "shard_runq_wait_pct",
     "host_cpu_pressure_pct", "host_io_pressure_pct", "gen_cpu_pct", "stream_entries", "backlog",
 ]
 HISTOGRAMS = ("punctual_fire_lateness_seconds", "punctual_store_flush_seconds")
@@ -701,6 +702,7 @@ class Sampler(threading.Thread):
             row["store_refused_total"] = int(sums.get("punctual_store_refused_total", 0))
             row["ring_rejected_total"] = int(sums.get("punctual_ring_rejected_total", 0))
             row["watchdog_wakes_total"] = int(sums.get("punctual_shard_watchdog_wakes_total", 0))
+            row["executor_stalls_total"] = int(sums.get("punctual_executor_stalls_total", 0))
         if self.args.aux_pid:
             try:
                 row["aux_rss_mib"] = f"{proc_status(self.args.aux_pid).get('VmRSS', 0) / 1024:.2f}"
@@ -954,9 +956,9 @@ def cmd_verdict(args):
         out(f"  store flush (journal group commit / Redis pipeline) p99 per window: median {fl_med:.2f} ms, "
             f"max {fl_max:.2f} ms; highest bucket reached {max(col('flush_max_le_ms')):g} ms")
     for k in ("store_errors_total", "store_ack_timeouts_total", "store_refused_total",
-              "ring_rejected_total", "watchdog_wakes_total"):
+              "ring_rejected_total", "watchdog_wakes_total", "executor_stalls_total"):
         v = fnum(last, k)
-        if v:
+        if v or k in ("watchdog_wakes_total", "executor_stalls_total"):
             out(f"  {k}: {int(v)}")
     log_bad = []
     if args.server_log and os.path.exists(args.server_log):

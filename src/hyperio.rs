@@ -6,7 +6,8 @@
 //! [`Io`] also enforces the write-stall timeout: a write that makes no progress for
 //! `stall` (the peer stopped reading) fails with `TimedOut`, which closes the connection.
 //! Everything here lives on one shard's thread: a connection is `spawn_local`ed and never
-//! moves.
+//! moves. The module is crate-private: its `Send` claim for glommio's timers holds only for
+//! the crate's own single-threaded connections.
 
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
@@ -128,7 +129,8 @@ struct LocalSleep(Timer);
 
 // SAFETY: hyper requires `Sleep: Send + Sync` for multi-threaded runtimes, but a `LocalSleep`
 // is only ever created by `LocalTimer`, which only the connections of `api::server` and of the
-// webhook client use; those connections own a glommio `TcpStream` (which is `!Send`), are
+// webhook client use (this module is crate-private, so no caller outside the crate can hand a
+// `LocalTimer` to a multi-threaded hyper); those connections own a glommio `TcpStream` (which is `!Send`), are
 // `spawn_local`ed on one shard, and so are created, polled and dropped on that one thread. The timer never crosses threads,
 // and no `&LocalSleep` is ever shared with another thread.
 unsafe impl Send for LocalSleep {}

@@ -45,7 +45,7 @@ pub mod cpus;
 pub mod doctor;
 pub mod engine;
 pub mod error;
-pub mod hyperio;
+pub(crate) mod hyperio;
 pub mod metrics;
 pub mod op;
 pub mod partition;

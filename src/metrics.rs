@@ -165,6 +165,11 @@ pub struct ShardMetrics {
     /// Times the watchdog woke this shard because it had not run well past its time
     /// (`shard::watchdog`).
     pub watchdog_wakes_total: AtomicU64,
+    /// Times the watchdog found this shard's executor asleep in io_uring while the shard's
+    /// work was due: glommio slept with work runnable (`shard::watchdog`).
+    pub executor_stalls_total: AtomicU64,
+    /// 1 once the shard's thread panicked (`shard::failure`): its ring is closed.
+    pub failed: AtomicU64,
     /// Pending timers on each level of the wheel (0 to 8), then on its expired list; sampled
     /// at every clock anchor.
     pub wheel_timers: [AtomicU64; WHEEL_GAUGES],
@@ -185,6 +190,8 @@ impl Default for ShardMetrics {
             clock_set_backs_total: AtomicU64::new(0),
             clock_fallback: AtomicU64::new(0),
             watchdog_wakes_total: AtomicU64::new(0),
+            executor_stalls_total: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
             wheel_timers: [const { AtomicU64::new(0) }; WHEEL_GAUGES],
             store: StoreMetrics::default(),
             webhooks: WebhookMetrics::default(),

@@ -90,6 +90,10 @@ fn shards_keep_firing_when_glommio_preempts_before_every_round() {
     stop.store(true, Ordering::Relaxed);
     let stats = engine.handle().stats();
     engine.shutdown().expect("clean shutdown");
+    let wakes: u64 = stats.iter().map(|s| s.watchdog_wakes_total).sum();
+    let stalls: u64 = stats.iter().map(|s| s.executor_stalls_total).sum();
+    eprintln!("watchdog wakes {wakes}, executor stalls {stalls}");
+    assert!(stalls <= wakes, "every stall counted was ended by a wake");
     assert_eq!(fired, 400, "timers lost (worst lateness so far {worst} µs)");
     assert_eq!(early, 0, "timers fired before their deadline");
     assert!(

@@ -26,10 +26,13 @@
 //!    TIME-WAIT) after a crash with clients connected.
 //!
 //! So start-up retries the probe on EADDRINUSE for `bind_retry_ms` (sleeping between tries)
-//! and binds the shard listeners only once it succeeds. Left open: two punctuals started at
-//! the same moment can both pass the probe before either listens.
+//! and, once it succeeds, binds and listens on every shard's socket at once
+//! ([`shard_sockets`]), before the engine starts (a journal's recovery can take minutes), and
+//! hands each shard its socket. Left open: two punctuals started at the same moment can both
+//! pass the probe before either listens; the window is the few microseconds between the probe
+//! and the first listen.
 //!
-//! Cost: start-up only; one socket per try, one try per [`RETRY_PAUSE`].
+//! Cost: start-up only; one socket per try, one try per [`RETRY_PAUSE`], then one per shard.
 
 use glommio::net::TcpListener;
 use std::io;
@@ -83,14 +86,21 @@ fn probe(addr: SocketAddr) -> io::Result<()> {
     socket.bind(&addr.into())
 }
 
-/// A shard's listener, handed to glommio, and its descriptor (for a shutdown(2) when the
-/// shard stops accepting).
-pub fn shard_listener(addr: SocketAddr) -> io::Result<(TcpListener, RawFd)> {
-    let fd = reuseport_socket(addr)?.into_raw_fd();
+/// The shards' listening sockets, one per shard, bound and listening on `addr` as soon as
+/// the probe passed: start-up (a journal's recovery) may take minutes, and the address must
+/// not be taken meanwhile. Connections that arrive before a shard accepts wait in its backlog.
+pub fn shard_sockets(addr: SocketAddr, shards: usize) -> io::Result<Vec<socket2::Socket>> {
+    (0..shards).map(|_| reuseport_socket(addr)).collect()
+}
+
+/// A shard's listener, from its socket (see [`shard_sockets`]), handed to glommio on the
+/// shard's thread, and its descriptor (for a shutdown(2) when the shard stops accepting).
+pub fn shard_listener(socket: socket2::Socket) -> (TcpListener, RawFd) {
+    let fd = socket.into_raw_fd();
     // SAFETY: `fd` is a bound, listening TCP socket that we own (just released from the
     // socket2 socket); the glommio listener becomes its sole owner and closes it when dropped.
     let listener = unsafe { TcpListener::from_raw_fd(fd) };
-    Ok((listener, fd))
+    (listener, fd)
 }
 
 /// A listening socket on `addr` with SO_REUSEADDR + SO_REUSEPORT (every shard binds the same
@@ -134,6 +144,27 @@ mod tests {
             "{err}"
         );
         assert!(err.contains(&format!("sport = :{}", addr.port())), "{err}");
+    }
+
+    /// The shards' sockets listen as soon as they are made, before any shard runs: the
+    /// probe of another process fails at once, however long the shards take to start.
+    #[test]
+    fn the_shard_sockets_hold_the_address_before_the_shards_start() {
+        let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+        let first = reuseport_socket(any).expect("first");
+        let addr = first
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .expect("bound address");
+        drop(first);
+        let sockets = shard_sockets(addr, 2).expect("bound");
+        assert_eq!(sockets.len(), 2);
+        let refused = probe(addr).map_err(|e| e.kind());
+        assert_eq!(refused, Err(io::ErrorKind::AddrInUse));
+        // A client can connect already: it waits in the backlog until the shard accepts.
+        let client = std::net::TcpStream::connect(addr);
+        assert!(client.is_ok(), "{client:?}");
     }
 
     #[test]

@@ -364,7 +364,7 @@ const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 20] = [
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let rows = rows(&self.handle);
-        let families: [(&str, &str, MetricType, Pick); 10] = [
+        let families: [(&str, &str, MetricType, Pick); 12] = [
             (
                 "punctual_timers_pending",
                 "Timers pending on the shard",
@@ -424,6 +424,18 @@ impl Collector for EngineCollector {
                 "Times the watchdog woke the shard because it had not run 5 ms after it was due",
                 MetricType::Counter,
                 |r| Value::Counter(r.s.watchdog_wakes_total),
+            ),
+            (
+                "punctual_executor_stalls",
+                "Times the shard's executor slept in io_uring while the shard's work was due (glommio's park bug), each ended by a watchdog wake",
+                MetricType::Counter,
+                |r| Value::Counter(r.s.executor_stalls_total),
+            ),
+            (
+                "punctual_shard_failed",
+                "1 once the shard's thread panicked: its ring is closed and every call to it is refused",
+                MetricType::Gauge,
+                |r| Value::Gauge(i64::from(r.s.failed)),
             ),
         ];
         for (name, help, kind, pick) in families.into_iter().chain(STORE_FAMILIES) {

@@ -195,6 +195,19 @@ impl App {
                     store: None,
                 },
             )
+        } else if !self.handle.failed_shards().is_empty() {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                respond::Health {
+                    status: "unavailable",
+                    reason: Some(format!(
+                        "shards {:?} panicked and answer nothing; restart the process",
+                        self.handle.failed_shards()
+                    )),
+                    shards: None,
+                    store: Some(store),
+                },
+            )
         } else if !self.handle.store_healthy() {
             let states = self.handle.store_states();
             (

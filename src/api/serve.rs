@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 /// Runs the service until SIGTERM or SIGINT. An error is a start-up failure, described.
 pub fn serve(config: Config) -> Result<(), String> {
+    crash_on_panic();
     // Registered first, so a signal during start-up is not lost to the default action.
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
@@ -25,6 +26,13 @@ pub fn serve(config: Config) -> Result<(), String> {
     // process (another punctual included) serves this address, and waits out the sockets of
     // one that just crashed on it.
     listen::wait_until_free(config.listen, Duration::from_millis(config.bind_retry_ms))?;
+    // Held from now on, before the engine starts (a journal's recovery can take minutes).
+    let sockets = listen::shard_sockets(config.listen, config.shards)
+        .map_err(|e| format!("listen: cannot bind {}: {e}", config.listen))?;
+    let sockets: Vec<std::sync::Mutex<Option<socket2::Socket>>> = sockets
+        .into_iter()
+        .map(|s| std::sync::Mutex::new(Some(s)))
+        .collect();
 
     let tenants = Tenants::new(&config.tenants);
     let webhooks = Arc::new(webhook_settings(&config)?);
@@ -42,7 +50,13 @@ pub fn serve(config: Config) -> Result<(), String> {
         .shard_capacity(config.shard_capacity)
         .webhooks(webhooks)
         .on_shard_start(move |id, handle| {
-            let r = server::start_shard(id, handle, hook_shared.clone());
+            let socket = sockets
+                .get(id)
+                .and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take());
+            let r = match socket {
+                Some(socket) => server::start_shard(id, handle, hook_shared.clone(), socket),
+                None => Err(std::io::Error::other("no listening socket for this shard")),
+            };
             let _ = bound_tx.send((id, r));
         });
     for (tenant, t) in &config.tenants {
@@ -146,6 +160,19 @@ pub fn serve(config: Config) -> Result<(), String> {
     engine.shutdown()?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The server is crash-only (`shard::failure`): a panic on any thread is logged by the default
+/// hook, then aborts the process, for the supervisor to restart it and the durable store to
+/// recover its timers. A server that went on without one shard would refuse a share of its
+/// keys until someone noticed.
+fn crash_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        tracing::error!("a thread panicked; aborting (crash-only: restart, and the store recovers every acknowledged timer)");
+        std::process::abort();
+    }));
 }
 
 /// The webhook settings the configuration describes (validated already, except the CA file,

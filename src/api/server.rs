@@ -31,14 +31,20 @@ impl Drop for ConnSlot {
     }
 }
 
-/// Binds this shard's listener and spawns its acceptor. Runs on the shard's thread, inside its
+/// Takes this shard's listening socket (bound before the engine started, see
+/// `listen::shard_sockets`) and spawns its acceptor. Runs on the shard's thread, inside its
 /// executor (from the engine's `on_shard_start` hook).
-pub fn start_shard(shard: usize, handle: Handle, shared: Arc<Shared>) -> std::io::Result<()> {
+pub fn start_shard(
+    shard: usize,
+    handle: Handle,
+    shared: Arc<Shared>,
+    socket: socket2::Socket,
+) -> std::io::Result<()> {
     let store = handle.store_kind();
     shared
         .metrics
         .get_or_init(|| Metrics::new(handle.clone(), store));
-    let (listener, fd) = super::listen::shard_listener(shared.config.listen)?;
+    let (listener, fd) = super::listen::shard_listener(socket);
     shared.listeners.fetch_add(1, Ordering::AcqRel);
     let drain = Rc::new(LocalDrain::default());
     let watcher = (shared.clone(), drain.clone());

@@ -10,7 +10,7 @@ use crate::metrics::ShardMetrics;
 use crate::quota::Quotas;
 use crate::ring::Ring;
 use crate::shard::watchdog::{Pulse, Watchdog};
-use crate::shard::{set_timer_slack_ns, Shard, Wakee};
+use crate::shard::{set_timer_slack_ns, Shard, ShardFailure, Wakee};
 use crate::sink::webhook::{settings::WebhookSettings, WebhookSink};
 use crate::sink::{FireHandler, FiredTimer, HandlerSink, Sink};
 use crate::store::journal::{JournalConfig, JournalStore};
@@ -71,6 +71,8 @@ pub struct EngineBuilder {
     store: StoreKind,
     preempt_timer: Duration,
     watchdog: (Duration, Duration),
+    start_timeout: Option<Duration>,
+    shutdown_timeout: Duration,
     quotas: Vec<(String, u64)>,
     webhooks: Option<Arc<WebhookSettings>>,
 }
@@ -92,6 +94,8 @@ impl Default for EngineBuilder {
             on_shard_start: None,
             store: StoreKind::Memory,
             preempt_timer: PREEMPT_TIMER,
+            start_timeout: None,
+            shutdown_timeout: super::running::SHUTDOWN_LIMIT,
             quotas: Vec::new(),
             webhooks: None,
             watchdog: (
@@ -229,7 +233,24 @@ impl EngineBuilder {
         self
     }
 
-    /// Starts the shards and returns once each has calibrated its clock and is running.
+    /// How long `build` waits for every shard to report that it runs (default 10 s, or 600 s
+    /// with a journal, which loads and checks its files first). A shard that has not
+    /// reported by then fails the build with [`Error::ShardStart`] naming it.
+    pub fn start_timeout(mut self, limit: Duration) -> Self {
+        self.start_timeout = Some(limit);
+        self
+    }
+
+    /// How long a shutdown waits for the shards to stop (default 60 s); one still running
+    /// after it is left behind and reported.
+    pub fn shutdown_timeout(mut self, limit: Duration) -> Self {
+        self.shutdown_timeout = limit;
+        self
+    }
+
+    /// Starts the shards and returns once each has calibrated its clock and is running, or
+    /// fails within the start limit ([`EngineBuilder::start_timeout`]); it never waits on a
+    /// shard without a bound.
     pub fn build(self) -> Result<Engine> {
         if self.shards == 0 || self.shards > 1024 {
             return Err(Error::Config(format!(
@@ -306,6 +327,23 @@ impl EngineBuilder {
             }
         };
         let set_generation = set_watch.as_ref().map(SetWatch::generation);
+        // The watchdog guards every shard from its first instant: it runs before they start.
+        let (period, grace) = self.watchdog;
+        let watchdog = if period.is_zero() {
+            None
+        } else {
+            let watched = pulses
+                .iter()
+                .cloned()
+                .zip(handle.inner.metrics.iter().cloned())
+                .collect();
+            Some(
+                Watchdog::spawn(watched, period, grace, &cores).map_err(|e| Error::ShardStart {
+                    shard: 0,
+                    reason: format!("cannot start the watchdog thread: {e}"),
+                })?,
+            )
+        };
         let mut threads = Vec::with_capacity(self.shards);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         for (id, wakee) in wakees.into_iter().enumerate() {
@@ -315,7 +353,7 @@ impl EngineBuilder {
                 Some(&core) => glommio::Placement::Fixed(core),
                 None => glommio::Placement::Unbound,
             };
-            let (spin, capacity, handler, stop) = (
+            let (spin, capacity, handler, shard_stop) = (
                 self.spin,
                 self.shard_capacity,
                 self.handler.clone(),
@@ -336,126 +374,189 @@ impl EngineBuilder {
             let pulse = pulses[id].clone();
             let set_generation = set_generation.clone();
             let quotas = handle.inner.quotas.clone();
-            let thread = glommio::LocalExecutorBuilder::new(placement)
-                .name(&format!("punctual-shard-{id}"))
-                .preempt_timer(self.preempt_timer)
-                .spawn(move || async move {
-                    set_timer_slack_ns(1);
-                    let source = match clock_choice {
-                        ClockChoice::Detect => HostSource::detect(),
-                        ClockChoice::ClockGettime => HostSource::fallback(),
-                    };
-                    let mut clock = Clock::calibrate(source, ClockConfig::default());
-                    if let Some(generation) = set_generation {
-                        clock.follow_sets(generation);
-                    }
-                    let table = TimerTable::new(clock.now().as_micros(), capacity);
-                    // SAFETY: `wakee_fd` came from `into_raw_fd` on a UnixStream that nothing
-                    // else owns, so the stream made here becomes its sole owner.
-                    let wakee = unsafe {
-                        if park_direct {
-                            Wakee::Direct(std::os::unix::net::UnixStream::from_raw_fd(wakee_fd))
-                        } else {
-                            Wakee::Reactor(glommio::net::UnixStream::from_raw_fd(wakee_fd))
+            let executor =
+                glommio::LocalExecutorBuilder::new(placement).preempt_timer(self.preempt_timer);
+            let failure = ShardFailure {
+                id,
+                ring: ring.clone(),
+                metrics: m.clone(),
+                pulse: pulse.clone(),
+            };
+            let ready_made = ready.clone();
+            // A plain thread that makes its executor, so that `failure` lives outside the
+            // executor and sees the thread unwind from a panic in any of its tasks.
+            let thread = std::thread::Builder::new()
+                .name(format!("punctual-shard-{id}"))
+                .spawn(move || {
+                    let _failure = failure;
+                    let ex = match executor.make() {
+                        Ok(ex) => ex,
+                        Err(e) => {
+                            let _ = ready_made.send(Err(Error::ShardStart {
+                                shard: id,
+                                reason: format!("cannot make its executor: {e}"),
+                            }));
+                            return;
                         }
                     };
-                    let store: Box<dyn crate::store::Store> = match (store, redis_info, data_dir) {
-                        (StoreKind::Redis(cfg), Some(info), _) => {
-                            Box::new(RedisStore::new(cfg, info, id, shards, m.clone()))
+                    ex.run(async move {
+                        // Registers the thread and the task's waker with the watchdog at once.
+                        pulse.on_this_thread();
+                        pulse.guard_start(async {}).await;
+                        set_timer_slack_ns(1);
+                        let source = match clock_choice {
+                            ClockChoice::Detect => HostSource::detect(),
+                            ClockChoice::ClockGettime => HostSource::fallback(),
+                        };
+                        let mut clock = Clock::calibrate(source, ClockConfig::default());
+                        if let Some(generation) = set_generation {
+                            clock.follow_sets(generation);
                         }
-                        (StoreKind::Journal(cfg), _, Some(data)) => {
-                            match JournalStore::open(cfg, data, id, shards, m.clone()).await {
-                                Ok(s) => Box::new(s),
-                                Err(e) => {
-                                    let _ = ready.send(Err(e));
-                                    return;
-                                }
+                        let table = TimerTable::new(clock.now().as_micros(), capacity);
+                        // SAFETY: `wakee_fd` came from `into_raw_fd` on a UnixStream that nothing
+                        // else owns, so the stream made here becomes its sole owner.
+                        let wakee = unsafe {
+                            if park_direct {
+                                Wakee::Direct(std::os::unix::net::UnixStream::from_raw_fd(wakee_fd))
+                            } else {
+                                Wakee::Reactor(glommio::net::UnixStream::from_raw_fd(wakee_fd))
                             }
+                        };
+                        let store: Box<dyn crate::store::Store> =
+                            match (store, redis_info, data_dir) {
+                                (StoreKind::Redis(cfg), Some(info), _) => {
+                                    Box::new(RedisStore::new(cfg, info, id, shards, m.clone()))
+                                }
+                                (StoreKind::Journal(cfg), _, Some(data)) => {
+                                    let open = JournalStore::open(cfg, data, id, shards, m.clone());
+                                    match pulse.guard_start(open).await {
+                                        Ok(s) => Box::new(s),
+                                        Err(e) => {
+                                            let _ = ready.send(Err(e));
+                                            return;
+                                        }
+                                    }
+                                }
+                                _ => Box::new(MemoryStore),
+                            };
+                        let mut sinks: Vec<Box<dyn Sink>> = handler
+                            .map(|h| Box::new(HandlerSink(h)) as Box<dyn Sink>)
+                            .into_iter()
+                            .collect();
+                        if let Some(settings) = webhooks {
+                            // A delivery's outcome wakes the shard if it parked meanwhile.
+                            let waker = ring.clone();
+                            let wake = Box::new(move || waker.nudge());
+                            sinks.push(Box::new(WebhookSink::new(id, settings, m.clone(), wake)));
                         }
-                        _ => Box::new(MemoryStore),
-                    };
-                    let mut sinks: Vec<Box<dyn Sink>> = handler
-                        .map(|h| Box::new(HandlerSink(h)) as Box<dyn Sink>)
-                        .into_iter()
-                        .collect();
-                    if let Some(settings) = webhooks {
-                        // A delivery's outcome wakes the shard if it parked meanwhile.
-                        let waker = ring.clone();
-                        let wake = Box::new(move || waker.nudge());
-                        sinks.push(Box::new(WebhookSink::new(id, settings, m.clone(), wake)));
-                    }
-                    let shard = Shard {
-                        id,
-                        ring,
-                        table,
-                        clock,
-                        spin,
-                        sinks,
-                        store,
-                        metrics: m.clone(),
-                        stop,
-                        pulse,
-                        quotas,
-                        deliveries: Default::default(),
-                        spent: Default::default(),
-                    };
-                    shard.publish_initial();
-                    if let Some((hook, handle)) = hook {
-                        hook(id, handle);
-                    }
-                    let _ = ready.send(Ok(id));
-                    shard.run(wakee).await;
+                        let shard = Shard {
+                            id,
+                            ring,
+                            table,
+                            clock,
+                            spin,
+                            sinks,
+                            store,
+                            metrics: m.clone(),
+                            stop: shard_stop,
+                            pulse,
+                            quotas,
+                            deliveries: Default::default(),
+                            spent: Default::default(),
+                        };
+                        shard.publish_initial();
+                        if let Some((hook, handle)) = hook {
+                            hook(id, handle);
+                        }
+                        let _ = ready.send(Ok(id));
+                        shard.run(wakee).await;
+                    })
                 })
                 .map_err(|e| Error::ShardStart {
                     shard: id,
                     reason: e.to_string(),
-                })?;
-            threads.push(thread);
+                });
+            match thread {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    abandon_start(&stop, &handle, threads, STOP_AFTER_FAILED_START);
+                    return Err(e);
+                }
+            }
         }
         drop(ready_tx);
         // A journal loads and checks its files before its shard reports: allow for the disk.
-        let start_limit = match self.store {
+        let start_limit = self.start_timeout.unwrap_or(match self.store {
             StoreKind::Journal(_) => Duration::from_secs(600),
             _ => Duration::from_secs(10),
-        };
-        for _ in 0..self.shards {
-            let failure = match ready_rx.recv_timeout(start_limit) {
-                Ok(Ok(_)) => continue,
-                Ok(Err(e)) => e,
-                Err(_) => Error::ShardStart {
-                    shard: 0,
-                    reason: format!("a shard did not start within {} s", start_limit.as_secs()),
-                },
-            };
-            stop.store(true, Ordering::Release);
-            handle.inner.rings.iter().for_each(|r| r.wake());
-            for t in threads {
-                let _ = t.join();
-            }
-            return Err(failure);
+        });
+        if let Err(e) = await_ready(&ready_rx, self.shards, start_limit) {
+            abandon_start(&stop, &handle, threads, start_limit);
+            return Err(e);
         }
-        let (period, grace) = self.watchdog;
-        let watchdog = if period.is_zero() {
-            None
-        } else {
-            let watched = pulses
-                .into_iter()
-                .zip(handle.inner.metrics.iter().cloned())
-                .collect();
-            Some(
-                Watchdog::spawn(watched, period, grace).map_err(|e| Error::ShardStart {
-                    shard: 0,
-                    reason: format!("cannot start the watchdog thread: {e}"),
-                })?,
-            )
-        };
         tracing::info!(shards = self.shards, cores = ?cores, spin_us = self.spin.as_micros() as u64, "engine started");
         Ok(Engine {
             handle,
             threads,
             stop,
+            shutdown_limit: self.shutdown_timeout,
             _watchdog: watchdog,
             _set_watch: set_watch,
         })
+    }
+}
+
+/// How long a failed start waits for the shards that did start to stop.
+const STOP_AFTER_FAILED_START: Duration = Duration::from_secs(10);
+
+/// Waits until all `shards` report that they run, up to `limit` in all; the first failure
+/// reported, or which shards had not reported in time.
+fn await_ready(
+    ready: &std::sync::mpsc::Receiver<Result<usize>>,
+    shards: usize,
+    limit: Duration,
+) -> Result<()> {
+    let give_up = std::time::Instant::now() + crate::units::capped(limit);
+    let mut started = vec![false; shards];
+    for _ in 0..shards {
+        let left = give_up.saturating_duration_since(std::time::Instant::now());
+        match ready.recv_timeout(left) {
+            Ok(Ok(id)) => started[id] = true,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                let missing: Vec<usize> = (0..shards).filter(|&i| !started[i]).collect();
+                return Err(Error::ShardStart {
+                    shard: missing.first().copied().unwrap_or(0),
+                    reason: format!(
+                        "shards {missing:?} did not report within {} ms (stuck in their store's \
+                         recovery, their start hook, or an executor that does not run)",
+                        limit.as_millis()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A start failed: stops the shards that did start and joins them, within `limit` (at most
+/// [`STOP_AFTER_FAILED_START`]); a shard
+/// that does not stop in time is left behind (logged), never waited on without end.
+fn abandon_start(
+    stop: &AtomicBool,
+    handle: &Handle,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    limit: Duration,
+) {
+    stop.store(true, Ordering::Release);
+    handle.inner.stopping.store(true, Ordering::Release);
+    handle.inner.rings.iter().for_each(|r| r.wake());
+    let report = super::running::join_within(threads, limit.min(STOP_AFTER_FAILED_START));
+    if !report.stuck.is_empty() {
+        tracing::error!(
+            shards = ?report.stuck,
+            "shards of a failed start did not stop within {} ms; left behind",
+            limit.min(STOP_AFTER_FAILED_START).as_millis()
+        );
     }
 }

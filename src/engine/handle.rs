@@ -54,6 +54,15 @@ impl Handle {
         self.inner.store_kind
     }
 
+    /// The shards whose thread panicked (`shard::failure`): their rings are closed, and every
+    /// call to them is answered [`Error::ShuttingDown`].
+    pub fn failed_shards(&self) -> Vec<usize> {
+        (self.inner.metrics.iter().enumerate())
+            .filter(|(_, m)| m.failed.load(Ordering::Relaxed) != 0)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
     /// Each shard's store state (`InMemory` for all without Redis).
     pub fn store_states(&self) -> Vec<StoreState> {
         self.inner.metrics.iter().map(|m| m.store.state()).collect()

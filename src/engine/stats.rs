@@ -21,6 +21,10 @@ pub struct ShardStats {
     pub clock_fallback: bool,
     /// Times the watchdog had to wake the shard (`shard::watchdog`).
     pub watchdog_wakes_total: u64,
+    /// Times the watchdog found the shard's executor asleep with the shard's work due.
+    pub executor_stalls_total: u64,
+    /// The shard's thread panicked: its ring is closed (`shard::failure`).
+    pub failed: bool,
     pub lateness: crate::metrics::HistogramSnapshot,
     /// Pending timers on each wheel level (0 to 8), then on the expired list.
     pub wheel_timers: [u64; crate::metrics::WHEEL_GAUGES],
@@ -46,6 +50,8 @@ impl Handle {
                     clock_set_backs_total: m.clock_set_backs_total.load(Ordering::Relaxed),
                     clock_fallback: m.clock_fallback.load(Ordering::Relaxed) != 0,
                     watchdog_wakes_total: m.watchdog_wakes_total.load(Ordering::Relaxed),
+                    executor_stalls_total: m.executor_stalls_total.load(Ordering::Relaxed),
+                    failed: m.failed.load(Ordering::Relaxed) != 0,
                     lateness: m.lateness.snapshot(),
                     wheel_timers: std::array::from_fn(|l| {
                         m.wheel_timers[l].load(Ordering::Relaxed)

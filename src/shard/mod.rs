@@ -88,10 +88,12 @@
 
 mod dead;
 pub(crate) mod delivery;
+mod failure;
 mod park;
 mod recover;
 pub(crate) mod watchdog;
 
+pub(crate) use failure::ShardFailure;
 pub(crate) use park::{set_timer_slack_ns, Wakee};
 
 use crate::clock::{Clock, TimeSource};
@@ -489,6 +491,11 @@ impl<S: TimeSource> Shard<S> {
             self.clock.anchor();
             self.publish_gauges();
             now = self.clock.now();
+            // Fire only what the system clock has reached, even when the anchor did not
+            // remove the whole lead (the system clock moved back again since its sample).
+            if self.clock.ahead_of_system(now) {
+                now = now.min(self.clock.source().realtime());
+            }
         }
         let now = now.as_micros();
         let room = self.store.fire_room();
@@ -642,7 +649,13 @@ mod tests {
 
     /// A shard on a fake TSC and a fake system clock, with the in-memory store.
     fn shard(src: &FakeSource) -> (Shard<FakeSource>, Seen) {
-        let clock = Clock::calibrate(src.clone(), ClockConfig::default());
+        shard_on(src.clone(), src)
+    }
+
+    /// A shard whose clock reads `clock_src`, with a witness that reads the system clock
+    /// of `src`.
+    fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<S>, Seen) {
+        let clock = Clock::calibrate(clock_src, ClockConfig::default());
         let (ring, _wakee) = Ring::new(0, 16).expect("ring");
         let seen = Rc::new(RefCell::new(Vec::new()));
         let witness = Witness {
@@ -712,6 +725,80 @@ mod tests {
             "the leads were set back at fire time: {:?}",
             s.clock.stats()
         );
+    }
+
+    /// A fake source whose system clock steps by `delta` ns at chosen reads of it: a system
+    /// clock that moves back again between the shard's anchor and its fire.
+    struct SteppingSource {
+        fake: FakeSource,
+        reads: std::sync::atomic::AtomicU64,
+        steps: std::sync::Mutex<Vec<(u64, i64)>>,
+    }
+
+    impl TimeSource for SteppingSource {
+        fn ticks(&self) -> crate::units::TscTicks {
+            self.fake.ticks()
+        }
+        fn realtime(&self) -> UtcNanos {
+            let n = self.reads.fetch_add(1, Ordering::SeqCst);
+            let mut steps = self.steps.lock().expect("steps");
+            steps.retain(|&(at, delta)| {
+                if at == n {
+                    self.fake.step_realtime(delta);
+                }
+                at != n
+            });
+            self.fake.realtime()
+        }
+        fn pause(&self, dur: Duration) {
+            self.fake.pause(dur)
+        }
+        fn kind(&self) -> crate::clock::SourceKind {
+            self.fake.kind()
+        }
+    }
+
+    /// The system clock moves back 1 ms just before a fire (the mapped clock now leads it),
+    /// and again 1 ms just after the anchor that sets the lead back: the time the shard
+    /// fires by is checked against the system clock once more, so nothing fires early.
+    #[test]
+    fn nothing_fires_early_when_the_system_clock_moves_back_again_after_the_set_back() {
+        let fake = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+        let src = SteppingSource {
+            fake: fake.clone(),
+            reads: Default::default(),
+            steps: Default::default(),
+        };
+        let (mut s, seen) = shard_on(src, &fake);
+        let base = fake.realtime().0 / 1_000;
+        for i in 0..20u64 {
+            let timer = PackedTimer::new("t", &format!("k{i}"), b"").expect("small");
+            let deadline = UtcMicros(base + 1_000 + i * 100);
+            s.table
+                .insert_with_version(timer, deadline, i + 1)
+                .expect("in range");
+        }
+        fake.advance(Duration::from_micros(2_500));
+        // The next read (the fire-time check) sees a step back; the anchor's sample takes
+        // the seven reads after it; the one after those sees a second step back.
+        let next = s.clock.source().reads.load(Ordering::SeqCst);
+        let tries = u64::from(ClockConfig::default().sample_tries);
+        *s.clock.source().steps.lock().expect("steps") =
+            vec![(next, -1_000_000), (next + 1 + tries, -1_000_000)];
+        for _ in 0..200 {
+            s.fire_due(usize::MAX);
+            fake.advance(Duration::from_micros(50));
+        }
+        let seen = seen.borrow();
+        assert_eq!(seen.len(), 20, "every timer fired");
+        for (deadline, at) in seen.iter() {
+            assert!(
+                at.0 / 1_000 >= deadline.0,
+                "fired at system time {} µs, before its deadline {} µs",
+                at.0 / 1_000,
+                deadline.0
+            );
+        }
     }
 
     /// A burst's fired timers are held for freeing after it, but never more than SPENT_MAX of

@@ -23,22 +23,44 @@
 //! wake from another thread through its notifier `eventfd`, whose read the executor re-arms on
 //! every scheduling round, so the wake ends the sleep even in the state described above.
 //!
+//! # Episodes, stalls and start-up
+//!
+//! - **Once per episode while the thread is busy.** A wait (from `expect_by` to the next
+//!   `running` or `expect_by`) is woken once if the shard's thread is running something
+//!   else: each cross-thread wake holds a clone of the task's waker until the executor runs,
+//!   and glommio counts those in an `AtomicI16`.
+//! - **A stall is counted, and woken until it ends.** When the late shard's thread is
+//!   blocked in `io_uring_enter` (read from `/proc/self/task/TID/syscall`), its executor is
+//!   asleep with the shard's work due: glommio's bug. That episode counts once in
+//!   `punctual_executor_stalls_total`, and every look wakes it again (a sleeping executor
+//!   takes each wake, and drops its clone, at once) until the shard runs.
+//! - **From the first instant.** The watchdog starts before the shards. A shard registers
+//!   its thread and waker as its first act, and while its store opens
+//!   ([`Pulse::guard_start`]) it is nudged every [`START_NUDGE`] (never with two nudges
+//!   outstanding while its thread is busy). A shard whose executor never ran its first poll
+//!   cannot be woken (it has no waker yet): the engine's start limit reports it instead.
+//! - **Off the shards' cores.** The thread is pinned to the cores no shard is pinned to,
+//!   when there are any: a watchdog that shares a stalled shard's core competes with it.
+//!
 //! A shard that parks in `ppoll` (it runs nothing but its loop) never hands the thread to
 //! glommio's scheduler and is not watched.
 //!
 //! # Cost
 //!
 //! The shard: two relaxed stores and a `CLOCK_MONOTONIC` read per `await`, none per fire.
-//! The watchdog: one wake-up every [`PERIOD`] (200 a second) that reads one atomic per shard.
-//! A wake it sends is counted (`punctual_shard_watchdog_wakes_total`) and logged: a non-zero
-//! count means a shard's executor slept through its work, or another task on that shard held
-//! the thread for longer than [`GRACE`].
+//! The watchdog: one wake-up every [`PERIOD`] (200 a second) that reads one atomic per
+//! shard, and a read of one `/proc` file per late shard. A wake it sends is counted
+//! (`punctual_shard_watchdog_wakes_total`) and logged: a non-zero count means a shard's
+//! executor slept through its work (also counted as a stall), or another task on that shard
+//! held the thread for longer than [`GRACE`], or the host did not run it.
 
 use crate::clock::clock_ns;
 use crate::metrics::ShardMetrics;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Waker;
+use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -48,14 +70,47 @@ pub const PERIOD: Duration = Duration::from_millis(5);
 /// How long past its time a waiting shard may stay asleep before it is woken.
 pub const GRACE: Duration = Duration::from_millis(5);
 
+/// How often a shard still starting (its store opening) is nudged: one spurious poll of its
+/// start, harmless if it was not stalled.
+pub const START_NUDGE: Duration = Duration::from_millis(100);
+
 /// "Not waiting on anything the watchdog should check."
 const RUNNING: u64 = u64::MAX;
 
+/// "Woken for this wait already": the watchdog wakes once per episode (see [`Pulse::check`]).
+const WOKEN: u64 = u64::MAX - 1;
+
+/// "Starting": nudged every [`START_NUDGE`] rather than held to a time.
+const STARTING: u64 = u64::MAX - 2;
+
+/// "Woken for this wait, and found asleep in io_uring": a stall, counted already.
+const STALLED: u64 = u64::MAX - 3;
+
+/// What a look at a shard did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Look {
+    Nothing,
+    /// Woke a shard whose thread was busy past its time.
+    Woken,
+    /// Woke a shard whose executor slept in io_uring past its time: a stall.
+    Stalled,
+    /// Woke again a stall already counted.
+    WokenAgain,
+}
+
 /// What a shard tells the watchdog; shared between the shard's thread and the watchdog's.
 pub(crate) struct Pulse {
-    /// `CLOCK_MONOTONIC` ns by which the shard expects to run again, or [`RUNNING`].
+    /// `CLOCK_MONOTONIC` ns by which the shard expects to run again, or [`RUNNING`],
+    /// [`WOKEN`], [`STALLED`] or [`STARTING`].
     due_ns: AtomicU64,
-    /// The shard loop task's waker, set once when the loop starts and taken at its end.
+    /// The shard thread's id (0 until it runs), for [`asleep_in_io_uring`].
+    tid: AtomicI32,
+    /// Polls of the shard's start so far; a nudge is sent only once the last one was
+    /// answered by a poll, so at most one is ever outstanding.
+    start_polls: AtomicU64,
+    /// `start_polls` when the watchdog last nudged, and when (`CLOCK_MONOTONIC` ns).
+    nudged: Mutex<(u64, u64)>,
+    /// The shard task's waker, set at its first poll and taken at its end.
     waker: Mutex<Option<Waker>>,
 }
 
@@ -63,23 +118,32 @@ impl Default for Pulse {
     fn default() -> Self {
         Pulse {
             due_ns: AtomicU64::new(RUNNING),
+            tid: AtomicI32::new(0),
+            start_polls: AtomicU64::new(0),
+            nudged: Mutex::new((u64::MAX, 0)),
             waker: Mutex::new(None),
         }
     }
 }
 
 impl Pulse {
-    /// The shard's loop task registers the waker the watchdog may wake.
+    /// The shard's task registers the waker the watchdog may wake.
     pub fn set_waker(&self, waker: Option<Waker>) {
         // A poisoned lock only means a panic elsewhere; the slot itself is still valid.
         let mut slot = self.waker.lock().unwrap_or_else(|p| p.into_inner());
         *slot = waker;
     }
 
+    /// Takes the registered waker out.
+    pub fn take_waker(&self) -> Option<Waker> {
+        self.waker.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
     /// The shard is about to wait: it expects to run again within `within`.
     #[inline]
     pub fn expect_by(&self, within: Duration) {
-        let due = monotonic_ns().saturating_add(within.as_nanos().min(u64::MAX as u128) as u64);
+        let within = within.as_nanos().min(u128::from(STALLED - 1)) as u64;
+        let due = monotonic_ns().saturating_add(within).min(STALLED - 1);
         self.due_ns.store(due, Ordering::Relaxed);
     }
 
@@ -89,12 +153,102 @@ impl Pulse {
         self.due_ns.store(RUNNING, Ordering::Relaxed);
     }
 
-    /// Wakes the shard if it is waiting more than `grace` past its time; whether it did.
-    fn check(&self, now_ns: u64, grace: Duration) -> bool {
-        let due = self.due_ns.load(Ordering::Relaxed);
-        if due == RUNNING || now_ns <= due.saturating_add(grace.as_nanos() as u64) {
-            return false;
+    /// Runs `start` (the shard's store opening) under the watchdog: while it is pending the
+    /// shard is nudged every [`START_NUDGE`], so that a glommio stall during start-up cannot
+    /// strand it. Registers the task's waker at the first poll.
+    pub async fn guard_start<F: Future>(&self, start: F) -> F::Output {
+        let mut start = std::pin::pin!(start);
+        std::future::poll_fn(|cx| self.poll_start(start.as_mut(), cx)).await
+    }
+
+    fn poll_start<F: Future>(&self, start: Pin<&mut F>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.start_polls.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut slot = self.waker.lock().unwrap_or_else(|p| p.into_inner());
+            if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *slot = Some(cx.waker().clone());
+            }
         }
+        self.due_ns.store(STARTING, Ordering::Relaxed);
+        let r = start.poll(cx);
+        if r.is_ready() {
+            self.running();
+        }
+        r
+    }
+
+    /// The shard's thread is about to run its executor: remembers its id, so that the
+    /// watchdog can tell an executor asleep in io_uring from a thread busy in a task.
+    pub fn on_this_thread(&self) {
+        // SAFETY: gettid takes no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        self.tid.store(tid, Ordering::Relaxed);
+    }
+
+    /// Looks at the shard: wakes it if it is waiting more than `grace` past its time, and
+    /// nudges a start (see [`Pulse::guard_start`]).
+    ///
+    /// A late shard is woken once per episode (from `expect_by` to the next `running` or
+    /// `expect_by`) while its thread is busy (a task holds it, or the host does not run it):
+    /// every cross-thread wake clones the task's glommio waker, whose reference count is an
+    /// `AtomicI16`, and a thread that never returns to its executor would overflow it under a
+    /// wake every [`PERIOD`] within three minutes. While the thread sleeps in io_uring
+    /// (`asleep`), its executor slept with the shard's work due: that is a stall, counted once
+    /// per episode, and each look wakes it again, since a sleeping executor takes each wake
+    /// (and drops its clone) at once.
+    fn check(&self, now_ns: u64, grace: Duration, asleep: impl Fn(i32) -> bool) -> Look {
+        let due = self.due_ns.load(Ordering::Relaxed);
+        let (next, look) = match due {
+            RUNNING => return Look::Nothing,
+            STARTING => {
+                self.nudge_start(now_ns, || asleep(self.tid.load(Ordering::Relaxed)));
+                return Look::Nothing;
+            }
+            WOKEN | STALLED => {
+                if !asleep(self.tid.load(Ordering::Relaxed)) {
+                    return Look::Nothing;
+                }
+                if due == WOKEN {
+                    (STALLED, Look::Stalled)
+                } else {
+                    (STALLED, Look::WokenAgain)
+                }
+            }
+            _ if now_ns <= due.saturating_add(grace.as_nanos() as u64) => return Look::Nothing,
+            _ if asleep(self.tid.load(Ordering::Relaxed)) => (STALLED, Look::Stalled),
+            _ => (WOKEN, Look::Woken),
+        };
+        // Lost to the shard's own `running` or `expect_by` in between: it ran.
+        if self
+            .due_ns
+            .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return Look::Nothing;
+        }
+        if self.wake() {
+            look
+        } else {
+            Look::Nothing
+        }
+    }
+
+    fn nudge_start(&self, now_ns: u64, asleep: impl Fn() -> bool) {
+        let polls = self.start_polls.load(Ordering::Relaxed);
+        let mut nudged = self.nudged.lock().unwrap_or_else(|p| p.into_inner());
+        let (last_polls, last_at) = *nudged;
+        if now_ns.saturating_sub(last_at) < START_NUDGE.as_nanos() as u64 {
+            return;
+        }
+        // At most one nudge outstanding while the thread is busy (see `check`).
+        if last_polls != polls || asleep() {
+            *nudged = (polls, now_ns);
+            drop(nudged);
+            self.wake();
+        }
+    }
+
+    fn wake(&self) -> bool {
         let slot = self.waker.lock().unwrap_or_else(|p| p.into_inner());
         match slot.as_ref() {
             Some(w) => {
@@ -116,22 +270,57 @@ pub(crate) struct Watchdog {
     thread: Option<JoinHandle<()>>,
 }
 
+/// One watched shard: what it tells the watchdog, and where its wakes are counted.
+pub(crate) type Watched = (Arc<Pulse>, Arc<ShardMetrics>);
+
 impl Watchdog {
-    /// Watches `shards` (each shard's pulse and metrics), looking every `period`.
+    /// Watches `shards`, looking every `period`, on a thread kept off `shard_cores` (the
+    /// cores the shards are pinned to) when other cores are available: a watchdog that
+    /// shares a stalled shard's core competes with it for the time it is meant to rescue.
     pub fn spawn(
-        shards: Vec<(Arc<Pulse>, Arc<ShardMetrics>)>,
+        shards: Vec<Watched>,
         period: Duration,
         grace: Duration,
+        shard_cores: &[usize],
     ) -> std::io::Result<Watchdog> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let others: Vec<usize> = crate::cpus::available_cores()
+            .into_iter()
+            .filter(|c| !shard_cores.contains(c))
+            .collect();
         let thread = std::thread::Builder::new()
             .name("punctual-watchdog".into())
-            .spawn(move || watch(&shards, &flag, period, grace))?;
+            .spawn(move || {
+                if !others.is_empty() {
+                    pin_to(&others);
+                }
+                watch(&shards, &flag, period, grace)
+            })?;
         Ok(Watchdog {
             stop,
             thread: Some(thread),
         })
+    }
+}
+
+/// Pins the calling thread to `cores`; a failure is logged and the thread runs anywhere.
+fn pin_to(cores: &[usize]) {
+    // SAFETY: `cpu_set_t` is plain data for which all zeroes is the empty set; CPU_SET only
+    // writes bits below CPU_SETSIZE (checked), and sched_setaffinity(0, ..) reads the set
+    // for the calling thread only.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cores.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        tracing::warn!(
+            error = %std::io::Error::last_os_error(),
+            "cannot pin the watchdog off the shards' cores"
+        );
     }
 }
 
@@ -145,32 +334,56 @@ impl Drop for Watchdog {
     }
 }
 
-fn watch(
-    shards: &[(Arc<Pulse>, Arc<ShardMetrics>)],
-    stop: &AtomicBool,
-    period: Duration,
-    grace: Duration,
-) {
+fn watch(shards: &[Watched], stop: &AtomicBool, period: Duration, grace: Duration) {
     while !stop.load(Ordering::Acquire) {
         std::thread::park_timeout(period);
         let now = monotonic_ns();
         for (id, (pulse, metrics)) in shards.iter().enumerate() {
-            if pulse.check(now, grace) {
-                let n = metrics.watchdog_wakes_total.fetch_add(1, Ordering::Relaxed) + 1;
-                // The first few, then one in a thousand: a host that keeps hitting this
-                // should be told, not flooded.
-                if n <= 3 || n % 1000 == 0 {
-                    tracing::warn!(
-                        shard = id,
-                        wakes = n,
-                        grace_ms = grace.as_millis() as u64,
-                        "shard had not run {} ms after it was due; woke it (its executor slept with work ready, a task held the thread, or the host did not run it)",
-                        grace.as_millis()
-                    );
-                }
+            let look = pulse.check(now, grace, asleep_in_io_uring);
+            if look == Look::Nothing {
+                continue;
+            }
+            let n = metrics.watchdog_wakes_total.fetch_add(1, Ordering::Relaxed) + 1;
+            if look == Look::Stalled {
+                metrics
+                    .executor_stalls_total
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            // The first few, then one in a thousand: a host that keeps hitting this
+            // should be told, not flooded.
+            if look != Look::WokenAgain && (n <= 3 || n % 1000 == 0) {
+                tracing::warn!(
+                    shard = id,
+                    wakes = n,
+                    stalled = look == Look::Stalled,
+                    grace_ms = grace.as_millis() as u64,
+                    "shard had not run {} ms after it was due; woke it ({})",
+                    grace.as_millis(),
+                    if look == Look::Stalled {
+                        "its executor slept in io_uring with the shard's work due: glommio's park bug"
+                    } else {
+                        "a task held the thread, or the host did not run it"
+                    }
+                );
             }
         }
     }
+}
+
+/// Whether thread `tid` of this process is blocked in `io_uring_enter`: a glommio executor
+/// asleep. Read from `/proc/self/task/TID/syscall` (its first field is the syscall the
+/// thread is blocked in, or `running`); false when it cannot be read.
+fn asleep_in_io_uring(tid: i32) -> bool {
+    if tid <= 0 {
+        return false;
+    }
+    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+        return false;
+    };
+    text.split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<libc::c_long>().ok())
+        == Some(libc::SYS_io_uring_enter)
 }
 
 #[cfg(test)]
@@ -193,20 +406,33 @@ mod tests {
         pulse.set_waker(Some(Waker::from(count.clone())));
         let grace = Duration::from_millis(5);
         let now = monotonic_ns();
-        assert!(
-            !pulse.check(now + 60_000_000_000, grace),
+        let busy = |_| false;
+        assert_eq!(
+            pulse.check(now + 60_000_000_000, grace, busy),
+            Look::Nothing,
             "running: never woken"
         );
         pulse.expect_by(Duration::from_millis(1));
-        assert!(!pulse.check(monotonic_ns(), grace), "not yet due");
-        assert!(pulse.check(monotonic_ns() + 10_000_000, grace));
+        assert_eq!(
+            pulse.check(monotonic_ns(), grace, busy),
+            Look::Nothing,
+            "not yet due"
+        );
+        assert_eq!(
+            pulse.check(monotonic_ns() + 10_000_000, grace, busy),
+            Look::Woken
+        );
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
         pulse.running();
-        assert!(!pulse.check(monotonic_ns() + 10_000_000, grace));
+        assert_eq!(
+            pulse.check(monotonic_ns() + 10_000_000, grace, busy),
+            Look::Nothing
+        );
         pulse.set_waker(None);
         pulse.expect_by(Duration::ZERO);
-        assert!(
-            !pulse.check(monotonic_ns() + 10_000_000, grace),
+        assert_eq!(
+            pulse.check(monotonic_ns() + 10_000_000, grace, busy),
+            Look::Nothing,
             "no waker: nothing to wake"
         );
     }
@@ -222,6 +448,7 @@ mod tests {
             vec![(pulse.clone(), metrics.clone())],
             Duration::from_millis(1),
             Duration::from_millis(1),
+            &[],
         )
         .expect("watchdog thread");
         let give_up = std::time::Instant::now() + Duration::from_secs(10);
@@ -231,5 +458,116 @@ mod tests {
         drop(dog);
         assert!(count.0.load(Ordering::Relaxed) >= 1);
         assert!(metrics.watchdog_wakes_total.load(Ordering::Relaxed) >= 1);
+    }
+
+    /// A late shard whose thread is busy is woken once per episode, not every period: each
+    /// cross-thread wake holds a reference on glommio's 16-bit task count until the thread
+    /// returns to its executor.
+    #[test]
+    fn a_busy_late_shard_is_woken_once_per_episode() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let pulse = Pulse::default();
+        pulse.set_waker(Some(Waker::from(count.clone())));
+        let grace = Duration::from_millis(5);
+        pulse.expect_by(Duration::ZERO);
+        let later = monotonic_ns() + 10_000_000;
+        let looks: Vec<Look> = (0..100_000)
+            .map(|i| pulse.check(later + i, grace, |_| false))
+            .filter(|l| *l != Look::Nothing)
+            .collect();
+        assert_eq!(looks, vec![Look::Woken], "one wake for one episode");
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        pulse.expect_by(Duration::ZERO);
+        let again = pulse.check(monotonic_ns() + 10_000_000, grace, |_| false);
+        assert_eq!(again, Look::Woken, "a new episode");
+        assert_eq!(count.0.load(Ordering::Relaxed), 2);
+    }
+
+    /// A late shard whose executor sleeps in io_uring is a stall: counted once, and woken at
+    /// every look until it runs (a sleeping executor takes each wake at once).
+    #[test]
+    fn a_stalled_executor_is_counted_once_and_woken_until_it_runs() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let pulse = Pulse::default();
+        pulse.set_waker(Some(Waker::from(count.clone())));
+        let grace = Duration::from_millis(5);
+        pulse.expect_by(Duration::ZERO);
+        let later = monotonic_ns() + 10_000_000;
+        assert_eq!(pulse.check(later, grace, |_| false), Look::Woken);
+        assert_eq!(pulse.check(later + 1, grace, |_| true), Look::Stalled);
+        for i in 2..10 {
+            assert_eq!(pulse.check(later + i, grace, |_| true), Look::WokenAgain);
+        }
+        assert_eq!(pulse.check(later + 10, grace, |_| false), Look::Nothing);
+        assert_eq!(count.0.load(Ordering::Relaxed), 10);
+        pulse.running();
+        assert_eq!(pulse.check(later + 11, grace, |_| true), Look::Nothing);
+    }
+
+    /// The probe sees a glommio executor with nothing to do as asleep in io_uring.
+    #[test]
+    fn the_io_uring_probe_sees_an_idle_glommio_executor_asleep() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(move || async move {
+                // SAFETY: gettid takes no arguments and cannot fail.
+                let _ = tx.send(unsafe { libc::gettid() });
+                glommio::timer::sleep(Duration::from_secs(3)).await;
+            })
+            .expect("executor");
+        let tid = rx.recv_timeout(Duration::from_secs(10)).expect("tid");
+        let give_up = std::time::Instant::now() + Duration::from_secs(3);
+        let mut seen = false;
+        while !seen && std::time::Instant::now() < give_up {
+            seen = asleep_in_io_uring(tid);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        ex.join().expect("executor ran");
+        assert!(seen, "an idle executor sleeps in io_uring_enter");
+    }
+
+    /// The probe reads this thread as not asleep in io_uring (it is running this test), and
+    /// an unknown thread as not asleep.
+    #[test]
+    fn the_io_uring_probe_reads_a_running_thread_as_awake() {
+        // SAFETY: gettid takes no arguments and cannot fail.
+        let me = unsafe { libc::gettid() };
+        assert!(!asleep_in_io_uring(me));
+        assert!(!asleep_in_io_uring(0));
+        assert!(!asleep_in_io_uring(i32::MAX));
+    }
+
+    /// While a shard starts, it is nudged every START_NUDGE, but never again before it
+    /// answered the last nudge with a poll: at most one wake is outstanding.
+    #[test]
+    fn a_start_is_nudged_with_at_most_one_wake_outstanding() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let pulse = Pulse::default();
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut pending = std::pin::pin!(std::future::pending::<()>());
+        assert!(pulse.poll_start(pending.as_mut(), &mut cx).is_pending());
+        let step = START_NUDGE.as_nanos() as u64;
+        let t0 = monotonic_ns() + step;
+        for i in 0..50 {
+            let look = pulse.check(t0 + i * step, GRACE, |_| false);
+            assert_eq!(look, Look::Nothing, "a nudge is not a stall");
+        }
+        assert_eq!(
+            count.0.load(Ordering::Relaxed),
+            1,
+            "unanswered: no second nudge"
+        );
+        assert!(pulse.poll_start(pending.as_mut(), &mut cx).is_pending());
+        pulse.check(t0 + 100 * step, GRACE, |_| false);
+        assert_eq!(count.0.load(Ordering::Relaxed), 2, "answered: nudged again");
+        let mut ready = std::pin::pin!(std::future::ready(7));
+        assert_eq!(pulse.poll_start(ready.as_mut(), &mut cx), Poll::Ready(7));
+        pulse.check(t0 + 200 * step, GRACE, |_| false);
+        assert_eq!(
+            count.0.load(Ordering::Relaxed),
+            2,
+            "started: no more nudges"
+        );
     }
 }
