@@ -492,18 +492,18 @@ mod tests {
         assert_eq!(live(tmp.path()), vec![entry(1, true)]);
     }
 
-    #[test]
-    fn a_redrive_is_one_record_so_a_cut_anywhere_keeps_the_letter_or_the_timer() {
+    /// Cuts the log of `commits` at every offset of its last commit: each cut recovers
+    /// `before` or `after`, never anything else.
+    fn cut_anywhere(
+        commits: &[Vec<Frame>],
+        before: &[(String, u64, bool)],
+        after: &[(String, u64, bool)],
+    ) {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let whole = segment(
-            tmp.path(),
-            1,
-            1,
-            &[vec![dead("k", 1)], vec![redrive("k", 1)]],
-        );
-        assert_eq!(live(tmp.path()), vec![entry(1, false)]);
+        let whole = segment(tmp.path(), 1, 1, commits);
+        assert_eq!(live(tmp.path()), after);
         let data_end = whole.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-        for cut in 4096 * 2..=data_end {
+        for cut in 4096 * commits.len()..=data_end {
             let trial = tempfile::tempdir().expect("tempdir");
             std::fs::write(
                 trial.path().join(super::super::file::segment_name(1)),
@@ -511,11 +511,39 @@ mod tests {
             )
             .expect("cut copy");
             let got = live(trial.path());
-            assert!(
-                got == vec![entry(1, true)] || got == vec![entry(1, false)],
-                "cut at {cut}: {got:?}"
-            );
+            assert!(got == before || got == after, "cut at {cut}: {got:?}");
         }
+    }
+
+    #[test]
+    fn a_redrive_is_one_record_so_a_cut_anywhere_keeps_the_letter_or_the_timer() {
+        cut_anywhere(
+            &[vec![dead("k", 1)], vec![redrive("k", 1)]],
+            &[entry(1, true)],
+            &[entry(1, false)],
+        );
+    }
+
+    #[test]
+    fn a_death_by_its_own_firing_is_one_record_so_a_cut_keeps_the_timer_or_the_letter() {
+        cut_anywhere(
+            &[vec![schedule("k", 1)], vec![dead("k", 1)]],
+            &[entry(1, false)],
+            &[entry(1, true)],
+        );
+    }
+
+    #[test]
+    fn two_records_of_one_commit_are_never_split_by_a_cut() {
+        // The other stores' way (removal, then schedule) in one commit: it counts whole.
+        cut_anywhere(
+            &[
+                vec![dead("k", 1)],
+                vec![dead_removed("k"), schedule("k", 1)],
+            ],
+            &[entry(1, true)],
+            &[entry(1, false)],
+        );
     }
 }
 
@@ -690,5 +718,65 @@ mod continuity_tests {
         std::fs::write(&path, b).expect("write");
         let (found, _) = read_shard_dir(d, false).expect("the end record is terminal");
         assert_eq!(found.len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod store_tests {
+    use super::super::harness::{config, on_executor, prepare, Node, TENANT};
+    use crate::sink::FiredTimer;
+    use crate::store::{DeadLetter, Store};
+    use crate::units::{UtcMicros, UtcNanos};
+    use crate::wheel::table::PackedTimer;
+    use std::time::Duration;
+
+    #[test]
+    fn a_death_by_its_own_firing_queues_one_record_even_one_record_per_commit() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut cfg = config(tmp.path());
+        cfg.max_batch_records = 1;
+        on_executor(async {
+            let data = prepare(&cfg, 1).expect("prepare");
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("open");
+            let ack = node.schedule("k", 7, 1, b"");
+            node.pass();
+            assert!(ack.acknowledged(Duration::from_secs(20)).await);
+            let letter = PackedTimer::with_meta(TENANT, "k", b"dead", b"p").expect("fits");
+            let fired = FiredTimer {
+                shard: 0,
+                tenant: TENANT,
+                key: "k",
+                version: 7,
+                deadline: UtcMicros(1),
+                fired_at: UtcNanos(1_000),
+                meta: &[],
+                payload: b"p",
+            };
+            let before = node.store.shared.outbox.borrow().len();
+            node.store.fired_dead(
+                &fired,
+                &DeadLetter {
+                    timer: &letter,
+                    version: 7,
+                    fire_at: UtcMicros(1),
+                    attempts: 1,
+                    last_status: Some(400),
+                    last_error: None,
+                    callback: "http://127.0.0.1:9/",
+                },
+            );
+            let queued = node.store.shared.outbox.borrow().len() - before;
+            assert_eq!(queued, 1, "the fire and the dead letter are one record");
+            node.pass();
+            node.close().await;
+            let data = prepare(&cfg, 1).expect("prepare");
+            let node = Node::open(&cfg, data, 0, 1).await.expect("reopen");
+            let got: Vec<_> = node
+                .recovered
+                .iter()
+                .map(|f| (f.key.as_str(), f.version, f.meta.as_slice()))
+                .collect();
+            assert_eq!(got, vec![("k", 7, &b"dead"[..])]);
+        });
     }
 }
