@@ -31,6 +31,14 @@ fn put(s: &Server, tenant: &str, key: &str, body: Value) -> (u16, Value) {
     )
 }
 
+/// `POST /v1/timers/{tenant}` with `timers`: the answer's body (asserted 200).
+fn post_batch(s: &Server, tenant: &str, timers: Vec<Value>) -> Value {
+    let body = json!({ "timers": timers }).to_string();
+    let (st, r) = s.json("POST", &format!("/v1/timers/{tenant}"), &body);
+    assert_eq!(st, 200, "{r}");
+    r
+}
+
 /// Every dead letter of `tenant`, paging by `limit`.
 fn all_dead(s: &Server, tenant: &str, limit: usize) -> Vec<Value> {
     let mut all = Vec::new();
@@ -137,12 +145,7 @@ fn dead_letters_page_by_key_across_shards_each_once_with_its_payload() {
     let timers: Vec<Value> = (0..40)
         .map(|i| json!({"key": format!("k{i:02}"), "delay_ms": 1, "callback": {"url": rx.url("h")}, "payload": {"i": i}}))
         .collect();
-    let (st, r) = s.json(
-        "POST",
-        "/v1/timers/t",
-        &json!({"timers": timers}).to_string(),
-    );
-    assert_eq!(st, 200, "{r}");
+    post_batch(&s, "t", timers);
     eventually("40 dead letters", || {
         (all_dead(&s, "t", 1000).len() == 40).then_some(())
     });
@@ -155,4 +158,157 @@ fn dead_letters_page_by_key_across_shards_each_once_with_its_payload() {
             assert_eq!(d["payload"]["i"], i, "limit {limit}");
         }
     }
+}
+
+/// A receiver that accepts every connection and never answers (it reads until the peer
+/// closes). How many connections it holds open now.
+fn never_answers() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::io::Read;
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = open.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let open = counted.clone();
+            open.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while conn.read(&mut buf).is_ok_and(|n| n > 0) {}
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, open)
+}
+
+/// Every sample of `name` in a `/metrics` text: (labels, value).
+fn samples(metrics: &str, name: &str) -> Vec<(String, f64)> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let labels = series.strip_prefix(name)?;
+            if !(labels.is_empty() || labels.starts_with('{')) {
+                return None;
+            }
+            Some((labels.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The documented bounds (`docs/ARCHITECTURE.md`, "Bounded queues"), for 100,000 held timers.
+const TIMERS: usize = 100_000;
+const PER_HOST: f64 = 4.0;
+const RSS_MAX_MIB: f64 = 512.0;
+const RSS_GROWTH_MAX_MIB: f64 = 24.0;
+
+#[test]
+fn a_receiver_that_never_answers_keeps_every_queue_and_the_memory_bounded() {
+    let (addr, open) = never_answers();
+    let base = format!("http://{addr}/");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let s = start(
+        &dir,
+        &format!(
+            "callback_allow = [{base:?}]\nwebhook_max_in_flight_per_host = 4\nwebhook_timeout_ms = 2000\n"
+        ),
+        &["--store", "memory", "--shards", "2", "--shard-capacity", "200000"],
+    );
+    let pid = s.child.id();
+    // All due together, once they are all registered.
+    let due_ms = receiver::now_us() / 1000 + 30_000;
+    for batch in 0..TIMERS / 5000 {
+        let timers: Vec<Value> = (0..5000)
+            .map(|i| {
+                json!({"key": format!("k{}", batch * 5000 + i), "fire_at_ms": due_ms,
+                       "callback": {"url": format!("{base}hook")},
+                       "retry": {"max_attempts": 100}})
+            })
+            .collect();
+        let r = post_batch(&s, "t", timers);
+        assert!(
+            r["results"]
+                .as_array()
+                .is_some_and(|a| a.iter().all(|x| x["status"] == 201)),
+            "a timer was refused"
+        );
+    }
+    // Let them fire and fill the caps' queues, then watch for 15 s, in which the timers at
+    // the front of the queues pass through the caps and their safety nets fire.
+    let due = Duration::from_millis(due_ms.saturating_sub(receiver::now_us() / 1000));
+    std::thread::sleep(due + Duration::from_secs(3));
+    let rss_start = rss_mib(pid);
+    let mut max_held = 0.0f64;
+    let mut rss_max = rss_start;
+    for _ in 0..15 {
+        std::thread::sleep(Duration::from_secs(1));
+        let m = String::from_utf8_lossy(&s.req("GET", "/metrics", "").body).into_owned();
+        let pending: f64 = samples(&m, "punctual_timers_pending")
+            .iter()
+            .map(|x| x.1)
+            .sum();
+        assert_eq!(pending as usize, TIMERS, "a timer was lost");
+        for (labels, v) in samples(&m, "punctual_webhook_in_flight") {
+            assert!(
+                v <= PER_HOST,
+                "{labels}: {v} deliveries in flight to one host"
+            );
+        }
+        let held: f64 = samples(&m, "punctual_webhook_held_back")
+            .iter()
+            .map(|x| x.1)
+            .sum();
+        assert!(
+            held <= TIMERS as f64,
+            "{held} queue entries for {TIMERS} timers"
+        );
+        max_held = max_held.max(held);
+        for (labels, v) in samples(&m, "punctual_ring_depth") {
+            assert!(v <= 65_536.0, "{labels}: ring depth {v}");
+        }
+        for (labels, v) in samples(&m, "punctual_store_pending_writes") {
+            assert!(v <= 65_536.0, "{labels}: {v} writes waiting");
+        }
+        let resolver: f64 = samples(&m, "punctual_resolver_queued")
+            .iter()
+            .map(|x| x.1)
+            .sum();
+        assert!(resolver <= 256.0, "{resolver} lookups queued");
+        assert!(
+            open.load(std::sync::atomic::Ordering::SeqCst) <= 4 * PER_HOST as usize,
+            "connections held open at the receiver: {}",
+            open.load(std::sync::atomic::Ordering::SeqCst)
+        );
+        rss_max = rss_max.max(rss_mib(pid));
+    }
+    println!(
+        "100k held timers: RSS {rss_start:.1} MiB after they fired, at most {rss_max:.1} MiB in 15 s; \
+         queue entries at most {max_held}"
+    );
+    assert!(
+        max_held > 0.0,
+        "nothing was held back: the test did not load the caps"
+    );
+    assert!(rss_max <= RSS_MAX_MIB, "RSS {rss_max:.1} MiB");
+    assert!(
+        rss_max - rss_start <= RSS_GROWTH_MAX_MIB,
+        "RSS grew {:.1} MiB while the timers waited",
+        rss_max - rss_start
+    );
 }

@@ -466,6 +466,7 @@ impl Collector for EngineCollector {
             }
         }
         encode_webhooks(&self.handle, &mut encoder)?;
+        encode_resolver(&mut encoder)?;
         encode_gauges(&self.handle, &mut encoder)?;
         let streams = self.handle.stream_lengths();
         if !streams.is_empty() {
@@ -495,6 +496,28 @@ impl Collector for EngineCollector {
         let mut info = info;
         info.encode_info(&labels)
     }
+}
+
+/// `punctual_resolver_*`: the process's name resolver (`crate::resolve`).
+fn encode_resolver(encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let (queued, running) = crate::resolve::global().queued_and_running();
+    for (name, help, v) in [
+        (
+            "punctual_resolver_queued",
+            "Host names waiting for a resolver thread (at most 256; more fail the attempt at once)",
+            queued,
+        ),
+        (
+            "punctual_resolver_running",
+            "Host name lookups running on the resolver threads (at most 4)",
+            running,
+        ),
+    ] {
+        encoder
+            .encode_descriptor(name, help, None, MetricType::Gauge)?
+            .encode_gauge(&(v as i64))?;
+    }
+    Ok(())
 }
 
 /// `punctual_webhook_*`: per shard and tenant, for the tenants that had deliveries.

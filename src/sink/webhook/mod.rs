@@ -31,7 +31,7 @@
 //! spawns the delivery as a task on the shard's executor; the wheel's pass goes on. Each shard
 //! caps its deliveries in flight per host and per tenant (`WebhookSettings`); a delivery a cap
 //! holds back is not lost and uses no attempt: the timer stays pending (its deadline pushed to
-//! a safety net, [`held_back_for`]) and waits in a FIFO queue of its host or tenant; each
+//! a safety net, [`held_back_for`], as long as the queue ahead of it takes, up to a minute) and waits in a FIFO queue of its host or tenant; each
 //! delivery that ends wakes the next one waiting on its host and on its tenant (a `Wake`
 //! follow-up: the timer is due at once). So a backlog costs one queue entry per timer, not a
 //! re-fire every few milliseconds, and the caps' throughput goes to the timers in order. A
@@ -77,11 +77,22 @@ use std::time::Duration;
 pub const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(1);
 
 /// A delivery held back by a cap is woken by the queue; should the wake be lost (a crash), the
-/// timer fires again after this (the webhook timeout, plus the in-flight margin, plus up to
-/// one more second of jitter).
-pub fn held_back_for(s: &WebhookSettings, draw: u64) -> Duration {
-    s.timeout + IN_FLIGHT_MARGIN + Duration::from_micros(draw % 1_000_001)
+/// timer fires again after this: the time the `ahead` timers already waiting take to pass
+/// through `cap` slots (each slot held at most the webhook timeout plus the in-flight margin),
+/// at least one such turn and at most [`HELD_BACK_MAX`], plus up to one more second of
+/// jitter. So a long queue does not re-fire every timer in it every few seconds (each re-fire
+/// is a store write), and after a crash a held timer fires again within a minute.
+pub fn held_back_for(s: &WebhookSettings, draw: u64, ahead: usize, cap: u32) -> Duration {
+    let turn = s.timeout + IN_FLIGHT_MARGIN;
+    let turns = (ahead / cap.max(1) as usize).saturating_add(1);
+    let wait = turn
+        .saturating_mul(u32::try_from(turns).unwrap_or(u32::MAX))
+        .min(HELD_BACK_MAX.max(turn));
+    wait + Duration::from_micros(draw % 1_000_001)
 }
+
+/// The longest a held-back timer waits for its safety net (see [`held_back_for`]).
+pub const HELD_BACK_MAX: Duration = Duration::from_secs(60);
 
 /// The sink's maps, keyed by host or tenant: foldhash with a random seed (the keys come from
 /// clients' registrations, so a fixed seed would let them aim at one probe sequence).
@@ -217,6 +228,7 @@ impl WebhookSink {
                 d.state = State::Waiting;
             }
             let meta = d.encode();
+            let mut ahead = 0;
             if let Some(timer) =
                 crate::wheel::table::PackedTimer::with_meta(t.tenant, t.key, &meta, b"")
             {
@@ -229,13 +241,21 @@ impl WebhookSink {
                 } else {
                     Cap::Tenant(t.tenant.into())
                 };
-                let added = ctx.queues.borrow_mut().hold(cap, held);
+                let mut q = ctx.queues.borrow_mut();
+                ahead = q.waiting(&cap);
+                let added = q.hold(cap, held);
+                drop(q);
                 if added {
                     DeliveryMetrics::add(&ctx.tenant(t.tenant).held_back, 1);
                 }
             }
+            let slots = if host_full {
+                s.max_in_flight_per_host
+            } else {
+                s.max_in_flight_per_tenant
+            };
             let next = Next::Reschedule {
-                after: held_back_for(s, ctx.draw()),
+                after: held_back_for(s, ctx.draw(), ahead, slots),
                 meta,
             };
             return (next, true);

@@ -67,6 +67,11 @@ impl Queues {
         self.fifos.values().map(VecDeque::len).sum()
     }
 
+    /// Tickets waiting on `cap` (stale ones too: at most as many again as live ones).
+    pub fn waiting(&self, cap: &Cap) -> usize {
+        self.fifos.get(cap).map_or(0, VecDeque::len)
+    }
+
     /// Holds `held` back on `cap`. `true` when it was not held before (a new entry).
     pub fn hold(&mut self, cap: Cap, held: HeldBack) -> bool {
         let id = held.timer.identity();

@@ -79,3 +79,26 @@ fn a_cancelled_or_replaced_held_timer_leaves_its_queue() {
         Some("b")
     );
 }
+
+#[test]
+fn a_held_timers_safety_net_grows_with_the_queue_ahead_up_to_a_minute() {
+    let tls = settings::tls_config(None).expect("Mozilla's roots");
+    let mut s = WebhookSettings::new(tls);
+    s.timeout = Duration::from_secs(2);
+    let turn = Duration::from_secs(3);
+    let jitter = Duration::from_secs(1);
+    for draw in [0, 999_999, u64::MAX] {
+        let first = held_back_for(&s, draw, 0, 4);
+        assert!(first >= turn && first <= turn + jitter, "{first:?}");
+        let tenth = held_back_for(&s, draw, 39, 4);
+        assert!(
+            tenth >= turn * 10 && tenth <= turn * 10 + jitter,
+            "{tenth:?}"
+        );
+        let far = held_back_for(&s, draw, usize::MAX, 0);
+        assert!(
+            far >= HELD_BACK_MAX && far <= HELD_BACK_MAX + jitter,
+            "{far:?}"
+        );
+    }
+}
