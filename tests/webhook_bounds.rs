@@ -312,3 +312,94 @@ fn a_receiver_that_never_answers_keeps_every_queue_and_the_memory_bounded() {
         rss_max - rss_start
     );
 }
+
+/// A listener with an accept backlog of 1 that nobody accepts from yet.
+fn tiny_backlog() -> std::net::TcpListener {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    let addr: std::net::SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    s.bind(&addr.into()).expect("bind");
+    s.listen(1).expect("listen");
+    s.into()
+}
+
+#[test]
+fn attempts_end_within_the_timeout_at_an_overflowed_accept_queue_and_leave_nothing_behind() {
+    use std::io::Read;
+    let listener = tiny_backlog();
+    let addr = listener.local_addr().expect("addr");
+    let base = format!("http://{addr}/");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let s = start(
+        &dir,
+        &format!("callback_allow = [{base:?}]\nwebhook_timeout_ms = 1000\n"),
+        &["--store", "memory", "--shards", "1"],
+    );
+    let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        let (st, r) = put(
+            &s,
+            "t",
+            k,
+            json!({"delay_ms": 1, "callback": {"url": format!("{base}h")},
+                   "retry": {"max_attempts": 100, "base_delay_ms": 100, "max_delay_ms": 200}}),
+        );
+        assert_eq!(st, 201, "{r}");
+    }
+    // Nobody accepts for 4 s: the queue holds 2 connections, later SYNs are dropped. Every
+    // attempt must still end (time out) within its 1 s, plus the 1 s in-flight margin.
+    let mut seen: std::collections::HashMap<&str, (u64, Instant)> = Default::default();
+    let mut longest = Duration::ZERO;
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        for k in &keys {
+            let (_, r) = s.json("GET", &format!("/v1/timers/t/{k}"), "");
+            let attempts = r["delivery"]["attempts"].as_u64().unwrap_or(0);
+            let in_flight = r["delivery"]["state"] == "in_flight";
+            let e = seen.entry(k.as_str()).or_insert((attempts, Instant::now()));
+            if e.0 != attempts || !in_flight {
+                *e = (attempts, Instant::now());
+            }
+            longest = longest.max(e.1.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        longest < Duration::from_millis(3_500),
+        "an attempt stayed in flight {longest:?} with a 1 s timeout"
+    );
+    let min_attempts = seen.values().map(|v| v.0).min().unwrap_or(0);
+    assert!(
+        min_attempts >= 2,
+        "attempts did not end at their timeout: {seen:?}"
+    );
+    // Now accept: every connection punctual wrote a request on, and gave up, was reset (its
+    // bytes discarded), not closed for us to read and answer as if it still waited.
+    listener.set_nonblocking(true).expect("nonblocking");
+    let mut carried = 0;
+    let give_up = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < give_up {
+        let Ok((mut conn, _)) = listener.accept() else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        conn.set_nonblocking(false).expect("blocking");
+        conn.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let end = loop {
+            match conn.read(&mut buf) {
+                Ok(0) => break "closed",
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break "reset",
+                Err(_) => break "still open",
+            }
+        };
+        if got.starts_with(b"POST") {
+            carried += 1;
+            assert_eq!(end, "reset", "an abandoned attempt's connection was {end}");
+        }
+    }
+    assert!(carried > 0, "no queued connection carried a request");
+}

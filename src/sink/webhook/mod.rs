@@ -48,6 +48,7 @@
 //! | `settings.rs` | tenants' callbacks, allow-lists, secrets, retry defaults; TLS roots |
 //! | `queue.rs` | the timers a cap holds back: one FIFO per host and per tenant, one entry per timer |
 //! | `client.rs` | the HTTP/1.1 client and its keep-alive pool per host |
+//! | `reset.rs` | a connection abandoned mid-request is reset, so nothing of it arrives late |
 //! | `deliver.rs` | one attempt: the request, the answer, the follow-up |
 //!
 //! Cost per fire of a webhook timer: a metadata decode and encode, the JSON body, an HMAC
@@ -58,6 +59,7 @@ mod deliver;
 pub mod meta;
 pub mod policy;
 mod queue;
+mod reset;
 pub mod settings;
 pub mod sign;
 
