@@ -43,6 +43,7 @@ pub mod clock;
 pub mod config;
 pub mod cpus;
 pub mod doctor;
+pub(crate) mod doorbell;
 pub mod engine;
 pub mod error;
 pub(crate) mod hyperio;

@@ -5,6 +5,7 @@ use super::handle::{Handle, Shared};
 use super::placement::{self, available_cores, Pinning};
 use super::running::Engine;
 use crate::clock::{Clock, ClockConfig, HostSource, SetWatch};
+use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
 use crate::quota::Quotas;
@@ -225,7 +226,7 @@ impl EngineBuilder {
         self
     }
 
-    /// The watchdog's period and grace (default 5 ms each; see `shard::watchdog`). Zero
+    /// The watchdog's period and grace (default 1 ms each; see `shard::watchdog`). Zero
     /// period turns it off: only for tests that show what it prevents.
     #[doc(hidden)]
     pub fn watchdog(mut self, period: Duration, grace: Duration) -> Self {
@@ -403,6 +404,13 @@ impl EngineBuilder {
                         // Registers the thread and the task's waker with the watchdog at once.
                         pulse.on_this_thread();
                         pulse.guard_start(async {}).await;
+                        // Replies from other threads reach this executor's tasks through its
+                        // doorbell, not glommio's foreign wakes (see `doorbell`).
+                        if !park_direct {
+                            if let Err(e) = Doorbell::install() {
+                                tracing::warn!(shard = id, error = %e, "no doorbell: replies from other threads wake this shard's tasks through glommio");
+                            }
+                        }
                         set_timer_slack_ns(1);
                         let source = match clock_choice {
                             ClockChoice::Detect => HostSource::detect(),

@@ -6,6 +6,7 @@
 //! future instead, for callers on an executor; `schedule_detached` does not wait at all.
 
 use crate::clock::clock_ns;
+use crate::doorbell::relay;
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
 use crate::op::{reply_channel, Cancelled, DeadInfo, Op, Reply, Scheduled, TimerInfo};
@@ -162,7 +163,8 @@ impl Handle {
         let pushed = self.push_schedule(tenant, key, deadline, payload, meta, Some(tx), slot);
         async move {
             pushed?;
-            rx.await.map_err(|_| Error::ShuttingDown)?
+            // Woken by the shard's thread: through this executor's doorbell, if it has one.
+            relay(rx).await.map_err(|_| Error::ShuttingDown)?
         }
     }
 
@@ -300,7 +302,8 @@ impl Handle {
             .and_then(|timer| self.push(tenant, key, make(timer, tx)));
         async move {
             pushed?;
-            rx.await.map_err(|_| Error::ShuttingDown)?
+            // Woken by the shard's thread: through this executor's doorbell, if it has one.
+            relay(rx).await.map_err(|_| Error::ShuttingDown)?
         }
     }
 
@@ -404,7 +407,7 @@ impl DeadPage<'_> {
 async fn gather(waits: Vec<Result<DeadReply>>) -> Result<Vec<Vec<DeadInfo>>> {
     let mut all = Vec::with_capacity(waits.len());
     for w in waits {
-        all.push(w?.await.map_err(|_| Error::ShuttingDown)??);
+        all.push(relay(w?).await.map_err(|_| Error::ShuttingDown)??);
     }
     Ok(all)
 }

@@ -30,7 +30,7 @@ impl Engine {
     }
 
     /// Stops every shard and joins its thread, within the shutdown limit
-    /// ([`SHUTDOWN_LIMIT`] unless the builder set another). Pending in-memory
+    /// (60 s unless the builder set another). Pending in-memory
     /// timers are dropped. An error names the shards that panicked or did not stop in time.
     pub fn shutdown(mut self) -> std::result::Result<(), String> {
         self.stop_and_join()

@@ -36,18 +36,36 @@
 //! glommio timer (`park::yield_to_reactor`), not `yield_now`: only a task that is *not*
 //! runnable lets glommio reap I/O completions before its preemption timer expires.
 //!
-//! ## The glommio behaviour this design avoids
+//! ## The glommio behaviours this design avoids
 //!
-//! glommio 0.9 can put its thread to sleep while a task is runnable: when its preemption timer
-//! has already expired as a scheduling round begins, the round runs nothing and the executor
-//! parks until an unrelated timer or I/O event, which may be seconds away. A preemption timer
-//! shorter than one reactor pass (0.3–1 ms on a busy VM) makes that common: with a 250 µs timer,
-//! a durable shard under mixed load fired thousands of timers 0.1–2.7 s late. So the engine
-//! leaves glommio's preemption timer at its 100 ms default and does not rely on preemption at
-//! all: every shard task yields on its own, as above. What remains (a single reactor pass
-//! slower than 100 ms) is bounded by the [`watchdog`], which wakes a shard still asleep 5 ms
-//! past its time, from another thread. A regression test runs shards under a preemption timer
-//! far shorter than a reactor pass and checks that they keep firing.
+//! glommio 0.9 can put its thread to sleep while a task is runnable. Its `LocalExecutor::run`
+//! parks (`react` with no preemption timer) whenever `run_task_queues` ran nothing, and that
+//! runs nothing when `need_preempt()` is already true at its first check, without looking at
+//! whether a task queue is active (`executor/mod.rs`). `need_preempt()` means "the latency
+//! ring's completion queue is not empty": `reactor.rs` compares that queue's head and tail
+//! through the pointers `sys/uring.rs::preempt_pointers` hands it. The park then sleeps in
+//! `io_uring_enter` unless its own reap finds a completion with a task behind it, a due glommio
+//! timer, a foreign wake or a blocking-pool result. So the executor sleeps with work runnable
+//! when a latency-ring completion *with no task behind it* lands between a round's I/O poll
+//! (which empties that ring) and its first check, and nothing else is pending; it sleeps until
+//! the next timer or I/O, which may be seconds away. What lands in the latency ring, and what
+//! punctual does about each (no patched glommio; the upstream fix, "do not park while a task
+//! queue is runnable", is in no release on crates.io):
+//!
+//! | trigger | punctual's side | guarded by |
+//! |---|---|---|
+//! | the preemption timer (armed at every poll) fires before the check: the poll took longer than the timer | glommio's default 100 ms is kept, never a shorter one (250 µs fired thousands of timers 0.1–2.7 s late); shards yield on their own, never relying on preemption. Left: a 100 ms stall of the thread inside that window | `tests/shard_cooperation.rs::shards_keep_firing_when_glommio_preempts_before_every_round` (a 20 µs timer: the trigger on almost every round) |
+//! | the notifier `eventfd` read, completed by a foreign wake: glommio writes the `eventfd` when the executor is flagged asleep, and the flag goes stale (raised before each sleep, cleared only after one really taken), so a wake of an awake executor that already took the waker leaves a completion with no task | replies from other threads (the shards answering HTTP tasks) reach a shard's tasks through its [`doorbell`](crate::doorbell): a main-ring read with a task behind it, no glommio foreign wake. Left: the journal's I/O thread and the name resolver still reply through glommio's path (`store/journal/io.rs`, `resolve.rs`; wrapping their awaits in `doorbell::relay` removes it), and the watchdog's own wakes, which exist to end such a sleep | `doorbell::tests::replies_from_another_thread_arrive_through_the_doorbell` |
+//! | the same `eventfd`, written by glommio's blocking pool on each result, by tasks in `Latency::Matters` queues, or by its throughput timer (after `ring_depth` main-ring completions) | no latency-sensitive queue; the journal's I/O and name resolution run on threads of their own, not the blocking pool | — |
+//! | the round's own `install_eventfd`, which re-arms that read and completes it at once when the counter is already set | as above | — |
+//! | accept, connect and `recv` (peek, datagrams) completions: a waiting task is woken by the park's reap, so the park does not sleep; a cancelled one (a dropped accept at drain, a connect timeout) leaves a completion with no task | the shards' wake sockets and stream reads are main-ring polls (glommio's stream reads try a non-blocking read first, then poll) | — |
+//!
+//! Whatever is left is bounded, for every task on the thread: a shard that shares its thread
+//! never parks for longer than [`MAX_NAP`] (2 ms), and its park's timer ends such a sleep; and
+//! the [`watchdog`] wakes a shard loop still asleep 1 ms past its time from another thread.
+//! A watchdog wake that finds the executor asleep in `io_uring_enter` is counted
+//! (`punctual_executor_stalls_total`, with every wake in `punctual_shard_watchdog_wakes_total`).
+//! A stall of another task that the nap ends is bounded but not counted.
 //!
 //! # Cross-thread wake-ups
 //!
@@ -58,6 +76,8 @@
 //! - replies (`ring::Reply`, futures-channel's oneshot): the shard completes them, waking the
 //!   caller's waker (a thread blocked in `Handle::schedule`, or an HTTP task on another
 //!   shard's executor through glommio's foreign-waker path);
+//! - replies to this shard's tasks from other threads come through its doorbell
+//!   (`crate::doorbell`), which the shard's thread answers itself;
 //! - the watchdog wakes the shard loop's own waker (above);
 //! - shutdown and draining raise flags and notify `event_listener::Event`s (the HTTP drain);
 //!   the shard's stop flag is followed by a ring wake-up.
@@ -118,6 +138,12 @@ const FIRE_BATCH: usize = 4096;
 
 /// Longest a shard that shares its thread spins without yielding to its other tasks.
 const MAX_UNYIELDED: Duration = Duration::from_micros(200);
+
+/// Longest a shard that shares its thread parks in one go. glommio 0.9 may sleep with a task
+/// runnable (see the module doc); the park's timer is what ends such a sleep for the shard's
+/// other tasks, so this bounds it. Cost: an idle shard wakes 500 times a second, a few
+/// microseconds each.
+const MAX_NAP: Duration = Duration::from_millis(2);
 
 /// Fired timers' memory freed per pass once a burst is over (see [`Spent`]).
 const FREE_BATCH: usize = 4096;
@@ -253,7 +279,13 @@ impl<S: TimeSource> Shard<S> {
         let next = self.next_wake();
         let wait = Duration::from_nanos(next.0.saturating_sub(now.0));
         if wait > self.spin {
-            self.nap(wakee, wait - self.spin, buf).await;
+            let mut nap = wait - self.spin;
+            if wakee.cooperative() {
+                // Bounds how long glommio may sleep with another task runnable (see the
+                // module doc): the nap's timer ends any such sleep.
+                nap = nap.min(MAX_NAP);
+            }
+            self.nap(wakee, nap, buf).await;
         } else if wakee.cooperative() {
             // Spin for at most MAX_UNYIELDED, then let the other tasks run and come back.
             if !self.spin_until(next, MAX_UNYIELDED) {

@@ -48,7 +48,7 @@
 //! # Cost
 //!
 //! The shard: two relaxed stores and a `CLOCK_MONOTONIC` read per `await`, none per fire.
-//! The watchdog: one wake-up every [`PERIOD`] (200 a second) that reads one atomic per
+//! The watchdog: one wake-up every [`PERIOD`] (1,000 a second) that reads one atomic per
 //! shard, and a read of one `/proc` file per late shard. A wake it sends is counted
 //! (`punctual_shard_watchdog_wakes_total`) and logged: a non-zero count means a shard's
 //! executor slept through its work (also counted as a stall), or another task on that shard
@@ -65,10 +65,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How often the watchdog looks.
-pub const PERIOD: Duration = Duration::from_millis(5);
+pub const PERIOD: Duration = Duration::from_millis(1);
 
 /// How long past its time a waiting shard may stay asleep before it is woken.
-pub const GRACE: Duration = Duration::from_millis(5);
+pub const GRACE: Duration = Duration::from_millis(1);
 
 /// How often a shard still starting (its store opening) is nudged: one spurious poll of its
 /// start, harmless if it was not stalled.
