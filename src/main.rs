@@ -1,4 +1,5 @@
-//! The `punctual` binary: `serve` runs the service, `doctor` checks the host.
+//! The `punctual` binary: `serve` runs the service, `doctor` checks the host, `journal`
+//! checks and dumps a journal's data directory offline.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -25,6 +26,8 @@ enum Command {
     Serve(Box<punctual::config::ServeArgs>),
     /// Check this host for what punctual needs: invariant TSC, isolated cores, io_uring, time sync.
     Doctor(punctual::doctor::DoctorArgs),
+    /// Check or dump a journal's data directory offline (stop the server on it first).
+    Journal(punctual::config::JournalArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,7 +35,32 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(&args),
         Command::Doctor(args) => ExitCode::from(punctual::doctor::run(&args).clamp(0, 255) as u8),
+        Command::Journal(args) => journal(&args),
     }
+}
+
+/// `punctual journal check|dump`: check exits 0 when a start would recover everything
+/// acknowledged, 1 when it would refuse or lose data; either exits 2 when it cannot read.
+fn journal(args: &punctual::config::JournalArgs) -> ExitCode {
+    use punctual::config::JournalCommand;
+    use punctual::store::journal::check;
+    let mut out = std::io::stdout().lock();
+    let done = match &args.command {
+        JournalCommand::Check { dir } => check::check(dir, &mut out).map(|lossless| {
+            if lossless {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }),
+        JournalCommand::Dump { dir, shard } => {
+            check::dump(dir, *shard, &mut out).map(|()| ExitCode::SUCCESS)
+        }
+    };
+    done.unwrap_or_else(|e| {
+        eprintln!("punctual journal: {e}");
+        ExitCode::from(2)
+    })
 }
 
 /// `punctual serve`: exit 0 after a clean shutdown, 2 for a configuration error, 1 otherwise.

@@ -157,42 +157,8 @@ fn the_fire_of_a_new_timer_under_a_dead_letters_key_keeps_the_dead_letter() {
 
 /// `punctual serve` on `data`, expected to refuse to start: its exit status and stderr.
 fn refused(data: &Path) -> (std::process::ExitStatus, String) {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
-        .args([
-            "serve",
-            "--pinning",
-            "none",
-            "--spin-us",
-            "0",
-            "--shards",
-            "2",
-        ])
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{}", api_support::free_port()),
-        ])
-        .args(["--store", "journal", "--data-dir", &data.to_string_lossy()])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn punctual");
-    let give_up = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > give_up {
-            let _ = child.kill();
-            panic!("punctual started on a data directory it should refuse");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut err);
-    }
-    (status, err)
+    let dir = data.to_string_lossy().into_owned();
+    Server::refused(&["--store", "journal", "--data-dir", &dir, "--shards", "2"])
 }
 
 /// Every file under `dir`, recursively.

@@ -105,3 +105,33 @@ pub struct ServeArgs {
     #[arg(long)]
     pub print_config: bool,
 }
+
+/// `punctual journal`: the offline tool for a journal's data directory (never beside a
+/// running server on it).
+#[derive(Args, Debug, Clone)]
+pub struct JournalArgs {
+    #[command(subcommand)]
+    pub command: JournalCommand,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum JournalCommand {
+    /// Check every file of a data directory: record counts, the log's continuity, the first
+    /// damage, and what --journal-skip-corrupt would skip. Exit 0 only when a start would
+    /// recover everything acknowledged; 1 when it would refuse or lose data; 2 when the
+    /// directory cannot be read.
+    Check {
+        /// The data directory (serve's --data-dir).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print every header and record of a data directory's journal as JSON lines.
+    Dump {
+        /// The data directory (serve's --data-dir).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// Only this shard's directory.
+        #[arg(long, value_name = "N")]
+        shard: Option<usize>,
+    },
+}

@@ -49,7 +49,39 @@ impl Server {
         Self::launch(args, env, true)
     }
 
+    /// `punctual serve` with `args`, which must refuse to start: its exit status and stderr
+    /// (waits at most 30 s).
+    pub fn refused(args: &[&str]) -> (std::process::ExitStatus, String) {
+        let mut child = Self::command(args, &[])
+            .0
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn punctual");
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().expect("wait").is_none() {
+            if Instant::now() > give_up {
+                let _ = child.kill();
+                panic!("punctual started where it should refuse: {args:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("output");
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     fn launch(args: &[&str], env: &[(&str, &str)], healthy: bool) -> Server {
+        let (mut cmd, addr) = Self::command(args, env);
+        let child = cmd.spawn().expect("spawn punctual");
+        let mut s = Server { child, addr };
+        s.wait_ready(healthy);
+        s
+    }
+
+    /// The command line of a test server on a free port, and its address.
+    fn command(args: &[&str], env: &[(&str, &str)]) -> (Command, SocketAddr) {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
@@ -82,10 +114,7 @@ impl Server {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().expect("spawn punctual");
-        let mut s = Server { child, addr };
-        s.wait_ready(healthy);
-        s
+        (cmd, addr)
     }
 
     fn wait_ready(&mut self, healthy: bool) {

@@ -207,8 +207,8 @@ pub struct Loaded {
     pub obsolete: Vec<PathBuf>,
     /// Last segments whose header never reached the disk (counted as torn).
     pub torn: u64,
-    /// Files skipped as unreadable (`skip_corrupt`).
-    pub skipped: u64,
+    /// Files skipped as unreadable (`skip_corrupt`), and why.
+    pub skipped: Vec<(PathBuf, String)>,
 }
 
 /// The shard a directory's files must belong to: every header must name it.
@@ -219,7 +219,11 @@ pub struct Owner {
 }
 
 /// The header of the file named for `seq`, or why it is not one that belongs where it lies.
-fn header_of(buf: &[u8], seq: u64, owner: Option<Owner>) -> std::result::Result<Header, String> {
+pub(crate) fn header_of(
+    buf: &[u8],
+    seq: u64,
+    owner: Option<Owner>,
+) -> std::result::Result<Header, String> {
     let header = Header::decode(buf)?;
     if header.seq != seq {
         return Err(format!(
@@ -252,7 +256,7 @@ pub fn load_dir(
             obsolete.push(dir.join(snapshot_name(s)));
         }
     }
-    let (mut torn, mut skipped) = (0, 0);
+    let (mut torn, mut skipped) = (0, Vec::new());
     let mut segments = Vec::new();
     let last = listing.segments.last().copied();
     for &seq in &listing.segments {
@@ -272,8 +276,8 @@ pub fn load_dir(
                 obsolete.push(path);
             }
             Err(why) if skip_corrupt => {
-                skipped += 1;
                 tracing::error!(file = %path.display(), %why, "journal: unreadable segment skipped");
+                skipped.push((path, why));
             }
             Ok(_) => return Err(format!("{} is not a segment", path.display())),
             Err(why) => return Err(unreadable(&path, &why)),
@@ -288,8 +292,8 @@ pub fn load_dir(
             match header_of(&buf, seq, owner) {
                 Ok(header) if header.kind == Kind::Snapshot => Some(Source { path, buf, header }),
                 Err(why) if skip_corrupt => {
-                    skipped += 1;
                     tracing::error!(file = %path.display(), %why, "journal: unreadable snapshot skipped");
+                    skipped.push((path, why));
                     None
                 }
                 Ok(_) => return Err(format!("{} is not a snapshot", path.display())),
@@ -308,8 +312,9 @@ pub fn load_dir(
 
 fn unreadable(path: &Path, why: &str) -> String {
     format!(
-        "journal file {} is corrupt at offset 0: {why}. Restore the file, or start with --journal-skip-corrupt to skip it",
-        path.display()
+        "journal file {} is corrupt at offset 0: {why}. See what the directory holds with `punctual journal check {}`; then restore the file, or start with --journal-skip-corrupt to skip it",
+        path.display(),
+        super::replay::data_dir_of(path).display()
     )
 }
 
@@ -321,6 +326,8 @@ pub struct Checked {
     pub obsolete: Vec<PathBuf>,
     /// Torn tails found, and the last segment whose header never reached the disk.
     pub torn: u64,
+    /// Files skipped whole as unreadable (`skip_corrupt`), and why.
+    pub skipped_files: Vec<(PathBuf, String)>,
 }
 
 /// Loads, indexes and checks a shard directory (every CRC, the snapshot, continuity);
@@ -334,9 +341,10 @@ pub async fn check_dir(
     let mut replay = Replay::new(loaded.snapshot, loaded.segments, skip_corrupt, true);
     replay.index().await?;
     replay.check_snapshot().await?;
-    let lossy = loaded.skipped > 0 || replay.report.corrupt > 0;
+    let lossy = !loaded.skipped.is_empty() || replay.report.corrupt > 0;
     Ok(Checked {
         torn: replay.report.torn + loaded.torn,
+        skipped_files: loaded.skipped,
         obsolete: if lossy { Vec::new() } else { loaded.obsolete },
         replay,
     })

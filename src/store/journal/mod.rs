@@ -84,6 +84,7 @@
 //! executor sleeps or runs its other tasks. On disk: the frame (9 bytes + 16 + the packed
 //! timer), plus per commit a 21-byte `batch` record and padding to 4 KiB.
 
+pub mod check;
 pub mod commit;
 pub mod compact;
 #[cfg(test)]

@@ -42,6 +42,7 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
         mut replay,
         obsolete,
         torn,
+        ..
     } = check_dir(&shared.dir, cfg.skip_corrupt, Some(owner(shared))).await?;
     // Only now that the newest snapshot and the segments after it are known good.
     for path in &obsolete {

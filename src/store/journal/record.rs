@@ -179,6 +179,12 @@ impl<'a> Record<'a> {
     }
 }
 
+/// (tenant, key) of an identity's bytes.
+pub fn names(identity: &[u8]) -> Option<(&str, &str)> {
+    let (_, tenant, key, end) = self::identity(identity, 0)?;
+    (end == identity.len()).then_some((tenant, key))
+}
+
 /// Whether a whole frame is a dead letter (and not a pending timer).
 pub fn is_dead_letter(frame: &[u8]) -> bool {
     frame.get(8) == Some(&kind::DEAD_LETTER)

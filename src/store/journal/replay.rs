@@ -26,7 +26,7 @@
 
 use super::file::Header;
 use super::record::{kind, Effect, End, Record, Timer};
-use super::scan::{Damage, Role, Scan};
+use super::scan::{Damage, Region, Role, Scan};
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
 use std::path::PathBuf;
@@ -106,6 +106,10 @@ pub struct Report {
     pub version_floor: u64,
     /// The last batch sequence read (the snapshot's, when no segment holds a batch).
     pub last_batch: u64,
+    /// What `skip_corrupt` skipped, by file (a whole file: offset 0, to its end).
+    pub skipped: Vec<(PathBuf, Region)>,
+    /// A newest, unsynced segment's log ended at damage with acknowledged commits after it.
+    pub dropped_after_tear: bool,
 }
 
 /// Why segment `found` cannot follow where `wanted` belongs.
@@ -128,11 +132,17 @@ fn gap(wanted: u64, found: u64, first: bool) -> String {
 /// Corruption that stops the start: which file, where, and what to do.
 pub fn corrupt_error(path: &std::path::Path, d: &Damage) -> String {
     format!(
-        "journal file {} is corrupt at offset {}: {}. Restore the file, or start with --journal-skip-corrupt to skip the damaged records (counted in punctual_journal_corrupt_records)",
+        "journal file {} is corrupt at offset {}: {}. See every damaged file and what --journal-skip-corrupt would skip with `punctual journal check {}`; then restore the file, or start with --journal-skip-corrupt to skip the damaged records (counted in punctual_journal_corrupt_records)",
         path.display(),
         d.offset,
-        d.why
+        d.why,
+        data_dir_of(path).display()
     )
+}
+
+/// The data directory a journal file lies in (`<data_dir>/gen-<G>/shard-<s>/<file>`).
+pub fn data_dir_of(path: &std::path::Path) -> &std::path::Path {
+    path.ancestors().nth(3).unwrap_or(path)
 }
 
 pub struct Replay {
@@ -210,6 +220,12 @@ impl Replay {
                 report.corrupt += 1;
                 next_batch = None;
                 tracing::error!(file = %src.path.display(), why = %d.why, "journal: a gap in the log skipped");
+                let region = Region {
+                    offset: 0,
+                    resume: Some(0),
+                    why: d.why,
+                };
+                report.skipped.push((src.path.clone(), region));
             }
             next_seg = src.header.seq + 1;
             let block = src.header.block as usize;
@@ -253,8 +269,17 @@ impl Replay {
                 }
             }
             report.corrupt += scan.corrupt;
+            report.dropped_after_tear |= scan.dropped_after_tear;
+            let path = &src.path;
+            report
+                .skipped
+                .extend(scan.skipped.drain(..).map(|r| (path.clone(), r)));
             if let Some(b) = scan.last_batch {
                 next_batch = b.checked_add(1);
+            }
+            if scan.corrupt > 0 {
+                // Skipped damage may have held commits: the next file's are not a new gap.
+                next_batch = None;
             }
             if i == last {
                 report.last_end = Some(scan.end as u64);
@@ -295,6 +320,10 @@ impl Replay {
             }
         }
         self.report.corrupt += scan.corrupt;
+        let path = &snap.path;
+        self.report
+            .skipped
+            .extend(scan.skipped.drain(..).map(|r| (path.clone(), r)));
         self.report.version_floor = self.report.version_floor.max(floor);
         if let Some(e) = end {
             self.snapshot_end = e;

@@ -79,6 +79,19 @@ pub struct Scan<'a> {
     pub torn: bool,
     /// Corrupt regions skipped.
     pub corrupt: u64,
+    /// Each region skipped (`skip_corrupt`), for `journal check`.
+    pub skipped: Vec<Region>,
+    /// The newest segment's unsynced tail ended at damage with commits after it: those
+    /// commits were acknowledged and are dropped (a power cut under `everysec` or `never`).
+    pub dropped_after_tear: bool,
+}
+
+/// A region the scan skipped: from `offset` to `resume` (`None`: the end of the file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub offset: usize,
+    pub resume: Option<usize>,
+    pub why: String,
 }
 
 /// One record, its whole frame and its offset.
@@ -102,6 +115,8 @@ impl<'a> Scan<'a> {
             end: start,
             torn: false,
             corrupt: 0,
+            skipped: Vec::new(),
+            dropped_after_tear: false,
         }
     }
 
@@ -131,6 +146,11 @@ impl<'a> Scan<'a> {
                 if self.skip_corrupt {
                     self.corrupt += 1;
                     tracing::error!(offset = at, %why, "journal: a gap in the log skipped");
+                    self.skipped.push(Region {
+                        offset: at,
+                        resume: Some(at),
+                        why,
+                    });
                     None
                 } else {
                     self.done = true;
@@ -194,6 +214,7 @@ impl<'a> Scan<'a> {
     fn damaged(&mut self, at: usize, why: String) -> Option<Result<Item<'a>, Damage>> {
         if self.role == Role::LastUnsynced {
             if self.resync(at + 1).is_some() {
+                self.dropped_after_tear = true;
                 tracing::warn!(offset = at, %why, "journal: damage in the unsynced tail of the newest segment (a power cut under --fsync everysec or never); the log ends there and the commits after it are dropped");
             }
             self.torn = true;
@@ -207,6 +228,11 @@ impl<'a> Scan<'a> {
                 self.pad = false;
                 self.next_batch = None;
                 tracing::error!(offset = at, resumes = y, %why, "journal: corrupt records skipped");
+                self.skipped.push(Region {
+                    offset: at,
+                    resume: Some(y),
+                    why,
+                });
                 self.at = y;
                 None
             }
@@ -218,6 +244,11 @@ impl<'a> Scan<'a> {
             None if self.skip_corrupt => {
                 self.corrupt += 1;
                 tracing::error!(offset = at, %why, "journal: corrupt records skipped to the end of the file");
+                self.skipped.push(Region {
+                    offset: at,
+                    resume: None,
+                    why,
+                });
                 self.done = true;
                 None
             }
