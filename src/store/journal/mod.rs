@@ -6,10 +6,10 @@
 //!
 //! ```text
 //!   <data_dir>/LOCK                       flock: one process per data directory
-//!   <data_dir>/CURRENT                    "generation G, shards N": which directories are in force
+//!   <data_dir>/CURRENT                    "generation G, shards N": which directories are in force (`current`)
 //!   <data_dir>/gen-<G>/shard-<s>/
 //!       seg-<seq>.log                     the log: segments in order of seq, each ≤ segment_bytes
-//!       snap-<seq>.snap                   the live timers of every segment before seq
+//!       snap-<seq>.snap                   the live timers and dead letters of every segment before seq
 //! ```
 //!
 //! One journal per shard, written only by that shard's thread. The record format (version 2)
