@@ -188,6 +188,7 @@ fn webhook_settings(config: &Config) -> Result<WebhookSettings, String> {
     let tls = tls_config(ca.as_deref()).map_err(|e| format!("webhook_ca_file: {e}"))?;
     let mut s = WebhookSettings::new(tls);
     s.timeout = Duration::from_millis(w.webhook_timeout_ms);
+    s.shutdown_grace = Duration::from_millis(config.shutdown_grace_ms);
     s.max_in_flight_per_host = u32::try_from(w.webhook_max_in_flight_per_host).unwrap_or(u32::MAX);
     s.max_in_flight_per_tenant =
         u32::try_from(w.webhook_max_in_flight_per_tenant).unwrap_or(u32::MAX);

@@ -96,6 +96,10 @@ pub struct ServeArgs {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish [default: 10000].
     #[arg(long, env = "PUNCTUAL_SHUTDOWN_TIMEOUT_MS", value_name = "MS")]
     pub shutdown_timeout_ms: Option<String>,
+    /// On SIGTERM/SIGINT, once requests are drained, how long webhook deliveries in flight
+    /// may take to finish and have their outcomes recorded (0 to 50000) [default: 5000].
+    #[arg(long, env = "PUNCTUAL_SHUTDOWN_GRACE_MS", value_name = "MS")]
+    pub shutdown_grace_ms: Option<String>,
     /// At start, how long to keep retrying while the address is in use: after a crash the old
     /// process's sockets take a moment to close. Past it, start-up fails; 0 tries once
     /// [default: 5000].

@@ -108,6 +108,8 @@ pub struct Config {
     pub idle_timeout_ms: u64,
     pub body_timeout_ms: u64,
     pub shutdown_timeout_ms: u64,
+    /// Webhook deliveries in flight at a stop may finish within this many ms.
+    pub shutdown_grace_ms: u64,
     pub bind_retry_ms: u64,
     #[serde(flatten)]
     pub webhooks: WebhookConfig,
@@ -138,6 +140,7 @@ impl Default for Config {
             idle_timeout_ms: 30_000,
             body_timeout_ms: 10_000,
             shutdown_timeout_ms: 10_000,
+            shutdown_grace_ms: 5_000,
             bind_retry_ms: 5_000,
             webhooks: WebhookConfig::default(),
             tenants: BTreeMap::new(),
@@ -170,6 +173,7 @@ pub struct FileConfig {
     idle_timeout_ms: Option<u64>,
     body_timeout_ms: Option<u64>,
     shutdown_timeout_ms: Option<u64>,
+    shutdown_grace_ms: Option<u64>,
     bind_retry_ms: Option<u64>,
     callback_allow: Option<Vec<String>>,
     webhook_timeout_ms: Option<u64>,

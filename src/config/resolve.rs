@@ -289,6 +289,15 @@ impl Config {
                 0,
                 86_400_000,
             )?,
+            // Under the engine's 60 s bound on joining a stopping shard.
+            shutdown_grace_ms: u(
+                "shutdown_grace_ms",
+                &args.shutdown_grace_ms,
+                file.shutdown_grace_ms,
+                d.shutdown_grace_ms,
+                0,
+                50_000,
+            )?,
             bind_retry_ms: u(
                 "bind_retry_ms",
                 &args.bind_retry_ms,

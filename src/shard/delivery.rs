@@ -127,6 +127,34 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 
+    /// At a stop: lets the deliveries under way finish, within the sinks' grace, applying
+    /// their follow-ups (so each outcome is written to the store before it closes). Nothing
+    /// fires meanwhile. A delivery still under way after the grace stays in flight in the
+    /// store; after a restart it is made again, without using up an attempt.
+    pub(super) async fn finish_deliveries(&mut self) {
+        let grace = self
+            .sinks
+            .iter()
+            .map(|s| s.grace())
+            .max()
+            .unwrap_or_default();
+        let until = std::time::Instant::now() + grace;
+        loop {
+            self.follow_up();
+            self.store.after_pass();
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || self.sinks.iter().all(|s| s.in_flight() == 0) {
+                break;
+            }
+            let nap = left.min(std::time::Duration::from_millis(5));
+            self.pulse.expect_by(nap);
+            glommio::timer::sleep(nap).await;
+            self.pulse.running();
+        }
+        self.follow_up();
+        self.store.after_pass();
+    }
+
     /// Applies the follow-ups the sinks gathered; how many.
     pub(super) fn follow_up(&mut self) -> usize {
         let mut buf = std::mem::take(&mut self.deliveries.followups);

@@ -263,6 +263,7 @@ impl<S: TimeSource> Shard<S> {
                     More::No => self.wait(&mut wakee, &mut buf).await,
                 }
             }
+            self.finish_deliveries().await;
             self.store.close().await;
         }
         // No caller may wait for a shard that will not run again.

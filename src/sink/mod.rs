@@ -86,6 +86,16 @@ pub trait Sink {
         false
     }
 
+    /// Deliveries under way (a stopping shard waits for them, within [`Sink::grace`]).
+    fn in_flight(&self) -> usize {
+        0
+    }
+
+    /// How long a stopping shard waits for this sink's deliveries under way.
+    fn grace(&self) -> Duration {
+        Duration::ZERO
+    }
+
     /// The timer left the table, or was replaced, by an op (a cancel, a new version): drop
     /// whatever the sink keeps for it (a place in a queue).
     fn forget(&mut self, _timer: &PackedTimer) {}

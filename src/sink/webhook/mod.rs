@@ -15,11 +15,14 @@
 //!  t=D+0.6s  fires (Waiting): attempt 2 starts; InFlight at now + timeout + 1 s
 //!            ✗ the process is killed here: the store holds "InFlight, attempt 2"
 //!  restart   recovery loads it; at its deadline it fires (InFlight: no outcome came):
-//!            attempt 3 starts (last_error says why); InFlight
+//!            attempt 2 is made again, under the same number (a cut attempt uses up
+//!            nothing; last_error says why); InFlight
 //!  …         answer 200 → follow-up: Remove (the record goes, like a cancel)
 //! ```
 //!
-//! Had attempt 3 failed too, the follow-up would have been `Dead`: the timer leaves the wheel
+//! A stop (SIGTERM) does not cut an attempt: the shard fires nothing more and lets its
+//! deliveries under way finish within `shutdown_grace_ms`, applying their follow-ups before its
+//! store closes. Had attempt 3 failed, the follow-up would have been `Dead`: the timer leaves the wheel
 //! for the shard's dead-letter table (and the store's), until it is re-driven or discarded.
 //! A cancel (`DELETE`) removes the pending timer whatever its state; a follow-up that finds
 //! the timer gone, replaced (another version) or moved on (other metadata) does nothing.
@@ -302,11 +305,15 @@ impl Sink for WebhookSink {
         match d.state {
             State::New | State::Waiting => self.start(t, d),
             State::InFlight => {
-                // The outcome of the attempt in flight never came back (the process
-                // restarted, or the shard fell far behind): that attempt counts as failed.
+                // The outcome of the attempt in flight never came back: the process stopped
+                // or crashed during it (an attempt that runs its course always reports, within
+                // its timeout). An attempt cut short is not one the receiver failed: it is made
+                // again under the same number, so a delivered timer never turns into a dead
+                // letter for want of the attempt a crash took.
                 d.last = Last::Error(
-                    "no outcome: the process restarted or the delivery outlived its timeout".into(),
+                    "no outcome: the process stopped or crashed during the attempt".into(),
                 );
+                d.attempts = d.attempts.saturating_sub(1);
                 crate::metrics::DeliveryMetrics::failed(&self.ctx.tenant(t.tenant), "timeout");
                 self.start(t, d)
             }
@@ -315,6 +322,19 @@ impl Sink for WebhookSink {
                 Next::Done
             }
         }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.ctx
+            .per_host
+            .borrow()
+            .values()
+            .map(|&n| n as usize)
+            .sum()
+    }
+
+    fn grace(&self) -> Duration {
+        self.ctx.settings.shutdown_grace
     }
 
     fn forget(&mut self, timer: &crate::wheel::table::PackedTimer) {

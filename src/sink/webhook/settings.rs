@@ -46,6 +46,9 @@ pub struct TenantWebhooks {
 pub struct WebhookSettings {
     /// A 2xx within this is success (default 5 s).
     pub timeout: Duration,
+    /// At a stop, deliveries in flight may finish within this (default 5 s,
+    /// `shutdown_grace_ms`); their outcomes are recorded like any other.
+    pub shutdown_grace: Duration,
     /// Deliveries in flight per shard to one host (scheme, host, port) (default 64); more
     /// wait, counted, and are retried shortly (not lost, no attempt used).
     pub max_in_flight_per_host: u32,
@@ -78,6 +81,7 @@ impl WebhookSettings {
     pub fn new(tls: Arc<rustls::ClientConfig>) -> WebhookSettings {
         WebhookSettings {
             timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(5),
             max_in_flight_per_host: 64,
             max_in_flight_per_tenant: 256,
             allow: Vec::new(),
