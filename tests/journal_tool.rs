@@ -212,3 +212,27 @@ fn server_refusal(data: &Path) -> String {
     assert!(!status.success(), "{err}");
     err
 }
+
+#[test]
+fn a_torn_tail_of_the_newest_segment_is_lossless() {
+    let data = tempfile::tempdir().expect("data dir");
+    let dir = three_runs(data.path());
+    // What a crash in the middle of a commit leaves: bytes that never became a whole commit.
+    let newest = seg(&dir, 3);
+    let mut bytes = std::fs::read(&newest).expect("read");
+    let end = bytes.len();
+    bytes.extend_from_slice(&[0x5a; 300]);
+    std::fs::write(&newest, bytes).expect("tear");
+    let d = data.path().to_string_lossy().into_owned();
+    let out = tool(&["check", &d]);
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert!(report.contains("seg-0000000000000003.log"), "{report}");
+    assert!(report.contains("torn tail at offset"), "{report}");
+    assert!(report.contains("lossless: 3 pending timers"), "{report}");
+    assert_eq!(
+        std::fs::metadata(&newest).expect("stat").len(),
+        end as u64 + 300,
+        "check changed the file"
+    );
+}

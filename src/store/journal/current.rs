@@ -36,6 +36,16 @@ pub struct Current {
     pub shards: usize,
 }
 
+/// Why a `CURRENT` file is not valid.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    /// Written by a build of another journal format.
+    #[error("journal format {0}; this build reads format {FORMAT} only (before 1.0, formats are not migrated: let the timers drain with the build that wrote them, or start on an empty --data-dir)")]
+    OtherFormat(u64),
+    #[error("{0}")]
+    Malformed(String),
+}
+
 impl Current {
     /// The file's text.
     pub fn text(&self) -> String {
@@ -46,38 +56,37 @@ impl Current {
     }
 
     /// Parses the file's text strictly; why it is not a `CURRENT` file otherwise.
-    pub fn parse(text: &str) -> std::result::Result<Current, String> {
+    pub fn parse(text: &str) -> std::result::Result<Current, Invalid> {
+        let bad = |why: String| Invalid::Malformed(why);
         let Some(body) = text.strip_suffix('\n') else {
-            return Err("it does not end with a newline (cut short?)".into());
+            return Err(bad("it does not end with a newline (cut short?)".into()));
         };
         let lines: Vec<&str> = body.split('\n').collect();
         let [format, generation, shards] = lines[..] else {
-            return Err(format!("{} lines where 3 belong", lines.len()));
+            return Err(bad(format!("{} lines where 3 belong", lines.len())));
         };
         let number = |line: &str, prefix: &str| {
             line.strip_prefix(prefix)
                 .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|n| n.parse::<u64>().ok())
-                .ok_or_else(|| format!("{line:?} where \"{prefix}<number>\" belongs"))
+                .ok_or_else(|| bad(format!("{line:?} where \"{prefix}<number>\" belongs")))
         };
         let f = number(format, "punctual journal format ")?;
         if f != u64::from(FORMAT) {
-            return Err(format!(
-                "journal format {f}; this build reads format {FORMAT} only (before 1.0, formats are not migrated: let the timers drain with the build that wrote them, or start on an empty --data-dir)"
-            ));
+            return Err(Invalid::OtherFormat(f));
         }
         let generation = number(generation, "generation ")?;
         let shards = number(shards, "shards ")?;
         if generation == 0 || shards == 0 {
-            return Err("generation and shards must be positive".into());
+            return Err(bad("generation and shards must be positive".into()));
         }
-        let shards = usize::try_from(shards).map_err(|_| "shards out of range".to_string())?;
+        let shards = usize::try_from(shards).map_err(|_| bad("shards out of range".into()))?;
         Ok(Current { generation, shards })
     }
 }
 
 /// `CURRENT` of `root`: `Ok(None)` when there is none, `Err` (why) when it is not valid.
-pub fn read(root: &Path) -> Result<std::result::Result<Option<Current>, String>> {
+pub fn read(root: &Path) -> Result<std::result::Result<Option<Current>, Invalid>> {
     let path = root.join("CURRENT");
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
@@ -91,7 +100,7 @@ pub fn read(root: &Path) -> Result<std::result::Result<Option<Current>, String>>
     };
     Ok(match std::str::from_utf8(&bytes) {
         Ok(text) => Current::parse(text).map(Some),
-        Err(_) => Err("it is not text".into()),
+        Err(_) => Err(Invalid::Malformed("it is not text".into())),
     })
 }
 
@@ -216,11 +225,15 @@ mod tests {
             shards: 2,
         };
         assert_eq!(Current::parse(&c.text()), Ok(c));
+        assert_eq!(
+            Current::parse("punctual journal format 1\ngeneration 3\nshards 2\n"),
+            Err(Invalid::OtherFormat(1))
+        );
         for bad in [
             "",
             "generation 3\nshards 2\n",
             "punctual journal format 2\ngeneration 3\nshards 2",
-            "punctual journal format 1\ngeneration 3\nshards 2\n",
+            "punctual journal format 3\ngeneration 3\nshards 2\n",
             "punctual journal format 2\ngeneration 3\nshards 0\n",
             "punctual journal format 2\ngeneration x\nshards 2\n",
             "punctual journal format 2\ngeneration +3\nshards 2\n",

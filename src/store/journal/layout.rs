@@ -73,6 +73,12 @@ pub fn prepare(cfg: &JournalConfig, shards: usize) -> Result<Arc<DataDir>> {
     let lock = lock(&root)?;
     let found = current::survey(&root)?;
     let generation = match current::read(&root)? {
+        Err(why @ current::Invalid::OtherFormat(_)) => {
+            return Err(Error::Config(format!(
+                "journal: {} says {why}",
+                root.join("CURRENT").display()
+            )))
+        }
         Err(why) => {
             return Err(current::refusal(
                 &root,
@@ -539,6 +545,28 @@ mod tests {
         set_current(root, 4, 1);
         assert_eq!(prepare(&cfg(root), 1).expect("restored").generation, 4);
         assert!(seg.exists());
+    }
+
+    #[test]
+    fn a_current_of_another_format_is_refused_without_a_fix_that_would_misread_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        snapshot(&shard_dir(root, 1, 0), 1, &[schedule("k", 1)], 0, 1);
+        std::fs::write(
+            root.join("CURRENT"),
+            "punctual journal format 1\ngeneration 1\nshards 1\n",
+        )
+        .expect("write");
+        let why = refused(root);
+        assert!(
+            why.contains("journal format 1") && why.contains("not migrated"),
+            "{why}"
+        );
+        assert!(!why.contains("printf"), "{why}");
+        assert!(generation_dir(root, 1)
+            .join("shard-0")
+            .join(snapshot_name(1))
+            .exists());
     }
 
     #[test]

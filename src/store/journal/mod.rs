@@ -520,6 +520,8 @@ impl Store for JournalStore {
     /// The timer's own firing made it a dead letter: one dead-letter record, which is the
     /// fire too, so that no crash keeps the fire and loses the dead letter.
     fn fired_dead(&mut self, _t: &FiredTimer<'_>, letter: &DeadLetter<'_>) {
+        let live = &self.shared.live;
+        live.set(live.get().saturating_sub(1));
         if self.shared.health.get() == Health::Failed {
             return;
         }
