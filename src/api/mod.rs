@@ -23,6 +23,7 @@ mod listen;
 pub mod metrics;
 mod respond;
 mod routes;
+mod scan;
 mod serve;
 mod server;
 mod state;

@@ -1,0 +1,184 @@
+//! A batch body (`{"timers": [ … ]}`) split into its items a piece at a time, so that a
+//! 16 MiB body is never parsed in one synchronous pass on the shard that read it: the caller
+//! scans for a slice of time, yields to the executor (the shard's wheel runs), and goes on.
+//!
+//! Only the well-formed shape is scanned here: `{`, the key `"timers"` written plainly, `:`,
+//! `[`, items separated by commas, `]`, `}`, with any whitespace. Anything else (another key,
+//! an escaped key, too many items, malformed JSON) gives up, and the caller parses the body
+//! whole with [`super::body::parse_batch`], whose answer (the error the API documents) is the
+//! one that counts. So the split never changes what a body means, only when its work runs.
+//!
+//! Cost: one serde_json pass over each item (as the whole-body parse makes), a few bytes of
+//! punctuation between them. An item is scanned whole: a single huge item is one slice.
+
+use super::body::MAX_BATCH_ITEMS;
+use serde_json::value::RawValue;
+use std::time::Instant;
+
+/// Where a scan stands.
+pub enum Step<'a> {
+    /// Every item, in order.
+    Done(Vec<&'a RawValue>),
+    /// The slice of time is up; call again.
+    More,
+    /// Not the plain shape: parse the body whole instead.
+    GiveUp,
+}
+
+pub struct BatchScan<'a> {
+    body: &'a [u8],
+    pos: usize,
+    items: Vec<&'a RawValue>,
+    started: bool,
+}
+
+impl<'a> BatchScan<'a> {
+    pub fn new(body: &'a [u8]) -> Self {
+        BatchScan {
+            body,
+            pos: 0,
+            items: Vec::new(),
+            started: false,
+        }
+    }
+
+    /// Scans items until they end, or `until` passes (checked after each item).
+    pub fn step(&mut self, until: Instant) -> Step<'a> {
+        if !self.started {
+            self.started = true;
+            let opened = self.punct(b'{')
+                && self.literal(b"\"timers\"")
+                && self.punct(b':')
+                && self.punct(b'[');
+            if !opened {
+                return Step::GiveUp;
+            }
+            if self.peek() == Some(b']') {
+                // An empty batch: the whole-body parse gives its error.
+                return Step::GiveUp;
+            }
+        }
+        loop {
+            let Some(item) = self.item() else {
+                return Step::GiveUp;
+            };
+            self.items.push(item);
+            if self.items.len() > MAX_BATCH_ITEMS {
+                return Step::GiveUp;
+            }
+            if self.punct(b',') {
+                if Instant::now() >= until {
+                    return Step::More;
+                }
+                continue;
+            }
+            if self.punct(b']') && self.punct(b'}') && self.at_end() {
+                return Step::Done(std::mem::take(&mut self.items));
+            }
+            return Step::GiveUp;
+        }
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.body.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_ws();
+        self.body.get(self.pos).copied()
+    }
+
+    /// Skips whitespace and `c`; false if the next byte is not `c`.
+    fn punct(&mut self, c: u8) -> bool {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn literal(&mut self, s: &[u8]) -> bool {
+        self.skip_ws();
+        if self.body[self.pos..].starts_with(s) {
+            self.pos += s.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn at_end(&mut self) -> bool {
+        self.skip_ws();
+        self.pos == self.body.len()
+    }
+
+    /// The next item's JSON text (an object, as the items must be; anything else gives up).
+    fn item(&mut self) -> Option<&'a RawValue> {
+        if self.peek() != Some(b'{') {
+            return None;
+        }
+        let rest: &'a [u8] = &self.body[self.pos..];
+        let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<&'a RawValue>();
+        let item = values.next()?.ok()?;
+        self.pos += values.byte_offset();
+        Some(item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan_all(body: &[u8]) -> Option<Vec<String>> {
+        let mut s = BatchScan::new(body);
+        loop {
+            // A deadline already past: one item per step, the most steps.
+            match s.step(Instant::now()) {
+                Step::Done(items) => {
+                    return Some(items.iter().map(|i| i.get().to_string()).collect())
+                }
+                Step::More => continue,
+                Step::GiveUp => return None,
+            }
+        }
+    }
+
+    #[test]
+    fn a_plain_batch_is_split_into_its_items_across_steps() {
+        let body = br#" { "timers" : [ {"key":"a","delay_ms":1} ,{"key":"b","payload":{"x":[1,2]}}
+        ] } "#;
+        let items = scan_all(body).expect("the plain shape");
+        assert_eq!(
+            items,
+            [
+                r#"{"key":"a","delay_ms":1}"#,
+                r#"{"key":"b","payload":{"x":[1,2]}}"#
+            ]
+        );
+    }
+
+    #[test]
+    fn anything_but_the_plain_shape_is_left_to_the_whole_body_parse() {
+        for body in [
+            &br#"{"timers":[]}"#[..],
+            br#"{"timers":[{"key":"a"}],"x":1}"#,
+            br#"{"x":1,"timers":[{"key":"a"}]}"#,
+            br#"{"\u0074imers":[{"key":"a"}]}"#,
+            br#"{"timers":[1,{"key":"a"}]}"#,
+            br#"{"timers":[{"key":"a"},]}"#,
+            br#"{"timers":[{"key":"a"}"#,
+            br#"{"timers":[{"key":"a"}]} x"#,
+            br#"[{"key":"a"}]"#,
+            b"",
+        ] {
+            assert!(
+                scan_all(body).is_none(),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+}
