@@ -370,20 +370,34 @@ fn watch(shards: &[Watched], stop: &AtomicBool, period: Duration, grace: Duratio
     }
 }
 
-/// Whether thread `tid` of this process is blocked in `io_uring_enter`: a glommio executor
-/// asleep. Read from `/proc/self/task/TID/syscall` (its first field is the syscall the
-/// thread is blocked in, or `running`); false when it cannot be read.
+/// Whether thread `tid` of this process is asleep in `io_uring_enter`: a glommio executor
+/// sleeping. Read from `/proc/self/task/TID/syscall` (its first field is the syscall the
+/// thread is blocked in) and `stat` (its state: `S`, sleeping, not `R`, woken and waiting for
+/// a CPU, which is the host's delay, not glommio's); false when either cannot be read.
 fn asleep_in_io_uring(tid: i32) -> bool {
     if tid <= 0 {
         return false;
     }
-    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+    let task = format!("/proc/self/task/{tid}");
+    let Ok(syscall) = std::fs::read_to_string(format!("{task}/syscall")) else {
         return false;
     };
-    text.split_whitespace()
+    let in_uring = syscall
+        .split_whitespace()
         .next()
         .and_then(|n| n.parse::<libc::c_long>().ok())
-        == Some(libc::SYS_io_uring_enter)
+        == Some(libc::SYS_io_uring_enter);
+    if !in_uring {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("{task}/stat")) else {
+        return false;
+    };
+    // "TID (COMM) STATE ...": the name may hold spaces and parentheses, the state follows
+    // the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        == Some("S")
 }
 
 #[cfg(test)]
