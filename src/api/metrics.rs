@@ -421,7 +421,7 @@ impl Collector for EngineCollector {
             ),
             (
                 "punctual_shard_watchdog_wakes",
-                "Times the watchdog woke the shard because it had not run 1 ms after it was due",
+                "Times the watchdog woke the shard, 1 ms past its time with its executor asleep in io_uring",
                 MetricType::Counter,
                 |r| Value::Counter(r.s.watchdog_wakes_total),
             ),

@@ -25,15 +25,16 @@
 //!
 //! # Episodes, stalls and start-up
 //!
-//! - **Once per episode while the thread is busy.** A wait (from `expect_by` to the next
-//!   `running` or `expect_by`) is woken once if the shard's thread is running something
-//!   else: each cross-thread wake holds a clone of the task's waker until the executor runs,
-//!   and glommio counts those in an `AtomicI16`.
-//! - **A stall is counted, and woken until it ends.** When the late shard's thread is
-//!   blocked in `io_uring_enter` (read from `/proc/self/task/TID/syscall`), its executor is
-//!   asleep with the shard's work due: glommio's bug. That episode counts once in
-//!   `punctual_executor_stalls_total`, and every look wakes it again (a sleeping executor
-//!   takes each wake, and drops its clone, at once) until the shard runs.
+//! - **Only a sleeping executor is woken.** When the late shard's thread is asleep in
+//!   `io_uring_enter` (`/proc/self/task/TID/syscall` and state `S` in its `stat`), its
+//!   executor slept with the shard's work due: glommio's bug. That episode (from `expect_by`
+//!   to the next `running` or `expect_by`) counts once in `punctual_executor_stalls_total`,
+//!   and every look wakes it again (a sleeping executor takes each wake, and drops its clone,
+//!   at once) until the shard runs.
+//! - **A busy thread is left alone.** A late shard whose thread runs a task or waits for a
+//!   CPU is not woken: a wake would not make it run sooner, each one is a cross-thread wake
+//!   through glommio's notifier (a trigger of the stall itself), and its clones would pile up
+//!   on glommio's task count, an `AtomicI16`, until the thread came back.
 //! - **From the first instant.** The watchdog starts before the shards. A shard registers
 //!   its thread and waker as its first act, and while its store opens
 //!   ([`Pulse::guard_start`]) it is nudged every [`START_NUDGE`] (never with two nudges
@@ -50,9 +51,8 @@
 //! The shard: two relaxed stores and a `CLOCK_MONOTONIC` read per `await`, none per fire.
 //! The watchdog: one wake-up every [`PERIOD`] (1,000 a second) that reads one atomic per
 //! shard, and a read of one `/proc` file per late shard. A wake it sends is counted
-//! (`punctual_shard_watchdog_wakes_total`) and logged: a non-zero count means a shard's
-//! executor slept through its work (also counted as a stall), or another task on that shard
-//! held the thread for longer than [`GRACE`], or the host did not run it.
+//! (`punctual_shard_watchdog_wakes_total`) and logged: each means a shard's executor slept
+//! through its work (the episode is counted once as a stall).
 
 use crate::clock::clock_ns;
 use crate::metrics::ShardMetrics;
@@ -77,9 +77,6 @@ pub const START_NUDGE: Duration = Duration::from_millis(100);
 /// "Not waiting on anything the watchdog should check."
 const RUNNING: u64 = u64::MAX;
 
-/// "Woken for this wait already": the watchdog wakes once per episode (see [`Pulse::check`]).
-const WOKEN: u64 = u64::MAX - 1;
-
 /// "Starting": nudged every [`START_NUDGE`] rather than held to a time.
 const STARTING: u64 = u64::MAX - 2;
 
@@ -90,8 +87,6 @@ const STALLED: u64 = u64::MAX - 3;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Look {
     Nothing,
-    /// Woke a shard whose thread was busy past its time.
-    Woken,
     /// Woke a shard whose executor slept in io_uring past its time: a stall.
     Stalled,
     /// Woke again a stall already counted.
@@ -101,7 +96,7 @@ enum Look {
 /// What a shard tells the watchdog; shared between the shard's thread and the watchdog's.
 pub(crate) struct Pulse {
     /// `CLOCK_MONOTONIC` ns by which the shard expects to run again, or [`RUNNING`],
-    /// [`WOKEN`], [`STALLED`] or [`STARTING`].
+    /// [`STALLED`] or [`STARTING`].
     due_ns: AtomicU64,
     /// The shard thread's id (0 until it runs), for [`asleep_in_io_uring`].
     tid: AtomicI32,
@@ -185,17 +180,14 @@ impl Pulse {
         self.tid.store(tid, Ordering::Relaxed);
     }
 
-    /// Looks at the shard: wakes it if it is waiting more than `grace` past its time, and
-    /// nudges a start (see [`Pulse::guard_start`]).
-    ///
-    /// A late shard is woken once per episode (from `expect_by` to the next `running` or
-    /// `expect_by`) while its thread is busy (a task holds it, or the host does not run it):
-    /// every cross-thread wake clones the task's glommio waker, whose reference count is an
-    /// `AtomicI16`, and a thread that never returns to its executor would overflow it under a
-    /// wake every [`PERIOD`] within three minutes. While the thread sleeps in io_uring
-    /// (`asleep`), its executor slept with the shard's work due: that is a stall, counted once
-    /// per episode, and each look wakes it again, since a sleeping executor takes each wake
-    /// (and drops its clone) at once.
+    /// Looks at the shard: wakes it if it is waiting more than `grace` past its time while its
+    /// executor sleeps in io_uring (`asleep`): glommio slept with the shard's work due. That
+    /// stall counts once per episode (from `expect_by` to the next `running` or `expect_by`),
+    /// and each look wakes it again until it runs: a sleeping executor takes each wake, and
+    /// drops the waker clone it holds, at once. A late shard whose thread is busy (a task holds
+    /// it, or it waits for a CPU) is not woken: a wake would not make it run sooner, and its
+    /// clones would pile up on glommio's task count, an `AtomicI16`, until the thread came
+    /// back. Also nudges a start (see [`Pulse::guard_start`]).
     fn check(&self, now_ns: u64, grace: Duration, asleep: impl Fn(i32) -> bool) -> Look {
         let due = self.due_ns.load(Ordering::Relaxed);
         let (next, look) = match due {
@@ -204,19 +196,18 @@ impl Pulse {
                 self.nudge_start(now_ns, || asleep(self.tid.load(Ordering::Relaxed)));
                 return Look::Nothing;
             }
-            WOKEN | STALLED => {
+            STALLED => {
                 if !asleep(self.tid.load(Ordering::Relaxed)) {
                     return Look::Nothing;
                 }
-                if due == WOKEN {
-                    (STALLED, Look::Stalled)
-                } else {
-                    (STALLED, Look::WokenAgain)
-                }
+                (STALLED, Look::WokenAgain)
             }
             _ if now_ns <= due.saturating_add(grace.as_nanos() as u64) => return Look::Nothing,
             _ if asleep(self.tid.load(Ordering::Relaxed)) => (STALLED, Look::Stalled),
-            _ => (WOKEN, Look::Woken),
+            // Late, but its thread is running a task or waiting for a CPU: a wake cannot make
+            // it run sooner, and each one would be a cross-thread wake through glommio's
+            // notifier (one of the stall's own triggers, see the shard module doc).
+            _ => return Look::Nothing,
         };
         // Lost to the shard's own `running` or `expect_by` in between: it ran.
         if self
@@ -362,7 +353,7 @@ fn watch(shards: &[Watched], stop: &AtomicBool, period: Duration, grace: Duratio
                     if look == Look::Stalled {
                         "its executor slept in io_uring with the shard's work due: glommio's park bug"
                     } else {
-                        "a task held the thread, or the host did not run it"
+                        "woken again"
                     }
                 );
             }
@@ -434,7 +425,14 @@ mod tests {
         );
         assert_eq!(
             pulse.check(monotonic_ns() + 10_000_000, grace, busy),
-            Look::Woken
+            Look::Nothing,
+            "late but busy: a wake would not help"
+        );
+        assert_eq!(count.0.load(Ordering::Relaxed), 0);
+        let asleep = |_| true;
+        assert_eq!(
+            pulse.check(monotonic_ns() + 10_000_000, grace, asleep),
+            Look::Stalled
         );
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
         pulse.running();
@@ -445,16 +443,28 @@ mod tests {
         pulse.set_waker(None);
         pulse.expect_by(Duration::ZERO);
         assert_eq!(
-            pulse.check(monotonic_ns() + 10_000_000, grace, busy),
+            pulse.check(monotonic_ns() + 10_000_000, grace, asleep),
             Look::Nothing,
             "no waker: nothing to wake"
         );
     }
 
+    /// The watchdog thread finds a late shard whose executor sleeps in io_uring, wakes it
+    /// and counts the stall.
     #[test]
-    fn the_watchdog_thread_wakes_a_stuck_shard_and_counts_it() {
+    fn the_watchdog_thread_wakes_a_stalled_shard_and_counts_it() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sleeper = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(move || async move {
+                // SAFETY: gettid takes no arguments and cannot fail.
+                let _ = tx.send(unsafe { libc::gettid() });
+                glommio::timer::sleep(Duration::from_secs(3)).await;
+            })
+            .expect("executor");
+        let tid = rx.recv_timeout(Duration::from_secs(10)).expect("tid");
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let pulse = Arc::new(Pulse::default());
+        pulse.tid.store(tid, Ordering::Relaxed);
         pulse.set_waker(Some(Waker::from(count.clone())));
         let metrics = Arc::new(ShardMetrics::default());
         pulse.expect_by(Duration::ZERO);
@@ -465,36 +475,33 @@ mod tests {
             &[],
         )
         .expect("watchdog thread");
-        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+        let give_up = std::time::Instant::now() + Duration::from_secs(3);
         while count.0.load(Ordering::Relaxed) == 0 && std::time::Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }
         drop(dog);
+        sleeper.join().expect("executor ran");
         assert!(count.0.load(Ordering::Relaxed) >= 1);
+        assert_eq!(metrics.executor_stalls_total.load(Ordering::Relaxed), 1);
         assert!(metrics.watchdog_wakes_total.load(Ordering::Relaxed) >= 1);
     }
 
-    /// A late shard whose thread is busy is woken once per episode, not every period: each
-    /// cross-thread wake holds a reference on glommio's 16-bit task count until the thread
-    /// returns to its executor.
+    /// A late shard whose thread is busy is never woken, however long: each cross-thread wake
+    /// would hold a reference on glommio's 16-bit task count until the thread returns to its
+    /// executor, and would not make it run sooner.
     #[test]
-    fn a_busy_late_shard_is_woken_once_per_episode() {
+    fn a_busy_late_shard_is_not_woken() {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let pulse = Pulse::default();
         pulse.set_waker(Some(Waker::from(count.clone())));
         let grace = Duration::from_millis(5);
         pulse.expect_by(Duration::ZERO);
         let later = monotonic_ns() + 10_000_000;
-        let looks: Vec<Look> = (0..100_000)
-            .map(|i| pulse.check(later + i, grace, |_| false))
-            .filter(|l| *l != Look::Nothing)
-            .collect();
-        assert_eq!(looks, vec![Look::Woken], "one wake for one episode");
-        assert_eq!(count.0.load(Ordering::Relaxed), 1);
-        pulse.expect_by(Duration::ZERO);
-        let again = pulse.check(monotonic_ns() + 10_000_000, grace, |_| false);
-        assert_eq!(again, Look::Woken, "a new episode");
-        assert_eq!(count.0.load(Ordering::Relaxed), 2);
+        let woken = (0..100_000)
+            .filter(|i| pulse.check(later + i, grace, |_| false) != Look::Nothing)
+            .count();
+        assert_eq!(woken, 0);
+        assert_eq!(count.0.load(Ordering::Relaxed), 0);
     }
 
     /// A late shard whose executor sleeps in io_uring is a stall: counted once, and woken at
@@ -507,13 +514,13 @@ mod tests {
         let grace = Duration::from_millis(5);
         pulse.expect_by(Duration::ZERO);
         let later = monotonic_ns() + 10_000_000;
-        assert_eq!(pulse.check(later, grace, |_| false), Look::Woken);
+        assert_eq!(pulse.check(later, grace, |_| false), Look::Nothing);
         assert_eq!(pulse.check(later + 1, grace, |_| true), Look::Stalled);
         for i in 2..10 {
             assert_eq!(pulse.check(later + i, grace, |_| true), Look::WokenAgain);
         }
         assert_eq!(pulse.check(later + 10, grace, |_| false), Look::Nothing);
-        assert_eq!(count.0.load(Ordering::Relaxed), 10);
+        assert_eq!(count.0.load(Ordering::Relaxed), 9);
         pulse.running();
         assert_eq!(pulse.check(later + 11, grace, |_| true), Look::Nothing);
     }
