@@ -3,6 +3,10 @@
 //! recovers every commit that lies whole before the cut, and nothing of the one it cuts; a flipped bit stops the start with the
 //! file and offset, or is skipped and counted; compaction keeps the disk bounded.
 
+#[path = "support/loopfs.rs"]
+mod loopfs;
+
+use loopfs::LoopFs;
 use punctual::engine::Pinning;
 use punctual::store::journal::JournalConfig;
 use punctual::{EngineBuilder, Error, UtcMicros};
@@ -445,52 +449,6 @@ fn a_flipped_bit_stops_the_start_naming_the_file_and_offset_or_is_skipped() {
         versions.get("order-00299").copied()
     );
     e.shutdown().expect("shutdown");
-}
-
-/// Mounts a 48 MiB ext4 image on a loop device under `at` (root only); unmounts on drop.
-struct LoopFs {
-    mnt: PathBuf,
-}
-
-impl LoopFs {
-    fn mount(at: &Path) -> Result<LoopFs, String> {
-        let img = at.join("fs.img");
-        let mnt = at.join("mnt");
-        std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
-        let f = std::fs::File::create(&img).map_err(|e| e.to_string())?;
-        f.set_len(48 << 20).map_err(|e| e.to_string())?;
-        let run = |cmd: &mut std::process::Command| -> Result<(), String> {
-            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr)))
-            }
-        };
-        run(std::process::Command::new("mkfs.ext4")
-            .args(["-q", "-F"])
-            .arg(&img))?;
-        run(std::process::Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(&img)
-            .arg(&mnt))?;
-        Ok(LoopFs { mnt })
-    }
-}
-
-impl Drop for LoopFs {
-    fn drop(&mut self) {
-        let ok = std::process::Command::new("umount")
-            .arg(&self.mnt)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.mnt)
-                .status();
-        }
-    }
 }
 
 #[test]

@@ -28,8 +28,9 @@
 //! part of its unsynced tail unwritten, holes included, and recovery keeps the longest valid
 //! prefix of it without `--journal-skip-corrupt` (`scan`, `Role::LastUnsynced`).
 
+use super::file::BLOCK;
 use super::record::{put_batch, FRAME};
-use super::segment::{is_no_space, padded, Active};
+use super::segment::{is_no_space, padded, Active, Log};
 use super::{Fsync, Health, Shared};
 use crate::metrics::StoreMetrics;
 use std::io;
@@ -56,24 +57,33 @@ enum Fault {
     },
 }
 
-pub(crate) async fn run(shared: Rc<Shared>, mut active: Active) {
+pub(crate) async fn run(shared: Rc<Shared>, mut log: Log) {
     let mut backoff = BACKOFF_START;
+    let mut stalls = 0u32;
     let mut seq = shared.next_batch.get();
     // `everysec`: when the oldest acknowledged commit not yet synced was written.
     let mut unsynced: Option<Instant> = None;
+    if matches!(log, Log::Missing(_)) {
+        shared.set_health(Health::Stalled);
+    }
     loop {
         expire(&shared);
         let closing = shared.closing.get();
-        if unsynced.is_some_and(|since| closing || since.elapsed() >= SYNC_EVERY) {
-            if let Err(e) = active.file.fdatasync().await {
-                fail(&shared, &active, "fdatasync", &e);
-                return;
+        if let (Some(since), Log::Ready(active)) = (unsynced, &log) {
+            if closing || since.elapsed() >= SYNC_EVERY {
+                if let Err(e) = active.file.fdatasync().await {
+                    fail(&shared, &active.path, "fdatasync", &e);
+                    return;
+                }
+                unsynced = None;
             }
-            unsynced = None;
         }
-        if shared.outbox.borrow().is_empty() {
+        let empty = shared.outbox.borrow().is_empty();
+        if empty && matches!(log, Log::Ready(_)) {
             if closing {
-                close(&active).await;
+                if let Log::Ready(active) = &log {
+                    close(active).await;
+                }
                 return;
             }
             let listener = shared.wake.listen();
@@ -88,13 +98,19 @@ pub(crate) async fn run(shared: Rc<Shared>, mut active: Active) {
             }
             continue;
         }
-        match commit(&shared, &mut active, seq).await {
-            Ok(()) => {
+        let done = if empty {
+            ensure(&shared, &mut log).await
+        } else {
+            commit(&shared, &mut log, seq).await.map(|()| {
                 seq += 1;
-                backoff = BACKOFF_START;
                 if shared.cfg.fsync == Fsync::EverySec && unsynced.is_none() {
                     unsynced = Some(Instant::now());
                 }
+            })
+        };
+        match done {
+            Ok(()) => {
+                backoff = BACKOFF_START;
                 if shared.health.get() == Health::Stalled {
                     shared.set_health(Health::Ready);
                     tracing::info!(
@@ -107,19 +123,63 @@ pub(crate) async fn run(shared: Rc<Shared>, mut active: Active) {
                 StoreMetrics::count(&shared.m().errors_total, 1);
                 if shared.health.get() == Health::Ready {
                     shared.set_health(Health::Stalled);
+                    stalls = 0;
                     tracing::error!(shard = shared.shard, dir = %shared.dir.display(), error = %e, "journal: the disk is full; new timers are refused (503 store_unavailable) and the commit is retried until space returns; nothing acknowledged is lost");
                 }
+                // The journal's own dead records may be what fills the disk: compact the
+                // sealed segments now, at the first retry and every 10th (a disk that stays
+                // full is not replayed at every one), rather than at a roll that cannot come.
+                if stalls % 10 == 0 {
+                    super::compact::make_room(&shared, log.unsealed_seq());
+                }
+                stalls = stalls.wrapping_add(1);
                 if shared.closing.get() {
                     return;
                 }
                 pause(&shared, &mut backoff).await;
             }
             Err(Fault::Fatal { what, error }) => {
-                fail(&shared, &active, what, &error);
+                let path = shared
+                    .dir
+                    .join(super::file::segment_name(log.unsealed_seq()));
+                fail(&shared, &path, what, &error);
                 return;
             }
         }
     }
+}
+
+/// Creates the segment a `Missing` log waits for (after a start on a full disk, or a roll
+/// that found no room); maybe starts a compaction.
+async fn ensure(shared: &Rc<Shared>, log: &mut Log) -> Result<(), Fault> {
+    let Log::Missing(seq) = *log else {
+        return Ok(());
+    };
+    let cfg = &shared.cfg;
+    let next = Active::create(
+        &shared.io,
+        &shared.dir,
+        seq,
+        shared.shard,
+        shared.shards,
+        cfg.segment_bytes,
+        cfg.fsync,
+    )
+    .await
+    .map_err(|e| {
+        if is_no_space(&e) {
+            Fault::NoSpace(e)
+        } else {
+            Fault::Fatal {
+                what: "segment creation",
+                error: e,
+            }
+        }
+    })?;
+    *log = Log::Ready(next);
+    shared.publish_files(BLOCK as u64);
+    super::compact::maybe_start(shared, seq);
+    Ok(())
 }
 
 /// At close, with nothing left to write: gives back the reserved tail, so that the next start
@@ -136,16 +196,20 @@ async fn close(active: &Active) {
 }
 
 /// Writes and syncs the next batch.
-async fn commit(shared: &Rc<Shared>, active: &mut Active, seq: u64) -> Result<(), Fault> {
+async fn commit(shared: &Rc<Shared>, log: &mut Log, seq: u64) -> Result<(), Fault> {
     let cfg = &shared.cfg;
+    ensure(shared, log).await?;
     let batch = shared
         .outbox
         .borrow()
         .batch(cfg.max_batch_records, cfg.max_batch_bytes);
     let size = padded(BATCH_RECORD + batch.bytes);
-    if !active.fits(size as u64) {
-        roll(shared, active).await?;
+    if matches!(log, Log::Ready(a) if !a.fits(size as u64)) {
+        roll(shared, log).await?;
     }
+    let Log::Ready(active) = log else {
+        return Err(Fault::NoSpace(io::Error::other("no segment to write")));
+    };
     let mut buf = vec![0u8; size];
     {
         let b = &mut buf[..];
@@ -200,57 +264,43 @@ async fn commit(shared: &Rc<Shared>, active: &mut Active, seq: u64) -> Result<()
 }
 
 /// Seals the active segment and starts the next; maybe starts a compaction.
-async fn roll(shared: &Rc<Shared>, active: &mut Active) -> Result<(), Fault> {
-    if !shared.cfg.fsync.per_commit() {
-        // Without per-commit syncs, the sealed segment is synced once, so that a later
-        // segment never outlives an earlier one's unsynced tail on a power cut.
-        active.file.fdatasync().await.map_err(|e| Fault::Fatal {
-            what: "fdatasync",
-            error: e,
-        })?;
-    }
-    let next = Active::create(
-        &shared.io,
-        &shared.dir,
-        active.seq + 1,
-        shared.shard,
-        shared.shards,
-        shared.cfg.segment_bytes,
-        shared.cfg.fsync,
-    )
-    .await
-    .map_err(|e| {
-        if is_no_space(&e) {
-            Fault::NoSpace(e)
-        } else {
-            Fault::Fatal {
-                what: "segment creation",
+///
+/// Sealing comes first and closes the sealed file, so that when the disk has no room for
+/// the next segment the sealed one is already compaction's input: the commit loop compacts
+/// while the log waits (`Log::Missing`, `compact::make_room`), and the room that frees (the
+/// deleted files' blocks, released with their last descriptor) is what the next one takes.
+async fn roll(shared: &Rc<Shared>, log: &mut Log) -> Result<(), Fault> {
+    if let Log::Ready(active) = log {
+        if !shared.cfg.fsync.per_commit() {
+            // Without per-commit syncs, the sealed segment is synced once, so that a later
+            // segment never outlives an earlier one's unsynced tail on a power cut.
+            active.file.fdatasync().await.map_err(|e| Fault::Fatal {
+                what: "fdatasync",
                 error: e,
-            }
+            })?;
         }
-    })?;
-    let old = std::mem::replace(active, next);
-    // Give back the reserved tail; a crash before this reaches the disk leaves zeros, which
-    // read as the end.
-    if let Err(e) = old.file.truncate(old.pos).await {
-        tracing::debug!(file = %old.path.display(), error = %e, "journal: cannot trim a sealed segment");
+        // Give back the reserved tail; a crash before this reaches the disk leaves zeros,
+        // which read as the end.
+        if let Err(e) = active.file.truncate(active.pos).await {
+            tracing::debug!(file = %active.path.display(), error = %e, "journal: cannot trim a sealed segment");
+        }
+        let (seq, pos) = (active.seq, active.pos);
+        shared.files.borrow_mut().sealed.push((seq, pos));
+        *log = Log::Missing(seq + 1);
+        shared.publish_files(0);
     }
-    drop(old.file);
-    shared.files.borrow_mut().sealed.push((old.seq, old.pos));
-    shared.publish_files(active.pos);
-    super::compact::maybe_start(shared, active.seq);
-    Ok(())
+    ensure(shared, log).await
 }
 
 /// The journal cannot know what reached the disk: refuse everything from now on.
-fn fail(shared: &Shared, active: &Active, what: &str, error: &io::Error) {
+fn fail(shared: &Shared, file: &std::path::Path, what: &str, error: &io::Error) {
     StoreMetrics::count(&shared.m().errors_total, 1);
     shared.set_health(Health::Failed);
     let refusal = shared.unavailable();
     shared.outbox.borrow_mut().abandon(Err(refusal));
     tracing::error!(
         shard = shared.shard,
-        file = %active.path.display(),
+        file = %file.display(),
         %error,
         "journal: {what} failed. Writes not yet acknowledged may or may not be on disk, and the kernel may have dropped them, so this file is never synced again and this shard acknowledges nothing more (503, /healthz unavailable); timers keep firing from memory. Check the disk (dmesg, SMART, free space), then restart punctual: recovery replays what the journal holds, and every acknowledged timer is there"
     );

@@ -59,6 +59,30 @@ pub(crate) fn maybe_start(shared: &Rc<Shared>, active_seq: u64) {
     glommio::spawn_local(run(shared.clone(), inputs.0, inputs.1, active_seq)).detach();
 }
 
+/// The disk is full: compacts the sealed segments (everything before `active_seq`) whenever
+/// the old files hold more than the live data, whatever the usual thresholds, so that the
+/// journal's dead records give their room back without waiting for a roll, which cannot come
+/// while no commit can be written (a compaction at the last roll may have found no room).
+pub(crate) fn make_room(shared: &Rc<Shared>, active_seq: u64) {
+    let inputs = {
+        let f = shared.files.borrow();
+        let behind = f.snapshot.is_none_or(|s| s.0 < active_seq);
+        if f.compacting || f.sealed.is_empty() || !behind {
+            return;
+        }
+        if f.old_bytes() <= shared.live_bytes() || shared.health.get() == Health::Failed {
+            return;
+        }
+        (f.snapshot, f.sealed.clone())
+    };
+    shared.files.borrow_mut().compacting = true;
+    tracing::info!(
+        shard = shared.shard,
+        "journal: the disk is full; compacting the sealed segments to make room"
+    );
+    glommio::spawn_local(run(shared.clone(), inputs.0, inputs.1, active_seq)).detach();
+}
+
 async fn run(shared: Rc<Shared>, snapshot: Option<(u64, u64)>, sealed: Vec<(u64, u64)>, out: u64) {
     let started = Instant::now();
     let result = compact(&shared, snapshot, &sealed, out).await;

@@ -280,4 +280,72 @@ mod tests {
         let keys: Vec<_> = found.iter().map(|f| (f.key.as_str(), f.version)).collect();
         assert_eq!(keys, [("a", 1)]);
     }
+
+    #[test]
+    fn a_start_on_a_full_disk_serves_and_fires_refuses_writes_then_writes_once_there_is_room() {
+        use crate::store::journal::io::{Disk, Fault, Faults};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (dir, trash) = (tmp.path().join("d"), tmp.path().join("trash"));
+        std::fs::create_dir_all(&trash).expect("trash");
+        let mut cfg = config(&dir);
+        cfg.retry_max = Duration::from_millis(20);
+        let data = prepare(&cfg, 1).expect("prepare");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            let a = [
+                node.schedule("kept", 1, u64::MAX / 2, b""),
+                node.schedule("due", 2, 5, b""),
+            ];
+            node.pass();
+            for a in a {
+                assert!(a.acknowledged(Duration::from_secs(30)).await);
+            }
+            node.close().await;
+        });
+        // Every write, allocation and creation fails from the first operation on.
+        let faults = Faults::new(&trash);
+        faults.fail_at(0, Fault::NoSpace);
+        cfg.disk = Disk::faulty(faults.clone());
+        let data = prepare(&cfg, 1).expect("prepare on a full disk");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1)
+                .await
+                .expect("a full disk does not stop the start");
+            let mut keys: Vec<_> = node.recovered.iter().map(|f| f.key.clone()).collect();
+            keys.sort();
+            assert_eq!(keys, ["due", "kept"], "every pending timer is served");
+            assert!(!node.admits(), "writes are refused while there is no room");
+            node.fired("due", 2);
+            node.pass();
+            faults.clear();
+            let mut admitted = false;
+            for _ in 0..3_000 {
+                if node.admits() {
+                    admitted = true;
+                    break;
+                }
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(admitted, "writes are admitted once there is room");
+            let a = node.schedule("after", 3, u64::MAX / 2, b"");
+            node.pass();
+            assert!(a.acknowledged(Duration::from_secs(30)).await);
+            node.close().await;
+        });
+        cfg.disk = Disk::default();
+        let data = prepare(&cfg, 1).expect("prepare again");
+        let found = on_executor(async {
+            let node = Node::open(&cfg, data, 0, 1).await.expect("reopens");
+            let found = node.recovered.clone();
+            node.close().await;
+            found
+        });
+        let mut keys: Vec<_> = found.iter().map(|f| (f.key.as_str(), f.version)).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [("after", 3), ("kept", 1)],
+            "the fire made while full was kept"
+        );
+    }
 }

@@ -64,7 +64,7 @@
 //!
 //! | fault | what happens |
 //! |---|---|
-//! | disk full (ENOSPC, EDQUOT, a short write) | nothing is popped; `admit` refuses (503 `store_unavailable`, `Retry-After`), waiting callers are answered the same after the ack timeout, state `Stalled`; the commit is retried with backoff and the store is `Ready` again once one succeeds |
+//! | disk full (ENOSPC, EDQUOT, a short write) | nothing is popped; `admit` refuses (503 `store_unavailable`, `Retry-After`), waiting callers are answered the same after the ack timeout, state `Stalled`; the commit is retried with backoff and the store is `Ready` again once one succeeds. A roll that cannot reserve a whole segment writes it unreserved, so the compaction that starts at the roll can give room back; a start that cannot create its segment comes up `Stalled` (the shard serves and fires, its fired records wait in the outbox) and creates it once there is room |
 //! | `fdatasync` fails, or a write fails otherwise | never retried on that file (after a failed sync the kernel may have dropped the data and a retry can report success): every waiting ack is refused, nothing more is acknowledged, state `Failed` (`/healthz` 503), and the log says what to do |
 //!
 //! # Invariants

@@ -14,7 +14,7 @@
 use super::file::BLOCK;
 use super::layout::{check_dir, Checked, Owner};
 use super::replay::{breathe, Replay, YIELD_EVERY};
-use super::segment::Active;
+use super::segment::Log;
 use super::Shared;
 use crate::metrics::StoreMetrics;
 use crate::store::Recovered;
@@ -24,7 +24,7 @@ use std::time::Instant;
 /// What `open` loaded, and the segment the commit task will write.
 pub struct Opened {
     replay: Replay,
-    active: Active,
+    active: Log,
     started: Instant,
 }
 
@@ -106,7 +106,7 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
             .await
             .map_err(|e| format!("cannot sync {shown}: {e}"))?;
     }
-    let active = Active::create(
+    let active = Log::create(
         &shared.io,
         &shared.dir,
         next,
@@ -144,14 +144,14 @@ fn truncate(path: &std::path::Path, end: u64) -> std::io::Result<()> {
     f.sync_all()
 }
 
-/// Hands every live timer to `insert`; the active segment for the commit task, or `None` if
+/// Hands every live timer to `insert`; the segment for the commit task, or `None` if
 /// `stop` was set first.
 pub(crate) async fn hand_over(
     shared: &Shared,
     opened: Opened,
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
     stop: &AtomicBool,
-) -> Option<Active> {
+) -> Option<Log> {
     let Opened {
         replay,
         active,

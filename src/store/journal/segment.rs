@@ -66,6 +66,43 @@ impl SegmentFile {
     }
 }
 
+/// The segment the commit task writes, or, after a start on a full disk, the one it must
+/// create first (the shard serves reads and fires meanwhile; writes are refused).
+pub enum Log {
+    Ready(Active),
+    Missing(u64),
+}
+
+impl Log {
+    /// The first segment not yet sealed: every one before it is compaction's to cover.
+    pub fn unsealed_seq(&self) -> u64 {
+        match self {
+            Log::Ready(a) => a.seq,
+            Log::Missing(seq) => *seq,
+        }
+    }
+
+    /// Creates segment `seq` (see [`Active::create`]); `Missing` when the disk is full.
+    pub async fn create(
+        io: &IoThread,
+        dir: &Path,
+        seq: u64,
+        shard: usize,
+        shards: usize,
+        cap: u64,
+        fsync: Fsync,
+    ) -> io::Result<Log> {
+        match Active::create(io, dir, seq, shard, shards, cap, fsync).await {
+            Ok(a) => Ok(Log::Ready(a)),
+            Err(e) if is_no_space(&e) => {
+                tracing::error!(dir = %dir.display(), error = %e, "journal: the disk is full at start; pending timers are served and fire, new writes are refused (503 store_unavailable) until there is room for a segment");
+                Ok(Log::Missing(seq))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 pub struct Active {
     pub file: SegmentFile,
     pub path: PathBuf,
@@ -123,6 +160,9 @@ impl Active {
         flags: u8,
     ) -> io::Result<()> {
         if let Err(e) = file.pre_allocate(cap).await {
+            // No room for a whole segment: the caller deletes the file (and with it the
+            // blocks a failed fallocate may keep, as ext4 does) and retries later, while
+            // compaction gives room back.
             if is_no_space(&e) {
                 return Err(e);
             }
