@@ -12,8 +12,9 @@
 //! Why a thread of its own: glommio's blocking pool is one thread per executor with fixed
 //! placement, shared with everything else that blocks (a webhook's name lookup), so a slow
 //! `getaddrinfo` would hold every durable write of the shard behind it. Here nothing else runs
-//! on the journal's thread, and the reply is a `futures-channel` oneshot, whose waker glommio
-//! accepts from a foreign thread (as `op::reply_channel` does for the shards' replies). The
+//! on the journal's thread, and the reply is a `futures-channel` oneshot awaited through the
+//! shard's doorbell (`doorbell`), as the shards' replies are, so that its wake does not go
+//! through glommio's foreign-waker path (a trigger of glommio's park bug, see `shard`). The
 //! queue is bounded: the commit task has one job in flight, compaction one, so `QUEUE` is never
 //! reached in practice; when it is, the caller waits on a short timer, never blocking.
 //!
@@ -91,7 +92,11 @@ impl IoThread {
                 Err(TrySendError::Disconnected(_)) => return Err(stopped()),
             }
         }
-        answer.await.map_err(|_| stopped())?
+        // Woken from the I/O thread: through the shard's doorbell, not glommio's foreign
+        // wakes (see `doorbell`).
+        crate::doorbell::relay(answer)
+            .await
+            .map_err(|_| stopped())?
     }
 
     pub fn disk(&self) -> &Disk {
