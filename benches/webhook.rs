@@ -293,7 +293,7 @@ fn floor(seen: &Arc<Seen>, addr: SocketAddr, in_flight: usize) {
                                 .body(http_body_util::Full::new(body))
                                 .expect("request");
                             let t = Instant::now();
-                            pool.send(&target, req, Duration::from_secs(5))
+                            pool.send(&target, "bench", req, Duration::from_secs(5))
                                 .await
                                 .expect("answered");
                             rtts.push(t.elapsed().as_micros() as u64);

@@ -14,28 +14,53 @@
 //! would read only `resolv.conf`, not `nsswitch.conf`.
 //!
 //! ```text
-//!  shard task ── lookup(host) ──▶ cache ── fresh answer ───────────────▶ addresses / error
+//!  caller (Store, or Tenant(t)) ── lookup(host) ──▶ its lane's cache
+//!        fresh answer (< ttl) ─────────────────────────────────▶ addresses
+//!        last good answer, past ttl but < ttl + stale ──▶ addresses now, and a refresh queued
+//!        fresh failure (< negative_ttl) ────────────────────────▶ error
 //!                                  │ miss
 //!                                  ▼
-//!                   single-flight: one lookup per host, the others wait on it
-//!                                  │ new host; the queue full → Busy at once (retriable)
+//!                   single-flight: one lookup per host and lane, the others wait on it
+//!                                  │ new host; the lane's queue full, or t's share used → Busy
 //!                                  ▼
-//!                   bounded queue ──▶ THREADS resolver threads (getaddrinfo)
-//!                                  │
-//!                   answer: cached (TTL, or NEGATIVE_TTL for a failure), every waiter woken
+//!       store lane:   bounded queue ──▶ its own thread
+//!       webhook lane: bounded queue ──▶ THREADS threads; at most `per_owner_running` of them
+//!                                       run one tenant's lookups (the rest of hers wait)
 //! ```
+//!
+//! # What one tenant can do to another
+//!
+//! A tenant's callbacks may name hosts whose name server black-holes queries: each such
+//! lookup holds a thread for the C library's whole timeout (10 s), and failures are kept
+//! only `negative_ttl`, so its retries keep coming. Three rules keep that to the tenant:
+//!
+//! - **Stale while revalidate.** An answer past its `ttl` is still served, at once, for up to
+//!   `stale` (10 min) more while a refresh runs in the background (one at a time; a refresh
+//!   that fails keeps the old answer and is retried after `negative_ttl`). A healthy name
+//!   answered once keeps answering however saturated the lane, and a name server that goes
+//!   away for less than 10 minutes is not noticed.
+//! - **Lanes.** The store's reconnects have a lane of their own (their own queue, cache and
+//!   thread): no webhook lookup can take it (a store that cannot reconnect would fail every
+//!   tenant).
+//! - **Shares.** In the webhook lane, one tenant has at most `per_owner` lookups queued and
+//!   running together (more get `Busy`) and at most `per_owner_running` running, so one
+//!   tenant takes neither the whole queue nor every thread. A lookup joined by another
+//!   tenant's caller (single-flight) counts only to the tenant that started it.
 //!
 //! # Invariants and bounds
 //!
-//! - At most one lookup per host name runs at a time (single-flight); every caller waits on
-//!   it, up to `MAX_WAITERS` per host (more get `Busy`).
-//! - At most `threads` lookups run at once; at most `queue` host names wait for a thread.
-//!   A full queue fails the caller at once with `Busy`, never blocks it.
+//! - At most one lookup per host name and lane runs at a time (single-flight); every caller
+//!   waits on it, up to `MAX_WAITERS` per host (more get `Busy`).
+//! - Per lane, at most `threads` lookups run at once and at most `queue` host names wait for
+//!   a thread. A full queue or a used-up share fails the caller at once with `Busy`, never
+//!   blocks it.
 //! - A caller waits at most `deadline` (its own bound may be shorter). A lookup still
 //!   running after `deadline` answers every new caller `Timeout` at once, until it ends: a
 //!   black-holed name server costs one thread, never a caller's time beyond the deadline.
-//! - A failed lookup is remembered for `negative_ttl` (callers get the error at once), an
-//!   answer for `ttl`. The cache holds at most `cache` names (the oldest answers go first).
+//! - A failed lookup is remembered for `negative_ttl` (callers with no good answer within
+//!   `ttl + stale` get the error at once), an answer for `ttl + stale`. Each lane's cache
+//!   holds at most `cache` names (the oldest go first; a name being looked up is never
+//!   evicted).
 //! - The threads are started on first use and are not pinned to a shard's core: they may
 //!   run on any CPU the process may use (they mostly sleep in `poll`).
 //!
@@ -49,32 +74,93 @@ use std::time::{Duration, Instant};
 /// The most callers waiting on one host's lookup.
 pub const MAX_WAITERS: usize = 4096;
 
-/// How the resolver is sized; [`Limits::default`] is what the process uses.
+/// Who asks: the lane its lookups run in, and whose share of that lane they use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller<'a> {
+    /// The store's (re)connects: a lane of their own.
+    Store,
+    /// A webhook delivery of this tenant.
+    Tenant(&'a str),
+}
+
+impl Caller<'_> {
+    fn lane(self) -> usize {
+        match self {
+            Caller::Store => 0,
+            Caller::Tenant(_) => 1,
+        }
+    }
+
+    fn owner(self) -> Option<String> {
+        match self {
+            Caller::Store => None,
+            Caller::Tenant(t) => Some(t.to_string()),
+        }
+    }
+}
+
+/// How one lane is sized.
 #[derive(Clone, Debug)]
-pub struct Limits {
+pub struct LaneLimits {
     /// Resolver threads (lookups at once).
     pub threads: usize,
     /// Host names waiting for a thread.
     pub queue: usize,
+    /// The most lookups one tenant has queued and running together.
+    pub per_owner: usize,
+    /// The most lookups of one tenant running at once (the others wait in the queue).
+    pub per_owner_running: usize,
+}
+
+/// How the resolver is sized; [`Limits::default`] is what the process uses.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// The store's lane.
+    pub store: LaneLimits,
+    /// The webhooks' lane, shared by the tenants.
+    pub webhook: LaneLimits,
     /// The longest a caller waits for an answer.
     pub deadline: Duration,
-    /// How long an answer is kept.
+    /// How long an answer is served without asking again.
     pub ttl: Duration,
+    /// How long past `ttl` the last good answer is still served while a refresh runs.
+    pub stale: Duration,
     /// How long a failure is kept.
     pub negative_ttl: Duration,
-    /// Host names kept, answers and failures together.
+    /// Host names kept per lane, answers and failures together.
     pub cache: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            threads: 4,
-            queue: 256,
+            store: LaneLimits {
+                threads: 1,
+                queue: 16,
+                per_owner: usize::MAX,
+                per_owner_running: usize::MAX,
+            },
+            webhook: LaneLimits {
+                threads: 4,
+                queue: 256,
+                per_owner: 32,
+                per_owner_running: 2,
+            },
             deadline: Duration::from_secs(5),
             ttl: Duration::from_secs(30),
+            stale: Duration::from_secs(600),
             negative_ttl: Duration::from_secs(5),
             cache: 4096,
+        }
+    }
+}
+
+impl Limits {
+    fn lane(&self, lane: usize) -> &LaneLimits {
+        if lane == 0 {
+            &self.store
+        } else {
+            &self.webhook
         }
     }
 }
@@ -97,22 +183,45 @@ type Waiter = futures_channel::oneshot::Sender<Answer>;
 /// The blocking lookup the threads run (`getaddrinfo`, or a test's stand-in).
 pub type LookupFn = dyn Fn(&str) -> Result<Vec<IpAddr>, String> + Send + Sync;
 
-enum Entry {
-    Done {
-        at: Instant,
-        answer: Answer,
-    },
-    Running {
-        since: Instant,
-        waiters: Vec<Waiter>,
-    },
+/// What is known of one host name in one lane.
+#[derive(Default)]
+struct Entry {
+    /// The last good answer, and when it came.
+    good: Option<(Instant, Arc<[IpAddr]>)>,
+    /// The last failure, if it came after `good`.
+    failed: Option<(Instant, ResolveError)>,
+    running: Option<Running>,
+}
+
+struct Running {
+    since: Instant,
+    waiters: Vec<Waiter>,
+}
+
+struct Queued {
+    host: String,
+    owner: Option<String>,
+}
+
+/// One tenant's share of a lane.
+#[derive(Default)]
+struct Share {
+    /// Queued and running.
+    holds: usize,
+    running: usize,
+}
+
+#[derive(Default)]
+struct Lane {
+    names: HashMap<String, Entry>,
+    queue: VecDeque<Queued>,
+    owners: HashMap<String, Share>,
+    threads: usize,
 }
 
 #[derive(Default)]
 struct State {
-    names: HashMap<String, Entry>,
-    queue: VecDeque<String>,
-    threads: usize,
+    lanes: [Lane; 2],
     closed: bool,
 }
 
@@ -142,8 +251,12 @@ pub fn global() -> &'static Resolver {
 
 /// `host:port`'s addresses through [`global`], waiting at most the resolver's deadline (on a
 /// glommio executor).
-pub async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, ResolveError> {
-    global().resolve(host, port).await
+pub async fn resolve(
+    host: &str,
+    port: u16,
+    caller: Caller<'_>,
+) -> Result<Vec<SocketAddr>, ResolveError> {
+    global().resolve(host, port, caller).await
 }
 
 /// `getaddrinfo` through std.
@@ -153,6 +266,15 @@ fn system_lookup(host: &str) -> Result<Vec<IpAddr>, String> {
         .to_socket_addrs()
         .map(|a| a.map(|s| s.ip()).collect())
         .map_err(|e| e.to_string())
+}
+
+/// What the cache says of a name, before anything is queued.
+enum Known {
+    Answer(Answer),
+    /// The last good answer, past its TTL: serve it, and refresh it if nothing runs.
+    Stale(Arc<[IpAddr]>, bool),
+    Join,
+    Unknown,
 }
 
 impl Resolver {
@@ -172,9 +294,14 @@ impl Resolver {
     }
 
     /// `host:port`'s addresses, waiting at most the deadline (on a glommio executor).
-    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ResolveError> {
+    pub async fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+        caller: Caller<'_>,
+    ) -> Result<Vec<SocketAddr>, ResolveError> {
         let deadline = self.shared.limits.deadline;
-        let answer = match self.start(host) {
+        let answer = match self.start(host, caller) {
             Lookup::Ready(a) => a,
             Lookup::Waiting(rx) => {
                 let answer = async {
@@ -201,93 +328,127 @@ impl Resolver {
             .collect())
     }
 
-    /// Starts (or joins) the lookup of `host`: never blocks beyond the state's lock.
-    pub fn start(&self, host: &str) -> Lookup {
+    /// Starts (or joins) the lookup of `host` for `caller`: never blocks beyond the state's
+    /// lock.
+    pub fn start(&self, host: &str, caller: Caller<'_>) -> Lookup {
         if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
             return Lookup::Ready(Ok(Arc::from([ip])));
         }
         let limits = &self.shared.limits;
         let now = Instant::now();
         let mut st = self.lock();
-        match st.names.get_mut(host) {
-            Some(Entry::Done { at, answer }) => {
-                let keep = if answer.is_ok() {
-                    limits.ttl
-                } else {
-                    limits.negative_ttl
+        let lane = &mut st.lanes[caller.lane()];
+        let known = match lane.names.get(host) {
+            None => Known::Unknown,
+            Some(e) => known(e, limits, now),
+        };
+        let waiter = match known {
+            Known::Answer(a) => return Lookup::Ready(a),
+            Known::Stale(ips, refresh) => {
+                if refresh {
+                    // A refresh the lane has no room for waits for a later caller.
+                    let _ = self.enqueue(st, host, caller, None);
+                }
+                return Lookup::Ready(Ok(ips));
+            }
+            Known::Join => {
+                let running = lane.names.get_mut(host).and_then(|e| e.running.as_mut());
+                return match running {
+                    Some(r) if now.saturating_duration_since(r.since) >= limits.deadline => {
+                        Lookup::Ready(Err(ResolveError::Timeout {
+                            host: host.to_string(),
+                            ms: limits.deadline.as_millis(),
+                        }))
+                    }
+                    Some(r) if r.waiters.len() < MAX_WAITERS => {
+                        let (tx, rx) = futures_channel::oneshot::channel();
+                        r.waiters.push(tx);
+                        Lookup::Waiting(rx)
+                    }
+                    _ => Lookup::Ready(Err(ResolveError::Busy { host: host.into() })),
                 };
-                if now.saturating_duration_since(*at) < keep {
-                    return Lookup::Ready(answer.clone());
-                }
             }
-            Some(Entry::Running { since, waiters }) => {
-                if now.saturating_duration_since(*since) >= limits.deadline {
-                    return Lookup::Ready(Err(ResolveError::Timeout {
-                        host: host.to_string(),
-                        ms: limits.deadline.as_millis(),
-                    }));
-                }
-                if waiters.len() >= MAX_WAITERS {
-                    return Lookup::Ready(Err(ResolveError::Busy { host: host.into() }));
-                }
-                let (tx, rx) = futures_channel::oneshot::channel();
-                waiters.push(tx);
-                return Lookup::Waiting(rx);
-            }
-            None => {}
+            Known::Unknown => futures_channel::oneshot::channel(),
+        };
+        let (tx, rx) = waiter;
+        match self.enqueue(st, host, caller, Some(tx)) {
+            Ok(()) => Lookup::Waiting(rx),
+            Err(e) => Lookup::Ready(Err(e)),
         }
-        if st.queue.len() >= limits.queue {
-            return Lookup::Ready(Err(ResolveError::Busy { host: host.into() }));
-        }
-        if !st.names.contains_key(host) && st.names.len() >= limits.cache {
-            evict_oldest(&mut st.names);
-        }
-        let (tx, rx) = futures_channel::oneshot::channel();
-        st.names.insert(
-            host.to_string(),
-            Entry::Running {
-                since: now,
-                waiters: vec![tx],
-            },
-        );
-        st.queue.push_back(host.to_string());
-        if st.threads < limits.threads {
-            st.threads += 1;
-            drop(st);
-            self.spawn_thread();
-        } else {
-            drop(st);
-        }
-        self.shared.work.notify_one();
-        Lookup::Waiting(rx)
     }
 
-    /// Host names waiting for a thread, and lookups running (for `/metrics`).
+    /// Queues a lookup of `host` for `caller` (with its first waiter), within the lane's
+    /// bounds, and starts a thread if the lane has fewer than its limit.
+    fn enqueue(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        host: &str,
+        caller: Caller<'_>,
+        waiter: Option<Waiter>,
+    ) -> Result<(), ResolveError> {
+        let limits = &self.shared.limits;
+        let lane_limits = limits.lane(caller.lane());
+        let lane = &mut st.lanes[caller.lane()];
+        let owner = caller.owner();
+        let share = owner.as_ref().and_then(|o| lane.owners.get(o));
+        if lane.queue.len() >= lane_limits.queue
+            || share.is_some_and(|s| s.holds >= lane_limits.per_owner)
+        {
+            return Err(ResolveError::Busy { host: host.into() });
+        }
+        if !lane.names.contains_key(host) && lane.names.len() >= limits.cache {
+            evict_oldest(&mut lane.names);
+        }
+        lane.names.entry(host.to_string()).or_default().running = Some(Running {
+            since: Instant::now(),
+            waiters: waiter.into_iter().collect(),
+        });
+        if let Some(o) = &owner {
+            lane.owners.entry(o.clone()).or_default().holds += 1;
+        }
+        lane.queue.push_back(Queued {
+            host: host.to_string(),
+            owner,
+        });
+        let spawn = lane.threads < lane_limits.threads;
+        if spawn {
+            lane.threads += 1;
+        }
+        drop(st);
+        if spawn {
+            self.spawn_thread(caller.lane());
+        }
+        self.shared.work.notify_all();
+        Ok(())
+    }
+
+    /// Host names waiting for a thread, and lookups running, all lanes (for `/metrics`).
     pub fn queued_and_running(&self) -> (usize, usize) {
         let st = self.lock();
-        let running = st
-            .names
-            .values()
-            .filter(|e| matches!(e, Entry::Running { .. }))
-            .count();
-        (st.queue.len(), running.saturating_sub(st.queue.len()))
+        st.lanes.iter().fold((0, 0), |(q, r), lane| {
+            let running = lane.names.values().filter(|e| e.running.is_some()).count();
+            (
+                q + lane.queue.len(),
+                r + running.saturating_sub(lane.queue.len()),
+            )
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.shared)
     }
 
-    fn spawn_thread(&self) {
+    fn spawn_thread(&self, lane: usize) {
         let shared = self.shared.clone();
         let started = std::thread::Builder::new()
             .name("punctual-resolve".into())
             .spawn(move || {
                 unpin_current_thread();
-                work(&shared);
+                work(&shared, lane);
             });
         if let Err(e) = started {
             // The lookups queued wait for another thread (or their callers' deadline).
-            lock(&self.shared).threads -= 1;
+            lock(&self.shared).lanes[lane].threads -= 1;
             tracing::error!(error = %e, "resolver: a resolver thread could not be started");
         }
     }
@@ -300,6 +461,32 @@ impl Drop for Resolver {
     }
 }
 
+/// What `e` answers at `now`: a fresh answer or failure, the last good answer past its TTL
+/// (within `stale`), a lookup to join, or nothing usable.
+fn known(e: &Entry, limits: &Limits, now: Instant) -> Known {
+    let age = |at: &Instant| now.saturating_duration_since(*at);
+    let failed_fresh = e
+        .failed
+        .as_ref()
+        .filter(|(at, _)| age(at) < limits.negative_ttl);
+    if let Some((at, ips)) = &e.good {
+        if age(at) < limits.ttl {
+            return Known::Answer(Ok(ips.clone()));
+        }
+        if age(at) < limits.ttl.saturating_add(limits.stale) {
+            let refresh = e.running.is_none() && failed_fresh.is_none();
+            return Known::Stale(ips.clone(), refresh);
+        }
+    }
+    if let Some((_, err)) = failed_fresh {
+        return Known::Answer(Err(err.clone()));
+    }
+    if e.running.is_some() {
+        return Known::Join;
+    }
+    Known::Unknown
+}
+
 /// A poisoned lock only means a lookup function panicked on another thread; the state
 /// itself is always left consistent (every change is made whole under the lock).
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
@@ -309,9 +496,11 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 fn evict_oldest(names: &mut HashMap<String, Entry>) {
     let oldest = names
         .iter()
-        .filter_map(|(k, e)| match e {
-            Entry::Done { at, .. } => Some((*at, k)),
-            Entry::Running { .. } => None,
+        .filter(|(_, e)| e.running.is_none())
+        .map(|(k, e)| {
+            let good = e.good.as_ref().map(|(at, _)| *at);
+            let failed = e.failed.as_ref().map(|(at, _)| *at);
+            (good.max(failed), k)
         })
         .min_by_key(|(at, _)| *at)
         .map(|(_, k)| k.clone());
@@ -320,22 +509,40 @@ fn evict_oldest(names: &mut HashMap<String, Entry>) {
     }
 }
 
-/// A resolver thread: takes the next host name, looks it up, answers its waiters.
-fn work(shared: &Shared) {
+/// The first queued lookup whose tenant runs fewer than its share of threads.
+fn next_eligible(lane: &mut Lane, cap: usize) -> Option<Queued> {
+    let owners = &lane.owners;
+    let i = lane.queue.iter().position(|q| {
+        q.owner
+            .as_ref()
+            .and_then(|o| owners.get(o))
+            .is_none_or(|s| s.running < cap)
+    })?;
+    let q = lane.queue.remove(i)?;
+    if let Some(s) = q.owner.as_ref().and_then(|o| lane.owners.get_mut(o)) {
+        s.running += 1;
+    }
+    Some(q)
+}
+
+/// A resolver thread of `lane`: takes the next host name, looks it up, answers its waiters.
+fn work(shared: &Shared, lane: usize) {
+    let cap = shared.limits.lane(lane).per_owner_running;
     loop {
-        let host = {
+        let next = {
             let mut st = lock(shared);
             loop {
-                if let Some(h) = st.queue.pop_front() {
-                    break h;
-                }
                 if st.closed {
                     return;
+                }
+                if let Some(q) = next_eligible(&mut st.lanes[lane], cap) {
+                    break q;
                 }
                 st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
             }
         };
-        let answer = match (shared.lookup)(&host) {
+        let host = next.host;
+        let answer: Answer = match (shared.lookup)(&host) {
             Ok(ips) if ips.is_empty() => Err(ResolveError::NoAddress { host: host.clone() }),
             Ok(ips) => Ok(Arc::from(ips)),
             Err(reason) => Err(ResolveError::Failed {
@@ -345,15 +552,29 @@ fn work(shared: &Shared) {
         };
         let waiters = {
             let mut st = lock(shared);
-            let done = Entry::Done {
-                at: Instant::now(),
-                answer: answer.clone(),
-            };
-            match st.names.insert(host, done) {
-                Some(Entry::Running { waiters, .. }) => waiters,
-                _ => Vec::new(),
+            let l = &mut st.lanes[lane];
+            if let Some(o) = &next.owner {
+                if let Some(s) = l.owners.get_mut(o) {
+                    s.holds = s.holds.saturating_sub(1);
+                    s.running = s.running.saturating_sub(1);
+                    if s.holds == 0 {
+                        l.owners.remove(o);
+                    }
+                }
             }
+            let e = l.names.entry(host).or_default();
+            let at = Instant::now();
+            match &answer {
+                Ok(ips) => {
+                    e.good = Some((at, ips.clone()));
+                    e.failed = None;
+                }
+                Err(err) => e.failed = Some((at, err.clone())),
+            }
+            e.running.take().map(|r| r.waiters).unwrap_or_default()
         };
+        // A tenant under its share again may have lookups another thread can take now.
+        shared.work.notify_all();
         for w in waiters {
             let _ = w.send(answer.clone());
         }

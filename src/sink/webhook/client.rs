@@ -75,12 +75,13 @@ impl Pool {
     pub async fn send(
         &self,
         target: &Target,
+        tenant: &str,
         req: Request<Full<Bytes>>,
         stall: Duration,
     ) -> Result<Answer, String> {
         let (mut sender, busy) = match self.take_idle(target) {
             Some(s) => s,
-            None => self.connect(target, stall).await?,
+            None => self.connect(target, tenant, stall).await?,
         };
         // Until the answer was read whole, dropping this connection resets it (`reset.rs`).
         busy.start();
@@ -130,8 +131,14 @@ impl Pool {
 
     /// A new connection to `target`: TCP (and TLS for https), then hyper's handshake; the
     /// connection's task runs on this shard until the peer or the pool closes it.
-    async fn connect(&self, target: &Target, stall: Duration) -> Result<(Sender, Busy), String> {
-        let addrs = crate::resolve::resolve(&target.host, target.port)
+    async fn connect(
+        &self,
+        target: &Target,
+        tenant: &str,
+        stall: Duration,
+    ) -> Result<(Sender, Busy), String> {
+        let caller = crate::resolve::Caller::Tenant(tenant);
+        let addrs = crate::resolve::resolve(&target.host, target.port, caller)
             .await
             .map_err(|e| e.to_string())?;
         let mut last = String::from("no address");

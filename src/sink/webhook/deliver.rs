@@ -109,7 +109,7 @@ pub(super) fn spawn(
     let version = t.version;
     glommio::spawn_local(async move {
         let outcome = match req {
-            Some(req) => attempt(&ctx, &target, req).await,
+            Some(req) => attempt(&ctx, &target, expect.tenant(), req).await,
             None => Err(Failure::Connect("the request could not be built".into())),
         };
         release(&ctx, &target, expect.tenant());
@@ -127,10 +127,15 @@ pub(super) fn spawn(
 }
 
 /// Sends the request and reads the answer within the timeout.
-async fn attempt(ctx: &Ctx, target: &Target, req: Request<Full<Bytes>>) -> Result<(), Failure> {
+async fn attempt(
+    ctx: &Ctx,
+    target: &Target,
+    tenant: &str,
+    req: Request<Full<Bytes>>,
+) -> Result<(), Failure> {
     let timeout = ctx.settings.timeout;
     let send = async {
-        match ctx.pool.send(target, req, timeout).await {
+        match ctx.pool.send(target, tenant, req, timeout).await {
             Ok(a) => {
                 let now_s = crate::clock::clock_ns(libc::CLOCK_REALTIME) / 1_000_000_000;
                 let retry_after = a

@@ -113,7 +113,7 @@ async fn connect_any(
     port: u16,
     timeout: Duration,
 ) -> Result<glommio::net::TcpStream, ConnError> {
-    let addrs = crate::resolve::resolve(host, port).await?;
+    let addrs = crate::resolve::resolve(host, port, crate::resolve::Caller::Store).await?;
     let mut last = ConnError::Resolve(crate::resolve::ResolveError::NoAddress {
         host: host.to_string(),
     });
