@@ -9,6 +9,19 @@
 //!        | fire_at_us u64 | last: 0 | 1 status u16 | 2 len u16 error… | url_len u16 url…
 //! ```
 //!
+//! Version 2 is version 1 with `b'W' 2` and one more byte at the end, `cuts u8`: attempts cut
+//! short (no outcome: the process stopped or crashed during them) not counted yet. A
+//! delivery with no such cut is written as version 1, byte for byte as before, and both
+//! versions are read (the journal and Redis keep meta verbatim).
+//!
+//! # Attempts cut short
+//!
+//! An attempt whose outcome never came is made again under the same number: a shutdown or
+//! crash does not spend the receiver's budget. But `punctual serve` aborts on a panic, so a
+//! delivery whose own attempt crashes the process would otherwise be retried forever. So
+//! at most [`MAX_CUTS`] cuts in a row are free: the next one counts as an attempt (last error
+//! `interrupted: …`), and `max_attempts` ends the delivery as a dead letter.
+//!
 //! A timer without a callback has no meta at all (zero bytes), and behaves as before.
 //!
 //! # States
@@ -25,6 +38,11 @@
 
 /// Tag and format version: the first two bytes.
 const MAGIC: [u8; 2] = [b'W', 1];
+/// Version 2: version 1 and a trailing `cuts` byte.
+const MAGIC_CUTS: [u8; 2] = [b'W', 2];
+
+/// Attempts cut short that are made again under the same number; the next counts.
+pub const MAX_CUTS: u8 = 3;
 
 /// Longest callback URL, in bytes.
 pub const MAX_URL: usize = 2048;
@@ -70,6 +88,8 @@ pub struct Delivery {
     pub fire_at_us: u64,
     pub last: Last,
     pub url: String,
+    /// Attempts cut short since the last one that counted (see the module doc).
+    pub cuts: u8,
 }
 
 impl Delivery {
@@ -82,12 +102,30 @@ impl Delivery {
             fire_at_us,
             last: Last::None,
             url,
+            cuts: 0,
+        }
+    }
+
+    /// The attempt in flight never reported (the process stopped or crashed during it): it
+    /// is made again under the same number, unless [`MAX_CUTS`] were already, when it counts.
+    pub fn cut_short(&mut self) {
+        if self.cuts < MAX_CUTS {
+            self.cuts += 1;
+            self.attempts = self.attempts.saturating_sub(1);
+            self.last =
+                Last::Error("no outcome: the process stopped or crashed during the attempt".into());
+        } else {
+            self.cuts = 0;
+            self.last = Last::Error(format!(
+                "interrupted: {} attempts in a row were cut short (the process stopped or crashed during them)",
+                MAX_CUTS + 1
+            ));
         }
     }
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(48 + self.url.len());
-        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(if self.cuts == 0 { &MAGIC } else { &MAGIC_CUTS });
         out.push(self.state as u8);
         out.extend_from_slice(&self.attempts.to_le_bytes());
         out.extend_from_slice(&self.retry.max_attempts.to_le_bytes());
@@ -110,13 +148,18 @@ impl Delivery {
         let url = cut(&self.url, MAX_URL);
         out.extend_from_slice(&(url.len() as u16).to_le_bytes());
         out.extend_from_slice(url.as_bytes());
+        if self.cuts != 0 {
+            out.push(self.cuts);
+        }
         out
     }
 
     /// `None` for an empty or malformed section.
     pub fn decode(meta: &[u8]) -> Option<Delivery> {
         let mut r = Reader(meta);
-        if r.take(2)? != MAGIC {
+        let magic = r.take(2)?;
+        let with_cuts = magic == MAGIC_CUTS;
+        if magic != MAGIC && !with_cuts {
             return None;
         }
         let state = match r.u8()? {
@@ -144,6 +187,7 @@ impl Delivery {
         };
         let n = r.u16()? as usize;
         let url = std::str::from_utf8(r.take(n)?).ok()?.to_string();
+        let cuts = if with_cuts { r.u8()? } else { 0 };
         Some(Delivery {
             state,
             attempts,
@@ -151,6 +195,7 @@ impl Delivery {
             fire_at_us,
             last,
             url,
+            cuts,
         })
     }
 
@@ -178,6 +223,7 @@ pub fn redriven(meta: &[u8]) -> Option<Vec<u8>> {
     let mut d = Delivery::decode(meta).filter(|d| d.state == State::Dead)?;
     d.state = State::Waiting;
     d.attempts = 0;
+    d.cuts = 0;
     Some(d.encode())
 }
 
@@ -283,5 +329,83 @@ mod tests {
         let r = Delivery::decode(&redriven(&d.encode()).expect("dead")).expect("valid");
         assert_eq!((r.state, r.attempts), (State::Waiting, 0));
         assert!(r.has_budget());
+    }
+
+    #[test]
+    fn a_delivery_never_cut_is_written_as_version_1_and_version_1_still_reads() {
+        let mut d = sample();
+        d.attempts = 2;
+        d.state = State::InFlight;
+        let bytes = d.encode();
+        assert_eq!(bytes[..2], MAGIC);
+        assert_eq!(Delivery::decode(&bytes), Some(d));
+    }
+
+    #[test]
+    fn cuts_survive_the_store() {
+        let mut d = sample();
+        d.attempts = 1;
+        d.cut_short();
+        let bytes = d.encode();
+        assert_eq!(bytes[..2], MAGIC_CUTS);
+        let back = Delivery::decode(&bytes).expect("decodes");
+        assert_eq!(back.cuts, 1);
+        assert_eq!(back, d);
+        // Cut short of the trailing byte, a version 2 section is malformed, not version 1.
+        assert_eq!(Delivery::decode(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(
+            redriven(&{
+                let mut dead = back.clone();
+                dead.state = State::Dead;
+                dead.encode()
+            })
+            .and_then(|m| Delivery::decode(&m))
+            .map(|r| r.cuts),
+            Some(0)
+        );
+    }
+
+    /// What the sink does to a timer: start an attempt (or end it as a dead letter once the
+    /// budget is spent), and, the process crashing in every attempt, re-fire it `InFlight`.
+    #[test]
+    fn a_delivery_whose_every_attempt_is_cut_short_ends_as_a_dead_letter() {
+        let mut meta = sample().encode();
+        let mut fires = 0;
+        let dead = loop {
+            assert!(fires < 1000, "cut attempts never end the delivery");
+            fires += 1;
+            let mut d = Delivery::decode(&meta).expect("decodes");
+            if d.state == State::InFlight {
+                d.cut_short();
+            }
+            if !d.has_budget() {
+                break d;
+            }
+            d.attempts += 1;
+            d.state = State::InFlight;
+            meta = d.encode();
+        };
+        // Each real attempt came after MAX_CUTS free cuts: (1 + MAX_CUTS) starts per attempt.
+        assert_eq!(fires, 1 + 3 * (1 + usize::from(MAX_CUTS)));
+        assert_eq!(dead.attempts, 3);
+        assert!(
+            matches!(&dead.last, Last::Error(e) if e.starts_with("interrupted")),
+            "{:?}",
+            dead.last
+        );
+    }
+
+    #[test]
+    fn a_cut_within_the_allowance_does_not_spend_an_attempt() {
+        let mut d = sample();
+        d.attempts = 3;
+        for _ in 0..MAX_CUTS {
+            d.cut_short();
+            assert_eq!(d.attempts, 2);
+            d.attempts += 1;
+        }
+        d.cut_short();
+        assert_eq!(d.attempts, 3);
+        assert!(!d.has_budget());
     }
 }

@@ -16,7 +16,7 @@
 //!            ✗ the process is killed here: the store holds "InFlight, attempt 2"
 //!  restart   recovery loads it; at its deadline it fires (InFlight: no outcome came):
 //!            attempt 2 is made again, under the same number (a cut attempt uses up
-//!            nothing; last_error says why); InFlight
+//!            nothing, up to 3 in a row, the 4th counts: last_error `interrupted`); InFlight
 //!  …         answer 200 → follow-up: Remove (the record goes, like a cancel)
 //! ```
 //!
@@ -309,11 +309,9 @@ impl Sink for WebhookSink {
                 // or crashed during it (an attempt that runs its course always reports, within
                 // its timeout). An attempt cut short is not one the receiver failed: it is made
                 // again under the same number, so a delivered timer never turns into a dead
-                // letter for want of the attempt a crash took.
-                d.last = Last::Error(
-                    "no outcome: the process stopped or crashed during the attempt".into(),
-                );
-                d.attempts = d.attempts.saturating_sub(1);
+                // letter for want of the attempt a crash took; but only `MAX_CUTS` times in a
+                // row, so one whose attempt crashes the process still ends (`meta.rs`).
+                d.cut_short();
                 crate::metrics::DeliveryMetrics::failed(&self.ctx.tenant(t.tenant), "timeout");
                 self.start(t, d)
             }
