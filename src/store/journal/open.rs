@@ -88,7 +88,7 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
     }
     let next = sealed
         .last()
-        .map(|s| s.0 + 1)
+        .map(|s| s.0.saturating_add(1))
         .into_iter()
         .chain(snap.map(|s| s.0))
         .max()

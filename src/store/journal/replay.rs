@@ -189,7 +189,9 @@ impl Replay {
         self.check_snapshot().await?;
         let skip = self.skip_corrupt;
         let mut next_seg = self.snapshot.as_ref().map_or(1, |s| s.header.seq);
-        let mut next_batch = Some(self.snapshot_end.last_batch + 1);
+        // Values read from disk saturate: a CRC-valid u64::MAX must not overflow, and the
+        // continuity check stays on.
+        let mut next_batch = Some(self.snapshot_end.last_batch.saturating_add(1));
         let Replay {
             segments,
             index,
@@ -227,7 +229,7 @@ impl Replay {
                 };
                 report.skipped.push((src.path.clone(), region));
             }
-            next_seg = src.header.seq + 1;
+            next_seg = src.header.seq.saturating_add(1);
             let block = src.header.block as usize;
             let mut scan = Scan::new(&src.buf, block, block, role, skip);
             if let Some(b) = next_batch {
@@ -387,7 +389,10 @@ impl Replay {
 
     /// The sequence the next commit must carry: the one after the last batch read.
     pub fn next_batch(&self) -> u64 {
-        self.report.last_batch.max(self.snapshot_end.last_batch) + 1
+        self.report
+            .last_batch
+            .max(self.snapshot_end.last_batch)
+            .saturating_add(1)
     }
 
     /// The end record of a snapshot of `entries` of this replay's live entries: the last batch
@@ -807,5 +812,30 @@ mod store_tests {
                 .collect();
             assert_eq!(got, vec![("k", 7, &b"dead"[..])]);
         });
+    }
+}
+
+#[cfg(test)]
+mod overflow_tests {
+    use super::super::layout::read_shard_dir;
+    use super::super::testlog::*;
+
+    /// Sequence numbers come from disk: a CRC-valid file may hold any u64, and the largest
+    /// must be reported as a break in the log, not overflow (a panic in a debug build).
+    #[test]
+    fn the_largest_sequence_numbers_on_disk_are_refused_without_overflow() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        snapshot(tmp.path(), 1, &[schedule("c", 7)], u64::MAX, 70);
+        segment(tmp.path(), 1, 1, &[vec![schedule("d", 80)]]);
+        let refused = read_shard_dir(tmp.path(), false);
+        assert!(refused.is_err(), "a batch after u64::MAX cannot follow it");
+
+        let tmp = tempfile::tempdir().expect("tempdir");
+        segment(tmp.path(), 1, 1, &[vec![schedule("a", 5)]]);
+        segment(tmp.path(), u64::MAX, 2, &[vec![schedule("b", 6)]]);
+        assert!(
+            read_shard_dir(tmp.path(), false).is_err(),
+            "a gap up to u64::MAX"
+        );
     }
 }
