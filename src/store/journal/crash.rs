@@ -213,13 +213,17 @@ fn phases() -> Vec<Phase> {
 }
 
 /// What a run of a phase's steps was told: the index of the last acknowledged step + 1.
-async fn drive(node: &mut Node, steps: &[Step], limit: Duration) -> usize {
+/// Steps the store refused (`admit`) are replaced by `Pass`: they never reached the outbox.
+async fn drive(node: &mut Node, steps: &mut [Step], limit: Duration) -> usize {
     let mut acked = 0;
     let mut waiting: Vec<(usize, Answer)> = Vec::new();
-    for (i, s) in steps.iter().enumerate() {
-        let answer = match s {
-            Step::Schedule(k, v) => node.admits().then(|| node.schedule(k, *v, FAR, b"")),
-            Step::Cancel(k) => node.admits().then(|| node.cancel(k, 0)),
+    for (i, step) in steps.iter_mut().enumerate() {
+        if step.is_acknowledged() && !node.admits() {
+            *step = Step::Pass;
+        }
+        let answer = match &*step {
+            Step::Schedule(k, v) => Some(node.schedule(k, *v, FAR, b"")),
+            Step::Cancel(k) => Some(node.cancel(k, 0)),
             Step::Fired(k, v) => {
                 node.fired(k, *v);
                 None
@@ -228,8 +232,8 @@ async fn drive(node: &mut Node, steps: &[Step], limit: Duration) -> usize {
                 node.dead(k, *v, DEAD);
                 None
             }
-            Step::DeadRemoved(k) => node.admits().then(|| node.dead_removed(k, 0)),
-            Step::Redrive(k, v) => node.admits().then(|| node.redrive(k, *v, FAR)),
+            Step::DeadRemoved(k) => Some(node.dead_removed(k, 0)),
+            Step::Redrive(k, v) => Some(node.redrive(k, *v, FAR)),
             Step::Pass => {
                 node.pass();
                 for (at, a) in waiting.drain(..) {
@@ -329,7 +333,8 @@ fn build_base(p: &Phase, dir: &Path, fsync: Fsync) -> Result<State, String> {
     on_executor(async {
         let mut node = Node::open(&cfg, data, 0, 1).await?;
         node.payload = vec![b'p'; p.payload];
-        let acked = drive(&mut node, &p.base, Duration::from_secs(60)).await;
+        let mut base = p.base.clone();
+        let acked = drive(&mut node, &mut base, Duration::from_secs(60)).await;
         node.close().await;
         let owed = p
             .base
@@ -344,27 +349,36 @@ fn build_base(p: &Phase, dir: &Path, fsync: Fsync) -> Result<State, String> {
     Ok(state)
 }
 
-/// Runs the phase's steps on `dir` with `faults`; the last acknowledged step + 1.
-fn run_steps(p: &Phase, dir: &Path, fsync: Fsync, faults: &Arc<Faults>, v: Variant) -> usize {
+/// Runs the phase's steps on `dir` with `faults`: the last acknowledged step + 1, and the
+/// steps as they reached the store.
+fn run_steps(
+    p: &Phase,
+    dir: &Path,
+    fsync: Fsync,
+    faults: &Arc<Faults>,
+    v: Variant,
+) -> (usize, Vec<Step>) {
     let mut cfg = cfg_for(dir, fsync, Disk::faulty(faults.clone()));
     if v == Variant::NoSpace {
         cfg.ack_timeout = Duration::from_millis(300);
     }
+    let mut steps = p.steps.clone();
     let Ok(data) = prepare(&cfg, 1) else {
-        return 0;
+        return (0, steps);
     };
-    on_executor(async {
+    let acked = on_executor(async {
         let Ok(mut node) = Node::open(&cfg, data, 0, 1).await else {
             return 0;
         };
         node.payload = vec![b'p'; p.payload];
-        let acked = drive(&mut node, &p.steps, Duration::from_secs(30)).await;
+        let acked = drive(&mut node, &mut steps, Duration::from_secs(30)).await;
         if v == Variant::NoSpace {
             faults.clear();
         }
         node.close().await;
         acked
-    })
+    });
+    (acked, steps)
 }
 
 /// Reopens `dir` on the real disk without skipping corruption; the recovered state.
@@ -381,7 +395,7 @@ fn recover(dir: &Path, fsync: Fsync) -> Result<State, String> {
 
 /// The file operations a clean run of the phase makes.
 fn count_ops(p: &Phase, base: &Path, work: &Path, fsync: Fsync) -> Result<u64, String> {
-    let dir = work.join("count");
+    let dir = work.join(format!("count-{}-{fsync:?}", p.name));
     copy_dir(base, &dir).map_err(|e| e.to_string())?;
     let faults = Faults::new(work);
     run_steps(p, &dir, fsync, &faults, Variant::Crash);
@@ -411,7 +425,7 @@ fn case(
             _ => Fault::Die,
         },
     );
-    let acked = run_steps(p, &dir, fsync, &faults, v);
+    let (acked, steps) = run_steps(p, &dir, fsync, &faults, v);
     let cut = match v {
         Variant::Cut => faults.power_cut(|_| false),
         Variant::Hole => faults.power_cut(|i| i != 0),
@@ -422,7 +436,7 @@ fn case(
     }
     let outcome = match recover(&dir, fsync) {
         Err(e) => Outcome::Violated(format!("the start failed: {e}")),
-        Ok(found) => judge(p, base.1, &found, acked, fsync, v),
+        Ok(found) => judge(&steps, base.1, &found, acked, fsync, v),
     };
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&trash);
@@ -430,7 +444,7 @@ fn case(
 }
 
 fn judge(
-    p: &Phase,
+    steps: &[Step],
     base: &State,
     found: &State,
     acked: usize,
@@ -440,7 +454,7 @@ fn judge(
     let power = matches!(v, Variant::Cut | Variant::Hole);
     let mut state = base.clone();
     let mut prefixes = vec![state.clone()];
-    for s in &p.steps {
+    for s in steps {
         state.apply(s);
         prefixes.push(state.clone());
     }
