@@ -375,8 +375,11 @@ impl EngineBuilder {
             let pulse = pulses[id].clone();
             let set_generation = set_generation.clone();
             let quotas = handle.inner.quotas.clone();
+            // The executor starts under glommio's default timer; a shorter one (tests) applies
+            // only once the shard is guarded (`run_under_preempt_timer`).
             let executor =
-                glommio::LocalExecutorBuilder::new(placement).preempt_timer(self.preempt_timer);
+                glommio::LocalExecutorBuilder::new(placement).preempt_timer(PREEMPT_TIMER);
+            let preempt_timer = self.preempt_timer;
             let failure = ShardFailure {
                 id,
                 ring: ring.clone(),
@@ -404,6 +407,7 @@ impl EngineBuilder {
                         // Registers the thread and the task's waker with the watchdog at once.
                         pulse.on_this_thread();
                         pulse.guard_start(async {}).await;
+                        let body = async move {
                         // Replies from other threads reach this executor's tasks through its
                         // doorbell, not glommio's foreign wakes (see `doorbell`).
                         if !park_direct {
@@ -478,6 +482,8 @@ impl EngineBuilder {
                         }
                         let _ = ready.send(Ok(id));
                         shard.run(wakee).await;
+                        };
+                        run_under_preempt_timer(preempt_timer, body).await;
                     })
                 })
                 .map_err(|e| Error::ShardStart {
@@ -511,6 +517,32 @@ impl EngineBuilder {
             _watchdog: watchdog,
             _set_watch: set_watch,
         })
+    }
+}
+
+/// Runs a shard's body under glommio preemption timer `timer`. glommio 0.9 parks an executor
+/// whose preemption timer expired before a scheduling round began, runnable tasks or not (the
+/// shard module doc): a timer shorter than the executor's first round would park it before the
+/// shard's first task registers with the watchdog, and then nothing could wake it. So the
+/// executor starts under the default timer, and a shorter one applies only after that
+/// registration, to a task queue of the shard's own, which every task the shard spawns
+/// inherits (glommio takes the shortest latency of the queues that are active).
+async fn run_under_preempt_timer(
+    timer: Duration,
+    body: impl std::future::Future<Output = ()> + 'static,
+) {
+    if timer >= PREEMPT_TIMER {
+        return body.await;
+    }
+    let queue = glommio::executor().create_task_queue(
+        glommio::Shares::default(),
+        glommio::Latency::Matters(timer),
+        "punctual-shard",
+    );
+    match glommio::spawn_local_into(body, queue) {
+        Ok(task) => task.await,
+        // Cannot happen (the queue was just made); the start then times out, naming the shard.
+        Err(e) => tracing::error!(error = %e, "shard: cannot run in its own task queue"),
     }
 }
 
