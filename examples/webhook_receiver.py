@@ -6,7 +6,7 @@ refuses stale timestamps, and processes each delivery once even though punctual 
 least once: a retry after a timeout, or a repeat after a crash, carries the same
 Idempotency-Key (<tenant>/<key>/<version>).
 
-    PUNCTUAL_WEBHOOK_SECRET=s3cret python3 examples/webhook_receiver.py 127.0.0.1:9000
+    PUNCTUAL_WEBHOOK_SECRET=s3cret-0123456789abcdef0123456789 python3 examples/webhook_receiver.py 127.0.0.1:9000
 
 Answers 204 when processed (or already processed), 401 when the signature does not verify
 (permanent for punctual: the timer becomes a dead letter), 400 for a body that is not a

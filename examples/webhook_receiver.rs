@@ -4,7 +4,7 @@
 //! the same `Idempotency-Key`).
 //!
 //! ```sh
-//! PUNCTUAL_WEBHOOK_SECRET=s3cret cargo run --example webhook_receiver -- 127.0.0.1:9000
+//! PUNCTUAL_WEBHOOK_SECRET=s3cret-0123456789abcdef0123456789 cargo run --example webhook_receiver -- 127.0.0.1:9000
 //! ```
 //!
 //! Answers: 204 when processed (or already processed), 401 when the signature does not

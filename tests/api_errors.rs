@@ -197,8 +197,9 @@ fn oversized_bodies_and_payloads_are_413() {
 }
 
 const TENANTS: &str = r#"
+open_tenants = true
 [tenants.locked]
-token = "s3cret"
+token = "s3cret-0123456789abcdef0123456789"
 [tenants.capped]
 max_pending = 2
 "#;
@@ -217,7 +218,7 @@ fn token_is_checked_first_and_401_carries_www_authenticate() {
     for auth in [
         None,
         Some("Bearer wrong"),
-        Some("Basic s3cret"),
+        Some("Basic s3cret-0123456789abcdef0123456789"),
         Some("Bearer"),
     ] {
         let h: Vec<(&str, &str)> = auth.map(|a| ("authorization", a)).into_iter().collect();
@@ -236,11 +237,16 @@ fn token_is_checked_first_and_401_carries_www_authenticate() {
     let ok = s.req_h(
         "PUT",
         p,
-        &[("authorization", "bearer s3cret")],
+        &[("authorization", "bearer s3cret-0123456789abcdef0123456789")],
         r#"{"delay_ms":600000}"#,
     );
     assert_eq!(ok.status, 201);
-    let ok = s.req_h("GET", p, &[("Authorization", "BEARER s3cret")], "");
+    let ok = s.req_h(
+        "GET",
+        p,
+        &[("Authorization", "BEARER s3cret-0123456789abcdef0123456789")],
+        "",
+    );
     assert_eq!(ok.status, 200);
     // A header sent for a tenant without a token is ignored.
     let r = s.req_h(

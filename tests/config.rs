@@ -117,6 +117,85 @@ fn file_errors_name_the_key_and_unknown_keys_are_refused() {
 }
 
 #[test]
+fn short_tokens_and_secrets_are_refused_with_their_key_and_never_echoed() {
+    let short = "a-31-byte-secret-0123456789abcd";
+    assert_eq!(short.len(), 31);
+    for (text, key) in [
+        (
+            format!("[tenants.a]\ntoken = \"{short}\"\n"),
+            "tenants.a.token",
+        ),
+        (
+            format!("[tenants.a]\nwebhook_secret = \"{short}\"\n"),
+            "tenants.a.webhook_secret",
+        ),
+        (format!("metrics_token = \"{short}\"\n"), "metrics_token"),
+    ] {
+        let e = err_text(Config::resolve(file(&text), &ServeArgs::default()));
+        assert!(e.contains(key) && e.contains("at least 32"), "{e}");
+        assert!(!e.contains(short), "the secret is not echoed: {e}");
+    }
+    let ok = format!("{short}x");
+    let c = Config::resolve(
+        file(&format!(
+            "metrics_token = \"{ok}\"\n[tenants.a]\ntoken = \"{ok}\"\nwebhook_secret = \"{ok}\"\n"
+        )),
+        &ServeArgs::default(),
+    )
+    .expect("32 bytes are enough");
+    assert_eq!(c.metrics_token.as_deref(), Some(ok.as_str()));
+}
+
+#[test]
+fn tenants_are_closed_once_any_is_configured_unless_opened() {
+    let none = Config::resolve(FileConfig::default(), &ServeArgs::default()).expect("valid");
+    assert!(
+        none.serves_unlisted_tenants(),
+        "no table: the quick start is open"
+    );
+    let one = Config::resolve(file("[tenants.a]\n"), &ServeArgs::default()).expect("valid");
+    assert!(!one.serves_unlisted_tenants());
+    let opened = Config::resolve(
+        file("open_tenants = true\n[tenants.a]\n"),
+        &ServeArgs::default(),
+    )
+    .expect("valid");
+    assert!(opened.serves_unlisted_tenants());
+    let by_flag = Config::resolve(
+        file("[tenants.a]\n"),
+        &ServeArgs {
+            open_tenants: Some("true".into()),
+            ..Default::default()
+        },
+    )
+    .expect("valid");
+    assert!(by_flag.serves_unlisted_tenants());
+}
+
+#[test]
+fn a_rate_limit_is_checked_at_start() {
+    for (text, key) in [
+        ("[tenants.a]\nburst = 5\n", "tenants.a.burst"),
+        (
+            "[tenants.a]\nmax_requests_per_s = 0\n",
+            "tenants.a.max_requests_per_s",
+        ),
+        (
+            "[tenants.a]\nmax_requests_per_s = 5\nburst = 0\n",
+            "tenants.a.burst",
+        ),
+    ] {
+        let e = err_text(Config::resolve(file(text), &ServeArgs::default()));
+        assert!(e.contains(key), "{text}: {e}");
+    }
+    Config::resolve(
+        file("[tenants.a]\nmax_requests_per_s = 100\nburst = 20\n"),
+        &ServeArgs::default(),
+    )
+    .expect("valid");
+}
+
+#[test]
 fn the_example_punctual_toml_is_valid() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/punctual.toml");
     let f = FileConfig::load(std::path::Path::new(path)).expect("example parses");
@@ -143,7 +222,7 @@ fn print_config(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
 fn precedence_is_flag_then_env_then_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("p.toml");
-    std::fs::write(&path, "listen = \"127.0.0.1:1001\"\nspin_us = 11\nring_capacity = 1024\n[tenants.acme]\ntoken = \"hidden\"\n").expect("write");
+    std::fs::write(&path, "listen = \"127.0.0.1:1001\"\nspin_us = 11\nring_capacity = 1024\n[tenants.acme]\ntoken = \"hidden-0123456789abcdef0123456789ab\"\n").expect("write");
     let p = path.to_str().expect("utf-8");
     let env = [
         ("PUNCTUAL_LISTEN", "127.0.0.1:1002"),

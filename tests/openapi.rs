@@ -16,8 +16,9 @@ use std::collections::BTreeSet;
 use std::io::Write;
 
 const TENANTS: &str = r#"
+open_tenants = true
 [tenants.locked]
-token = "s3cret"
+token = "s3cret-0123456789abcdef0123456789"
 [tenants.capped]
 max_pending = 2
 "#;
@@ -25,6 +26,9 @@ max_pending = 2
 /// Error codes that no cheap request provokes: a shard full at `shard_capacity`, a request
 /// still waiting when the shards stop, and a server bug.
 const NOT_PROVOKED: [&str; 3] = ["capacity_exceeded", "internal", "shutting_down"];
+
+/// The token of the dead-letter server's `/metrics`.
+const METRICS_TOKEN: &str = "metrics-0123456789abcdef0123456789";
 
 /// An answer, already checked against the document.
 struct Answer {
@@ -167,7 +171,11 @@ fn timer_route(api: &Api) {
     }
     // Bearer tokens: checked before the body; 401 carries WWW-Authenticate.
     let locked = "/v1/timers/locked/k";
-    for auth in ["", "Bearer wrong", "Basic s3cret"] {
+    for auth in [
+        "",
+        "Bearer wrong",
+        "Basic s3cret-0123456789abcdef0123456789",
+    ] {
         let h: Vec<(&str, &str)> = Some(("authorization", auth))
             .filter(|_| !auth.is_empty())
             .into_iter()
@@ -177,7 +185,7 @@ fn timer_route(api: &Api) {
             assert_eq!(a.sc(), (401, "unauthorized"), "{method} {auth:?}");
         }
     }
-    let token = [("authorization", "bearer s3cret")];
+    let token = [("authorization", "bearer s3cret-0123456789abcdef0123456789")];
     assert_eq!(
         api.send("PUT", locked, &token, r#"{"delay_ms": 600000}"#)
             .status,
@@ -311,8 +319,10 @@ fn unlisted_methods(api: &Api) {
 fn dead_letters(spec: &Spec) {
     let rx = receiver::Receiver::start(|_, _| receiver::Reply::status(410));
     let mut f = tempfile::NamedTempFile::new().expect("temp file");
+    // Closed tenants (only those listed are served), one of them rate-limited, and a
+    // metrics token.
     let conf = format!(
-        "callback_allow = [{:?}]\n[tenants.locked]\ntoken = \"s3cret\"\n",
+        "callback_allow = [{:?}]\nmetrics_token = \"{METRICS_TOKEN}\"\n[tenants.t]\n[tenants.limited]\nmax_requests_per_s = 1\nburst = 1\n[tenants.locked]\ntoken = \"s3cret-0123456789abcdef0123456789\"\n",
         rx.base()
     );
     f.write_all(conf.as_bytes()).expect("write");
@@ -395,6 +405,45 @@ fn dead_letters(spec: &Spec) {
         );
         assert_eq!(api.oversized_head(method, path).status, 431, "{method}");
     }
+    admission(&api);
+}
+
+/// The tenant admission answers, on every tenant route: an unlisted tenant on a server with
+/// tenants configured, and a tenant over its request rate; and `/metrics` behind its token.
+fn admission(api: &Api) {
+    let batch = r#"{"timers": [{"key": "a", "delay_ms": 600000}]}"#;
+    let routes = |t: &str| {
+        [
+            (
+                "PUT",
+                format!("/v1/timers/{t}/k"),
+                r#"{"delay_ms": 600000}"#,
+            ),
+            ("GET", format!("/v1/timers/{t}/k"), ""),
+            ("DELETE", format!("/v1/timers/{t}/k"), ""),
+            ("POST", format!("/v1/timers/{t}"), batch),
+            ("GET", format!("/v1/dead/{t}"), ""),
+            ("DELETE", format!("/v1/dead/{t}/k"), ""),
+            ("POST", format!("/v1/dead/{t}/k/retry"), ""),
+        ]
+    };
+    for (method, path, body) in routes("stranger") {
+        let a = api.ask(method, &path, body);
+        assert_eq!(a.sc(), (401, "unknown_tenant"), "{method} {path}");
+    }
+    // One request a second: each route is refused once its token is spent (a slow host may
+    // let a request through between two refusals; each waits for its own).
+    for (method, path, body) in routes("limited") {
+        let limited = (0..20).any(|_| api.ask(method, &path, body).sc() == (429, "rate_limited"));
+        assert!(limited, "{method} {path} never answered 429 rate_limited");
+    }
+    assert_eq!(api.ask("GET", "/metrics", "").sc(), (401, "unauthorized"));
+    let token = format!("Bearer {METRICS_TOKEN}");
+    assert_eq!(
+        api.send("GET", "/metrics", &[("authorization", &token)], "")
+            .status,
+        200
+    );
 }
 
 /// A Redis store that is down: writes, reads and cancels wait for the store's

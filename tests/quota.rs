@@ -88,7 +88,11 @@ fn quota_stays_exact_across_a_store_timeout_and_a_restart() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let conf = dir.path().join("punctual.toml");
-    std::fs::write(&conf, "[tenants.acme]\nmax_pending = 3\n").expect("write config");
+    std::fs::write(
+        &conf,
+        "open_tenants = true\n[tenants.acme]\nmax_pending = 3\n",
+    )
+    .expect("write config");
     let conf = conf.to_string_lossy().into_owned();
     let url = redis.url();
     let args = ["--redis", &url, "--shards", "2", "--config", &conf];

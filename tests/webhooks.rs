@@ -85,7 +85,7 @@ fn a_delivery_is_signed_and_carries_the_documented_body_and_headers() {
     let rx = Receiver::ok();
     let s = start(
         &format!(
-            "callback_allow = [{:?}]\n[tenants.shop]\nwebhook_secret = \"s3cret\"\n",
+            "callback_allow = [{:?}]\nopen_tenants = true\n[tenants.shop]\nwebhook_secret = \"s3cret-0123456789abcdef0123456789\"\n",
             rx.base()
         ),
         &[],
@@ -134,11 +134,27 @@ fn a_delivery_is_signed_and_carries_the_documented_body_and_headers() {
     assert_eq!(d.header("content-type"), Some("application/json"));
     let sig = d.header("punctual-signature").expect("signed");
     let now_s = receiver::now_us() / 1_000_000;
-    assert_eq!(sign::verify(b"s3cret", sig, &d.body, now_s, 300), Ok(()));
+    assert_eq!(
+        sign::verify(
+            b"s3cret-0123456789abcdef0123456789",
+            sig,
+            &d.body,
+            now_s,
+            300
+        ),
+        Ok(())
+    );
     assert!(sign::verify(b"wrong", sig, &d.body, now_s, 300).is_err());
     let mut tampered = d.body.clone();
     tampered.push(b' ');
-    assert!(sign::verify(b"s3cret", sig, &tampered, now_s, 300).is_err());
+    assert!(sign::verify(
+        b"s3cret-0123456789abcdef0123456789",
+        sig,
+        &tampered,
+        now_s,
+        300
+    )
+    .is_err());
     let body = d.json();
     assert_eq!(body["tenant"], "shop");
     assert_eq!(body["key"], "order-1");
@@ -395,7 +411,7 @@ fn a_callback_outside_the_allow_list_is_refused() {
     let rx = Receiver::ok();
     let s = start(
         &format!(
-            "callback_allow = [{:?}]\n[tenants.locked]\ncallback_allow = [\"https://only.example.com/\"]\n",
+            "callback_allow = [{:?}]\nopen_tenants = true\n[tenants.locked]\ncallback_allow = [\"https://only.example.com/\"]\n",
             rx.base()
         ),
         &[],
@@ -644,7 +660,10 @@ fn the_python_receiver_example_verifies_signatures_and_dedupes() {
             "/examples/webhook_receiver.py"
         ))
         .arg(format!("127.0.0.1:{port}"))
-        .env("PUNCTUAL_WEBHOOK_SECRET", "s3cret")
+        .env(
+            "PUNCTUAL_WEBHOOK_SECRET",
+            "s3cret-0123456789abcdef0123456789",
+        )
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3 runs");
@@ -654,7 +673,7 @@ fn the_python_receiver_example_verifies_signatures_and_dedupes() {
     });
     let s = start(
         &format!(
-            "callback_allow = [\"http://{addr}/\"]\n[tenants.good]\nwebhook_secret = \"s3cret\"\n[tenants.bad]\nwebhook_secret = \"wrong\"\n"
+            "callback_allow = [\"http://{addr}/\"]\nopen_tenants = true\n[tenants.good]\nwebhook_secret = \"s3cret-0123456789abcdef0123456789\"\n[tenants.bad]\nwebhook_secret = \"wrong-0123456789abcdef0123456789ab\"\n"
         ),
         &[],
     );
@@ -688,7 +707,11 @@ fn the_python_receiver_example_verifies_signatures_and_dedupes() {
     let body = json!({"tenant": "good", "key": "k1", "version": version, "fire_at_us": 1,
         "fired_at_us": 1, "attempt": 2, "payload": {"x": 1}})
     .to_string();
-    let sig = sign::signature(b"s3cret", receiver::now_us() / 1_000_000, body.as_bytes());
+    let sig = sign::signature(
+        b"s3cret-0123456789abcdef0123456789",
+        receiver::now_us() / 1_000_000,
+        body.as_bytes(),
+    );
     let idem = format!("good/k1/{version}");
     let r = api_support::request(
         addr,

@@ -637,6 +637,8 @@ def drill(args):
     config = os.path.join(work, "punctual.toml")
     with open(config, "w") as f:
         f.write(f"""# written by perf/drills/flood.py
+open_tenants = true   # the bulk tenants have no table
+
 [tenants.flood]
 max_pending = {FLOOD_MAX_PENDING}
 

@@ -26,6 +26,12 @@ pub enum ApiError {
     EmptyBatch,
     #[error("tenant {0:?} needs \"Authorization: Bearer <token>\" with its token")]
     Unauthorized(String),
+    #[error("tenant {0:?} is not configured on this server (add a [tenants.<name>] table, or set open_tenants = true)")]
+    UnknownTenant(String),
+    #[error("{0} needs \"Authorization: Bearer <token>\" with its token")]
+    MetricsUnauthorized(&'static str),
+    #[error("tenant {tenant:?} is over its request rate; retry after {retry_after_s} s")]
+    RateLimited { tenant: String, retry_after_s: u64 },
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -70,14 +76,14 @@ impl ApiError {
             | EmptyBatch
             | CallbackNotAllowed(_) => StatusCode::BAD_REQUEST,
             TimerPending(_) => StatusCode::CONFLICT,
-            Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Unauthorized(_) | UnknownTenant(_) | MetricsUnauthorized(_) => StatusCode::UNAUTHORIZED,
             NotFound(_) => StatusCode::NOT_FOUND,
             MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             BodyTooLarge { .. } | PayloadTooLarge(_) | TooManyItems { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            QuotaExceeded { .. } | RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Overloaded(_) | CapacityExceeded(_) | StoreUnavailable { .. } | ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -96,7 +102,9 @@ impl ApiError {
             InvalidTenant(_) => "invalid_tenant",
             InvalidKey(_) => "invalid_key",
             EmptyBatch => "empty_batch",
-            Unauthorized(_) => "unauthorized",
+            Unauthorized(_) | MetricsUnauthorized(_) => "unauthorized",
+            UnknownTenant(_) => "unknown_tenant",
+            RateLimited { .. } => "rate_limited",
             NotFound(_) => "not_found",
             CallbackNotAllowed(_) => "callback_not_allowed",
             TimerPending(_) => "timer_pending",

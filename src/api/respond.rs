@@ -200,7 +200,9 @@ pub fn error(e: &ApiError) -> Resp {
     let mut r = json(e.status(), e.body());
     let h = r.headers_mut();
     match e {
-        ApiError::Unauthorized(_) => {
+        ApiError::Unauthorized(_)
+        | ApiError::UnknownTenant(_)
+        | ApiError::MetricsUnauthorized(_) => {
             h.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         ApiError::MethodNotAllowed { allow, .. } => {
@@ -212,7 +214,8 @@ pub fn error(e: &ApiError) -> Resp {
         | ApiError::QuotaExceeded { .. } => {
             h.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        ApiError::StoreUnavailable { retry_after_s, .. } => {
+        ApiError::StoreUnavailable { retry_after_s, .. }
+        | ApiError::RateLimited { retry_after_s, .. } => {
             h.insert(RETRY_AFTER, HeaderValue::from((*retry_after_s).max(1)));
         }
         _ => {}

@@ -1,5 +1,6 @@
 //! Routing and the single-timer handlers. A request is matched to a route, checked in the
-//! documented order (method, tenant and key names, bearer token, then the body), and
+//! documented order (method, tenant and key names, the tenant's admission: known, bearer
+//! token, request rate (`tenants.rs`), then the body), and
 //! answered; the engine is reached through the `_async` handle calls, whose replies come
 //! back through the owning shard's ring without blocking this shard's other connections.
 
@@ -99,10 +100,7 @@ impl App {
     pub(super) fn check(&self, tenant: &str, req: &Request<Incoming>) -> Result<(), ApiError> {
         validate_name(NameKind::Tenant, tenant)?;
         let auth = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
-        if !self.shared.tenants.authorized(tenant, auth) {
-            return Err(ApiError::Unauthorized(tenant.to_string()));
-        }
-        Ok(())
+        self.shared.tenants.admit(tenant, auth)
     }
 
     async fn timer(
@@ -169,6 +167,12 @@ impl App {
 
     fn metrics(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
         get_only(req)?;
+        if let Some(token) = &self.shared.config.metrics_token {
+            let auth = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
+            if !super::tenants::bearer_matches(auth, token) {
+                return Err(ApiError::MetricsUnauthorized("/metrics"));
+            }
+        }
         let text = self
             .shared
             .metrics

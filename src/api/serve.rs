@@ -34,7 +34,7 @@ pub fn serve(config: Config) -> Result<(), String> {
         .map(|s| std::sync::Mutex::new(Some(s)))
         .collect();
 
-    let tenants = Tenants::new(&config.tenants);
+    let tenants = Tenants::new(&config.tenants, config.serves_unlisted_tenants());
     let webhooks = Arc::new(webhook_settings(&config)?);
     let shared = Arc::new(Shared::new(
         config.clone(),

@@ -1,56 +1,123 @@
-//! Per-tenant access from the configuration: the bearer token.
+//! Who may call for a tenant, and how often: the tenant table from the configuration.
+//!
+//! A request for a tenant passes three checks, in this order, before its body is read:
+//!
+//! | check | refused with | when |
+//! |---|---|---|
+//! | the tenant is known | `401 unknown_tenant` | `[tenants.*]` tables are configured, this tenant has none, and `open_tenants` is off |
+//! | its bearer token | `401 unauthorized` | the tenant has a `token` and the request does not carry it |
+//! | its request rate | `429 rate_limited` + `Retry-After` | the tenant has `max_requests_per_s` and used up its burst |
+//!
+//! The token is checked before the rate, so a caller without the token cannot spend a
+//! tenant's budget. Every request counts once against the rate (a batch too: its size is
+//! bounded by `max_batch_body_bytes`, and the timers it holds by the quota).
+//!
+//! The rate limiter is `governor`'s GCRA: one atomic word per tenant, shared by every
+//! shard's server, so the limit holds for the process whichever shard accepted the
+//! connection; a check is one compare-and-swap and never blocks.
 //!
 //! Quotas of pending timers are the engine's (`quota`): the shards count what they hold, and
 //! the handlers only take a slot first so that a batch is refused in item order
-//! (`Handle::quota`, `Handle::schedule_holding`). The map of tenants is built once at start
-//! and only read afterwards.
+//! (`Handle::quota`, `Handle::schedule_holding`). The table is built once at start and only
+//! read afterwards.
 
+use super::error::ApiError;
 use crate::config::TenantConfig;
-use std::collections::HashMap;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 // Constant time: the time a comparison takes does not tell how much of a guess was right.
 use subtle::ConstantTimeEq;
 
-pub struct Tenant {
+struct Tenant {
     token: Option<String>,
+    limiter: Option<DefaultDirectRateLimiter>,
 }
 
-/// Tenants that have a token; any other tenant is open.
-#[derive(Clone, Default)]
-pub struct Tenants(Arc<HashMap<String, Tenant>>);
+/// The configured tenants, and whether others are served.
+#[derive(Clone)]
+pub struct Tenants {
+    table: Arc<HashMap<String, Tenant>>,
+    serve_unlisted: bool,
+    clock: DefaultClock,
+}
+
+impl Default for Tenants {
+    /// No table: every tenant is open.
+    fn default() -> Self {
+        Tenants::new(&BTreeMap::new(), true)
+    }
+}
 
 impl Tenants {
-    pub fn new(config: &std::collections::BTreeMap<String, TenantConfig>) -> Self {
-        let map = config
+    /// `serve_unlisted`: whether a tenant without a table is served (see
+    /// `Config::serves_unlisted_tenants`).
+    pub fn new(config: &BTreeMap<String, TenantConfig>, serve_unlisted: bool) -> Self {
+        let table = config
             .iter()
             .map(|(name, c)| {
                 let t = Tenant {
                     token: c.token.clone(),
+                    limiter: c.max_requests_per_s.and_then(|rate| {
+                        let rate = NonZeroU32::new(u32::try_from(rate).unwrap_or(u32::MAX))?;
+                        let burst = c
+                            .burst
+                            .and_then(|b| NonZeroU32::new(u32::try_from(b).unwrap_or(u32::MAX)))
+                            .unwrap_or(rate);
+                        Some(RateLimiter::direct(
+                            Quota::per_second(rate).allow_burst(burst),
+                        ))
+                    }),
                 };
                 (name.clone(), t)
             })
             .collect();
-        Tenants(Arc::new(map))
+        Tenants {
+            table: Arc::new(table),
+            serve_unlisted,
+            clock: DefaultClock::default(),
+        }
     }
 
-    pub fn get(&self, tenant: &str) -> Option<&Tenant> {
-        self.0.get(tenant)
+    /// Whether a request for `tenant` with this `Authorization` header may proceed now: the
+    /// three checks of the module doc, in their order. A header sent for a tenant without a
+    /// token is ignored; the scheme name is case-insensitive.
+    pub fn admit(&self, tenant: &str, authorization: Option<&[u8]>) -> Result<(), ApiError> {
+        let Some(t) = self.table.get(tenant) else {
+            return if self.serve_unlisted {
+                Ok(())
+            } else {
+                Err(ApiError::UnknownTenant(tenant.to_string()))
+            };
+        };
+        if let Some(token) = t.token.as_deref() {
+            if !bearer_matches(authorization, token) {
+                return Err(ApiError::Unauthorized(tenant.to_string()));
+            }
+        }
+        if let Some(limiter) = &t.limiter {
+            if let Err(not_until) = limiter.check() {
+                let wait = not_until.wait_time_from(self.clock.now());
+                return Err(ApiError::RateLimited {
+                    tenant: tenant.to_string(),
+                    // Whole seconds, rounded up: a client that waits as told is admitted.
+                    retry_after_s: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+                });
+            }
+        }
+        Ok(())
     }
+}
 
-    /// Whether a request for `tenant` with this `Authorization` header may proceed. A header
-    /// sent for a tenant without a token is ignored; the scheme name is case-insensitive.
-    pub fn authorized(&self, tenant: &str, authorization: Option<&[u8]>) -> bool {
-        let Some(token) = self.get(tenant).and_then(|t| t.token.as_deref()) else {
-            return true;
-        };
-        let Some(h) = authorization else {
-            return false;
-        };
-        let Some((scheme, given)) = split_scheme(h) else {
-            return false;
-        };
-        scheme.eq_ignore_ascii_case(b"bearer") && bool::from(given.ct_eq(token.as_bytes()))
-    }
+/// Whether `authorization` is `Bearer <token>` (scheme in any case, the token exact, compared
+/// in constant time).
+pub fn bearer_matches(authorization: Option<&[u8]>, token: &str) -> bool {
+    let Some((scheme, given)) = authorization.and_then(split_scheme) else {
+        return false;
+    };
+    scheme.eq_ignore_ascii_case(b"bearer") && bool::from(given.ct_eq(token.as_bytes()))
 }
 
 fn split_scheme(h: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -63,30 +130,95 @@ fn split_scheme(h: &[u8]) -> Option<(&[u8], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
-    fn tenants() -> Tenants {
-        let mut m = BTreeMap::new();
-        m.insert(
-            "acme".to_string(),
-            TenantConfig {
-                token: Some("s3cret".into()),
-                max_pending: Some(2),
-                ..Default::default()
-            },
-        );
-        Tenants::new(&m)
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    fn table(entries: &[(&str, TenantConfig)]) -> BTreeMap<String, TenantConfig> {
+        entries
+            .iter()
+            .map(|(n, c)| (n.to_string(), c.clone()))
+            .collect()
+    }
+
+    fn acme() -> TenantConfig {
+        TenantConfig {
+            token: Some(TOKEN.into()),
+            max_pending: Some(2),
+            ..Default::default()
+        }
+    }
+
+    fn code(r: Result<(), ApiError>) -> &'static str {
+        r.map_or_else(|e| e.code(), |()| "ok")
     }
 
     #[test]
     fn bearer_scheme_is_case_insensitive_and_token_exact() {
-        let t = tenants();
-        assert!(t.authorized("acme", Some(b"Bearer s3cret")));
-        assert!(t.authorized("acme", Some(b"bEaReR s3cret")));
-        assert!(!t.authorized("acme", Some(b"Bearer s3cre")));
-        assert!(!t.authorized("acme", Some(b"Basic s3cret")));
-        assert!(!t.authorized("acme", Some(b"Bearer")));
-        assert!(!t.authorized("acme", None));
-        assert!(t.authorized("open", Some(b"Bearer whatever")));
+        let t = Tenants::new(&table(&[("acme", acme())]), true);
+        let with = |h: String| t.admit("acme", Some(h.as_bytes()));
+        assert_eq!(code(with(format!("Bearer {TOKEN}"))), "ok");
+        assert_eq!(code(with(format!("bEaReR {TOKEN}"))), "ok");
+        assert_eq!(
+            code(with(format!("Bearer {}", &TOKEN[1..]))),
+            "unauthorized"
+        );
+        assert_eq!(code(with(format!("Basic {TOKEN}"))), "unauthorized");
+        assert_eq!(code(with("Bearer".into())), "unauthorized");
+        assert_eq!(code(t.admit("acme", None)), "unauthorized");
+        assert_eq!(code(t.admit("open", Some(b"Bearer whatever"))), "ok");
+    }
+
+    #[test]
+    fn a_caller_without_the_token_spends_none_of_the_tenants_budget() {
+        let limited = TenantConfig {
+            max_requests_per_s: Some(1),
+            burst: Some(1),
+            ..acme()
+        };
+        let t = Tenants::new(&table(&[("acme", limited)]), false);
+        for _ in 0..5 {
+            assert_eq!(code(t.admit("acme", Some(b"Bearer guess"))), "unauthorized");
+        }
+        let auth = format!("Bearer {TOKEN}");
+        assert_eq!(code(t.admit("acme", Some(auth.as_bytes()))), "ok");
+        assert_eq!(code(t.admit("acme", Some(auth.as_bytes()))), "rate_limited");
+    }
+
+    #[test]
+    fn an_unlisted_tenant_is_refused_once_tenants_are_configured() {
+        let closed = Tenants::new(&table(&[("acme", acme())]), false);
+        assert_eq!(code(closed.admit("other", None)), "unknown_tenant");
+        assert_eq!(
+            code(closed.admit("other", Some(format!("Bearer {TOKEN}").as_bytes()))),
+            "unknown_tenant",
+            "another tenant's token opens nothing"
+        );
+        let open = Tenants::new(&table(&[("acme", acme())]), true);
+        assert_eq!(code(open.admit("other", None)), "ok");
+        assert_eq!(code(Tenants::default().admit("anyone", None)), "ok");
+    }
+
+    #[test]
+    fn a_tenant_past_its_burst_is_rate_limited_and_told_when_to_retry() {
+        let limited = TenantConfig {
+            max_requests_per_s: Some(1),
+            burst: Some(3),
+            ..acme()
+        };
+        let t = Tenants::new(&table(&[("acme", limited), ("calm", acme())]), false);
+        let auth = format!("Bearer {TOKEN}");
+        for i in 0..3 {
+            assert_eq!(code(t.admit("acme", Some(auth.as_bytes()))), "ok", "{i}");
+        }
+        match t.admit("acme", Some(auth.as_bytes())) {
+            Err(ApiError::RateLimited { retry_after_s, .. }) => {
+                assert!((1..=2).contains(&retry_after_s), "{retry_after_s}")
+            }
+            other => panic!("expected rate_limited, got {other:?}"),
+        }
+        // Another tenant has its own budget.
+        for _ in 0..10 {
+            assert_eq!(code(t.admit("calm", Some(auth.as_bytes()))), "ok");
+        }
     }
 }

@@ -59,6 +59,18 @@ pub struct ServeArgs {
     /// master alone [default: 0].
     #[arg(long, env = "PUNCTUAL_REDIS_WAIT_REPLICAS", value_name = "N")]
     pub redis_wait_replicas: Option<String>,
+    /// With `[tenants.*]` tables in the config file, serve tenants that have none too
+    /// [default: false: they are answered 401 unknown_tenant].
+    #[arg(long, env = "PUNCTUAL_OPEN_TENANTS", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]
+    pub open_tenants: Option<String>,
+    /// `GET /metrics` then needs `Authorization: Bearer <TOKEN>` (at least 32 bytes).
+    #[arg(
+        long,
+        env = "PUNCTUAL_METRICS_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub metrics_token: Option<String>,
     /// Microseconds before a deadline at which a shard stops parking and spins; 0 turns
     /// spinning off for shared hosts [default: 100].
     #[arg(long, env = "PUNCTUAL_SPIN_US", value_name = "N")]

@@ -14,6 +14,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use thiserror::Error;
 
+/// The shortest token or webhook secret accepted: 32 bytes, 256 bits, so that neither can be
+/// guessed online or brute-forced offline from a signature.
+pub const MIN_SECRET_BYTES: usize = 32;
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error("config file {path}: {reason}")]
@@ -30,15 +34,21 @@ pub enum ConfigError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
-    /// Every call for this tenant then needs `Authorization: Bearer <token>`.
+    /// Every call for this tenant then needs `Authorization: Bearer <token>` (at least
+    /// [`MIN_SECRET_BYTES`] bytes).
     pub token: Option<String>,
+    /// Requests a second this tenant may make, all shards together; more are answered
+    /// `429 rate_limited` with `Retry-After`. Unset: no limit.
+    pub max_requests_per_s: Option<u64>,
+    /// Requests the tenant may make at once above its rate [default: `max_requests_per_s`].
+    pub burst: Option<u64>,
     /// Quota of pending timers.
     pub max_pending: Option<u64>,
     /// The callback of a registration that names none.
     pub callback_url: Option<String>,
     /// URL prefixes this tenant's callbacks must start with (replaces the top-level list).
     pub callback_allow: Option<Vec<String>>,
-    /// Signs this tenant's deliveries (`Punctual-Signature`).
+    /// Signs this tenant's deliveries (`Punctual-Signature`; at least [`MIN_SECRET_BYTES`]).
     pub webhook_secret: Option<String>,
     pub retry_max_attempts: Option<u64>,
     pub retry_base_delay_ms: Option<u64>,
@@ -113,7 +123,20 @@ pub struct Config {
     pub bind_retry_ms: u64,
     #[serde(flatten)]
     pub webhooks: WebhookConfig,
+    /// With `[tenants.*]` tables configured, whether a tenant without one is still served.
+    /// Without any table every tenant is open (the quick start).
+    pub open_tenants: bool,
+    /// `GET /metrics` then needs `Authorization: Bearer <metrics_token>`.
+    pub metrics_token: Option<String>,
     pub tenants: BTreeMap<String, TenantConfig>,
+}
+
+impl Config {
+    /// Whether a tenant without a `[tenants.<name>]` table is served: always when no table
+    /// is configured, else only with `open_tenants = true`.
+    pub fn serves_unlisted_tenants(&self) -> bool {
+        self.tenants.is_empty() || self.open_tenants
+    }
 }
 
 impl Default for Config {
@@ -143,6 +166,8 @@ impl Default for Config {
             shutdown_grace_ms: 5_000,
             bind_retry_ms: 5_000,
             webhooks: WebhookConfig::default(),
+            open_tenants: false,
+            metrics_token: None,
             tenants: BTreeMap::new(),
         }
     }
@@ -183,6 +208,8 @@ pub struct FileConfig {
     retry_max_attempts: Option<u64>,
     retry_base_delay_ms: Option<u64>,
     retry_max_delay_ms: Option<u64>,
+    open_tenants: Option<bool>,
+    metrics_token: Option<String>,
     #[serde(default)]
     tenants: BTreeMap<String, TenantConfig>,
 }

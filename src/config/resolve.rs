@@ -199,15 +199,11 @@ impl Config {
             let key = format!("tenants.{name}");
             crate::error::validate_name(crate::error::NameKind::Tenant, name)
                 .map_err(|e| invalid(&key, name, e))?;
-            if t.token
-                .as_deref()
-                .is_some_and(|tok| tok.is_empty() || tok.contains(char::is_whitespace))
-            {
-                return Err(invalid(
-                    &format!("{key}.token"),
-                    "…",
-                    "must be non-empty, without whitespace",
-                ));
+            if let Some(tok) = &t.token {
+                check_secret(&format!("{key}.token"), tok)?;
+            }
+            if let Some(secret) = &t.webhook_secret {
+                check_secret(&format!("{key}.webhook_secret"), secret)?;
             }
             if t.max_pending == Some(0) {
                 return Err(invalid(
@@ -216,6 +212,16 @@ impl Config {
                     "must be at least 1 (leave it out for no quota)",
                 ));
             }
+            check_rate(&key, t)?;
+        }
+        let open_tenants =
+            pick::<bool>("open_tenants", &args.open_tenants, file.open_tenants)?.unwrap_or(false);
+        let metrics_token = match (&args.metrics_token, file.metrics_token) {
+            (Some(s), _) => Some(s.clone()),
+            (None, f) => f,
+        };
+        if let Some(tok) = &metrics_token {
+            check_secret("metrics_token", tok)?;
         }
         Ok(Config {
             webhooks,
@@ -306,6 +312,8 @@ impl Config {
                 0,
                 600_000,
             )?,
+            open_tenants,
+            metrics_token,
             tenants,
         })
     }
@@ -314,6 +322,9 @@ impl Config {
     pub fn to_toml_masked(&self) -> String {
         let mut shown = self.clone();
         shown.redis = shown.redis.as_deref().map(super::mask_url);
+        if shown.metrics_token.is_some() {
+            shown.metrics_token = Some("***".into());
+        }
         for t in shown.tenants.values_mut() {
             if t.token.is_some() {
                 t.token = Some("***".into());
@@ -323,5 +334,43 @@ impl Config {
             }
         }
         toml::to_string(&shown).unwrap_or_else(|e| format!("# could not render: {e}\n"))
+    }
+}
+
+/// A bearer token or webhook secret: at least [`MIN_SECRET_BYTES`] bytes, no whitespace (a
+/// token travels in a header, where whitespace would be cut). The value is never echoed.
+fn check_secret(key: &str, secret: &str) -> Result<(), ConfigError> {
+    if secret.contains(char::is_whitespace) {
+        return Err(invalid(key, "***", "must not contain whitespace"));
+    }
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(invalid(
+            key,
+            "***",
+            format!(
+                "is {} bytes; at least {MIN_SECRET_BYTES} are needed (for example `openssl rand -hex 32`)",
+                secret.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A tenant's `max_requests_per_s` and `burst`: both at least 1, and a burst only with a rate.
+fn check_rate(key: &str, t: &TenantConfig) -> Result<(), ConfigError> {
+    match (t.max_requests_per_s, t.burst) {
+        (None, None) => Ok(()),
+        (None, Some(b)) => Err(invalid(
+            &format!("{key}.burst"),
+            b,
+            "needs `max_requests_per_s` too",
+        )),
+        (Some(rate), burst) => {
+            in_range(&format!("{key}.max_requests_per_s"), rate, 1, 1_000_000)?;
+            if let Some(b) = burst {
+                in_range(&format!("{key}.burst"), b, 1, 1_000_000)?;
+            }
+            Ok(())
+        }
     }
 }

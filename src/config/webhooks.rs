@@ -112,9 +112,6 @@ impl WebhookConfig {
                     ));
                 }
             }
-            if t.webhook_secret.as_deref().is_some_and(str::is_empty) {
-                return Err(invalid(&key("webhook_secret"), "", "must not be empty"));
-            }
         }
         Ok(w)
     }
