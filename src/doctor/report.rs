@@ -183,8 +183,9 @@ impl Report {
     pub fn to_json(&self) -> String {
         // Serialising plain strings, numbers and enums cannot fail; fall back to a
         // minimal object rather than panic if a future field ever could.
-        serde_json::to_string_pretty(self)
-            .unwrap_or_else(|e| format!("{{\"ok\":false,\"error\":{:?}}}", e.to_string()))
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| {
+            serde_json::json!({"ok": false, "error": e.to_string()}).to_string()
+        })
     }
 
     /// The human rendering: one section per group; every check shows what was found and
