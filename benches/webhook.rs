@@ -143,7 +143,8 @@ fn field(body: &[u8], name: &[u8]) -> Option<u64> {
 
 fn engine(shards: usize, addr: SocketAddr) -> punctual::Engine {
     let mut s = WebhookSettings::new(tls_config(None).expect("tls"));
-    s.allow = vec![format!("http://{addr}/")];
+    s.allow = punctual::sink::webhook::allow::AllowList::new(&[format!("http://{addr}/")], &[])
+        .expect("an allow-list");
     if let Some(n) = std::env::var("PUNCTUAL_BENCH_HOST_CAP")
         .ok()
         .and_then(|v| v.parse().ok())

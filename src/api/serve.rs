@@ -11,6 +11,8 @@ use super::state::Shared;
 use super::tenants::Tenants;
 use crate::config::{Config, FsyncMode, PinningMode, StoreChoice};
 use crate::engine::{EngineBuilder, Fsync, JournalConfig, Pinning, RedisConfig};
+use crate::sink::webhook::address::parse_networks;
+use crate::sink::webhook::allow::AllowList;
 use crate::sink::webhook::settings::{tls_config, TenantWebhooks, WebhookSettings};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::Arc;
@@ -192,13 +194,25 @@ fn webhook_settings(config: &Config) -> Result<WebhookSettings, String> {
     s.max_in_flight_per_host = u32::try_from(w.webhook_max_in_flight_per_host).unwrap_or(u32::MAX);
     s.max_in_flight_per_tenant =
         u32::try_from(w.webhook_max_in_flight_per_tenant).unwrap_or(u32::MAX);
-    s.allow = w.callback_allow.clone();
+    let allow_list = |prefixes: &[String], networks: &[String]| {
+        let nets = parse_networks(networks)?;
+        AllowList::new(prefixes, &nets)
+    };
+    s.allow = allow_list(&w.callback_allow, &w.callback_allow_networks)?;
     s.retry = w.retry();
     for (name, t) in &config.tenants {
+        // A tenant's own prefixes or networks replace the top-level ones, each on its own.
+        let tenant_allow = match (&t.callback_allow, &t.callback_allow_networks) {
+            (None, None) => None,
+            (p, n) => Some(allow_list(
+                p.as_deref().unwrap_or(&w.callback_allow),
+                n.as_deref().unwrap_or(&w.callback_allow_networks),
+            )?),
+        };
         s.tenants.insert(
             name.clone(),
             TenantWebhooks {
-                allow: t.callback_allow.clone(),
+                allow: tenant_allow,
                 default_url: t.callback_url.clone(),
                 retry: w.tenant_retry(t),
                 secret: t.webhook_secret.as_ref().map(|s| s.as_bytes().to_vec()),

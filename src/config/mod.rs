@@ -48,6 +48,9 @@ pub struct TenantConfig {
     pub callback_url: Option<String>,
     /// URL prefixes this tenant's callbacks must start with (replaces the top-level list).
     pub callback_allow: Option<Vec<String>>,
+    /// Networks this tenant's deliveries may reach beyond the public internet (replaces the
+    /// top-level list).
+    pub callback_allow_networks: Option<Vec<String>>,
     /// Signs this tenant's deliveries (`Punctual-Signature`; at least [`MIN_SECRET_BYTES`]).
     pub webhook_secret: Option<String>,
     pub retry_max_attempts: Option<u64>,
@@ -201,6 +204,7 @@ pub struct FileConfig {
     shutdown_grace_ms: Option<u64>,
     bind_retry_ms: Option<u64>,
     callback_allow: Option<Vec<String>>,
+    callback_allow_networks: Option<Vec<String>>,
     webhook_timeout_ms: Option<u64>,
     webhook_max_in_flight_per_host: Option<u64>,
     webhook_max_in_flight_per_tenant: Option<u64>,

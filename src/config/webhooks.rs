@@ -4,6 +4,7 @@
 //!
 //! ```toml
 //! callback_allow = ["https://hooks.example.com/"]   # tenants not listed below
+//! callback_allow_networks = ["10.1.0.0/16"]        # internal targets deliveries may reach
 //! webhook_timeout_ms = 5000
 //! retry_max_attempts = 5
 //!
@@ -15,6 +16,8 @@
 //! ```
 
 use super::{invalid, ConfigError, FileConfig, TenantConfig};
+use crate::sink::webhook::address::parse_networks;
+use crate::sink::webhook::allow::{self, AllowList};
 use crate::sink::webhook::meta::RetryPolicy;
 use crate::sink::webhook::settings::{check_allow_prefix, check_retry, DEFAULT_RETRY};
 use serde::Serialize;
@@ -25,6 +28,9 @@ pub struct WebhookConfig {
     /// URL prefixes callbacks must start with, for tenants without their own list. Empty:
     /// callbacks are refused (`400 callback_not_allowed`).
     pub callback_allow: Vec<String>,
+    /// Networks deliveries may reach beyond the public internet (loopback, private,
+    /// link-local… are refused otherwise), for tenants without their own list.
+    pub callback_allow_networks: Vec<String>,
     /// A 2xx within this many ms is success [default: 5000].
     pub webhook_timeout_ms: u64,
     /// Deliveries in flight per shard to one host [default: 64].
@@ -42,6 +48,7 @@ impl Default for WebhookConfig {
     fn default() -> Self {
         WebhookConfig {
             callback_allow: Vec::new(),
+            callback_allow_networks: Vec::new(),
             webhook_timeout_ms: 5_000,
             webhook_max_in_flight_per_host: 64,
             webhook_max_in_flight_per_tenant: 256,
@@ -66,6 +73,7 @@ impl WebhookConfig {
         };
         let w = WebhookConfig {
             callback_allow: file.callback_allow.clone().unwrap_or_default(),
+            callback_allow_networks: file.callback_allow_networks.clone().unwrap_or_default(),
             webhook_timeout_ms: in_range(
                 "webhook_timeout_ms",
                 file.webhook_timeout_ms,
@@ -93,18 +101,26 @@ impl WebhookConfig {
             retry_max_delay_ms: file.retry_max_delay_ms.unwrap_or(d.retry_max_delay_ms),
         };
         check_prefixes("callback_allow", &w.callback_allow)?;
+        check_networks("callback_allow_networks", &w.callback_allow_networks)?;
         check_retry(&w.retry()).map_err(|e| invalid("retry_max_attempts", "…", e))?;
         for (name, t) in &file.tenants {
             let key = |k: &str| format!("tenants.{name}.{k}");
             if let Some(list) = &t.callback_allow {
                 check_prefixes(&key("callback_allow"), list)?;
             }
+            if let Some(list) = &t.callback_allow_networks {
+                check_networks(&key("callback_allow_networks"), list)?;
+            }
             if let Some(p) = w.tenant_retry(t) {
                 check_retry(&p).map_err(|e| invalid(&key("retry_max_attempts"), "…", e))?;
             }
             if let Some(url) = &t.callback_url {
                 let list = t.callback_allow.as_ref().unwrap_or(&w.callback_allow);
-                if !list.iter().any(|p| url.starts_with(p.as_str())) {
+                let allowed = AllowList::new(list, &[])
+                    .map_err(|e| invalid(&key("callback_allow"), "…", e))?;
+                let parsed =
+                    allow::parse(url).map_err(|e| invalid(&key("callback_url"), url, e))?;
+                if !allowed.permits(&parsed) {
                     return Err(invalid(
                         &key("callback_url"),
                         url,
@@ -147,6 +163,13 @@ impl WebhookConfig {
 fn check_prefixes(key: &str, list: &[String]) -> Result<(), ConfigError> {
     for p in list {
         check_allow_prefix(p).map_err(|e| invalid(key, p, e))?;
+        AllowList::new(std::slice::from_ref(p), &[]).map_err(|e| invalid(key, p, e))?;
     }
     Ok(())
+}
+
+fn check_networks(key: &str, list: &[String]) -> Result<(), ConfigError> {
+    parse_networks(list)
+        .map(|_| ())
+        .map_err(|e| invalid(key, "…", e))
 }

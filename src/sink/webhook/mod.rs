@@ -57,6 +57,8 @@
 //! Cost per fire of a webhook timer: a metadata decode and encode, the JSON body, an HMAC
 //! when the tenant has a secret, and a task spawn.
 
+pub mod address;
+pub mod allow;
 pub mod client;
 mod deliver;
 pub mod meta;

@@ -4,12 +4,15 @@
 //! # No open relay
 //!
 //! A callback URL is accepted only when it starts with one of its tenant's `callback_allow`
-//! prefixes (tenants not listed use the top-level list). Without a list, callbacks are
-//! refused. Every prefix must name a scheme, a host and the `/` that ends the authority
-//! (`https://hooks.example.com/`), so a prefix can never be extended into another host
-//! (`https://hooks.example.com.evil.net/`) or smuggle credentials (`…@evil.net`). URLs with
-//! user information or a fragment are refused outright.
+//! prefixes (tenants not listed use the top-level list), compared on normalised URLs
+//! (`allow.rs`). Without a list, callbacks are refused. Every prefix must name a scheme, a
+//! host and the `/` that ends the authority (`https://hooks.example.com/`), so a prefix can
+//! never be extended into another host (`https://hooks.example.com.evil.net/`) or smuggle
+//! credentials (`…@evil.net`). URLs with user information, a fragment, a dot segment or a
+//! backslash are refused outright. Where a delivery may then connect is checked on every
+//! resolved address (`address.rs`), against the tenant's `callback_allow_networks`.
 
+use super::allow::AllowList;
 use super::meta::{RetryPolicy, MAX_URL};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,8 +32,9 @@ pub const MAX_DELAY_MS: u64 = 7 * 86_400_000;
 /// One tenant's webhook settings.
 #[derive(Clone, Debug, Default)]
 pub struct TenantWebhooks {
-    /// URL prefixes its callbacks must start with; `None`: the top-level list applies.
-    pub allow: Option<Vec<String>>,
+    /// URL prefixes its callbacks must start with, and the networks they may reach; `None`:
+    /// the top-level list applies.
+    pub allow: Option<AllowList>,
     /// The callback of a registration that names none.
     pub default_url: Option<String>,
     /// The retry policy of a registration that gives none (fields it leaves out too).
@@ -54,8 +58,8 @@ pub struct WebhookSettings {
     pub max_in_flight_per_host: u32,
     /// Deliveries in flight per shard for one tenant (default 256); same treatment.
     pub max_in_flight_per_tenant: u32,
-    /// The top-level allow-list: for tenants that are not listed.
-    pub allow: Vec<String>,
+    /// The top-level allow-list: for tenants without their own.
+    pub allow: AllowList,
     /// The retry policy of tenants that set none.
     pub retry: RetryPolicy,
     pub tenants: HashMap<String, TenantWebhooks>,
@@ -84,7 +88,7 @@ impl WebhookSettings {
             shutdown_grace: Duration::from_secs(5),
             max_in_flight_per_host: 64,
             max_in_flight_per_tenant: 256,
-            allow: Vec::new(),
+            allow: AllowList::default(),
             retry: DEFAULT_RETRY,
             tenants: HashMap::new(),
             tls,
@@ -105,7 +109,7 @@ impl WebhookSettings {
     }
 
     /// The allow-list that applies to `tenant`.
-    pub fn allow_list(&self, tenant: &str) -> &[String] {
+    pub fn allow_list(&self, tenant: &str) -> &AllowList {
         match self.tenant(tenant).and_then(|t| t.allow.as_ref()) {
             Some(list) => list,
             None => &self.allow,
@@ -129,16 +133,21 @@ impl WebhookSettings {
         if !self.enabled(tenant) {
             return Err(CallbackError::Off);
         }
-        Target::parse(url)?;
-        if self
-            .allow_list(tenant)
-            .iter()
-            .any(|p| url.starts_with(p.as_str()))
-        {
-            Ok(Some(url.to_string()))
-        } else {
-            Err(CallbackError::NotAllowed(url.to_string()))
+        let invalid = |reason| CallbackError::Invalid {
+            url: url.to_string(),
+            reason,
+        };
+        if url.len() > MAX_URL {
+            return Err(invalid("longer than 2,048 bytes"));
         }
+        let parsed = super::allow::parse(url).map_err(invalid)?;
+        if !self.allow_list(tenant).permits(&parsed) {
+            return Err(CallbackError::NotAllowed(url.to_string()));
+        }
+        // Kept as normalised, so that the delivery requests what was checked.
+        let normalised = parsed.as_str();
+        Target::parse(normalised)?;
+        Ok(Some(normalised.to_string()))
     }
 
     /// The retry policy for a registration: the fields given over the tenant's over the
@@ -291,11 +300,13 @@ mod tests {
 
     fn settings() -> WebhookSettings {
         let mut s = WebhookSettings::new(tls_config(None).expect("tls"));
-        s.allow = vec!["https://hooks.example.com/".into()];
+        s.allow = AllowList::new(&["https://hooks.example.com/".into()], &[]).expect("valid");
         s.tenants.insert(
             "acme".into(),
             TenantWebhooks {
-                allow: Some(vec!["http://127.0.0.1:9000/acme/".into()]),
+                allow: Some(
+                    AllowList::new(&["http://127.0.0.1:9000/acme/".into()], &[]).expect("valid"),
+                ),
                 default_url: Some("http://127.0.0.1:9000/acme/default".into()),
                 webhooks: true,
                 ..Default::default()
@@ -321,6 +332,8 @@ mod tests {
             "https://hooks.example.com@evil.net/x",
             "http://hooks.example.com/x",
             "https://169.254.169.254/latest",
+            "https://hooks.example.com/x/../../admin",
+            "https://hooks.example.com/%2e%2e/admin",
         ] {
             assert!(s.callback_for("shop", Some(bad)).is_err(), "{bad}");
         }
@@ -338,7 +351,7 @@ mod tests {
             Err(CallbackError::Off)
         );
         let mut none = settings();
-        none.allow.clear();
+        none.allow = AllowList::default();
         assert!(matches!(
             none.callback_for("shop", Some("https://hooks.example.com/x")),
             Err(CallbackError::NotAllowed(_))

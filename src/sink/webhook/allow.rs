@@ -1,0 +1,236 @@
+//! The allow-list of one tenant's callbacks: URL prefixes compared on normalised URLs, and
+//! the networks its deliveries may reach beyond the public internet.
+//!
+//! A prefix and a callback are both parsed as WHATWG URLs (the `url` crate), so that what is
+//! compared is what a client will request: the scheme, the host (lower-cased, IDNA, and an
+//! IPv4 address in any of its spellings such as `2130706433` made `127.0.0.1`), the port
+//! (the scheme's default made explicit) and the path segments. A callback matches a prefix
+//! when scheme, host and port are equal and its path segments begin with the prefix's
+//! (a prefix's last segment, when it does not end in `/`, may be the start of the callback's
+//! segment, as in a text prefix).
+//!
+//! A callback whose path holds a dot segment (`.`, `..`, or either percent-encoded) or a
+//! backslash is refused before any comparison: `http://h/acme/../beta/hook` must never pass
+//! `http://h/acme/`, and servers differ in how they resolve such paths.
+//!
+//! A prefix whose host is an IP literal (`http://127.0.0.1:9000/`) also allows exactly that
+//! address for the connection (see `address.rs`), so such configurations need no
+//! `callback_allow_networks`.
+
+use ipnet::IpNet;
+use std::net::IpAddr;
+use url::{Host, Url};
+
+/// One normalised `callback_allow` prefix.
+#[derive(Clone, Debug)]
+struct Prefix {
+    scheme: String,
+    host: Host<String>,
+    port: u16,
+    /// Path segments that must be equal.
+    whole: Vec<String>,
+    /// A last segment the callback's segment must start with ("" when the prefix ends in `/`).
+    partial: String,
+}
+
+/// A tenant's allow-list: its prefixes and the networks its deliveries may reach.
+#[derive(Clone, Debug, Default)]
+pub struct AllowList {
+    prefixes: Vec<Prefix>,
+    networks: Vec<IpNet>,
+}
+
+/// Parses `url` as a callback or prefix would be: http(s), a host, no user information, no
+/// fragment, no dot segment, no backslash.
+pub fn parse(url: &str) -> Result<Url, &'static str> {
+    if url.contains('\\') {
+        return Err("a backslash is not allowed");
+    }
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or("the scheme must be http or https")?;
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return Err("the scheme must be http or https");
+    }
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    if path.split('/').any(is_dot_segment) {
+        return Err("a path with a '.' or '..' segment is not allowed");
+    }
+    let u = Url::parse(url).map_err(|_| "not a URL")?;
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err("user information is not allowed");
+    }
+    if u.fragment().is_some() {
+        return Err("a fragment is not allowed");
+    }
+    if u.host().is_none() {
+        return Err("no host");
+    }
+    Ok(u)
+}
+
+/// `.` or `..`, literally or percent-encoded (`%2e`, `%2E`, `.%2e`, …).
+fn is_dot_segment(seg: &str) -> bool {
+    let decoded = seg.replace("%2e", ".").replace("%2E", ".");
+    decoded == "." || decoded == ".."
+}
+
+impl Prefix {
+    fn new(prefix: &str) -> Result<Prefix, &'static str> {
+        super::settings::check_allow_prefix(prefix)?;
+        let u = parse(prefix)?;
+        if u.query().is_some() {
+            return Err("must not hold a query");
+        }
+        let host = u.host().ok_or("no host")?.to_owned();
+        let port = u.port_or_known_default().ok_or("no port")?;
+        let mut whole: Vec<String> = u
+            .path_segments()
+            .map(|s| s.map(str::to_string).collect())
+            .unwrap_or_default();
+        let partial = whole.pop().unwrap_or_default();
+        Ok(Prefix {
+            scheme: u.scheme().to_string(),
+            host,
+            port,
+            whole,
+            partial,
+        })
+    }
+
+    fn matches(&self, u: &Url) -> bool {
+        if u.scheme() != self.scheme
+            || u.host().map(|h| h.to_owned()).as_ref() != Some(&self.host)
+            || u.port_or_known_default() != Some(self.port)
+        {
+            return false;
+        }
+        let mut segs = u.path_segments().into_iter().flatten();
+        for want in &self.whole {
+            if segs.next() != Some(want.as_str()) {
+                return false;
+            }
+        }
+        match segs.next() {
+            Some(seg) => seg.starts_with(self.partial.as_str()),
+            None => self.partial.is_empty(),
+        }
+    }
+
+    /// The address a prefix with an IP-literal host names.
+    fn literal(&self) -> Option<IpAddr> {
+        match &self.host {
+            Host::Ipv4(a) => Some(IpAddr::V4(*a)),
+            Host::Ipv6(a) => Some(IpAddr::V6(*a)),
+            Host::Domain(_) => None,
+        }
+    }
+}
+
+impl AllowList {
+    /// From the configured prefixes and `callback_allow_networks`; an IP-literal prefix adds
+    /// its address to the networks.
+    pub fn new(prefixes: &[String], networks: &[IpNet]) -> Result<AllowList, String> {
+        let prefixes = prefixes
+            .iter()
+            .map(|p| Prefix::new(p).map_err(|e| format!("{p:?} {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut nets = networks.to_vec();
+        nets.extend(prefixes.iter().filter_map(Prefix::literal).map(IpNet::from));
+        Ok(AllowList {
+            prefixes,
+            networks: nets,
+        })
+    }
+
+    /// Whether `url` (already parsed by [`parse`]) starts with one of the prefixes.
+    pub fn permits(&self, url: &Url) -> bool {
+        self.prefixes.iter().any(|p| p.matches(url))
+    }
+
+    /// The networks a delivery may reach beyond the public internet.
+    pub fn networks(&self) -> &[IpNet] {
+        &self.networks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(prefixes: &[&str]) -> AllowList {
+        let p: Vec<String> = prefixes.iter().map(|s| s.to_string()).collect();
+        AllowList::new(&p, &[]).expect("valid prefixes")
+    }
+
+    fn permits(l: &AllowList, url: &str) -> Result<bool, &'static str> {
+        parse(url).map(|u| l.permits(&u))
+    }
+
+    #[test]
+    fn dot_segments_and_backslashes_are_refused_before_matching() {
+        let l = list(&["http://h/acme/"]);
+        for url in [
+            "http://h/acme/../beta/hook",
+            "http://h/acme/%2e%2e/beta/hook",
+            "http://h/acme/%2E%2e/beta",
+            "http://h/acme/.%2e/beta",
+            "http://h/acme/./hook",
+            "http://h/acme\\..\\beta",
+            "http://h/acme/..?x=1",
+        ] {
+            assert!(permits(&l, url).is_err(), "{url}");
+        }
+        assert_eq!(permits(&l, "http://h/acme/hook"), Ok(true));
+        assert_eq!(
+            permits(&l, "http://h/acme/..hook"),
+            Ok(true),
+            "not a dot segment"
+        );
+    }
+
+    #[test]
+    fn scheme_host_and_port_compare_normalised() {
+        let l = list(&["http://Hooks.Example.com/acme/", "http://127.0.0.1:9000/"]);
+        assert_eq!(permits(&l, "http://hooks.example.com:80/acme/x"), Ok(true));
+        assert_eq!(permits(&l, "HTTP://HOOKS.EXAMPLE.COM/acme/x"), Ok(true));
+        assert_eq!(permits(&l, "https://hooks.example.com/acme/x"), Ok(false));
+        assert_eq!(
+            permits(&l, "http://hooks.example.com:8080/acme/x"),
+            Ok(false)
+        );
+        assert_eq!(
+            permits(&l, "http://hooks.example.com.evil.net/acme/x"),
+            Ok(false)
+        );
+        assert_eq!(permits(&l, "http://hooks.example.com/acmeX/x"), Ok(false));
+        assert_eq!(permits(&l, "http://hooks.example.com/beta/x"), Ok(false));
+        // The same address spelled as a number is the same host.
+        assert_eq!(permits(&l, "http://2130706433:9000/x"), Ok(true));
+        assert_eq!(permits(&l, "http://127.0.0.1:9001/x"), Ok(false));
+    }
+
+    #[test]
+    fn a_prefix_without_a_trailing_slash_matches_like_text_within_its_last_segment() {
+        let l = list(&["http://h/hooks/acme"]);
+        assert_eq!(permits(&l, "http://h/hooks/acme"), Ok(true));
+        assert_eq!(permits(&l, "http://h/hooks/acme-2/x"), Ok(true));
+        assert_eq!(permits(&l, "http://h/hooks/beta"), Ok(false));
+    }
+
+    #[test]
+    fn an_ip_literal_prefix_allows_exactly_its_address() {
+        let l = list(&["http://127.0.0.1:9000/", "http://[::1]:9000/", "https://h/"]);
+        let nets: Vec<String> = l.networks().iter().map(|n| n.to_string()).collect();
+        assert_eq!(nets, vec!["127.0.0.1/32", "::1/128"]);
+    }
+
+    #[test]
+    fn user_information_and_fragments_are_refused() {
+        let l = list(&["http://h/"]);
+        assert!(permits(&l, "http://user:pw@h/x").is_err());
+        assert!(permits(&l, "http://h/x#frag").is_err());
+        assert!(permits(&l, "ftp://h/x").is_err());
+    }
+}
