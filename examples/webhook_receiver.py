@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """A webhook receiver for punctual's deliveries, standard library only.
 
-It verifies Punctual-Signature (HMAC-SHA256 of "<t>.<body>", compared in constant time),
-refuses stale timestamps, and processes each delivery once even though punctual delivers at
-least once: a retry after a timeout, or a repeat after a crash, carries the same
-Idempotency-Key (<tenant>/<key>/<version>).
+It verifies Punctual-Signature (HMAC-SHA256 of "<t>.<body>", compared in constant time)
+against any of its secrets (comma-separated: during a key roll both the new and the old one),
+refuses timestamps more than 5 minutes from now, and processes each delivery once even though
+punctual delivers at least once: a retry after a timeout, or a repeat after a crash, carries
+the same (tenant, key, version) in its signed body. It de-duplicates on that, never on the
+unsigned Idempotency-Key header, which anyone who can reach it could forge.
 
-    PUNCTUAL_WEBHOOK_SECRET=s3cret-0123456789abcdef0123456789 python3 examples/webhook_receiver.py 127.0.0.1:9000
+    PUNCTUAL_WEBHOOK_SECRET=new-secret-…,old-secret-… python3 examples/webhook_receiver.py 127.0.0.1:9000
 
 Answers 204 when processed (or already processed), 401 when the signature does not verify
 (permanent for punctual: the timer becomes a dead letter), 400 for a body that is not a
@@ -24,7 +26,7 @@ import time
 from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-SECRET = os.environ.get("PUNCTUAL_WEBHOOK_SECRET", "").encode()
+SECRETS = [s.encode() for s in os.environ.get("PUNCTUAL_WEBHOOK_SECRET", "").split(",") if s]
 TOLERANCE_S = 300
 REMEMBERED = 100_000
 
@@ -32,8 +34,9 @@ _seen = OrderedDict()
 _lock = threading.Lock()
 
 
-def verify(secret: bytes, header: str, body: bytes, now: int) -> bool:
-    """True when some v1 signature in `header` signs `body` and `t` is recent."""
+def verify(secrets: list, header: str, body: bytes, now: int) -> bool:
+    """True when some v1 signature in `header` signs `body` with one of `secrets` and `t` is
+    recent."""
     t, sigs = None, []
     for part in header.split(","):
         k, _, v = part.strip().partition("=")
@@ -43,8 +46,9 @@ def verify(secret: bytes, header: str, body: bytes, now: int) -> bool:
             sigs.append(v)
     if t is None or not sigs or abs(now - t) > TOLERANCE_S:
         return False
-    expected = hmac.new(secret, f"{t}.".encode() + body, hashlib.sha256).hexdigest()
-    return any(hmac.compare_digest(expected, s) for s in sigs)
+    signed = f"{t}.".encode() + body
+    expected = [hmac.new(secret, signed, hashlib.sha256).hexdigest() for secret in secrets]
+    return any(hmac.compare_digest(e, s) for e in expected for s in sigs)
 
 
 def first_time(key: str) -> bool:
@@ -62,14 +66,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        if SECRET and not verify(SECRET, self.headers.get("Punctual-Signature", ""), body, int(time.time())):
+        if SECRETS and not verify(SECRETS, self.headers.get("Punctual-Signature", ""), body, int(time.time())):
             return self.answer(401)
-        key = self.headers.get("Idempotency-Key")
         try:
             delivery = json.loads(body)
-        except ValueError:
-            return self.answer(400)
-        if not key:
+            key = f"{delivery['tenant']}/{delivery['key']}/{delivery['version']}"
+        except (ValueError, KeyError, TypeError):
             return self.answer(400)
         if first_time(key):
             print(f"timer {delivery['tenant']}/{delivery['key']} v{delivery['version']} "

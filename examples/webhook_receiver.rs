@@ -1,10 +1,12 @@
 //! A webhook receiver for punctual's deliveries, in plain std Rust: it verifies
-//! `Punctual-Signature`, refuses stale timestamps, and processes each delivery once even though
-//! punctual delivers at least once (a retry after a timeout, or a repeat after a crash, carries
-//! the same `Idempotency-Key`).
+//! `Punctual-Signature` against any of its secrets (comma-separated: during a key roll the new
+//! and the old one), refuses timestamps more than 5 minutes from now, and processes each
+//! delivery once even though punctual delivers at least once: a retry after a timeout, or a
+//! repeat after a crash, carries the same (tenant, key, version) in its signed body. It
+//! de-duplicates on that, never on the unsigned `Idempotency-Key` header.
 //!
 //! ```sh
-//! PUNCTUAL_WEBHOOK_SECRET=s3cret-0123456789abcdef0123456789 cargo run --example webhook_receiver -- 127.0.0.1:9000
+//! PUNCTUAL_WEBHOOK_SECRET=new-secret-…,old-secret-… cargo run --example webhook_receiver -- 127.0.0.1:9000
 //! ```
 //!
 //! Answers: 204 when processed (or already processed), 401 when the signature does not
@@ -59,14 +61,19 @@ fn main() -> std::io::Result<()> {
         let Ok(conn) = conn else { continue };
         let (secret, seen) = (secret.clone(), seen.clone());
         std::thread::spawn(move || {
-            let _ = serve(conn, secret.as_bytes(), &seen);
+            let secrets: Vec<&[u8]> = secret
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::as_bytes)
+                .collect();
+            let _ = serve(conn, &secrets, &seen);
         });
     }
     Ok(())
 }
 
 /// One keep-alive connection: requests until the peer closes.
-fn serve(conn: TcpStream, secret: &[u8], seen: &Mutex<Seen>) -> std::io::Result<()> {
+fn serve(conn: TcpStream, secrets: &[&[u8]], seen: &Mutex<Seen>) -> std::io::Result<()> {
     let mut out = conn.try_clone()?;
     let mut reader = BufReader::new(conn);
     loop {
@@ -99,30 +106,22 @@ fn serve(conn: TcpStream, secret: &[u8], seen: &Mutex<Seen>) -> std::io::Result<
             .unwrap_or(0);
         let mut body = vec![0; len.min(1 << 20)];
         reader.read_exact(&mut body)?;
-        let status = handle(
-            secret,
-            seen,
-            header("punctual-signature"),
-            header("idempotency-key"),
-            &body,
-        );
+        let status = handle(secrets, seen, header("punctual-signature"), &body);
         write!(out, "HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n")?;
     }
 }
 
 /// The status to answer one delivery with.
-fn handle(
-    secret: &[u8],
-    seen: &Mutex<Seen>,
-    signature: Option<&str>,
-    idempotency_key: Option<&str>,
-    body: &[u8],
-) -> u16 {
-    if !secret.is_empty() {
+fn handle(secrets: &[&[u8]], seen: &Mutex<Seen>, signature: Option<&str>, body: &[u8]) -> u16 {
+    if !secrets.is_empty() {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let ok = signature.is_some_and(|s| sign::verify(secret, s, body, now, TOLERANCE_S).is_ok());
+        let ok = signature.is_some_and(|s| {
+            secrets
+                .iter()
+                .any(|secret| sign::verify(secret, s, body, now, TOLERANCE_S).is_ok())
+        });
         if !ok {
             return 401;
         }
@@ -130,10 +129,16 @@ fn handle(
     let Ok(delivery) = serde_json::from_slice::<serde_json::Value>(body) else {
         return 400;
     };
-    let Some(key) = idempotency_key else {
+    // The signed (tenant, key, version) names one scheduling; the header is not signed.
+    let (Some(tenant), Some(k), Some(version)) = (
+        delivery["tenant"].as_str(),
+        delivery["key"].as_str(),
+        delivery["version"].as_u64(),
+    ) else {
         return 400;
     };
-    let first = seen.lock().map(|mut s| s.first(key)).unwrap_or(true);
+    let key = format!("{tenant}/{k}/{version}");
+    let first = seen.lock().map(|mut s| s.first(&key)).unwrap_or(true);
     if first {
         println!(
             "timer {}/{} (version {}) fired at {} µs, attempt {}: {}",

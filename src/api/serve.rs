@@ -215,7 +215,9 @@ fn webhook_settings(config: &Config) -> Result<WebhookSettings, String> {
                 allow: tenant_allow,
                 default_url: t.callback_url.clone(),
                 retry: w.tenant_retry(t),
-                secret: t.webhook_secret.as_ref().map(|s| s.as_bytes().to_vec()),
+                signing: t
+                    .signing()
+                    .map_err(|(key, e)| format!("tenants.{name}.{key}: {e}"))?,
                 webhooks: t.webhooks.unwrap_or(true),
             },
         );

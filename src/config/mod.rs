@@ -51,8 +51,14 @@ pub struct TenantConfig {
     /// Networks this tenant's deliveries may reach beyond the public internet (replaces the
     /// top-level list).
     pub callback_allow_networks: Option<Vec<String>>,
-    /// Signs this tenant's deliveries (`Punctual-Signature`; at least [`MIN_SECRET_BYTES`]).
+    /// Signs this tenant's deliveries (at least [`MIN_SECRET_BYTES`]).
     pub webhook_secret: Option<String>,
+    /// Several secrets, newest first: each delivery carries a signature for each, so that a
+    /// receiver can roll its key (instead of `webhook_secret`).
+    pub webhook_secrets: Option<Vec<String>>,
+    /// `"punctual"` (`Punctual-Signature`, the default) or `"standard"` (Standard Webhooks,
+    /// with `whsec_<base64>` secrets).
+    pub webhook_signature: Option<String>,
     pub retry_max_attempts: Option<u64>,
     pub retry_base_delay_ms: Option<u64>,
     pub retry_max_delay_ms: Option<u64>,

@@ -205,6 +205,9 @@ impl Config {
             if let Some(secret) = &t.webhook_secret {
                 check_secret(&format!("{key}.webhook_secret"), secret)?;
             }
+            for secret in t.webhook_secrets.iter().flatten() {
+                check_secret(&format!("{key}.webhook_secrets"), secret)?;
+            }
             if t.max_pending == Some(0) {
                 return Err(invalid(
                     &format!("{key}.max_pending"),
@@ -331,6 +334,9 @@ impl Config {
             }
             if t.webhook_secret.is_some() {
                 t.webhook_secret = Some("***".into());
+            }
+            if let Some(list) = &mut t.webhook_secrets {
+                list.iter_mut().for_each(|s| *s = "***".into());
             }
         }
         toml::to_string(&shown).unwrap_or_else(|e| format!("# could not render: {e}\n"))

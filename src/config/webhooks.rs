@@ -20,6 +20,7 @@ use crate::sink::webhook::address::parse_networks;
 use crate::sink::webhook::allow::{self, AllowList};
 use crate::sink::webhook::meta::RetryPolicy;
 use crate::sink::webhook::settings::{check_allow_prefix, check_retry, DEFAULT_RETRY};
+use crate::sink::webhook::sign::{Scheme, Signing};
 use serde::Serialize;
 
 /// The top-level webhook settings, defaults written in `Default`.
@@ -114,6 +115,7 @@ impl WebhookConfig {
             if let Some(p) = w.tenant_retry(t) {
                 check_retry(&p).map_err(|e| invalid(&key("retry_max_attempts"), "…", e))?;
             }
+            t.signing().map_err(|(k, e)| invalid(&key(k), "***", e))?;
             if let Some(url) = &t.callback_url {
                 let list = t.callback_allow.as_ref().unwrap_or(&w.callback_allow);
                 let allowed = AllowList::new(list, &[])
@@ -172,4 +174,49 @@ fn check_networks(key: &str, list: &[String]) -> Result<(), ConfigError> {
     parse_networks(list)
         .map(|_| ())
         .map_err(|e| invalid(key, "…", e))
+}
+
+impl TenantConfig {
+    /// The tenant's signing from `webhook_secret` or `webhook_secrets` and
+    /// `webhook_signature`; `None` without a secret. An error names the key at fault.
+    pub fn signing(&self) -> Result<Option<Signing>, (&'static str, String)> {
+        let scheme = match self.webhook_signature.as_deref() {
+            None | Some("punctual") => Scheme::Punctual,
+            Some("standard") => Scheme::Standard,
+            Some(_) => {
+                return Err((
+                    "webhook_signature",
+                    "must be \"punctual\" or \"standard\"".into(),
+                ))
+            }
+        };
+        let secrets = match (&self.webhook_secret, &self.webhook_secrets) {
+            (Some(_), Some(_)) => {
+                return Err((
+                    "webhook_secrets",
+                    "give webhook_secret or webhook_secrets, not both".into(),
+                ))
+            }
+            (Some(one), None) => std::slice::from_ref(one),
+            (None, Some(list)) if list.is_empty() => {
+                return Err(("webhook_secrets", "must hold at least one secret".into()))
+            }
+            (None, Some(list)) => list.as_slice(),
+            (None, None) if self.webhook_signature.is_some() => {
+                return Err((
+                    "webhook_signature",
+                    "needs webhook_secret or webhook_secrets".into(),
+                ))
+            }
+            (None, None) => return Ok(None),
+        };
+        let key = if self.webhook_secrets.is_some() {
+            "webhook_secrets"
+        } else {
+            "webhook_secret"
+        };
+        Signing::new(scheme, secrets)
+            .map(Some)
+            .map_err(|e| (key, e))
+    }
 }

@@ -64,18 +64,15 @@ fn request(
             USER_AGENT,
             HeaderValue::from_static(concat!("punctual/", env!("CARGO_PKG_VERSION"))),
         )
-        .header(
-            "idempotency-key",
-            format!("{}/{}/{}", t.tenant, t.key, t.version),
-        )
         .header("punctual-attempt", d.attempts);
-    if let Some(secret) = ctx.settings.secret(t.tenant) {
+    let id = format!("{}/{}/{}", t.tenant, t.key, t.version);
+    if let Some(signing) = ctx.settings.signing(t.tenant) {
         let now_s = t.fired_at.0 / 1_000_000_000;
-        b = b.header(
-            "punctual-signature",
-            super::sign::signature(secret, now_s, &body),
-        );
+        for (name, value) in signing.headers(&id, now_s, &body) {
+            b = b.header(name, value);
+        }
     }
+    b = b.header("idempotency-key", id);
     b.body(Full::new(Bytes::from(body))).ok()
 }
 

@@ -39,8 +39,8 @@ pub struct TenantWebhooks {
     pub default_url: Option<String>,
     /// The retry policy of a registration that gives none (fields it leaves out too).
     pub retry: Option<RetryPolicy>,
-    /// Signs deliveries (`Punctual-Signature`) when set.
-    pub secret: Option<Vec<u8>>,
+    /// Signs deliveries when set: the scheme and its secrets (`sign.rs`).
+    pub signing: Option<super::sign::Signing>,
     /// Callbacks are accepted and delivered (default true).
     pub webhooks: bool,
 }
@@ -104,8 +104,8 @@ impl WebhookSettings {
         self.tenant(tenant).is_none_or(|t| t.webhooks)
     }
 
-    pub fn secret(&self, tenant: &str) -> Option<&[u8]> {
-        self.tenant(tenant).and_then(|t| t.secret.as_deref())
+    pub fn signing(&self, tenant: &str) -> Option<&super::sign::Signing> {
+        self.tenant(tenant).and_then(|t| t.signing.as_ref())
     }
 
     /// The allow-list that applies to `tenant`.

@@ -1,9 +1,17 @@
-//! The delivery's signature: `Punctual-Signature: t=<unix s>,v1=<hex HMAC-SHA256(secret,
-//! "<t>.<body>")>`, and its verification for receivers (constant time).
+//! The delivery's signature, in one of two schemes a tenant chooses (`webhook_signature`):
+//!
+//! | scheme | headers | signed text | secret |
+//! |---|---|---|---|
+//! | `punctual` (default) | `Punctual-Signature: t=<unix s>,v1=<hex>[,v1=<hex>…]` | `<t>.<body>` | the configured bytes |
+//! | `standard` ([Standard Webhooks](https://www.standardwebhooks.com/)) | `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>[ v1,<base64>…]` | `<id>.<t>.<body>` | `whsec_<base64>`, decoded |
+//!
+//! Each scheme's tag is HMAC-SHA256. A tenant with several secrets (`webhook_secrets =
+//! ["new", "old"]`) gets one `v1` signature for each, so a receiver can roll its key without
+//! downtime: it accepts either while both are configured, then the old one is removed.
 //!
 //! The timestamp is inside the signed text, so a receiver that also bounds its age (a few
-//! minutes) refuses a replay of an old delivery; the `Idempotency-Key` takes care of
-//! deliveries repeated on purpose.
+//! minutes) refuses a replay of an old delivery; a receiver de-duplicates on the signed body's
+//! (tenant, key, version), which names one scheduling, not on an unsigned header.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -11,12 +19,16 @@ use subtle::ConstantTimeEq;
 
 type HmacSha256 = Hmac<Sha256>;
 
-fn mac(secret: &[u8], t: u64, body: &[u8]) -> HmacSha256 {
+fn new_mac(secret: &[u8]) -> HmacSha256 {
     // HMAC takes a key of any length: `new_from_slice` cannot fail for it.
-    let mut m = match HmacSha256::new_from_slice(secret) {
+    match HmacSha256::new_from_slice(secret) {
         Ok(m) => m,
         Err(_) => unreachable_hmac(),
-    };
+    }
+}
+
+fn mac(secret: &[u8], t: u64, body: &[u8]) -> HmacSha256 {
+    let mut m = new_mac(secret);
     m.update(t.to_string().as_bytes());
     m.update(b".");
     m.update(body);
@@ -31,8 +43,102 @@ fn unreachable_hmac() -> HmacSha256 {
 
 /// The header value for `body`, signed with `secret` at `t` (Unix seconds).
 pub fn signature(secret: &[u8], t: u64, body: &[u8]) -> String {
-    let tag = mac(secret, t, body).finalize().into_bytes();
-    format!("t={t},v1={}", hex::encode(tag))
+    signatures(&[secret.to_vec()], t, body)
+}
+
+/// The `Punctual-Signature` value with one `v1` per secret.
+fn signatures(secrets: &[Vec<u8>], t: u64, body: &[u8]) -> String {
+    let mut out = format!("t={t}");
+    for secret in secrets {
+        out.push_str(",v1=");
+        out.push_str(&hex::encode(mac(secret, t, body).finalize().into_bytes()));
+    }
+    out
+}
+
+/// How a tenant's deliveries are signed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scheme {
+    /// `Punctual-Signature`.
+    #[default]
+    Punctual,
+    /// Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`.
+    Standard,
+}
+
+/// A tenant's signing: the scheme and its keys, newest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signing {
+    pub scheme: Scheme,
+    keys: Vec<Vec<u8>>,
+}
+
+/// The prefix of a Standard Webhooks secret.
+pub const STANDARD_PREFIX: &str = "whsec_";
+/// The shortest Standard Webhooks key accepted, decoded (the spec's 24 bytes).
+pub const STANDARD_MIN_KEY: usize = 24;
+
+impl Signing {
+    /// From the configured secrets: the bytes as written (`punctual`), or `whsec_<base64>`
+    /// decoded (`standard`). An error names what is wrong, never the secret.
+    pub fn new(scheme: Scheme, secrets: &[String]) -> Result<Signing, String> {
+        use base64::Engine;
+        if secrets.is_empty() {
+            return Err("no secret".into());
+        }
+        let keys = secrets
+            .iter()
+            .map(|s| match scheme {
+                Scheme::Punctual => Ok(s.as_bytes().to_vec()),
+                Scheme::Standard => {
+                    let b64 = s.strip_prefix(STANDARD_PREFIX).ok_or(
+                        "a Standard Webhooks secret is whsec_<base64> (webhook_signature = \"standard\")",
+                    )?;
+                    let key = base64::engine::general_purpose::STANDARD
+                        .decode(b64)
+                        .map_err(|_| "the part after whsec_ is not base64")?;
+                    if key.len() < STANDARD_MIN_KEY {
+                        return Err("a Standard Webhooks key decodes to fewer than 24 bytes");
+                    }
+                    Ok(key)
+                }
+            })
+            .collect::<Result<Vec<_>, &str>>()
+            .map_err(str::to_string)?;
+        Ok(Signing { scheme, keys })
+    }
+
+    /// The headers that sign `body` for delivery `id` (the `Idempotency-Key`) at `t` (Unix s).
+    pub fn headers(&self, id: &str, t: u64, body: &[u8]) -> Vec<(&'static str, String)> {
+        use base64::Engine;
+        match self.scheme {
+            Scheme::Punctual => vec![("punctual-signature", signatures(&self.keys, t, body))],
+            Scheme::Standard => {
+                let tags: Vec<String> = self
+                    .keys
+                    .iter()
+                    .map(|key| {
+                        let mut m = new_mac(key);
+                        m.update(id.as_bytes());
+                        m.update(b".");
+                        m.update(t.to_string().as_bytes());
+                        m.update(b".");
+                        m.update(body);
+                        let tag = m.finalize().into_bytes();
+                        format!(
+                            "v1,{}",
+                            base64::engine::general_purpose::STANDARD.encode(tag)
+                        )
+                    })
+                    .collect();
+                vec![
+                    ("webhook-id", id.to_string()),
+                    ("webhook-timestamp", t.to_string()),
+                    ("webhook-signature", tags.join(" ")),
+                ]
+            }
+        }
+    }
 }
 
 /// Why a signature was refused.
@@ -118,6 +224,62 @@ mod tests {
             verify(b"s3cret", "t=1,v1=zz", b"", 1, 300),
             Err(VerifyError::Mismatch)
         );
+    }
+
+    #[test]
+    fn every_secret_of_a_rotation_signs_and_each_verifies() {
+        let s = Signing::new(Scheme::Punctual, &["new".into(), "old".into()]).expect("valid");
+        let h = s.headers("t/k/1", 1_700_000_000, b"{}");
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].1.matches(",v1=").count(), 2);
+        for secret in [&b"new"[..], b"old"] {
+            assert_eq!(verify(secret, &h[0].1, b"{}", 1_700_000_000, 300), Ok(()));
+        }
+        assert_eq!(
+            verify(b"gone", &h[0].1, b"{}", 1_700_000_000, 300),
+            Err(VerifyError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn standard_signatures_verify_with_the_standard_webhooks_library() {
+        let (new, old) = (
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "whsec_dGhpcy1pcy10aGUtb2xkLWtleS0wMTIzNDU2Nzg5",
+        );
+        let s = Signing::new(Scheme::Standard, &[new.into(), old.into()]).expect("valid");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let body = br#"{"tenant":"t","key":"k","version":7}"#;
+        let mut headers = hyper::HeaderMap::new();
+        for (name, value) in s.headers("t/k/7", now, body) {
+            headers.insert(name, value.parse().expect("a header value"));
+        }
+        for secret in [new, old] {
+            let wh = standardwebhooks::Webhook::new(secret).expect("the library reads it");
+            assert!(wh.verify(body, &headers).is_ok(), "{secret}");
+            assert!(wh
+                .verify(br#"{"tenant":"t","key":"k","version":8}"#, &headers)
+                .is_err());
+        }
+        let other = standardwebhooks::Webhook::new("whsec_b3RoZXIta2V5LTAxMjM0NTY3ODlhYmNkZWY=")
+            .expect("valid");
+        assert!(other.verify(body, &headers).is_err());
+    }
+
+    #[test]
+    fn standard_webhooks_secrets_are_whsec_base64_of_enough_bytes() {
+        let key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        assert!(Signing::new(Scheme::Standard, &[key.into()]).is_ok());
+        for bad in [
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "whsec_not base64!",
+            "whsec_c2hvcnQ=",
+        ] {
+            let e = Signing::new(Scheme::Standard, &[bad.into()]).expect_err(bad);
+            assert!(!e.contains(bad), "the secret is not echoed: {e}");
+        }
     }
 
     #[test]
