@@ -254,13 +254,26 @@ impl DeliveryMetrics {
     }
 }
 
-/// The webhook figures of one shard: one [`DeliveryMetrics`] per tenant seen. The shard's
-/// sink keeps its own map of these (no lock per delivery); this list, under a mutex, is taken
-/// only when a tenant is first seen and by a scrape.
+/// The webhook figures of one shard: one [`DeliveryMetrics`] per tenant seen, for the first
+/// [`TENANT_SERIES`] tenants; every later tenant is counted under one shared entry exported as
+/// `tenant="other"`, so that tenants a server does not know (an open server) cannot grow the
+/// exposition without bound. A tenant's entry, once given, never changes, so every counter
+/// stays monotonic. The shard's sink keeps its own map of these (no lock per delivery); this
+/// list, under a mutex, is taken only when a tenant is first seen and by a scrape.
 #[derive(Default)]
 pub struct WebhookMetrics {
     tenants: std::sync::Mutex<Vec<(String, std::sync::Arc<DeliveryMetrics>)>>,
+    /// The tenants past the first [`TENANT_SERIES`], together.
+    other: std::sync::Arc<DeliveryMetrics>,
+    /// Whether any tenant was counted under `other`.
+    folded: std::sync::atomic::AtomicBool,
 }
+
+/// Tenants with webhook series of their own, per shard.
+pub const TENANT_SERIES: usize = 64;
+
+/// The label the tenants past [`TENANT_SERIES`] share (a tenant named `other` shares it too).
+pub const OTHER_TENANTS: &str = "other";
 
 impl WebhookMetrics {
     /// The figures of `tenant`, made on first use.
@@ -271,14 +284,23 @@ impl WebhookMetrics {
         if let Some((_, m)) = list.iter().find(|(t, _)| t == tenant) {
             return m.clone();
         }
+        if list.len() >= TENANT_SERIES {
+            self.folded.store(true, Ordering::Relaxed);
+            return self.other.clone();
+        }
         let m = std::sync::Arc::new(DeliveryMetrics::default());
         list.push((tenant.to_string(), m.clone()));
         m
     }
 
-    /// (tenant, figures) of every tenant seen, for exporters.
+    /// (tenant, figures) of every tenant with its own series, then `other` once it counts
+    /// anyone, for exporters.
     pub fn snapshot(&self) -> Vec<(String, std::sync::Arc<DeliveryMetrics>)> {
-        self.tenants.lock().map(|l| l.clone()).unwrap_or_default()
+        let mut out = self.tenants.lock().map(|l| l.clone()).unwrap_or_default();
+        if self.folded.load(Ordering::Relaxed) {
+            out.push((OTHER_TENANTS.to_string(), self.other.clone()));
+        }
+        out
     }
 }
 
@@ -423,6 +445,31 @@ impl StoreMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tenants_past_the_series_bound_share_one_stable_other_entry() {
+        let w = WebhookMetrics::default();
+        for i in 0..TENANT_SERIES {
+            single_writer_add(&w.tenant(&format!("t{i}")).attempts, 1);
+        }
+        assert_eq!(w.snapshot().len(), TENANT_SERIES, "no other before a fold");
+        for i in 0..1_000 {
+            single_writer_add(&w.tenant(&format!("late{i}")).attempts, 1);
+        }
+        // The same late tenant lands in the same entry every time.
+        single_writer_add(&w.tenant("late7").attempts, 1);
+        single_writer_add(&w.tenant("t3").attempts, 1);
+        let snap = w.snapshot();
+        assert_eq!(snap.len(), TENANT_SERIES + 1);
+        let get = |name: &str| {
+            snap.iter()
+                .find(|(t, _)| t == name)
+                .map(|(_, m)| m.attempts.load(Ordering::Relaxed))
+        };
+        assert_eq!(get(OTHER_TENANTS), Some(1_001));
+        assert_eq!(get("t3"), Some(2));
+        assert_eq!(get("late7"), None);
+    }
 
     #[test]
     fn lateness_lands_in_the_first_bucket_that_holds_it() {
