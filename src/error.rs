@@ -39,6 +39,8 @@ pub enum Error {
     CapacityExceeded { shard: usize, capacity: usize },
     #[error("the ring of shard {shard} is full ({capacity} requests waiting); retry later")]
     RingFull { shard: usize, capacity: usize },
+    #[error("the tenant holds {share} requests in the ring of shard {shard}, its share (a quarter of the ring); retry later")]
+    RingShare { shard: usize, share: usize },
     #[error("tenant {tenant:?} has reached its quota of {limit} pending timers")]
     QuotaExceeded { tenant: String, limit: u64 },
     #[error("the engine is shutting down")]

@@ -17,17 +17,44 @@
 //! ```
 //!
 //! Either the shard sees the op, or the producer sees the flag: a wake-up is never lost.
+//!
+//! # A tenant's share
+//!
+//! One tenant may hold at most a quarter of a shard's ring at once; past it
+//! its requests are refused ([`Error::RingShare`], `503 overloaded`) while other tenants' still
+//! enter, so one tenant's churn can fill at most a quarter of the ring, and it takes four
+//! flooding tenants at once to fill it for everyone. Tenants are counted in [`SHARE_BUCKETS`]
+//! buckets by a hash of their name (two tenants in one bucket share its quarter): a push adds
+//! one to its bucket and the pop that takes the op out subtracts it, two uncontended atomic
+//! adds unless two producers push for one bucket at the same instant.
 
 use crate::error::Error;
 use crate::op::Op;
 use crossbeam_queue::ArrayQueue;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// Buckets tenants are counted in for their share of a ring.
+pub const SHARE_BUCKETS: usize = 256;
+
+/// The bucket of `tenant` (FNV-1a of its name).
+fn share_bucket(tenant: &str) -> u8 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in tenant.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    (h % SHARE_BUCKETS as u32) as u8
+}
 
 pub(crate) struct Ring {
     shard: usize,
-    queue: ArrayQueue<Op>,
+    /// Each op with its tenant's share bucket.
+    queue: ArrayQueue<(u8, Op)>,
+    /// Ops in the ring per share bucket.
+    shares: Box<[AtomicU32]>,
+    share: u32,
     parked: AtomicBool,
     /// Set when the shard has stopped for good: ops pushed after it are refused.
     closed: AtomicBool,
@@ -41,9 +68,12 @@ impl Ring {
         let (waker, wakee) = UnixStream::pair()?;
         waker.set_nonblocking(true)?;
         wakee.set_nonblocking(true)?;
+        let capacity = capacity.max(1);
         let ring = Ring {
             shard,
-            queue: ArrayQueue::new(capacity.max(1)),
+            queue: ArrayQueue::new(capacity),
+            shares: (0..SHARE_BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            share: u32::try_from(capacity / 4).unwrap_or(u32::MAX).max(1),
             parked: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             waker,
@@ -52,11 +82,23 @@ impl Ring {
         Ok((ring, wakee))
     }
 
-    pub fn push(&self, op: Op) -> Result<(), Error> {
+    /// Pushes `op` for `tenant` (the name its share is counted by; "" for ops of no tenant).
+    pub fn push(&self, tenant: &str, op: Op) -> Result<(), Error> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
-        if self.queue.push(op).is_err() {
+        let bucket = share_bucket(tenant);
+        let held = &self.shares[usize::from(bucket)];
+        if held.fetch_add(1, Ordering::Relaxed) >= self.share {
+            held.fetch_sub(1, Ordering::Relaxed);
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::RingShare {
+                shard: self.shard,
+                share: self.share as usize,
+            });
+        }
+        if self.queue.push((bucket, op)).is_err() {
+            held.fetch_sub(1, Ordering::Relaxed);
             self.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(Error::RingFull {
                 shard: self.shard,
@@ -86,7 +128,7 @@ impl Ring {
     }
 
     fn refuse_all(&self) {
-        while let Some(op) = self.queue.pop() {
+        while let Some(op) = self.pop() {
             op.refuse(Error::ShuttingDown);
         }
     }
@@ -106,8 +148,11 @@ impl Ring {
     }
 
     pub fn pop(&self) -> Option<Op> {
-        self.queue.pop()
+        let (bucket, op) = self.queue.pop()?;
+        self.shares[usize::from(bucket)].fetch_sub(1, Ordering::Relaxed);
+        Some(op)
     }
+
 
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()

@@ -313,7 +313,8 @@ fn quota_of_pending_timers_is_429_and_replacements_do_not_count() {
 #[test]
 fn a_full_ring_is_503_overloaded_with_retry_after() {
     // One shard: the batch is pushed by the shard's own thread, which cannot drain its ring
-    // until the handler yields, so pushes past the ring's capacity are refused.
+    // until the handler yields, so pushes past the tenant's share of the ring (a quarter of
+    // its 16) are refused.
     let s = Server::start(&["--shards", "1", "--ring-capacity", "16"]);
     let items: Vec<_> = (0..100)
         .map(|i| serde_json::json!({"key": format!("k{i}"), "delay_ms": 600000}))
@@ -325,13 +326,13 @@ fn a_full_ring_is_503_overloaded_with_retry_after() {
     );
     assert_eq!(st, 200);
     let res = r["results"].as_array().expect("results");
-    assert!(res[..16].iter().all(|x| x["status"] == 201));
-    assert!(res[16..]
+    assert!(res[..4].iter().all(|x| x["status"] == 201));
+    assert!(res[4..]
         .iter()
         .all(|x| x["status"] == 503 && x["error"]["code"] == "overloaded"));
     let m = String::from_utf8_lossy(&s.req("GET", "/metrics", "").body).to_string();
     assert!(
-        m.contains("punctual_ring_rejected_total{shard=\"0\"} 84"),
+        m.contains("punctual_ring_rejected_total{shard=\"0\"} 96"),
         "{m}"
     );
 }

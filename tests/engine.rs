@@ -221,9 +221,11 @@ fn shard_capacity_is_a_typed_error_and_replacements_still_work() {
     );
 }
 
-#[test]
-fn full_ring_is_refused_and_counted_and_nothing_accepted_is_lost() {
-    // The handler blocks the shard, so its ring fills up behind it.
+/// One shard whose handler blocks on the timer "blocker" until released, so its ring fills up
+/// behind it; the keys fired, in a shared list.
+fn blocked_engine(
+    capacity: usize,
+) -> (punctual::Engine, mpsc::Sender<()>, Arc<Mutex<Vec<String>>>) {
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let release_rx = Mutex::new(release_rx);
     let fired = Arc::new(Mutex::new(Vec::new()));
@@ -231,7 +233,7 @@ fn full_ring_is_refused_and_counted_and_nothing_accepted_is_lost() {
     let engine = EngineBuilder::new()
         .shards(1)
         .pinning(Pinning::None)
-        .ring_capacity(8)
+        .ring_capacity(capacity)
         .on_fire(move |f| {
             if f.key == "blocker" {
                 let _ = release_rx
@@ -246,29 +248,71 @@ fn full_ring_is_refused_and_counted_and_nothing_accepted_is_lost() {
     h.schedule("t", "blocker", h.now(), b"").expect("scheduled");
     // Wait until the shard is inside the handler (the ring is then no longer drained).
     std::thread::sleep(Duration::from_millis(200));
-    let mut accepted = Vec::new();
-    let mut refused = 0;
-    for i in 0..100 {
-        match h.schedule_detached("t", &format!("k{i}"), h.now(), b"") {
-            Ok(()) => accepted.push(format!("k{i}")),
-            Err(Error::RingFull { capacity: 8, .. }) => refused += 1,
-            Err(e) => panic!("unexpected error {e}"),
-        }
-    }
-    assert_eq!(accepted.len(), 8, "exactly the ring's capacity is accepted");
-    assert_eq!(refused, 92);
-    assert_eq!(h.stats()[0].ring_rejected_total, 92);
-    release_tx.send(()).expect("release");
+    (engine, release_tx, fired)
+}
+
+/// Releases the blocked shard and checks that exactly `accepted` (and the blocker) fired.
+fn all_accepted_fire(
+    release: mpsc::Sender<()>,
+    fired: &Mutex<Vec<String>>,
+    mut accepted: Vec<String>,
+) {
+    release.send(()).expect("release");
     let give_up = Instant::now() + Duration::from_secs(10);
-    while fired.lock().map(|v| v.len()).unwrap_or(0) < 9 && Instant::now() < give_up {
+    while fired.lock().map(|v| v.len()).unwrap_or(0) < accepted.len() + 1
+        && Instant::now() < give_up
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
     let mut got = fired.lock().expect("lock").clone();
     got.sort();
-    let mut want = accepted.clone();
-    want.push("blocker".into());
-    want.sort();
-    assert_eq!(got, want);
+    accepted.push("blocker".into());
+    accepted.sort();
+    assert_eq!(got, accepted);
+}
+
+#[test]
+fn full_ring_is_refused_and_counted_and_nothing_accepted_is_lost() {
+    let (engine, release, fired) = blocked_engine(8);
+    let h = engine.handle();
+    let mut accepted = Vec::new();
+    let mut full = 0;
+    // One tenant per request, each within its share: the ring itself fills.
+    for i in 0..100 {
+        match h.schedule_detached(&format!("t{i}"), &format!("k{i}"), h.now(), b"") {
+            Ok(()) => accepted.push(format!("k{i}")),
+            Err(Error::RingFull { capacity: 8, .. }) => full += 1,
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    assert_eq!(accepted.len(), 8, "exactly the ring's capacity is accepted");
+    assert_eq!(full, 92);
+    assert_eq!(h.stats()[0].ring_rejected_total, 92);
+    all_accepted_fire(release, &fired, accepted);
+}
+
+#[test]
+fn one_tenant_holds_at_most_a_quarter_of_the_ring_and_others_still_enter() {
+    let (engine, release, fired) = blocked_engine(16);
+    let h = engine.handle();
+    let mut accepted = Vec::new();
+    let mut over_share = 0;
+    for i in 0..100 {
+        match h.schedule_detached("flood", &format!("f{i}"), h.now(), b"") {
+            Ok(()) => accepted.push(format!("f{i}")),
+            Err(Error::RingShare { share: 4, .. }) => over_share += 1,
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    assert_eq!(accepted.len(), 4, "a quarter of the ring");
+    assert_eq!(over_share, 96);
+    // The ring still takes another tenant's requests, up to that tenant's own share.
+    for i in 0..4 {
+        h.schedule_detached("calm", &format!("c{i}"), h.now(), b"")
+            .expect("another tenant still enters");
+        accepted.push(format!("c{i}"));
+    }
+    all_accepted_fire(release, &fired, accepted);
 }
 
 #[test]

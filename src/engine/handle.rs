@@ -366,7 +366,7 @@ impl Handle {
         if self.inner.stopping.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
-        self.inner.rings[self.shard_for(tenant, key)].push(op)
+        self.inner.rings[self.shard_for(tenant, key)].push(tenant, op)
     }
 }
 
@@ -397,7 +397,7 @@ impl DeadPage<'_> {
                     bodies: self.bodies,
                     reply: tx,
                 };
-                ring.push(op).map(|()| rx)
+                ring.push(self.tenant, op).map(|()| rx)
             })
             .collect()
     }
