@@ -61,8 +61,9 @@
 //!   `ttl + stale` get the error at once), an answer for `ttl + stale`. Each lane's cache
 //!   holds at most `cache` names (the oldest go first; a name being looked up is never
 //!   evicted).
-//! - The threads are started on first use and are not pinned to a shard's core: they may
-//!   run on any CPU the process may use (they mostly sleep in `poll`).
+//! - The threads are started on first use and are not pinned to a shard's core: they run on
+//!   the CPUs the process was given (`cpus::available_cores`, which respects a `taskset` or
+//!   `CPUAffinity` mask), never on others (they mostly sleep in `poll`).
 //!
 //! Cost of a cached lookup: one mutex lock and a hash lookup. IP literals skip the resolver.
 
@@ -581,20 +582,13 @@ fn work(shared: &Shared, lane: usize) {
     }
 }
 
-/// Lets the calling thread run on every CPU: a thread started from a pinned shard inherits
-/// its mask, and a resolver thread has no business on the shard's core alone.
+/// Moves the calling thread onto every CPU the process may use (`cpus::available_cores`: the
+/// mask it started with, `taskset`'s included): a thread started from a pinned shard inherits
+/// that shard's one core, and a resolver thread has no business there. A failure leaves the
+/// inherited mask, which still works.
 fn unpin_current_thread() {
-    // SAFETY: `set` is a plain bitmask owned by this frame; CPU_ZERO/CPU_SET only write
-    // inside it, and sched_setaffinity reads `size_of::<cpu_set_t>()` bytes of it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        for cpu in 0..libc::CPU_SETSIZE as usize {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        // The kernel keeps only the CPUs the process's cpuset allows; a failure leaves the
-        // inherited mask, which still works.
-        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    if let Err(e) = crate::cpus::pin_current_thread(&crate::cpus::available_cores()) {
+        tracing::warn!(error = %e, "resolver: a resolver thread keeps the CPUs it inherited");
     }
 }
 
