@@ -364,7 +364,7 @@ const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 20] = [
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let rows = rows(&self.handle);
-        let families: [(&str, &str, MetricType, Pick); 12] = [
+        let families: [(&str, &str, MetricType, Pick); 13] = [
             (
                 "punctual_timers_pending",
                 "Timers pending on the shard",
@@ -430,6 +430,12 @@ impl Collector for EngineCollector {
                 "Times the shard's executor slept in io_uring while the shard's work was due (glommio's park bug), each ended by a watchdog wake",
                 MetricType::Counter,
                 |r| Value::Counter(r.s.executor_stalls_total),
+            ),
+            (
+                "punctual_doorbell_fallback_wakes",
+                "Replies from other threads that reached the shard's tasks through glommio's foreign wakes because its doorbell could not be rung",
+                MetricType::Counter,
+                |r| Value::Counter(r.s.doorbell_fallback_wakes_total),
             ),
             (
                 "punctual_shard_failed",
