@@ -214,6 +214,9 @@ pub struct DeliveryMetrics {
     pub failures: [AtomicU64; 5],
     /// Deliveries a cap (per host or per tenant) held back; each is retried shortly.
     pub refused: AtomicU64,
+    /// Attempts our own name resolver had no room for (`Busy`): made again without using an
+    /// attempt, up to `MAX_BUSY` in a row (`sink::webhook::meta`).
+    pub resolver_busy: AtomicU64,
     /// Timers that became dead letters.
     pub dead_total: AtomicU64,
     /// Dead letters held now (made, recovered, less discarded and re-driven).
@@ -232,6 +235,7 @@ impl Default for DeliveryMetrics {
             successes: AtomicU64::new(0),
             failures: Default::default(),
             refused: AtomicU64::new(0),
+            resolver_busy: AtomicU64::new(0),
             dead_total: AtomicU64::new(0),
             dead: AtomicI64::new(0),
             in_flight: AtomicI64::new(0),

@@ -547,7 +547,7 @@ fn encode_webhooks(
         return Ok(());
     }
     type Get = fn(&DeliveryMetrics) -> u64;
-    let counters: [(&str, &str, Get); 4] = [
+    let counters: [(&str, &str, Get); 5] = [
         ("punctual_webhook_attempts", "Delivery attempts started", |d| d.attempts.load(Relaxed)),
         ("punctual_webhook_successes", "Deliveries answered 2xx within the timeout", |d| {
             d.successes.load(Relaxed)
@@ -556,6 +556,11 @@ fn encode_webhooks(
             "punctual_webhook_refused",
             "Deliveries held back by the per-host or per-tenant cap (retried shortly, no attempt used)",
             |d| d.refused.load(Relaxed),
+        ),
+        (
+            "punctual_webhook_resolver_busy",
+            "Attempts our own name resolver had no room for (made again, no attempt used, up to 6 in a row)",
+            |d| d.resolver_busy.load(Relaxed),
         ),
         ("punctual_webhook_dead_letters_made", "Timers that became dead letters", |d| {
             d.dead_total.load(Relaxed)
