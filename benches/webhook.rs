@@ -278,6 +278,7 @@ fn floor(seen: &Arc<Seen>, addr: SocketAddr, in_flight: usize) {
         .spawn(move || async move {
             let pool = std::rc::Rc::new(punctual::sink::webhook::client::Pool::new(
                 tls_config(None).expect("tls"),
+                punctual::resolve::global(),
             ));
             let started = Instant::now();
             let per = n / in_flight as u64;

@@ -10,15 +10,16 @@ use std::sync::OnceLock;
 /// that single core: asked from there, the mask would name one core.
 pub fn available_cores() -> Vec<usize> {
     static CORES: OnceLock<Vec<usize>> = OnceLock::new();
-    CORES
-        .get_or_init(|| {
-            core_affinity::get_core_ids()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|c| c.id)
-                .collect()
-        })
-        .clone()
+    CORES.get_or_init(current_thread_cores).clone()
+}
+
+/// The CPU ids the calling thread may run on now, read afresh (empty if they cannot be read).
+pub fn current_thread_cores() -> Vec<usize> {
+    core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect()
 }
 
 /// Pins the calling thread to `cores`. Ids at or past `CPU_SETSIZE` are left out, and a list
@@ -49,15 +50,6 @@ pub fn pin_current_thread(cores: &[usize]) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    /// The calling thread's own mask, read afresh.
-    fn mask() -> Vec<usize> {
-        core_affinity::get_core_ids()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| c.id)
-            .collect()
-    }
-
     #[test]
     fn a_thread_started_by_a_pinned_one_can_be_moved_back_to_every_core_of_the_process() {
         let all = available_cores();
@@ -65,9 +57,9 @@ mod tests {
         let (inherited, moved) = std::thread::spawn(move || {
             pin_current_thread(&[first]).expect("pin to one core");
             std::thread::spawn(move || {
-                let inherited = mask();
+                let inherited = current_thread_cores();
                 pin_current_thread(&available_cores()).expect("pin back");
-                (inherited, mask())
+                (inherited, current_thread_cores())
             })
             .join()
             .expect("inner thread")
@@ -85,10 +77,10 @@ mod tests {
     #[test]
     fn pinning_to_no_valid_core_changes_nothing() {
         let before = std::thread::spawn(|| {
-            let before = mask();
+            let before = current_thread_cores();
             pin_current_thread(&[]).expect("empty list");
             pin_current_thread(&[libc::CPU_SETSIZE as usize]).expect("out of range");
-            (before, mask())
+            (before, current_thread_cores())
         })
         .join()
         .expect("thread");

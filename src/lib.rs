@@ -41,6 +41,7 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub(crate) mod cooperate;
 pub mod cpus;
 pub mod doctor;
 pub(crate) mod doorbell;

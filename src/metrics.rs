@@ -168,6 +168,9 @@ pub struct ShardMetrics {
     /// Times the watchdog found this shard's executor asleep in io_uring while the shard's
     /// work was due: glommio slept with work runnable (`shard::watchdog`).
     pub executor_stalls_total: AtomicU64,
+    /// Wakes from other threads that reached this shard's tasks through glommio's own path
+    /// because its doorbell could not be rung (`doorbell`).
+    pub doorbell_fallback_wakes_total: AtomicU64,
     /// 1 once the shard's thread panicked (`shard::failure`): its ring is closed.
     pub failed: AtomicU64,
     /// Pending timers on each level of the wheel (0 to 8), then on its expired list; sampled
@@ -191,6 +194,7 @@ impl Default for ShardMetrics {
             clock_fallback: AtomicU64::new(0),
             watchdog_wakes_total: AtomicU64::new(0),
             executor_stalls_total: AtomicU64::new(0),
+            doorbell_fallback_wakes_total: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             wheel_timers: [const { AtomicU64::new(0) }; WHEEL_GAUGES],
             store: StoreMetrics::default(),
@@ -210,6 +214,9 @@ pub struct DeliveryMetrics {
     pub failures: [AtomicU64; 5],
     /// Deliveries a cap (per host or per tenant) held back; each is retried shortly.
     pub refused: AtomicU64,
+    /// Attempts our own name resolver had no room for (`Busy`): made again without using an
+    /// attempt, up to `MAX_BUSY` in a row (`sink::webhook::meta`).
+    pub resolver_busy: AtomicU64,
     /// Timers that became dead letters.
     pub dead_total: AtomicU64,
     /// Dead letters held now (made, recovered, less discarded and re-driven).
@@ -228,6 +235,7 @@ impl Default for DeliveryMetrics {
             successes: AtomicU64::new(0),
             failures: Default::default(),
             refused: AtomicU64::new(0),
+            resolver_busy: AtomicU64::new(0),
             dead_total: AtomicU64::new(0),
             dead: AtomicI64::new(0),
             in_flight: AtomicI64::new(0),

@@ -24,11 +24,12 @@
 //!                                  │ new host; the lane's queue full, or t's share used → Busy
 //!                                  ▼
 //!       store lane:   bounded queue ──▶ its own thread
-//!       webhook lane: bounded queue ──▶ THREADS threads; at most `per_owner_running` of them
-//!                                       run one tenant's lookups (the rest of hers wait)
+//!       webhook lane: bounded queue ──▶ THREADS threads; a tenant runs at most
+//!                                       `per_owner_running`, and one thread is kept for
+//!                                       tenants that run none (`line.rs`)
 //! ```
 //!
-//! # What one tenant can do to another
+//! # What one tenant (or a few together) can do to another
 //!
 //! A tenant's callbacks may name hosts whose name server black-holes queries: each such
 //! lookup holds a thread for the C library's whole timeout (10 s), and failures are kept
@@ -43,9 +44,12 @@
 //!   thread): no webhook lookup can take it (a store that cannot reconnect would fail every
 //!   tenant).
 //! - **Shares.** In the webhook lane, one tenant has at most `per_owner` lookups queued and
-//!   running together (more get `Busy`) and at most `per_owner_running` running, so one
-//!   tenant takes neither the whole queue nor every thread. A lookup joined by another
-//!   tenant's caller (single-flight) counts only to the tenant that started it.
+//!   running together (more get `Busy`) and at most `per_owner_running` running; and a
+//!   tenant that already runs a lookup starts another only while more than `reserved` (1)
+//!   threads are free, so one stays for tenants that run none (`line.rs`). No tenant takes the whole queue, and
+//!   no two take every thread: with 4 threads it takes 4 black-holed tenants at once to
+//!   hold them all. A lookup joined by another tenant's caller (single-flight) counts only
+//!   to the tenant that started it.
 //!
 //! # Invariants and bounds
 //!
@@ -61,12 +65,17 @@
 //!   `ttl + stale` get the error at once), an answer for `ttl + stale`. Each lane's cache
 //!   holds at most `cache` names (the oldest go first; a name being looked up is never
 //!   evicted).
-//! - The threads are started on first use and are not pinned to a shard's core: they may
-//!   run on any CPU the process may use (they mostly sleep in `poll`).
+//! - The threads are started on first use and are not pinned to a shard's core: they run on
+//!   the CPUs the process was given (`cpus::available_cores`, which respects a `taskset` or
+//!   `CPUAffinity` mask), never on others (they mostly sleep in `poll`).
 //!
 //! Cost of a cached lookup: one mutex lock and a hash lookup. IP literals skip the resolver.
 
-use std::collections::{HashMap, VecDeque};
+mod line;
+
+pub use line::LaneLimits;
+use line::Line;
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -99,19 +108,6 @@ impl Caller<'_> {
     }
 }
 
-/// How one lane is sized.
-#[derive(Clone, Debug)]
-pub struct LaneLimits {
-    /// Resolver threads (lookups at once).
-    pub threads: usize,
-    /// Host names waiting for a thread.
-    pub queue: usize,
-    /// The most lookups one tenant has queued and running together.
-    pub per_owner: usize,
-    /// The most lookups of one tenant running at once (the others wait in the queue).
-    pub per_owner_running: usize,
-}
-
 /// How the resolver is sized; [`Limits::default`] is what the process uses.
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -139,12 +135,14 @@ impl Default for Limits {
                 queue: 16,
                 per_owner: usize::MAX,
                 per_owner_running: usize::MAX,
+                reserved: 0,
             },
             webhook: LaneLimits {
                 threads: 4,
                 queue: 256,
                 per_owner: 32,
                 per_owner_running: 2,
+                reserved: 1,
             },
             deadline: Duration::from_secs(5),
             ttl: Duration::from_secs(30),
@@ -198,24 +196,12 @@ struct Running {
     waiters: Vec<Waiter>,
 }
 
-struct Queued {
-    host: String,
-    owner: Option<String>,
-}
-
-/// One tenant's share of a lane.
-#[derive(Default)]
-struct Share {
-    /// Queued and running.
-    holds: usize,
-    running: usize,
-}
-
 #[derive(Default)]
 struct Lane {
     names: HashMap<String, Entry>,
-    queue: VecDeque<Queued>,
-    owners: HashMap<String, Share>,
+    /// The names waiting for a thread, and who may take one next (`line.rs`).
+    line: Line,
+    /// Threads started.
     threads: usize,
 }
 
@@ -390,10 +376,7 @@ impl Resolver {
         let lane_limits = limits.lane(caller.lane());
         let lane = &mut st.lanes[caller.lane()];
         let owner = caller.owner();
-        let share = owner.as_ref().and_then(|o| lane.owners.get(o));
-        if lane.queue.len() >= lane_limits.queue
-            || share.is_some_and(|s| s.holds >= lane_limits.per_owner)
-        {
+        if !lane.line.admits(owner.as_deref(), lane_limits) {
             return Err(ResolveError::Busy { host: host.into() });
         }
         if !lane.names.contains_key(host) && lane.names.len() >= limits.cache {
@@ -403,13 +386,7 @@ impl Resolver {
             since: Instant::now(),
             waiters: waiter.into_iter().collect(),
         });
-        if let Some(o) = &owner {
-            lane.owners.entry(o.clone()).or_default().holds += 1;
-        }
-        lane.queue.push_back(Queued {
-            host: host.to_string(),
-            owner,
-        });
+        lane.line.push(host, owner);
         let spawn = lane.threads < lane_limits.threads;
         if spawn {
             lane.threads += 1;
@@ -426,11 +403,7 @@ impl Resolver {
     pub fn queued_and_running(&self) -> (usize, usize) {
         let st = self.lock();
         st.lanes.iter().fold((0, 0), |(q, r), lane| {
-            let running = lane.names.values().filter(|e| e.running.is_some()).count();
-            (
-                q + lane.queue.len(),
-                r + running.saturating_sub(lane.queue.len()),
-            )
+            (q + lane.line.queued(), r + lane.line.running())
         })
     }
 
@@ -509,25 +482,9 @@ fn evict_oldest(names: &mut HashMap<String, Entry>) {
     }
 }
 
-/// The first queued lookup whose tenant runs fewer than its share of threads.
-fn next_eligible(lane: &mut Lane, cap: usize) -> Option<Queued> {
-    let owners = &lane.owners;
-    let i = lane.queue.iter().position(|q| {
-        q.owner
-            .as_ref()
-            .and_then(|o| owners.get(o))
-            .is_none_or(|s| s.running < cap)
-    })?;
-    let q = lane.queue.remove(i)?;
-    if let Some(s) = q.owner.as_ref().and_then(|o| lane.owners.get_mut(o)) {
-        s.running += 1;
-    }
-    Some(q)
-}
-
 /// A resolver thread of `lane`: takes the next host name, looks it up, answers its waiters.
 fn work(shared: &Shared, lane: usize) {
-    let cap = shared.limits.lane(lane).per_owner_running;
+    let limits = shared.limits.lane(lane);
     loop {
         let next = {
             let mut st = lock(shared);
@@ -535,13 +492,13 @@ fn work(shared: &Shared, lane: usize) {
                 if st.closed {
                     return;
                 }
-                if let Some(q) = next_eligible(&mut st.lanes[lane], cap) {
+                if let Some(q) = st.lanes[lane].line.take(limits) {
                     break q;
                 }
                 st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
             }
         };
-        let host = next.host;
+        let host = next.host.clone();
         let answer: Answer = match (shared.lookup)(&host) {
             Ok(ips) if ips.is_empty() => Err(ResolveError::NoAddress { host: host.clone() }),
             Ok(ips) => Ok(Arc::from(ips)),
@@ -553,15 +510,7 @@ fn work(shared: &Shared, lane: usize) {
         let waiters = {
             let mut st = lock(shared);
             let l = &mut st.lanes[lane];
-            if let Some(o) = &next.owner {
-                if let Some(s) = l.owners.get_mut(o) {
-                    s.holds = s.holds.saturating_sub(1);
-                    s.running = s.running.saturating_sub(1);
-                    if s.holds == 0 {
-                        l.owners.remove(o);
-                    }
-                }
-            }
+            l.line.done(&next);
             let e = l.names.entry(host).or_default();
             let at = Instant::now();
             match &answer {
@@ -573,7 +522,7 @@ fn work(shared: &Shared, lane: usize) {
             }
             e.running.take().map(|r| r.waiters).unwrap_or_default()
         };
-        // A tenant under its share again may have lookups another thread can take now.
+        // A thread and a tenant's share are free again: queued lookups may run now.
         shared.work.notify_all();
         for w in waiters {
             let _ = w.send(answer.clone());
@@ -581,20 +530,13 @@ fn work(shared: &Shared, lane: usize) {
     }
 }
 
-/// Lets the calling thread run on every CPU: a thread started from a pinned shard inherits
-/// its mask, and a resolver thread has no business on the shard's core alone.
+/// Moves the calling thread onto every CPU the process may use (`cpus::available_cores`: the
+/// mask it started with, `taskset`'s included): a thread started from a pinned shard inherits
+/// that shard's one core, and a resolver thread has no business there. A failure leaves the
+/// inherited mask, which still works.
 fn unpin_current_thread() {
-    // SAFETY: `set` is a plain bitmask owned by this frame; CPU_ZERO/CPU_SET only write
-    // inside it, and sched_setaffinity reads `size_of::<cpu_set_t>()` bytes of it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        for cpu in 0..libc::CPU_SETSIZE as usize {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        // The kernel keeps only the CPUs the process's cpuset allows; a failure leaves the
-        // inherited mask, which still works.
-        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    if let Err(e) = crate::cpus::pin_current_thread(&crate::cpus::available_cores()) {
+        tracing::warn!(error = %e, "resolver: a resolver thread keeps the CPUs it inherited");
     }
 }
 

@@ -13,6 +13,10 @@
 //!
 //! Needs `unshare -m` and `mount --bind` (root, or CAP_SYS_ADMIN); without them it says so
 //! and passes without running.
+//!
+//! Also here: the resolver's threads stay on the CPUs the process was given (a `taskset`
+//! mask), not on a shard's core and not on every CPU of the host. This binary is the place
+//! because no other code in it reads the process's CPUs first.
 
 mod api_support;
 #[path = "support/bare.rs"]
@@ -216,4 +220,43 @@ fn a_black_holed_name_server_for_one_tenant_never_stalls_another_tenants_writes(
         let (st, r) = s.json("GET", &format!("/v1/timers/slow/s{i}"), "");
         assert_eq!(st, 200, "slow/s{i} lost: {r}");
     }
+}
+
+/// As under `taskset`: the process's CPUs (read once, from the first thread that asks) are
+/// all but the host's last, and the lookup is started from a thread pinned to one core, as a
+/// shard's is. The resolver thread must run on exactly the process's CPUs.
+#[test]
+fn resolver_threads_run_on_the_processs_cpus_not_a_shards_core_nor_every_cpu() {
+    use punctual::resolve::{Caller, Limits, Lookup, Resolver};
+    let host = punctual::cpus::current_thread_cores();
+    if host.len() < 2 {
+        eprintln!("skipped: one CPU, so no mask can leave one out");
+        return;
+    }
+    let given = host[..host.len() - 1].to_vec();
+    let seen = std::thread::spawn(move || {
+        punctual::cpus::pin_current_thread(&given).expect("a taskset-like mask");
+        assert_eq!(punctual::cpus::available_cores(), given, "read first, here");
+        punctual::cpus::pin_current_thread(&given[..1]).expect("a shard's one core");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = Mutex::new(tx);
+        let r = Resolver::new(
+            Limits::default(),
+            Box::new(move |_| {
+                let _ = tx
+                    .lock()
+                    .map(|tx| tx.send(punctual::cpus::current_thread_cores()));
+                Ok(vec![std::net::IpAddr::from([127, 0, 0, 1])])
+            }),
+        );
+        assert!(matches!(
+            r.start("cpus.example", Caller::Tenant("t")),
+            Lookup::Waiting(_)
+        ));
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the lookup ran")
+    })
+    .join()
+    .expect("test thread");
+    assert_eq!(seen, host[..host.len() - 1]);
 }

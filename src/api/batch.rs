@@ -6,31 +6,29 @@
 //! the earlier. An item fails alone (400, 413, 429, 503); the batch answers 200.
 //!
 //! The work runs on the shard whose executor read the request, so it is cut into slices of
-//! about [`SLICE`]: the body is split into items a slice at a time (`scan.rs`), then items
-//! are checked and pushed a slice at a time, and between slices the task yields to the
-//! executor, whose shard loop and I/O then run. A 16 MiB batch delays the shard's timers by
-//! a slice, not by the whole parse.
+//! about 200 µs (`cooperate`): the body is split into items a slice at a time (`scan.rs`),
+//! then items are checked and pushed a slice at a time, and between slices the task yields to
+//! the executor, whose shard loop and I/O then run. A 16 MiB batch delays the shard's timers
+//! by a slice, not by the whole parse.
 
 use super::body::{parse_batch, parse_item};
 use super::error::ApiError;
 use super::respond::{BatchBody, BatchItem};
 use super::scan::{BatchScan, Step};
 use super::state::App;
+use crate::cooperate::Slice;
 use crate::engine::Scheduled;
 use crate::error::{validate_name, NameKind};
 use crate::quota::QuotaSlot;
 use serde_json::value::RawValue;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
 
 /// Items pushed before their answers are awaited.
 const CHUNK: usize = 1024;
 
-/// The longest the batch holds its shard's thread before it yields (checked every
-/// [`CHECK_EVERY`] items while they are pushed; a slice is at least that many items, so a
-/// burst of pushes still meets a full ring as one burst).
-pub const SLICE: Duration = Duration::from_micros(200);
+/// Items pushed between two looks at the slice (`cooperate`): a slice is at least that many
+/// items, so a burst of pushes still meets a full ring as one burst.
 const CHECK_EVERY: usize = 128;
 
 type Pending = Pin<Box<dyn Future<Output = crate::Result<Scheduled>> + Send>>;
@@ -53,13 +51,12 @@ pub async fn run(
 ) -> Result<BatchBody, ApiError> {
     let items = scan(body).await?;
     let quota = app.handle.quota(tenant);
-    let mut slice_end = Instant::now() + SLICE;
+    let mut slice = Slice::begin();
     let mut out = Vec::with_capacity(items.len());
     let mut slots: Vec<Slot> = Vec::with_capacity(CHUNK.min(items.len()));
     for (i, item) in items.iter().enumerate() {
-        if i % CHECK_EVERY == CHECK_EVERY - 1 && Instant::now() >= slice_end {
-            yield_to_shard().await;
-            slice_end = Instant::now() + SLICE;
+        if i % CHECK_EVERY == CHECK_EVERY - 1 && slice.is_over() {
+            slice.next().await;
         }
         let slot = match parse_item(item, now) {
             Err((key, e)) => Slot::Done(BatchItem::failed(key, &e)),
@@ -102,20 +99,14 @@ pub async fn run(
 /// its documented error.
 async fn scan(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
     let mut scan = BatchScan::new(body);
+    let mut slice = Slice::begin();
     loop {
-        match scan.step(Instant::now() + SLICE) {
+        match scan.step(slice.end()) {
             Step::Done(items) => return Ok(items),
-            Step::More => yield_to_shard().await,
+            Step::More => slice.next().await,
             Step::GiveUp => return parse_batch(body),
         }
     }
-}
-
-/// Gives the thread to the executor's other tasks (the shard loop) and its I/O. A short timer,
-/// not `yield_now`: a task left runnable keeps glommio from reaping I/O and running the
-/// shard's parked loop (see `shard::park`).
-async fn yield_to_shard() {
-    glommio::timer::sleep(Duration::from_micros(1)).await;
 }
 
 async fn finish_chunk(slots: &mut Vec<Slot>, out: &mut Vec<BatchItem>) {

@@ -364,7 +364,7 @@ const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 20] = [
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let rows = rows(&self.handle);
-        let families: [(&str, &str, MetricType, Pick); 12] = [
+        let families: [(&str, &str, MetricType, Pick); 13] = [
             (
                 "punctual_timers_pending",
                 "Timers pending on the shard",
@@ -430,6 +430,12 @@ impl Collector for EngineCollector {
                 "Times the shard's executor slept in io_uring while the shard's work was due (glommio's park bug), each ended by a watchdog wake",
                 MetricType::Counter,
                 |r| Value::Counter(r.s.executor_stalls_total),
+            ),
+            (
+                "punctual_doorbell_fallback_wakes",
+                "Replies from other threads that reached the shard's tasks through glommio's foreign wakes because its doorbell could not be rung",
+                MetricType::Counter,
+                |r| Value::Counter(r.s.doorbell_fallback_wakes_total),
             ),
             (
                 "punctual_shard_failed",
@@ -541,7 +547,7 @@ fn encode_webhooks(
         return Ok(());
     }
     type Get = fn(&DeliveryMetrics) -> u64;
-    let counters: [(&str, &str, Get); 4] = [
+    let counters: [(&str, &str, Get); 5] = [
         ("punctual_webhook_attempts", "Delivery attempts started", |d| d.attempts.load(Relaxed)),
         ("punctual_webhook_successes", "Deliveries answered 2xx within the timeout", |d| {
             d.successes.load(Relaxed)
@@ -550,6 +556,11 @@ fn encode_webhooks(
             "punctual_webhook_refused",
             "Deliveries held back by the per-host or per-tenant cap (retried shortly, no attempt used)",
             |d| d.refused.load(Relaxed),
+        ),
+        (
+            "punctual_webhook_resolver_busy",
+            "Attempts our own name resolver had no room for (made again, no attempt used, up to 6 in a row)",
+            |d| d.resolver_busy.load(Relaxed),
         ),
         ("punctual_webhook_dead_letters_made", "Timers that became dead letters", |d| {
             d.dead_total.load(Relaxed)

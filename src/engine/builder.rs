@@ -411,7 +411,7 @@ impl EngineBuilder {
                         // Replies from other threads reach this executor's tasks through its
                         // doorbell, not glommio's foreign wakes (see `doorbell`).
                         if !park_direct {
-                            if let Err(e) = Doorbell::install() {
+                            if let Err(e) = Doorbell::install(m.clone()) {
                                 tracing::warn!(shard = id, error = %e, "no doorbell: replies from other threads wake this shard's tasks through glommio");
                             }
                         }

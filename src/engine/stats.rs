@@ -23,6 +23,8 @@ pub struct ShardStats {
     pub watchdog_wakes_total: u64,
     /// Times the watchdog found the shard's executor asleep with the shard's work due.
     pub executor_stalls_total: u64,
+    /// Wakes that went through glommio because the shard's doorbell failed (`doorbell`).
+    pub doorbell_fallback_wakes_total: u64,
     /// The shard's thread panicked: its ring is closed (`shard::failure`).
     pub failed: bool,
     pub lateness: crate::metrics::HistogramSnapshot,
@@ -51,6 +53,9 @@ impl Handle {
                     clock_fallback: m.clock_fallback.load(Ordering::Relaxed) != 0,
                     watchdog_wakes_total: m.watchdog_wakes_total.load(Ordering::Relaxed),
                     executor_stalls_total: m.executor_stalls_total.load(Ordering::Relaxed),
+                    doorbell_fallback_wakes_total: m
+                        .doorbell_fallback_wakes_total
+                        .load(Ordering::Relaxed),
                     failed: m.failed.load(Ordering::Relaxed) != 0,
                     lateness: m.lateness.snapshot(),
                     wheel_timers: std::array::from_fn(|l| {

@@ -85,6 +85,7 @@ fn a_full_queue_fails_at_once_instead_of_blocking() {
             queue: 2,
             per_owner: usize::MAX,
             per_owner_running: usize::MAX,
+            reserved: 0,
         },
         ..Limits::default()
     };
@@ -228,6 +229,7 @@ fn no_shares(threads: usize, queue: usize) -> Limits {
             queue,
             per_owner: usize::MAX,
             per_owner_running: usize::MAX,
+            reserved: 0,
         },
         ..Limits::default()
     }
@@ -337,12 +339,15 @@ fn the_store_resolves_while_webhook_lookups_saturate_their_lane() {
     hole.open();
 }
 
-#[test]
-fn one_tenant_cannot_take_the_whole_webhook_lane() {
+/// A healthy tenant's new name, asked while `floods` (tenant, black-holed lookups it gets
+/// running) fill the default webhook lane: answered within the bound, not after the black
+/// holes' timeout.
+fn healthy_name_resolves_during(floods: &[(&str, usize)]) {
     let (r, hole) = Hole::resolver(Limits::default());
     let share = Limits::default().webhook.per_owner;
-    assert_eq!(flood(&r, &hole, "evil", 300, 2), share);
-    // Another tenant's new name is queued, and gets a thread the flood could not take.
+    for &(tenant, running) in floods {
+        assert_eq!(flood(&r, &hole, tenant, 300, running), share, "{tenant}");
+    }
     let got = within(r.start("new.example", Caller::Tenant("healthy")));
     assert_eq!(
         got.expect("an answer within the bound")
@@ -350,4 +355,17 @@ fn one_tenant_cannot_take_the_whole_webhook_lane() {
         [local()]
     );
     hole.open();
+}
+
+/// Another tenant's new name is queued, and gets a thread the flood could not take.
+#[test]
+fn one_tenant_cannot_take_the_whole_webhook_lane() {
+    healthy_name_resolves_during(&[("evil", 2)]);
+}
+
+/// Two tenants whose names black-hole flood the lane together: between them they hold 3 of
+/// the 4 threads (2 + 1), never all, and a third tenant's new name is looked up at once.
+#[test]
+fn two_colluding_tenants_cannot_take_every_thread_from_a_third() {
+    healthy_name_resolves_during(&[("evil1", 2), ("evil2", 1)]);
 }

@@ -7,7 +7,7 @@
 //!   loop:
 //!     drain the ring (at most DRAIN_BATCH ops)
 //!     re-anchor the clock if 100 ms have passed
-//!     fire what is due, in deadline order (at most FIRE_BATCH when the shard shares its thread)
+//!     fire what is due, in deadline order (sharing its thread: at most FIRE_BATCH and ~200 µs)
 //!     if it did any work and shares its thread: yield to the executor, go round
 //!     if the ring has more or more is due: go round
 //!     next = min(next deadline, next anchor)
@@ -31,10 +31,10 @@
 //!   the spin window cannot keep the other tasks off the thread;
 //! - in parks, which are `await`s.
 //!
-//! A pass is bounded ([`DURABLE_DRAIN_BATCH`] or [`DRAIN_BATCH`] ops, [`FIRE_BATCH`] fires), so
-//! the other tasks never wait for more than one bounded pass. The yield is a one-microsecond
-//! glommio timer (`park::yield_to_reactor`), not `yield_now`: only a task that is *not*
-//! runnable lets glommio reap I/O completions before its preemption timer expires.
+//! A pass is bounded ([`DURABLE_DRAIN_BATCH`] or [`DRAIN_BATCH`] ops; [`FIRE_BATCH`] fires and a
+//! ~200 µs slice of time, `fire.rs`), so the other tasks never wait for more than one bounded
+//! pass. The yield is a one-microsecond glommio timer (`cooperate`), not `yield_now`: only a
+//! task that is *not* runnable lets glommio reap I/O completions before its preemption timer.
 //!
 //! ## The glommio behaviours this design avoids
 //!
@@ -55,7 +55,7 @@
 //! | trigger | punctual's side | guarded by |
 //! |---|---|---|
 //! | the preemption timer (armed at every poll) fires before the check: the poll took longer than the timer | glommio's default 100 ms is kept, never a shorter one (250 µs fired thousands of timers 0.1–2.7 s late); shards yield on their own, never relying on preemption. Left: a 100 ms stall of the thread inside that window | `tests/shard_cooperation.rs::shards_keep_firing_when_glommio_preempts_before_every_round` (a 20 µs timer: the trigger on almost every round) |
-//! | the notifier `eventfd` read, completed by a foreign wake: glommio writes the `eventfd` when the executor is flagged asleep, and the flag goes stale (raised before each sleep, cleared only after one really taken), so a wake of an awake executor that already took the waker leaves a completion with no task | replies from other threads (the shards answering HTTP tasks) reach a shard's tasks through its [`doorbell`](crate::doorbell): a main-ring read with a task behind it, no glommio foreign wake. the journal's I/O thread answers the same way (`store/journal/io.rs`). Left: the name resolver still replies through glommio's path (`resolve.rs`; wrapping its awaits in `doorbell::relay` removes it), and the watchdog's own wakes, which exist to end such a sleep | `doorbell::tests::replies_from_another_thread_arrive_through_the_doorbell` |
+//! | the notifier `eventfd` read, completed by a foreign wake: glommio writes the `eventfd` when the executor is flagged asleep, and the flag goes stale (raised before each sleep, cleared only after one really taken), so a wake of an awake executor that already took the waker leaves a completion with no task | replies from other threads (the shards answering HTTP tasks) reach a shard's tasks through its [`doorbell`](crate::doorbell): a main-ring read with a task behind it, no glommio foreign wake. the journal's I/O thread answers the same way (`store/journal/io.rs`). Left: the name resolver still replies through glommio's path (`resolve.rs`; wrapping its awaits in `doorbell::relay` removes it), a doorbell whose bell cannot be written (those wakes fall back to glommio's path, counted in `punctual_doorbell_fallback_wakes_total`), and the watchdog's own wakes, which exist to end such a sleep | `doorbell::tests::replies_from_another_thread_arrive_through_the_doorbell`, `doorbell::tests::a_bell_that_cannot_be_rung_strands_no_reply` |
 //! | the same `eventfd`, written by glommio's blocking pool on each result, by tasks in `Latency::Matters` queues, or by its throughput timer (after `ring_depth` main-ring completions) | no latency-sensitive queue; the journal's I/O and name resolution run on threads of their own, not the blocking pool | — |
 //! | the round's own `install_eventfd`, which re-arms that read and completes it at once when the counter is already set | as above | — |
 //! | accept, connect and `recv` (peek, datagrams) completions: a waiting task is woken by the park's reap, so the park does not sleep; a cancelled one (a dropped accept at drain, a connect timeout) leaves a completion with no task | the shards' wake sockets and stream reads are main-ring polls (glommio's stream reads try a non-blocking read first, then poll) | — |
@@ -109,6 +109,7 @@
 mod dead;
 pub(crate) mod delivery;
 mod failure;
+mod fire;
 mod park;
 mod recover;
 pub(crate) mod watchdog;
@@ -117,13 +118,13 @@ pub(crate) use failure::ShardFailure;
 pub(crate) use park::{set_timer_slack_ns, Wakee};
 
 use crate::clock::{Clock, TimeSource};
+use crate::cooperate::Slice;
 use crate::error::Error;
 use crate::metrics::ShardMetrics;
 use crate::op::{Cancelled, Op, Reply, Scheduled, TimerInfo};
 use crate::quota::{QuotaSlot, Quotas};
 use crate::ring::Ring;
-use crate::sink::{is_own_firing, Next};
-use crate::sink::{FiredTimer, Sink};
+use crate::sink::Sink;
 use crate::store::{Ack, Store};
 use crate::units::{UtcMicros, UtcNanos};
 use crate::wheel::table::{PackedTimer, TimerTable, UpsertError};
@@ -136,8 +137,8 @@ use std::time::Duration;
 /// shard alone on its thread fires a burst in one go.
 const FIRE_BATCH: usize = 4096;
 
-/// Longest a shard that shares its thread spins without yielding to its other tasks.
-const MAX_UNYIELDED: Duration = Duration::from_micros(200);
+/// Longest a shard that shares its thread spins without yielding to its other tasks: a slice.
+const MAX_UNYIELDED: Duration = crate::cooperate::SLICE;
 
 /// Longest a shard that shares its thread parks in one go. glommio 0.9 may sleep with a task
 /// runnable (see the module doc); the park's timer is what ends such a sleep for the shard's
@@ -245,7 +246,7 @@ impl<S: TimeSource> Shard<S> {
                     self.clock.anchor();
                     self.publish_gauges();
                 }
-                let (fired, more) = self.fire_due(fire_budget);
+                let (fired, more) = self.fire_due(fire_budget, cooperative.then(Slice::begin));
                 self.store.after_pass();
                 let freed = self.spent.after_pass(more);
                 if cooperative && (drained > 0 || fired > 0 || freed > 0) {
@@ -312,7 +313,7 @@ impl<S: TimeSource> Shard<S> {
     /// Hands the thread to the executor's other tasks and its I/O (see the module doc).
     async fn yield_now(&self) {
         self.pulse.expect_by(Duration::ZERO);
-        park::yield_to_reactor().await;
+        crate::cooperate::yield_to_reactor().await;
         self.pulse.running();
     }
 
@@ -509,105 +510,6 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 
-    /// Fires up to `budget` due timers (fewer when the store has less room for fires); how
-    /// many fired, and what is left.
-    fn fire_due(&mut self, budget: usize) -> (u64, More) {
-        let mut now = self.clock.now();
-        if self
-            .table
-            .next_deadline()
-            .is_some_and(|d| d <= now.as_micros())
-            && self.clock.ahead_of_system(now)
-        {
-            // Something is due by the mapped clock, which leads the system clock: set the
-            // lead back (counted as a set-back) before firing anything.
-            self.clock.anchor();
-            self.publish_gauges();
-            now = self.clock.now();
-            // Fire only what the system clock has reached, even when the anchor did not
-            // remove the whole lead (the system clock moved back again since its sample).
-            if self.clock.ahead_of_system(now) {
-                now = now.min(self.clock.source().realtime());
-            }
-        }
-        let now = now.as_micros();
-        let room = self.store.fire_room();
-        let budget = budget.min(room);
-        let (clock, metrics, quotas, id) = (&self.clock, &*self.metrics, &*self.quotas, self.id);
-        let (sinks, store) = (&mut self.sinks, &mut self.store);
-        let kept = &mut self.deliveries.kept;
-        let spent = &mut self.spent.0;
-        let (mut fired, mut own_firings) = (0u64, 0u64);
-        let more = self.table.poll_at_most(now, budget, |deadline, record| {
-            let fired_at = clock.now();
-            metrics
-                .lateness
-                .observe(fired_at.0.saturating_sub(deadline.as_nanos().0));
-            fired += 1;
-            // A timer with a callback fires again for each step of its delivery; only its
-            // own firing is a fired timer for the stream, the handler and the count.
-            let own = is_own_firing(record.timer.meta());
-            own_firings += u64::from(own);
-            let f = FiredTimer {
-                shard: id,
-                tenant: record.timer.tenant(),
-                key: record.timer.key(),
-                version: record.version,
-                deadline,
-                fired_at,
-                meta: record.timer.meta(),
-                payload: record.timer.payload(),
-            };
-            let mut next = Next::Done;
-            for sink in sinks.iter_mut() {
-                let n = sink.fired(&f);
-                if n != Next::Done {
-                    next = n;
-                }
-            }
-            if next == Next::Done {
-                if own {
-                    store.fired(&f);
-                } else {
-                    store.cancel(f.tenant, f.key, crate::store::Ack::None);
-                }
-                if let Some(q) = quotas.get(f.tenant) {
-                    q.release();
-                }
-                if spent.len() < SPENT_MAX {
-                    spent.push(record.timer);
-                }
-            } else {
-                kept.push(delivery::Kept {
-                    record,
-                    deadline,
-                    fired_at,
-                    next,
-                    own,
-                });
-            }
-        });
-        if !self.deliveries.kept.is_empty() {
-            self.settle_kept();
-        }
-        if fired > 0 {
-            self.metrics
-                .fired_total
-                .fetch_add(own_firings, Ordering::Relaxed);
-            self.metrics
-                .pending
-                .store(self.table.len() as u64, Ordering::Relaxed);
-        }
-        let held = more && budget == room;
-        self.store.fires_held(held);
-        let more = match (more, held) {
-            (false, _) => More::No,
-            (true, false) => More::Due,
-            (true, true) => More::HeldBack,
-        };
-        (fired, more)
-    }
-
     pub fn publish_initial(&self) {
         self.publish_gauges();
     }
@@ -656,213 +558,4 @@ fn refuse_schedule(shard: usize, reply: Option<Reply<Result<Scheduled, Error>>>,
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clock::{ClockConfig, FakeSource};
-    use std::cell::RefCell;
-    use std::rc::Rc;
-
-    /// (deadline, the system clock when it fired) of each fire.
-    type Seen = Rc<RefCell<Vec<(UtcMicros, UtcNanos)>>>;
-
-    /// Records the system clock (the fake CLOCK_REALTIME) at each fire.
-    struct Witness {
-        src: FakeSource,
-        seen: Seen,
-    }
-
-    impl Sink for Witness {
-        fn fired(&mut self, t: &FiredTimer<'_>) -> Next {
-            self.seen
-                .borrow_mut()
-                .push((t.deadline, self.src.realtime()));
-            Next::Done
-        }
-    }
-
-    /// A shard on a fake TSC and a fake system clock, with the in-memory store.
-    fn shard(src: &FakeSource) -> (Shard<FakeSource>, Seen) {
-        shard_on(src.clone(), src)
-    }
-
-    /// A shard whose clock reads `clock_src`, with a witness that reads the system clock
-    /// of `src`.
-    fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<S>, Seen) {
-        let clock = Clock::calibrate(clock_src, ClockConfig::default());
-        let (ring, _wakee) = Ring::new(0, 16).expect("ring");
-        let seen = Rc::new(RefCell::new(Vec::new()));
-        let witness = Witness {
-            src: src.clone(),
-            seen: seen.clone(),
-        };
-        let shard = Shard {
-            id: 0,
-            ring: Arc::new(ring),
-            table: TimerTable::new(clock.now().as_micros(), 1024),
-            clock,
-            spin: Duration::ZERO,
-            sinks: vec![Box::new(witness)],
-            store: Box::new(crate::store::memory::MemoryStore),
-            metrics: Arc::default(),
-            stop: Arc::default(),
-            pulse: Arc::default(),
-            quotas: Arc::default(),
-            deliveries: Default::default(),
-            spent: Default::default(),
-        };
-        (shard, seen)
-    }
-
-    /// The system clock slows down right after an anchor (the end of a fast NTP slew): the
-    /// mapped clock, still running at the rate it measured, leads it until the next anchor.
-    /// A timer due in that window must still wait for the system clock.
-    #[test]
-    fn nothing_fires_before_the_system_clock_reaches_its_deadline() {
-        let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
-        src.set_realtime_drift_ppb(50_000_000); // a 5% forward slew, learned by the rate tracker
-        let (mut s, seen) = shard(&src);
-        for _ in 0..20 {
-            src.advance(Duration::from_millis(50));
-            if s.clock.anchor_due(src.ticks()) {
-                s.clock.anchor();
-            }
-        }
-        s.clock.anchor();
-        src.set_realtime_drift_ppb(0); // the slew ends: the system clock slows by 5%
-        let base = src.realtime().0 / 1_000;
-        for i in 0..80u64 {
-            let timer = PackedTimer::new("t", &format!("k{i}"), b"").expect("small");
-            let deadline = UtcMicros(base + 1_000 + i * 1_000);
-            s.table
-                .insert_with_version(timer, deadline, i + 1)
-                .expect("in range");
-        }
-        // Walk in 50 µs steps, firing as the loop does, without anchoring: only the fire-time
-        // check stands between a lead and an early fire.
-        for _ in 0..2_000 {
-            src.advance(Duration::from_micros(50));
-            s.fire_due(usize::MAX);
-        }
-        let seen = seen.borrow();
-        assert_eq!(seen.len(), 80, "every timer fired");
-        for (deadline, at) in seen.iter() {
-            assert!(
-                at.0 / 1_000 >= deadline.0,
-                "fired at system time {} µs, before its deadline {} µs",
-                at.0 / 1_000,
-                deadline.0
-            );
-        }
-        assert!(
-            s.clock.stats().set_backs > 0,
-            "the leads were set back at fire time: {:?}",
-            s.clock.stats()
-        );
-    }
-
-    /// A fake source whose system clock steps by `delta` ns at chosen reads of it: a system
-    /// clock that moves back again between the shard's anchor and its fire.
-    struct SteppingSource {
-        fake: FakeSource,
-        reads: std::sync::atomic::AtomicU64,
-        steps: std::sync::Mutex<Vec<(u64, i64)>>,
-    }
-
-    impl TimeSource for SteppingSource {
-        fn ticks(&self) -> crate::units::TscTicks {
-            self.fake.ticks()
-        }
-        fn realtime(&self) -> UtcNanos {
-            let n = self.reads.fetch_add(1, Ordering::SeqCst);
-            let mut steps = self.steps.lock().expect("steps");
-            steps.retain(|&(at, delta)| {
-                if at == n {
-                    self.fake.step_realtime(delta);
-                }
-                at != n
-            });
-            self.fake.realtime()
-        }
-        fn pause(&self, dur: Duration) {
-            self.fake.pause(dur)
-        }
-        fn kind(&self) -> crate::clock::SourceKind {
-            self.fake.kind()
-        }
-    }
-
-    /// The system clock moves back 1 ms just before a fire (the mapped clock now leads it),
-    /// and again 1 ms just after the anchor that sets the lead back: the time the shard
-    /// fires by is checked against the system clock once more, so nothing fires early.
-    #[test]
-    fn nothing_fires_early_when_the_system_clock_moves_back_again_after_the_set_back() {
-        let fake = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
-        let src = SteppingSource {
-            fake: fake.clone(),
-            reads: Default::default(),
-            steps: Default::default(),
-        };
-        let (mut s, seen) = shard_on(src, &fake);
-        let base = fake.realtime().0 / 1_000;
-        for i in 0..20u64 {
-            let timer = PackedTimer::new("t", &format!("k{i}"), b"").expect("small");
-            let deadline = UtcMicros(base + 1_000 + i * 100);
-            s.table
-                .insert_with_version(timer, deadline, i + 1)
-                .expect("in range");
-        }
-        fake.advance(Duration::from_micros(2_500));
-        // The next read (the fire-time check) sees a step back; the anchor's sample takes
-        // the seven reads after it; the one after those sees a second step back.
-        let next = s.clock.source().reads.load(Ordering::SeqCst);
-        let tries = u64::from(ClockConfig::default().sample_tries);
-        *s.clock.source().steps.lock().expect("steps") =
-            vec![(next, -1_000_000), (next + 1 + tries, -1_000_000)];
-        for _ in 0..200 {
-            s.fire_due(usize::MAX);
-            fake.advance(Duration::from_micros(50));
-        }
-        let seen = seen.borrow();
-        assert_eq!(seen.len(), 20, "every timer fired");
-        for (deadline, at) in seen.iter() {
-            assert!(
-                at.0 / 1_000 >= deadline.0,
-                "fired at system time {} µs, before its deadline {} µs",
-                at.0 / 1_000,
-                deadline.0
-            );
-        }
-    }
-
-    /// A burst's fired timers are held for freeing after it, but never more than SPENT_MAX of
-    /// them, and the ones held are freed once nothing more is due.
-    #[test]
-    fn fired_timers_memory_is_held_within_its_bound_and_freed_after_the_burst() {
-        let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
-        let (mut s, seen) = shard(&src);
-        s.table = TimerTable::new(s.clock.now().as_micros(), 1 << 20);
-        let due = UtcMicros(src.realtime().0 / 1_000 + 1_000);
-        let n = SPENT_MAX + 1_000;
-        for i in 0..n {
-            let timer = PackedTimer::new("t", &format!("k{i}"), b"{}").expect("small");
-            s.table
-                .insert_with_version(timer, due, i as u64 + 1)
-                .expect("in range");
-        }
-        src.advance(Duration::from_millis(2));
-        let (fired, more) = s.fire_due(usize::MAX);
-        assert_eq!((fired, more), (n as u64, More::No));
-        assert_eq!(seen.borrow().len(), n);
-        assert_eq!(
-            s.spent.0.len(),
-            SPENT_MAX,
-            "held at most SPENT_MAX, the rest freed at once"
-        );
-        let mut passes = 0;
-        while s.spent.free(FREE_BATCH) > 0 {
-            passes += 1;
-        }
-        assert_eq!(passes, SPENT_MAX.div_ceil(FREE_BATCH));
-        assert!(s.spent.0.is_empty());
-    }
-}
+mod tests;

@@ -1,5 +1,5 @@
-//! How a shard waits: parked until its next deadline or a ring wake-up, or briefly handing its
-//! thread to the other tasks of its executor.
+//! How a shard waits: parked until its next deadline or a ring wake-up. (Briefly handing its
+//! thread to the other tasks of its executor is `cooperate::yield_to_reactor`.)
 
 use std::time::Duration;
 
@@ -40,22 +40,6 @@ impl Wakee {
             Wakee::Direct(stream) => park_direct(stream, nap, buf),
         }
     }
-}
-
-/// The timer a cooperative yield waits on. Any duration that is still in the future when the
-/// timer is first polled will do; the point is that the task is *not* runnable while the
-/// executor runs the others.
-const YIELD_TIMER: Duration = Duration::from_micros(1);
-
-/// Gives the thread to the executor's other tasks, and to its I/O, then comes back.
-///
-/// `yield_now` would not do: it leaves the task runnable, and glommio reaps I/O completions
-/// (Redis replies, new HTTP bytes) only once no task is runnable or its preemption timer has
-/// expired (100 ms by default), so replies would wait for the shard to run out of work. A
-/// short timer makes the shard not runnable: the executor runs the other runnable tasks,
-/// polls io_uring, fires the timer, and the shard resumes a few microseconds later.
-pub(crate) async fn yield_to_reactor() {
-    glommio::timer::sleep(YIELD_TIMER).await;
 }
 
 /// Blocks until the wake socket is readable or `nap` has passed.

@@ -283,8 +283,9 @@ impl Watchdog {
         let thread = std::thread::Builder::new()
             .name("punctual-watchdog".into())
             .spawn(move || {
-                if !others.is_empty() {
-                    pin_to(&others);
+                // A failure leaves the thread where it was: it still watches, only closer.
+                if let Err(e) = crate::cpus::pin_current_thread(&others) {
+                    tracing::warn!(error = %e, "cannot pin the watchdog off the shards' cores");
                 }
                 watch(&shards, &flag, period, grace)
             })?;
@@ -292,26 +293,6 @@ impl Watchdog {
             stop,
             thread: Some(thread),
         })
-    }
-}
-
-/// Pins the calling thread to `cores`; a failure is logged and the thread runs anywhere.
-fn pin_to(cores: &[usize]) {
-    // SAFETY: `cpu_set_t` is plain data for which all zeroes is the empty set; CPU_SET only
-    // writes bits below CPU_SETSIZE (checked), and sched_setaffinity(0, ..) reads the set
-    // for the calling thread only.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cores.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-            libc::CPU_SET(c, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        tracing::warn!(
-            error = %std::io::Error::last_os_error(),
-            "cannot pin the watchdog off the shards' cores"
-        );
     }
 }
 

@@ -15,12 +15,17 @@
 //! A connection dropped while its request is unanswered (the attempt's timeout) is reset, not
 //! closed, so none of the abandoned request's bytes reach the receiver later (`reset.rs`).
 //!
+//! What fails is a [`SendError`], by class: `Busy` (our own resolver had no room: the
+//! receiver was never tried, and the attempt is not counted), `Resolve`, `Connect`, `Tls`
+//! and `Http`, all retriable.
+//!
 //! Cost per delivery on a warm connection: one request written and one response read by hyper,
 //! no allocation besides the request's and the response's.
 
 use super::reset::{Busy, ResetOnAbandon};
 use super::settings::Target;
 use crate::hyperio::Io;
+use crate::resolve::{Caller, ResolveError, Resolver};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::SendRequest;
@@ -45,6 +50,37 @@ struct Idle {
     since: Instant,
 }
 
+/// Why a request got no answer, by class. Each is retriable; only `Busy` is not the
+/// receiver's side of the network (see the module doc).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// Our own resolver had no room for the lookup (its queue, or the tenant's share of it,
+    /// was full): nothing was sent.
+    #[error("{0}")]
+    Busy(ResolveError),
+    /// The host name gave no address: failed, none, or no answer within the deadline.
+    #[error("{0}")]
+    Resolve(ResolveError),
+    /// No address took the TCP connection (the last one's error).
+    #[error("{0}")]
+    Connect(String),
+    /// The TLS name was invalid or the handshake failed.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// HTTP/1.1 on the connection failed: the handshake, or the request and its answer.
+    #[error("{0}")]
+    Http(String),
+}
+
+impl From<ResolveError> for SendError {
+    fn from(e: ResolveError) -> SendError {
+        match e {
+            ResolveError::Busy { .. } => SendError::Busy(e),
+            _ => SendError::Resolve(e),
+        }
+    }
+}
+
 /// What the endpoint answered.
 #[derive(Debug)]
 pub struct Answer {
@@ -55,13 +91,16 @@ pub struct Answer {
 pub struct Pool {
     tls: futures_rustls::TlsConnector,
     idle: RefCell<HashMap<Target, Vec<Idle>>>,
+    /// Where host names are looked up (the process's resolver, but for tests).
+    resolver: &'static Resolver,
 }
 
 impl Pool {
-    pub fn new(tls: Arc<rustls::ClientConfig>) -> Pool {
+    pub fn new(tls: Arc<rustls::ClientConfig>, resolver: &'static Resolver) -> Pool {
         Pool {
             tls: futures_rustls::TlsConnector::from(tls),
             idle: RefCell::new(HashMap::new()),
+            resolver,
         }
     }
 
@@ -78,7 +117,7 @@ impl Pool {
         tenant: &str,
         req: Request<Full<Bytes>>,
         stall: Duration,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, SendError> {
         let (mut sender, busy) = match self.take_idle(target) {
             Some(s) => s,
             None => self.connect(target, tenant, stall).await?,
@@ -88,7 +127,7 @@ impl Pool {
         let resp = sender
             .send_request(req)
             .await
-            .map_err(|e| format!("request failed: {e}"))?;
+            .map_err(|e| SendError::Http(format!("request failed: {e}")))?;
         let status = resp.status();
         let retry_after = resp.headers().get(hyper::header::RETRY_AFTER).cloned();
         // Read the body whole so the connection can serve the next delivery.
@@ -136,11 +175,11 @@ impl Pool {
         target: &Target,
         tenant: &str,
         stall: Duration,
-    ) -> Result<(Sender, Busy), String> {
-        let caller = crate::resolve::Caller::Tenant(tenant);
-        let addrs = crate::resolve::resolve(&target.host, target.port, caller)
-            .await
-            .map_err(|e| e.to_string())?;
+    ) -> Result<(Sender, Busy), SendError> {
+        let addrs = self
+            .resolver
+            .resolve(&target.host, target.port, Caller::Tenant(tenant))
+            .await?;
         let mut last = String::from("no address");
         let mut stream = None;
         for addr in addrs.iter() {
@@ -152,7 +191,7 @@ impl Pool {
                 Err(e) => last = format!("connect {addr}: {e}"),
             }
         }
-        let stream = stream.ok_or(last)?;
+        let stream = stream.ok_or(SendError::Connect(last))?;
         let _ = stream.set_nodelay(true);
         let busy = Busy::default();
         // Busy from the start: a handshake cut short resets too.
@@ -161,16 +200,16 @@ impl Pool {
         let builder = hyper::client::conn::http1::Builder::new();
         if target.https {
             let name = rustls_pki_types::ServerName::try_from(target.host.clone())
-                .map_err(|e| format!("TLS name {:?}: {e}", target.host))?;
+                .map_err(|e| SendError::Tls(format!("name {:?}: {e}", target.host)))?;
             let tls = self
                 .tls
                 .connect(name, stream)
                 .await
-                .map_err(|e| format!("TLS handshake: {e}"))?;
+                .map_err(|e| SendError::Tls(format!("handshake: {e}")))?;
             let (sender, conn) = builder
                 .handshake(Io::new(tls, stall))
                 .await
-                .map_err(|e| format!("HTTP handshake: {e}"))?;
+                .map_err(|e| SendError::Http(format!("HTTP handshake: {e}")))?;
             glommio::spawn_local(async move {
                 let _ = conn.await;
             })
@@ -180,7 +219,7 @@ impl Pool {
             let (sender, conn) = builder
                 .handshake(Io::new(stream, stall))
                 .await
-                .map_err(|e| format!("HTTP handshake: {e}"))?;
+                .map_err(|e| SendError::Http(format!("HTTP handshake: {e}")))?;
             glommio::spawn_local(async move {
                 let _ = conn.await;
             })

@@ -6,6 +6,7 @@
 //! headers `Content-Type: application/json`, `Idempotency-Key: <tenant>/<key>/<version>`,
 //! `Punctual-Attempt: <n>` and, when the tenant has a secret, `Punctual-Signature` (`sign`).
 
+use super::client::SendError;
 use super::meta::{Delivery, Last, State};
 use super::policy::{self, Failure};
 use super::queue::Cap;
@@ -107,7 +108,9 @@ pub(super) fn spawn(
     glommio::spawn_local(async move {
         let outcome = match req {
             Some(req) => attempt(&ctx, &target, expect.tenant(), req).await,
-            None => Err(Failure::Connect("the request could not be built".into())),
+            None => Err(Failure::Send(SendError::Http(
+                "the request could not be built".into(),
+            ))),
         };
         release(&ctx, &target, expect.tenant());
         wake_next(&ctx, &target, expect.tenant());
@@ -141,7 +144,7 @@ async fn attempt(
                     .and_then(|v| policy::parse_retry_after(v.as_bytes(), now_s));
                 policy::classify(a.status.as_u16(), retry_after)
             }
-            Err(e) => Err(Failure::Connect(e)),
+            Err(e) => Err(Failure::Send(e)),
         }
     };
     let expire = async {
@@ -206,9 +209,26 @@ fn settle(
         }
         Err(f) => f,
     };
+    if let Failure::Send(SendError::Busy(e)) = &failure {
+        // The attempt never left: free, up to MAX_BUSY in a row, after a backoff that grows
+        // with them (`meta.rs`); the next counts as a connection error.
+        single_writer_add(&m.resolver_busy, 1);
+        if d.resolver_busy(&e.to_string()) {
+            let after = policy::next_delay(&d.retry, u32::from(d.busy), None, ctx.draw());
+            d.state = State::Waiting;
+            return Next::Reschedule {
+                after,
+                meta: d.encode(),
+            };
+        }
+    } else {
+        d.busy = 0;
+    }
     m.failed(failure.class());
     d.last = match &failure {
-        Failure::Connect(e) => Last::Error(e.clone()),
+        // Set by `resolver_busy` when it counted.
+        Failure::Send(SendError::Busy(_)) => d.last.clone(),
+        Failure::Send(e) => Last::Error(e.to_string()),
         Failure::Timeout => Last::Error(format!(
             "no answer within {} ms",
             ctx.settings.timeout.as_millis()

@@ -10,8 +10,10 @@
 //! ```
 //!
 //! Version 2 is version 1 with `b'W' 2` and one more byte at the end, `cuts u8`: attempts cut
-//! short (no outcome: the process stopped or crashed during them) not counted yet. A
-//! delivery with no such cut is written as version 1, byte for byte as before, and both
+//! short (no outcome: the process stopped or crashed during them) not counted yet. Version 3
+//! is version 1 with `b'W' 3` and two more bytes, `cuts u8, busy u8`: `busy` counts the
+//! attempts in a row that our own name resolver refused (see below). A delivery with neither
+//! is written as version 1, byte for byte as before, one with cuts only as version 2; all three
 //! versions are read (the journal and Redis keep meta verbatim).
 //!
 //! # Attempts cut short
@@ -21,6 +23,18 @@
 //! delivery whose own attempt crashes the process would otherwise be retried forever. So
 //! at most [`MAX_CUTS`] cuts in a row are free: the next one counts as an attempt (last error
 //! `interrupted: …`), and `max_attempts` ends the delivery as a dead letter.
+//!
+//! # Attempts our resolver refused
+//!
+//! An attempt whose host name our own resolver had no room to look up (`Busy`: its queue, or
+//! the tenant's share of it, is full) never reached the receiver either, so it uses up no
+//! attempt: it is made again after a backoff that grows with each refusal in a row. Nothing
+//! queues meanwhile (the resolver refuses at once; the timer waits in the wheel as it would
+//! for any retry): what a resolver that stays busy costs is re-fires, each a store write and a
+//! lookup asked. So at most [`MAX_BUSY`] refusals in a row are free, spread over a backoff of
+//! up to about a minute; the next counts as an attempt (last error `resolver busy: …`), so a
+//! timer re-fires at most `MAX_BUSY + 1` times per attempt of its budget. An attempt that gets
+//! further starts the count again.
 //!
 //! A timer without a callback has no meta at all (zero bytes), and behaves as before.
 //!
@@ -40,9 +54,16 @@
 const MAGIC: [u8; 2] = [b'W', 1];
 /// Version 2: version 1 and a trailing `cuts` byte.
 const MAGIC_CUTS: [u8; 2] = [b'W', 2];
+/// Version 3: version 1 and trailing `cuts` and `busy` bytes.
+const MAGIC_BUSY: [u8; 2] = [b'W', 3];
 
 /// Attempts cut short that are made again under the same number; the next counts.
 pub const MAX_CUTS: u8 = 3;
+
+/// Attempts in a row our resolver refused (`Busy`) that are made again under the same
+/// number; the next counts. With the default policy's 1 s base, the backoff between them
+/// grows to a 32 s ceiling: about a minute at most in all.
+pub const MAX_BUSY: u8 = 6;
 
 /// Longest callback URL, in bytes.
 pub const MAX_URL: usize = 2048;
@@ -90,6 +111,8 @@ pub struct Delivery {
     pub url: String,
     /// Attempts cut short since the last one that counted (see the module doc).
     pub cuts: u8,
+    /// Attempts in a row our resolver refused, not counted (see the module doc).
+    pub busy: u8,
 }
 
 impl Delivery {
@@ -103,6 +126,7 @@ impl Delivery {
             last: Last::None,
             url,
             cuts: 0,
+            busy: 0,
         }
     }
 
@@ -123,9 +147,32 @@ impl Delivery {
         }
     }
 
+    /// The attempt never left: our resolver had no room for its lookup. Made again under the
+    /// same number, unless [`MAX_BUSY`] in a row were already, when it counts; whether it
+    /// was free.
+    pub fn resolver_busy(&mut self, error: &str) -> bool {
+        if self.busy < MAX_BUSY {
+            self.busy += 1;
+            self.attempts = self.attempts.saturating_sub(1);
+            self.last = Last::Error(format!("resolver busy (not counted): {error}"));
+            true
+        } else {
+            self.busy = 0;
+            self.last = Last::Error(format!(
+                "resolver busy: {} attempts in a row: {error}",
+                MAX_BUSY + 1
+            ));
+            false
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(48 + self.url.len());
-        out.extend_from_slice(if self.cuts == 0 { &MAGIC } else { &MAGIC_CUTS });
+        out.extend_from_slice(match (self.cuts, self.busy) {
+            (0, 0) => &MAGIC,
+            (_, 0) => &MAGIC_CUTS,
+            _ => &MAGIC_BUSY,
+        });
         out.push(self.state as u8);
         out.extend_from_slice(&self.attempts.to_le_bytes());
         out.extend_from_slice(&self.retry.max_attempts.to_le_bytes());
@@ -148,8 +195,11 @@ impl Delivery {
         let url = cut(&self.url, MAX_URL);
         out.extend_from_slice(&(url.len() as u16).to_le_bytes());
         out.extend_from_slice(url.as_bytes());
-        if self.cuts != 0 {
+        if self.cuts != 0 || self.busy != 0 {
             out.push(self.cuts);
+        }
+        if self.busy != 0 {
+            out.push(self.busy);
         }
         out
     }
@@ -158,7 +208,8 @@ impl Delivery {
     pub fn decode(meta: &[u8]) -> Option<Delivery> {
         let mut r = Reader(meta);
         let magic = r.take(2)?;
-        let with_cuts = magic == MAGIC_CUTS;
+        let with_busy = magic == MAGIC_BUSY;
+        let with_cuts = magic == MAGIC_CUTS || with_busy;
         if magic != MAGIC && !with_cuts {
             return None;
         }
@@ -188,6 +239,7 @@ impl Delivery {
         let n = r.u16()? as usize;
         let url = std::str::from_utf8(r.take(n)?).ok()?.to_string();
         let cuts = if with_cuts { r.u8()? } else { 0 };
+        let busy = if with_busy { r.u8()? } else { 0 };
         Some(Delivery {
             state,
             attempts,
@@ -196,6 +248,7 @@ impl Delivery {
             last,
             url,
             cuts,
+            busy,
         })
     }
 
@@ -224,6 +277,7 @@ pub fn redriven(meta: &[u8]) -> Option<Vec<u8>> {
     d.state = State::Waiting;
     d.attempts = 0;
     d.cuts = 0;
+    d.busy = 0;
     Some(d.encode())
 }
 
@@ -392,6 +446,49 @@ mod tests {
             matches!(&dead.last, Last::Error(e) if e.starts_with("interrupted")),
             "{:?}",
             dead.last
+        );
+    }
+
+    #[test]
+    fn busy_refusals_survive_the_store_with_the_cuts_and_version_1_and_2_still_read() {
+        let mut d = sample();
+        d.attempts = 1;
+        assert!(d.resolver_busy("resolve h: the resolver is saturated"));
+        let bytes = d.encode();
+        assert_eq!(bytes[..2], MAGIC_BUSY);
+        assert_eq!(Delivery::decode(&bytes), Some(d.clone()));
+        d.cut_short();
+        assert_eq!(
+            Delivery::decode(&d.encode()).map(|b| (b.cuts, b.busy)),
+            Some((1, 1))
+        );
+        assert_eq!(Delivery::decode(&bytes[..bytes.len() - 1]), None);
+        d.busy = 0;
+        assert_eq!(
+            d.encode()[..2],
+            MAGIC_CUTS,
+            "no refusal: version 2 as before"
+        );
+    }
+
+    /// What the deliveries do when every attempt is refused by the resolver: each refusal
+    /// within the allowance is free, the next counts, and the budget still ends it.
+    #[test]
+    fn a_delivery_our_resolver_keeps_refusing_ends_as_a_dead_letter() {
+        let mut d = sample();
+        let mut fires = 0;
+        while d.has_budget() {
+            assert!(fires < 1000, "refusals never end the delivery");
+            fires += 1;
+            d.attempts += 1;
+            d = Delivery::decode(&d.encode()).expect("decodes");
+            d.resolver_busy("busy");
+        }
+        assert_eq!(fires, 3 * (1 + usize::from(MAX_BUSY)));
+        assert!(
+            matches!(&d.last, Last::Error(e) if e.starts_with("resolver busy: ")),
+            "{:?}",
+            d.last
         );
     }
 

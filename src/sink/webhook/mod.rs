@@ -177,11 +177,22 @@ impl WebhookSink {
         metrics: Arc<ShardMetrics>,
         wake: Box<dyn Fn()>,
     ) -> WebhookSink {
+        Self::with_resolver(shard, settings, metrics, wake, crate::resolve::global())
+    }
+
+    /// [`WebhookSink::new`] with host names looked up by `resolver`.
+    pub(crate) fn with_resolver(
+        shard: usize,
+        settings: Arc<WebhookSettings>,
+        metrics: Arc<ShardMetrics>,
+        wake: Box<dyn Fn()>,
+        resolver: &'static crate::resolve::Resolver,
+    ) -> WebhookSink {
         let seed = crate::clock::clock_ns(libc::CLOCK_REALTIME) ^ ((shard as u64) << 48);
         WebhookSink {
             ctx: Rc::new(Ctx {
                 shard,
-                pool: client::Pool::new(settings.tls.clone()),
+                pool: client::Pool::new(settings.tls.clone(), resolver),
                 settings,
                 followups: RefCell::new(Vec::new()),
                 wake,

@@ -4,20 +4,23 @@
 //! | outcome | class | next |
 //! |---|---|---|
 //! | 2xx within the timeout | success | the timer is done |
-//! | connection error, timeout, 5xx, 408, 429 | retriable | the next attempt after the backoff, or `Retry-After` (capped at `max_delay_ms`); a dead letter once `max_attempts` were made |
+//! | our resolver had no room for the lookup (`Busy`) | not an attempt | made again after a growing backoff, up to `MAX_BUSY` times in a row (`meta.rs`); the next counts as a connection error |
+//! | connection error (name, TCP, TLS, HTTP), timeout, 5xx, 408, 429 | retriable | the next attempt after the backoff, or `Retry-After` (capped at `max_delay_ms`); a dead letter once `max_attempts` were made |
 //! | any other status (other 4xx, 3xx: redirects are not followed) | permanent | a dead letter at once |
 //!
 //! Backoff after attempt `n` (1-based): a uniform draw from `[0, min(max_delay, base · 2^(n−1))]`
 //! ("full jitter"), every step saturating, so no policy overflows.
 
+use super::client::SendError;
 use super::meta::RetryPolicy;
 use std::time::Duration;
 
 /// Why an attempt failed, for metrics (`class` label) and for the dead letter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
-    /// Connect, TLS or I/O error (the text says which).
-    Connect(String),
+    /// No answer came from the network: the client's error, by class (`SendError::Busy`,
+    /// our own resolver's refusal, is not the receiver's failure: see `deliver::settle`).
+    Send(SendError),
     /// No complete answer within the webhook timeout.
     Timeout,
     /// An answer that asks for a retry: 5xx, 408, 429 (with its `Retry-After`, if any).
@@ -33,7 +36,7 @@ impl Failure {
     /// The class as a metric label.
     pub fn class(&self) -> &'static str {
         match self {
-            Failure::Connect(_) => "connect",
+            Failure::Send(_) => "connect",
             Failure::Timeout => "timeout",
             Failure::Retriable { status, .. } if *status >= 500 => "5xx",
             Failure::Retriable { .. } => "throttled",

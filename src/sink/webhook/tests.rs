@@ -102,3 +102,89 @@ fn a_held_timers_safety_net_grows_with_the_queue_ahead_up_to_a_minute() {
         );
     }
 }
+
+/// A sink whose every lookup our own resolver refuses at once (`Busy`: a webhook lane with no
+/// room in its queue), as when other lookups fill it.
+fn refused_sink() -> (WebhookSink, Arc<ShardMetrics>) {
+    use crate::resolve::{LaneLimits, Limits, Resolver};
+    let full = Limits {
+        webhook: LaneLimits {
+            threads: 1,
+            queue: 0,
+            per_owner: 0,
+            per_owner_running: 0,
+            reserved: 0,
+        },
+        ..Limits::default()
+    };
+    let resolver = Resolver::new(full, Box::new(|_| Err("never asked".into())));
+    let tls = settings::tls_config(None).expect("Mozilla's roots");
+    let metrics = Arc::new(ShardMetrics::default());
+    let sink = WebhookSink::with_resolver(
+        0,
+        Arc::new(WebhookSettings::new(tls)),
+        metrics.clone(),
+        Box::new(|| {}),
+        Box::leak(Box::new(resolver)),
+    );
+    (sink, metrics)
+}
+
+/// Fires `meta` into the sink and waits (on its executor, at most 10 s) for the attempt's
+/// outcome.
+async fn attempt_outcome(sink: &mut WebhookSink, meta: &[u8]) -> Next {
+    let started = sink.fired(&fire("t", "k", 1, meta));
+    assert!(matches!(started, Next::Reschedule { .. }), "{started:?}");
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while !sink.has_followups() && std::time::Instant::now() < give_up {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+    let mut out = Vec::new();
+    sink.take_followups(&mut out);
+    assert_eq!(out.len(), 1, "the attempt reported within 10 s");
+    out.remove(0).next
+}
+
+/// With a budget of one attempt, a delivery whose lookup our own resolver refuses is not
+/// a dead letter: each refusal in a row up to MAX_BUSY is made again with no attempt used,
+/// and the next counts, so a resolver that stays busy still ends it.
+#[test]
+fn a_lookup_our_resolver_refuses_uses_no_attempt_up_to_a_bound() {
+    let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .make()
+        .expect("an executor");
+    ex.run(async {
+        let (mut sink, metrics) = refused_sink();
+        let once = meta::RetryPolicy {
+            max_attempts: 1,
+            base_delay_ms: 1,
+            max_delay_ms: 1,
+        };
+        let mut m = Delivery::new(URL.into(), once, 1).encode();
+        for n in 1..=meta::MAX_BUSY {
+            match attempt_outcome(&mut sink, &m).await {
+                Next::Reschedule { meta, .. } => {
+                    let d = Delivery::decode(&meta).expect("decodes");
+                    assert_eq!((d.state, d.attempts, d.busy), (State::Waiting, 0, n));
+                    m = meta;
+                }
+                other => panic!("refusal {n} spent the only attempt: {other:?}"),
+            }
+        }
+        match attempt_outcome(&mut sink, &m).await {
+            Next::Dead { meta, .. } => {
+                let d = Delivery::decode(&meta).expect("decodes");
+                assert_eq!(d.attempts, 1);
+                assert!(
+                    matches!(&d.last, Last::Error(e) if e.starts_with("resolver busy: ")),
+                    "{:?}",
+                    d.last
+                );
+            }
+            other => panic!("refusals in a row never counted: {other:?}"),
+        }
+        let t = metrics.webhooks.tenant("t");
+        let busy = t.resolver_busy.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(busy, u64::from(meta::MAX_BUSY) + 1);
+    });
+}

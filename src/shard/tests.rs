@@ -1,0 +1,253 @@
+use super::*;
+use crate::clock::{ClockConfig, FakeSource};
+use crate::sink::{FiredTimer, Next};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// (deadline, the system clock when it fired) of each fire.
+type Seen = Rc<RefCell<Vec<(UtcMicros, UtcNanos)>>>;
+
+/// Records the system clock (the fake CLOCK_REALTIME) at each fire.
+struct Witness {
+    src: FakeSource,
+    seen: Seen,
+}
+
+impl Sink for Witness {
+    fn fired(&mut self, t: &FiredTimer<'_>) -> Next {
+        self.seen
+            .borrow_mut()
+            .push((t.deadline, self.src.realtime()));
+        Next::Done
+    }
+}
+
+/// A shard on a fake TSC and a fake system clock, with the in-memory store.
+fn shard(src: &FakeSource) -> (Shard<FakeSource>, Seen) {
+    shard_on(src.clone(), src)
+}
+
+/// A shard whose clock reads `clock_src`, with a witness that reads the system clock
+/// of `src`.
+fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<S>, Seen) {
+    let clock = Clock::calibrate(clock_src, ClockConfig::default());
+    let (ring, _wakee) = Ring::new(0, 16).expect("ring");
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let witness = Witness {
+        src: src.clone(),
+        seen: seen.clone(),
+    };
+    let shard = Shard {
+        id: 0,
+        ring: Arc::new(ring),
+        table: TimerTable::new(clock.now().as_micros(), 1024),
+        clock,
+        spin: Duration::ZERO,
+        sinks: vec![Box::new(witness)],
+        store: Box::new(crate::store::memory::MemoryStore),
+        metrics: Arc::default(),
+        stop: Arc::default(),
+        pulse: Arc::default(),
+        quotas: Arc::default(),
+        deliveries: Default::default(),
+        spent: Default::default(),
+    };
+    (shard, seen)
+}
+
+/// Timers `k00000`, `k00001`, … of tenant `t`, the first due at `first`, each `step_us` after
+/// the one before.
+fn insert_timers(table: &mut TimerTable, n: usize, first: UtcMicros, step_us: u64) {
+    for i in 0..n as u64 {
+        let timer = PackedTimer::new("t", &format!("k{i:05}"), b"").expect("small");
+        let deadline = UtcMicros(first.0 + i * step_us);
+        table
+            .insert_with_version(timer, deadline, i + 1)
+            .expect("in range");
+    }
+}
+
+/// `n` timers fired, none before the system clock reached its deadline.
+fn assert_all_fired_never_early(seen: &Seen, n: usize) {
+    let seen = seen.borrow();
+    assert_eq!(seen.len(), n, "every timer fired");
+    for (deadline, at) in seen.iter() {
+        assert!(
+            at.0 / 1_000 >= deadline.0,
+            "fired at system time {} µs, before its deadline {} µs",
+            at.0 / 1_000,
+            deadline.0
+        );
+    }
+}
+
+/// The system clock slows down right after an anchor (the end of a fast NTP slew): the
+/// mapped clock, still running at the rate it measured, leads it until the next anchor.
+/// A timer due in that window must still wait for the system clock.
+#[test]
+fn nothing_fires_before_the_system_clock_reaches_its_deadline() {
+    let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    src.set_realtime_drift_ppb(50_000_000); // a 5% forward slew, learned by the rate tracker
+    let (mut s, seen) = shard(&src);
+    for _ in 0..20 {
+        src.advance(Duration::from_millis(50));
+        if s.clock.anchor_due(src.ticks()) {
+            s.clock.anchor();
+        }
+    }
+    s.clock.anchor();
+    src.set_realtime_drift_ppb(0); // the slew ends: the system clock slows by 5%
+    let base = src.realtime().0 / 1_000;
+    insert_timers(&mut s.table, 80, UtcMicros(base + 1_000), 1_000);
+    // Walk in 50 µs steps, firing as the loop does, without anchoring: only the fire-time
+    // check stands between a lead and an early fire.
+    for _ in 0..2_000 {
+        src.advance(Duration::from_micros(50));
+        s.fire_due(usize::MAX, None);
+    }
+    assert_all_fired_never_early(&seen, 80);
+    assert!(
+        s.clock.stats().set_backs > 0,
+        "the leads were set back at fire time: {:?}",
+        s.clock.stats()
+    );
+}
+
+/// A fake source whose system clock steps by `delta` ns at chosen reads of it: a system
+/// clock that moves back again between the shard's anchor and its fire.
+struct SteppingSource {
+    fake: FakeSource,
+    reads: std::sync::atomic::AtomicU64,
+    steps: std::sync::Mutex<Vec<(u64, i64)>>,
+}
+
+impl TimeSource for SteppingSource {
+    fn ticks(&self) -> crate::units::TscTicks {
+        self.fake.ticks()
+    }
+    fn realtime(&self) -> UtcNanos {
+        let n = self.reads.fetch_add(1, Ordering::SeqCst);
+        let mut steps = self.steps.lock().expect("steps");
+        steps.retain(|&(at, delta)| {
+            if at == n {
+                self.fake.step_realtime(delta);
+            }
+            at != n
+        });
+        self.fake.realtime()
+    }
+    fn pause(&self, dur: Duration) {
+        self.fake.pause(dur)
+    }
+    fn kind(&self) -> crate::clock::SourceKind {
+        self.fake.kind()
+    }
+}
+
+/// The system clock moves back 1 ms just before a fire (the mapped clock now leads it),
+/// and again 1 ms just after the anchor that sets the lead back: the time the shard
+/// fires by is checked against the system clock once more, so nothing fires early.
+#[test]
+fn nothing_fires_early_when_the_system_clock_moves_back_again_after_the_set_back() {
+    let fake = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let src = SteppingSource {
+        fake: fake.clone(),
+        reads: Default::default(),
+        steps: Default::default(),
+    };
+    let (mut s, seen) = shard_on(src, &fake);
+    let base = fake.realtime().0 / 1_000;
+    insert_timers(&mut s.table, 20, UtcMicros(base + 1_000), 100);
+    fake.advance(Duration::from_micros(2_500));
+    // The next read (the fire-time check) sees a step back; the anchor's sample takes
+    // the seven reads after it; the one after those sees a second step back.
+    let next = s.clock.source().reads.load(Ordering::SeqCst);
+    let tries = u64::from(ClockConfig::default().sample_tries);
+    *s.clock.source().steps.lock().expect("steps") =
+        vec![(next, -1_000_000), (next + 1 + tries, -1_000_000)];
+    for _ in 0..200 {
+        s.fire_due(usize::MAX, None);
+        fake.advance(Duration::from_micros(50));
+    }
+    assert_all_fired_never_early(&seen, 20);
+}
+
+/// A burst's fired timers are held for freeing after it, but never more than SPENT_MAX of
+/// them, and the ones held are freed once nothing more is due.
+#[test]
+fn fired_timers_memory_is_held_within_its_bound_and_freed_after_the_burst() {
+    let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, seen) = shard(&src);
+    s.table = TimerTable::new(s.clock.now().as_micros(), 1 << 20);
+    let due = UtcMicros(src.realtime().0 / 1_000 + 1_000);
+    let n = SPENT_MAX + 1_000;
+    insert_timers(&mut s.table, n, due, 0);
+    src.advance(Duration::from_millis(2));
+    let (fired, more) = s.fire_due(usize::MAX, None);
+    assert_eq!((fired, more), (n as u64, More::No));
+    assert_eq!(seen.borrow().len(), n);
+    assert_eq!(
+        s.spent.0.len(),
+        SPENT_MAX,
+        "held at most SPENT_MAX, the rest freed at once"
+    );
+    let mut passes = 0;
+    while s.spent.free(FREE_BATCH) > 0 {
+        passes += 1;
+    }
+    assert_eq!(passes, SPENT_MAX.div_ceil(FREE_BATCH));
+    assert!(s.spent.0.is_empty());
+}
+
+/// A sink whose every fire costs `cost` of the thread's time, as a webhook's does (a JSON
+/// body, an HMAC, a task spawn), and that counts its fires.
+struct Costly {
+    cost: Duration,
+    fired: Rc<RefCell<Vec<String>>>,
+}
+
+impl Sink for Costly {
+    fn fired(&mut self, t: &FiredTimer<'_>) -> Next {
+        let start = std::time::Instant::now();
+        while start.elapsed() < self.cost {
+            std::hint::spin_loop();
+        }
+        self.fired.borrow_mut().push(t.key.to_string());
+        Next::Done
+    }
+}
+
+/// A full pass of fires that each cost 10 µs would hold a shared thread for 40 ms: the pass
+/// ends once its slice is over (well before its count), leaving the rest due for the next
+/// pass, and every timer still fires exactly once, in deadline order.
+#[test]
+fn a_pass_of_costly_fires_ends_with_its_slice_and_loses_nothing() {
+    let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, _) = shard(&src);
+    let fired = Rc::new(RefCell::new(Vec::new()));
+    s.sinks = vec![Box::new(Costly {
+        cost: Duration::from_micros(10),
+        fired: fired.clone(),
+    })];
+    s.table = TimerTable::new(s.clock.now().as_micros(), 2 * FIRE_BATCH);
+    let base = src.realtime().0 / 1_000 + 1_000;
+    insert_timers(&mut s.table, FIRE_BATCH, UtcMicros(base), 1);
+    src.advance(Duration::from_millis(20));
+    let (first, more) = s.fire_due(FIRE_BATCH, Some(Slice::begin()));
+    assert!(
+        first > 0 && first < FIRE_BATCH as u64 && more == More::Due,
+        "one pass fired {first} of {FIRE_BATCH} costly timers ({more:?}): not bounded by its slice"
+    );
+    let mut passes = 1;
+    loop {
+        let (_, more) = s.fire_due(FIRE_BATCH, Some(Slice::begin()));
+        passes += 1;
+        assert!(passes <= FIRE_BATCH, "the passes never ended");
+        if more == More::No {
+            break;
+        }
+    }
+    let fired = fired.borrow();
+    let expected: Vec<String> = (0..FIRE_BATCH).map(|i| format!("k{i:05}")).collect();
+    assert_eq!(*fired, expected, "each once, in deadline order");
+}
