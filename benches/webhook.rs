@@ -285,6 +285,12 @@ fn floor(seen: &Arc<Seen>, addr: SocketAddr, in_flight: usize) {
             let tasks: Vec<_> = (0..in_flight)
                 .map(|_| {
                     let (pool, target) = (pool.clone(), target.clone());
+                    // The receiver is on loopback: its literal address is allowed.
+                    let allow = punctual::sink::webhook::allow::AllowList::new(
+                        &[format!("http://{addr}/")],
+                        &[],
+                    )
+                    .expect("an allow-list");
                     glommio::spawn_local(async move {
                         let mut rtts = Vec::with_capacity(per as usize);
                         for _ in 0..per {
@@ -295,7 +301,7 @@ fn floor(seen: &Arc<Seen>, addr: SocketAddr, in_flight: usize) {
                                 .body(http_body_util::Full::new(body))
                                 .expect("request");
                             let t = Instant::now();
-                            pool.send(&target, "bench", req, Duration::from_secs(5))
+                            pool.send(&target, "bench", &allow, req, Duration::from_secs(5))
                                 .await
                                 .expect("answered");
                             rtts.push(t.elapsed().as_micros() as u64);

@@ -153,7 +153,6 @@ impl Ring {
         Some(op)
     }
 
-
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }

@@ -153,6 +153,13 @@ impl AllowList {
     pub fn networks(&self) -> &[IpNet] {
         &self.networks
     }
+
+    /// A fingerprint of [`Self::networks`]: equal for equal lists, so connections checked under
+    /// one list are pooled apart from those of another.
+    pub fn networks_id(&self) -> u64 {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::with_seed(0).hash_one(&self.networks)
+    }
 }
 
 #[cfg(test)]

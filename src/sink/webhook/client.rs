@@ -15,13 +15,24 @@
 //! A connection dropped while its request is unanswered (the attempt's timeout) is reset, not
 //! closed, so none of the abandoned request's bytes reach the receiver later (`reset.rs`).
 //!
+//! Every resolved address is checked against the tenant's networks (`address.rs`) before a
+//! connection is made, and only an address that passed is connected to: from the same lookup,
+//! so DNS cannot answer one thing to the check and another to the connect. Idle connections are
+//! pooled per (target, allowed networks), so a tenant never reuses a connection that another
+//! tenant's wider networks let through. Each address gets its share of the attempt's time
+//! (at least [`MIN_CONNECT`]), so a black-holed first address does not eat the whole attempt.
+//! A pooled connection the peer closed while it was idle (the request fails before any answer)
+//! is replaced once by a fresh one within the same attempt.
+//!
 //! What fails is a [`SendError`], by class: `Busy` (our own resolver had no room: the
 //! receiver was never tried, and the attempt is not counted), `Resolve`, `Connect`, `Tls`
-//! and `Http`, all retriable.
+//! and `Http`, all retriable; `AddressNotAllowed`, permanent.
 //!
 //! Cost per delivery on a warm connection: one request written and one response read by hyper,
 //! no allocation besides the request's and the response's.
 
+use super::address::{self, Special};
+use super::allow::AllowList;
 use super::reset::{Busy, ResetOnAbandon};
 use super::settings::Target;
 use crate::hyperio::Io;
@@ -38,6 +49,9 @@ use std::time::{Duration, Instant};
 /// Idle connections older than this are closed rather than reused (servers commonly close
 /// keep-alive connections after 5 to 60 s; reusing one the peer is closing fails the request).
 pub const IDLE_MAX: Duration = Duration::from_secs(4);
+
+/// The least time one address of several gets to take the TCP connection.
+const MIN_CONNECT: Duration = Duration::from_millis(250);
 
 /// The most of a response body read (to keep the connection); a longer body closes it.
 const MAX_RESPONSE_BODY: usize = 64 * 1024;
@@ -70,6 +84,24 @@ pub enum SendError {
     /// HTTP/1.1 on the connection failed: the handshake, or the request and its answer.
     #[error("{0}")]
     Http(String),
+    /// Every address the host resolved to is in a range the tenant may not reach
+    /// (`address.rs`): permanent.
+    #[error("{host}: no address may be reached ({refused})")]
+    AddressNotAllowed { host: String, refused: String },
+}
+
+impl SendError {
+    /// The class a tenant sees as `last_error`: no address, port or OS message.
+    pub fn class(&self) -> &'static str {
+        match self {
+            SendError::Busy(_) => "resolver_busy",
+            SendError::Resolve(_) => "dns",
+            SendError::Connect(_) => "connect",
+            SendError::Tls(_) => "tls",
+            SendError::Http(_) => "http",
+            SendError::AddressNotAllowed { .. } => "address_not_allowed",
+        }
+    }
 }
 
 impl From<ResolveError> for SendError {
@@ -88,9 +120,12 @@ pub struct Answer {
     pub retry_after: Option<hyper::header::HeaderValue>,
 }
 
+/// Where idle connections wait: the target, and the allowed networks they were checked under.
+type PoolKey = (Target, u64);
+
 pub struct Pool {
     tls: futures_rustls::TlsConnector,
-    idle: RefCell<HashMap<Target, Vec<Idle>>>,
+    idle: RefCell<HashMap<PoolKey, Vec<Idle>>>,
     /// Where host names are looked up (the process's resolver, but for tests).
     resolver: &'static Resolver,
 }
@@ -110,24 +145,43 @@ impl Pool {
     }
 
     /// Sends `req` to `target` on a pooled connection (or a new one) and reads the answer.
-    /// `stall` bounds a write that makes no progress. The caller bounds the whole exchange.
+    /// `allow` holds the networks the connection may reach; `stall` bounds a write that makes
+    /// no progress and the connect. The caller bounds the whole exchange.
     pub async fn send(
         &self,
         target: &Target,
         tenant: &str,
+        allow: &AllowList,
         req: Request<Full<Bytes>>,
         stall: Duration,
     ) -> Result<Answer, SendError> {
-        let (mut sender, busy) = match self.take_idle(target) {
-            Some(s) => s,
-            None => self.connect(target, tenant, stall).await?,
+        let key = (target.clone(), allow.networks_id());
+        let (mut sender, mut busy, again) = match self.take_idle(&key) {
+            // Kept for one more try should the pooled connection turn out closed.
+            Some((sender, busy)) => (sender, busy, Some(req.clone())),
+            None => {
+                let (sender, busy) = self.connect(target, tenant, allow, stall).await?;
+                (sender, busy, None)
+            }
         };
         // Until the answer was read whole, dropping this connection resets it (`reset.rs`).
         busy.start();
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| SendError::Http(format!("request failed: {e}")))?;
+        let resp = match (sender.send_request(req).await, again) {
+            (Ok(resp), _) => resp,
+            // A pooled connection the peer closed while idle: once more on a fresh one.
+            (Err(e), Some(req))
+                if e.is_canceled() || e.is_closed() || e.is_incomplete_message() =>
+            {
+                tracing::debug!(host = %target.host, "a pooled connection was closed: {e}; reconnecting");
+                (sender, busy) = self.connect(target, tenant, allow, stall).await?;
+                busy.start();
+                sender
+                    .send_request(req)
+                    .await
+                    .map_err(|e| SendError::Http(format!("request failed: {e}")))?
+            }
+            (Err(e), _) => return Err(SendError::Http(format!("request failed: {e}"))),
+        };
         let status = resp.status();
         let retry_after = resp.headers().get(hyper::header::RETRY_AFTER).cloned();
         // Read the body whole so the connection can serve the next delivery.
@@ -136,15 +190,11 @@ impl Pool {
             .await;
         if body.is_ok() && !sender.is_closed() {
             busy.done();
-            self.idle
-                .borrow_mut()
-                .entry(target.clone())
-                .or_default()
-                .push(Idle {
-                    sender,
-                    busy,
-                    since: Instant::now(),
-                });
+            self.idle.borrow_mut().entry(key).or_default().push(Idle {
+                sender,
+                busy,
+                since: Instant::now(),
+            });
         }
         Ok(Answer {
             status,
@@ -153,9 +203,9 @@ impl Pool {
     }
 
     /// The most recently used idle connection to `target` that is still open and fresh.
-    fn take_idle(&self, target: &Target) -> Option<(Sender, Busy)> {
+    fn take_idle(&self, key: &PoolKey) -> Option<(Sender, Busy)> {
         let mut idle = self.idle.borrow_mut();
-        let stack = idle.get_mut(target)?;
+        let stack = idle.get_mut(key)?;
         let now = Instant::now();
         // The oldest are at the front: drop the stale ones there first.
         stack
@@ -174,16 +224,45 @@ impl Pool {
         &self,
         target: &Target,
         tenant: &str,
+        allow: &AllowList,
         stall: Duration,
     ) -> Result<(Sender, Busy), SendError> {
         let addrs = self
             .resolver
             .resolve(&target.host, target.port, Caller::Tenant(tenant))
             .await?;
+        let (allowed, refused): (Vec<_>, Vec<_>) = addrs
+            .iter()
+            .map(|a| (*a, address::check(a.ip(), allow.networks())))
+            .partition(|(_, verdict)| verdict.is_ok());
+        if allowed.is_empty() {
+            let refused = describe_refused(&refused);
+            tracing::warn!(
+                tenant,
+                host = %target.host,
+                %refused,
+                "webhook refused: the callback's host resolves only to addresses outside the public internet; list them in callback_allow_networks to allow them"
+            );
+            return Err(SendError::AddressNotAllowed {
+                host: target.host.clone(),
+                refused,
+            });
+        }
+        // Each address gets its share of the time, so a black-holed one leaves time for the rest.
+        let share = (stall / allowed.len().max(1) as u32).max(MIN_CONNECT);
         let mut last = String::from("no address");
         let mut stream = None;
-        for addr in addrs.iter() {
-            match glommio::net::TcpStream::connect(*addr).await {
+        for (addr, _) in &allowed {
+            let connect = async {
+                glommio::net::TcpStream::connect(*addr)
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            let expire = async {
+                glommio::timer::sleep(share).await;
+                Err(format!("no answer within {} ms", share.as_millis()))
+            };
+            match futures_lite::future::or(connect, expire).await {
                 Ok(s) => {
                     stream = Some(s);
                     break;
@@ -227,4 +306,16 @@ impl Pool {
             Ok((sender, busy.clone()))
         }
     }
+}
+
+/// "addr (class), …" for the operator's log.
+fn describe_refused(refused: &[(std::net::SocketAddr, Result<(), Special>)]) -> String {
+    refused
+        .iter()
+        .map(|(a, v)| match v {
+            Err(class) => format!("{} ({})", a.ip(), class.name()),
+            Ok(()) => a.ip().to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -135,7 +135,8 @@ async fn attempt(
 ) -> Result<(), Failure> {
     let timeout = ctx.settings.timeout;
     let send = async {
-        match ctx.pool.send(target, tenant, req, timeout).await {
+        let allow = ctx.settings.allow_list(tenant);
+        match ctx.pool.send(target, tenant, allow, req, timeout).await {
             Ok(a) => {
                 let now_s = crate::clock::clock_ns(libc::CLOCK_REALTIME) / 1_000_000_000;
                 let retry_after = a
@@ -228,14 +229,21 @@ fn settle(
     d.last = match &failure {
         // Set by `resolver_busy` when it counted.
         Failure::Send(SendError::Busy(_)) => d.last.clone(),
-        Failure::Send(e) => Last::Error(e.to_string()),
-        Failure::Timeout => Last::Error(format!(
-            "no answer within {} ms",
-            ctx.settings.timeout.as_millis()
-        )),
+        Failure::Send(e) => {
+            tracing::debug!(tenant, "webhook attempt failed: {e}");
+            Last::Error(failure.public().into())
+        }
+        Failure::Timeout => Last::Error(failure.public().into()),
         Failure::Retriable { status, .. } | Failure::Permanent { status } => Last::Status(*status),
     };
-    if failure.is_retriable() && d.has_budget() {
+    let auth_spent = matches!(
+        failure,
+        Failure::Retriable {
+            status: 401 | 403,
+            ..
+        }
+    ) && d.attempts >= policy::AUTH_ATTEMPTS;
+    if failure.is_retriable() && d.has_budget() && !auth_spent {
         let retry_after = match &failure {
             Failure::Retriable { retry_after, .. } => *retry_after,
             _ => None,

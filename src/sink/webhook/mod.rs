@@ -222,10 +222,25 @@ impl WebhookSink {
         if !d.has_budget() {
             return (dead(d, ctx, t.tenant), false);
         }
+        // The allow-list is checked again at every attempt: the configuration may have changed
+        // since the timer was registered (or re-driven).
+        let allowed =
+            allow::parse(&d.url).is_ok_and(|u| ctx.settings.allow_list(t.tenant).permits(&u));
         let (target, path) = match Target::parse(&d.url) {
-            Ok(tp) => tp,
+            Ok(tp) if allowed => tp,
+            Ok(_) => {
+                tracing::warn!(tenant = t.tenant, key = t.key, url = %d.url, "a callback no longer allowed by its tenant's callback_allow: a dead letter");
+                d.last = Last::Error(policy::NOT_ALLOWED.into());
+                return (dead(d, ctx, t.tenant), false);
+            }
             Err(e) => {
-                d.last = Last::Error(e.to_string());
+                tracing::warn!(
+                    tenant = t.tenant,
+                    key = t.key,
+                    "callback {:?}: {e}: a dead letter",
+                    d.url
+                );
+                d.last = Last::Error(policy::NOT_ALLOWED.into());
                 return (dead(d, ctx, t.tenant), false);
             }
         };

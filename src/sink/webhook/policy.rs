@@ -32,10 +32,19 @@ pub enum Failure {
     Permanent { status: u16 },
 }
 
+/// `last_error` of a callback the tenant's allow-list no longer permits.
+pub const NOT_ALLOWED: &str = "callback_not_allowed";
+
+/// Attempts answered `401` or `403` before the timer becomes a dead letter: a receiver in the
+/// middle of a key roll may refuse a signature it cannot verify yet, so such an answer is
+/// retried, but only this many times in all (or `max_attempts`, if fewer).
+pub const AUTH_ATTEMPTS: u32 = 3;
+
 impl Failure {
     /// The class as a metric label.
     pub fn class(&self) -> &'static str {
         match self {
+            Failure::Send(SendError::AddressNotAllowed { .. }) => "permanent",
             Failure::Send(_) => "connect",
             Failure::Timeout => "timeout",
             Failure::Retriable { status, .. } if *status >= 500 => "5xx",
@@ -45,7 +54,20 @@ impl Failure {
     }
 
     pub fn is_retriable(&self) -> bool {
-        !matches!(self, Failure::Permanent { .. })
+        !matches!(
+            self,
+            Failure::Permanent { .. } | Failure::Send(SendError::AddressNotAllowed { .. })
+        )
+    }
+
+    /// What the tenant sees as `last_error` (with no `last_status`): a class, never an
+    /// address, a port or an OS message (those go to the operator's log).
+    pub fn public(&self) -> &'static str {
+        match self {
+            Failure::Send(e) => e.class(),
+            Failure::Timeout => "timeout",
+            Failure::Retriable { .. } | Failure::Permanent { .. } => "http_status",
+        }
     }
 }
 
@@ -53,7 +75,7 @@ impl Failure {
 pub fn classify(status: u16, retry_after: Option<Duration>) -> Result<(), Failure> {
     match status {
         200..=299 => Ok(()),
-        408 | 429 | 500..=599 => Err(Failure::Retriable {
+        408 | 429 | 500..=599 | 401 | 403 => Err(Failure::Retriable {
             status,
             retry_after,
         }),
@@ -69,9 +91,10 @@ pub fn backoff_ceiling(p: &RetryPolicy, attempt: u32) -> Duration {
     Duration::from_millis(ms)
 }
 
-/// The wait before the next attempt: `Retry-After` when the endpoint gave one (capped at
-/// `max_delay_ms`), else a full-jitter draw under the backoff ceiling. `draw` is a uniform
-/// random `u64`.
+/// The wait before the next attempt: a full-jitter draw under the backoff ceiling, or the
+/// endpoint's `Retry-After` when that is longer, capped at `max_delay_ms`. A `Retry-After`
+/// never shortens the backoff (`Retry-After: 0` does not turn it off): the draw is its floor.
+/// `draw` is a uniform random `u64`.
 pub fn next_delay(
     p: &RetryPolicy,
     attempt: u32,
@@ -79,11 +102,9 @@ pub fn next_delay(
     draw: u64,
 ) -> Duration {
     let max = Duration::from_millis(p.max_delay_ms);
-    if let Some(ra) = retry_after {
-        return ra.min(max);
-    }
     let ceiling = backoff_ceiling(p, attempt).as_micros() as u64;
-    Duration::from_micros(draw % ceiling.saturating_add(1))
+    let jitter = Duration::from_micros(draw % ceiling.saturating_add(1));
+    retry_after.map_or(jitter, |ra| ra.max(jitter)).min(max)
 }
 
 /// `Retry-After`: delta-seconds, or an HTTP date (IMF-fixdate, RFC 2822 form) counted from
@@ -135,10 +156,11 @@ mod tests {
     #[test]
     fn answers_are_classified_as_documented() {
         assert_eq!(classify(204, None), Ok(()));
-        for s in [408, 429, 500, 503, 599] {
+        // 401 and 403 are retried too, a bounded number of times (`AUTH_ATTEMPTS`).
+        for s in [401, 403, 408, 429, 500, 503, 599] {
             assert!(classify(s, None).is_err_and(|f| f.is_retriable()), "{s}");
         }
-        for s in [301, 400, 401, 404, 410, 422] {
+        for s in [301, 400, 404, 410, 422] {
             assert_eq!(classify(s, None), Err(Failure::Permanent { status: s }));
         }
     }
@@ -171,6 +193,16 @@ mod tests {
         assert_eq!(next_delay(&p, 1, ra, 0), Duration::from_millis(1_000));
         let short = Some(Duration::from_millis(250));
         assert_eq!(next_delay(&p, 1, short, 0), Duration::from_millis(250));
+        // A Retry-After shorter than the backoff's draw does not shorten it: 0 is not "now".
+        let zero = Some(Duration::ZERO);
+        for n in 1..10 {
+            let draw = j.draw();
+            assert_eq!(next_delay(&p, n, zero, draw), next_delay(&p, n, None, draw));
+        }
+        assert_eq!(
+            next_delay(&p, 4, short, u64::MAX - 1),
+            next_delay(&p, 4, None, u64::MAX - 1).max(Duration::from_millis(250))
+        );
         // The largest policy does not overflow.
         let huge = policy(u64::MAX, u64::MAX);
         let _ = next_delay(&huge, 64, None, u64::MAX);

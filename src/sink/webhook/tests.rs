@@ -5,9 +5,16 @@ use super::*;
 use crate::units::{UtcMicros, UtcNanos};
 use crate::wheel::table::PackedTimer;
 
-fn held_sink() -> (WebhookSink, Arc<ShardMetrics>) {
+/// Settings whose top-level allow-list permits [`URL`].
+fn allowing() -> WebhookSettings {
     let tls = settings::tls_config(None).expect("Mozilla's roots");
     let mut s = WebhookSettings::new(tls);
+    s.allow = allow::AllowList::new(&["http://hooks.example/".into()], &[]).expect("valid");
+    s
+}
+
+fn held_sink() -> (WebhookSink, Arc<ShardMetrics>) {
+    let mut s = allowing();
     s.max_in_flight_per_host = 1;
     let metrics = Arc::new(ShardMetrics::default());
     let sink = WebhookSink::new(0, Arc::new(s), metrics.clone(), Box::new(|| {}));
@@ -82,8 +89,7 @@ fn a_cancelled_or_replaced_held_timer_leaves_its_queue() {
 
 #[test]
 fn a_held_timers_safety_net_grows_with_the_queue_ahead_up_to_a_minute() {
-    let tls = settings::tls_config(None).expect("Mozilla's roots");
-    let mut s = WebhookSettings::new(tls);
+    let mut s = allowing();
     s.timeout = Duration::from_secs(2);
     let turn = Duration::from_secs(3);
     let jitter = Duration::from_secs(1);
@@ -118,11 +124,10 @@ fn refused_sink() -> (WebhookSink, Arc<ShardMetrics>) {
         ..Limits::default()
     };
     let resolver = Resolver::new(full, Box::new(|_| Err("never asked".into())));
-    let tls = settings::tls_config(None).expect("Mozilla's roots");
     let metrics = Arc::new(ShardMetrics::default());
     let sink = WebhookSink::with_resolver(
         0,
-        Arc::new(WebhookSettings::new(tls)),
+        Arc::new(allowing()),
         metrics.clone(),
         Box::new(|| {}),
         Box::leak(Box::new(resolver)),
