@@ -1,5 +1,10 @@
-//! The timers a cap holds back, waiting for a slot: one FIFO per host and one per tenant, with
-//! at most one entry per timer.
+//! The timers a cap holds back, waiting for a slot: per host, one FIFO per tenant served
+//! round-robin; per tenant, one FIFO; at most one entry per timer.
+//!
+//! A host's slots are shared by tenants in turn: when a slot comes free, the next tenant in
+//! the host's rotation that has a timer waiting gets it, and goes to the back of the rotation.
+//! So one tenant's backlog to a shared endpoint (a SaaS host several tenants call) delays
+//! another tenant's timers by at most one turn per tenant waiting, not by the whole backlog.
 //!
 //! A held timer is known by its identity (tenant, key). Holding it again while it waits (its
 //! safety net fired and the cap is still full) keeps its place; holding another version of it,
@@ -38,10 +43,28 @@ struct Entry {
     held: HeldBack,
 }
 
-/// The timers held back by a cap, in arrival order, per host and per tenant.
+/// One FIFO: a tenant's timers waiting on a host, or a tenant's waiting on its own cap.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Fifo {
+    HostTenant(Target, Box<str>),
+    Tenant(Box<str>),
+}
+
+impl Fifo {
+    fn of(cap: &Cap, tenant: &str) -> Fifo {
+        match cap {
+            Cap::Host(t) => Fifo::HostTenant(t.clone(), tenant.into()),
+            Cap::Tenant(t) => Fifo::Tenant(t.clone()),
+        }
+    }
+}
+
+/// The timers held back by a cap, in arrival order per FIFO, tenants in turn per host.
 #[derive(Default)]
 pub(crate) struct Queues {
-    fifos: Map<Cap, VecDeque<u64>>,
+    fifos: Map<Fifo, VecDeque<u64>>,
+    /// Per host, the tenants whose turn comes next (each at most once).
+    rotation: Map<Target, VecDeque<Box<str>>>,
     /// Live tickets: the entry each stands for.
     entries: Map<u64, Entry>,
     /// A timer's identity → its live ticket.
@@ -69,7 +92,19 @@ impl Queues {
 
     /// Tickets waiting on `cap` (stale ones too: at most as many again as live ones).
     pub fn waiting(&self, cap: &Cap) -> usize {
-        self.fifos.get(cap).map_or(0, VecDeque::len)
+        match cap {
+            Cap::Host(t) => self.rotation.get(t).map_or(0, |tenants| {
+                tenants
+                    .iter()
+                    .map(|tenant| self.fifo_len(&Fifo::HostTenant(t.clone(), tenant.clone())))
+                    .sum()
+            }),
+            Cap::Tenant(t) => self.fifo_len(&Fifo::Tenant(t.clone())),
+        }
+    }
+
+    fn fifo_len(&self, f: &Fifo) -> usize {
+        self.fifos.get(f).map_or(0, VecDeque::len)
     }
 
     /// Holds `held` back on `cap`. `true` when it was not held before (a new entry).
@@ -88,14 +123,55 @@ impl Queues {
         let t = self.next;
         self.next += 1;
         self.tickets.insert(id.into(), t);
-        self.fifos.entry(cap.clone()).or_default().push_back(t);
+        let tenant = held.timer.tenant();
+        let fifo = self.fifos.entry(Fifo::of(&cap, tenant)).or_default();
+        let first = fifo.is_empty();
+        fifo.push_back(t);
+        if let (Cap::Host(target), true) = (&cap, first) {
+            let turn = self.rotation.entry(target.clone()).or_default();
+            if !turn.iter().any(|x| &**x == tenant) {
+                turn.push_back(tenant.into());
+            }
+        }
         self.entries.insert(t, Entry { cap, held });
         true
     }
 
-    /// The first live timer waiting on `cap`, out of the queue.
+    /// The next live timer waiting on `cap`, out of the queue: for a host, the first of the
+    /// tenant whose turn it is (who then goes to the back of the rotation).
     pub fn pop(&mut self, cap: &Cap) -> Option<HeldBack> {
-        let fifo = self.fifos.get_mut(cap)?;
+        let held = match cap {
+            Cap::Tenant(t) => self.pop_fifo(&Fifo::Tenant(t.clone())),
+            Cap::Host(target) => self.pop_turn(target),
+        }?;
+        self.tickets.remove(held.timer.identity());
+        Some(held)
+    }
+
+    /// The first live timer of the next tenant in `target`'s rotation that has one.
+    fn pop_turn(&mut self, target: &Target) -> Option<HeldBack> {
+        loop {
+            let tenant = self.rotation.get_mut(target)?.pop_front();
+            let Some(tenant) = tenant else {
+                self.rotation.remove(target);
+                return None;
+            };
+            let fifo = Fifo::HostTenant(target.clone(), tenant.clone());
+            let found = self.pop_fifo(&fifo);
+            if self.fifos.contains_key(&fifo) {
+                if let Some(turn) = self.rotation.get_mut(target) {
+                    turn.push_back(tenant);
+                }
+            }
+            if found.is_some() {
+                return found;
+            }
+        }
+    }
+
+    /// The first live ticket's timer of one FIFO (stale ones before it dropped).
+    fn pop_fifo(&mut self, f: &Fifo) -> Option<HeldBack> {
+        let fifo = self.fifos.get_mut(f)?;
         let mut found = None;
         while let Some(t) = fifo.pop_front() {
             match self.entries.remove(&t) {
@@ -107,11 +183,9 @@ impl Queues {
             }
         }
         if fifo.is_empty() {
-            self.fifos.remove(cap);
+            self.fifos.remove(f);
         }
-        let held = found?;
-        self.tickets.remove(held.timer.identity());
-        Some(held)
+        found
     }
 
     /// Takes the timer with `identity` out of its queue, if it waits in one. `true` if it did.
@@ -134,6 +208,11 @@ impl Queues {
             fifo.retain(|t| entries.contains_key(t));
             !fifo.is_empty()
         });
+        let fifos = &self.fifos;
+        self.rotation.retain(|target, tenants| {
+            tenants.retain(|t| fifos.contains_key(&Fifo::HostTenant(target.clone(), t.clone())));
+            !tenants.is_empty()
+        });
         self.stale = 0;
     }
 }
@@ -143,8 +222,12 @@ mod tests {
     use super::*;
 
     fn held(key: &str, version: u64) -> HeldBack {
+        held_for("t", key, version)
+    }
+
+    fn held_for(tenant: &str, key: &str, version: u64) -> HeldBack {
         HeldBack {
-            timer: PackedTimer::with_meta("t", key, b"m", b"").expect("short"),
+            timer: PackedTimer::with_meta(tenant, key, b"m", b"").expect("short"),
             version,
         }
     }
@@ -200,6 +283,34 @@ mod tests {
         );
         assert!(q.pop(&host()).is_none());
         assert!(!q.forget(&id("live")));
+    }
+
+    #[test]
+    fn a_hosts_slots_go_to_tenants_in_turn_not_in_arrival_order() {
+        let mut q = Queues::default();
+        for k in 0..100 {
+            q.hold(host(), held_for("big", &format!("b{k}"), 1));
+        }
+        q.hold(host(), held_for("small", "s0", 1));
+        q.hold(host(), held_for("small", "s1", 1));
+        q.hold(host(), held_for("third", "x", 1));
+        let order: Vec<String> = std::iter::from_fn(|| q.pop(&host()))
+            .take(7)
+            .map(|h| format!("{}/{}", h.timer.tenant(), h.timer.key()))
+            .collect();
+        assert_eq!(
+            order,
+            ["big/b0", "small/s0", "third/x", "big/b1", "small/s1", "big/b2", "big/b3"]
+        );
+        assert_eq!(q.waiting(&host()), 96);
+        // A tenant whose only waiting timer was forgotten loses its turn without a stall.
+        q.hold(host(), held_for("gone", "g", 1));
+        let gone: Box<[u8]> = held_for("gone", "g", 1).timer.identity().into();
+        assert!(q.forget(&gone));
+        let rest: Vec<_> = std::iter::from_fn(|| q.pop(&host())).collect();
+        assert_eq!(rest.len(), 96);
+        assert!(rest.iter().all(|h| h.timer.tenant() == "big"));
+        assert!(q.is_empty() && q.pop(&host()).is_none());
     }
 
     #[test]
