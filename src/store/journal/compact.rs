@@ -37,7 +37,7 @@ use std::time::Instant;
 pub(crate) fn maybe_start(shared: &Rc<Shared>, active_seq: u64) {
     let (old, inputs) = {
         let f = shared.files.borrow();
-        if f.compacting || f.sealed.is_empty() {
+        if f.compacting || f.sealed.is_empty() || shared.closing.get() {
             return;
         }
         (f.old_bytes(), (f.snapshot, f.sealed.clone()))
@@ -56,7 +56,7 @@ pub(crate) fn maybe_start(shared: &Rc<Shared>, active_seq: u64) {
         live,
         "journal: compacting the old files into a snapshot"
     );
-    glommio::spawn_local(run(shared.clone(), inputs.0, inputs.1, active_seq)).detach();
+    spawn(shared, inputs.0, inputs.1, active_seq);
 }
 
 /// The disk is full: compacts the sealed segments (everything before `active_seq`) whenever
@@ -67,7 +67,7 @@ pub(crate) fn make_room(shared: &Rc<Shared>, active_seq: u64) {
     let inputs = {
         let f = shared.files.borrow();
         let behind = f.snapshot.is_none_or(|s| s.0 < active_seq);
-        if f.compacting || f.sealed.is_empty() || !behind {
+        if f.compacting || f.sealed.is_empty() || !behind || shared.closing.get() {
             return;
         }
         if f.old_bytes() <= shared.live_bytes() || shared.health.get() == Health::Failed {
@@ -80,7 +80,13 @@ pub(crate) fn make_room(shared: &Rc<Shared>, active_seq: u64) {
         shard = shared.shard,
         "journal: the disk is full; compacting the sealed segments to make room"
     );
-    glommio::spawn_local(run(shared.clone(), inputs.0, inputs.1, active_seq)).detach();
+    spawn(shared, inputs.0, inputs.1, active_seq);
+}
+
+/// Starts the task and keeps its handle where `close` finds it (replacing a finished one).
+fn spawn(shared: &Rc<Shared>, snapshot: Option<(u64, u64)>, sealed: Vec<(u64, u64)>, out: u64) {
+    let task = glommio::spawn_local(run(shared.clone(), snapshot, sealed, out));
+    *shared.compaction.borrow_mut() = Some(task);
 }
 
 async fn run(shared: Rc<Shared>, snapshot: Option<(u64, u64)>, sealed: Vec<(u64, u64)>, out: u64) {

@@ -22,7 +22,8 @@
 //! A prefix, because the journal writes records in the order the shard made them and makes
 //! whole commits durable: no resurrected cancel, no lost acknowledged schedule or dead letter,
 //! and, the model's versions being exact, no version that goes back. `cargo test` runs every
-//! crash point of every phase in `always` and a sample in the other modes; the full matrix
+//! crash point of every phase in `always` (crash, power cut, ENOSPC) and a sample in the
+//! other modes; the full matrix
 //! (every mode, every variant, every point) runs with `PUNCTUAL_CRASH_MATRIX=full`, which
 //! prints the table DRILLS.md shows.
 
@@ -547,7 +548,11 @@ fn every_crash_point_of_every_phase_recovers_what_was_acknowledged() {
             1,
         )
     } else {
-        let (mut t, mut v) = matrix(&[Fsync::Always], &[Variant::Crash, Variant::Cut], 1);
+        let (mut t, mut v) = matrix(
+            &[Fsync::Always],
+            &[Variant::Crash, Variant::Cut, Variant::NoSpace],
+            1,
+        );
         let (t2, v2) = matrix(&[Fsync::Never], &[Variant::Hole], 3);
         t.push_str(&t2);
         v.extend(v2);

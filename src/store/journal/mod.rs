@@ -117,7 +117,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// When a commit is acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,6 +251,10 @@ pub(crate) struct Shared {
     /// that recovery read, so that the sequence runs on across restarts (`replay`).
     pub next_batch: Cell<u64>,
     pub metrics: Arc<ShardMetrics>,
+    /// The compaction running or last run (`compact`), so that `close` can wait for it or
+    /// stop it: a task left behind would keep this store, and the data directory's lock, alive
+    /// after its executor is gone.
+    pub compaction: RefCell<Option<glommio::Task<()>>>,
     /// The journal's own I/O thread: every write, sync and change of name runs there.
     pub io: io::IoThread,
     /// Holds the data directory's lock while any shard's store lives.
@@ -341,6 +345,7 @@ impl JournalStore {
             record_bytes: Cell::new((0, 0)),
             next_batch: Cell::new(1),
             metrics,
+            compaction: RefCell::new(None),
             io,
             _lock: data,
         });
@@ -565,23 +570,53 @@ impl Store for JournalStore {
         );
     }
 
-    /// Commits what it can within the ack timeout, then stops the commit task.
+    /// Commits what it can within the ack timeout, then stops the commit task and any
+    /// compaction (each waited for until the same deadline, then cancelled), and waits for
+    /// the I/O thread to finish the jobs they left, so that nothing of this store touches its
+    /// files once `close` returns.
     fn close(&mut self) -> LocalFuture<'_, ()> {
         Box::pin(async move {
-            self.shared.closing.set(true);
-            self.shared.wake.notify(usize::MAX);
+            let shared = &self.shared;
+            shared.closing.set(true);
+            shared.wake.notify(usize::MAX);
+            let until = Instant::now() + crate::units::capped(shared.cfg.ack_timeout);
             if let Some(task) = self.task.take() {
-                let limit = crate::units::capped(self.shared.cfg.ack_timeout);
-                futures_lite::future::or(task, glommio::timer::sleep(limit)).await;
+                finish_by(task, until).await;
             }
-            let left = self.shared.outbox.borrow().len();
+            let compaction = shared.compaction.borrow_mut().take();
+            if let Some(task) = compaction {
+                finish_by(task, until).await;
+            }
+            // The queue runs in order: once this no-op is done, every earlier job is.
+            let _ = shared.io.run(|_| Ok(())).await;
+            let left = shared.outbox.borrow().len();
             if left > 0 {
                 tracing::warn!(
-                    shard = self.shared.shard,
+                    shard = shared.shard,
                     writes = left,
                     "journal closed with writes not yet durable; they were never acknowledged"
                 );
             }
         })
+    }
+}
+
+/// Waits for `task` until `until`, then cancels it and waits until it has stopped (its
+/// future dropped, and with it what it held).
+async fn finish_by(mut task: glommio::Task<()>, until: Instant) {
+    let left = until.saturating_duration_since(Instant::now());
+    let done = futures_lite::future::or(
+        async {
+            (&mut task).await;
+            true
+        },
+        async {
+            glommio::timer::sleep(left).await;
+            false
+        },
+    )
+    .await;
+    if !done {
+        task.cancel().await;
     }
 }
