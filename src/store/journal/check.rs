@@ -18,10 +18,10 @@
 
 use super::current::{self, Current};
 use super::file::{flags, Header, Kind, Listing, UNSYNCED};
-use super::layout::{check_dir, header_of, Owner};
 use super::record::{self, Record, Timer};
 use super::replay::Buf;
 use super::scan::{Role, Scan};
+use super::shard_dir::{check_dir, header_of, Owner};
 use serde::Serialize;
 use std::fs::File;
 use std::io::Write;

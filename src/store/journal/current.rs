@@ -23,10 +23,9 @@
 //! names a newer one whose shard directories are all present (`layout`).
 
 use super::file::Listing;
+use super::io::Disk;
 use super::record::FORMAT;
 use crate::error::{Error, Result};
-use std::fs::File;
-use std::io::Write;
 use std::path::Path;
 
 /// What `CURRENT` says.
@@ -104,15 +103,17 @@ pub fn read(root: &Path) -> Result<std::result::Result<Option<Current>, Invalid>
     })
 }
 
-/// Replaces `CURRENT` whole: written to `CURRENT.tmp`, synced, renamed, the directory synced.
-pub fn write(root: &Path, current: Current) -> Result<()> {
+/// Replaces `CURRENT` whole: written to `CURRENT.tmp`, synced, renamed, the directory synced
+/// (a `CURRENT.tmp` an earlier crash left is removed first).
+pub fn write(disk: &Disk, root: &Path, current: Current) -> Result<()> {
     let tmp = root.join("CURRENT.tmp");
     let write = || -> std::io::Result<()> {
-        let mut f = File::create(&tmp)?;
-        f.write_all(current.text().as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, root.join("CURRENT"))?;
-        File::open(root)?.sync_all()
+        if tmp.symlink_metadata().is_ok() {
+            disk.unlink(&tmp)?;
+        }
+        disk.create_synced(&tmp, current.text().as_bytes())?;
+        disk.rename(&tmp, &root.join("CURRENT"))?;
+        disk.sync_dir(root)
     };
     write().map_err(|e| {
         Error::Config(format!(

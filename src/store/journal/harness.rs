@@ -283,7 +283,8 @@ mod tests {
 
     #[test]
     fn a_start_on_a_full_disk_serves_and_fires_refuses_writes_then_writes_once_there_is_room() {
-        use crate::store::journal::io::{Disk, Fault, Faults};
+        use crate::store::journal::faults::{Fault, Faults};
+        use crate::store::journal::io::Disk;
         let tmp = tempfile::tempdir().expect("tempdir");
         let (dir, trash) = (tmp.path().join("d"), tmp.path().join("trash"));
         std::fs::create_dir_all(&trash).expect("trash");

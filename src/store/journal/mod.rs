@@ -90,7 +90,9 @@ pub mod compact;
 #[cfg(test)]
 mod crash;
 pub mod current;
+pub mod faults;
 pub mod file;
+pub mod generations;
 #[cfg(test)]
 pub(crate) mod harness;
 pub mod io;
@@ -98,9 +100,12 @@ pub mod layout;
 pub mod open;
 pub mod outbox;
 pub mod record;
+pub mod repartition;
 pub mod replay;
 pub mod scan;
 pub mod segment;
+pub mod shard_dir;
+pub mod snapshot;
 #[cfg(test)]
 mod testlog;
 
@@ -327,10 +332,13 @@ impl JournalStore {
     ) -> Result<JournalStore> {
         metrics.store.set_state(StoreState::Recovering);
         let outbox = Outbox::new(cfg.max_buffered, cfg.max_buffered_fires, cfg.ack_timeout);
-        let io = io::IoThread::start(shard, cfg.disk.clone()).map_err(|e| Error::ShardStart {
-            shard,
-            reason: format!("cannot start the journal's I/O thread: {e}"),
-        })?;
+        let io =
+            io::IoThread::start(format!("journal-io-{shard}"), cfg.disk.clone()).map_err(|e| {
+                Error::ShardStart {
+                    shard,
+                    reason: format!("cannot start the journal's I/O thread: {e}"),
+                }
+            })?;
         let shared = Rc::new(Shared {
             dir: data.shard_dir(shard),
             cfg,
