@@ -84,7 +84,10 @@ fn targets(root: &Path) -> Result<(Vec<Target>, Vec<String>), ToolError> {
             problems.push(match other {
                 Err(why) => format!("CURRENT is not valid ({why}): a start refuses"),
                 _ if found.iter().any(|g| g.files > 0) => {
-                    "CURRENT is missing: a start refuses".to_string()
+                    match current::leftover_of_a_first_start(&found, root) {
+                        Ok(Some(_)) => "CURRENT is missing and the only journal files are segments that hold no record (a first start cut short): a start removes them and begins empty".to_string(),
+                        _ => "CURRENT is missing: a start refuses".to_string(),
+                    }
                 }
                 _ => "CURRENT is missing and no generation holds a file: a start begins empty"
                     .to_string(),

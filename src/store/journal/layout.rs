@@ -100,27 +100,37 @@ pub fn prepare(cfg: &JournalConfig, shards: usize) -> Result<Arc<DataDir>> {
 }
 
 /// A start without `CURRENT`: a first start, or one that a crash cut short before it wrote
-/// `CURRENT`, when no generation holds a journal file; anything else is refused
-/// (`current::refusal`).
+/// `CURRENT` — which may have left empty segments, never a record (`current::leftover_of_a_first_start`).
+/// Anything else is refused (`current::refusal`).
 fn first_start(
     disk: &Disk,
     root: &Path,
     found: &[current::Generation],
     shards: usize,
 ) -> Result<u64> {
-    if found.iter().any(|g| g.files > 0) {
-        return Err(current::refusal(root, "missing", found));
-    }
-    create_generation(disk, root, 1, shards)?;
-    current::write(
-        disk,
-        root,
-        Current {
-            generation: 1,
-            shards,
-        },
-    )?;
-    Ok(1)
+    let generation = if found.iter().any(|g| g.files > 0) {
+        let Some((generation, empty)) = current::leftover_of_a_first_start(found, root)? else {
+            return Err(current::refusal(root, "missing", found));
+        };
+        tracing::warn!(
+            files = ?empty,
+            "journal: CURRENT is missing, and the only journal files are segments that hold no record (a first start cut short): removing them and starting empty"
+        );
+        for path in &empty {
+            disk.unlink(path)
+                .map_err(|e| io("cannot remove", path, e))?;
+            if let Some(dir) = path.parent() {
+                disk.sync_dir(dir).map_err(|e| io("cannot sync", dir, e))?;
+            }
+        }
+        generation
+    } else {
+        1
+    };
+    create_generation(disk, root, generation, shards)?;
+    let c = Current { generation, shards };
+    current::write(disk, root, c)?;
+    Ok(generation)
 }
 
 /// Creates the data directory and any missing parent; a parent that gained an entry is synced,
@@ -300,5 +310,71 @@ mod tests {
         );
         assert!(generation_dir(root, 2).exists());
         assert!(generation_dir(root, 3).exists(), "a newer one was deleted");
+    }
+
+    /// Segment 1 of shard 0 of 1 as its creation leaves it before any commit: the header, then
+    /// the reserved size in zeros.
+    fn empty_segment(dir: &Path) -> PathBuf {
+        let path = dir.join(super::super::file::segment_name(1));
+        let mut b = super::super::file::Header {
+            kind: super::super::file::Kind::Segment,
+            block: 4096,
+            shard: 0,
+            shards: 1,
+            seq: 1,
+        }
+        .encode();
+        b.resize(64 << 10, 0);
+        std::fs::write(&path, b).expect("write");
+        path
+    }
+
+    #[test]
+    fn a_first_start_cut_short_after_creating_an_empty_segment_starts_empty() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        let seg = empty_segment(&shard_dir(root, 1, 0));
+        let data = prepare(&cfg(root), 1).expect("nothing was ever acknowledged: it starts");
+        assert_eq!(data.generation, 1);
+        assert!(!seg.exists(), "the empty segment is removed");
+        assert_eq!(
+            current::read(root).expect("read"),
+            Ok(Some(Current {
+                generation: 1,
+                shards: 1
+            }))
+        );
+    }
+
+    #[test]
+    fn a_directory_without_current_is_refused_when_anything_but_empty_segments_is_there() {
+        // A record after the header, a snapshot beside the empty segment, empty segments in
+        // two generations: each could hold what was acknowledged.
+        let with_record = |root: &Path| {
+            let dir = shard_dir(root, 1, 0);
+            segment(&dir, 1, 1, &[vec![schedule("k", 1)]]);
+        };
+        let with_snapshot = |root: &Path| {
+            let dir = shard_dir(root, 1, 0);
+            empty_segment(&dir);
+            snapshot(&dir, 1, &[], 0, 1);
+        };
+        let in_two_generations = |root: &Path| {
+            empty_segment(&shard_dir(root, 1, 0));
+            empty_segment(&shard_dir(root, 2, 0));
+        };
+        let cases: [&dyn Fn(&Path); 3] = [&with_record, &with_snapshot, &in_two_generations];
+        for make in cases {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let root = tmp.path();
+            make(root);
+            let why = refused(root);
+            assert!(why.contains("is missing"), "{why}");
+            assert!(!root.join("CURRENT").exists());
+            let seg = generation_dir(root, 1)
+                .join("shard-0")
+                .join(super::super::file::segment_name(1));
+            assert!(seg.exists(), "the refused start deleted a file");
+        }
     }
 }
