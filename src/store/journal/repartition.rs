@@ -8,13 +8,18 @@
 //!      send each live frame, unchanged, to snap-1 of shard_of(tenant, key, N)
 //!   3. end each new snapshot (version floor: the highest of all the old shards), sync it
 //!      and its directory
-//!   4. switch CURRENT to G+1                                   ← the switch
-//!   5. delete gen-G
+//!   4. if step 2 skipped damage (--journal-skip-corrupt): mark gen-G KEPT (synced)
+//!   5. switch CURRENT to G+1                                   ← the switch
+//!   6. gen-G: set aside as kept-gen-G if marked, else deleted
 //! ```
 //!
 //! A crash before the switch leaves G in force and the next start begins again; after it, G+1
-//! is complete, and the next start finishes step 5. Every write goes through the journal's
+//! is complete, and the next start finishes step 6. Every write goes through the journal's
 //! `Disk`, so the crash matrix's re-partition phase faults each of them.
+//!
+//! Why the mark: after a lossy replay the old files are the only place the skipped records
+//! still exist, and an operator may want to restore them. The mark is written before the
+//! switch, so no crash lets a later start delete that generation as merely old.
 //!
 //! Why one re-partition at start rather than every shard reading every old shard's files:
 //! the common start (same count) reads only its own files; the rare one costs one extra
@@ -24,7 +29,7 @@
 
 use super::current::{self, Current};
 use super::file::snapshot_name;
-use super::generations::{create_generation, generation_dir, io, remove_older_generations};
+use super::generations::{create_generation, generation_dir, io, mark, remove_older_generations};
 use super::io::IoThread;
 use super::record::End;
 use super::shard_dir::{check_dir, Owner};
@@ -48,6 +53,10 @@ pub fn run(cfg: &JournalConfig, root: &Path, c: Current, new: usize) -> Result<u
         .make()
         .map_err(|e| Error::Config(format!("journal: cannot start the re-partition: {e}")))?;
     let moved = ex.run(send_all(cfg, root, c, new))?;
+    let old = generation_dir(root, c.generation);
+    if moved.skipped > 0 {
+        mark(disk, &old, moved.skipped)?;
+    }
     current::write(
         disk,
         root,
@@ -65,6 +74,8 @@ pub fn run(cfg: &JournalConfig, root: &Path, c: Current, new: usize) -> Result<u
 /// What [`send_all`] did.
 struct Moved {
     timers: u64,
+    /// Damaged regions and files its replay skipped.
+    skipped: u64,
 }
 
 /// Steps 2 and 3 of the module doc.
@@ -81,7 +92,13 @@ async fn send_all(cfg: &JournalConfig, root: &Path, c: Current, new: usize) -> R
         outs.push((path, w));
     }
     let source = generation_dir(root, c.generation);
-    let (mut moved, mut floor) = (Moved { timers: 0 }, 0u64);
+    let (mut moved, mut floor) = (
+        Moved {
+            timers: 0,
+            skipped: 0,
+        },
+        0u64,
+    );
     for s in 0..c.shards {
         let dir = source.join(format!("shard-{s}"));
         if !dir.exists() {
@@ -94,6 +111,7 @@ async fn send_all(cfg: &JournalConfig, root: &Path, c: Current, new: usize) -> R
         let checked = check_dir(&dir, cfg.skip_corrupt, Some(owner))
             .await
             .map_err(|e| Error::Config(format!("journal: {e}")))?;
+        moved.skipped += checked.skipped_files.len() as u64 + checked.replay.report.corrupt;
         floor = floor.max(checked.replay.end(0).version_floor);
         for (t, frame) in checked.replay.live() {
             let owner = crate::partition::shard_of(t.tenant, t.key, new);
@@ -123,4 +141,55 @@ async fn send_all(cfg: &JournalConfig, root: &Path, c: Current, new: usize) -> R
         }
     }
     Ok(moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::file::segment_name;
+    use super::super::layout::{prepare, read_shard_dir};
+    use super::super::testlog::{schedule, segment};
+    use super::*;
+
+    #[test]
+    fn a_lossy_re_partition_keeps_the_old_generation_aside() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        let mut cfg = JournalConfig::new(root);
+        drop(prepare(&cfg, 1).expect("first start"));
+        let old = generation_dir(root, 1).join("shard-0");
+        let commits = [
+            vec![schedule("a", 1)],
+            vec![schedule("b", 2)],
+            vec![schedule("c", 3)],
+        ];
+        let mut bytes = segment(&old, 1, 1, &commits);
+        bytes[2 * 4096 + 20] ^= 1; // the middle commit
+        std::fs::write(old.join(segment_name(1)), &bytes).expect("damage");
+        cfg.skip_corrupt = true;
+        let data = prepare(&cfg, 2).expect("re-partitions, skipping the damage");
+        assert_eq!(data.generation, 2);
+        let mut keys: Vec<String> = (0..2)
+            .flat_map(|s| {
+                let (found, _) =
+                    read_shard_dir(&data.shard_dir(s), false).expect("the new generation reads");
+                found.into_iter().map(|f| f.key)
+            })
+            .collect();
+        keys.sort();
+        assert_eq!(keys, ["a", "c"], "what was not damaged moved");
+        drop(data);
+        let kept = root
+            .join("kept-gen-1")
+            .join("shard-0")
+            .join(segment_name(1));
+        assert_eq!(
+            std::fs::read(&kept).ok(),
+            Some(bytes),
+            "the old generation, with the damaged commit, is kept aside"
+        );
+        assert!(!generation_dir(root, 1).exists());
+        // Later starts leave it alone.
+        drop(prepare(&cfg, 2).expect("restart"));
+        assert!(kept.exists());
+    }
 }
