@@ -378,6 +378,9 @@ enum What<'a> {
         key: &'a str,
     },
     Redrive(TimerLine<'a>),
+    Lease {
+        ceiling: u64,
+    },
     Damage {
         why: String,
         resume: Option<usize>,
@@ -421,6 +424,7 @@ fn line_of<'a>(r: &Record<'a>) -> What<'a> {
             last_batch: e.last_batch,
             version_floor: e.version_floor,
         },
+        Record::Lease { ceiling } => What::Lease { ceiling },
     }
 }
 

@@ -267,6 +267,7 @@ async fn commit(shared: &Rc<Shared>, log: &mut Log, seq: u64) -> Result<(), Faul
     StoreMetrics::count(&m.journal_records_total, batch.records as u64);
     let mut outbox = shared.outbox.borrow_mut();
     outbox.complete(batch, Ok(()));
+    shared.lease.borrow_mut().committed(outbox.committed());
     m.pending_writes
         .store(outbox.len() as u64, Ordering::Relaxed);
     drop(outbox);
@@ -370,42 +371,19 @@ fn expire(shared: &Shared) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::faults::{Fault, Faults};
-    use super::super::harness::{config, on_executor, prepare, Node};
-    use super::super::io::Disk;
+    use super::super::faults::Fault;
+    use super::super::harness::{faulty, on_executor, prepare, reopen, Node};
     use super::super::JournalConfig;
     use super::*;
     use crate::store::Store;
-    use std::path::Path;
-    use std::sync::Arc;
     use std::time::Duration;
 
     const FAR: u64 = u64::MAX / 4;
     const WAIT: Duration = Duration::from_secs(30);
 
-    /// A data directory `dir` on a disk faulted by the returned plan (its trash beside it).
-    fn faulty(dir: &Path, fsync: Fsync) -> (JournalConfig, Arc<Faults>) {
-        let trash = dir.with_extension("trash");
-        std::fs::create_dir_all(&trash).expect("trash");
-        let faults = Faults::new(&trash);
-        let mut cfg = config(dir);
-        cfg.fsync = fsync;
-        cfg.disk = Disk::faulty(faults.clone());
-        cfg.retry_max = Duration::from_millis(20);
-        (cfg, faults)
-    }
-
-    /// The keys a start on the real disk recovers.
+    /// The keys a restart on the real disk recovers.
     fn recovered_keys(cfg: &JournalConfig) -> Vec<String> {
-        let mut cfg = cfg.clone();
-        cfg.disk = Disk::default();
-        let data = prepare(&cfg, 1).expect("prepare");
-        on_executor(async {
-            let node = Node::open(&cfg, data, 0, 1).await.expect("reopens");
-            let keys = node.recovered.iter().map(|f| f.key.clone()).collect();
-            node.close().await;
-            keys
-        })
+        reopen(cfg, |n| n.recovered.iter().map(|f| f.key.clone()).collect())
     }
 
     #[test]

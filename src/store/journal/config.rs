@@ -42,8 +42,8 @@ pub struct JournalConfig {
     pub max_batch_bytes: usize,
     /// Writes the outbox holds before durable registrations are refused (default 100,000).
     pub max_buffered: usize,
-    /// Records no caller waits for (fires, a webhook's attempts and outcomes, dead letters)
-    /// the outbox holds before the shard holds due timers back (default 100,000).
+    /// Records no caller waits for (fires, a webhook's attempts and outcomes, dead letters,
+    /// leases) the outbox holds before the shard holds due timers back (default 100,000).
     pub max_buffered_fires: usize,
     /// Longest a durable schedule or cancel waits before `StoreUnavailable` (2 s).
     pub ack_timeout: Duration,

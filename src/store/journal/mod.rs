@@ -54,7 +54,9 @@
 //! and the batch sequence, which runs on across segments, restarts and snapshots), truncates
 //! a torn tail (a commit counts whole or not at all; counted) and stops the start on
 //! corruption elsewhere (naming the file and offset; `--journal-skip-corrupt` skips and
-//! counts instead, see `scan`). Nothing is deleted before that check passed (`layout`). Then it opens a new segment (a segment is never appended to after a restart)
+//! counts instead, see `scan`). Nothing is deleted before that check passed (`layout`). The
+//! version floor it finds counts the version lease (`lease`): no timer fires under a version
+//! above the last lease made durable, so the floor covers every version that ever fired. Then it opens a new segment (a segment is never appended to after a restart)
 //! and hands every live timer, with its version, to the shard; overdue ones fire at once, in
 //! deadline order. A different shard count is handled once, before the shards start: every
 //! old shard's live timers are sent to their new owner's snapshot in a new generation, which
@@ -98,6 +100,7 @@ pub mod generations;
 pub(crate) mod harness;
 pub mod io;
 pub mod layout;
+mod lease;
 pub mod open;
 pub mod outbox;
 pub mod record;
@@ -169,6 +172,7 @@ impl JournalStore {
             health: Cell::new(Health::Ready),
             unsynced_since: Cell::new(None),
             dropped: Cell::new(0),
+            lease: RefCell::new(lease::Lease::default()),
             live: Cell::new(0),
             record_bytes: Cell::new((0, 0)),
             next_batch: Cell::new(1),
@@ -193,6 +197,7 @@ impl JournalStore {
     fn attempt(&mut self, timer: &PackedTimer, version: u64, deadline: UtcMicros, ack: Ack) {
         let shared = &self.shared;
         let size = shared.push(
+            Some(version),
             |b| record::put_timer(b, true, version, deadline, timer),
             ack,
         );
@@ -203,6 +208,7 @@ impl JournalStore {
     fn push_dead(&mut self, letter: &DeadLetter<'_>) {
         let shared = &self.shared;
         let size = shared.push(
+            Some(letter.version),
             |b| record::put_dead_letter(b, letter.version, letter.fire_at, letter.timer),
             Ack::None,
         );
@@ -225,6 +231,7 @@ impl Store for JournalStore {
                 return !stop.load(Ordering::Acquire);
             };
             self.version_floor = opened.version_floor();
+            *self.shared.lease.borrow_mut() = lease::Lease::recovered(self.version_floor);
             let Some(log) = open::hand_over(&self.shared, opened, insert, stop).await else {
                 return false;
             };
@@ -268,6 +275,7 @@ impl Store for JournalStore {
     fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
         let shared = &self.shared;
         let size = shared.push(
+            Some(s.version),
             |b| record::put_timer(b, false, s.version, s.deadline, timer),
             ack,
         );
@@ -279,16 +287,20 @@ impl Store for JournalStore {
 
     fn cancel(&mut self, tenant: &str, key: &str, ack: Ack) {
         self.shared
-            .push(|b| record::put_cancel(b, tenant, key), ack);
+            .push(None, |b| record::put_cancel(b, tenant, key), ack);
         self.shared
             .live
             .set(self.shared.live.get().saturating_sub(1));
     }
 
-    /// Once the journal failed, no bound (nothing is queued any more); else the outbox's
-    /// room for records no caller waits for.
+    /// None while a version handed out is above the durable lease (`lease`); else, once the
+    /// journal failed, no bound (nothing is queued any more); else the outbox's room for
+    /// records no caller waits for.
     fn fire_room(&self) -> usize {
         let shared = &self.shared;
+        if !shared.lease.borrow().covers() {
+            return 0;
+        }
         if shared.health.get() == Health::Failed {
             return usize::MAX;
         }
@@ -303,7 +315,7 @@ impl Store for JournalStore {
             tracing::warn!(
                 shard = self.shared.shard,
                 limit = self.shared.cfg.max_buffered_fires,
-                "journal: due timers are held back (not lost) until the journal has written what waits: the records no caller waits for reached their bound"
+                "journal: due timers are held back (not lost) until the journal has written what waits: the records no caller waits for reached their bound, or a version lease is not durable yet"
             );
         }
     }
@@ -312,6 +324,7 @@ impl Store for JournalStore {
         let shared = &self.shared;
         shared.live.set(shared.live.get().saturating_sub(1));
         shared.push(
+            Some(t.version),
             |b| record::put_fired(b, t.version, t.tenant, t.key),
             Ack::None,
         );
@@ -341,7 +354,7 @@ impl Store for JournalStore {
     /// A dead letter discarded: a dead-removed record (the pending timers are not touched).
     fn dead_removed(&mut self, tenant: &str, key: &str, ack: Ack) {
         self.shared
-            .push(|b| record::put_dead_removed(b, tenant, key), ack);
+            .push(None, |b| record::put_dead_removed(b, tenant, key), ack);
     }
 
     /// A dead letter re-driven: one record that removes it and makes `timer` pending, so that
@@ -349,6 +362,7 @@ impl Store for JournalStore {
     fn redrive(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
         let shared = &self.shared;
         let size = shared.push(
+            Some(s.version),
             |b| record::put_redrive(b, s.version, s.deadline, timer),
             ack,
         );

@@ -9,7 +9,7 @@
 //! Invariants: bytes and marks leave only from the front, only after the commit that carried
 //! them is durable. The acks, their admission limits and their timeouts are `store::acks`'s.
 //! Records a caller waits for are admitted while fewer than `limit` records wait; records no
-//! caller waits for (fires, a webhook's attempts and outcomes, dead letters) count as
+//! caller waits for (fires, a webhook's attempts and outcomes, dead letters, leases) count as
 //! fires, and at `fire_limit` of them the shard stops firing, which is what makes them. So
 //! the outbox holds at most `limit + fire_limit` records, plus what the webhook deliveries
 //! already in flight report when they end (at most two records each, bounded by the
@@ -74,6 +74,11 @@ impl Outbox {
     /// The stream position after the last record queued.
     pub fn end(&self) -> u64 {
         self.base + self.bytes.len() as u64
+    }
+
+    /// The stream position up to which records left as durable (or given up).
+    pub fn committed(&self) -> u64 {
+        self.base
     }
 
     /// The next commit: whole records from the front, at most `max_records` and, past the

@@ -1,8 +1,9 @@
 //! What a shard's journal store and its tasks (commit, compaction) share, on the shard's
-//! thread only: the outbox, the files, the health, the I/O thread.
+//! thread only: the outbox, the files, the health, the version lease, the I/O thread.
 
+use super::lease::Lease;
 use super::outbox::Outbox;
-use super::{io, layout, JournalConfig};
+use super::{io, layout, record, JournalConfig};
 use crate::error::Error;
 use crate::metrics::{ShardMetrics, StoreMetrics, StoreState};
 use crate::store::Ack;
@@ -56,6 +57,8 @@ pub(crate) struct Shared {
     pub unsynced_since: Cell<Option<Instant>>,
     /// Records no caller waited for, dropped because the journal had failed.
     pub dropped: Cell<u64>,
+    /// The version ceiling durable ahead of the versions handed out (`lease`).
+    pub lease: RefCell<Lease>,
     /// Pending timers, and the bytes of the schedule records that made them: the estimate of
     /// the live data that decides compaction.
     pub live: Cell<u64>,
@@ -121,14 +124,21 @@ impl Shared {
         });
     }
 
-    /// Queues one record with its ack: the only way into the outbox.
+    /// Queues one record with its ack: the only way into the outbox. `version`, the version
+    /// the record carries, first renews the lease when it must grow (`lease`): the lease record
+    /// goes ahead of it, so no commit holds the version without a ceiling above it.
     ///
     /// Once the journal has failed nothing is queued, since nothing will ever be written: a
     /// waiting caller is refused at once, and a record no caller waits for is dropped and
     /// counted. Every such record only moves a timer that was already durable on (a fire, a
-    /// webhook's attempt or outcome, a dead letter), so its loss can make a restart
+    /// webhook's attempt or outcome, a dead letter, a lease), so its loss can make a restart
     /// deliver that timer again, never lose it. The frame's size; 0 when nothing was queued.
-    pub fn push(&self, encode: impl FnOnce(&mut Vec<u8>) -> usize, ack: Ack) -> usize {
+    pub fn push(
+        &self,
+        version: Option<u64>,
+        encode: impl FnOnce(&mut Vec<u8>) -> usize,
+        ack: Ack,
+    ) -> usize {
         if self.health.get() == Health::Failed {
             if ack.is_waiting() {
                 ack.answer(Err(self.unavailable()));
@@ -137,7 +147,12 @@ impl Shared {
             }
             return 0;
         }
+        let renew = version.and_then(|v| self.lease.borrow_mut().note(v));
         let mut outbox = self.outbox.borrow_mut();
+        if let Some(ceiling) = renew {
+            outbox.push(|b| record::put_lease(b, ceiling), Ack::None);
+            self.lease.borrow_mut().queued_at(outbox.end(), ceiling);
+        }
         let mut size = 0;
         outbox.push(
             |b| {

@@ -112,3 +112,10 @@ fn put_identity(b: &mut Vec<u8>, tenant: &str, key: &str) {
     b.extend_from_slice(&tenant.as_bytes()[..t]);
     b.extend_from_slice(&key.as_bytes()[..k]);
 }
+
+/// A version lease: every version up to `ceiling` is covered (`lease`).
+pub fn put_lease(out: &mut Vec<u8>, ceiling: u64) -> usize {
+    frame(out, kind::LEASE, |b| {
+        b.extend_from_slice(&ceiling.to_le_bytes())
+    })
+}

@@ -14,6 +14,7 @@
 //!   7     end           entries: u64 | last_batch: u64 | version_floor: u64   (last record of a snapshot)
 //!   8     dead removed  identity                                            gone (discarded)
 //!   9     redrive       version: u64 | deadline_us: u64 | timer pending     gone (re-driven)
+//!   10    lease         ceiling: u64                            (versions up to it may be out: `lease`)
 //!
 //!   identity = tenant_len: u8 | key_len: u8 | tenant | key
 //!   timer    = identity | meta_len: u16 LE | meta | payload (the rest of the body)
@@ -30,7 +31,8 @@
 //! record holds the last one it covers), so that recovery can prove that nothing is missing
 //! between two commits (`replay`). The end record also holds the highest version the covered
 //! records ever carried, so that versions only grow even after the records that carried them
-//! are compacted away and the clock steps back.
+//! are compacted away and the clock steps back; a lease record (a version ceiling, see `lease`)
+//! counts in that floor like a version.
 //!
 //! All integers are little-endian. A timer's bytes after the version and deadline are laid out
 //! like a `PackedTimer`, so a schedule is encoded with four copies and decoded without any.
@@ -67,6 +69,7 @@ pub mod kind {
     pub const END: u8 = 7;
     pub const DEAD_REMOVED: u8 = 8;
     pub const REDRIVE: u8 = 9;
+    pub const LEASE: u8 = 10;
 }
 
 /// A timer as a schedule or attempt record holds it; borrowed from the buffer.
@@ -106,6 +109,10 @@ pub enum Record<'a> {
         identity: &'a [u8],
     },
     Redrive(Timer<'a>),
+    /// Every version up to `ceiling` may have been handed out (`lease`).
+    Lease {
+        ceiling: u64,
+    },
 }
 
 /// The end record of a snapshot.
@@ -140,7 +147,7 @@ impl<'a> Record<'a> {
             Record::Cancel { identity }
             | Record::Fired { identity, .. }
             | Record::DeadRemoved { identity } => Some(identity),
-            Record::Batch { .. } | Record::End(_) => None,
+            Record::Batch { .. } | Record::End(_) | Record::Lease { .. } => None,
         }
     }
 
@@ -153,7 +160,7 @@ impl<'a> Record<'a> {
             Record::DeadLetter(_) => (Some(Gone), Some(Live)),
             Record::DeadRemoved { .. } => (None, Some(Gone)),
             Record::Redrive(_) => (Some(Live), Some(Gone)),
-            Record::Batch { .. } | Record::End(_) => (None, None),
+            Record::Batch { .. } | Record::End(_) | Record::Lease { .. } => (None, None),
         }
     }
 
@@ -166,6 +173,7 @@ impl<'a> Record<'a> {
             | Record::Redrive(t) => Some(t.version),
             Record::Fired { version, .. } => Some(version),
             Record::End(e) => Some(e.version_floor),
+            Record::Lease { ceiling } => Some(ceiling),
             _ => None,
         }
     }
@@ -329,6 +337,10 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Record<'_>, Bad> {
             }
             _ => Err(bad),
         },
+        kind::LEASE => match read_u64(body, 0) {
+            Some(ceiling) if body.len() == 8 => Ok(Record::Lease { ceiling }),
+            _ => Err(bad),
+        },
         other => Err(Bad::UnknownType(other)),
     }
 }
@@ -378,10 +390,23 @@ fn read_u64(b: &[u8], at: usize) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::wheel::table::PackedTimer;
+
     use proptest::prelude::*;
 
     fn first(buf: &[u8]) -> Step<'_> {
         decode_at(buf, 0, 4096)
+    }
+
+    #[test]
+    fn a_lease_round_trips_and_counts_as_a_version() {
+        let mut out = Vec::new();
+        let n = put_lease(&mut out, 77);
+        let Step::Record { record, next, .. } = decode_at(&out, 0, 4096) else {
+            panic!("{:?}", decode_at(&out, 0, 4096))
+        };
+        assert_eq!((record, next), (Record::Lease { ceiling: 77 }, n));
+        assert_eq!(record.version(), Some(77), "the floor covers it");
+        assert_eq!((record.identity(), record.effect()), (None, (None, None)));
     }
 
     #[test]
