@@ -10,6 +10,7 @@
 //!   <data_dir>/gen-<G>/shard-<s>/
 //!       seg-<seq>.log                     the log: segments in order of seq, each ≤ segment_bytes
 //!       snap-<seq>.snap                   the live timers and dead letters of every segment before seq
+//!   <data_dir>/kept-gen-<G>/              an old generation a lossy re-partition kept (`repartition`)
 //! ```
 //!
 //! One journal per shard, written only by that shard's thread. The record format (version 2)

@@ -8,10 +8,10 @@
 //! other blocking job of the shard, such as a webhook's name lookup.) The file is written
 //! through the page cache and made durable by `fdatasync`.
 //!
-//! A segment is created whole before it takes a record: the file is made, its full size is
-//! reserved with `fallocate` (so a full disk shows at creation, not in the middle of a commit),
-//! the header block is written and synced, and the directory is synced so that the name
-//! survives a power cut — in every fsync mode, so that no acknowledged commit ever sits in a
+//! A segment is created whole before it takes a record, in one job of the I/O thread
+//! (`create_whole`): the file is made, its full size is reserved with `fallocate` (so a full
+//! disk shows at creation, not in the middle of a commit), the header block is written and
+//! synced, and the directory is synced so that the name survives a power cut — in every fsync mode, so that no acknowledged commit ever sits in a
 //! file whose header or name a power cut can take. Commits then go at `pos`, each padded to
 //! the block, so no write touches a block written before it.
 
