@@ -87,6 +87,7 @@ pub fn serve(config: Config) -> Result<(), String> {
                 FsyncMode::Never => Fsync::Never,
             };
             j.skip_corrupt = config.journal_skip_corrupt;
+            j.on_failure = crate::engine::OnFailure::Exit;
             builder.journal_config(j)
         }
         _ => builder,

@@ -22,7 +22,7 @@ mod running;
 mod stats;
 
 pub use crate::op::{Cancelled, DeadInfo, Scheduled, TimerInfo};
-pub use crate::store::journal::{Fsync, JournalConfig};
+pub use crate::store::journal::{Fsync, JournalConfig, OnFailure};
 pub use crate::store::redis::RedisConfig;
 pub use builder::{ClockChoice, EngineBuilder, ShardStartHook, StoreKind};
 pub use handle::{Handle, MAX_PAYLOAD};

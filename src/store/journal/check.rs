@@ -18,10 +18,10 @@
 
 use super::current::{self, Current};
 use super::file::{flags, Header, Kind, Listing, UNSYNCED};
-use super::layout::{check_dir, header_of, Owner};
 use super::record::{self, Record, Timer};
 use super::replay::Buf;
 use super::scan::{Role, Scan};
+use super::shard_dir::{check_dir, header_of, Owner};
 use serde::Serialize;
 use std::fs::File;
 use std::io::Write;
@@ -84,7 +84,10 @@ fn targets(root: &Path) -> Result<(Vec<Target>, Vec<String>), ToolError> {
             problems.push(match other {
                 Err(why) => format!("CURRENT is not valid ({why}): a start refuses"),
                 _ if found.iter().any(|g| g.files > 0) => {
-                    "CURRENT is missing: a start refuses".to_string()
+                    match current::leftover_of_a_first_start(&found, root) {
+                        Ok(Some(_)) => "CURRENT is missing and the only journal files are segments that hold no record (a first start cut short): a start removes them and begins empty".to_string(),
+                        _ => "CURRENT is missing: a start refuses".to_string(),
+                    }
                 }
                 _ => "CURRENT is missing and no generation holds a file: a start begins empty"
                     .to_string(),
@@ -375,6 +378,9 @@ enum What<'a> {
         key: &'a str,
     },
     Redrive(TimerLine<'a>),
+    Lease {
+        ceiling: u64,
+    },
     Damage {
         why: String,
         resume: Option<usize>,
@@ -418,6 +424,7 @@ fn line_of<'a>(r: &Record<'a>) -> What<'a> {
             last_batch: e.last_batch,
             version_floor: e.version_floor,
         },
+        Record::Lease { ceiling } => What::Lease { ceiling },
     }
 }
 

@@ -31,7 +31,7 @@
 use super::file::BLOCK;
 use super::record::{put_batch, FRAME};
 use super::segment::{is_no_space, padded, Active, Log};
-use super::{Fsync, Health, Shared};
+use super::{Fsync, Health, OnFailure, Shared};
 use crate::metrics::StoreMetrics;
 use std::io;
 use std::rc::Rc;
@@ -61,34 +61,36 @@ pub(crate) async fn run(shared: Rc<Shared>, mut log: Log) {
     let mut backoff = BACKOFF_START;
     let mut stalls = 0u32;
     let mut seq = shared.next_batch.get();
-    // `everysec`: when the oldest acknowledged commit not yet synced was written.
-    let mut unsynced: Option<Instant> = None;
     if matches!(log, Log::Missing(_)) {
         shared.set_health(Health::Stalled);
     }
     loop {
         expire(&shared);
         let closing = shared.closing.get();
-        if let (Some(since), Log::Ready(active)) = (unsynced, &log) {
+        // `everysec`: sync what was acknowledged unsynced, at least once a second.
+        let due = shared
+            .unsynced_since
+            .get()
+            .filter(|_| shared.cfg.fsync == Fsync::EverySec);
+        if let (Some(since), Log::Ready(active)) = (due, &log) {
             if closing || since.elapsed() >= SYNC_EVERY {
-                if let Err(e) = active.file.fdatasync().await {
+                if let Err(e) = sync(&shared, active).await {
                     fail(&shared, &active.path, "fdatasync", &e);
                     return;
                 }
-                unsynced = None;
             }
         }
         let empty = shared.outbox.borrow().is_empty();
         if empty && matches!(log, Log::Ready(_)) {
             if closing {
                 if let Log::Ready(active) = &log {
-                    close(active).await;
+                    close(&shared, active).await;
                 }
                 return;
             }
             let listener = shared.wake.listen();
             if shared.outbox.borrow().is_empty() && !shared.closing.get() {
-                match unsynced {
+                match due {
                     Some(since) => {
                         let left = SYNC_EVERY.saturating_sub(since.elapsed());
                         futures_lite::future::or(listener, glommio::timer::sleep(left)).await;
@@ -101,12 +103,7 @@ pub(crate) async fn run(shared: Rc<Shared>, mut log: Log) {
         let done = if empty {
             ensure(&shared, &mut log).await
         } else {
-            commit(&shared, &mut log, seq).await.map(|()| {
-                seq += 1;
-                if shared.cfg.fsync == Fsync::EverySec && unsynced.is_none() {
-                    unsynced = Some(Instant::now());
-                }
-            })
+            commit(&shared, &mut log, seq).await.map(|()| seq += 1)
         };
         match done {
             Ok(()) => {
@@ -134,6 +131,11 @@ pub(crate) async fn run(shared: Rc<Shared>, mut log: Log) {
                 }
                 stalls = stalls.wrapping_add(1);
                 if shared.closing.get() {
+                    // A full disk still syncs: what was acknowledged unsynced is made durable
+                    // before the task ends, as at any clean stop.
+                    if let Log::Ready(active) = &log {
+                        close(&shared, active).await;
+                    }
                     return;
                 }
                 pause(&shared, &mut backoff).await;
@@ -182,17 +184,24 @@ async fn ensure(shared: &Rc<Shared>, log: &mut Log) -> Result<(), Fault> {
     Ok(())
 }
 
-/// At close, with nothing left to write: gives back the reserved tail, so that the next start
-/// reads only records, and syncs (in every mode, so that a clean stop loses nothing). A crash
-/// before it leaves zeros, which read as the end.
-async fn close(active: &Active) {
+/// At close, with nothing more to write (or no room to): gives back the reserved tail and
+/// whatever a failed write left past the last commit, so that the next start reads only
+/// records, and syncs (in every mode, so that a clean stop loses nothing acknowledged). A
+/// crash before it leaves zeros, which read as the end.
+async fn close(shared: &Shared, active: &Active) {
     if let Err(e) = active.file.truncate(active.pos).await {
         tracing::debug!(file = %active.path.display(), error = %e, "journal: cannot trim the last segment at close");
-        return;
     }
-    if let Err(e) = active.file.fdatasync().await {
-        tracing::warn!(file = %active.path.display(), error = %e, "journal: cannot sync the last segment at close");
+    if let Err(e) = sync(shared, active).await {
+        tracing::error!(file = %active.path.display(), error = %e, "journal: cannot sync the last segment at close; {}", lost_by_a_failed_sync(shared.cfg.fsync, shared.unsynced_since.get()));
     }
+}
+
+/// Syncs the active segment; what was acknowledged unsynced is durable once it succeeds.
+async fn sync(shared: &Shared, active: &Active) -> io::Result<()> {
+    active.file.fdatasync().await?;
+    shared.unsynced_since.set(None);
+    Ok(())
 }
 
 /// Writes and syncs the next batch.
@@ -247,6 +256,8 @@ async fn commit(shared: &Rc<Shared>, log: &mut Log, seq: u64) -> Result<(), Faul
             what: "fdatasync",
             error: e,
         })?;
+    } else if shared.unsynced_since.get().is_none() {
+        shared.unsynced_since.set(Some(started));
     }
     active.pos += size as u64;
     let m = shared.m();
@@ -256,6 +267,7 @@ async fn commit(shared: &Rc<Shared>, log: &mut Log, seq: u64) -> Result<(), Faul
     StoreMetrics::count(&m.journal_records_total, batch.records as u64);
     let mut outbox = shared.outbox.borrow_mut();
     outbox.complete(batch, Ok(()));
+    shared.lease.borrow_mut().committed(outbox.committed());
     m.pending_writes
         .store(outbox.len() as u64, Ordering::Relaxed);
     drop(outbox);
@@ -274,7 +286,7 @@ async fn roll(shared: &Rc<Shared>, log: &mut Log) -> Result<(), Fault> {
         if !shared.cfg.fsync.per_commit() {
             // Without per-commit syncs, the sealed segment is synced once, so that a later
             // segment never outlives an earlier one's unsynced tail on a power cut.
-            active.file.fdatasync().await.map_err(|e| Fault::Fatal {
+            sync(shared, active).await.map_err(|e| Fault::Fatal {
                 what: "fdatasync",
                 error: e,
             })?;
@@ -292,18 +304,46 @@ async fn roll(shared: &Rc<Shared>, log: &mut Log) -> Result<(), Fault> {
     ensure(shared, log).await
 }
 
-/// The journal cannot know what reached the disk: refuse everything from now on.
+/// The journal cannot know what reached the disk: refuse everything from now on, say what
+/// may be lost, and (`OnFailure::Exit`) end the process.
 fn fail(shared: &Shared, file: &std::path::Path, what: &str, error: &io::Error) {
     StoreMetrics::count(&shared.m().errors_total, 1);
     shared.set_health(Health::Failed);
     let refusal = shared.unavailable();
     shared.outbox.borrow_mut().abandon(Err(refusal));
+    let exit = shared.cfg.on_failure == OnFailure::Exit;
     tracing::error!(
         shard = shared.shard,
         file = %file.display(),
         %error,
-        "journal: {what} failed. Writes not yet acknowledged may or may not be on disk, and the kernel may have dropped them, so this file is never synced again and this shard acknowledges nothing more (503, /healthz unavailable); timers keep firing from memory. Check the disk (dmesg, SMART, free space), then restart punctual: recovery replays what the journal holds, and every acknowledged timer is there"
+        "journal: {what} failed. After a failed sync the kernel may have dropped written data while still showing it, so this file is never synced again and this shard acknowledges nothing more; writes not yet acknowledged were refused (503). {} {}",
+        lost_by_a_failed_sync(shared.cfg.fsync, shared.unsynced_since.get()),
+        if exit {
+            "The process exits now (status 1) so that its supervisor restarts it: recovery replays what the disk really holds. Check the disk first (dmesg, SMART, free space)."
+        } else {
+            "Timers keep firing from memory (/healthz unavailable). Check the disk (dmesg, SMART, free space), then restart: recovery replays what the disk really holds."
+        }
     );
+    if exit {
+        std::process::exit(1);
+    }
+}
+
+/// What a failed sync (or write) may have taken of what was acknowledged, said no stronger
+/// than the fsync mode allows: a restart recovers what the disk holds, which is every
+/// acknowledged write only when each was synced before its acknowledgement.
+fn lost_by_a_failed_sync(fsync: Fsync, unsynced_since: Option<Instant>) -> String {
+    match (fsync.per_commit(), unsynced_since) {
+        (true, _) | (false, None) => "Every acknowledged write was synced before this failure (each before its acknowledgement under --fsync always): a restart recovers every acknowledged timer the disk still returns.".to_string(),
+        (false, Some(since)) => format!(
+            "Writes acknowledged in the last {} ms (--fsync {}: acknowledged before they were synced) were never made durable and MAY BE LOST, whatever a restart shows: the kernel may have dropped them from its cache or still serve them from it; timers acknowledged before that were synced and are recovered.",
+            since.elapsed().as_millis(),
+            match fsync {
+                Fsync::EverySec => "everysec",
+                _ => "never",
+            }
+        ),
+    }
 }
 
 /// Sleeps one backoff step (answering timed-out callers meanwhile) and doubles it, up to
@@ -326,5 +366,163 @@ fn expire(shared: &Shared) {
         .expire(Instant::now(), shared.cfg.retry_max.as_secs().max(1));
     if n > 0 {
         StoreMetrics::count(&shared.m().ack_timeouts_total, n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::faults::Fault;
+    use super::super::harness::{faulty, on_executor, prepare, reopen, Node};
+    use super::super::JournalConfig;
+    use super::*;
+    use crate::store::Store;
+    use std::time::Duration;
+
+    const FAR: u64 = u64::MAX / 4;
+    const WAIT: Duration = Duration::from_secs(30);
+
+    /// The keys a restart on the real disk recovers.
+    fn recovered_keys(cfg: &JournalConfig) -> Vec<String> {
+        reopen(cfg, |n| n.recovered.iter().map(|f| f.key.clone()).collect())
+    }
+
+    #[test]
+    fn a_full_disk_at_close_still_syncs_what_was_acknowledged_unsynced() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (mut cfg, faults) = faulty(&tmp.path().join("d"), Fsync::Never);
+        cfg.ack_timeout = Duration::from_millis(300);
+        let data = prepare(&cfg, 1).expect("prepare");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            let a = node.schedule("a", 1, FAR, b"");
+            node.pass();
+            assert!(a.acknowledged(WAIT).await, "written: acknowledged unsynced");
+            faults.fail_at(faults.count(), Fault::NoSpace);
+            let b = node.schedule("b", 2, FAR, b"");
+            node.pass();
+            assert!(!b.acknowledged(WAIT).await, "no room: never acknowledged");
+            node.close().await;
+        });
+        faults
+            .power_cut(|_| false)
+            .expect("power cut after the clean stop");
+        assert_eq!(recovered_keys(&cfg), ["a"]);
+    }
+
+    #[test]
+    fn a_failed_sync_refuses_every_write_at_once_and_queues_nothing_more() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (cfg, faults) = faulty(&tmp.path().join("d"), Fsync::Always);
+        let data = prepare(&cfg, 1).expect("prepare");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            let a = node.schedule("a", 1, FAR, b"");
+            node.pass();
+            assert!(a.acknowledged(WAIT).await);
+            // The next commit's write succeeds; its fdatasync fails.
+            faults.fail_at(faults.count() + 1, Fault::Eio);
+            let b = node.schedule("b", 2, FAR, b"");
+            node.pass();
+            assert!(
+                !b.acknowledged(WAIT).await,
+                "a failed sync acknowledges nothing"
+            );
+            assert!(!node.admits(), "the failed journal refuses writes");
+            node.dead("d", 1, b"");
+            node.fired("a", 1);
+            let c = node.cancel("a", 1);
+            node.pass();
+            assert!(!c.acknowledged(WAIT).await);
+            assert_eq!(
+                node.store.shared.outbox.borrow().len(),
+                0,
+                "nothing is queued that can never be written"
+            );
+            assert_eq!(node.store.shared.dropped.get(), 2);
+            assert_eq!(
+                node.store.fire_room(),
+                usize::MAX,
+                "timers fire from memory"
+            );
+            node.close().await;
+        });
+    }
+
+    #[test]
+    fn records_no_caller_waits_for_hold_fires_back_at_their_bound_while_the_disk_is_full() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (mut cfg, faults) = faulty(&tmp.path().join("d"), Fsync::Always);
+        cfg.max_buffered_fires = 8;
+        let data = prepare(&cfg, 1).expect("prepare");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            faults.fail_at(faults.count(), Fault::NoSpace);
+            // Dead letters, as a webhook's outcomes make them: no caller waits, no fire.
+            for i in 0..8 {
+                node.dead(&format!("k{i}"), 1, b"");
+            }
+            node.pass();
+            assert_eq!(
+                node.store.fire_room(),
+                0,
+                "the shard must stop making such records"
+            );
+            faults.clear();
+            node.close().await;
+        });
+    }
+
+    #[test]
+    fn a_failed_sync_says_what_it_may_have_lost_no_stronger_than_the_fsync_mode() {
+        let a_second_ago = Instant::now().checked_sub(Duration::from_secs(1));
+        let always = lost_by_a_failed_sync(Fsync::Always, a_second_ago);
+        assert!(always.contains("recovers every acknowledged"), "{always}");
+        for fsync in [Fsync::EverySec, Fsync::Never] {
+            let said = lost_by_a_failed_sync(fsync, a_second_ago);
+            assert!(
+                said.contains("MAY BE LOST") && !said.contains("recovers every"),
+                "{said}"
+            );
+            let synced = lost_by_a_failed_sync(fsync, None);
+            assert!(synced.contains("recovers every acknowledged"), "{synced}");
+        }
+    }
+
+    /// Set in the child process of the exit test.
+    const EXIT_CHILD: &str = "PUNCTUAL_JOURNAL_EXIT_CHILD";
+
+    #[test]
+    fn with_on_failure_exit_a_failed_sync_ends_the_process_with_status_1() {
+        let name = "store::journal::commit::tests::with_on_failure_exit_a_failed_sync_ends_the_process_with_status_1";
+        if std::env::var_os(EXIT_CHILD).is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .try_init();
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let (mut cfg, faults) = faulty(&tmp.path().join("d"), Fsync::Always);
+            cfg.on_failure = OnFailure::Exit;
+            let data = prepare(&cfg, 1).expect("prepare");
+            on_executor(async {
+                let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+                faults.fail_at(faults.count() + 1, Fault::Eio);
+                let a = node.schedule("a", 1, FAR, b"");
+                node.pass();
+                a.acknowledged(WAIT).await;
+                node.close().await;
+            });
+            return;
+        }
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new(exe)
+            .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+            .env(EXIT_CHILD, "1")
+            .output()
+            .expect("the child runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("fdatasync failed") && err.contains("exits now"),
+            "{err}"
+        );
     }
 }

@@ -14,30 +14,28 @@
 //!
 //! The task runs on the shard's executor and yields every 4,096 records, so the shard keeps
 //! firing and the commit task keeps committing; only one compaction runs at a time. Its
-//! writes, syncs and changes of name go through the journal's I/O thread, 1 MiB at a time. A crash
+//! writes (`snapshot`), syncs and changes of name go through the journal's I/O thread. A crash
 //! before the rename leaves a `.tmp` that the next start deletes; after it, the next start
 //! deletes whatever inputs are left. A full disk abandons the snapshot (the next roll tries
 //! again); damage in an input stops compaction for this run of the process, loudly, and leaves
 //! the files for the operator (the next start reports the same damage).
 
-use super::file::{snapshot_name, snapshot_tmp_name, Header, Kind, BLOCK};
-use super::io::{DiskFile, IoThread};
-use super::record::put_end;
+use super::file::{snapshot_name, snapshot_tmp_name, Header};
+use super::io::IoThread;
 use super::replay::{breathe, Buf, Replay, Source, YIELD_EVERY};
-use super::segment::sync_dir;
+use super::snapshot::SnapshotWriter;
 use super::{Health, Shared};
 use crate::metrics::StoreMetrics;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Starts a compaction if the old files are mostly dead (see the module doc).
 pub(crate) fn maybe_start(shared: &Rc<Shared>, active_seq: u64) {
     let (old, inputs) = {
         let f = shared.files.borrow();
-        if f.compacting || f.sealed.is_empty() {
+        if f.compacting || f.sealed.is_empty() || shared.closing.get() {
             return;
         }
         (f.old_bytes(), (f.snapshot, f.sealed.clone()))
@@ -56,7 +54,7 @@ pub(crate) fn maybe_start(shared: &Rc<Shared>, active_seq: u64) {
         live,
         "journal: compacting the old files into a snapshot"
     );
-    glommio::spawn_local(run(shared.clone(), inputs.0, inputs.1, active_seq)).detach();
+    spawn(shared, inputs.0, inputs.1, active_seq);
 }
 
 /// The disk is full: compacts the sealed segments (everything before `active_seq`) whenever
@@ -67,7 +65,7 @@ pub(crate) fn make_room(shared: &Rc<Shared>, active_seq: u64) {
     let inputs = {
         let f = shared.files.borrow();
         let behind = f.snapshot.is_none_or(|s| s.0 < active_seq);
-        if f.compacting || f.sealed.is_empty() || !behind {
+        if f.compacting || f.sealed.is_empty() || !behind || shared.closing.get() {
             return;
         }
         if f.old_bytes() <= shared.live_bytes() || shared.health.get() == Health::Failed {
@@ -80,7 +78,13 @@ pub(crate) fn make_room(shared: &Rc<Shared>, active_seq: u64) {
         shard = shared.shard,
         "journal: the disk is full; compacting the sealed segments to make room"
     );
-    glommio::spawn_local(run(shared.clone(), inputs.0, inputs.1, active_seq)).detach();
+    spawn(shared, inputs.0, inputs.1, active_seq);
+}
+
+/// Starts the task and keeps its handle where `close` finds it (replacing a finished one).
+fn spawn(shared: &Rc<Shared>, snapshot: Option<(u64, u64)>, sealed: Vec<(u64, u64)>, out: u64) {
+    let task = glommio::spawn_local(run(shared.clone(), snapshot, sealed, out));
+    *shared.compaction.borrow_mut() = Some(task);
 }
 
 async fn run(shared: Rc<Shared>, snapshot: Option<(u64, u64)>, sealed: Vec<(u64, u64)>, out: u64) {
@@ -174,7 +178,7 @@ async fn compact(
     drop(replay);
     let name = dir.join(snapshot_name(out));
     io.run(move |d| d.rename(&tmp, &name)).await?;
-    sync_dir(io, dir).await?;
+    io.sync_dir(dir).await?;
     let mut doomed: Vec<PathBuf> = sealed
         .iter()
         .map(|&(seq, _)| dir.join(super::file::segment_name(seq)))
@@ -186,89 +190,22 @@ async fn compact(
             tracing::warn!(file = %shown, error = %e, "journal: cannot delete a compacted file (the next start does)");
         }
     }
-    let _ = sync_dir(io, dir).await;
+    let _ = io.sync_dir(dir).await;
     Ok((timers, bytes))
 }
 
-/// Bytes gathered before each write of a snapshot.
-const WRITE_CHUNK: usize = 1 << 20;
-
-/// A file written front to back through the I/O thread, `WRITE_CHUNK` bytes at a time.
-struct Writer {
-    io: IoThread,
-    file: Arc<DiskFile>,
-    buf: Vec<u8>,
-    pos: u64,
-}
-
-impl Writer {
-    async fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.buf.extend_from_slice(bytes);
-        if self.buf.len() >= WRITE_CHUNK {
-            self.flush().await?;
-        }
-        Ok(())
-    }
-
-    async fn flush(&mut self) -> std::io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(WRITE_CHUNK));
-        let (file, pos) = (self.file.clone(), self.pos);
-        let len = buf.len();
-        let n = self.io.run(move |d| d.write_at(&file, &buf, pos)).await?;
-        if n != len {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::StorageFull,
-                format!("short write: {n} of {len} bytes"),
-            ));
-        }
-        self.pos += len as u64;
-        Ok(())
-    }
-
-    /// Writes what is left and syncs: the data and the file's exact length are durable.
-    async fn finish(mut self) -> std::io::Result<u64> {
-        self.flush().await?;
-        let file = self.file.clone();
-        self.io.run(move |d| d.sync(&file)).await?;
-        Ok(self.pos)
-    }
-}
-
 async fn write(shared: &Shared, replay: &Replay, tmp: &Path, out: u64) -> Result<(u64, u64), Stop> {
-    let io = &shared.io;
     // A `.tmp` left by a crash of an earlier run was deleted at start; one left by a failed
     // compaction of this run was deleted when it failed.
-    let path = tmp.to_path_buf();
-    let file = io.run(move |d| d.create_new(&path)).await?;
-    let mut w = Writer {
-        io: io.clone(),
-        file: Arc::new(file),
-        buf: Vec::with_capacity(WRITE_CHUNK),
-        pos: 0,
-    };
-    let header = Header {
-        kind: Kind::Snapshot,
-        block: BLOCK as u32,
-        shard: shared.shard as u32,
-        shards: shared.shards as u32,
-        seq: out,
-    };
-    w.put(&header.encode()).await?;
-    let mut timers = 0u64;
+    let mut w = SnapshotWriter::create(&shared.io, tmp, shared.shard, shared.shards, out).await?;
     for (_, frame) in replay.live() {
         w.put(frame).await?;
-        timers += 1;
-        if timers % YIELD_EVERY as u64 == 0 {
+        if w.entries() % YIELD_EVERY as u64 == 0 {
             breathe().await;
         }
     }
-    let mut end = Vec::new();
-    put_end(&mut end, replay.end(timers));
-    w.put(&end).await?;
-    let bytes = w.finish().await?;
+    let timers = w.entries();
+    let bytes = w.finish(replay.end(timers)).await?;
     Ok((timers, bytes))
 }
 

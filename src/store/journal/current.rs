@@ -14,20 +14,20 @@
 //! # When it is missing or unreadable
 //!
 //! Only a first start that crashed before writing it leaves a data directory without a valid
-//! `CURRENT`, and then no generation holds a journal file yet: that start begins again. Any
-//! other case is an operator's slip (a deleted file, a half-copied directory, a bad restore),
+//! `CURRENT`, and then no generation holds a record: nothing, or only segments that hold no
+//! record (a header and zeros, or zeros), all in one generation, with no snapshot. That start
+//! begins again, removing those segments ([`leftover_of_a_first_start`]). Any other case is an operator's slip (a deleted file, a half-copied directory, a bad restore),
 //! and starting empty would turn it into a healthy server that has lost every acknowledged
 //! timer. So a start refuses, naming the directory, the generations it found and the command
 //! that restores `CURRENT`, and deletes nothing. Likewise a `CURRENT` that names a generation
 //! or a shard directory that is not there. A generation is deleted only when a valid `CURRENT`
 //! names a newer one whose shard directories are all present (`layout`).
 
-use super::file::Listing;
+use super::file::{segment_name, Header, Kind, Listing, BLOCK};
+use super::io::Disk;
 use super::record::FORMAT;
 use crate::error::{Error, Result};
-use std::fs::File;
-use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What `CURRENT` says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,15 +104,17 @@ pub fn read(root: &Path) -> Result<std::result::Result<Option<Current>, Invalid>
     })
 }
 
-/// Replaces `CURRENT` whole: written to `CURRENT.tmp`, synced, renamed, the directory synced.
-pub fn write(root: &Path, current: Current) -> Result<()> {
+/// Replaces `CURRENT` whole: written to `CURRENT.tmp`, synced, renamed, the directory synced
+/// (a `CURRENT.tmp` an earlier crash left is removed first).
+pub fn write(disk: &Disk, root: &Path, current: Current) -> Result<()> {
     let tmp = root.join("CURRENT.tmp");
     let write = || -> std::io::Result<()> {
-        let mut f = File::create(&tmp)?;
-        f.write_all(current.text().as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, root.join("CURRENT"))?;
-        File::open(root)?.sync_all()
+        if tmp.symlink_metadata().is_ok() {
+            disk.unlink(&tmp)?;
+        }
+        disk.create_synced(&tmp, current.text().as_bytes())?;
+        disk.rename(&tmp, &root.join("CURRENT"))?;
+        disk.sync_dir(root)
     };
     write().map_err(|e| {
         Error::Config(format!(
@@ -184,6 +186,65 @@ pub fn survey(root: &Path) -> Result<Vec<Generation>> {
     }
     gens.sort_by_key(|g| g.number);
     Ok(gens)
+}
+
+/// The segments a first start cut short before it wrote `CURRENT` may have left, when they
+/// provably hold nothing acknowledged: every journal file of `root` lies in one generation and
+/// is a segment with no record (zeros, or a segment header followed by zeros), with no
+/// snapshot and no unfinished one. `Some((generation, segments))` then; `None` when anything
+/// else is there, so that the start refuses.
+pub fn leftover_of_a_first_start(
+    found: &[Generation],
+    root: &Path,
+) -> Result<Option<(u64, Vec<PathBuf>)>> {
+    let mut holding = found.iter().filter(|g| g.files > 0);
+    let (Some(g), None) = (holding.next(), holding.next()) else {
+        return Ok(None);
+    };
+    let dir = root.join(format!("gen-{}", g.number));
+    let mut empty = Vec::new();
+    for s in &g.shards {
+        let shard = dir.join(format!("shard-{s}"));
+        let listing = Listing::read(&shard).map_err(|e| cannot("list", &shard, e))?;
+        if !listing.snapshots.is_empty() || !listing.leftovers.is_empty() {
+            return Ok(None);
+        }
+        for seq in listing.segments {
+            let path = shard.join(segment_name(seq));
+            if !holds_no_record(&path).map_err(|e| cannot("read", &path, e))? {
+                return Ok(None);
+            }
+            empty.push(path);
+        }
+    }
+    Ok(Some((g.number, empty)))
+}
+
+/// Whether the file at `path` is all zeros, or a segment header followed by zeros.
+fn holds_no_record(path: &Path) -> std::io::Result<bool> {
+    use std::io::Read;
+    let zeros = |b: &[u8]| b.iter().all(|&x| x == 0);
+    let mut f = std::fs::File::open(path)?;
+    let mut head = Vec::with_capacity(BLOCK);
+    (&mut f).take(BLOCK as u64).read_to_end(&mut head)?;
+    let segment = matches!(Header::decode(&head), Ok(h) if h.kind == Kind::Segment);
+    if !segment && !zeros(&head) {
+        return Ok(false);
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(true);
+        }
+        if !zeros(&buf[..n]) {
+            return Ok(false);
+        }
+    }
+}
+
+fn cannot(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::Config(format!("journal: cannot {what} {}: {e}", path.display()))
 }
 
 /// The refusal of a start on `root` whose `CURRENT` is `what` (missing, or not valid because

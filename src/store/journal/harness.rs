@@ -2,6 +2,8 @@
 //! (`Store::schedule`, `cancel`, `fired`, `dead`, `dead_removed`, `after_pass`), on a glommio
 //! executor of the test's thread, and to read back what a start recovers.
 
+use super::faults::Faults;
+use super::io::Disk;
 use super::layout::{self, DataDir};
 use super::{JournalConfig, JournalStore};
 use crate::error::Error;
@@ -204,6 +206,41 @@ pub fn config(dir: &std::path::Path) -> JournalConfig {
     cfg
 }
 
+/// [`config`] for `dir` on a disk the returned plan faults (its trash beside `dir`), retrying
+/// a full disk every 20 ms at most.
+pub fn faulty(dir: &std::path::Path, fsync: super::Fsync) -> (JournalConfig, Arc<Faults>) {
+    let trash = dir.with_extension("trash");
+    if let Err(e) = std::fs::create_dir_all(&trash) {
+        panic!("cannot create {}: {e}", trash.display());
+    }
+    let faults = Faults::new(&trash);
+    let mut cfg = config(dir);
+    cfg.fsync = fsync;
+    cfg.disk = Disk::faulty(faults.clone());
+    cfg.retry_max = Duration::from_millis(20);
+    (cfg, faults)
+}
+
+/// Starts `cfg`'s data directory again with one shard, on the real disk, and reads `what` of
+/// the recovered node.
+pub fn reopen<T>(cfg: &JournalConfig, what: impl FnOnce(&Node) -> T) -> T {
+    let mut cfg = cfg.clone();
+    cfg.disk = Disk::default();
+    let data = match prepare(&cfg, 1) {
+        Ok(d) => d,
+        Err(e) => panic!("the restart is refused: {e}"),
+    };
+    on_executor(async {
+        let node = match Node::open(&cfg, data, 0, 1).await {
+            Ok(n) => n,
+            Err(e) => panic!("the restart fails: {e}"),
+        };
+        let found = what(&node);
+        node.close().await;
+        found
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_start_on_a_full_disk_serves_and_fires_refuses_writes_then_writes_once_there_is_room() {
-        use crate::store::journal::io::{Disk, Fault, Faults};
+        use crate::store::journal::faults::Fault;
         let tmp = tempfile::tempdir().expect("tempdir");
         let (dir, trash) = (tmp.path().join("d"), tmp.path().join("trash"));
         std::fs::create_dir_all(&trash).expect("trash");
@@ -332,14 +369,7 @@ mod tests {
             assert!(a.acknowledged(Duration::from_secs(30)).await);
             node.close().await;
         });
-        cfg.disk = Disk::default();
-        let data = prepare(&cfg, 1).expect("prepare again");
-        let found = on_executor(async {
-            let node = Node::open(&cfg, data, 0, 1).await.expect("reopens");
-            let found = node.recovered.clone();
-            node.close().await;
-            found
-        });
+        let found = reopen(&cfg, |n| n.recovered.clone());
         let mut keys: Vec<_> = found.iter().map(|f| (f.key.as_str(), f.version)).collect();
         keys.sort();
         assert_eq!(

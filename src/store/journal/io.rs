@@ -6,8 +6,12 @@
 //!   io.run(|disk| disk.write_at(..)) ──job──▶    bounded queue (QUEUE jobs) → runs it:
 //!     awaits a oneshot; the executor sleeps        pwrite / fdatasync / ftruncate /
 //!     or runs its other tasks          ◀─reply──   fallocate / create / rename / unlink /
-//!                                                  directory fsync, through `Disk`
+//!                                                  mkdir / rmdir / directory fsync,
+//!                                                  through `Disk`
 //! ```
+//!
+//! Before the shards start, `layout` (the data directory, `CURRENT`, a re-partition) calls
+//! the same `Disk` from the caller's thread: nothing else runs yet, so it may block.
 //!
 //! Why a thread of its own: glommio's blocking pool is one thread per executor with fixed
 //! placement, shared with everything else that blocks (a webhook's name lookup), so a slow
@@ -20,25 +24,23 @@
 //!
 //! # `Disk`: the file operations, faultable
 //!
-//! Every change the journal makes to its files is a method of [`Disk`]. In production `Disk`
-//! holds `None` and each method is the system call after one branch. A test gives it a
-//! [`Faults`] plan, which numbers every operation and can:
-//!
-//! - fail the N-th with EIO (once) or ENOSPC (from then on, until cleared);
-//! - "kill the process" at the N-th: it and every later operation fail and change nothing, so
-//!   the files hold exactly what a crash at that instant leaves in the page cache;
-//! - cut the power ([`Faults::power_cut`]): undo every change not yet made durable — file
-//!   contents and lengths since the file's last `fdatasync`, names created, renamed or removed
-//!   since their directory's last fsync — or, `keep`ing some unsynced writes, the out-of-order
-//!   writeback a real power cut can leave (a zero hole before a persisted later write).
+//! Every change the journal makes to its files and directories — in the shards' stores and in
+//! `layout` alike — is a method of [`Disk`]; reads are not. In production `Disk` holds `None`
+//! and each method is the system call after one branch. A test gives it a [`Faults`] plan
+//! (`faults`), which numbers every operation and can fail one with EIO or ENOSPC, "kill the
+//! process" at it (it and every later operation change nothing, so the files hold exactly
+//! what a crash at that instant leaves in the page cache), or cut the power afterwards: undo
+//! every change not yet durable, or, keeping some unsynced writes, the out-of-order writeback
+//! a real power cut can leave.
 
+use super::faults::{Faults, Op, Plan};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 /// Jobs the I/O thread's queue holds at most.
@@ -59,22 +61,20 @@ fn stopped() -> io::Error {
 }
 
 impl IoThread {
-    /// Starts the I/O thread of shard `shard`'s journal.
-    pub fn start(shard: usize, disk: Disk) -> io::Result<IoThread> {
+    /// Starts an I/O thread named `name` (`journal-io-<shard>` for a shard's journal).
+    pub fn start(name: String, disk: Disk) -> io::Result<IoThread> {
         let (tx, rx) = sync_channel::<Job>(QUEUE);
-        std::thread::Builder::new()
-            .name(format!("journal-io-{shard}"))
-            .spawn(move || {
-                // Started from the shard's thread, this one inherits its single core, and a
-                // commit would wait for the shard's passes (and its spinning) to give the
-                // core up. It runs wherever the process may run instead.
-                if let Err(e) = crate::cpus::pin_current_thread(&crate::cpus::available_cores()) {
-                    tracing::warn!(shard, error = %e, "journal: its I/O thread stays on the shard's core");
-                }
-                while let Ok(job) = rx.recv() {
-                    job();
-                }
-            })?;
+        std::thread::Builder::new().name(name).spawn(move || {
+            // Started from the shard's thread, this one inherits its single core, and a
+            // commit would wait for the shard's passes (and its spinning) to give the
+            // core up. It runs wherever the process may run instead.
+            if let Err(e) = crate::cpus::pin_current_thread(&crate::cpus::available_cores()) {
+                tracing::warn!(error = %e, "journal: its I/O thread stays on the shard's core");
+            }
+            while let Ok(job) = rx.recv() {
+                job();
+            }
+        })?;
         Ok(IoThread { tx, disk })
     }
 
@@ -107,6 +107,12 @@ impl IoThread {
 
     pub fn disk(&self) -> &Disk {
         &self.disk
+    }
+
+    /// [`Disk::sync_dir`] on this thread.
+    pub async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let dir = dir.to_path_buf();
+        self.run(move |d| d.sync_dir(&dir)).await
     }
 }
 
@@ -163,9 +169,13 @@ impl Disk {
         }
     }
 
-    /// Opens an existing file for writing (changes nothing, so it is not counted).
+    /// Opens an existing file for writing (changes nothing, so it is not counted; readable
+    /// too, so that the fault plan can keep what a change overwrites).
     pub fn open(&self, path: &Path) -> io::Result<DiskFile> {
-        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
         Ok(DiskFile {
             file,
             path: path.to_path_buf(),
@@ -192,9 +202,30 @@ impl Disk {
     /// Writes `buf` at `pos` with one `pwrite`: the bytes written (fewer on a full disk).
     pub fn write_at(&self, f: &DiskFile, buf: &[u8], pos: u64) -> io::Result<usize> {
         if let Some(mut p) = self.step(Op::Write)? {
-            p.before_change(f, pos, buf.len() as u64)?;
+            p.before_change(&f.file, &f.path, pos, buf.len() as u64)?;
         }
         f.file.write_at(buf, pos)
+    }
+
+    /// Writes all of `buf` at `pos` with one `pwrite`; a short write (a full disk) is
+    /// `StorageFull`.
+    pub fn write_all_at(&self, f: &DiskFile, buf: &[u8], pos: u64) -> io::Result<()> {
+        let n = self.write_at(f, buf, pos)?;
+        if n == buf.len() {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!("short write: {n} of {} bytes", buf.len()),
+        ))
+    }
+
+    /// Creates `path` (which must not exist) holding `bytes`, synced (its name is not: sync
+    /// the directory, or rename it first).
+    pub fn create_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let f = self.create_new(path)?;
+        self.write_all_at(&f, bytes, 0)?;
+        self.sync(&f)
     }
 
     /// `fdatasync`: the file's data and length are durable.
@@ -202,7 +233,7 @@ impl Disk {
         let plan = self.step(Op::Sync)?;
         f.file.sync_data()?;
         if let Some(mut p) = plan {
-            p.synced(f)?;
+            p.synced(&f.file)?;
         }
         Ok(())
     }
@@ -211,7 +242,7 @@ impl Disk {
     pub fn set_len(&self, f: &DiskFile, len: u64) -> io::Result<()> {
         if let Some(mut p) = self.step(Op::Truncate)? {
             let old = f.file.metadata()?.len();
-            p.before_change(f, len.min(old), old.saturating_sub(len))?;
+            p.before_change(&f.file, &f.path, len.min(old), old.saturating_sub(len))?;
         }
         f.file.set_len(len)
     }
@@ -222,7 +253,7 @@ impl Disk {
         let off = libc::off_t::try_from(len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file size"))?;
         if let Some(mut p) = self.step(Op::Allocate)? {
-            p.before_change(f, 0, 0)?;
+            p.before_change(&f.file, &f.path, 0, 0)?;
         }
         // SAFETY: the descriptor belongs to `f.file`, alive for the call; fallocate reads no
         // memory of ours.
@@ -234,20 +265,54 @@ impl Disk {
         }
     }
 
+    /// Renames `from` to `to`, replacing what `to` named.
     pub fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        let plan = self.step(Op::Rename)?;
-        std::fs::rename(from, to)?;
-        if let Some(mut p) = plan {
-            p.renamed(from, to);
+        match self.step(Op::Rename)? {
+            None => std::fs::rename(from, to),
+            Some(mut p) => p.rename(from, to),
         }
-        Ok(())
     }
 
+    /// Removes a file's name.
     pub fn unlink(&self, path: &Path) -> io::Result<()> {
         match self.step(Op::Unlink)? {
             None => std::fs::remove_file(path),
             Some(mut p) => p.unlink(path),
         }
+    }
+
+    /// Creates the directory `path` unless it is there (its parent must be).
+    pub fn create_dir(&self, path: &Path) -> io::Result<()> {
+        if path.is_dir() {
+            return Ok(());
+        }
+        let plan = self.step(Op::CreateDir)?;
+        std::fs::create_dir(path)?;
+        if let Some(mut p) = plan {
+            p.created(path);
+        }
+        Ok(())
+    }
+
+    /// Removes the empty directory `path`.
+    pub fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        match self.step(Op::RemoveDir)? {
+            None => std::fs::remove_dir(path),
+            Some(mut p) => p.unlink(path),
+        }
+    }
+
+    /// Removes `dir` and everything in it: each file, then each directory, deepest first.
+    pub fn remove_tree(&self, dir: &Path) -> io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                self.remove_tree(&entry.path())?;
+            } else {
+                self.unlink(&entry.path())?;
+            }
+        }
+        self.remove_dir(dir)
     }
 
     /// Makes a directory's entries durable (names created, renamed or removed in it).
@@ -261,250 +326,9 @@ impl Disk {
     }
 }
 
-/// An operation, as the fault plan counts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op<'a> {
-    Create(&'a Path),
-    Write,
-    Sync,
-    Truncate,
-    Allocate,
-    Rename,
-    Unlink,
-    SyncDir,
-}
-
-/// How the N-th operation fails.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// EIO, that operation only.
-    Eio,
-    /// ENOSPC, that operation and every later write, allocation or creation, until
-    /// [`Faults::clear`].
-    NoSpace,
-    /// The process dies: that operation and every later one fail and change nothing.
-    Die,
-}
-
-/// A test's plan of faults for one or more journals (every shard may share it), and the
-/// record of what is not yet durable. See the module doc.
-pub struct Faults {
-    plan: Mutex<Plan>,
-}
-
-/// A change not yet durable, undone by a power cut.
-enum Undo {
-    /// A file's bytes at `at` (and its length) before a write, truncate or allocation.
-    Bytes {
-        /// The file's inode (a sync under any name makes its changes durable) and its name
-        /// when changed (newer renames and removals are undone first, so it is there again).
-        ino: u64,
-        file: PathBuf,
-        at: u64,
-        old: Vec<u8>,
-        len: u64,
-    },
-    /// A name created in its directory.
-    Created(PathBuf),
-    Renamed {
-        from: PathBuf,
-        to: PathBuf,
-    },
-    /// A name removed: the file waits under `trash` until its directory is synced.
-    Unlinked {
-        path: PathBuf,
-        trash: PathBuf,
-    },
-}
-
-#[derive(Default)]
-struct Plan {
-    done: u64,
-    at: Option<(u64, Fault)>,
-    dead: bool,
-    full: bool,
-    /// Unsynced changes, oldest first.
-    undo: Vec<Undo>,
-    trash: PathBuf,
-    trashed: u64,
-    /// Operations by kind, for the report.
-    log: Vec<String>,
-}
-
-fn eio() -> io::Error {
-    io::Error::from_raw_os_error(libc::EIO)
-}
-
-impl Faults {
-    /// A plan that faults nothing yet; removed files wait in `trash` (a directory on the same
-    /// file system) until their directory is synced.
-    pub fn new(trash: &Path) -> Arc<Faults> {
-        Arc::new(Faults {
-            plan: Mutex::new(Plan {
-                trash: trash.to_path_buf(),
-                ..Plan::default()
-            }),
-        })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Plan> {
-        self.plan.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Fails operation number `n` (counted from 0 over everything this plan saw) with `fault`.
-    pub fn fail_at(&self, n: u64, fault: Fault) {
-        self.lock().at = Some((n, fault));
-    }
-
-    /// Operations done so far.
-    pub fn count(&self) -> u64 {
-        self.lock().done
-    }
-
-    /// Whether the simulated process has died.
-    pub fn dead(&self) -> bool {
-        self.lock().dead
-    }
-
-    /// Ends a full disk (and a pending fault).
-    pub fn clear(&self) {
-        let mut p = self.lock();
-        p.full = false;
-        p.at = None;
-    }
-
-    /// The operations so far, one word each.
-    pub fn log(&self) -> Vec<String> {
-        self.lock().log.clone()
-    }
-
-    /// Cuts the power: undoes every change not durable, newest first, except the unsynced
-    /// writes (numbered from 0, oldest first) for which `keep` says true — writeback that
-    /// reached the disk before the cut. Call it once the journals using the plan are closed.
-    pub fn power_cut(&self, keep: impl Fn(usize) -> bool) -> io::Result<()> {
-        let mut p = self.lock();
-        p.dead = true;
-        let undo = std::mem::take(&mut p.undo);
-        let mut i = undo
-            .iter()
-            .filter(|u| matches!(u, Undo::Bytes { .. }))
-            .count();
-        for u in undo.into_iter().rev() {
-            match u {
-                Undo::Bytes {
-                    file, at, old, len, ..
-                } => {
-                    i -= 1;
-                    if keep(i) || !file.exists() {
-                        continue;
-                    }
-                    let f = std::fs::OpenOptions::new().write(true).open(&file)?;
-                    f.write_at(&old, at)?;
-                    f.set_len(len)?;
-                }
-                Undo::Created(path) => {
-                    let _ = std::fs::remove_file(path);
-                }
-                Undo::Renamed { from, to } => std::fs::rename(to, from)?,
-                Undo::Unlinked { path, trash } => std::fs::rename(trash, path)?,
-            }
-        }
-        Ok(())
-    }
-
-    /// Unsynced writes recorded now (the range `keep` of [`Faults::power_cut`] numbers).
-    pub fn unsynced_writes(&self) -> usize {
-        self.lock()
-            .undo
-            .iter()
-            .filter(|u| matches!(u, Undo::Bytes { .. }))
-            .count()
-    }
-
-    fn step(&self, op: Op<'_>) -> io::Result<MutexGuard<'_, Plan>> {
-        let mut p = self.lock();
-        let n = p.done;
-        p.done += 1;
-        p.log.push(format!("{op:?}"));
-        if p.dead {
-            return Err(eio());
-        }
-        match p.at {
-            Some((at, Fault::Die)) if at == n => {
-                p.dead = true;
-                return Err(eio());
-            }
-            Some((at, Fault::Eio)) if at == n => return Err(eio()),
-            Some((at, Fault::NoSpace)) if at == n => p.full = true,
-            _ => {}
-        }
-        let grows = matches!(op, Op::Write | Op::Allocate | Op::Create(_));
-        if p.full && grows {
-            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-        }
-        Ok(p)
-    }
-}
-
-impl Plan {
-    /// Saves what a change of `len` bytes at `at` of `f` overwrites, and the file's length.
-    fn before_change(&mut self, f: &DiskFile, at: u64, len: u64) -> io::Result<()> {
-        let size = f.file.metadata()?.len();
-        let end = at.saturating_add(len).min(size);
-        let mut old = vec![0u8; end.saturating_sub(at) as usize];
-        f.file.read_exact_at(&mut old, at)?;
-        self.undo.push(Undo::Bytes {
-            ino: std::os::unix::fs::MetadataExt::ino(&f.file.metadata()?),
-            file: f.path.clone(),
-            at,
-            old,
-            len: size,
-        });
-        Ok(())
-    }
-
-    fn synced(&mut self, f: &DiskFile) -> io::Result<()> {
-        let synced = std::os::unix::fs::MetadataExt::ino(&f.file.metadata()?);
-        self.undo
-            .retain(|u| !matches!(u, Undo::Bytes { ino, .. } if *ino == synced));
-        Ok(())
-    }
-
-    fn created(&mut self, path: &Path) {
-        self.undo.push(Undo::Created(path.to_path_buf()));
-    }
-
-    fn renamed(&mut self, from: &Path, to: &Path) {
-        self.undo.push(Undo::Renamed {
-            from: from.to_path_buf(),
-            to: to.to_path_buf(),
-        });
-    }
-
-    fn unlink(&mut self, path: &Path) -> io::Result<()> {
-        self.trashed += 1;
-        let trash = self.trash.join(format!("unlinked-{}", self.trashed));
-        std::fs::rename(path, &trash)?;
-        self.undo.push(Undo::Unlinked {
-            path: path.to_path_buf(),
-            trash,
-        });
-        Ok(())
-    }
-
-    fn dir_synced(&mut self, dir: &Path) {
-        let in_dir = |p: &Path| p.parent() == Some(dir);
-        self.undo.retain(|u| match u {
-            Undo::Bytes { .. } => true,
-            Undo::Created(p) => !in_dir(p),
-            Undo::Renamed { to, .. } => !in_dir(to),
-            Undo::Unlinked { path, .. } => !in_dir(path),
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::faults::Fault;
     use super::*;
 
     fn read(p: &Path) -> Vec<u8> {
@@ -558,6 +382,37 @@ mod tests {
         );
         assert!(faults.dead(), "nothing runs after the power is cut");
         assert!(disk.sync_dir(&dir).is_err());
+    }
+
+    #[test]
+    fn a_power_cut_keeps_the_file_an_unsynced_rename_replaced_and_undoes_new_directories() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (dir, trash) = (tmp.path().join("d"), tmp.path().join("trash"));
+        std::fs::create_dir_all(&trash).expect("trash");
+        let faults = Faults::new(&trash);
+        let disk = Disk::faulty(faults.clone());
+        let (current, next, sub) = (dir.join("CURRENT"), dir.join("CURRENT.tmp"), dir.join("g"));
+        let io = || -> io::Result<()> {
+            disk.create_dir(&dir)?;
+            disk.sync_dir(tmp.path())?;
+            disk.create_synced(&current, b"old")?;
+            disk.sync_dir(&dir)?;
+            disk.create_synced(&next, b"new")?;
+            disk.rename(&next, &current)?;
+            disk.create_dir(&sub)?;
+            disk.create_synced(&sub.join("f"), b"x")?;
+            disk.sync_dir(&sub)
+        };
+        io().expect("the operations");
+        assert_eq!(read(&current), b"new");
+        faults.power_cut(|_| false).expect("power cut");
+        assert_eq!(read(&current), b"old", "the replaced file is back");
+        assert!(!next.exists(), "the new name was never durable");
+        assert!(
+            !sub.exists(),
+            "a directory whose name was never synced is gone"
+        );
+        assert!(dir.exists(), "a directory whose name was synced stays");
     }
 
     #[test]

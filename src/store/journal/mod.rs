@@ -10,6 +10,7 @@
 //!   <data_dir>/gen-<G>/shard-<s>/
 //!       seg-<seq>.log                     the log: segments in order of seq, each ≤ segment_bytes
 //!       snap-<seq>.snap                   the live timers and dead letters of every segment before seq
+//!   <data_dir>/kept-gen-<G>/              an old generation a lossy re-partition kept (`repartition`)
 //! ```
 //!
 //! One journal per shard, written only by that shard's thread. The record format (version 2)
@@ -54,7 +55,9 @@
 //! and the batch sequence, which runs on across segments, restarts and snapshots), truncates
 //! a torn tail (a commit counts whole or not at all; counted) and stops the start on
 //! corruption elsewhere (naming the file and offset; `--journal-skip-corrupt` skips and
-//! counts instead, see `scan`). Nothing is deleted before that check passed (`layout`). Then it opens a new segment (a segment is never appended to after a restart)
+//! counts instead, see `scan`). Nothing is deleted before that check passed (`layout`). The
+//! version floor it finds counts the version lease (`lease`): no timer fires under a version
+//! above the last lease made durable, so the floor covers every version that ever fired. Then it opens a new segment (a segment is never appended to after a restart)
 //! and hands every live timer, with its version, to the shard; overdue ones fire at once, in
 //! deadline order. A different shard count is handled once, before the shards start: every
 //! old shard's live timers are sent to their new owner's snapshot in a new generation, which
@@ -65,7 +68,7 @@
 //! | fault | what happens |
 //! |---|---|
 //! | disk full (ENOSPC, EDQUOT, a short write) | nothing is popped; `admit` refuses (503 `store_unavailable`, `Retry-After`), waiting callers are answered the same after the ack timeout, state `Stalled`; the commit is retried with backoff and the store is `Ready` again once one succeeds. A roll that cannot reserve a whole segment writes it unreserved, so the compaction that starts at the roll can give room back; a start that cannot create its segment comes up `Stalled` (the shard serves and fires, its fired records wait in the outbox) and creates it once there is room |
-//! | `fdatasync` fails, or a write fails otherwise | never retried on that file (after a failed sync the kernel may have dropped the data and a retry can report success): every waiting ack is refused, nothing more is acknowledged, state `Failed` (`/healthz` 503), and the log says what to do |
+//! | `fdatasync` fails, or a write fails otherwise | never retried on that file (after a failed sync the kernel may have dropped the data and a retry can report success): every waiting ack is refused, nothing more is acknowledged or queued (records no caller waits for are dropped: their loss only re-delivers), state `Failed` (`/healthz` 503); the log says what may be lost (under `everysec`/`never`, the writes acknowledged since the last good sync) and, with `OnFailure::Exit` (`punctual serve`), the process exits with status 1 (`docs/ARCHITECTURE.md`, "When the disk fails") |
 //!
 //! # Invariants
 //!
@@ -87,22 +90,33 @@
 pub mod check;
 pub mod commit;
 pub mod compact;
+pub mod config;
 #[cfg(test)]
 mod crash;
 pub mod current;
+pub mod faults;
 pub mod file;
+pub mod generations;
 #[cfg(test)]
 pub(crate) mod harness;
 pub mod io;
 pub mod layout;
+mod lease;
 pub mod open;
 pub mod outbox;
 pub mod record;
+pub mod repartition;
 pub mod replay;
 pub mod scan;
 pub mod segment;
+pub mod shard_dir;
+mod shared;
+pub mod snapshot;
 #[cfg(test)]
 mod testlog;
+
+pub use config::{Fsync, JournalConfig, OnFailure};
+pub(crate) use shared::{Files, Health, Shared};
 
 use super::{Ack, DeadLetter, LocalFuture, Recovered, Store};
 use crate::error::{Error, Result};
@@ -113,193 +127,10 @@ use crate::units::UtcMicros;
 use crate::wheel::table::PackedTimer;
 use outbox::Outbox;
 use std::cell::{Cell, RefCell};
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// When a commit is acknowledged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fsync {
-    /// After its write and an `fdatasync`: survives a crash of the process or the machine.
-    Always,
-    /// After its write, with an `fdatasync` of the segment at least once a second (while
-    /// anything is unsynced): survives a crash of the process; a power cut loses at most
-    /// about the last second.
-    EverySec,
-    /// After its write; a segment is synced only when it is sealed: survives a crash of the
-    /// process; a power cut loses what the kernel had not yet written back.
-    Never,
-}
-
-impl Fsync {
-    /// Whether each commit is synced before it is acknowledged.
-    pub fn per_commit(self) -> bool {
-        self == Fsync::Always
-    }
-}
-
-/// How the journal writes. Defaults are written in [`JournalConfig::new`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct JournalConfig {
-    /// The data directory (default `./punctual-data`).
-    pub dir: PathBuf,
-    pub fsync: Fsync,
-    /// A segment rolls when the next commit would pass this size (default 64 MiB).
-    pub segment_bytes: u64,
-    /// Records per commit at most: N of "flushed every N records" (default 4,096).
-    pub max_batch_records: usize,
-    /// Bytes per commit at most, past its first record (default 1 MiB).
-    pub max_batch_bytes: usize,
-    /// Writes the outbox holds before durable registrations are refused (default 100,000).
-    pub max_buffered: usize,
-    /// Fires the outbox holds before the shard holds due timers back (default 100,000).
-    pub max_buffered_fires: usize,
-    /// Longest a durable schedule or cancel waits before `StoreUnavailable` (2 s).
-    pub ack_timeout: Duration,
-    /// Skip (and count) corrupt records at recovery instead of refusing to start.
-    pub skip_corrupt: bool,
-    /// Longest pause between retries of a commit on a full disk (default 1 s).
-    pub retry_max: Duration,
-    /// The file operations the journal calls: the real disk, or (tests) one with faults.
-    pub disk: io::Disk,
-}
-
-impl JournalConfig {
-    pub fn new(dir: impl Into<PathBuf>) -> JournalConfig {
-        JournalConfig {
-            dir: dir.into(),
-            fsync: Fsync::Always,
-            segment_bytes: 64 << 20,
-            max_batch_records: 4096,
-            max_batch_bytes: 1 << 20,
-            max_buffered: 100_000,
-            max_buffered_fires: 100_000,
-            ack_timeout: Duration::from_secs(2),
-            skip_corrupt: false,
-            retry_max: Duration::from_secs(1),
-            disk: io::Disk::default(),
-        }
-    }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        let bad = |what: &str| Err(Error::Config(format!("journal: {what}")));
-        if self.segment_bytes < (1 << 20) || self.segment_bytes > (1 << 30) {
-            return bad("segment_bytes must be 1 MiB to 1 GiB");
-        }
-        if self.max_batch_bytes < record::MAX_LEN
-            || self.max_batch_bytes as u64 > self.segment_bytes / 4
-        {
-            return bad("max_batch_bytes must be 256 KiB to a quarter of segment_bytes");
-        }
-        if self.max_batch_records == 0 || self.max_buffered == 0 || self.max_buffered_fires == 0 {
-            return bad("max_batch_records, max_buffered and max_buffered_fires must be positive");
-        }
-        Ok(())
-    }
-
-    fn retry_after_s(&self) -> u64 {
-        self.retry_max.as_secs().max(1)
-    }
-}
-
-/// Whether the commit task can write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Health {
-    Ready,
-    /// The disk is full: retrying.
-    Stalled,
-    /// A sync or write failed: nothing more is acknowledged.
-    Failed,
-}
-
-/// The files the shard's log consists of, besides the active segment; shared by the commit
-/// and compaction tasks.
-#[derive(Debug, Default)]
-pub(crate) struct Files {
-    /// (seq, bytes) of the snapshot.
-    pub snapshot: Option<(u64, u64)>,
-    /// (seq, bytes) of the sealed segments, oldest first.
-    pub sealed: Vec<(u64, u64)>,
-    pub compacting: bool,
-}
-
-impl Files {
-    pub fn old_bytes(&self) -> u64 {
-        self.snapshot.map_or(0, |s| s.1) + self.sealed.iter().map(|s| s.1).sum::<u64>()
-    }
-}
-
-/// What the shard and its tasks share, on the shard's thread only.
-pub(crate) struct Shared {
-    pub cfg: JournalConfig,
-    /// This shard's directory.
-    pub dir: PathBuf,
-    pub shard: usize,
-    pub shards: usize,
-    pub outbox: RefCell<Outbox>,
-    pub files: RefCell<Files>,
-    pub wake: event_listener::Event,
-    pub closing: Cell<bool>,
-    pub health: Cell<Health>,
-    /// Pending timers, and the bytes of the schedule records that made them: the estimate of
-    /// the live data that decides compaction.
-    pub live: Cell<u64>,
-    pub record_bytes: Cell<(u64, u64)>,
-    /// The batch sequence the commit task's first commit carries: the one after the last
-    /// that recovery read, so that the sequence runs on across restarts (`replay`).
-    pub next_batch: Cell<u64>,
-    pub metrics: Arc<ShardMetrics>,
-    /// The journal's own I/O thread: every write, sync and change of name runs there.
-    pub io: io::IoThread,
-    /// Holds the data directory's lock while any shard's store lives.
-    pub _lock: Arc<layout::DataDir>,
-}
-
-impl Shared {
-    pub fn m(&self) -> &StoreMetrics {
-        &self.metrics.store
-    }
-
-    pub fn unavailable(&self) -> Error {
-        Error::StoreUnavailable {
-            retry_after_s: self.cfg.retry_after_s(),
-        }
-    }
-
-    /// Estimated live bytes: pending timers × the mean schedule record.
-    pub fn live_bytes(&self) -> u64 {
-        let (bytes, records) = self.record_bytes.get();
-        match bytes.checked_div(records) {
-            Some(mean) => self.live.get().saturating_mul(mean),
-            None => 0,
-        }
-    }
-
-    pub fn note_record(&self, bytes: usize) {
-        let (b, n) = self.record_bytes.get();
-        self.record_bytes.set((b + bytes as u64, n + 1));
-    }
-
-    pub fn publish_files(&self, active: u64) {
-        let f = self.files.borrow();
-        let m = self.m();
-        m.journal_segments
-            .store(f.sealed.len() as u64 + 1, Ordering::Relaxed);
-        m.journal_disk_bytes
-            .store(f.old_bytes() + active, Ordering::Relaxed);
-    }
-
-    pub fn set_health(&self, h: Health) {
-        self.health.set(h);
-        self.m().set_state(match h {
-            Health::Ready => StoreState::Ready,
-            Health::Stalled => StoreState::Stalled,
-            Health::Failed => StoreState::Failed,
-        });
-    }
-}
+use std::time::{Duration, Instant};
 
 /// One shard's journal store.
 pub struct JournalStore {
@@ -323,10 +154,13 @@ impl JournalStore {
     ) -> Result<JournalStore> {
         metrics.store.set_state(StoreState::Recovering);
         let outbox = Outbox::new(cfg.max_buffered, cfg.max_buffered_fires, cfg.ack_timeout);
-        let io = io::IoThread::start(shard, cfg.disk.clone()).map_err(|e| Error::ShardStart {
-            shard,
-            reason: format!("cannot start the journal's I/O thread: {e}"),
-        })?;
+        let io =
+            io::IoThread::start(format!("journal-io-{shard}"), cfg.disk.clone()).map_err(|e| {
+                Error::ShardStart {
+                    shard,
+                    reason: format!("cannot start the journal's I/O thread: {e}"),
+                }
+            })?;
         let shared = Rc::new(Shared {
             dir: data.shard_dir(shard),
             cfg,
@@ -337,10 +171,14 @@ impl JournalStore {
             wake: event_listener::Event::new(),
             closing: Cell::new(false),
             health: Cell::new(Health::Ready),
+            unsynced_since: Cell::new(None),
+            dropped: Cell::new(0),
+            lease: RefCell::new(lease::Lease::default()),
             live: Cell::new(0),
             record_bytes: Cell::new((0, 0)),
             next_batch: Cell::new(1),
             metrics,
+            compaction: RefCell::new(None),
             io,
             _lock: data,
         });
@@ -359,31 +197,21 @@ impl JournalStore {
     /// deadline (an `attempt` record: an upsert that keeps its version).
     fn attempt(&mut self, timer: &PackedTimer, version: u64, deadline: UtcMicros, ack: Ack) {
         let shared = &self.shared;
-        let mut size = 0;
-        shared.outbox.borrow_mut().push(
-            |b| {
-                size = record::put_timer(b, true, version, deadline, timer);
-                size
-            },
+        let size = shared.push(
+            Some(version),
+            |b| record::put_timer(b, true, version, deadline, timer),
             ack,
-            false,
         );
         shared.note_record(size);
     }
-}
 
-impl JournalStore {
-    /// Queues a dead-letter record; `fire` when it is also the timer's fire (counted as one).
-    fn push_dead(&mut self, letter: &DeadLetter<'_>, fire: bool) {
+    /// Queues a dead-letter record (for `fired_dead`, it is the timer's fire too).
+    fn push_dead(&mut self, letter: &DeadLetter<'_>) {
         let shared = &self.shared;
-        let mut size = 0;
-        shared.outbox.borrow_mut().push(
-            |b| {
-                size = record::put_dead_letter(b, letter.version, letter.fire_at, letter.timer);
-                size
-            },
+        let size = shared.push(
+            Some(letter.version),
+            |b| record::put_dead_letter(b, letter.version, letter.fire_at, letter.timer),
             Ack::None,
-            fire,
         );
         shared.note_record(size);
     }
@@ -404,6 +232,7 @@ impl Store for JournalStore {
                 return !stop.load(Ordering::Acquire);
             };
             self.version_floor = opened.version_floor();
+            *self.shared.lease.borrow_mut() = lease::Lease::recovered(self.version_floor);
             let Some(log) = open::hand_over(&self.shared, opened, insert, stop).await else {
                 return false;
             };
@@ -446,14 +275,10 @@ impl Store for JournalStore {
 
     fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
         let shared = &self.shared;
-        let mut size = 0;
-        shared.outbox.borrow_mut().push(
-            |b| {
-                size = record::put_timer(b, false, s.version, s.deadline, timer);
-                size
-            },
+        let size = shared.push(
+            Some(s.version),
+            |b| record::put_timer(b, false, s.version, s.deadline, timer),
             ack,
-            false,
         );
         shared.note_record(size);
         if !s.replaced {
@@ -463,19 +288,24 @@ impl Store for JournalStore {
 
     fn cancel(&mut self, tenant: &str, key: &str, ack: Ack) {
         self.shared
-            .outbox
-            .borrow_mut()
-            .push(|b| record::put_cancel(b, tenant, key), ack, false);
+            .push(None, |b| record::put_cancel(b, tenant, key), ack);
         self.shared
             .live
             .set(self.shared.live.get().saturating_sub(1));
     }
 
+    /// None while a version handed out is above the durable lease (`lease`); else, once the
+    /// journal failed, no bound (nothing is queued any more); else the outbox's room for
+    /// records no caller waits for.
     fn fire_room(&self) -> usize {
-        if self.shared.health.get() == Health::Failed {
+        let shared = &self.shared;
+        if !shared.lease.borrow().covers() {
+            return 0;
+        }
+        if shared.health.get() == Health::Failed {
             return usize::MAX;
         }
-        self.shared.outbox.borrow().acks.fire_room()
+        shared.outbox.borrow().acks.fire_room()
     }
 
     fn fires_held(&mut self, held: bool) {
@@ -486,7 +316,7 @@ impl Store for JournalStore {
             tracing::warn!(
                 shard = self.shared.shard,
                 limit = self.shared.cfg.max_buffered_fires,
-                "journal: fires waiting for the disk reached their bound; due timers stay pending (not lost) until the journal can write"
+                "journal: due timers are held back (not lost) until the journal has written what waits: the records no caller waits for reached their bound, or a version lease is not durable yet"
             );
         }
     }
@@ -494,13 +324,10 @@ impl Store for JournalStore {
     fn fired(&mut self, t: &FiredTimer<'_>) {
         let shared = &self.shared;
         shared.live.set(shared.live.get().saturating_sub(1));
-        if shared.health.get() == Health::Failed {
-            return;
-        }
-        shared.outbox.borrow_mut().push(
+        shared.push(
+            Some(t.version),
             |b| record::put_fired(b, t.version, t.tenant, t.key),
             Ack::None,
-            true,
         );
     }
 
@@ -514,7 +341,7 @@ impl Store for JournalStore {
     /// pending timers, and the pending timer it was leaves them (see `record`). It counts as
     /// live data for compaction.
     fn dead(&mut self, letter: &DeadLetter<'_>) {
-        self.push_dead(letter, false);
+        self.push_dead(letter);
     }
 
     /// The timer's own firing made it a dead letter: one dead-letter record, which is the
@@ -522,33 +349,23 @@ impl Store for JournalStore {
     fn fired_dead(&mut self, _t: &FiredTimer<'_>, letter: &DeadLetter<'_>) {
         let live = &self.shared.live;
         live.set(live.get().saturating_sub(1));
-        if self.shared.health.get() == Health::Failed {
-            return;
-        }
-        self.push_dead(letter, true);
+        self.push_dead(letter);
     }
 
     /// A dead letter discarded: a dead-removed record (the pending timers are not touched).
     fn dead_removed(&mut self, tenant: &str, key: &str, ack: Ack) {
-        self.shared.outbox.borrow_mut().push(
-            |b| record::put_dead_removed(b, tenant, key),
-            ack,
-            false,
-        );
+        self.shared
+            .push(None, |b| record::put_dead_removed(b, tenant, key), ack);
     }
 
     /// A dead letter re-driven: one record that removes it and makes `timer` pending, so that
     /// no crash can apply one half without the other.
     fn redrive(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
         let shared = &self.shared;
-        let mut size = 0;
-        shared.outbox.borrow_mut().push(
-            |b| {
-                size = record::put_redrive(b, s.version, s.deadline, timer);
-                size
-            },
+        let size = shared.push(
+            Some(s.version),
+            |b| record::put_redrive(b, s.version, s.deadline, timer),
             ack,
-            false,
         );
         shared.note_record(size);
         shared.live.set(shared.live.get() + 1);
@@ -565,23 +382,60 @@ impl Store for JournalStore {
         );
     }
 
-    /// Commits what it can within the ack timeout, then stops the commit task.
+    /// Commits what it can within the ack timeout, then stops the commit task and any
+    /// compaction (each waited for until the same deadline, then cancelled), and waits for
+    /// the I/O thread to finish the jobs they left, so that nothing of this store touches its
+    /// files once `close` returns.
     fn close(&mut self) -> LocalFuture<'_, ()> {
         Box::pin(async move {
-            self.shared.closing.set(true);
-            self.shared.wake.notify(usize::MAX);
+            let shared = &self.shared;
+            shared.closing.set(true);
+            shared.wake.notify(usize::MAX);
+            let until = Instant::now() + crate::units::capped(shared.cfg.ack_timeout);
             if let Some(task) = self.task.take() {
-                let limit = crate::units::capped(self.shared.cfg.ack_timeout);
-                futures_lite::future::or(task, glommio::timer::sleep(limit)).await;
+                finish_by(task, until).await;
             }
-            let left = self.shared.outbox.borrow().len();
+            let compaction = shared.compaction.borrow_mut().take();
+            if let Some(task) = compaction {
+                finish_by(task, until).await;
+            }
+            // The queue runs in order: once this no-op is done, every earlier job is.
+            let _ = shared.io.run(|_| Ok(())).await;
+            if shared.dropped.get() > 0 {
+                tracing::warn!(
+                    shard = shared.shard,
+                    records = shared.dropped.get(),
+                    "journal closed after it failed: records no caller waited for (fires, webhook attempts and outcomes, dead letters) were dropped; a restart may deliver their timers again"
+                );
+            }
+            let left = shared.outbox.borrow().len();
             if left > 0 {
                 tracing::warn!(
-                    shard = self.shared.shard,
+                    shard = shared.shard,
                     writes = left,
                     "journal closed with writes not yet durable; they were never acknowledged"
                 );
             }
         })
+    }
+}
+
+/// Waits for `task` until `until`, then cancels it and waits until it has stopped (its
+/// future dropped, and with it what it held).
+async fn finish_by(mut task: glommio::Task<()>, until: Instant) {
+    let left = until.saturating_duration_since(Instant::now());
+    let done = futures_lite::future::or(
+        async {
+            (&mut task).await;
+            true
+        },
+        async {
+            glommio::timer::sleep(left).await;
+            false
+        },
+    )
+    .await;
+    if !done {
+        task.cancel().await;
     }
 }

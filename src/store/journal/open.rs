@@ -3,7 +3,7 @@
 //! ([`hand_over`], from `Store::recover`).
 //!
 //! ```text
-//!   open:       load the newest snapshot and the segments after it (layout::check_dir)
+//!   open:       load the newest snapshot and the segments after it (shard_dir::check_dir)
 //!               index the segments, check every CRC and the snapshot (replay)
 //!               then, only then, delete what the newest snapshot covers
 //!               truncate a torn tail, counted; corruption → an error naming file and offset
@@ -12,12 +12,13 @@
 //! ```
 
 use super::file::BLOCK;
-use super::layout::{check_dir, Checked, Owner};
 use super::replay::{breathe, Replay, YIELD_EVERY};
 use super::segment::Log;
+use super::shard_dir::{check_dir, Checked, Owner};
 use super::Shared;
 use crate::metrics::StoreMetrics;
 use crate::store::Recovered;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -45,8 +46,8 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
         ..
     } = check_dir(&shared.dir, cfg.skip_corrupt, Some(owner(shared))).await?;
     // Only now that the newest snapshot and the segments after it are known good.
-    for path in &obsolete {
-        std::fs::remove_file(path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+    for path in obsolete {
+        remove(shared, path).await?;
     }
     let snap = replay.snapshot_file();
     shared.next_batch.set(replay.next_batch());
@@ -67,12 +68,11 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
     if let (Some(end), Some(last)) = (report.last_end, sealed.last().copied()) {
         let path = shared.dir.join(super::file::segment_name(last.0));
         if end <= BLOCK as u64 {
-            std::fs::remove_file(&path)
-                .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+            remove(shared, path).await?;
             sealed.pop();
         } else if end < last.1 {
-            replay
-                .cut_segment(last.0, end, truncate)
+            cut(shared, &mut replay, last.0, end)
+                .await
                 .map_err(|e| format!("cannot truncate {}: {e}", path.display()))?;
             if let Some(l) = sealed.last_mut() {
                 l.1 = end;
@@ -137,11 +137,30 @@ fn owner(shared: &Shared) -> Owner {
     }
 }
 
-/// The valid length of a torn segment, made durable.
-fn truncate(path: &std::path::Path, end: u64) -> std::io::Result<()> {
-    let f = std::fs::OpenOptions::new().write(true).open(path)?;
-    f.set_len(end)?;
-    f.sync_all()
+/// Removes a file a start found it may delete.
+async fn remove(shared: &Shared, path: PathBuf) -> Result<(), String> {
+    let shown = path.display().to_string();
+    shared
+        .io
+        .run(move |d| d.unlink(&path))
+        .await
+        .map_err(|e| format!("cannot remove {shown}: {e}"))
+}
+
+/// Cuts segment `seq` to `end`, the valid length of its torn tail, made durable.
+async fn cut(shared: &Shared, replay: &mut Replay, seq: u64, end: u64) -> std::io::Result<()> {
+    let Some(path) = replay.unmap_segment(seq) else {
+        return Ok(());
+    };
+    shared
+        .io
+        .run(move |d| {
+            let f = d.open(&path)?;
+            d.set_len(&f, end)?;
+            d.sync(&f)
+        })
+        .await?;
+    replay.map_segment(seq)
 }
 
 /// Hands every live timer to `insert`; the segment for the commit task, or `None` if

@@ -7,8 +7,13 @@
 //! the same prefix is written again.
 //!
 //! Invariants: bytes and marks leave only from the front, only after the commit that carried
-//! them is durable. The acks, their admission limits and their timeouts are `store::acks`'s:
-//! the outbox holds at most `limit + fire_limit` records.
+//! them is durable. The acks, their admission limits and their timeouts are `store::acks`'s.
+//! Records a caller waits for are admitted while fewer than `limit` records wait; records no
+//! caller waits for (fires, a webhook's attempts and outcomes, dead letters, leases) count as
+//! fires, and at `fire_limit` of them the shard stops firing, which is what makes them. So
+//! the outbox holds at most `limit + fire_limit` records, plus what the webhook deliveries
+//! already in flight report when they end (at most two records each, bounded by the
+//! webhook's in-flight caps). Once the journal failed nothing more is queued (`Shared::push`).
 //!
 //! Cost: one `Vec` append (the frame) and one `VecDeque` push per write, no allocation once
 //! the buffers have grown; a commit's pop moves only the bytes queued after it.
@@ -55,11 +60,25 @@ impl Outbox {
         self.ends.is_empty()
     }
 
-    /// Appends one record: `encode` writes its frame into the buffer.
-    pub fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize, ack: Ack, fire: bool) {
+    /// Appends one record: `encode` writes its frame into the buffer. A record no caller
+    /// waits for counts against the acks' fire limit (`Acks::fire_room`), fire or not: the
+    /// shard holds due timers back at that bound, so such records stay bounded while the disk
+    /// cannot take them (see the invariants above).
+    pub fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize, ack: Ack) {
         encode(&mut self.bytes);
-        self.ends.push_back(self.base + self.bytes.len() as u64);
-        self.acks.push(ack, fire);
+        self.ends.push_back(self.end());
+        let detached = !ack.is_waiting();
+        self.acks.push(ack, detached);
+    }
+
+    /// The stream position after the last record queued.
+    pub fn end(&self) -> u64 {
+        self.base + self.bytes.len() as u64
+    }
+
+    /// The stream position up to which records left as durable (or given up).
+    pub fn committed(&self) -> u64 {
+        self.base
     }
 
     /// The next commit: whole records from the front, at most `max_records` and, past the
@@ -121,7 +140,6 @@ mod tests {
                 n
             },
             Ack::None,
-            false,
         );
     }
 

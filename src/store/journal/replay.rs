@@ -420,20 +420,20 @@ impl Replay {
         &self.segments
     }
 
-    /// Cuts segment `seq` at `end` with `cut` and maps it again. The index keeps offsets,
-    /// not pointers, so it stays valid; the old mapping is dropped before the file shrinks.
-    pub fn cut_segment(
-        &mut self,
-        seq: u64,
-        end: u64,
-        cut: impl FnOnce(&std::path::Path, u64) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
-        let Some(src) = self.segments.iter_mut().find(|s| s.header.seq == seq) else {
-            return Ok(());
-        };
+    /// Lets go of segment `seq`'s mapping before its file is cut (the old mapping must not
+    /// outlive the bytes it shows), and says where it lies. The index keeps offsets, not
+    /// pointers, so it stays valid through [`Replay::map_segment`].
+    pub fn unmap_segment(&mut self, seq: u64) -> Option<std::path::PathBuf> {
+        let src = self.segments.iter_mut().find(|s| s.header.seq == seq)?;
         src.buf = Buf::Owned(Vec::new());
-        cut(&src.path, end)?;
-        src.buf = Buf::map(&src.path)?;
+        Some(src.path.clone())
+    }
+
+    /// Maps segment `seq` again (after its file was cut).
+    pub fn map_segment(&mut self, seq: u64) -> std::io::Result<()> {
+        if let Some(src) = self.segments.iter_mut().find(|s| s.header.seq == seq) {
+            src.buf = Buf::map(&src.path)?;
+        }
         Ok(())
     }
 }
@@ -471,7 +471,7 @@ pub async fn breathe() {
 
 #[cfg(test)]
 mod tests {
-    use super::super::layout::read_shard_dir;
+    use super::super::shard_dir::read_shard_dir;
     use super::super::testlog::*;
 
     /// (key, version, dead) of every live entry of a shard directory.
@@ -583,7 +583,7 @@ mod tests {
 
 #[cfg(test)]
 mod floor_tests {
-    use super::super::layout::read_shard_dir;
+    use super::super::shard_dir::read_shard_dir;
     use super::super::testlog::*;
 
     #[test]
@@ -614,8 +614,8 @@ mod floor_tests {
 #[cfg(test)]
 mod continuity_tests {
     use super::super::file::{segment_name, snapshot_name, BLOCK};
-    use super::super::layout::{check_dir, read_shard_dir, Owner};
     use super::super::record::put_batch;
+    use super::super::shard_dir::{check_dir, read_shard_dir, Owner};
     use super::super::testlog::*;
     use std::path::Path;
 
@@ -817,7 +817,7 @@ mod store_tests {
 
 #[cfg(test)]
 mod overflow_tests {
-    use super::super::layout::read_shard_dir;
+    use super::super::shard_dir::read_shard_dir;
     use super::super::testlog::*;
 
     /// Sequence numbers come from disk: a CRC-valid file may hold any u64, and the largest

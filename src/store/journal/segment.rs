@@ -8,15 +8,15 @@
 //! other blocking job of the shard, such as a webhook's name lookup.) The file is written
 //! through the page cache and made durable by `fdatasync`.
 //!
-//! A segment is created whole before it takes a record: the file is made, its full size is
-//! reserved with `fallocate` (so a full disk shows at creation, not in the middle of a commit),
-//! the header block is written and synced, and the directory is synced so that the name
-//! survives a power cut — in every fsync mode, so that no acknowledged commit ever sits in a
+//! A segment is created whole before it takes a record, in one job of the I/O thread
+//! (`create_whole`): the file is made, its full size is reserved with `fallocate` (so a full
+//! disk shows at creation, not in the middle of a commit), the header block is written and
+//! synced, and the directory is synced so that the name survives a power cut — in every fsync mode, so that no acknowledged commit ever sits in a
 //! file whose header or name a power cut can take. Commits then go at `pos`, each padded to
 //! the block, so no write touches a block written before it.
 
 use super::file::{segment_name, Header, Kind, BLOCK, UNSYNCED};
-use super::io::{DiskFile, IoThread};
+use super::io::{Disk, DiskFile, IoThread};
 use super::Fsync;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -31,20 +31,10 @@ pub struct SegmentFile {
 impl SegmentFile {
     async fn run<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&super::io::Disk, &DiskFile) -> io::Result<R> + Send + 'static,
+        f: impl FnOnce(&Disk, &DiskFile) -> io::Result<R> + Send + 'static,
     ) -> io::Result<R> {
         let file = self.file.clone();
         self.io.run(move |disk| f(disk, &file)).await
-    }
-
-    /// Creates `path`, which must not exist yet.
-    pub async fn create_new(io: &IoThread, path: &Path) -> io::Result<SegmentFile> {
-        let path = path.to_path_buf();
-        let file = io.run(move |disk| disk.create_new(&path)).await?;
-        Ok(SegmentFile {
-            file: Arc::new(file),
-            io: io.clone(),
-        })
     }
 
     /// Writes `buf` at `pos` with one `pwrite`; the bytes written (fewer on a full disk).
@@ -58,11 +48,6 @@ impl SegmentFile {
 
     pub async fn truncate(&self, len: u64) -> io::Result<()> {
         self.run(move |d, f| d.set_len(f, len)).await
-    }
-
-    /// Reserves `len` bytes of disk for the file (`fallocate`), without changing what it reads.
-    pub async fn pre_allocate(&self, len: u64) -> io::Result<()> {
-        self.run(move |d, f| d.allocate(f, len)).await
     }
 }
 
@@ -133,42 +118,7 @@ impl Active {
         fsync: Fsync,
     ) -> io::Result<Active> {
         let path = dir.join(segment_name(seq));
-        let file = SegmentFile::create_new(io, &path).await?;
         let flags = if fsync.per_commit() { 0 } else { UNSYNCED };
-        if let Err(e) = Self::prepare(&file, seq, shard, shards, cap, flags).await {
-            drop(file);
-            let doomed = path.clone();
-            let _ = io.run(move |d| d.unlink(&doomed)).await;
-            return Err(e);
-        }
-        sync_dir(io, dir).await?;
-        Ok(Active {
-            file,
-            path,
-            seq,
-            pos: BLOCK as u64,
-            cap,
-        })
-    }
-
-    async fn prepare(
-        file: &SegmentFile,
-        seq: u64,
-        shard: usize,
-        shards: usize,
-        cap: u64,
-        flags: u8,
-    ) -> io::Result<()> {
-        if let Err(e) = file.pre_allocate(cap).await {
-            // No room for a whole segment: the caller deletes the file (and with it the
-            // blocks a failed fallocate may keep, as ext4 does) and retries later, while
-            // compaction gives room back.
-            if is_no_space(&e) {
-                return Err(e);
-            }
-            // A file system without fallocate: the writes extend the file instead.
-            tracing::debug!(error = %e, "journal: fallocate not supported");
-        }
         let header = Header {
             kind: Kind::Segment,
             block: BLOCK as u32,
@@ -177,17 +127,20 @@ impl Active {
             seq,
         }
         .encode_flagged(flags);
-        let mut buf = vec![0u8; BLOCK];
-        buf.copy_from_slice(&header);
-        let n = file.write_at(buf, 0).await?;
-        if n != BLOCK {
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                "short write of a segment header",
-            ));
-        }
-        file.fdatasync().await?;
-        Ok(())
+        let (d, p) = (dir.to_path_buf(), path.clone());
+        let file = io
+            .run(move |disk| create_whole(disk, &d, &p, &header, cap))
+            .await?;
+        Ok(Active {
+            file: SegmentFile {
+                file: Arc::new(file),
+                io: io.clone(),
+            },
+            path,
+            seq,
+            pos: BLOCK as u64,
+            cap,
+        })
     }
 
     /// Whether a commit of `bytes` (padded) still fits.
@@ -196,10 +149,41 @@ impl Active {
     }
 }
 
-/// Makes a directory's entries durable (a new or renamed file's name).
-pub async fn sync_dir(io: &IoThread, dir: &Path) -> io::Result<()> {
-    let dir = dir.to_path_buf();
-    io.run(move |d| d.sync_dir(&dir)).await
+/// Creates a segment whole, as one job of the I/O thread: the file, its full size reserved,
+/// its header block written and synced, its name synced. A failure before the name is synced
+/// removes the file again (and with it the blocks a failed `fallocate` may keep, as ext4
+/// does), so that a full disk leaves nothing behind and the caller retries later, while
+/// compaction gives room back.
+fn create_whole(
+    disk: &Disk,
+    dir: &Path,
+    path: &Path,
+    header: &[u8],
+    cap: u64,
+) -> io::Result<DiskFile> {
+    let file = disk.create_new(path)?;
+    let made = reserve(disk, &file, cap)
+        .and_then(|()| disk.write_all_at(&file, header, 0))
+        .and_then(|()| disk.sync(&file));
+    if let Err(e) = made {
+        drop(file);
+        let _ = disk.unlink(path);
+        return Err(e);
+    }
+    disk.sync_dir(dir)?;
+    Ok(file)
+}
+
+/// Reserves `cap` bytes for the file (`fallocate`), without changing what it reads; a file
+/// system without `fallocate` is not an error (the writes extend the file instead).
+fn reserve(disk: &Disk, file: &DiskFile, cap: u64) -> io::Result<()> {
+    match disk.allocate(file, cap) {
+        Err(e) if !is_no_space(&e) => {
+            tracing::debug!(error = %e, "journal: fallocate not supported");
+            Ok(())
+        }
+        done => done,
+    }
 }
 
 /// `n` rounded up to the block.

@@ -14,6 +14,7 @@
 //!   7     end           entries: u64 | last_batch: u64 | version_floor: u64   (last record of a snapshot)
 //!   8     dead removed  identity                                            gone (discarded)
 //!   9     redrive       version: u64 | deadline_us: u64 | timer pending     gone (re-driven)
+//!   10    lease         ceiling: u64                            (versions up to it may be out: `lease`)
 //!
 //!   identity = tenant_len: u8 | key_len: u8 | tenant | key
 //!   timer    = identity | meta_len: u16 LE | meta | payload (the rest of the body)
@@ -30,7 +31,8 @@
 //! record holds the last one it covers), so that recovery can prove that nothing is missing
 //! between two commits (`replay`). The end record also holds the highest version the covered
 //! records ever carried, so that versions only grow even after the records that carried them
-//! are compacted away and the clock steps back.
+//! are compacted away and the clock steps back; a lease record (a version ceiling, see `lease`)
+//! counts in that floor like a version.
 //!
 //! All integers are little-endian. A timer's bytes after the version and deadline are laid out
 //! like a `PackedTimer`, so a schedule is encoded with four copies and decoded without any.
@@ -40,8 +42,11 @@
 //! wrong size or a name that is not UTF-8 is [`Step::Bad`]. Zero bytes where a frame would
 //! start are padding (to the end of the block) or, at a block boundary, the end of the data.
 
+mod encode;
+
+pub use encode::*;
+
 use crate::units::UtcMicros;
-use crate::wheel::table::PackedTimer;
 
 /// The format's version, written in every file header.
 pub const FORMAT: u16 = 2;
@@ -64,6 +69,7 @@ pub mod kind {
     pub const END: u8 = 7;
     pub const DEAD_REMOVED: u8 = 8;
     pub const REDRIVE: u8 = 9;
+    pub const LEASE: u8 = 10;
 }
 
 /// A timer as a schedule or attempt record holds it; borrowed from the buffer.
@@ -103,6 +109,10 @@ pub enum Record<'a> {
         identity: &'a [u8],
     },
     Redrive(Timer<'a>),
+    /// Every version up to `ceiling` may have been handed out (`lease`).
+    Lease {
+        ceiling: u64,
+    },
 }
 
 /// The end record of a snapshot.
@@ -137,7 +147,7 @@ impl<'a> Record<'a> {
             Record::Cancel { identity }
             | Record::Fired { identity, .. }
             | Record::DeadRemoved { identity } => Some(identity),
-            Record::Batch { .. } | Record::End(_) => None,
+            Record::Batch { .. } | Record::End(_) | Record::Lease { .. } => None,
         }
     }
 
@@ -150,7 +160,7 @@ impl<'a> Record<'a> {
             Record::DeadLetter(_) => (Some(Gone), Some(Live)),
             Record::DeadRemoved { .. } => (None, Some(Gone)),
             Record::Redrive(_) => (Some(Live), Some(Gone)),
-            Record::Batch { .. } | Record::End(_) => (None, None),
+            Record::Batch { .. } | Record::End(_) | Record::Lease { .. } => (None, None),
         }
     }
 
@@ -163,6 +173,7 @@ impl<'a> Record<'a> {
             | Record::Redrive(t) => Some(t.version),
             Record::Fired { version, .. } => Some(version),
             Record::End(e) => Some(e.version_floor),
+            Record::Lease { ceiling } => Some(ceiling),
             _ => None,
         }
     }
@@ -326,6 +337,10 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Record<'_>, Bad> {
             }
             _ => Err(bad),
         },
+        kind::LEASE => match read_u64(body, 0) {
+            Some(ceiling) if body.len() == 8 => Ok(Record::Lease { ceiling }),
+            _ => Err(bad),
+        },
         other => Err(Bad::UnknownType(other)),
     }
 }
@@ -371,121 +386,27 @@ fn read_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Appends one frame to `out`: `body` writes the body, then len and crc are filled in.
-fn frame(out: &mut Vec<u8>, kind: u8, body: impl FnOnce(&mut Vec<u8>)) -> usize {
-    let start = out.len();
-    out.extend_from_slice(&[0; 8]);
-    out.push(kind);
-    body(out);
-    let len = (out.len() - start - 8) as u32;
-    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), &out[start + 8..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-    out.len() - start
-}
-
-/// A schedule (or, with `attempt`, a retry that keeps its version); the frame's size.
-pub fn put_timer(
-    out: &mut Vec<u8>,
-    attempt: bool,
-    version: u64,
-    deadline: UtcMicros,
-    timer: &PackedTimer,
-) -> usize {
-    let kind = if attempt {
-        kind::ATTEMPT
-    } else {
-        kind::SCHEDULE
-    };
-    put_timer_as(out, kind, version, deadline, timer)
-}
-
-/// A dead letter: `timer` (with the metadata that says it is dead) under `version`, due at
-/// `fire_at`; the pending timer of its identity leaves. The frame's size.
-pub fn put_dead_letter(
-    out: &mut Vec<u8>,
-    version: u64,
-    fire_at: UtcMicros,
-    timer: &PackedTimer,
-) -> usize {
-    put_timer_as(out, kind::DEAD_LETTER, version, fire_at, timer)
-}
-
-/// A re-drive: the dead letter of `timer`'s identity goes, and `timer` is pending. The
-/// frame's size.
-pub fn put_redrive(
-    out: &mut Vec<u8>,
-    version: u64,
-    deadline: UtcMicros,
-    timer: &PackedTimer,
-) -> usize {
-    put_timer_as(out, kind::REDRIVE, version, deadline, timer)
-}
-
-fn put_timer_as(
-    out: &mut Vec<u8>,
-    kind: u8,
-    version: u64,
-    deadline: UtcMicros,
-    timer: &PackedTimer,
-) -> usize {
-    frame(out, kind, |b| {
-        b.extend_from_slice(&version.to_le_bytes());
-        b.extend_from_slice(&deadline.0.to_le_bytes());
-        b.extend_from_slice(timer.identity());
-        b.extend_from_slice(&(timer.meta().len() as u16).to_le_bytes());
-        b.extend_from_slice(timer.meta());
-        b.extend_from_slice(timer.payload());
-    })
-}
-
-/// A cancel of (tenant, key); names longer than 255 bytes never reach a store.
-pub fn put_cancel(out: &mut Vec<u8>, tenant: &str, key: &str) -> usize {
-    frame(out, kind::CANCEL, |b| put_identity(b, tenant, key))
-}
-
-/// A fire of (tenant, key) at `version`.
-pub fn put_fired(out: &mut Vec<u8>, version: u64, tenant: &str, key: &str) -> usize {
-    frame(out, kind::FIRED, |b| {
-        b.extend_from_slice(&version.to_le_bytes());
-        put_identity(b, tenant, key);
-    })
-}
-
-/// The dead letter of (tenant, key) discarded.
-pub fn put_dead_removed(out: &mut Vec<u8>, tenant: &str, key: &str) -> usize {
-    frame(out, kind::DEAD_REMOVED, |b| put_identity(b, tenant, key))
-}
-
-pub fn put_batch(out: &mut Vec<u8>, seq: u64, records: u32) -> usize {
-    frame(out, kind::BATCH, |b| {
-        b.extend_from_slice(&seq.to_le_bytes());
-        b.extend_from_slice(&records.to_le_bytes());
-    })
-}
-
-pub fn put_end(out: &mut Vec<u8>, end: End) -> usize {
-    frame(out, kind::END, |b| {
-        b.extend_from_slice(&end.entries.to_le_bytes());
-        b.extend_from_slice(&end.last_batch.to_le_bytes());
-        b.extend_from_slice(&end.version_floor.to_le_bytes());
-    })
-}
-
-fn put_identity(b: &mut Vec<u8>, tenant: &str, key: &str) {
-    let (t, k) = (tenant.len().min(255), key.len().min(255));
-    b.extend_from_slice(&[t as u8, k as u8]);
-    b.extend_from_slice(&tenant.as_bytes()[..t]);
-    b.extend_from_slice(&key.as_bytes()[..k]);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wheel::table::PackedTimer;
+
     use proptest::prelude::*;
 
     fn first(buf: &[u8]) -> Step<'_> {
         decode_at(buf, 0, 4096)
+    }
+
+    #[test]
+    fn a_lease_round_trips_and_counts_as_a_version() {
+        let mut out = Vec::new();
+        let n = put_lease(&mut out, 77);
+        let Step::Record { record, next, .. } = decode_at(&out, 0, 4096) else {
+            panic!("{:?}", decode_at(&out, 0, 4096))
+        };
+        assert_eq!((record, next), (Record::Lease { ceiling: 77 }, n));
+        assert_eq!(record.version(), Some(77), "the floor covers it");
+        assert_eq!((record.identity(), record.effect()), (None, (None, None)));
     }
 
     #[test]

@@ -1,0 +1,309 @@
+//! The crash matrix's model: the steps a phase makes, as the shard makes them, the state they
+//! leave (pending timers and dead letters, key → version), and the run of the steps against
+//! one or more shards' stores.
+
+use super::super::harness::{Answer, Node, TENANT};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A dead letter's metadata, as the harness files it (and reads it back).
+pub const DEAD: &[u8] = b"dead-letter";
+const FAR: u64 = u64::MAX / 4;
+
+/// One step of a phase, as the shard makes it.
+#[derive(Clone, Debug)]
+pub enum Step {
+    Schedule(String, u64),
+    Cancel(String),
+    Fired(String, u64),
+    Dead(String, u64),
+    DeadRemoved(String),
+    /// A dead letter pending again under its version.
+    Redrive(String, u64),
+    /// The end of a pass: the commit task takes what was queued; the acks are awaited.
+    Pass,
+    /// Wait for a compaction in flight to end.
+    Compaction,
+}
+
+impl Step {
+    /// Whether the step's caller waits for an acknowledgement.
+    pub fn is_acknowledged(&self) -> bool {
+        matches!(
+            self,
+            Step::Schedule(..) | Step::Cancel(_) | Step::DeadRemoved(_) | Step::Redrive(..)
+        )
+    }
+
+    /// The key the step is about.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Step::Schedule(k, _)
+            | Step::Cancel(k)
+            | Step::Fired(k, _)
+            | Step::Dead(k, _)
+            | Step::DeadRemoved(k)
+            | Step::Redrive(k, _) => Some(k),
+            Step::Pass | Step::Compaction => None,
+        }
+    }
+
+    /// The version the step writes, if any.
+    pub fn version(&self) -> Option<u64> {
+        match self {
+            Step::Schedule(_, v) | Step::Fired(_, v) | Step::Dead(_, v) | Step::Redrive(_, v) => {
+                Some(*v)
+            }
+            _ => None,
+        }
+    }
+
+    /// The shard of `shards` that owns the step's key (`None`: every shard).
+    pub fn owner(&self, shards: usize) -> Option<usize> {
+        self.key()
+            .map(|k| crate::partition::shard_of(TENANT, k, shards))
+    }
+}
+
+/// Pending timers and dead letters, key → version.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    pub pending: BTreeMap<String, u64>,
+    pub dead: BTreeMap<String, u64>,
+}
+
+impl State {
+    pub fn apply(&mut self, s: &Step) {
+        match s {
+            Step::Schedule(k, v) => {
+                self.pending.insert(k.clone(), *v);
+            }
+            Step::Cancel(k) | Step::Fired(k, _) => {
+                self.pending.remove(k);
+            }
+            Step::Dead(k, v) => {
+                self.pending.remove(k);
+                self.dead.insert(k.clone(), *v);
+            }
+            Step::DeadRemoved(k) => {
+                self.dead.remove(k);
+            }
+            Step::Redrive(k, v) => {
+                self.dead.remove(k);
+                self.pending.insert(k.clone(), *v);
+            }
+            Step::Pass | Step::Compaction => {}
+        }
+    }
+
+    pub fn of(node: &Node) -> State {
+        let mut s = State::default();
+        for f in &node.recovered {
+            let set = if f.meta == DEAD {
+                &mut s.dead
+            } else {
+                &mut s.pending
+            };
+            set.insert(f.key.clone(), f.version);
+        }
+        s
+    }
+
+    /// The part of the state shard `shard` of `shards` owns.
+    pub fn owned(&self, shard: usize, shards: usize) -> State {
+        let mine = |m: &BTreeMap<String, u64>| {
+            m.iter()
+                .filter(|(k, _)| crate::partition::shard_of(TENANT, k, shards) == shard)
+                .map(|(k, v)| (k.clone(), *v))
+                .collect()
+        };
+        State {
+            pending: mine(&self.pending),
+            dead: mine(&self.dead),
+        }
+    }
+}
+
+/// A phase: how its base is built (on one shard), and its steps, run on `shards` shards (a
+/// count other than 1 re-partitions the base first).
+pub struct Phase {
+    pub name: &'static str,
+    pub payload: usize,
+    pub base: Vec<Step>,
+    pub steps: Vec<Step>,
+    pub shards: usize,
+}
+
+fn key(prefix: &str, i: usize) -> String {
+    format!("{prefix}{i:04}")
+}
+
+pub fn phases() -> Vec<Phase> {
+    let small = |n: usize| -> Vec<Step> {
+        let mut b: Vec<Step> = (0..n)
+            .map(|i| Step::Schedule(key("b", i), 1 + i as u64))
+            .collect();
+        b.push(Step::Dead(key("d", 0), 900));
+        b.push(Step::Dead(key("d", 1), 901));
+        b.push(Step::Pass);
+        b
+    };
+    let commit = vec![
+        Step::Schedule(key("n", 0), 100),
+        Step::Cancel(key("b", 0)),
+        Step::Schedule(key("b", 1), 101),
+        Step::Pass,
+        Step::Schedule(key("n", 1), 102),
+        Step::Fired(key("b", 2), 3),
+        Step::Pass,
+        Step::Cancel(key("n", 0)),
+        Step::Dead(key("b", 3), 4),
+        Step::Pass,
+    ];
+    // 8 KiB timers: about 130 fill a 1 MiB segment; passes of 40 (4 commits of ≤ 256 KiB).
+    let fill = |prefix: &str, n: usize, v0: u64, cancel: bool| -> Vec<Step> {
+        let mut s = Vec::new();
+        for i in 0..n {
+            s.push(Step::Schedule(key(prefix, i), v0 + i as u64));
+            if cancel {
+                s.push(Step::Cancel(key(prefix, i)));
+            }
+            if i % 40 == 39 {
+                s.push(Step::Pass);
+            }
+        }
+        s.push(Step::Pass);
+        s
+    };
+    let mut compaction_base = fill("c", 140, 1000, false);
+    compaction_base.extend((0..136).map(|i| Step::Cancel(key("c", i))));
+    compaction_base.push(Step::Pass);
+    let mut compaction = fill("x", 140, 5000, true);
+    compaction.push(Step::Compaction);
+    compaction.push(Step::Schedule(key("y", 0), 9000));
+    compaction.push(Step::Pass);
+    let one = |name, payload, base, steps| Phase {
+        name,
+        payload,
+        base,
+        steps,
+        shards: 1,
+    };
+    vec![
+        one("commit", 16, small(8), commit.clone()),
+        one(
+            "segment roll",
+            8 << 10,
+            small(4),
+            fill("r", 140, 2000, false),
+        ),
+        one("compaction", 8 << 10, compaction_base, compaction),
+        one(
+            "re-drive",
+            16,
+            small(4),
+            vec![
+                Step::Redrive(key("d", 0), 900),
+                Step::Pass,
+                Step::Schedule(key("n", 0), 100),
+                Step::Pass,
+            ],
+        ),
+        one(
+            "dead-letter discard",
+            16,
+            small(4),
+            vec![
+                Step::Schedule(key("d", 1), 950),
+                Step::Pass,
+                Step::DeadRemoved(key("d", 1)),
+                Step::Pass,
+                Step::DeadRemoved(key("d", 0)),
+                Step::Schedule(key("n", 0), 100),
+                Step::Pass,
+            ],
+        ),
+        // The base's one shard becomes three before the steps run: the re-partition's
+        // every write, then the commit phase's steps on the new shards.
+        Phase {
+            name: "re-partition",
+            payload: 16,
+            base: small(8),
+            steps: commit,
+            shards: 3,
+        },
+    ]
+}
+
+/// Runs `steps` on `nodes` (shard `i` is `nodes[i]`; each step goes to its key's owner): the
+/// indices of the steps acknowledged. Steps the store refused (`admit`) are replaced by
+/// `Pass`: they never reached the outbox.
+pub async fn drive(nodes: &mut [Node], steps: &mut [Step], limit: Duration) -> Vec<usize> {
+    let mut acked = Vec::new();
+    let mut waiting: Vec<(usize, Answer)> = Vec::new();
+    let shards = nodes.len();
+    for (i, step) in steps.iter_mut().enumerate() {
+        let Some(node) = step.owner(shards).and_then(|s| nodes.get_mut(s)) else {
+            end_of(step, nodes, &mut waiting, &mut acked, limit).await;
+            continue;
+        };
+        if step.is_acknowledged() && !node.admits() {
+            *step = Step::Pass;
+            end_of(step, nodes, &mut waiting, &mut acked, limit).await;
+            continue;
+        }
+        let answer = match &*step {
+            Step::Schedule(k, v) => Some(node.schedule(k, *v, FAR, b"")),
+            Step::Cancel(k) => Some(node.cancel(k, 0)),
+            Step::Fired(k, v) => {
+                node.fired(k, *v);
+                None
+            }
+            Step::Dead(k, v) => {
+                node.dead(k, *v, DEAD);
+                None
+            }
+            Step::DeadRemoved(k) => Some(node.dead_removed(k, 0)),
+            Step::Redrive(k, v) => Some(node.redrive(k, *v, FAR)),
+            Step::Pass | Step::Compaction => None,
+        };
+        if let Some(a) = answer {
+            waiting.push((i, a));
+        }
+    }
+    acked
+}
+
+/// A step of every shard: the end of a pass, or the wait for compactions.
+async fn end_of(
+    step: &Step,
+    nodes: &mut [Node],
+    waiting: &mut Vec<(usize, Answer)>,
+    acked: &mut Vec<usize>,
+    limit: Duration,
+) {
+    match step {
+        Step::Pass => {
+            for node in nodes.iter_mut() {
+                node.pass();
+            }
+            for (at, a) in waiting.drain(..) {
+                if a.acknowledged(limit).await {
+                    acked.push(at);
+                }
+            }
+        }
+        Step::Compaction => {
+            for _ in 0..2_000 {
+                if nodes
+                    .iter()
+                    .all(|n| !n.store.shared.files.borrow().compacting)
+                {
+                    break;
+                }
+                glommio::timer::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,302 @@
+//! The fault plan a test gives the journal's [`Disk`](super::io::Disk): it numbers every file
+//! operation, fails the one chosen, and remembers what is not yet durable so that a power cut
+//! can undo it.
+//!
+//! ```text
+//!   Fault::Eio      operation N fails with EIO, once
+//!   Fault::NoSpace  N and every later write, allocation or creation fail with ENOSPC (until clear)
+//!   Fault::Die      N and every later operation fail and change nothing: the process died
+//!   power_cut       undo, newest first, every change not durable: bytes and lengths since the
+//!                   file's last fdatasync; names created, renamed or removed (files and
+//!                   directories) since their directory's last fsync. `keep` spares chosen
+//!                   unsynced writes: out-of-order writeback, a hole before a later write
+//! ```
+//!
+//! A removed name waits under the plan's `trash` directory until its directory is synced, so
+//! that a power cut can put it back. The plan is shared (every shard of a test may use it);
+//! its lock is held only for the bookkeeping of one operation.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// An operation, as the fault plan counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op<'a> {
+    Create(&'a Path),
+    Write,
+    Sync,
+    Truncate,
+    Allocate,
+    Rename,
+    Unlink,
+    CreateDir,
+    RemoveDir,
+    SyncDir,
+}
+
+/// How the N-th operation fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// EIO, that operation only.
+    Eio,
+    /// ENOSPC, that operation and every later write, allocation or creation, until
+    /// [`Faults::clear`].
+    NoSpace,
+    /// The process dies: that operation and every later one fail and change nothing.
+    Die,
+}
+
+/// A test's plan of faults for one or more journals (every shard may share it), and the
+/// record of what is not yet durable. See the module doc.
+pub struct Faults {
+    plan: Mutex<Plan>,
+}
+
+/// A change not yet durable, undone by a power cut.
+enum Undo {
+    /// A file's bytes at `at` (and its length) before a write, truncate or allocation.
+    Bytes {
+        /// The file's inode (a sync under any name makes its changes durable) and its name
+        /// when changed (newer renames and removals are undone first, so it is there again).
+        ino: u64,
+        file: PathBuf,
+        at: u64,
+        old: Vec<u8>,
+        len: u64,
+    },
+    /// A name created in its directory.
+    Created(PathBuf),
+    /// A rename; the file it replaced, if any, waits under `trash` until the directory is
+    /// synced (a power cut before that leaves the old file under the name).
+    Renamed {
+        from: PathBuf,
+        to: PathBuf,
+        replaced: Option<PathBuf>,
+    },
+    /// A name removed: the file waits under `trash` until its directory is synced.
+    Unlinked { path: PathBuf, trash: PathBuf },
+}
+
+#[derive(Default)]
+pub(super) struct Plan {
+    done: u64,
+    at: Option<(u64, Fault)>,
+    dead: bool,
+    full: bool,
+    /// Unsynced changes, oldest first.
+    undo: Vec<Undo>,
+    trash: PathBuf,
+    trashed: u64,
+    /// Operations by kind, for the report.
+    log: Vec<String>,
+}
+
+fn eio() -> io::Error {
+    io::Error::from_raw_os_error(libc::EIO)
+}
+
+impl Faults {
+    /// A plan that faults nothing yet; removed files wait in `trash` (a directory on the same
+    /// file system) until their directory is synced.
+    pub fn new(trash: &Path) -> Arc<Faults> {
+        Arc::new(Faults {
+            plan: Mutex::new(Plan {
+                trash: trash.to_path_buf(),
+                ..Plan::default()
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Plan> {
+        self.plan.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fails operation number `n` (counted from 0 over everything this plan saw) with `fault`.
+    pub fn fail_at(&self, n: u64, fault: Fault) {
+        self.lock().at = Some((n, fault));
+    }
+
+    /// Operations done so far.
+    pub fn count(&self) -> u64 {
+        self.lock().done
+    }
+
+    /// Whether the simulated process has died.
+    pub fn dead(&self) -> bool {
+        self.lock().dead
+    }
+
+    /// Ends a full disk (and a pending fault).
+    pub fn clear(&self) {
+        let mut p = self.lock();
+        p.full = false;
+        p.at = None;
+    }
+
+    /// The operations so far, one word each.
+    pub fn log(&self) -> Vec<String> {
+        self.lock().log.clone()
+    }
+
+    /// Cuts the power: undoes every change not durable, newest first, except the unsynced
+    /// writes (numbered from 0, oldest first) for which `keep` says true — writeback that
+    /// reached the disk before the cut. Call it once the journals using the plan are closed.
+    pub fn power_cut(&self, keep: impl Fn(usize) -> bool) -> io::Result<()> {
+        let mut p = self.lock();
+        p.dead = true;
+        let undo = std::mem::take(&mut p.undo);
+        let mut i = undo
+            .iter()
+            .filter(|u| matches!(u, Undo::Bytes { .. }))
+            .count();
+        for u in undo.into_iter().rev() {
+            match u {
+                Undo::Bytes {
+                    file, at, old, len, ..
+                } => {
+                    i -= 1;
+                    if keep(i) || !file.exists() {
+                        continue;
+                    }
+                    let f = std::fs::OpenOptions::new().write(true).open(&file)?;
+                    f.write_at(&old, at)?;
+                    f.set_len(len)?;
+                }
+                Undo::Created(path) if path.is_dir() => {
+                    let _ = std::fs::remove_dir_all(path);
+                }
+                Undo::Created(path) => {
+                    let _ = std::fs::remove_file(path);
+                }
+                Undo::Renamed { from, to, replaced } => {
+                    std::fs::rename(&to, from)?;
+                    if let Some(old) = replaced {
+                        std::fs::rename(old, to)?;
+                    }
+                }
+                Undo::Unlinked { path, trash } => std::fs::rename(trash, path)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Unsynced writes recorded now (the range `keep` of [`Faults::power_cut`] numbers).
+    pub fn unsynced_writes(&self) -> usize {
+        self.lock()
+            .undo
+            .iter()
+            .filter(|u| matches!(u, Undo::Bytes { .. }))
+            .count()
+    }
+
+    pub(super) fn step(&self, op: Op<'_>) -> io::Result<MutexGuard<'_, Plan>> {
+        let mut p = self.lock();
+        let n = p.done;
+        p.done += 1;
+        p.log.push(format!("{op:?}"));
+        if p.dead {
+            return Err(eio());
+        }
+        match p.at {
+            Some((at, Fault::Die)) if at == n => {
+                p.dead = true;
+                return Err(eio());
+            }
+            Some((at, Fault::Eio)) if at == n => return Err(eio()),
+            Some((at, Fault::NoSpace)) if at == n => p.full = true,
+            _ => {}
+        }
+        let grows = matches!(op, Op::Write | Op::Allocate | Op::Create(_) | Op::CreateDir);
+        if p.full && grows {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Ok(p)
+    }
+}
+
+impl Plan {
+    /// Saves what a change of `len` bytes at `at` of `f` overwrites, and the file's length.
+    pub(super) fn before_change(
+        &mut self,
+        f: &File,
+        path: &Path,
+        at: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        let size = f.metadata()?.len();
+        let end = at.saturating_add(len).min(size);
+        let mut old = vec![0u8; end.saturating_sub(at) as usize];
+        f.read_exact_at(&mut old, at)?;
+        self.undo.push(Undo::Bytes {
+            ino: std::os::unix::fs::MetadataExt::ino(&f.metadata()?),
+            file: path.to_path_buf(),
+            at,
+            old,
+            len: size,
+        });
+        Ok(())
+    }
+
+    pub(super) fn synced(&mut self, f: &File) -> io::Result<()> {
+        let synced = std::os::unix::fs::MetadataExt::ino(&f.metadata()?);
+        self.undo
+            .retain(|u| !matches!(u, Undo::Bytes { ino, .. } if *ino == synced));
+        Ok(())
+    }
+
+    pub(super) fn created(&mut self, path: &Path) {
+        self.undo.push(Undo::Created(path.to_path_buf()));
+    }
+
+    /// Renames `from` to `to`, keeping a file it replaces in the trash.
+    pub(super) fn rename(&mut self, from: &Path, to: &Path) -> io::Result<()> {
+        let replaced = match to.symlink_metadata() {
+            Ok(_) => {
+                let trash = self.next_trash();
+                std::fs::rename(to, &trash)?;
+                Some(trash)
+            }
+            Err(_) => None,
+        };
+        if let Err(e) = std::fs::rename(from, to) {
+            if let Some(old) = &replaced {
+                std::fs::rename(old, to)?;
+            }
+            return Err(e);
+        }
+        self.undo.push(Undo::Renamed {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+            replaced,
+        });
+        Ok(())
+    }
+
+    fn next_trash(&mut self) -> PathBuf {
+        self.trashed += 1;
+        self.trash.join(format!("removed-{}", self.trashed))
+    }
+
+    pub(super) fn unlink(&mut self, path: &Path) -> io::Result<()> {
+        let trash = self.next_trash();
+        std::fs::rename(path, &trash)?;
+        self.undo.push(Undo::Unlinked {
+            path: path.to_path_buf(),
+            trash,
+        });
+        Ok(())
+    }
+
+    pub(super) fn dir_synced(&mut self, dir: &Path) {
+        let in_dir = |p: &Path| p.parent() == Some(dir);
+        self.undo.retain(|u| match u {
+            Undo::Bytes { .. } => true,
+            Undo::Created(p) => !in_dir(p),
+            Undo::Renamed { to, .. } => !in_dir(to),
+            Undo::Unlinked { path, .. } => !in_dir(path),
+        });
+    }
+}
