@@ -17,9 +17,9 @@
 
 use super::{invalid, ConfigError, FileConfig, TenantConfig};
 use crate::sink::webhook::address::parse_networks;
-use crate::sink::webhook::allow::{self, AllowList};
+use crate::sink::webhook::allow::{self, check_allow_prefix, AllowList};
 use crate::sink::webhook::meta::RetryPolicy;
-use crate::sink::webhook::settings::{check_allow_prefix, check_retry, DEFAULT_RETRY};
+use crate::sink::webhook::settings::{check_retry, DEFAULT_RETRY};
 use crate::sink::webhook::sign::{Scheme, Signing};
 use serde::Serialize;
 

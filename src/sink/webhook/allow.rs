@@ -76,9 +76,26 @@ fn is_dot_segment(seg: &str) -> bool {
     decoded == "." || decoded == ".."
 }
 
+/// Checks an allow-list prefix's shape: a scheme, a host, and the `/` that ends the authority
+/// (so it cannot be extended into another host), without user information.
+pub fn check_allow_prefix(prefix: &str) -> Result<(), &'static str> {
+    let rest = prefix
+        .strip_prefix("https://")
+        .or_else(|| prefix.strip_prefix("http://"))
+        .ok_or("must start with http:// or https://")?;
+    let slash = rest
+        .find('/')
+        .ok_or("must end its host with '/' (for example https://hooks.example.com/)")?;
+    let authority = &rest[..slash];
+    if authority.is_empty() || authority.contains('@') {
+        return Err("must name a host, without user information");
+    }
+    Ok(())
+}
+
 impl Prefix {
     fn new(prefix: &str) -> Result<Prefix, &'static str> {
-        super::settings::check_allow_prefix(prefix)?;
+        check_allow_prefix(prefix)?;
         let u = parse(prefix)?;
         if u.query().is_some() {
             return Err("must not hold a query");

@@ -190,22 +190,6 @@ pub fn check_retry(p: &RetryPolicy) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks an allow-list prefix (see the module doc).
-pub fn check_allow_prefix(prefix: &str) -> Result<(), &'static str> {
-    let rest = prefix
-        .strip_prefix("https://")
-        .or_else(|| prefix.strip_prefix("http://"))
-        .ok_or("must start with http:// or https://")?;
-    let slash = rest
-        .find('/')
-        .ok_or("must end its host with '/' (for example https://hooks.example.com/)")?;
-    let authority = &rest[..slash];
-    if authority.is_empty() || authority.contains('@') {
-        return Err("must name a host, without user information");
-    }
-    Ok(())
-}
-
 /// Where a delivery goes: the connection pool's key, and the request's path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Target {
@@ -360,12 +344,12 @@ mod tests {
 
     #[test]
     fn allow_prefixes_must_end_their_host() {
-        assert!(check_allow_prefix("https://hooks.example.com/").is_ok());
-        assert!(check_allow_prefix("http://127.0.0.1:9000/a/").is_ok());
-        assert!(check_allow_prefix("https://hooks.example.com").is_err());
-        assert!(check_allow_prefix("ftp://x/").is_err());
-        assert!(check_allow_prefix("https://u@x/").is_err());
-        assert!(check_allow_prefix("https:///").is_err());
+        assert!(super::super::allow::check_allow_prefix("https://hooks.example.com/").is_ok());
+        assert!(super::super::allow::check_allow_prefix("http://127.0.0.1:9000/a/").is_ok());
+        assert!(super::super::allow::check_allow_prefix("https://hooks.example.com").is_err());
+        assert!(super::super::allow::check_allow_prefix("ftp://x/").is_err());
+        assert!(super::super::allow::check_allow_prefix("https://u@x/").is_err());
+        assert!(super::super::allow::check_allow_prefix("https:///").is_err());
     }
 
     #[test]
