@@ -11,13 +11,25 @@
 # runs rebuild only punctual.
 #
 # What runs: the tests whose threads share memory through the code's own handshakes and
-# wakers: the reply channel races (op.rs), the doorbell, the ring, the watchdog, the engine's
-# start, shutdown and panic paths (tests/liveness.rs), the engine's calls (tests/engine.rs),
-# and the shards' cooperation under glommio's stall (tests/shard_cooperation.rs).
+# wakers: the reply channel races (op.rs), the doorbell, the watchdog, the resolver's threads
+# and their waiters (resolve), the engine's start, shutdown and panic paths
+# (tests/liveness.rs), the engine's calls, which go through the ring (tests/engine.rs), and the
+# shards' cooperation (tests/shard_cooperation.rs).
+#
+# Left out: shards_keep_firing_when_glommio_preempts_before_every_round. It sets glommio's
+# preemption timer to 20 µs so that glommio's park bug (an executor that finds its timer
+# expired at the start of a round runs nothing and sleeps; see the shard module doc) triggers
+# on almost every round. A sanitizer makes every reactor round longer than 20 µs, so it
+# triggers on every round: no task runs at all until a round happens to be short, timers
+# fire seconds late, and the test fails on its lateness bound with no report from the
+# sanitizer. That is the scenario's own limit, not a memory error or a race; the test runs in
+# debug and in release in every CI run.
 #
 # ThreadSanitizer does not see the kernel's writes into io_uring's shared rings, so a report
 # whose both stacks are inside glommio's `sys/uring.rs` is that blind spot, not a data race in
-# punctual. Reports with a frame in punctual's own code are real.
+# punctual. Reports with a frame in punctual's own code are real. One report from glommio is
+# suppressed, with its reason, in scripts/tsan-suppressions.txt (its task references are
+# Relaxed atomics). Any other report fails the run (ThreadSanitizer's exit code 66).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +40,7 @@ read -r -a sanitizers <<<"${sanitizers[*]}"
 for san in "${sanitizers[@]}"; do
   case "$san" in
     address) export ASAN_OPTIONS="detect_leaks=0" ;;
-    thread) export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" ;;
+    thread) export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan-suppressions.txt" ;;
     *) echo "unknown sanitizer '$san' (address or thread)" >&2; exit 2 ;;
   esac
   echo "== $san sanitizer"
@@ -38,7 +50,8 @@ for san in "${sanitizers[@]}"; do
       timeout 3600 cargo +nightly test -Zbuild-std --target "$target" \
         --target-dir "target/sanitize-$san" "$@"
   }
-  run --lib -- op::tests doorbell:: ring:: shard::watchdog::
-  run --test liveness --test engine --test shard_cooperation
+  run --lib -- op::tests doorbell:: shard::watchdog:: resolve::
+  run --test liveness --test engine --test shard_cooperation -- \
+    --skip shards_keep_firing_when_glommio_preempts_before_every_round
   echo "$san sanitizer: $(( $(date +%s) - start )) s"
 done

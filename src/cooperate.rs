@@ -19,7 +19,18 @@
 //! from reaping I/O completions until its preemption timer expires (100 ms), so the other
 //! tasks' replies would wait. A task waiting on a timer is not runnable: the executor runs the
 //! others, polls io_uring, fires the timer, and the task resumes a few microseconds later.
+//!
+//! But a glommio timer already due when it is first polled is ready at once (`Timer::poll`
+//! compares its deadline with the clock), and the task then goes on without yielding at all.
+//! Between making a 1 µs timer and polling it, a thread that the kernel preempts, or code
+//! under a sanitizer, easily loses a microsecond: under AddressSanitizer every such yield was
+//! skipped, and a burst's passes ran back to back for 100 ms with the shard's other tasks
+//! waiting. So [`yield_to_reactor`] makes its timer again, twice as long each time, until the
+//! first poll finds it pending: the task always waits at least once.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// The longest a piece of work holds its shard's thread before it yields, give or take the
@@ -63,7 +74,64 @@ impl Slice {
 }
 
 /// Gives the thread to the executor's other tasks, and to its I/O, then comes back (see the
-/// module doc for why a timer).
-pub async fn yield_to_reactor() {
-    glommio::timer::sleep(YIELD_TIMER).await;
+/// module doc for why a timer, and why it is made again when it is due at once).
+pub fn yield_to_reactor() -> Yield {
+    Yield {
+        first: YIELD_TIMER,
+        timer: None,
+    }
+}
+
+/// See [`yield_to_reactor`].
+pub struct Yield {
+    /// The first timer's length.
+    first: Duration,
+    /// The timer waited on, once one was pending at its first poll.
+    timer: Option<glommio::timer::Timer>,
+}
+
+impl Future for Yield {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(timer) = self.timer.as_mut() {
+            return Pin::new(timer).poll(cx).map(|_| ());
+        }
+        let mut wait = self.first;
+        loop {
+            let mut timer = glommio::timer::Timer::new(wait);
+            if Pin::new(&mut timer).poll(cx).is_pending() {
+                self.timer = Some(timer);
+                return Poll::Pending;
+            }
+            // Due before its first poll: longer, so that this one is not.
+            wait = wait.saturating_mul(2).max(YIELD_TIMER);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A yield whose first timer is due before it is polled (as when the thread loses the
+    /// microsecond between making and polling it) still waits: its first poll is pending, so
+    /// the executor runs its other tasks and polls its I/O before the yield returns.
+    #[test]
+    fn a_yield_whose_timer_is_due_at_once_still_waits() {
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("an executor");
+        ex.run(async {
+            for _ in 0..100 {
+                let mut y = Yield {
+                    first: Duration::ZERO,
+                    timer: None,
+                };
+                let first = futures_lite::future::poll_once(&mut y).await;
+                assert!(first.is_none(), "the yield returned at its first poll");
+                y.await;
+            }
+        });
+    }
 }

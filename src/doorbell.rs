@@ -285,8 +285,9 @@ mod tests {
 
     /// Sends `rounds` replies from another thread to tasks on an executor with a doorbell
     /// (every fourth receiver dropped while the send may be under way), with `broken(round)`
-    /// saying in which rounds the bell's writes fail. `None` if the replies had not all
-    /// arrived within a minute: some were stranded.
+    /// saying in which rounds the bell's writes fail. `None` if no reply arrived for 30 s
+    /// (however slow the host, a sanitizer's included, one round never takes that): one was
+    /// stranded.
     fn replies(rounds: usize, broken: fn(usize) -> bool) -> Option<Seen> {
         let handoff = Arc::new(crossbeam_queue::ArrayQueue::<
             futures_channel::oneshot::Sender<usize>,
@@ -306,6 +307,8 @@ mod tests {
         };
         let (seen_tx, seen_rx) = std::sync::mpsc::channel();
         let stop = done.clone();
+        let progress = Arc::new(AtomicU64::new(0));
+        let rounds_done = progress.clone();
         let receiver = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .spawn(move || async move {
                 let metrics = Arc::new(ShardMetrics::default());
@@ -320,6 +323,7 @@ mod tests {
                 let mut broken_now = None;
                 let (mut awaited, mut answered) = (0, 0);
                 for i in 0..rounds {
+                    rounds_done.store(i as u64, Ordering::Relaxed);
                     match (broken(i), broken_now.is_some()) {
                         (true, false) => broken_now = Some(Broken::new(&doorbell)),
                         (false, true) => broken_now = None,
@@ -354,7 +358,20 @@ mod tests {
                 });
             })
             .expect("receiver executor");
-        let seen = seen_rx.recv_timeout(Duration::from_secs(60)).ok()?;
+        let (mut last, mut since) = (0, std::time::Instant::now());
+        let seen = loop {
+            match seen_rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(seen) => break seen,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            let now = progress.load(Ordering::Relaxed);
+            if now != last {
+                (last, since) = (now, std::time::Instant::now());
+            } else if since.elapsed() > Duration::from_secs(30) {
+                return None;
+            }
+        };
         receiver.join().expect("receiver ran");
         sender.join().expect("sender thread");
         Some(seen)

@@ -90,6 +90,7 @@ fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
         "PunctualClockFallback",
         "PunctualRingNearlyFull",
         "PunctualTenantNearQuota",
+        "PunctualExecutorStalls",
     ] {
         assert!(alerts.contains(must), "missing alert {must}");
     }
@@ -104,24 +105,31 @@ fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
     );
 }
 
+/// `promtool check rules` on the rules, and `promtool test rules` on their unit tests
+/// (`alerts_test.yml`: when an alert fires and what it says).
 #[test]
 fn alert_rules_pass_promtool_where_it_is_installed() {
-    let path = root().join("deploy/prometheus/alerts.yml");
-    match std::process::Command::new("promtool")
-        .args(["check", "rules"])
-        .arg(&path)
-        .output()
-    {
-        Ok(out) => assert!(
-            out.status.success(),
-            "promtool check rules failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        // Not installed: the structural check above still runs. Said loudly, never silently.
-        Err(e) => eprintln!(
-            "promtool not found ({e}): install Debian's `prometheus` package to run this check"
-        ),
+    for (what, file) in [("check", "alerts.yml"), ("test", "alerts_test.yml")] {
+        let path = root().join("deploy/prometheus").join(file);
+        match std::process::Command::new("promtool")
+            .args([what, "rules"])
+            .arg(&path)
+            .output()
+        {
+            Ok(out) => assert!(
+                out.status.success(),
+                "promtool {what} rules {file} failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            // Not installed: the structural check above still runs. Said loudly, never silently.
+            Err(e) => {
+                eprintln!(
+                    "promtool not found ({e}): install Debian's `prometheus` package to run this check"
+                );
+                return;
+            }
+        }
     }
 }
 

@@ -3,37 +3,19 @@
 //! Each test runs the engine call on a thread and gives up on it after a generous bound, so a
 //! hang fails the test instead of hanging the suite.
 
+#[path = "support/held.rs"]
+mod held;
+
+use held::{bounded, HUNG};
 use punctual::engine::Pinning;
 use punctual::{EngineBuilder, Error, UtcMicros};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
 use std::time::Duration;
-
-/// Far past every limit the tests set: reaching it means the call hung.
-const HUNG: Duration = Duration::from_secs(60);
-
-/// Blocks the calling thread until `release` is set (checked every millisecond).
-fn hold(release: &AtomicBool) {
-    while !release.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Runs `f` on a thread; its result, or `None` if it had not returned within [`HUNG`].
-fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(HUNG).ok()
-}
 
 /// Shard 1 never reports (its start hook does not return): the build fails within its start
 /// limit, names shard 1, and does not wait for a thread that cannot stop.
 #[test]
 fn a_shard_stuck_in_its_start_fails_the_build_within_the_start_limit() {
-    let release = Arc::new(AtomicBool::new(false));
-    let gate = release.clone();
+    let (hold, holder) = held::hold();
     let built = bounded(move || {
         EngineBuilder::new()
             .shards(2)
@@ -41,13 +23,13 @@ fn a_shard_stuck_in_its_start_fails_the_build_within_the_start_limit() {
             .start_timeout(Duration::from_millis(500))
             .on_shard_start(move |id, _| {
                 if id == 1 {
-                    hold(&gate);
+                    holder.hold();
                 }
             })
             .build()
             .map(drop)
     });
-    release.store(true, Ordering::Release);
+    hold.release();
     match built {
         None => panic!("build hung past {HUNG:?} on a shard that never started"),
         Some(Ok(())) => panic!("build succeeded with a shard that never started"),
@@ -63,28 +45,17 @@ fn a_shard_stuck_in_its_start_fails_the_build_within_the_start_limit() {
 /// and says which shard it left behind, and callers on that shard are not left waiting.
 #[test]
 fn a_shard_that_cannot_stop_is_reported_by_a_bounded_shutdown() {
-    let release = Arc::new(AtomicBool::new(false));
-    let gate = release.clone();
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let entered_tx = std::sync::Mutex::new(entered_tx);
+    let (hold, holder) = held::hold();
     let engine = EngineBuilder::new()
         .shards(1)
         .pinning(Pinning::None)
         .shutdown_timeout(Duration::from_millis(500))
-        .on_fire(move |_| {
-            let _ = entered_tx.lock().map(|tx| tx.send(()));
-            hold(&gate);
-        })
+        .on_fire(move |_| holder.hold())
         .build()
         .expect("engine starts");
-    let h = engine.handle();
-    h.schedule("t", "hold", UtcMicros(h.now().0), b"")
-        .expect("scheduled");
-    entered_rx
-        .recv_timeout(HUNG)
-        .expect("the shard entered the handler");
+    hold.enter(&engine.handle(), "hold");
     let stopped = bounded(move || engine.shutdown());
-    release.store(true, Ordering::Release);
+    hold.release();
     match stopped {
         None => panic!("shutdown hung past {HUNG:?}"),
         Some(Ok(())) => panic!("shutdown reported success with a shard still running"),
@@ -98,44 +69,24 @@ fn a_shard_that_cannot_stop_is_reported_by_a_bounded_shutdown() {
 /// names it.
 #[test]
 fn a_panicking_shard_answers_every_caller_and_reports_itself() {
-    let release = Arc::new(AtomicBool::new(false));
-    let gate = release.clone();
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let entered_tx = std::sync::Mutex::new(entered_tx);
+    let (hold, holder) = held::hold();
     let engine = EngineBuilder::new()
         .shards(1)
         .pinning(Pinning::None)
         .on_fire(move |f| {
             if f.key == "boom" {
-                let _ = entered_tx.lock().map(|tx| tx.send(()));
-                hold(&gate);
+                holder.hold();
                 panic!("a fire handler panics");
             }
         })
         .build()
         .expect("engine starts");
     let h = engine.handle();
-    h.schedule("t", "boom", UtcMicros(h.now().0), b"")
-        .expect("scheduled");
-    entered_rx
-        .recv_timeout(HUNG)
-        .expect("the shard entered the handler");
+    hold.enter(&h, "boom");
     // The shard is held: these calls wait on its ring when it panics.
-    let (done_tx, done_rx) = mpsc::channel();
-    for i in 0..8 {
-        let (h, done) = (h.clone(), done_tx.clone());
-        std::thread::spawn(move || {
-            let r = h.schedule(
-                "t",
-                &format!("k{i}"),
-                UtcMicros(h.now().0 + 60_000_000),
-                b"",
-            );
-            let _ = done.send(r);
-        });
-    }
+    let (done_rx, _callers) = held::callers(&h, 8);
     std::thread::sleep(Duration::from_millis(100));
-    release.store(true, Ordering::Release);
+    hold.release();
     for _ in 0..8 {
         let r = done_rx
             .recv_timeout(HUNG)

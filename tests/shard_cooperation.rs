@@ -3,6 +3,9 @@
 //! stay prompt while it spins or fires dense timers, and a shutdown answers every caller.
 //! The bounds asserted here are correctness bounds ("absurdly late"), not timing targets.
 
+#[path = "support/held.rs"]
+mod held;
+
 use punctual::clock::clock_ns;
 use punctual::engine::Pinning;
 use punctual::{EngineBuilder, Error, UtcMicros};
@@ -131,48 +134,21 @@ fn dense_timers_within_the_spin_window_leave_the_shards_other_tasks_prompt() {
 /// Callers blocked on a shard when it stops are answered, not left waiting forever.
 #[test]
 fn shutdown_answers_the_calls_still_on_the_ring() {
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let entered_tx = Mutex::new(entered_tx);
-    let release = Arc::new(AtomicBool::new(false));
-    let gate = release.clone();
+    let (hold, holder) = held::hold();
     let engine = EngineBuilder::new()
         .shards(1)
         .pinning(Pinning::None)
-        .on_fire(move |_| {
-            // Hold the shard inside a fire until the test lets go.
-            let _ = entered_tx.lock().map(|tx| tx.send(()));
-            while !gate.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
+        .on_fire(move |_| holder.hold())
         .build()
         .expect("engine starts");
     let h = engine.handle();
-    h.schedule("t", "hold", UtcMicros(h.now().0), b"")
-        .expect("scheduled");
-    entered_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the shard entered the handler");
+    hold.enter(&h, "hold");
     // The shard is busy: these calls wait on its ring.
-    let (done_tx, done_rx) = mpsc::channel();
-    let callers: Vec<_> = (0..8)
-        .map(|i| {
-            let (h, done) = (h.clone(), done_tx.clone());
-            std::thread::spawn(move || {
-                let r = h.schedule(
-                    "t",
-                    &format!("k{i}"),
-                    UtcMicros(h.now().0 + 60_000_000),
-                    b"",
-                );
-                let _ = done.send(r);
-            })
-        })
-        .collect();
+    let (done_rx, callers) = held::callers(&h, 8);
     std::thread::sleep(Duration::from_millis(100));
     let stopper = std::thread::spawn(move || engine.shutdown());
     std::thread::sleep(Duration::from_millis(50));
-    release.store(true, Ordering::Release);
+    hold.release();
     for _ in 0..8 {
         let r = done_rx
             .recv_timeout(Duration::from_secs(10))
@@ -246,9 +222,12 @@ fn a_burst_of_costly_fires_lets_the_shards_other_tasks_run_before_it_ends() {
     assert_eq!(fired.load(Ordering::Relaxed), N, "every timer fired");
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
     let during: Vec<u64> = seen.iter().copied().filter(|&n| n > 0 && n < N).collect();
+    let before = seen.iter().filter(|&&n| n == 0).count();
     assert!(
         !during.is_empty(),
-        "the shard's other task never ran while the burst fired (it saw only {:?}…)",
-        &seen[seen.len().saturating_sub(5)..]
+        "the shard's other task never ran while the burst fired: of its {} looks, {before} \
+         came before the first fire and {} after the last",
+        seen.len(),
+        seen.len() - before
     );
 }

@@ -385,11 +385,37 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_shard_past_its_time_is_woken_and_a_running_one_is_not() {
+    impl Count {
+        fn woken(&self) -> usize {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    /// A pulse whose registered waker counts its wakes.
+    fn counted_pulse() -> (Pulse, Arc<Count>) {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let pulse = Pulse::default();
         pulse.set_waker(Some(Waker::from(count.clone())));
+        (pulse, count)
+    }
+
+    /// A glommio executor that sleeps for 3 s with nothing to do, and its thread's id.
+    fn idle_executor() -> (glommio::ExecutorJoinHandle<()>, i32) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(move || async move {
+                // SAFETY: gettid takes no arguments and cannot fail.
+                let _ = tx.send(unsafe { libc::gettid() });
+                glommio::timer::sleep(Duration::from_secs(3)).await;
+            })
+            .expect("executor");
+        let tid = rx.recv_timeout(Duration::from_secs(10)).expect("tid");
+        (ex, tid)
+    }
+
+    #[test]
+    fn a_shard_past_its_time_is_woken_and_a_running_one_is_not() {
+        let (pulse, count) = counted_pulse();
         let grace = Duration::from_millis(5);
         let now = monotonic_ns();
         let busy = |_| false;
@@ -409,13 +435,13 @@ mod tests {
             Look::Nothing,
             "late but busy: a wake would not help"
         );
-        assert_eq!(count.0.load(Ordering::Relaxed), 0);
+        assert_eq!(count.woken(), 0);
         let asleep = |_| true;
         assert_eq!(
             pulse.check(monotonic_ns() + 10_000_000, grace, asleep),
             Look::Stalled
         );
-        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        assert_eq!(count.woken(), 1);
         pulse.running();
         assert_eq!(
             pulse.check(monotonic_ns() + 10_000_000, grace, busy),
@@ -434,19 +460,10 @@ mod tests {
     /// and counts the stall.
     #[test]
     fn the_watchdog_thread_wakes_a_stalled_shard_and_counts_it() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sleeper = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .spawn(move || async move {
-                // SAFETY: gettid takes no arguments and cannot fail.
-                let _ = tx.send(unsafe { libc::gettid() });
-                glommio::timer::sleep(Duration::from_secs(3)).await;
-            })
-            .expect("executor");
-        let tid = rx.recv_timeout(Duration::from_secs(10)).expect("tid");
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let pulse = Arc::new(Pulse::default());
+        let (sleeper, tid) = idle_executor();
+        let (pulse, count) = counted_pulse();
+        let pulse = Arc::new(pulse);
         pulse.tid.store(tid, Ordering::Relaxed);
-        pulse.set_waker(Some(Waker::from(count.clone())));
         let metrics = Arc::new(ShardMetrics::default());
         pulse.expect_by(Duration::ZERO);
         let dog = Watchdog::spawn(
@@ -457,12 +474,12 @@ mod tests {
         )
         .expect("watchdog thread");
         let give_up = std::time::Instant::now() + Duration::from_secs(3);
-        while count.0.load(Ordering::Relaxed) == 0 && std::time::Instant::now() < give_up {
+        while count.woken() == 0 && std::time::Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }
         drop(dog);
         sleeper.join().expect("executor ran");
-        assert!(count.0.load(Ordering::Relaxed) >= 1);
+        assert!(count.woken() >= 1);
         assert_eq!(metrics.executor_stalls_total.load(Ordering::Relaxed), 1);
         assert!(metrics.watchdog_wakes_total.load(Ordering::Relaxed) >= 1);
     }
@@ -472,9 +489,7 @@ mod tests {
     /// executor, and would not make it run sooner.
     #[test]
     fn a_busy_late_shard_is_not_woken() {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let pulse = Pulse::default();
-        pulse.set_waker(Some(Waker::from(count.clone())));
+        let (pulse, count) = counted_pulse();
         let grace = Duration::from_millis(5);
         pulse.expect_by(Duration::ZERO);
         let later = monotonic_ns() + 10_000_000;
@@ -482,16 +497,14 @@ mod tests {
             .filter(|i| pulse.check(later + i, grace, |_| false) != Look::Nothing)
             .count();
         assert_eq!(woken, 0);
-        assert_eq!(count.0.load(Ordering::Relaxed), 0);
+        assert_eq!(count.woken(), 0);
     }
 
     /// A late shard whose executor sleeps in io_uring is a stall: counted once, and woken at
     /// every look until it runs (a sleeping executor takes each wake at once).
     #[test]
     fn a_stalled_executor_is_counted_once_and_woken_until_it_runs() {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let pulse = Pulse::default();
-        pulse.set_waker(Some(Waker::from(count.clone())));
+        let (pulse, count) = counted_pulse();
         let grace = Duration::from_millis(5);
         pulse.expect_by(Duration::ZERO);
         let later = monotonic_ns() + 10_000_000;
@@ -501,7 +514,7 @@ mod tests {
             assert_eq!(pulse.check(later + i, grace, |_| true), Look::WokenAgain);
         }
         assert_eq!(pulse.check(later + 10, grace, |_| false), Look::Nothing);
-        assert_eq!(count.0.load(Ordering::Relaxed), 9);
+        assert_eq!(count.woken(), 9);
         pulse.running();
         assert_eq!(pulse.check(later + 11, grace, |_| true), Look::Nothing);
     }
@@ -509,15 +522,7 @@ mod tests {
     /// The probe sees a glommio executor with nothing to do as asleep in io_uring.
     #[test]
     fn the_io_uring_probe_sees_an_idle_glommio_executor_asleep() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .spawn(move || async move {
-                // SAFETY: gettid takes no arguments and cannot fail.
-                let _ = tx.send(unsafe { libc::gettid() });
-                glommio::timer::sleep(Duration::from_secs(3)).await;
-            })
-            .expect("executor");
-        let tid = rx.recv_timeout(Duration::from_secs(10)).expect("tid");
+        let (ex, tid) = idle_executor();
         let give_up = std::time::Instant::now() + Duration::from_secs(3);
         let mut seen = false;
         while !seen && std::time::Instant::now() < give_up {
@@ -555,21 +560,13 @@ mod tests {
             let look = pulse.check(t0 + i * step, GRACE, |_| false);
             assert_eq!(look, Look::Nothing, "a nudge is not a stall");
         }
-        assert_eq!(
-            count.0.load(Ordering::Relaxed),
-            1,
-            "unanswered: no second nudge"
-        );
+        assert_eq!(count.woken(), 1, "unanswered: no second nudge");
         assert!(pulse.poll_start(pending.as_mut(), &mut cx).is_pending());
         pulse.check(t0 + 100 * step, GRACE, |_| false);
-        assert_eq!(count.0.load(Ordering::Relaxed), 2, "answered: nudged again");
+        assert_eq!(count.woken(), 2, "answered: nudged again");
         let mut ready = std::pin::pin!(std::future::ready(7));
         assert_eq!(pulse.poll_start(ready.as_mut(), &mut cx), Poll::Ready(7));
         pulse.check(t0 + 200 * step, GRACE, |_| false);
-        assert_eq!(
-            count.0.load(Ordering::Relaxed),
-            2,
-            "started: no more nudges"
-        );
+        assert_eq!(count.woken(), 2, "started: no more nudges");
     }
 }

@@ -46,11 +46,11 @@
 //! | file | owns |
 //! |---|---|
 //! | `meta.rs` | the delivery state and its encoding |
-//! | `policy.rs` | classification of answers, backoff with full jitter, `Retry-After` |
+//! | `policy.rs` | classification of answers and errors (a resolver refusal is not an attempt), backoff with full jitter, `Retry-After` |
 //! | `sign.rs` | `Punctual-Signature`: signing, and verification for receivers |
 //! | `settings.rs` | tenants' callbacks, allow-lists, secrets, retry defaults; TLS roots |
 //! | `queue.rs` | the timers a cap holds back: one FIFO per host and per tenant, one entry per timer |
-//! | `client.rs` | the HTTP/1.1 client and its keep-alive pool per host |
+//! | `client.rs` | the HTTP/1.1 client, its keep-alive pool per host, and why a request got no answer (`SendError`: our resolver busy, name, TCP, TLS, HTTP) |
 //! | `reset.rs` | a connection abandoned mid-request is reset, so nothing of it arrives late |
 //! | `deliver.rs` | one attempt: the request, the answer, the follow-up |
 //!
