@@ -260,6 +260,15 @@ mod tests {
             glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
                 .name("reply-receiver")
                 .spawn(move || async move {
+                    // As a shard's nap timer does (`shard::MAX_NAP`): ends a sleep of glommio's
+                    // with a task runnable after a foreign wake it missed (the shard module
+                    // doc). Without it, under ThreadSanitizer's slowdown, the receiver slept
+                    // in io_uring for good with its task woken, and the sender spun.
+                    let naps = glommio::spawn_local(async {
+                        loop {
+                            glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
+                        }
+                    });
                     let mut answered = 0usize;
                     for i in 0..ROUNDS {
                         let (tx, rx) = reply_channel::<u64>();
@@ -283,6 +292,7 @@ mod tests {
                         }
                     }
                     done.store(true, Ordering::Release);
+                    drop(naps);
                     answered
                 })
                 .expect("receiver executor")
