@@ -161,7 +161,9 @@ fn a_receivers_401_is_retried_a_bounded_number_of_times_then_dead() {
 /// A receiver whose every connection answers its first request 200 and closes on its second
 /// without answering, as a server does that closed a kept-alive connection just as a request
 /// arrived. Each request as (connection number, `Punctual-Attempt`, path).
-type Seen = std::sync::Arc<std::sync::Mutex<Vec<(usize, String, String)>>>;
+/// One request as the closing receiver saw it: (connection number, `Punctual-Attempt`, path).
+type Seen1 = (usize, String, String);
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<Seen1>>>;
 
 fn closing_receiver() -> (std::net::SocketAddr, Seen) {
     use std::io::{BufRead, BufReader, Read};
@@ -227,7 +229,7 @@ fn a_kept_alive_connection_closed_under_a_request_is_replaced_within_the_attempt
     // One shard, so both deliveries share its pool.
     let s = Server::start(&["--store", "memory", "--shards", "1", "--config", &path]);
     let log = || seen.lock().expect("log").clone();
-    let wait_for = |what: &str, done: &dyn Fn(&[(usize, String, String)]) -> bool| {
+    let wait_for = |what: &str, done: &dyn Fn(&[Seen1]) -> bool| {
         let give_up = Instant::now() + Duration::from_secs(20);
         loop {
             let l = log();
