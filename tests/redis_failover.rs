@@ -18,7 +18,7 @@ mod sentinel;
 
 use api_support::Server;
 use keepalive::KeepAlive;
-use redis_server::read_stream;
+use redis_server::try_read_stream;
 use sentinel::Sentinels;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -232,7 +232,18 @@ fn acknowledged_timers_survive_a_sentinel_failover_with_wait_replicas() {
     let mut con = redis.replica.client().expect("a client of the new master");
     let give_up = Instant::now() + Duration::from_secs(30);
     let (missing, entries) = loop {
-        let entries = read_stream(&mut con, TENANT);
+        let entries = match try_read_stream(&mut con, TENANT) {
+            Ok(entries) => entries,
+            // Sentinel closes the promoted master's normal clients once the switch is done;
+            // this reader may be one of them. Connect again and read again.
+            Err(e) if Instant::now() < give_up => {
+                eprintln!("reading the stream: {e}; connecting again");
+                std::thread::sleep(Duration::from_millis(200));
+                con = redis.replica.client().expect("a client of the new master");
+                continue;
+            }
+            Err(e) => panic!("XRANGE on the new master: {e}"),
+        };
         let mut fired: HashMap<&str, Vec<u64>> = HashMap::new();
         for e in &entries {
             fired.entry(e.key.as_str()).or_default().push(e.version);

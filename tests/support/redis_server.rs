@@ -131,12 +131,21 @@ pub struct StreamEntry {
 
 /// Every entry of `punctual:fired:{tenant}`, oldest first.
 pub fn read_stream(con: &mut redis::Connection, tenant: &str) -> Vec<StreamEntry> {
+    try_read_stream(con, tenant).expect("XRANGE")
+}
+
+/// `read_stream`, with the connection's error returned rather than a panic: a reader that
+/// races a Sentinel failover sees its connection closed (the promoted replica drops its
+/// normal clients so that they rediscover the master) and connects again.
+pub fn try_read_stream(
+    con: &mut redis::Connection,
+    tenant: &str,
+) -> redis::RedisResult<Vec<StreamEntry>> {
     let v: redis::Value = redis::cmd("XRANGE")
         .arg(format!("punctual:fired:{{{tenant}}}"))
         .arg("-")
         .arg("+")
-        .query(con)
-        .expect("XRANGE");
+        .query(con)?;
     let text = |v: &redis::Value| match v {
         redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
         other => format!("{other:?}"),
@@ -178,7 +187,7 @@ pub fn read_stream(con: &mut redis::Connection, tenant: &str) -> Vec<StreamEntry
             out.push(entry);
         }
     }
-    out
+    Ok(out)
 }
 
 /// Polls `read_stream` until `done` holds for what it returns, or 30 s pass.
