@@ -173,7 +173,13 @@ impl<S: TimeSource> Shard<S> {
         let identity = f.timer.identity();
         let current = self.table.get(identity);
         if !current.is_some_and(|v| v.version == f.version && v.timer.meta() == f.timer.meta()) {
-            // Cancelled, replaced or moved on since: not ours to change.
+            // Cancelled, replaced or moved on since: not ours to change. A wake it leaves
+            // unused is passed on, so the slot it stood for is not left idle.
+            if f.next == Next::Wake {
+                for sink in self.sinks.iter_mut() {
+                    sink.wake_unused(&f.timer);
+                }
+            }
             return;
         }
         let payload = match f.next {

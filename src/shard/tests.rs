@@ -251,3 +251,61 @@ fn a_pass_of_costly_fires_ends_with_its_slice_and_loses_nothing() {
     let expected: Vec<String> = (0..FIRE_BATCH).map(|i| format!("k{i:05}")).collect();
     assert_eq!(*fired, expected, "each once, in deadline order");
 }
+
+/// A sink that hands the shard the follow-ups a test gives it, and records the wakes the shard
+/// hands back unused.
+struct Waking {
+    followups: Vec<crate::sink::Followup>,
+    unused: Rc<RefCell<Vec<String>>>,
+}
+
+impl Sink for Waking {
+    fn fired(&mut self, _: &FiredTimer<'_>) -> Next {
+        Next::Done
+    }
+
+    fn take_followups(&mut self, out: &mut Vec<crate::sink::Followup>) {
+        out.append(&mut self.followups);
+    }
+
+    fn wake_unused(&mut self, timer: &PackedTimer) {
+        self.unused.borrow_mut().push(timer.key().to_string());
+    }
+}
+
+/// A wake stands for a cap's slot that came free. One whose timer was cancelled, or moved on
+/// to another version, before the follow-up applied goes back to its sink (which passes the
+/// slot to the next timer waiting); one whose timer is still there makes it due now.
+#[test]
+fn a_wake_whose_timer_went_is_handed_back_to_its_sink() {
+    let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, _) = shard(&src);
+    let far = UtcMicros(s.clock.now().as_micros().0 + 60_000_000);
+    insert_timers(&mut s.table, 2, far, 1);
+    let wake = |key: &str, version| crate::sink::Followup {
+        timer: PackedTimer::new("t", key, b"").expect("small"),
+        version,
+        next: Next::Wake,
+    };
+    let unused = Rc::new(RefCell::new(Vec::new()));
+    s.sinks = vec![Box::new(Waking {
+        // k00000 is pending as version 1, k00001 as version 2; "gone" was cancelled.
+        followups: vec![wake("k00000", 1), wake("k00001", 1), wake("gone", 1)],
+        unused: unused.clone(),
+    })];
+    assert_eq!(s.follow_up(), 3);
+    assert_eq!(*unused.borrow(), ["k00001", "gone"]);
+    let now = s.clock.now().as_micros();
+    let woken = s.table.get(
+        PackedTimer::new("t", "k00000", b"")
+            .expect("small")
+            .identity(),
+    );
+    assert!(woken.is_some_and(|v| v.deadline <= now && v.version == 1));
+    let left = s.table.get(
+        PackedTimer::new("t", "k00001", b"")
+            .expect("small")
+            .identity(),
+    );
+    assert_eq!(left.map(|v| v.deadline), Some(UtcMicros(far.0 + 1)));
+}

@@ -99,6 +99,11 @@ pub trait Sink {
     /// The timer left the table, or was replaced, by an op (a cancel, a new version): drop
     /// whatever the sink keeps for it (a place in a queue).
     fn forget(&mut self, _timer: &PackedTimer) {}
+
+    /// A [`Next::Wake`] this sink asked for found its timer gone: cancelled, replaced or moved
+    /// on between the wake and its follow-up. The wake stood for a slot that came free; pass
+    /// it to the next timer waiting, or that one waits for its safety net.
+    fn wake_unused(&mut self, _timer: &PackedTimer) {}
 }
 
 /// An in-process handler: runs on the shard's thread for every fired timer; keep it short.

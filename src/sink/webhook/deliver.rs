@@ -172,13 +172,30 @@ fn release(ctx: &Ctx, target: &Target, tenant: &str) {
     }
 }
 
-/// A slot on `target` and one of `tenant` came free: the first timer waiting on each is due
-/// now (it takes the slot when it fires, or waits again if another took it first).
-fn wake_next(ctx: &Ctx, target: &Target, tenant: &str) {
+/// A slot on `target` and one of `tenant` came free: the first timer waiting on each cap that
+/// has room is due now (it takes the slot when it fires, or waits again if another took it
+/// first). Also called for a wake left unused: the room is checked again, so a slot taken
+/// since wakes nobody.
+pub(super) fn wake_next(ctx: &Ctx, target: &Target, tenant: &str) {
+    let s = &ctx.settings;
+    let host_room = ctx
+        .per_host
+        .borrow()
+        .get(target)
+        .is_none_or(|&n| n < s.max_in_flight_per_host);
+    let tenant_room = ctx
+        .per_tenant
+        .borrow()
+        .get(tenant)
+        .is_none_or(|&n| n < s.max_in_flight_per_tenant);
     let mut q = ctx.queues.borrow_mut();
     let woken = [
-        q.pop(&Cap::Host(target.clone())),
-        q.pop(&Cap::Tenant(tenant.into())),
+        host_room
+            .then(|| q.pop(&Cap::Host(target.clone())))
+            .flatten(),
+        tenant_room
+            .then(|| q.pop(&Cap::Tenant(tenant.into())))
+            .flatten(),
     ];
     drop(q);
     let mut followups = ctx.followups.borrow_mut();

@@ -369,6 +369,13 @@ impl Sink for WebhookSink {
         }
     }
 
+    fn wake_unused(&mut self, timer: &crate::wheel::table::PackedTimer) {
+        let target = Delivery::decode(timer.meta()).and_then(|d| Target::parse(&d.url).ok());
+        if let Some((target, _)) = target {
+            deliver::wake_next(&self.ctx, &target, timer.tenant());
+        }
+    }
+
     fn take_followups(&mut self, out: &mut Vec<Followup>) {
         out.append(&mut self.ctx.followups.borrow_mut());
     }

@@ -87,6 +87,48 @@ fn a_cancelled_or_replaced_held_timer_leaves_its_queue() {
     );
 }
 
+/// The keys of the wakes the sink has gathered.
+fn woken(sink: &mut WebhookSink) -> Vec<String> {
+    let mut out = Vec::new();
+    sink.take_followups(&mut out);
+    out.iter()
+        .map(|f| {
+            assert_eq!(f.next, Next::Wake);
+            f.timer.key().to_string()
+        })
+        .collect()
+}
+
+/// A wake whose timer went (cancelled between the slot's release and the wake's follow-up)
+/// passes the slot to the next timer waiting, once, and only while the slot is still free.
+#[test]
+fn a_wake_left_unused_wakes_the_next_held_timer_while_the_slot_is_free() {
+    let (mut sink, _) = held_sink();
+    let m = meta();
+    let mut held = Vec::new();
+    for k in ["a", "b", "c"] {
+        match sink.fired(&fire("t", k, 1, &m)) {
+            Next::Reschedule { meta, .. } => held.push(meta),
+            other => panic!("not held back: {other:?}"),
+        }
+    }
+    // The slot comes free: a is woken.
+    sink.ctx.per_host.borrow_mut().remove(&target());
+    deliver::wake_next(&sink.ctx, &target(), "t");
+    assert_eq!(woken(&mut sink), ["a"]);
+    // a was cancelled before its wake applied: the shard hands the wake back, and b gets it.
+    let a = PackedTimer::with_meta("t", "a", &held[0], b"").expect("short");
+    sink.wake_unused(&a);
+    assert_eq!(woken(&mut sink), ["b"]);
+    // Once another delivery has taken the slot, an unused wake wakes nobody: c keeps its
+    // place in the queue.
+    sink.ctx.per_host.borrow_mut().insert(target(), 1);
+    let b = PackedTimer::with_meta("t", "b", &held[1], b"").expect("short");
+    sink.wake_unused(&b);
+    assert!(woken(&mut sink).is_empty());
+    assert_eq!(sink.ctx.queues.borrow().len(), 1);
+}
+
 #[test]
 fn a_held_timers_safety_net_grows_with_the_queue_ahead_up_to_a_minute() {
     let mut s = allowing();
