@@ -41,6 +41,8 @@ pub enum Error {
     RingFull { shard: usize, capacity: usize },
     #[error("the tenant holds {share} requests in the ring of shard {shard}, its share (a quarter of the ring); retry later")]
     RingShare { shard: usize, share: usize },
+    #[error("the tenant holds {share} writes waiting for the durable store of shard {shard}, its share (a quarter of them); retry later")]
+    StoreShare { shard: usize, share: usize },
     #[error("tenant {tenant:?} has reached its quota of {limit} pending timers")]
     QuotaExceeded { tenant: String, limit: u64 },
     #[error("the engine is shutting down")]

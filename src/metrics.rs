@@ -365,6 +365,9 @@ pub struct StoreMetrics {
     pub errors_total: AtomicU64,
     /// Durable registrations and cancels refused with `StoreUnavailable`.
     pub refused_total: AtomicU64,
+    /// Durable registrations and cancels refused because their tenant held a quarter of the
+    /// writes waiting (`StoreShare`, 503 `overloaded`).
+    pub share_refused_total: AtomicU64,
     /// Callers answered `StoreUnavailable` because the acknowledgement took too long.
     pub ack_timeouts_total: AtomicU64,
     pub recoveries_total: AtomicU64,
@@ -405,6 +408,7 @@ impl Default for StoreMetrics {
             reconnects_total: AtomicU64::new(0),
             errors_total: AtomicU64::new(0),
             refused_total: AtomicU64::new(0),
+            share_refused_total: AtomicU64::new(0),
             ack_timeouts_total: AtomicU64::new(0),
             recoveries_total: AtomicU64::new(0),
             recovered_timers: AtomicU64::new(0),

@@ -35,6 +35,21 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+/// Buckets tenants are counted in for their share of a shard's queues: its ring of requests
+/// (`ring.rs`) and its store's writes waiting to be durable (`store/acks.rs`). One tenant may
+/// hold a quarter of either; two tenants in one bucket share its quarter.
+pub const SHARE_BUCKETS: usize = 256;
+
+/// The share bucket of `tenant` (FNV-1a of its name).
+pub fn share_bucket(tenant: &str) -> u8 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in tenant.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    (h % SHARE_BUCKETS as u32) as u8
+}
+
 /// One tenant's quota and its pending count.
 #[derive(Debug)]
 pub struct Quota {

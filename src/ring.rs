@@ -23,10 +23,11 @@
 //! One tenant may hold at most a quarter of a shard's ring at once; past it
 //! its requests are refused ([`Error::RingShare`], `503 overloaded`) while other tenants' still
 //! enter, so one tenant's churn can fill at most a quarter of the ring, and it takes four
-//! flooding tenants at once to fill it for everyone. Tenants are counted in [`SHARE_BUCKETS`]
+//! flooding tenants at once to fill it for everyone. Tenants are counted in `SHARE_BUCKETS`
 //! buckets by a hash of their name (two tenants in one bucket share its quarter): a push adds
 //! one to its bucket and the pop that takes the op out subtracts it, two uncontended atomic
-//! adds unless two producers push for one bucket at the same instant.
+//! adds unless two producers push for one bucket at the same instant. The same rule holds for
+//! the writes waiting for the shard's durable store (`store/acks.rs`).
 
 use crate::error::Error;
 use crate::op::Op;
@@ -35,18 +36,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-/// Buckets tenants are counted in for their share of a ring.
-pub const SHARE_BUCKETS: usize = 256;
-
-/// The bucket of `tenant` (FNV-1a of its name).
-fn share_bucket(tenant: &str) -> u8 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in tenant.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    (h % SHARE_BUCKETS as u32) as u8
-}
+use crate::quota::{share_bucket, SHARE_BUCKETS};
 
 pub(crate) struct Ring {
     shard: usize,

@@ -214,6 +214,53 @@ fn full_outage_buffer_refuses_new_durable_writes() {
     assert!(m.refused_total.load(std::sync::atomic::Ordering::Relaxed) >= 10);
 }
 
+/// While Redis stops answering, a flooding tenant's writes wait in the outbox only up to its
+/// share (a quarter of `max_buffered`); past it they are refused `StoreShare` at once, and
+/// another tenant's write is still admitted and acknowledged once Redis is back.
+#[test]
+fn one_tenant_holds_at_most_a_quarter_of_the_writes_waiting_for_the_store() {
+    let redis = RedisServer::start();
+    let mut cfg = config(redis.url());
+    cfg.max_buffered = 40;
+    let e = engine(1, cfg);
+    let h = e.handle();
+    assert!(h.wait_store_ready(Duration::from_secs(30)));
+    redis.signal("STOP");
+    let far = UtcMicros(h.now().0 + 3_600_000_000);
+    let flood: Vec<_> = (0..40)
+        .map(|i| h.schedule_async("flood", &format!("k{i}"), far, b""))
+        .collect();
+    let calm = h.schedule_async("calm", "k", far, b"");
+    // Each push is applied by the shard before Redis answers anything; give it time to.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.store_metrics()[0]
+        .store
+        .share_refused_total
+        .load(std::sync::atomic::Ordering::Relaxed)
+        < 30
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    redis.signal("CONT");
+    let (mut acked, mut over_share) = (0, 0);
+    for f in flood {
+        match futures_lite::future::block_on(f) {
+            Ok(_) => acked += 1,
+            Err(Error::StoreShare { share: 10, .. }) => over_share += 1,
+            Err(other) => panic!("a flood write: {other}"),
+        }
+    }
+    assert_eq!((acked, over_share), (10, 30));
+    let calm = futures_lite::future::block_on(calm);
+    assert!(calm.is_ok(), "the calm tenant's write: {calm:?}");
+    let m = &h.store_metrics()[0].store;
+    assert_eq!(
+        m.refused_total.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
 #[test]
 fn stream_lengths_are_sampled_per_tenant() {
     let redis = RedisServer::start();

@@ -158,9 +158,9 @@ impl From<EngineError> for ApiError {
             EngineError::PayloadTooLarge { .. } => ApiError::PayloadTooLarge(msg),
             EngineError::DeadlineOutOfRange { .. } => ApiError::DeadlineOutOfRange(msg),
             EngineError::CapacityExceeded { .. } => ApiError::CapacityExceeded(msg),
-            EngineError::RingFull { .. } | EngineError::RingShare { .. } => {
-                ApiError::Overloaded(msg)
-            }
+            EngineError::RingFull { .. }
+            | EngineError::RingShare { .. }
+            | EngineError::StoreShare { .. } => ApiError::Overloaded(msg),
             EngineError::ShuttingDown => ApiError::ShuttingDown,
             EngineError::QuotaExceeded { tenant, limit } => {
                 ApiError::QuotaExceeded { tenant, limit }

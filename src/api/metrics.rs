@@ -184,6 +184,7 @@ struct Row {
     reconnects: u64,
     errors: u64,
     refused: u64,
+    share_refused: u64,
     ack_timeouts: u64,
     recoveries: u64,
     recovered_timers: u64,
@@ -217,6 +218,7 @@ fn rows(handle: &Handle) -> Vec<Row> {
                 fire_pauses: get(|m| m.fire_pauses_total.load(Relaxed)),
                 errors: get(|m| m.errors_total.load(Relaxed)),
                 refused: get(|m| m.refused_total.load(Relaxed)),
+                share_refused: get(|m| m.share_refused_total.load(Relaxed)),
                 ack_timeouts: get(|m| m.ack_timeouts_total.load(Relaxed)),
                 recoveries: get(|m| m.recoveries_total.load(Relaxed)),
                 recovered_timers: get(|m| m.recovered_timers.load(Relaxed)),
@@ -238,7 +240,7 @@ fn rows(handle: &Handle) -> Vec<Row> {
 
 type Pick = fn(&Row) -> Value<'_>;
 
-const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 20] = [
+const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 21] = [
     (
         "punctual_store_flush_seconds",
         "Duration of one batch of durable writes: a Redis pipeline, or a journal group commit (write and fdatasync)",
@@ -334,6 +336,12 @@ const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 20] = [
         "Durable writes refused (503 store_unavailable)",
         MetricType::Counter,
         |r| Value::Counter(r.refused),
+    ),
+    (
+        "punctual_store_share_refused",
+        "Durable writes refused because their tenant held a quarter of the writes waiting (503 overloaded)",
+        MetricType::Counter,
+        |r| Value::Counter(r.share_refused),
     ),
     (
         "punctual_store_ack_timeouts",

@@ -351,7 +351,7 @@ impl<S: TimeSource> Shard<S> {
             }));
             return;
         }
-        if let Err(e) = self.store.admit() {
+        if let Err(e) = self.store.admit(tenant) {
             let _ = reply.send(Err(e));
             return;
         }
@@ -397,7 +397,7 @@ impl<S: TimeSource> Shard<S> {
             let _ = reply.send(Ok(Cancelled::NotFound));
             return;
         }
-        if let Err(e) = self.store.admit() {
+        if let Err(e) = self.store.admit(tenant) {
             let _ = reply.send(Err(e));
             return;
         }

@@ -377,7 +377,7 @@ impl<S: TimeSource> Shard<S> {
             } => {
                 let scheduled = self
                     .store
-                    .admit()
+                    .admit(timer.tenant())
                     .and_then(|()| self.admit_room(&timer))
                     .and_then(|()| self.admit_quota(&timer, slot))
                     .and_then(|slot| {
@@ -417,7 +417,7 @@ impl<S: TimeSource> Shard<S> {
                     let _ = reply.send(Ok(Cancelled::NotFound));
                     return;
                 }
-                if let Err(e) = self.store.admit() {
+                if let Err(e) = self.store.admit(timer.tenant()) {
                     let _ = reply.send(Err(e));
                     return;
                 }

@@ -10,6 +10,11 @@
 //! - schedules and cancels are admitted while fewer than `limit` writes wait; fires are never
 //!   refused (each stands for a timer already admitted), but the shard stops firing while
 //!   `fire_limit` fires wait ([`Acks::fire_room`]);
+//! - a tenant's share: the writes a caller waits for are counted per tenant (in the share
+//!   buckets of `quota.rs`), and a tenant whose writes hold a quarter of `limit` is refused
+//!   ([`Room::OverShare`]) while others are still admitted. So when the store falls behind
+//!   (a slow disk, a Redis failover), one tenant's churn can take at most a quarter of its
+//!   room, and it takes four flooding tenants to fill it for everyone;
 //! - a caller that waited past the ack timeout is answered `StoreUnavailable` and its write
 //!   stays queued: "not acknowledged" allows either outcome ([`Acks::expire`]).
 //!
@@ -26,11 +31,26 @@ struct Owed {
     ack: Ack,
     queued: Instant,
     fire: bool,
+    /// The share bucket it is counted in: a write a caller waited for when it was queued.
+    share: Option<u8>,
+}
+
+/// Whether one more schedule or cancel of a tenant fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Room {
+    Yes,
+    /// `limit` writes wait.
+    Full,
+    /// The tenant's writes hold this many places: its quarter of `limit`.
+    OverShare(usize),
 }
 
 pub struct Acks {
     owed: VecDeque<Owed>,
     limit: usize,
+    /// Waited-for writes per share bucket, and how many one bucket may hold.
+    shares: Box<[u32]>,
+    share: usize,
     fire_limit: usize,
     ack_timeout: Duration,
     /// Entries before this index have had their ack timeout checked (and maybe answered).
@@ -46,6 +66,8 @@ impl Acks {
         Acks {
             owed: VecDeque::new(),
             limit,
+            shares: vec![0; crate::quota::SHARE_BUCKETS].into_boxed_slice(),
+            share: (limit / 4).max(1),
             fire_limit,
             ack_timeout,
             checked: 0,
@@ -68,9 +90,39 @@ impl Acks {
         self.now = Instant::now();
     }
 
-    /// Whether one more schedule or cancel fits.
-    pub fn has_room(&self) -> bool {
-        self.owed.len() < self.limit
+    /// Whether one more schedule or cancel of `tenant` fits.
+    pub fn room_for(&self, tenant: &str) -> Room {
+        if self.owed.len() >= self.limit {
+            return Room::Full;
+        }
+        let held = self.shares[usize::from(crate::quota::share_bucket(tenant))];
+        if held as usize >= self.share {
+            return Room::OverShare(self.share);
+        }
+        Room::Yes
+    }
+
+    /// `Ok` when one more schedule or cancel of `tenant` fits; else the refusal, counted in
+    /// `m`: `unavailable()` when `limit` writes wait, `StoreShare` when the tenant holds its
+    /// share of them.
+    pub fn admit(
+        &self,
+        tenant: &str,
+        shard: usize,
+        m: &StoreMetrics,
+        unavailable: impl FnOnce() -> Error,
+    ) -> Result<(), Error> {
+        match self.room_for(tenant) {
+            Room::Yes => Ok(()),
+            Room::Full => {
+                StoreMetrics::count(&m.refused_total, 1);
+                Err(unavailable())
+            }
+            Room::OverShare(share) => {
+                StoreMetrics::count(&m.share_refused_total, 1);
+                Err(Error::StoreShare { shard, share })
+            }
+        }
     }
 
     /// How many more fires fit before the shard must hold due timers back.
@@ -83,13 +135,19 @@ impl Acks {
         self.fires > 0
     }
 
-    /// The ack of a write just queued (a fire's, when `fire`).
-    pub fn push(&mut self, ack: Ack, fire: bool) {
+    /// The ack of a write of `tenant` just queued (a fire's, when `fire`). One a caller waits
+    /// for counts against the tenant's share until it leaves the queue.
+    pub fn push(&mut self, ack: Ack, fire: bool, tenant: &str) {
         self.fires += usize::from(fire);
+        let share = ack.is_waiting().then(|| crate::quota::share_bucket(tenant));
+        if let Some(b) = share {
+            self.shares[usize::from(b)] += 1;
+        }
         self.owed.push_back(Owed {
             ack,
             queued: self.now,
             fire,
+            share,
         });
     }
 
@@ -106,6 +164,9 @@ impl Acks {
         };
         self.checked = self.checked.saturating_sub(1);
         self.fires -= usize::from(o.fire);
+        if let Some(b) = o.share {
+            self.shares[usize::from(b)] -= 1;
+        }
         o.ack.answer(outcome);
         true
     }
@@ -188,11 +249,40 @@ pub(crate) mod tests {
         (Ack::Schedule(tx, s), rx)
     }
 
+    /// A tenant's waited-for writes hold at most a quarter of the room; writes no caller
+    /// waits for (fires, detached schedules) do not count against it; a write that leaves
+    /// gives its place back.
+    #[test]
+    fn a_tenant_is_refused_past_its_share_while_another_is_admitted() {
+        let mut a = Acks::new(8, 8, Duration::from_secs(2));
+        a.push(Ack::None, true, "flood");
+        a.push(Ack::None, false, "flood");
+        for _ in 0..2 {
+            assert_eq!(a.room_for("flood"), Room::Yes);
+            a.push(sched().0, false, "flood");
+        }
+        assert_eq!(a.room_for("flood"), Room::OverShare(2));
+        assert_eq!(a.room_for("calm"), Room::Yes);
+        let m = StoreMetrics::default();
+        let refused = a.admit("flood", 3, &m, || unreachable!("not full"));
+        assert_eq!(refused, Err(Error::StoreShare { shard: 3, share: 2 }));
+        assert_eq!(m.share_refused_total.load(Ordering::Relaxed), 1);
+        for _ in 0..4 {
+            a.push(sched().0, false, "calm");
+        }
+        assert_eq!(a.room_for("calm"), Room::Full);
+        // The two detached writes leave first, then the first flood write: its place is back.
+        for _ in 0..3 {
+            assert!(a.pop(Ok(())));
+        }
+        assert_eq!(a.room_for("flood"), Room::Yes);
+    }
+
     #[test]
     fn ack_timeout_answers_unavailable_and_keeps_the_write() {
         let mut a = Acks::new(10, 10, Duration::from_millis(0));
         let (ack, rx) = sched();
-        a.push(ack, false);
+        a.push(ack, false, "t");
         assert_eq!(a.expire(Instant::now(), 1), 1);
         assert_eq!(
             futures_lite::future::block_on(rx).ok(),
@@ -208,9 +298,9 @@ pub(crate) mod tests {
     fn pops_answer_in_order_and_room_counts_writes_and_fires_apart() {
         let mut a = Acks::new(1, 2, Duration::from_secs(2));
         let (ack, rx) = sched();
-        a.push(ack, false);
-        assert!(!a.has_room());
-        a.push(Ack::None, true);
+        a.push(ack, false, "t");
+        assert_eq!(a.room_for("t"), Room::Full);
+        a.push(Ack::None, true, "t");
         assert_eq!(a.fire_room(), 1);
         assert!(a.has_fires());
         assert!(a.pop(Ok(())));

@@ -26,7 +26,7 @@ impl Store for MemoryStore {
         Box::pin(async { true })
     }
 
-    fn admit(&self) -> Result<(), Error> {
+    fn admit(&self, _tenant: &str) -> Result<(), Error> {
         Ok(())
     }
 

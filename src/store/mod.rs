@@ -139,8 +139,10 @@ pub trait Store {
         0
     }
 
-    /// `Ok` when one more durable schedule or cancel fits now; else the refusal, counted.
-    fn admit(&self) -> Result<(), Error>;
+    /// `Ok` when one more durable schedule or cancel of `tenant` fits now; else the refusal,
+    /// counted: `StoreUnavailable` when the store cannot take it, `StoreShare` when the tenant
+    /// already holds its share of the writes waiting (`acks.rs`).
+    fn admit(&self, tenant: &str) -> Result<(), Error>;
 
     /// What an op gets when it waited longer than [`Store::ack_timeout`] (during recovery).
     fn refusal(&self) -> Error;

@@ -104,7 +104,7 @@ impl Node {
 
     /// Whether the store admits a durable write now (the shard asks before each).
     pub fn admits(&self) -> bool {
-        self.store.admit().is_ok()
+        self.store.admit(TENANT).is_ok()
     }
 
     pub fn schedule(&mut self, key: &str, version: u64, deadline: u64, meta: &[u8]) -> Answer {

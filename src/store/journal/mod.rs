@@ -201,6 +201,7 @@ impl JournalStore {
             Some(version),
             |b| record::put_timer(b, true, version, deadline, timer),
             ack,
+            timer.tenant(),
         );
         shared.note_record(size);
     }
@@ -212,6 +213,7 @@ impl JournalStore {
             Some(letter.version),
             |b| record::put_dead_letter(b, letter.version, letter.fire_at, letter.timer),
             Ack::None,
+            letter.timer.tenant(),
         );
         shared.note_record(size);
     }
@@ -245,15 +247,18 @@ impl Store for JournalStore {
         self.version_floor
     }
 
-    /// `Ok` when the journal can write and one more write fits in the outbox; else
-    /// `StoreUnavailable`, counted.
-    fn admit(&self) -> Result<()> {
-        if self.shared.health.get() == Health::Ready && self.shared.outbox.borrow().acks.has_room()
-        {
-            return Ok(());
+    /// `Ok` when the journal can write and one more write of `tenant` fits in the outbox;
+    /// else the refusal, counted.
+    fn admit(&self, tenant: &str) -> Result<()> {
+        if self.shared.health.get() != Health::Ready {
+            StoreMetrics::count(&self.shared.m().refused_total, 1);
+            return Err(self.shared.unavailable());
         }
-        StoreMetrics::count(&self.shared.m().refused_total, 1);
-        Err(self.shared.unavailable())
+        let s = &self.shared;
+        s.outbox
+            .borrow()
+            .acks
+            .admit(tenant, s.shard, s.m(), || s.unavailable())
     }
 
     fn refusal(&self) -> Error {
@@ -279,6 +284,7 @@ impl Store for JournalStore {
             Some(s.version),
             |b| record::put_timer(b, false, s.version, s.deadline, timer),
             ack,
+            timer.tenant(),
         );
         shared.note_record(size);
         if !s.replaced {
@@ -288,7 +294,7 @@ impl Store for JournalStore {
 
     fn cancel(&mut self, tenant: &str, key: &str, ack: Ack) {
         self.shared
-            .push(None, |b| record::put_cancel(b, tenant, key), ack);
+            .push(None, |b| record::put_cancel(b, tenant, key), ack, tenant);
         self.shared
             .live
             .set(self.shared.live.get().saturating_sub(1));
@@ -328,6 +334,7 @@ impl Store for JournalStore {
             Some(t.version),
             |b| record::put_fired(b, t.version, t.tenant, t.key),
             Ack::None,
+            t.tenant,
         );
     }
 
@@ -354,8 +361,12 @@ impl Store for JournalStore {
 
     /// A dead letter discarded: a dead-removed record (the pending timers are not touched).
     fn dead_removed(&mut self, tenant: &str, key: &str, ack: Ack) {
-        self.shared
-            .push(None, |b| record::put_dead_removed(b, tenant, key), ack);
+        self.shared.push(
+            None,
+            |b| record::put_dead_removed(b, tenant, key),
+            ack,
+            tenant,
+        );
     }
 
     /// A dead letter re-driven: one record that removes it and makes `timer` pending, so that
@@ -366,6 +377,7 @@ impl Store for JournalStore {
             Some(s.version),
             |b| record::put_redrive(b, s.version, s.deadline, timer),
             ack,
+            timer.tenant(),
         );
         shared.note_record(size);
         shared.live.set(shared.live.get() + 1);

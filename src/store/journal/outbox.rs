@@ -64,11 +64,12 @@ impl Outbox {
     /// waits for counts against the acks' fire limit (`Acks::fire_room`), fire or not: the
     /// shard holds due timers back at that bound, so such records stay bounded while the disk
     /// cannot take them (see the invariants above).
-    pub fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize, ack: Ack) {
+    /// `tenant` is whose write it is (counted against its share when a caller waits).
+    pub fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize, ack: Ack, tenant: &str) {
         encode(&mut self.bytes);
         self.ends.push_back(self.end());
         let detached = !ack.is_waiting();
-        self.acks.push(ack, detached);
+        self.acks.push(ack, detached, tenant);
     }
 
     /// The stream position after the last record queued.
@@ -140,6 +141,7 @@ mod tests {
                 n
             },
             Ack::None,
+            "",
         );
     }
 

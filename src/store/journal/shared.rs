@@ -138,6 +138,7 @@ impl Shared {
         version: Option<u64>,
         encode: impl FnOnce(&mut Vec<u8>) -> usize,
         ack: Ack,
+        tenant: &str,
     ) -> usize {
         if self.health.get() == Health::Failed {
             if ack.is_waiting() {
@@ -150,7 +151,7 @@ impl Shared {
         let renew = version.and_then(|v| self.lease.borrow_mut().note(v));
         let mut outbox = self.outbox.borrow_mut();
         if let Some(ceiling) = renew {
-            outbox.push(|b| record::put_lease(b, ceiling), Ack::None);
+            outbox.push(|b| record::put_lease(b, ceiling), Ack::None, "");
             self.lease.borrow_mut().queued_at(outbox.end(), ceiling);
         }
         let mut size = 0;
@@ -160,6 +161,7 @@ impl Shared {
                 size
             },
             ack,
+            tenant,
         );
         size
     }

@@ -297,13 +297,14 @@ impl Store for RedisStore {
         })
     }
 
-    /// `Ok` when one more durable write fits in the outbox; else `StoreUnavailable`, counted.
-    fn admit(&self) -> Result<()> {
-        if self.shared.outbox.borrow().acks.has_room() {
-            return Ok(());
-        }
-        StoreMetrics::count(&self.shared.m().refused_total, 1);
-        Err(self.shared.unavailable())
+    /// `Ok` when one more durable write of `tenant` fits in the outbox; else the refusal,
+    /// counted.
+    fn admit(&self, tenant: &str) -> Result<()> {
+        let s = &self.shared;
+        s.outbox
+            .borrow()
+            .acks
+            .admit(tenant, s.shard, s.m(), || s.unavailable())
     }
 
     fn refusal(&self) -> Error {
@@ -327,14 +328,17 @@ impl Store for RedisStore {
 
     fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
         let write = put_cmd(timer, s.version, s.deadline.0);
-        self.shared.outbox.borrow_mut().push(write, None, ack);
+        self.shared
+            .outbox
+            .borrow_mut()
+            .push(write, None, ack, timer.tenant());
     }
 
     fn cancel(&mut self, tenant: &str, key: &str, ack: Ack) {
         self.shared
             .outbox
             .borrow_mut()
-            .push(del_cmd(tenant, key), None, ack);
+            .push(del_cmd(tenant, key), None, ack, tenant);
     }
 
     fn fire_room(&self) -> usize {
@@ -362,8 +366,8 @@ impl Store for RedisStore {
         let del = del_cmd(t.tenant, t.key);
         let mut outbox = self.shared.outbox.borrow_mut();
         match self.stream_entry(t) {
-            Some(xadd) => outbox.push(xadd, Some(del), Ack::None),
-            None => outbox.push(del, None, Ack::None),
+            Some(xadd) => outbox.push(xadd, Some(del), Ack::None, t.tenant),
+            None => outbox.push(del, None, Ack::None, t.tenant),
         }
     }
 
@@ -372,8 +376,8 @@ impl Store for RedisStore {
         let put = put_cmd(kept, s.version, s.deadline.0);
         let mut outbox = self.shared.outbox.borrow_mut();
         match self.stream_entry(t) {
-            Some(xadd) => outbox.push(xadd, Some(put), Ack::None),
-            None => outbox.push(put, None, Ack::None),
+            Some(xadd) => outbox.push(xadd, Some(put), Ack::None, t.tenant),
+            None => outbox.push(put, None, Ack::None, t.tenant),
         }
     }
 
@@ -386,7 +390,7 @@ impl Store for RedisStore {
         self.shared
             .outbox
             .borrow_mut()
-            .push(dead::remove(tenant, key), None, ack);
+            .push(dead::remove(tenant, key), None, ack, tenant);
     }
 
     /// Tells the store task that writes are waiting, and answers `StoreUnavailable` to callers

@@ -68,19 +68,27 @@ impl Outbox {
         self.entries.is_empty()
     }
 
-    pub fn push(&mut self, first: Cmd, second: Option<Cmd>, ack: Ack) {
-        self.push_entry(first, second, None, ack);
+    /// `tenant` is whose write it is (counted against its share when a caller waits).
+    pub fn push(&mut self, first: Cmd, second: Option<Cmd>, ack: Ack, tenant: &str) {
+        self.push_entry(first, second, None, ack, tenant);
     }
 
     /// Three commands that apply together (a dead letter's).
     pub fn push_three(&mut self, cmds: [Cmd; 3]) {
         let [a, b, c] = cmds;
-        self.push_entry(a, Some(b), Some(c), Ack::None);
+        self.push_entry(a, Some(b), Some(c), Ack::None, "");
     }
 
-    fn push_entry(&mut self, first: Cmd, second: Option<Cmd>, third: Option<Cmd>, ack: Ack) {
+    fn push_entry(
+        &mut self,
+        first: Cmd,
+        second: Option<Cmd>,
+        third: Option<Cmd>,
+        ack: Ack,
+        tenant: &str,
+    ) {
         // A fire's entry is the one with a second command (its stream entry and removal).
-        self.acks.push(ack, second.is_some());
+        self.acks.push(ack, second.is_some(), tenant);
         self.entries.push_back(Entry {
             first,
             second,
@@ -118,9 +126,9 @@ mod tests {
     #[test]
     fn prefix_respects_the_command_budget_but_never_splits_a_fire() {
         let mut o = Outbox::new(10, 10, Duration::from_secs(2));
-        o.push(redis::cmd("HSET"), None, Ack::None);
-        o.push(redis::cmd("XADD"), Some(redis::cmd("HDEL")), Ack::None);
-        o.push(redis::cmd("HSET"), None, Ack::None);
+        o.push(redis::cmd("HSET"), None, Ack::None, "");
+        o.push(redis::cmd("XADD"), Some(redis::cmd("HDEL")), Ack::None, "");
+        o.push(redis::cmd("HSET"), None, Ack::None, "");
         assert_eq!(o.batch(0, 2).count(), 1);
         assert_eq!(o.batch(0, 3).count(), 2);
         assert_eq!(o.batch(0, 1).count(), 1);
@@ -132,8 +140,8 @@ mod tests {
     fn completion_answers_in_order() {
         let mut o = Outbox::new(1, 1, Duration::from_secs(2));
         let (ack, rx) = sched();
-        o.push(redis::cmd("HSET"), None, ack);
-        assert!(!o.acks.has_room());
+        o.push(redis::cmd("HSET"), None, ack, "t");
+        assert_eq!(o.acks.room_for("u"), crate::store::acks::Room::Full);
         o.complete([Ok(())]);
         assert!(matches!(futures_lite::future::block_on(rx), Ok(Ok(s)) if s.version == 1));
     }
