@@ -246,6 +246,29 @@ impl Default for DeliveryMetrics {
 }
 
 impl DeliveryMetrics {
+    /// The sum of the counters: it moves whenever the tenant does anything.
+    fn counted(&self) -> u64 {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            &self.attempts,
+            &self.successes,
+            &self.refused,
+            &self.resolver_busy,
+            &self.dead_total,
+        ]
+        .into_iter()
+        .chain(&self.failures)
+        .map(get)
+        .fold(0u64, u64::wrapping_add)
+    }
+
+    /// Whether the tenant holds anything now: dead letters, attempts in flight, timers held back.
+    fn holds(&self) -> bool {
+        [&self.dead, &self.in_flight, &self.held_back]
+            .into_iter()
+            .any(|g| g.load(Ordering::Relaxed) != 0)
+    }
+
     /// Counts a failure of `class` (one of [`FAILURE_CLASSES`]).
     pub fn failed(&self, class: &str) {
         if let Some(i) = FAILURE_CLASSES.iter().position(|c| *c == class) {
@@ -262,15 +285,24 @@ impl DeliveryMetrics {
     }
 }
 
-/// The webhook figures of one shard: one [`DeliveryMetrics`] per tenant seen, for the first
-/// [`TENANT_SERIES`] tenants; every later tenant is counted under one shared entry exported as
-/// `tenant="other"`, so that tenants a server does not know (an open server) cannot grow the
-/// exposition without bound. A tenant's entry, once given, never changes, so every counter
-/// stays monotonic. The shard's sink keeps its own map of these (no lock per delivery); this
-/// list, under a mutex, is taken only when a tenant is first seen and by a scrape.
+/// The webhook figures of one shard: one [`DeliveryMetrics`] per tenant seen, for at most
+/// [`TENANT_SERIES`] tenants at once; a tenant that finds them all taken is counted under one
+/// shared entry exported as `tenant="other"`, so that tenants a server does not know (an open
+/// server) cannot grow the exposition without bound.
+///
+/// A tenant's series goes when the tenant does: once it has held nothing (no dead letter,
+/// nothing in flight or held back) and counted nothing for [`SERIES_IDLE`], the shard's sink
+/// retires it ([`WebhookMetrics::retire_idle`]), unless the tenant has a table of its own in
+/// the configuration. Its place is free for another tenant; should it come back, its series
+/// starts again from zero (a counter reset, which `rate()` reads correctly). While an entry
+/// lives it never changes, so its counters stay monotonic.
+///
+/// One writer: the shard's thread (its sink, its deliveries, its dead letters). The sink keeps
+/// its own map of these (no lock per delivery); this list, under a mutex, is taken when a
+/// tenant is first seen, by the sink's sweep once a minute, and by a scrape.
 #[derive(Default)]
 pub struct WebhookMetrics {
-    tenants: std::sync::Mutex<Vec<(String, std::sync::Arc<DeliveryMetrics>)>>,
+    tenants: std::sync::Mutex<Vec<Series>>,
     /// The tenants past the first [`TENANT_SERIES`], together.
     other: std::sync::Arc<DeliveryMetrics>,
     /// Whether any tenant was counted under `other`.
@@ -279,6 +311,19 @@ pub struct WebhookMetrics {
 
 /// Tenants with webhook series of their own, per shard.
 pub const TENANT_SERIES: usize = 64;
+
+/// How long a tenant's webhook series stays once it holds and counts nothing.
+pub const SERIES_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// One tenant's series, and since when it has been idle.
+struct Series {
+    tenant: String,
+    m: std::sync::Arc<DeliveryMetrics>,
+    /// The sum of its counters at the last sweep, and the sweep that last saw it move (or
+    /// hold something).
+    counted: u64,
+    since: std::time::Instant,
+}
 
 /// The label the tenants past [`TENANT_SERIES`] share (a tenant named `other` shares it too).
 pub const OTHER_TENANTS: &str = "other";
@@ -289,22 +334,60 @@ impl WebhookMetrics {
         let Ok(mut list) = self.tenants.lock() else {
             return Default::default();
         };
-        if let Some((_, m)) = list.iter().find(|(t, _)| t == tenant) {
-            return m.clone();
+        if let Some(s) = list.iter().find(|s| s.tenant == tenant) {
+            return s.m.clone();
         }
         if list.len() >= TENANT_SERIES {
             self.folded.store(true, Ordering::Relaxed);
             return self.other.clone();
         }
         let m = std::sync::Arc::new(DeliveryMetrics::default());
-        list.push((tenant.to_string(), m.clone()));
+        list.push(Series {
+            tenant: tenant.to_string(),
+            m: m.clone(),
+            counted: 0,
+            since: std::time::Instant::now(),
+        });
         m
+    }
+
+    /// Retires the series of every tenant that has held and counted nothing since `idle`
+    /// before `now` and that `keep` does not name; their names. Called on the shard's thread
+    /// (the only writer), so no count can land in a series as it goes.
+    pub fn retire_idle(
+        &self,
+        now: std::time::Instant,
+        idle: std::time::Duration,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let Ok(mut list) = self.tenants.lock() else {
+            return Vec::new();
+        };
+        let mut gone = Vec::new();
+        list.retain_mut(|s| {
+            let counted = s.m.counted();
+            if counted != s.counted || s.m.holds() || keep(&s.tenant) {
+                s.counted = counted;
+                s.since = now;
+                return true;
+            }
+            if now.saturating_duration_since(s.since) < idle {
+                return true;
+            }
+            gone.push(std::mem::take(&mut s.tenant));
+            false
+        });
+        gone
     }
 
     /// (tenant, figures) of every tenant with its own series, then `other` once it counts
     /// anyone, for exporters.
     pub fn snapshot(&self) -> Vec<(String, std::sync::Arc<DeliveryMetrics>)> {
-        let mut out = self.tenants.lock().map(|l| l.clone()).unwrap_or_default();
+        let mut out: Vec<_> = self
+            .tenants
+            .lock()
+            .map(|l| l.iter().map(|s| (s.tenant.clone(), s.m.clone())).collect())
+            .unwrap_or_default();
         if self.folded.load(Ordering::Relaxed) {
             out.push((OTHER_TENANTS.to_string(), self.other.clone()));
         }
@@ -481,6 +564,41 @@ mod tests {
         assert_eq!(get(OTHER_TENANTS), Some(1_001));
         assert_eq!(get("t3"), Some(2));
         assert_eq!(get("late7"), None);
+    }
+
+    /// A tenant's series goes once it has held and counted nothing for the idle time, unless
+    /// kept; its place then goes to a new tenant instead of `other`.
+    #[test]
+    fn an_idle_tenants_series_is_retired_and_its_place_reused() {
+        use std::time::{Duration, Instant};
+        let w = WebhookMetrics::default();
+        for i in 0..TENANT_SERIES {
+            single_writer_add(&w.tenant(&format!("t{i}")).attempts, 1);
+        }
+        DeliveryMetrics::add(&w.tenant("t1").dead, 1);
+        let idle = Duration::from_secs(600);
+        let t0 = Instant::now();
+        let kept = |t: &str| t == "t2";
+        // First sweep: every counter moved since the series were made.
+        assert!(w.retire_idle(t0, idle, kept).is_empty());
+        // t3 counts again; the rest stay still.
+        single_writer_add(&w.tenant("t3").successes, 1);
+        assert!(w.retire_idle(t0 + idle / 2, idle, kept).is_empty());
+        let mut gone = w.retire_idle(t0 + idle, idle, kept);
+        gone.sort();
+        assert_eq!(gone.len(), TENANT_SERIES - 3, "all but t1, t2 and t3");
+        assert!(!gone
+            .iter()
+            .any(|t| ["t1", "t2", "t3"].contains(&t.as_str())));
+        let names: Vec<String> = w.snapshot().into_iter().map(|(t, _)| t).collect();
+        assert_eq!(names, ["t1", "t2", "t3"]);
+        // t3 goes half an idle time later; a newcomer gets a series of its own, from zero.
+        assert_eq!(w.retire_idle(t0 + idle * 3 / 2, idle, kept), ["t3"]);
+        assert_eq!(w.tenant("t0").attempts.load(Ordering::Relaxed), 0);
+        single_writer_add(&w.tenant("new").attempts, 1);
+        let snap = w.snapshot();
+        assert!(snap.iter().any(|(t, _)| t == "new"));
+        assert!(!snap.iter().any(|(t, _)| t == OTHER_TENANTS));
     }
 
     #[test]

@@ -118,8 +118,13 @@ pub(crate) struct Ctx {
     pub queues: RefCell<Queues>,
     pub metrics: Arc<ShardMetrics>,
     tenant_metrics: RefCell<Map<Box<str>, Arc<DeliveryMetrics>>>,
+    /// When the idle tenants' series are next swept.
+    sweep_at: std::cell::Cell<std::time::Instant>,
     pub jitter: RefCell<policy::Jitter>,
 }
+
+/// How often the sink looks for idle tenants' series to retire.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 impl Ctx {
     /// The tenant's figures, from the sink's own map (the shared list's lock only on first use).
@@ -132,6 +137,25 @@ impl Ctx {
             .borrow_mut()
             .insert(tenant.into(), m.clone());
         m
+    }
+
+    /// Retires the series of tenants idle for [`crate::metrics::SERIES_IDLE`] (not those
+    /// with a table of their own), at most once per [`SWEEP_EVERY`].
+    fn sweep_series(&self, now: std::time::Instant) {
+        if now < self.sweep_at.get() {
+            return;
+        }
+        self.sweep_at.set(now + SWEEP_EVERY);
+        let gone = self
+            .metrics
+            .webhooks
+            .retire_idle(now, crate::metrics::SERIES_IDLE, |t| {
+                self.settings.tenant(t).is_some()
+            });
+        let mut mine = self.tenant_metrics.borrow_mut();
+        for t in gone {
+            mine.remove(t.as_str());
+        }
     }
 
     pub fn draw(&self) -> u64 {
@@ -201,6 +225,7 @@ impl WebhookSink {
                 queues: RefCell::new(Queues::default()),
                 metrics,
                 tenant_metrics: RefCell::default(),
+                sweep_at: std::cell::Cell::new(std::time::Instant::now() + SWEEP_EVERY),
                 jitter: RefCell::new(policy::Jitter::new(seed)),
             }),
         }
@@ -377,6 +402,7 @@ impl Sink for WebhookSink {
     }
 
     fn take_followups(&mut self, out: &mut Vec<Followup>) {
+        self.ctx.sweep_series(std::time::Instant::now());
         out.append(&mut self.ctx.followups.borrow_mut());
     }
 

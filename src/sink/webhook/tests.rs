@@ -235,3 +235,41 @@ fn a_lookup_our_resolver_refuses_uses_no_attempt_up_to_a_bound() {
         assert_eq!(busy, u64::from(meta::MAX_BUSY) + 1);
     });
 }
+
+/// The sink retires an idle tenant's series from its own map and from the exposition, and
+/// keeps one whose tenant has a table of its own.
+#[test]
+fn an_idle_tenants_series_leaves_the_sink_and_the_exposition() {
+    let mut s = allowing();
+    s.tenants
+        .insert("kept".into(), settings::TenantWebhooks::default());
+    let metrics = Arc::new(ShardMetrics::default());
+    let sink = WebhookSink::new(0, Arc::new(s), metrics.clone(), Box::new(|| {}));
+    for t in ["gone", "kept"] {
+        crate::metrics::single_writer_add(&sink.ctx.tenant(t).attempts, 1);
+    }
+    let names = || -> Vec<String> {
+        let mut n: Vec<String> = metrics
+            .webhooks
+            .snapshot()
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect();
+        n.sort();
+        n
+    };
+    let now = std::time::Instant::now();
+    // The first sweep (after SWEEP_EVERY) sees both counted; the one an idle time later
+    // retires the tenant without a table.
+    sink.ctx.sweep_series(now + SWEEP_EVERY);
+    assert_eq!(names(), ["gone", "kept"]);
+    let later = now + SWEEP_EVERY + crate::metrics::SERIES_IDLE + SWEEP_EVERY;
+    sink.ctx.sweep_series(later);
+    assert_eq!(names(), ["kept"]);
+    assert!(!sink.ctx.tenant_metrics.borrow().contains_key("gone"));
+    // Back again: a series of its own, counted from zero, in the sink and the exposition.
+    crate::metrics::single_writer_add(&sink.ctx.tenant("gone").attempts, 1);
+    assert_eq!(names(), ["gone", "kept"]);
+    let gone = metrics.webhooks.tenant("gone");
+    assert_eq!(gone.attempts.load(std::sync::atomic::Ordering::Relaxed), 1);
+}

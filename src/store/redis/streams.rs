@@ -9,10 +9,17 @@
 //!
 //! Trimming (`MAXLEN ~`) drops the oldest entries whether or not a consumer read them, so
 //! this length has to stay well under the configured maximum.
+//!
+//! Bounded per tenant: the 64 longest streams ([`TENANT_SERIES`], as for the webhook series)
+//! keep a series each and the rest show as one `tenant="other"` line, their longest; a
+//! tenant's line goes when its stream does (each sample replaces the last).
 
 use super::conn::Conn;
 use super::Shared;
+use crate::metrics::{OTHER_TENANTS, TENANT_SERIES};
 use redis::Value;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -46,9 +53,10 @@ pub(crate) async fn run(shared: Rc<Shared>) {
     }
 }
 
-/// (tenant, XLEN) of every fired stream.
+/// (tenant, XLEN) of the longest fired streams ([`Longest`]), one `SCAN` page at a time, so
+/// that neither this task's memory nor the exposition grows with the number of tenants.
 async fn sample(conn: &mut Conn) -> Result<Vec<(String, u64)>, String> {
-    let mut keys = Vec::new();
+    let mut longest = Longest::default();
     let mut cursor = b"0".to_vec();
     loop {
         redis::cmd("SCAN")
@@ -62,39 +70,102 @@ async fn sample(conn: &mut Conn) -> Result<Vec<(String, u64)>, String> {
         let Some(Value::Array(mut parts)) = reply.pop() else {
             return Err("unexpected SCAN reply".into());
         };
-        if let (Some(Value::Array(found)), Some(Value::BulkString(next))) =
-            (parts.pop(), parts.pop())
-        {
-            keys.extend(found.into_iter().filter_map(|k| match k {
+        let (Some(Value::Array(found)), Some(Value::BulkString(next))) = (parts.pop(), parts.pop())
+        else {
+            return Err("unexpected SCAN reply".into());
+        };
+        let keys: Vec<String> = found
+            .into_iter()
+            .filter_map(|k| match k {
                 Value::BulkString(k) => String::from_utf8(k).ok(),
                 _ => None,
-            }));
-            cursor = next;
-        } else {
-            return Err("unexpected SCAN reply".into());
+            })
+            .collect();
+        for k in &keys {
+            redis::cmd("XLEN").arg(k).write_packed_command(conn.out());
         }
+        let lens = conn
+            .round_trip(keys.len())
+            .await
+            .map_err(|e| e.to_string())?;
+        for (k, v) in keys.iter().zip(lens) {
+            let tenant = k
+                .strip_prefix("punctual:fired:{")
+                .and_then(|t| t.strip_suffix('}'));
+            if let (Some(tenant), Value::Int(n)) = (tenant, v) {
+                longest.add(tenant, n.max(0) as u64);
+            }
+        }
+        cursor = next;
         if cursor == b"0" {
             break;
         }
     }
-    for k in &keys {
-        redis::cmd("XLEN").arg(k).write_packed_command(conn.out());
-    }
-    let lens = conn
-        .round_trip(keys.len())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut out: Vec<(String, u64)> = keys
-        .iter()
-        .zip(lens)
-        .filter_map(|(k, v)| {
-            let tenant = k.strip_prefix("punctual:fired:{")?.strip_suffix('}')?;
-            match v {
-                Value::Int(n) => Some((tenant.to_string(), n.max(0) as u64)),
-                _ => None,
+    Ok(longest.finish())
+}
+
+/// The [`TENANT_SERIES`] longest streams by tenant, and the longest of the rest under
+/// [`OTHER_TENANTS`]: a stream nearing its trim still shows, under `other` if need be, however
+/// many tenants an open server has seen. (A tenant named `other` is folded into that line.)
+#[derive(Default)]
+struct Longest {
+    /// The longest so far, shortest on top.
+    top: BinaryHeap<Reverse<(u64, String)>>,
+    other: Option<u64>,
+}
+
+impl Longest {
+    fn add(&mut self, tenant: &str, len: u64) {
+        if tenant == OTHER_TENANTS {
+            self.fold(len);
+            return;
+        }
+        self.top.push(Reverse((len, tenant.to_string())));
+        if self.top.len() > TENANT_SERIES {
+            if let Some(Reverse((shortest, _))) = self.top.pop() {
+                self.fold(shortest);
             }
-        })
-        .collect();
-    out.sort();
-    Ok(out)
+        }
+    }
+
+    fn fold(&mut self, len: u64) {
+        self.other = Some(self.other.map_or(len, |o| o.max(len)));
+    }
+
+    /// By tenant name, then `other` when it counts anyone.
+    fn finish(self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = self
+            .top
+            .into_iter()
+            .map(|Reverse((len, tenant))| (tenant, len))
+            .collect();
+        out.sort();
+        out.extend(self.other.map(|len| (OTHER_TENANTS.to_string(), len)));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_streams_keep_their_series_and_the_rest_fold_into_other() {
+        let mut l = Longest::default();
+        for i in 0..(TENANT_SERIES as u64 + 36) {
+            l.add(&format!("t{i:03}"), i);
+        }
+        l.add(OTHER_TENANTS, 7);
+        let out = l.finish();
+        assert_eq!(out.len(), TENANT_SERIES + 1);
+        assert_eq!(out.last(), Some(&(OTHER_TENANTS.to_string(), 35)));
+        let named: Vec<u64> = out[..TENANT_SERIES].iter().map(|(_, n)| *n).collect();
+        assert!(named.iter().all(|&n| n >= 36), "{named:?}");
+        assert_eq!(out.iter().filter(|(t, _)| t == OTHER_TENANTS).count(), 1);
+
+        let mut few = Longest::default();
+        few.add("b", 2);
+        few.add("a", 1);
+        assert_eq!(few.finish(), [("a".to_string(), 1), ("b".to_string(), 2)]);
+    }
 }
