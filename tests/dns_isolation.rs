@@ -8,7 +8,7 @@
 //! Asserted (correctness): `fast` gets no 503 and no error at all (a PUT held behind the
 //! lookups for the store's 2 s bound is answered 503 `store_unavailable`, as they were when the
 //! journal's writes shared a thread with `getaddrinfo`), nothing it wrote is lost, and `slow`'s
-//! timers are all still there (retrying). Printed (figures for DRILLS.md): `fast`'s PUT latency
+//! timers are all still there (retrying). Printed (for docs/DRILLS.md): `fast`'s PUT latency
 //! percentiles, before and during.
 //!
 //! Needs `unshare -m` and `mount --bind` (root, or CAP_SYS_ADMIN); without them it says so

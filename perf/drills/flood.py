@@ -42,8 +42,8 @@ Checks:
   - flood never held more than max_pending, no shard more than its capacity (/metrics);
   - calm: every request made while calm was under its quota got a 2xx; success ratio and
     latency p50/p99 printed; every acknowledged calm timer delivered, none early;
-  - RSS stayed under the README's planning bound for the configured capacity (see
-    `readme_bound`: the figure is read from README.md, and printed with the measured one);
+  - RSS stayed under the memory plan's bound for the configured capacity (see
+    `plan_bound`: the figure is read from docs/OPERATING.md, and printed with the measured one);
   - the server did not exit during the load;
   - after SIGKILL and restart, no acknowledged timer is lost or changed; SIGTERM then exits 0.
 
@@ -576,10 +576,10 @@ def metrics(port):
     return out
 
 
-def readme_bound():
-    """The README's memory planning rule, as (per-timer overhead, factor, the sentence).
-    README.md, "Memory to plan": "Plan `pending × (100 + key + payload) × 1.25` bytes"."""
-    with open(os.path.join(ROOT, "README.md")) as f:
+def plan_bound():
+    """The memory planning rule, as (per-timer overhead, factor, the sentence).
+    docs/OPERATING.md, "Memory to plan": "Plan `pending × (100 + key + payload) × 1.25` bytes"."""
+    with open(os.path.join(ROOT, "docs", "OPERATING.md")) as f:
         text = f.read()
     m = re.search(r"pending\s*×\s*\((\d+)\s*\+\s*key\s*\+\s*payload\)\s*×\s*([\d.]+)", text)
     measured = re.search(r"([\d,]+) bytes of resident memory per pending timer", text)
@@ -893,16 +893,16 @@ callback_allow = ["http://127.0.0.1:{hooks.port}/"]
 
     # memory
     rss_max = sampler.max()
-    rb = readme_bound()
+    rb = plan_bound()
     if rb is None:
-        check(False, "README.md states a usable memory bound (no `pending × (N + key + payload) × F` rule found "
+        check(False, "docs/OPERATING.md states a usable memory bound (no `pending × (N + key + payload) × F` rule found "
                      "under \"Memory to plan\")")
     else:
         over, factor, rule, measured = rb
         per_timer = (over + KEY_LEN + len(PAYLOAD)) * factor
         cap = SHARDS * SHARD_CAPACITY
         bound = cap * per_timer
-        print(f"   README: \"{rule}\"" + (f"; measured there: \"{measured}\"" if measured else ""))
+        print(f"   plan: \"{rule}\"" + (f"; measured there: \"{measured}\"" if measured else ""))
         print(f"   bound: {cap:,} timers (capacity, {SHARDS} shards) x ({over} + {KEY_LEN} key + {len(PAYLOAD)} payload) "
               f"x {factor} = {per_timer:.0f} B/timer -> {bound / 2**20:.1f} MiB, plus the server's RSS at start "
               f"{baseline / 2**20:.1f} MiB (the rule covers timers, not the fixed cost) = {(bound + baseline) / 2**20:.1f} MiB")

@@ -10,7 +10,7 @@
 # past the shards' capacity, while 4 other connections keep scheduling short timers for
 # "calm". It then checks that every refusal was a 429/503 with an error code and Retry-After,
 # that calm was served and its timers delivered (to a webhook receiver the drill runs), that
-# the server's RSS stayed under the bound README.md gives for the configured capacity, and,
+# the server's RSS stayed under the bound docs/OPERATING.md gives for the configured capacity, and,
 # after a SIGKILL and a restart on the same data directory, that every acknowledged timer is
 # still pending with its acknowledged version. perf/drills/flood.py holds the details, and
 # the environment variables that change the sizes.

@@ -1,7 +1,7 @@
 //! Errors the HTTP API answers with, and the one function that maps each to its status.
 //!
 //! Every error leaves the server as `{"error": {"code": "<snake_case>", "message": "…"}}`.
-//! The codes are part of the contract (see the README's error table); the messages say what
+//! The codes are part of the contract (see the error table in docs/API.md); the messages say what
 //! was wrong and how to fix it.
 
 use crate::error::{Error as EngineError, NameKind};

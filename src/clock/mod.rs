@@ -67,7 +67,7 @@
 //!   the step when the system clock steps back.
 //! - The price is lateness: the mapping trails CLOCK_REALTIME by 1.39 µs at the median
 //!   (p1 1.32, p99 1.57 µs; the 1 µs target plus the brackets' widths taken out of the rate)
-//!   on the 2-vCPU KVM guest of BENCHMARKS.md; a mapping aimed at zero lag sits at 0.04 µs
+//!   on the 2-vCPU KVM guest of docs/BENCHMARKS.md; a mapping aimed at zero lag sits at 0.04 µs
 //!   there, 43 % of its readings later than a CLOCK_REALTIME read taken just before. Command:
 //!   `cargo test --release --lib clock::tests::host_lag_figure -- --ignored --nocapture`.
 //!

@@ -29,7 +29,7 @@
 //! shards' commits are independent. `cargo test` runs every crash point of every phase in
 //! `always` (crash, power cut, ENOSPC) and a sample in the other modes; the full matrix
 //! (every mode, every variant, every point) runs with `PUNCTUAL_CRASH_MATRIX=full`, which
-//! prints the table DRILLS.md shows.
+//! prints the table docs/DRILLS.md shows.
 
 mod model;
 
