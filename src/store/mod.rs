@@ -13,6 +13,10 @@
 //! | memory | nothing (explicit, not durable: the log says so at start) | `memory.rs` |
 //! | Redis | Redis acknowledged the pipeline that carried the write | `redis/` |
 //!
+//! The two durable stores share their core (`durable.rs`): each keeps its writes in an outbox
+//! of its own format until they are durable, with the callers' acks next to them (`acks.rs`),
+//! and answers admission, refusal, the ack timeout and the room for fires the same way.
+//!
 //! What a store is told, in the order the shard makes things happen:
 //!
 //! - at start, [`Store::recover`] loads the shard's timers (the shard holds its ops until it
@@ -40,6 +44,7 @@
 //! A store never imports the shard, the engine or the API: it sees ops only as these calls.
 
 pub mod acks;
+pub(crate) mod durable;
 pub mod journal;
 pub mod memory;
 pub mod redis;

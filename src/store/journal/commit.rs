@@ -31,8 +31,8 @@
 use super::file::BLOCK;
 use super::record::{put_batch, FRAME};
 use super::segment::{is_no_space, padded, Active, Log};
-use super::{Fsync, Health, OnFailure, Shared};
-use crate::metrics::StoreMetrics;
+use super::{Fsync, OnFailure, ShardJournal};
+use crate::metrics::{StoreMetrics, StoreState};
 use std::io;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -57,12 +57,12 @@ enum Fault {
     },
 }
 
-pub(crate) async fn run(shared: Rc<Shared>, mut log: Log) {
+pub(crate) async fn run(shared: Rc<ShardJournal>, mut log: Log) {
     let mut backoff = BACKOFF_START;
     let mut stalls = 0u32;
     let mut seq = shared.next_batch.get();
     if matches!(log, Log::Missing(_)) {
-        shared.set_health(Health::Stalled);
+        shared.set_health(StoreState::Stalled);
     }
     loop {
         expire(&shared);
@@ -108,8 +108,8 @@ pub(crate) async fn run(shared: Rc<Shared>, mut log: Log) {
         match done {
             Ok(()) => {
                 backoff = BACKOFF_START;
-                if shared.health.get() == Health::Stalled {
-                    shared.set_health(Health::Ready);
+                if shared.health.get() == StoreState::Stalled {
+                    shared.set_health(StoreState::Ready);
                     tracing::info!(
                         shard = shared.shard,
                         "journal: writing again; durable writes are acknowledged"
@@ -118,8 +118,8 @@ pub(crate) async fn run(shared: Rc<Shared>, mut log: Log) {
             }
             Err(Fault::NoSpace(e)) => {
                 StoreMetrics::count(&shared.m().errors_total, 1);
-                if shared.health.get() == Health::Ready {
-                    shared.set_health(Health::Stalled);
+                if shared.health.get() == StoreState::Ready {
+                    shared.set_health(StoreState::Stalled);
                     stalls = 0;
                     tracing::error!(shard = shared.shard, dir = %shared.dir.display(), error = %e, "journal: the disk is full; new timers are refused (503 store_unavailable) and the commit is retried until space returns; nothing acknowledged is lost");
                 }
@@ -153,7 +153,7 @@ pub(crate) async fn run(shared: Rc<Shared>, mut log: Log) {
 
 /// Creates the segment a `Missing` log waits for (after a start on a full disk, or a roll
 /// that found no room); maybe starts a compaction.
-async fn ensure(shared: &Rc<Shared>, log: &mut Log) -> Result<(), Fault> {
+async fn ensure(shared: &Rc<ShardJournal>, log: &mut Log) -> Result<(), Fault> {
     let Log::Missing(seq) = *log else {
         return Ok(());
     };
@@ -188,7 +188,7 @@ async fn ensure(shared: &Rc<Shared>, log: &mut Log) -> Result<(), Fault> {
 /// whatever a failed write left past the last commit, so that the next start reads only
 /// records, and syncs (in every mode, so that a clean stop loses nothing acknowledged). A
 /// crash before it leaves zeros, which read as the end.
-async fn close(shared: &Shared, active: &Active) {
+async fn close(shared: &ShardJournal, active: &Active) {
     if let Err(e) = active.file.truncate(active.pos).await {
         tracing::debug!(file = %active.path.display(), error = %e, "journal: cannot trim the last segment at close");
     }
@@ -198,14 +198,14 @@ async fn close(shared: &Shared, active: &Active) {
 }
 
 /// Syncs the active segment; what was acknowledged unsynced is durable once it succeeds.
-async fn sync(shared: &Shared, active: &Active) -> io::Result<()> {
+async fn sync(shared: &ShardJournal, active: &Active) -> io::Result<()> {
     active.file.fdatasync().await?;
     shared.unsynced_since.set(None);
     Ok(())
 }
 
 /// Writes and syncs the next batch.
-async fn commit(shared: &Rc<Shared>, log: &mut Log, seq: u64) -> Result<(), Fault> {
+async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<(), Fault> {
     let cfg = &shared.cfg;
     ensure(shared, log).await?;
     let batch = shared
@@ -281,7 +281,7 @@ async fn commit(shared: &Rc<Shared>, log: &mut Log, seq: u64) -> Result<(), Faul
 /// the next segment the sealed one is already compaction's input: the commit loop compacts
 /// while the log waits (`Log::Missing`, `compact::make_room`), and the room that frees (the
 /// deleted files' blocks, released with their last descriptor) is what the next one takes.
-async fn roll(shared: &Rc<Shared>, log: &mut Log) -> Result<(), Fault> {
+async fn roll(shared: &Rc<ShardJournal>, log: &mut Log) -> Result<(), Fault> {
     if let Log::Ready(active) = log {
         if !shared.cfg.fsync.per_commit() {
             // Without per-commit syncs, the sealed segment is synced once, so that a later
@@ -306,9 +306,9 @@ async fn roll(shared: &Rc<Shared>, log: &mut Log) -> Result<(), Fault> {
 
 /// The journal cannot know what reached the disk: refuse everything from now on, say what
 /// may be lost, and (`OnFailure::Exit`) end the process.
-fn fail(shared: &Shared, file: &std::path::Path, what: &str, error: &io::Error) {
+fn fail(shared: &ShardJournal, file: &std::path::Path, what: &str, error: &io::Error) {
     StoreMetrics::count(&shared.m().errors_total, 1);
-    shared.set_health(Health::Failed);
+    shared.set_health(StoreState::Failed);
     let refusal = shared.unavailable();
     shared.outbox.borrow_mut().abandon(Err(refusal));
     let exit = shared.cfg.on_failure == OnFailure::Exit;
@@ -348,7 +348,7 @@ fn lost_by_a_failed_sync(fsync: Fsync, unsynced_since: Option<Instant>) -> Strin
 
 /// Sleeps one backoff step (answering timed-out callers meanwhile) and doubles it, up to
 /// `retry_max` (see `store::acks::pause`).
-async fn pause(shared: &Shared, backoff: &mut Duration) {
+async fn pause(shared: &ShardJournal, backoff: &mut Duration) {
     crate::store::acks::pause(
         backoff,
         shared.cfg.retry_max,
@@ -358,7 +358,7 @@ async fn pause(shared: &Shared, backoff: &mut Duration) {
     .await;
 }
 
-fn expire(shared: &Shared) {
+fn expire(shared: &ShardJournal) {
     let n = shared
         .outbox
         .borrow_mut()

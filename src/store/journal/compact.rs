@@ -24,15 +24,15 @@ use super::file::{snapshot_name, snapshot_tmp_name, Header};
 use super::io::IoThread;
 use super::replay::{breathe, Buf, Replay, Source, YIELD_EVERY};
 use super::snapshot::SnapshotWriter;
-use super::{Health, Shared};
-use crate::metrics::StoreMetrics;
+use super::ShardJournal;
+use crate::metrics::{StoreMetrics, StoreState};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Starts a compaction if the old files are mostly dead (see the module doc).
-pub(crate) fn maybe_start(shared: &Rc<Shared>, active_seq: u64) {
+pub(crate) fn maybe_start(shared: &Rc<ShardJournal>, active_seq: u64) {
     let (old, inputs) = {
         let f = shared.files.borrow();
         if f.compacting || f.sealed.is_empty() || shared.closing.get() {
@@ -44,7 +44,7 @@ pub(crate) fn maybe_start(shared: &Rc<Shared>, active_seq: u64) {
     if old < shared.cfg.segment_bytes || old < live.saturating_mul(2) {
         return;
     }
-    if shared.health.get() != Health::Ready {
+    if shared.health.get() != StoreState::Ready {
         return;
     }
     shared.files.borrow_mut().compacting = true;
@@ -61,14 +61,14 @@ pub(crate) fn maybe_start(shared: &Rc<Shared>, active_seq: u64) {
 /// the old files hold more than the live data, whatever the usual thresholds, so that the
 /// journal's dead records give their room back without waiting for a roll, which cannot come
 /// while no commit can be written (a compaction at the last roll may have found no room).
-pub(crate) fn make_room(shared: &Rc<Shared>, active_seq: u64) {
+pub(crate) fn make_room(shared: &Rc<ShardJournal>, active_seq: u64) {
     let inputs = {
         let f = shared.files.borrow();
         let behind = f.snapshot.is_none_or(|s| s.0 < active_seq);
         if f.compacting || f.sealed.is_empty() || !behind || shared.closing.get() {
             return;
         }
-        if f.old_bytes() <= shared.live_bytes() || shared.health.get() == Health::Failed {
+        if f.old_bytes() <= shared.live_bytes() || shared.health.get() == StoreState::Failed {
             return;
         }
         (f.snapshot, f.sealed.clone())
@@ -82,12 +82,22 @@ pub(crate) fn make_room(shared: &Rc<Shared>, active_seq: u64) {
 }
 
 /// Starts the task and keeps its handle where `close` finds it (replacing a finished one).
-fn spawn(shared: &Rc<Shared>, snapshot: Option<(u64, u64)>, sealed: Vec<(u64, u64)>, out: u64) {
+fn spawn(
+    shared: &Rc<ShardJournal>,
+    snapshot: Option<(u64, u64)>,
+    sealed: Vec<(u64, u64)>,
+    out: u64,
+) {
     let task = glommio::spawn_local(run(shared.clone(), snapshot, sealed, out));
     *shared.compaction.borrow_mut() = Some(task);
 }
 
-async fn run(shared: Rc<Shared>, snapshot: Option<(u64, u64)>, sealed: Vec<(u64, u64)>, out: u64) {
+async fn run(
+    shared: Rc<ShardJournal>,
+    snapshot: Option<(u64, u64)>,
+    sealed: Vec<(u64, u64)>,
+    out: u64,
+) {
     let started = Instant::now();
     let result = compact(&shared, snapshot, &sealed, out).await;
     shared.files.borrow_mut().compacting = false;
@@ -146,7 +156,7 @@ impl From<std::io::Error> for Stop {
 
 /// Writes snapshot `out` from the inputs and deletes them; (timers, bytes) of the snapshot.
 async fn compact(
-    shared: &Shared,
+    shared: &ShardJournal,
     snapshot: Option<(u64, u64)>,
     sealed: &[(u64, u64)],
     out: u64,
@@ -194,7 +204,12 @@ async fn compact(
     Ok((timers, bytes))
 }
 
-async fn write(shared: &Shared, replay: &Replay, tmp: &Path, out: u64) -> Result<(u64, u64), Stop> {
+async fn write(
+    shared: &ShardJournal,
+    replay: &Replay,
+    tmp: &Path,
+    out: u64,
+) -> Result<(u64, u64), Stop> {
     // A `.tmp` left by a crash of an earlier run was deleted at start; one left by a failed
     // compaction of this run was deleted when it failed.
     let mut w = SnapshotWriter::create(&shared.io, tmp, shared.shard, shared.shards, out).await?;

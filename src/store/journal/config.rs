@@ -4,6 +4,7 @@
 use super::io;
 use super::record;
 use crate::error::{Error, Result};
+use crate::store::durable::Limits;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -59,7 +60,7 @@ pub struct JournalConfig {
 
 /// What a shard does once its journal failed: a sync or write error, after which the kernel
 /// may have dropped data it still shows, so the journal never syncs that file again and
-/// acknowledges nothing more (`Health::Failed`). Either way every write is refused with 503
+/// acknowledges nothing more (`StoreState::Failed`). Either way every write is refused with 503
 /// from then on and nothing queued is acknowledged; `docs/ARCHITECTURE.md` ("When the disk
 /// fails") has why.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -108,7 +109,14 @@ impl JournalConfig {
         Ok(())
     }
 
-    pub(crate) fn retry_after_s(&self) -> u64 {
-        self.retry_max.as_secs().max(1)
+    /// The outbox's bounds and what a refused or timed-out caller is told: a refused write
+    /// may come back after one retry step.
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            max_buffered: self.max_buffered,
+            max_buffered_fires: self.max_buffered_fires,
+            ack_timeout: self.ack_timeout,
+            retry_after_s: self.retry_max.as_secs().max(1),
+        }
     }
 }

@@ -116,17 +116,15 @@ pub mod snapshot;
 mod testlog;
 
 pub use config::{Fsync, JournalConfig, OnFailure};
-pub(crate) use shared::{Files, Health, Shared};
+pub(crate) use shared::ShardJournal;
 
-use super::{Ack, DeadLetter, LocalFuture, Recovered, Store};
+use super::{durable, Ack, DeadLetter, LocalFuture, Recovered, Store};
 use crate::error::{Error, Result};
-use crate::metrics::{ShardMetrics, StoreMetrics, StoreState};
+use crate::metrics::{ShardMetrics, StoreState};
 use crate::op::Scheduled;
 use crate::sink::FiredTimer;
 use crate::units::UtcMicros;
 use crate::wheel::table::PackedTimer;
-use outbox::Outbox;
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -134,7 +132,7 @@ use std::time::{Duration, Instant};
 
 /// One shard's journal store.
 pub struct JournalStore {
-    shared: Rc<Shared>,
+    shared: Rc<ShardJournal>,
     /// What `open` loaded, until `recover` hands it to the shard.
     opened: Option<open::Opened>,
     task: Option<glommio::Task<()>>,
@@ -153,7 +151,6 @@ impl JournalStore {
         metrics: Arc<ShardMetrics>,
     ) -> Result<JournalStore> {
         metrics.store.set_state(StoreState::Recovering);
-        let outbox = Outbox::new(cfg.max_buffered, cfg.max_buffered_fires, cfg.ack_timeout);
         let io =
             io::IoThread::start(format!("journal-io-{shard}"), cfg.disk.clone()).map_err(|e| {
                 Error::ShardStart {
@@ -161,27 +158,7 @@ impl JournalStore {
                     reason: format!("cannot start the journal's I/O thread: {e}"),
                 }
             })?;
-        let shared = Rc::new(Shared {
-            dir: data.shard_dir(shard),
-            cfg,
-            shard,
-            shards,
-            outbox: RefCell::new(outbox),
-            files: RefCell::new(Files::default()),
-            wake: event_listener::Event::new(),
-            closing: Cell::new(false),
-            health: Cell::new(Health::Ready),
-            unsynced_since: Cell::new(None),
-            dropped: Cell::new(0),
-            lease: RefCell::new(lease::Lease::default()),
-            live: Cell::new(0),
-            record_bytes: Cell::new((0, 0)),
-            next_batch: Cell::new(1),
-            metrics,
-            compaction: RefCell::new(None),
-            io,
-            _lock: data,
-        });
+        let shared = Rc::new(ShardJournal::new(cfg, data, shard, shards, metrics, io));
         let opened = open::open(&shared)
             .await
             .map_err(|reason| Error::ShardStart { shard, reason })?;
@@ -250,15 +227,10 @@ impl Store for JournalStore {
     /// `Ok` when the journal can write and one more write of `tenant` fits in the outbox;
     /// else the refusal, counted.
     fn admit(&self, tenant: &str) -> Result<()> {
-        if self.shared.health.get() != Health::Ready {
-            StoreMetrics::count(&self.shared.m().refused_total, 1);
-            return Err(self.shared.unavailable());
+        if self.shared.health.get() != StoreState::Ready {
+            return Err(self.shared.refuse());
         }
-        let s = &self.shared;
-        s.outbox
-            .borrow()
-            .acks
-            .admit(tenant, s.shard, s.m(), || s.unavailable())
+        self.shared.admit(tenant)
     }
 
     fn refusal(&self) -> Error {
@@ -266,16 +238,16 @@ impl Store for JournalStore {
     }
 
     fn ack_timeout(&self) -> Duration {
-        self.shared.cfg.ack_timeout
+        self.shared.ack_timeout()
     }
 
     /// Shorter passes, so that the commit task runs between them.
     fn ops_per_pass(&self) -> usize {
-        512
+        durable::OPS_PER_PASS
     }
 
     fn begin_pass(&mut self) {
-        self.shared.outbox.borrow_mut().acks.stamp();
+        self.shared.begin_pass();
     }
 
     fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
@@ -308,23 +280,14 @@ impl Store for JournalStore {
         if !shared.lease.borrow().covers() {
             return 0;
         }
-        if shared.health.get() == Health::Failed {
+        if shared.health.get() == StoreState::Failed {
             return usize::MAX;
         }
-        shared.outbox.borrow().acks.fire_room()
+        shared.fire_room()
     }
 
     fn fires_held(&mut self, held: bool) {
-        let m = self.shared.m();
-        let was = m.fires_held.swap(u64::from(held), Ordering::Relaxed);
-        if held && was == 0 {
-            StoreMetrics::count(&m.fire_pauses_total, 1);
-            tracing::warn!(
-                shard = self.shared.shard,
-                limit = self.shared.cfg.max_buffered_fires,
-                "journal: due timers are held back (not lost) until the journal has written what waits: the records no caller waits for reached their bound, or a version lease is not durable yet"
-            );
-        }
+        self.shared.fires_held(held, "journal: due timers are held back (not lost) until the journal has written what waits: the records no caller waits for reached their bound, or a version lease is not durable yet");
     }
 
     fn fired(&mut self, t: &FiredTimer<'_>) {
@@ -383,15 +346,10 @@ impl Store for JournalStore {
         shared.live.set(shared.live.get() + 1);
     }
 
-    /// Wakes the commit task and answers callers past the ack timeout (see the Redis store's
-    /// `after_pass` for the bound this gives).
+    /// Wakes the commit task and answers callers past the ack timeout
+    /// (`durable::Durable::after_pass` has the bound this gives).
     fn after_pass(&mut self) {
-        let shared = &self.shared;
-        shared.outbox.borrow_mut().acks.after_pass(
-            shared.m(),
-            shared.cfg.retry_after_s(),
-            &shared.wake,
-        );
+        self.shared.after_pass();
     }
 
     /// Commits what it can within the ack timeout, then stops the commit task and any
@@ -401,9 +359,7 @@ impl Store for JournalStore {
     fn close(&mut self) -> LocalFuture<'_, ()> {
         Box::pin(async move {
             let shared = &self.shared;
-            shared.closing.set(true);
-            shared.wake.notify(usize::MAX);
-            let until = Instant::now() + crate::units::capped(shared.cfg.ack_timeout);
+            let until = shared.begin_close();
             if let Some(task) = self.task.take() {
                 finish_by(task, until).await;
             }

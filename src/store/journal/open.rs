@@ -15,7 +15,7 @@ use super::file::BLOCK;
 use super::replay::{breathe, Replay, YIELD_EVERY};
 use super::segment::Log;
 use super::shard_dir::{check_dir, Checked, Owner};
-use super::Shared;
+use super::ShardJournal;
 use crate::metrics::StoreMetrics;
 use crate::store::Recovered;
 use std::path::PathBuf;
@@ -36,7 +36,7 @@ impl Opened {
     }
 }
 
-pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
+pub(crate) async fn open(shared: &ShardJournal) -> Result<Opened, String> {
     let started = Instant::now();
     let cfg = &shared.cfg;
     let Checked {
@@ -130,7 +130,7 @@ pub(crate) async fn open(shared: &Shared) -> Result<Opened, String> {
     })
 }
 
-fn owner(shared: &Shared) -> Owner {
+fn owner(shared: &ShardJournal) -> Owner {
     Owner {
         shard: shared.shard as u32,
         shards: shared.shards as u32,
@@ -138,7 +138,7 @@ fn owner(shared: &Shared) -> Owner {
 }
 
 /// Removes a file a start found it may delete.
-async fn remove(shared: &Shared, path: PathBuf) -> Result<(), String> {
+async fn remove(shared: &ShardJournal, path: PathBuf) -> Result<(), String> {
     let shown = path.display().to_string();
     shared
         .io
@@ -148,7 +148,12 @@ async fn remove(shared: &Shared, path: PathBuf) -> Result<(), String> {
 }
 
 /// Cuts segment `seq` to `end`, the valid length of its torn tail, made durable.
-async fn cut(shared: &Shared, replay: &mut Replay, seq: u64, end: u64) -> std::io::Result<()> {
+async fn cut(
+    shared: &ShardJournal,
+    replay: &mut Replay,
+    seq: u64,
+    end: u64,
+) -> std::io::Result<()> {
     let Some(path) = replay.unmap_segment(seq) else {
         return Ok(());
     };
@@ -166,7 +171,7 @@ async fn cut(shared: &Shared, replay: &mut Replay, seq: u64, end: u64) -> std::i
 /// Hands every live timer to `insert`; the segment for the commit task, or `None` if
 /// `stop` was set first.
 pub(crate) async fn hand_over(
-    shared: &Shared,
+    shared: &ShardJournal,
     opened: Opened,
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
     stop: &AtomicBool,

@@ -13,7 +13,7 @@
 //! fires, and at `fire_limit` of them the shard stops firing, which is what makes them. So
 //! the outbox holds at most `limit + fire_limit` records, plus what the webhook deliveries
 //! already in flight report when they end (at most two records each, bounded by the
-//! webhook's in-flight caps). Once the journal failed nothing more is queued (`Shared::push`).
+//! webhook's in-flight caps). Once the journal failed nothing more is queued (`ShardJournal::push`).
 //!
 //! Cost: one `Vec` append (the frame) and one `VecDeque` push per write, no allocation once
 //! the buffers have grown; a commit's pop moves only the bytes queued after it.
@@ -129,6 +129,8 @@ impl Outbox {
         self.complete(all, outcome);
     }
 }
+
+crate::store::durable::queue_with_acks_field!(Outbox);
 
 #[cfg(test)]
 mod tests {

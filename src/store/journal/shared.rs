@@ -1,27 +1,19 @@
 //! What a shard's journal store and its tasks (commit, compaction) share, on the shard's
-//! thread only: the outbox, the files, the health, the version lease, the I/O thread.
+//! thread only: [`ShardJournal`], the durable-store core (`store::durable`: the outbox and its
+//! acks, the metrics, the wake-up) with what is the journal's own: the files, the health, the
+//! version lease, the I/O thread.
 
 use super::lease::Lease;
 use super::outbox::Outbox;
 use super::{io, layout, record, JournalConfig};
-use crate::error::Error;
-use crate::metrics::{ShardMetrics, StoreMetrics, StoreState};
+use crate::metrics::{ShardMetrics, StoreState};
+use crate::store::durable::Durable;
 use crate::store::Ack;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Whether the commit task can write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Health {
-    Ready,
-    /// The disk is full: retrying.
-    Stalled,
-    /// A sync or write failed: nothing more is acknowledged.
-    Failed,
-}
 
 /// The files the shard's log consists of, besides the active segment; shared by the commit
 /// and compaction tasks.
@@ -40,18 +32,20 @@ impl Files {
     }
 }
 
-/// What the shard and its tasks share, on the shard's thread only.
-pub(crate) struct Shared {
+/// One shard's journal: what the store and its commit and compaction tasks share, on the
+/// shard's thread only. It dereferences to its durable-store core ([`Durable`]), which holds
+/// the outbox, the shard's id, the wake-up and the metrics.
+pub(crate) struct ShardJournal {
+    pub core: Durable<Outbox>,
     pub cfg: JournalConfig,
     /// This shard's directory.
     pub dir: PathBuf,
-    pub shard: usize,
-    pub shards: usize,
-    pub outbox: RefCell<Outbox>,
     pub files: RefCell<Files>,
-    pub wake: event_listener::Event,
-    pub closing: Cell<bool>,
-    pub health: Cell<Health>,
+    /// Whether the commit task can write: `Ready`, `Stalled` (the disk is full: retrying) or
+    /// `Failed` (a sync or write failed: nothing more is acknowledged). The same values as
+    /// the store's published state ([`ShardJournal::set_health`] sets both); the others
+    /// (`Recovering` during `open`) are not the commit task's, so it keeps its own cell.
+    pub health: Cell<StoreState>,
     /// When the oldest commit acknowledged but not yet synced was written (`everysec`,
     /// `never`): what a failed sync may have lost.
     pub unsynced_since: Cell<Option<Instant>>,
@@ -66,7 +60,6 @@ pub(crate) struct Shared {
     /// The batch sequence the commit task's first commit carries: the one after the last
     /// that recovery read, so that the sequence runs on across restarts (`replay`).
     pub next_batch: Cell<u64>,
-    pub metrics: Arc<ShardMetrics>,
     /// The compaction running or last run (`compact`), so that `close` can wait for it or
     /// stop it: a task left behind would keep this store, and the data directory's lock, alive
     /// after its executor is gone.
@@ -77,14 +70,39 @@ pub(crate) struct Shared {
     pub _lock: Arc<layout::DataDir>,
 }
 
-impl Shared {
-    pub fn m(&self) -> &StoreMetrics {
-        &self.metrics.store
-    }
+impl std::ops::Deref for ShardJournal {
+    type Target = Durable<Outbox>;
 
-    pub fn unavailable(&self) -> Error {
-        Error::StoreUnavailable {
-            retry_after_s: self.cfg.retry_after_s(),
+    fn deref(&self) -> &Durable<Outbox> {
+        &self.core
+    }
+}
+
+impl ShardJournal {
+    /// Shard `shard` of `shards`'s journal in `data`, with an empty outbox, `Ready`.
+    pub fn new(
+        cfg: JournalConfig,
+        data: Arc<layout::DataDir>,
+        shard: usize,
+        shards: usize,
+        metrics: Arc<ShardMetrics>,
+        io: io::IoThread,
+    ) -> ShardJournal {
+        ShardJournal {
+            core: Durable::new(cfg.limits(), shard, shards, metrics, Outbox::new),
+            dir: data.shard_dir(shard),
+            cfg,
+            files: RefCell::new(Files::default()),
+            health: Cell::new(StoreState::Ready),
+            unsynced_since: Cell::new(None),
+            dropped: Cell::new(0),
+            lease: RefCell::new(Lease::default()),
+            live: Cell::new(0),
+            record_bytes: Cell::new((0, 0)),
+            next_batch: Cell::new(1),
+            compaction: RefCell::new(None),
+            io,
+            _lock: data,
         }
     }
 
@@ -115,13 +133,17 @@ impl Shared {
             .store(f.old_bytes() + active, Ordering::Relaxed);
     }
 
-    pub fn set_health(&self, h: Health) {
+    /// The commit task's health, published as the store's state too.
+    pub fn set_health(&self, h: StoreState) {
+        debug_assert!(
+            matches!(
+                h,
+                StoreState::Ready | StoreState::Stalled | StoreState::Failed
+            ),
+            "the commit task is ready, stalled or failed, not {h:?}"
+        );
         self.health.set(h);
-        self.m().set_state(match h {
-            Health::Ready => StoreState::Ready,
-            Health::Stalled => StoreState::Stalled,
-            Health::Failed => StoreState::Failed,
-        });
+        self.m().set_state(h);
     }
 
     /// Queues one record with its ack: the only way into the outbox. `version`, the version
@@ -140,7 +162,7 @@ impl Shared {
         ack: Ack,
         tenant: &str,
     ) -> usize {
-        if self.health.get() == Health::Failed {
+        if self.health.get() == StoreState::Failed {
             if ack.is_waiting() {
                 ack.answer(Err(self.unavailable()));
             } else {

@@ -32,9 +32,8 @@
 
 use super::conn::{Conn, ConnError};
 use super::replies::{judge, Shape};
-use super::Shared;
+use super::RedisLink;
 use crate::metrics::{StoreMetrics, StoreState};
-use crate::store::acks::{self, Acks};
 use crate::units::capped;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -44,12 +43,12 @@ const BACKOFF_START: Duration = Duration::from_millis(10);
 /// Pipelines written and not yet answered.
 const DEPTH: usize = 4;
 
-pub(crate) async fn run(shared: Rc<Shared>, mut conn: Option<Conn>) {
+pub(crate) async fn run(shared: Rc<RedisLink>, mut conn: Option<Conn>) {
     let mut backoff = BACKOFF_START;
     // The master switches announced when `conn` was made (see `endpoint`).
     let mut switches = shared.endpoint.switches();
     loop {
-        expire(&shared);
+        shared.expire();
         let (len, oldest, fires) = {
             let o = shared.outbox.borrow();
             (o.len(), o.acks.queued_at(0), o.acks.has_fires())
@@ -113,7 +112,7 @@ struct Flight {
 
 /// Writes and settles pipelines, up to [`DEPTH`] in flight, until the outbox holds nothing
 /// more to send and nothing is in flight. `Err` drops the connection; nothing is lost.
-async fn pump(shared: &Shared, conn: &mut Conn) -> Result<(), String> {
+async fn pump(shared: &RedisLink, conn: &mut Conn) -> Result<(), String> {
     let mut flights: std::collections::VecDeque<Flight> = std::collections::VecDeque::new();
     let mut in_flight = 0; // entries covered by `flights`
     let depth = if shared.cfg.wait_replicas > 0 {
@@ -159,12 +158,12 @@ async fn pump(shared: &Shared, conn: &mut Conn) -> Result<(), String> {
             .m()
             .pending_writes
             .store(outbox.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        expire_in(shared, &mut outbox.acks);
+        shared.expire_in(&mut outbox.acks);
     }
 }
 
 /// Encodes the batch after the first `skip` entries into `out`; its shape (empty: nothing).
-fn encode(shared: &Shared, skip: usize, out: &mut Vec<u8>) -> Shape {
+fn encode(shared: &RedisLink, skip: usize, out: &mut Vec<u8>) -> Shape {
     let outbox = shared.outbox.borrow();
     let batch: Vec<_> = outbox.batch(skip, shared.cfg.flush_max_commands).collect();
     let atomic = batch.iter().any(|e| e.is_atomic());
@@ -202,7 +201,7 @@ fn encode(shared: &Shared, skip: usize, out: &mut Vec<u8>) -> Shape {
 
 /// `WAIT n <ms>`: the replicas to wait for, and for how long at most (half the I/O timeout,
 /// at most 500 ms, so that the reply arrives before the connection's read timeout).
-fn wait_cmd(shared: &Shared) -> redis::Cmd {
+fn wait_cmd(shared: &RedisLink) -> redis::Cmd {
     let ms = (shared.cfg.io_timeout / 2)
         .min(Duration::from_millis(500))
         .as_millis()
@@ -217,7 +216,7 @@ fn wait_cmd(shared: &Shared) -> redis::Cmd {
 /// lone `WAIT` while too few do. `Err` (drop the connection, replay) on an error reply or a
 /// lost connection.
 async fn replicas_hold(
-    shared: &Shared,
+    shared: &RedisLink,
     conn: &mut Conn,
     mut reply: Option<redis::Value>,
 ) -> Result<(), String> {
@@ -255,7 +254,7 @@ async fn replicas_hold(
         }
         // No backoff: the WAIT itself blocks up to its timeout, and asking again at once
         // acknowledges as soon as a replica catches up.
-        expire(shared);
+        shared.expire();
         wait_cmd(shared).write_packed_command(conn.out());
         reply = conn
             .round_trip(1)
@@ -266,7 +265,7 @@ async fn replicas_hold(
 }
 
 /// Connects, or backs off once. `None` when this attempt failed.
-async fn reconnect(shared: &Shared, backoff: &mut Duration) -> Option<Conn> {
+async fn reconnect(shared: &RedisLink, backoff: &mut Duration) -> Option<Conn> {
     match super::endpoint::connect(&shared.endpoint, shared.cfg.io_timeout).await {
         Ok(c) => {
             StoreMetrics::count(&shared.m().reconnects_total, 1);
@@ -291,24 +290,7 @@ async fn reconnect(shared: &Shared, backoff: &mut Duration) -> Option<Conn> {
 }
 
 /// Sleeps one backoff step (answering timed-out callers meanwhile) and doubles it, up to
-/// `backoff_max` (see `store::acks::pause`).
-pub(crate) async fn pause(shared: &Shared, backoff: &mut Duration) {
-    acks::pause(
-        backoff,
-        shared.cfg.backoff_max,
-        || shared.closing.get(),
-        || expire(shared),
-    )
-    .await;
-}
-
-fn expire(shared: &Shared) {
-    expire_in(shared, &mut shared.outbox.borrow_mut().acks);
-}
-
-fn expire_in(shared: &Shared, acks: &mut Acks) {
-    let n = acks.expire(Instant::now(), shared.cfg.backoff_max.as_secs().max(1));
-    if n > 0 {
-        StoreMetrics::count(&shared.m().ack_timeouts_total, n);
-    }
+/// `backoff_max`.
+pub(crate) async fn pause(shared: &RedisLink, backoff: &mut Duration) {
+    shared.pause(backoff, shared.cfg.backoff_max).await;
 }

@@ -82,15 +82,15 @@ pub mod recover;
 pub mod replies;
 pub mod streams;
 
+use super::durable::{self, Durable, Limits};
 use super::{Ack, DeadLetter, LocalFuture, Recovered, Store};
 use crate::error::{Error, Result};
-use crate::metrics::{ShardMetrics, StoreMetrics, StoreState};
+use crate::metrics::{ShardMetrics, StoreState};
 use crate::op::Scheduled;
 use crate::sink::{stream, FiredTimer};
 use crate::wheel::table::PackedTimer;
 use endpoint::Endpoint;
 use outbox::Outbox;
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -170,65 +170,64 @@ impl RedisConfig {
         self.endpoint()
     }
 
-    /// The `Retry-After` a refused durable write suggests, in seconds.
-    fn retry_after_s(&self) -> u64 {
-        self.backoff_max.as_secs().max(1)
-    }
-}
-
-/// What the shard and its store task share, on the shard's thread only.
-pub(crate) struct Shared {
-    pub cfg: RedisConfig,
-    pub endpoint: Endpoint,
-    pub shard: usize,
-    pub shards: usize,
-    pub outbox: RefCell<Outbox>,
-    pub wake: event_listener::Event,
-    pub closing: Cell<bool>,
-    pub metrics: Arc<ShardMetrics>,
-}
-
-impl Shared {
-    pub fn m(&self) -> &StoreMetrics {
-        &self.metrics.store
-    }
-
-    pub fn unavailable(&self) -> Error {
-        Error::StoreUnavailable {
-            retry_after_s: self.cfg.retry_after_s(),
+    /// The outbox's bounds and what a refused or timed-out caller is told: a refused write
+    /// may come back after one reconnect step.
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            max_buffered: self.max_buffered,
+            max_buffered_fires: self.max_buffered_fires,
+            ack_timeout: self.ack_timeout,
+            retry_after_s: self.backoff_max.as_secs().max(1),
         }
     }
 }
 
-/// A `Shared` with a default configuration and no connection, shard 0 of 1: for unit tests
-/// and the reply judge's fuzz target.
-pub(crate) fn detached_shared() -> Shared {
-    test_shared(RedisConfig::new("redis://127.0.0.1:1/"))
+/// One shard's link to Redis: what the store and its store task share, on the shard's
+/// thread only. It dereferences to its durable-store core ([`Durable`]), which holds the
+/// outbox, the shard's id, the wake-up and the metrics.
+pub(crate) struct RedisLink {
+    pub core: Durable<Outbox>,
+    pub cfg: RedisConfig,
+    pub endpoint: Endpoint,
 }
 
-/// [`detached_shared`] with this configuration.
-pub(crate) fn test_shared(cfg: RedisConfig) -> Shared {
+impl std::ops::Deref for RedisLink {
+    type Target = Durable<Outbox>;
+
+    fn deref(&self) -> &Durable<Outbox> {
+        &self.core
+    }
+}
+
+/// A `RedisLink` with a default configuration and no connection, shard 0 of 1: for unit
+/// tests and the reply judge's fuzz target.
+pub(crate) fn detached_link() -> RedisLink {
+    test_link(RedisConfig::new("redis://127.0.0.1:1/"))
+}
+
+/// [`detached_link`] with this configuration, and an outbox of 8 writes and 8 fires.
+pub(crate) fn test_link(cfg: RedisConfig) -> RedisLink {
     let endpoint = cfg.endpoint().unwrap_or_else(|_| {
         Endpoint::Direct(redis::ConnectionInfo {
             addr: redis::ConnectionAddr::Tcp("127.0.0.1".into(), 1),
             redis: Default::default(),
         })
     });
-    Shared {
-        endpoint,
-        outbox: RefCell::new(Outbox::new(8, 8, cfg.ack_timeout)),
+    let cfg = RedisConfig {
+        max_buffered: 8,
+        max_buffered_fires: 8,
+        ..cfg
+    };
+    RedisLink {
+        core: Durable::new(cfg.limits(), 0, 1, Default::default(), Outbox::new),
         cfg,
-        shard: 0,
-        shards: 1,
-        wake: event_listener::Event::new(),
-        closing: Cell::new(false),
-        metrics: Default::default(),
+        endpoint,
     }
 }
 
 /// One shard's Redis store: the outbox and the store task that flushes it.
 pub struct RedisStore {
-    shared: Rc<Shared>,
+    shared: Rc<RedisLink>,
     task: Option<glommio::Task<()>>,
 }
 
@@ -241,17 +240,11 @@ impl RedisStore {
         metrics: Arc<ShardMetrics>,
     ) -> RedisStore {
         metrics.store.set_state(StoreState::Connecting);
-        let outbox = Outbox::new(cfg.max_buffered, cfg.max_buffered_fires, cfg.ack_timeout);
         RedisStore {
-            shared: Rc::new(Shared {
+            shared: Rc::new(RedisLink {
+                core: Durable::new(cfg.limits(), shard, shards, metrics, Outbox::new),
                 cfg,
                 endpoint,
-                shard,
-                shards,
-                outbox: RefCell::new(outbox),
-                wake: event_listener::Event::new(),
-                closing: Cell::new(false),
-                metrics,
             }),
             task: None,
         }
@@ -300,11 +293,7 @@ impl Store for RedisStore {
     /// `Ok` when one more durable write of `tenant` fits in the outbox; else the refusal,
     /// counted.
     fn admit(&self, tenant: &str) -> Result<()> {
-        let s = &self.shared;
-        s.outbox
-            .borrow()
-            .acks
-            .admit(tenant, s.shard, s.m(), || s.unavailable())
+        self.shared.admit(tenant)
     }
 
     fn refusal(&self) -> Error {
@@ -312,18 +301,17 @@ impl Store for RedisStore {
     }
 
     fn ack_timeout(&self) -> Duration {
-        self.shared.cfg.ack_timeout
+        self.shared.ack_timeout()
     }
 
-    /// Shorter passes than the in-memory shard's, so that the store task (on the same
-    /// executor) reads Redis's replies between them instead of after a 4,096-op pass.
+    /// Shorter passes than the in-memory shard's, so that the store task reads Redis's
+    /// replies between them.
     fn ops_per_pass(&self) -> usize {
-        512
+        durable::OPS_PER_PASS
     }
 
-    /// Stamps the entries of the batch the shard is about to apply (one clock read a pass).
     fn begin_pass(&mut self) {
-        self.shared.outbox.borrow_mut().acks.stamp();
+        self.shared.begin_pass();
     }
 
     fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
@@ -342,23 +330,11 @@ impl Store for RedisStore {
     }
 
     fn fire_room(&self) -> usize {
-        self.shared.outbox.borrow().acks.fire_room()
+        self.shared.fire_room()
     }
 
-    /// Counted once per pause, not per pass.
     fn fires_held(&mut self, held: bool) {
-        let m = self.shared.m();
-        let was = m
-            .fires_held
-            .swap(u64::from(held), std::sync::atomic::Ordering::Relaxed);
-        if held && was == 0 {
-            StoreMetrics::count(&m.fire_pauses_total, 1);
-            tracing::warn!(
-                shard = self.shared.shard,
-                limit = self.shared.cfg.max_buffered_fires,
-                "store: fires waiting for Redis reached their bound; due timers stay pending (not lost) until Redis takes the backlog"
-            );
-        }
+        self.shared.fires_held(held, "store: fires waiting for Redis reached their bound; due timers stay pending (not lost) until Redis takes the backlog");
     }
 
     /// Queues the stream entry and the record's removal, applied together.
@@ -393,29 +369,18 @@ impl Store for RedisStore {
             .push(dead::remove(tenant, key), None, ack, tenant);
     }
 
-    /// Tells the store task that writes are waiting, and answers `StoreUnavailable` to callers
-    /// past the ack timeout (so that no caller waits much longer than it, even while the store
-    /// task is stuck waiting on Redis). The shard passes at least every 100 ms (its clock
-    /// anchor is a deadline of its own), and a shard its executor failed to wake is woken by
-    /// the watchdog within about 10 ms of that (`shard::watchdog`); the store task also
-    /// answers expired callers whenever it runs. So a caller waits at most the ack timeout
-    /// plus about 110 ms.
+    /// Tells the store task that writes are waiting, and answers callers past the ack
+    /// timeout (`durable::Durable::after_pass` has the bound this gives).
     fn after_pass(&mut self) {
-        let shared = &self.shared;
-        shared.outbox.borrow_mut().acks.after_pass(
-            shared.m(),
-            shared.cfg.retry_after_s(),
-            &shared.wake,
-        );
+        self.shared.after_pass();
     }
 
     /// Flushes what it can within the ack timeout, then stops the store task.
     fn close(&mut self) -> LocalFuture<'_, ()> {
         Box::pin(async move {
-            self.shared.closing.set(true);
-            self.shared.wake.notify(usize::MAX);
+            let until = self.shared.begin_close();
             if let Some(task) = self.task.take() {
-                let limit = crate::units::capped(self.shared.cfg.ack_timeout);
+                let limit = until.saturating_duration_since(std::time::Instant::now());
                 futures_lite::future::or(task, glommio::timer::sleep(limit)).await;
             }
             let left = self.shared.outbox.borrow().len();

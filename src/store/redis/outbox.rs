@@ -118,6 +118,8 @@ impl Outbox {
     }
 }
 
+crate::store::durable::queue_with_acks_field!(Outbox);
+
 #[cfg(test)]
 mod tests {
     use super::*;

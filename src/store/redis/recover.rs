@@ -14,7 +14,7 @@ use super::conn::Conn;
 use super::dead::dead_key;
 use super::flush::pause;
 use super::layout::{decode_record, parse_field, partition_of, timers_key, PARTITIONS};
-use super::Shared;
+use super::RedisLink;
 use crate::metrics::{StoreMetrics, StoreState};
 use crate::store::Recovered;
 use crate::units::UtcMicros;
@@ -29,7 +29,7 @@ const WINDOW: usize = 8;
 /// partitions, handing each timer to `insert`. Returns the connection for the store task, or `None` if `stop`
 /// was set first.
 pub(crate) async fn recover(
-    shared: &Shared,
+    shared: &RedisLink,
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
     stop: &AtomicBool,
 ) -> Option<Conn> {
@@ -77,7 +77,7 @@ pub(crate) async fn recover(
 
 /// Loads every owned partition; the number of timers loaded.
 async fn load(
-    shared: &Shared,
+    shared: &RedisLink,
     conn: &mut Conn,
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
 ) -> Result<u64, String> {
@@ -153,7 +153,7 @@ async fn load(
 /// Hands one stored timer to the shard; false when the record is malformed or does not fit
 /// (counted; logged in detail when `log`, so a full table does not log a million lines).
 fn load_one(
-    shared: &Shared,
+    shared: &RedisLink,
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
     partition: u32,
     field: &Value,

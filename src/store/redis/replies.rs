@@ -13,7 +13,7 @@
 //! A pipeline whose replies do not have the expected shape is treated like a lost
 //! connection: written again whole.
 
-use super::Shared;
+use super::RedisLink;
 use crate::error::Error;
 use crate::metrics::StoreMetrics;
 use redis::Value;
@@ -85,13 +85,13 @@ pub fn judge_wire(sizes: &[usize], atomic: bool, wire: &[u8]) -> Result<usize, S
             shape.commands()
         ));
     }
-    let shared = super::detached_shared();
+    let shared = super::detached_link();
     judge(&shared, &shape, values).map(|outcomes| outcomes.len())
 }
 
 /// Per-entry outcomes, or `Err` (keep everything queued) on a transient failure.
 pub(crate) fn judge(
-    shared: &Shared,
+    shared: &RedisLink,
     shape: &Shape,
     replies: Vec<Value>,
 ) -> Result<Vec<Result<(), Error>>, String> {
@@ -140,7 +140,7 @@ pub(crate) fn judge(
     Ok(outcomes)
 }
 
-fn server_error(shared: &Shared, code: &str, details: Option<&str>) -> String {
+fn server_error(shared: &RedisLink, code: &str, details: Option<&str>) -> String {
     StoreMetrics::count(&shared.m().errors_total, 1);
     format!("Redis answered {code} {}", details.unwrap_or(""))
 }
@@ -149,8 +149,8 @@ fn server_error(shared: &Shared, code: &str, details: Option<&str>) -> String {
 mod tests {
     use super::*;
 
-    fn shared() -> Shared {
-        crate::store::redis::detached_shared()
+    fn shared() -> RedisLink {
+        crate::store::redis::detached_link()
     }
 
     fn reply(resp: &[u8]) -> Value {

@@ -15,7 +15,7 @@
 //! tenant's line goes when its stream does (each sample replaces the last).
 
 use super::conn::Conn;
-use super::Shared;
+use super::RedisLink;
 use crate::metrics::{OTHER_TENANTS, TENANT_SERIES};
 use redis::Value;
 use std::cmp::Reverse;
@@ -26,7 +26,7 @@ use std::time::Duration;
 /// How often the lengths are sampled.
 pub const PERIOD: Duration = Duration::from_secs(5);
 
-pub(crate) async fn run(shared: Rc<Shared>) {
+pub(crate) async fn run(shared: Rc<RedisLink>) {
     let mut conn: Option<Conn> = None;
     while !shared.closing.get() {
         if conn.is_none() {
