@@ -1,33 +1,24 @@
 //! [`EngineBuilder`]: the engine's settings, and `build`, which starts one pinned glommio
-//! executor per shard and returns once each has calibrated its clock and is running.
+//! executor per shard (`shard_start`) and returns once each has calibrated its clock and is
+//! running.
 
 use super::handle::{Handle, Shared};
 use super::placement::{self, available_cores, Pinning};
 use super::running::Engine;
-use crate::clock::{Clock, ClockConfig, HostSource, SetWatch};
-use crate::doorbell::Doorbell;
+use super::shard_start::{start_shard, ShardSeed, StoreSeed, PREEMPT_TIMER};
+use crate::clock::{HostSource, SetWatch};
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
 use crate::quota::Quotas;
 use crate::ring::Ring;
 use crate::shard::watchdog::{Pulse, Watchdog};
-use crate::shard::{set_timer_slack_ns, Shard, ShardFailure, Wakee};
-use crate::sink::webhook::{settings::WebhookSettings, WebhookSink};
-use crate::sink::{FireHandler, FiredTimer, HandlerSink, Sink};
-use crate::store::journal::{JournalConfig, JournalStore};
-use crate::store::memory::MemoryStore;
+use crate::sink::webhook::settings::WebhookSettings;
+use crate::sink::{FireHandler, FiredTimer};
+use crate::store::journal::JournalConfig;
 use crate::store::redis::RedisConfig;
-use crate::store::redis::RedisStore;
-use crate::wheel::table::TimerTable;
-use std::os::fd::IntoRawFd;
-use std::os::unix::io::FromRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// glommio's preemption timer: its own default. Shards yield on their own and never rely on
-/// being preempted; a shorter timer brings back a glommio stall (see `shard::watchdog`).
-const PREEMPT_TIMER: Duration = Duration::from_millis(100);
 
 /// Which store the shards use.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -249,6 +240,24 @@ impl EngineBuilder {
         self
     }
 
+    /// What each shard's store starts from, checked here, on the caller's thread, so that a
+    /// bad URL or setting is a build error. A journal's data directory is locked, and
+    /// re-partitioned if the shard count changed, before any shard starts.
+    fn store_seed(&self) -> Result<StoreSeed> {
+        Ok(match &self.store {
+            StoreKind::Memory => {
+                tracing::info!("store: in-memory (not durable: pending timers are lost on exit); configure a durable store for durability");
+                StoreSeed::Memory
+            }
+            StoreKind::Redis(cfg) => StoreSeed::Redis(cfg.clone(), cfg.validate()?),
+            StoreKind::Journal(cfg) => {
+                cfg.validate()?;
+                let data = crate::store::journal::layout::prepare(cfg, self.shards)?;
+                StoreSeed::Journal(cfg.clone(), data)
+            }
+        })
+    }
+
     /// Starts the shards and returns once each has calibrated its clock and is running, or
     /// fails within the start limit ([`EngineBuilder::start_timeout`]); it never waits on a
     /// shard without a bound.
@@ -265,26 +274,77 @@ impl EngineBuilder {
             ));
         }
         let cores = placement::resolve(&self.pinning, self.shards)?;
-        // Validated here, on the caller's thread, so that a bad URL is a build error.
-        let redis_info = match &self.store {
-            StoreKind::Redis(cfg) => Some(cfg.validate()?),
-            StoreKind::Memory => {
-                tracing::info!("store: in-memory (not durable: pending timers are lost on exit); configure a durable store for durability");
-                None
-            }
-            StoreKind::Journal(cfg) => {
-                cfg.validate()?;
-                None
-            }
-        };
-        // Locked, and re-partitioned if the shard count changed, before any shard starts.
-        let data_dir = match &self.store {
-            StoreKind::Journal(cfg) => {
-                Some(crate::store::journal::layout::prepare(cfg, self.shards)?)
-            }
-            _ => None,
-        };
+        let store = self.store_seed()?;
         let stop = Arc::new(AtomicBool::new(false));
+        let (handle, wakees) = self.handle()?;
+        let pulses: Vec<Arc<Pulse>> = (0..self.shards).map(|_| Arc::default()).collect();
+        let set_watch = watch_clock_sets(&handle);
+        let set_generation = set_watch.as_ref().map(SetWatch::generation);
+        // The watchdog guards every shard from its first instant: it runs before they start.
+        let watchdog = self.start_watchdog(&pulses, &handle, &cores)?;
+        let mut threads = Vec::with_capacity(self.shards);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        for (id, wakee) in wakees.into_iter().enumerate() {
+            let hook = self.on_shard_start.clone().map(|hook| {
+                let handle = handle.clone();
+                Box::new(move || hook(id, handle)) as Box<dyn FnOnce() + Send>
+            });
+            let seed = ShardSeed {
+                id,
+                shards: self.shards,
+                core: cores.get(id).copied(),
+                ring: handle.inner.rings[id].clone(),
+                wakee,
+                metrics: handle.inner.metrics[id].clone(),
+                pulse: pulses[id].clone(),
+                quotas: handle.inner.quotas.clone(),
+                stop: stop.clone(),
+                source: match self.clock {
+                    ClockChoice::Detect => HostSource::detect,
+                    ClockChoice::ClockGettime => HostSource::fallback,
+                },
+                set_generation: set_generation.clone(),
+                spin: self.spin,
+                capacity: self.shard_capacity,
+                preempt_timer: self.preempt_timer,
+                store: store.clone(),
+                handler: self.handler.clone(),
+                webhooks: self.webhooks.clone(),
+                hook,
+                ready: ready_tx.clone(),
+            };
+            match start_shard(seed) {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    abandon_start(&stop, &handle, threads, STOP_AFTER_FAILED_START);
+                    return Err(e);
+                }
+            }
+        }
+        drop(ready_tx);
+        // A journal loads and checks its files before its shard reports: allow for the disk.
+        let start_limit = self.start_timeout.unwrap_or(match self.store {
+            StoreKind::Journal(_) => Duration::from_secs(600),
+            _ => Duration::from_secs(10),
+        });
+        if let Err(e) = await_ready(&ready_rx, self.shards, start_limit) {
+            abandon_start(&stop, &handle, threads, start_limit);
+            return Err(e);
+        }
+        tracing::info!(shards = self.shards, cores = ?cores, spin_us = self.spin.as_micros() as u64, "engine started");
+        Ok(Engine {
+            handle,
+            threads,
+            stop,
+            shutdown_limit: self.shutdown_timeout,
+            _watchdog: watchdog,
+            _set_watch: set_watch,
+        })
+    }
+
+    /// The handle on the shards' rings, quotas and metrics, with the read end of each ring's
+    /// wake socket (for its shard).
+    fn handle(&self) -> Result<(Handle, Vec<std::os::unix::net::UnixStream>)> {
         let mut rings = Vec::with_capacity(self.shards);
         let mut wakees = Vec::with_capacity(self.shards);
         for id in 0..self.shards {
@@ -316,233 +376,45 @@ impl EngineBuilder {
                 stopping: AtomicBool::new(false),
             }),
         };
-        let pulses: Vec<Arc<Pulse>> = (0..self.shards).map(|_| Arc::default()).collect();
-        // Every shard re-anchors as soon as the system clock is set, not at its next 100 ms
-        // anchor: the watch bumps a generation the clocks follow and wakes every shard.
-        let rings = handle.inner.rings.clone();
-        let set_watch = match SetWatch::spawn(move || rings.iter().for_each(|r| r.wake())) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch for system clock sets; shards notice a step at their next anchor (within 100 ms)");
-                None
-            }
-        };
-        let set_generation = set_watch.as_ref().map(SetWatch::generation);
-        // The watchdog guards every shard from its first instant: it runs before they start.
+        Ok((handle, wakees))
+    }
+
+    /// The watchdog over every shard's pulse (none when its period is zero).
+    fn start_watchdog(
+        &self,
+        pulses: &[Arc<Pulse>],
+        handle: &Handle,
+        cores: &[usize],
+    ) -> Result<Option<Watchdog>> {
         let (period, grace) = self.watchdog;
-        let watchdog = if period.is_zero() {
-            None
-        } else {
-            let watched = pulses
-                .iter()
-                .cloned()
-                .zip(handle.inner.metrics.iter().cloned())
-                .collect();
-            Some(
-                Watchdog::spawn(watched, period, grace, &cores).map_err(|e| Error::ShardStart {
-                    shard: 0,
-                    reason: format!("cannot start the watchdog thread: {e}"),
-                })?,
-            )
-        };
-        let mut threads = Vec::with_capacity(self.shards);
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        for (id, wakee) in wakees.into_iter().enumerate() {
-            let ring = handle.inner.rings[id].clone();
-            let m = handle.inner.metrics[id].clone();
-            let placement = match cores.get(id) {
-                Some(&core) => glommio::Placement::Fixed(core),
-                None => glommio::Placement::Unbound,
-            };
-            let (spin, capacity, handler, shard_stop) = (
-                self.spin,
-                self.shard_capacity,
-                self.handler.clone(),
-                stop.clone(),
-            );
-            let clock_choice = self.clock;
-            let ready = ready_tx.clone();
-            let hook = self.on_shard_start.clone().map(|h| (h, handle.clone()));
-            let store = self.store.clone();
-            let redis_info = redis_info.clone();
-            let data_dir = data_dir.clone();
-            let shards = self.shards;
-            // A shard that runs only its own loop parks in the kernel directly; with other
-            // tasks on its executor (HTTP, the store) it must park in glommio's reactor.
-            let webhooks = self.webhooks.clone();
-            let park_direct = hook.is_none() && store == StoreKind::Memory && webhooks.is_none();
-            let wakee_fd = wakee.into_raw_fd();
-            let pulse = pulses[id].clone();
-            let set_generation = set_generation.clone();
-            let quotas = handle.inner.quotas.clone();
-            // The executor starts under glommio's default timer; a shorter one (tests) applies
-            // only once the shard is guarded (`run_under_preempt_timer`).
-            let executor =
-                glommio::LocalExecutorBuilder::new(placement).preempt_timer(PREEMPT_TIMER);
-            let preempt_timer = self.preempt_timer;
-            let failure = ShardFailure {
-                id,
-                ring: ring.clone(),
-                metrics: m.clone(),
-                pulse: pulse.clone(),
-            };
-            let ready_made = ready.clone();
-            // A plain thread that makes its executor, so that `failure` lives outside the
-            // executor and sees the thread unwind from a panic in any of its tasks.
-            let thread = std::thread::Builder::new()
-                .name(format!("punctual-shard-{id}"))
-                .spawn(move || {
-                    let _failure = failure;
-                    let ex = match executor.make() {
-                        Ok(ex) => ex,
-                        Err(e) => {
-                            let _ = ready_made.send(Err(Error::ShardStart {
-                                shard: id,
-                                reason: format!("cannot make its executor: {e}"),
-                            }));
-                            return;
-                        }
-                    };
-                    ex.run(async move {
-                        // Registers the thread and the task's waker with the watchdog at once.
-                        pulse.on_this_thread();
-                        pulse.guard_start(async {}).await;
-                        let body = async move {
-                        // Replies from other threads reach this executor's tasks through its
-                        // doorbell, not glommio's foreign wakes (see `doorbell`).
-                        if !park_direct {
-                            if let Err(e) = Doorbell::install(m.clone()) {
-                                tracing::warn!(shard = id, error = %e, "no doorbell: replies from other threads wake this shard's tasks through glommio");
-                            }
-                        }
-                        set_timer_slack_ns(1);
-                        let source = match clock_choice {
-                            ClockChoice::Detect => HostSource::detect(),
-                            ClockChoice::ClockGettime => HostSource::fallback(),
-                        };
-                        let mut clock = Clock::calibrate(source, ClockConfig::default());
-                        if let Some(generation) = set_generation {
-                            clock.follow_sets(generation);
-                        }
-                        let table = TimerTable::new(clock.now().as_micros(), capacity);
-                        // SAFETY: `wakee_fd` came from `into_raw_fd` on a UnixStream that nothing
-                        // else owns, so the stream made here becomes its sole owner.
-                        let wakee = unsafe {
-                            if park_direct {
-                                Wakee::Direct(std::os::unix::net::UnixStream::from_raw_fd(wakee_fd))
-                            } else {
-                                Wakee::Reactor(glommio::net::UnixStream::from_raw_fd(wakee_fd))
-                            }
-                        };
-                        let store: Box<dyn crate::store::Store> =
-                            match (store, redis_info, data_dir) {
-                                (StoreKind::Redis(cfg), Some(info), _) => {
-                                    Box::new(RedisStore::new(cfg, info, id, shards, m.clone()))
-                                }
-                                (StoreKind::Journal(cfg), _, Some(data)) => {
-                                    let open = JournalStore::open(cfg, data, id, shards, m.clone());
-                                    match pulse.guard_start(open).await {
-                                        Ok(s) => Box::new(s),
-                                        Err(e) => {
-                                            let _ = ready.send(Err(e));
-                                            return;
-                                        }
-                                    }
-                                }
-                                _ => Box::new(MemoryStore),
-                            };
-                        let mut sinks: Vec<Box<dyn Sink>> = handler
-                            .map(|h| Box::new(HandlerSink(h)) as Box<dyn Sink>)
-                            .into_iter()
-                            .collect();
-                        if let Some(settings) = webhooks {
-                            // A delivery's outcome wakes the shard if it parked meanwhile.
-                            let waker = ring.clone();
-                            let wake = Box::new(move || waker.nudge());
-                            sinks.push(Box::new(WebhookSink::new(id, settings, m.clone(), wake)));
-                        }
-                        let shard = Shard {
-                            id,
-                            ring,
-                            table,
-                            clock,
-                            spin,
-                            sinks,
-                            store,
-                            metrics: m.clone(),
-                            stop: shard_stop,
-                            pulse,
-                            quotas,
-                            deliveries: Default::default(),
-                            spent: Default::default(),
-                        };
-                        shard.publish_initial();
-                        if let Some((hook, handle)) = hook {
-                            hook(id, handle);
-                        }
-                        let _ = ready.send(Ok(id));
-                        shard.run(wakee).await;
-                        };
-                        run_under_preempt_timer(preempt_timer, body).await;
-                    })
-                })
-                .map_err(|e| Error::ShardStart {
-                    shard: id,
-                    reason: e.to_string(),
-                });
-            match thread {
-                Ok(t) => threads.push(t),
-                Err(e) => {
-                    abandon_start(&stop, &handle, threads, STOP_AFTER_FAILED_START);
-                    return Err(e);
-                }
-            }
+        if period.is_zero() {
+            return Ok(None);
         }
-        drop(ready_tx);
-        // A journal loads and checks its files before its shard reports: allow for the disk.
-        let start_limit = self.start_timeout.unwrap_or(match self.store {
-            StoreKind::Journal(_) => Duration::from_secs(600),
-            _ => Duration::from_secs(10),
-        });
-        if let Err(e) = await_ready(&ready_rx, self.shards, start_limit) {
-            abandon_start(&stop, &handle, threads, start_limit);
-            return Err(e);
-        }
-        tracing::info!(shards = self.shards, cores = ?cores, spin_us = self.spin.as_micros() as u64, "engine started");
-        Ok(Engine {
-            handle,
-            threads,
-            stop,
-            shutdown_limit: self.shutdown_timeout,
-            _watchdog: watchdog,
-            _set_watch: set_watch,
-        })
+        let watched = pulses
+            .iter()
+            .cloned()
+            .zip(handle.inner.metrics.iter().cloned())
+            .collect();
+        let watchdog =
+            Watchdog::spawn(watched, period, grace, cores).map_err(|e| Error::ShardStart {
+                shard: 0,
+                reason: format!("cannot start the watchdog thread: {e}"),
+            })?;
+        Ok(Some(watchdog))
     }
 }
 
-/// Runs a shard's body under glommio preemption timer `timer`. glommio 0.9 parks an executor
-/// whose preemption timer expired before a scheduling round began, runnable tasks or not (the
-/// shard module doc): a timer shorter than the executor's first round would park it before the
-/// shard's first task registers with the watchdog, and then nothing could wake it. So the
-/// executor starts under the default timer, and a shorter one applies only after that
-/// registration, to a task queue of the shard's own, which every task the shard spawns
-/// inherits (glommio takes the shortest latency of the queues that are active).
-async fn run_under_preempt_timer(
-    timer: Duration,
-    body: impl std::future::Future<Output = ()> + 'static,
-) {
-    if timer >= PREEMPT_TIMER {
-        return body.await;
-    }
-    let queue = glommio::executor().create_task_queue(
-        glommio::Shares::default(),
-        glommio::Latency::Matters(timer),
-        "punctual-shard",
-    );
-    match glommio::spawn_local_into(body, queue) {
-        Ok(task) => task.await,
-        // Cannot happen (the queue was just made); the start then times out, naming the shard.
-        Err(e) => tracing::error!(error = %e, "shard: cannot run in its own task queue"),
+/// Every shard re-anchors as soon as the system clock is set, not at its next 100 ms anchor:
+/// the watch bumps a generation the clocks follow and wakes every shard. None when the watch
+/// cannot run (logged).
+fn watch_clock_sets(handle: &Handle) -> Option<SetWatch> {
+    let rings = handle.inner.rings.clone();
+    match SetWatch::spawn(move || rings.iter().for_each(|r| r.wake())) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch for system clock sets; shards notice a step at their next anchor (within 100 ms)");
+            None
+        }
     }
 }
 

@@ -19,6 +19,7 @@ mod builder;
 mod handle;
 mod placement;
 mod running;
+mod shard_start;
 mod stats;
 
 pub use crate::op::{Cancelled, DeadInfo, Scheduled, TimerInfo};

@@ -1,0 +1,279 @@
+//! Starting one shard: [`ShardSeed`], what a shard needs to start (made by `build` on the
+//! caller's thread), and [`start_shard`], which spawns the shard's thread and, on it, makes its
+//! executor, calibrates its clock, opens its store ([`open_store`]), makes its sinks
+//! ([`make_sinks`]) and runs its loop.
+//!
+//! A shard reports on its seed's `ready` channel once it runs (after its start hook), or why
+//! it could not start; `build` waits for every shard's report within its start limit.
+
+use crate::clock::{Clock, ClockConfig, HostSource};
+use crate::doorbell::Doorbell;
+use crate::error::{Error, Result};
+use crate::metrics::ShardMetrics;
+use crate::quota::Quotas;
+use crate::ring::Ring;
+use crate::shard::watchdog::Pulse;
+use crate::shard::{set_timer_slack_ns, Shard, ShardFailure, Wakee};
+use crate::sink::webhook::{settings::WebhookSettings, WebhookSink};
+use crate::sink::{FireHandler, HandlerSink, Sink};
+use crate::store::journal::layout::DataDir;
+use crate::store::journal::{JournalConfig, JournalStore};
+use crate::store::memory::MemoryStore;
+use crate::store::redis::endpoint::Endpoint;
+use crate::store::redis::{RedisConfig, RedisStore};
+use crate::store::Store;
+use crate::wheel::table::TimerTable;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// glommio's preemption timer: its own default. Shards yield on their own and never rely on
+/// being preempted; a shorter timer brings back a glommio stall (see `shard::watchdog`).
+pub(super) const PREEMPT_TIMER: Duration = Duration::from_millis(100);
+
+/// What one shard needs to start.
+pub(super) struct ShardSeed {
+    pub id: usize,
+    pub shards: usize,
+    /// The core it is pinned to; none: unbound.
+    pub core: Option<usize>,
+    pub ring: Arc<Ring>,
+    /// The read end of the ring's wake socket.
+    pub wakee: UnixStream,
+    pub metrics: Arc<ShardMetrics>,
+    /// What the watchdog watches of this shard.
+    pub pulse: Arc<Pulse>,
+    pub quotas: Arc<Quotas>,
+    /// Raised when the engine stops.
+    pub stop: Arc<AtomicBool>,
+    /// The clock's tick source: detected, or clock_gettime.
+    pub source: fn() -> HostSource,
+    /// The generation the system-clock watch bumps on a set, if it runs.
+    pub set_generation: Option<Arc<AtomicU64>>,
+    pub spin: Duration,
+    /// Pending timers the shard may hold.
+    pub capacity: usize,
+    /// glommio's preemption timer once the shard is guarded (tests shorten it).
+    pub preempt_timer: Duration,
+    pub store: StoreSeed,
+    pub handler: Option<FireHandler>,
+    pub webhooks: Option<Arc<WebhookSettings>>,
+    /// The engine's start hook, bound to this shard and a handle.
+    pub hook: Option<Box<dyn FnOnce() + Send>>,
+    /// Where the shard reports its id once it runs, or why it could not start.
+    pub ready: Sender<Result<usize>>,
+}
+
+/// What a shard's store starts from: checked, and for a journal locked, on the caller's
+/// thread before any shard starts.
+#[derive(Clone)]
+pub(super) enum StoreSeed {
+    Memory,
+    Redis(RedisConfig, Endpoint),
+    Journal(JournalConfig, Arc<DataDir>),
+}
+
+impl ShardSeed {
+    /// A shard that runs only its own loop parks in the kernel directly; with other tasks on
+    /// its executor (HTTP, the store, webhooks) it must park in glommio's reactor.
+    fn parks_direct(&self) -> bool {
+        self.hook.is_none() && matches!(self.store, StoreSeed::Memory) && self.webhooks.is_none()
+    }
+}
+
+/// Spawns the shard's thread, which runs the shard until the engine stops.
+pub(super) fn start_shard(seed: ShardSeed) -> Result<std::thread::JoinHandle<()>> {
+    let id = seed.id;
+    let placement = match seed.core {
+        Some(core) => glommio::Placement::Fixed(core),
+        None => glommio::Placement::Unbound,
+    };
+    // The executor starts under glommio's default timer; a shorter one (tests) applies only
+    // once the shard is guarded (`run_under_preempt_timer`).
+    let executor = glommio::LocalExecutorBuilder::new(placement).preempt_timer(PREEMPT_TIMER);
+    let failure = ShardFailure {
+        id,
+        ring: seed.ring.clone(),
+        metrics: seed.metrics.clone(),
+        pulse: seed.pulse.clone(),
+    };
+    // A plain thread that makes its executor, so that `failure` lives outside the executor
+    // and sees the thread unwind from a panic in any of its tasks.
+    std::thread::Builder::new()
+        .name(format!("punctual-shard-{id}"))
+        .spawn(move || {
+            let _failure = failure;
+            let ex = match executor.make() {
+                Ok(ex) => ex,
+                Err(e) => {
+                    let _ = seed.ready.send(Err(Error::ShardStart {
+                        shard: id,
+                        reason: format!("cannot make its executor: {e}"),
+                    }));
+                    return;
+                }
+            };
+            ex.run(async move {
+                // Registers the thread and the task's waker with the watchdog at once.
+                seed.pulse.on_this_thread();
+                seed.pulse.guard_start(async {}).await;
+                run_under_preempt_timer(seed.preempt_timer, run_shard(seed)).await;
+            })
+        })
+        .map_err(|e| Error::ShardStart {
+            shard: id,
+            reason: e.to_string(),
+        })
+}
+
+/// On the shard's thread, inside its executor: makes the shard and runs its loop.
+async fn run_shard(seed: ShardSeed) {
+    let park_direct = seed.parks_direct();
+    let ShardSeed {
+        id,
+        shards,
+        ring,
+        wakee,
+        metrics,
+        pulse,
+        quotas,
+        stop,
+        source,
+        set_generation,
+        spin,
+        capacity,
+        store,
+        handler,
+        webhooks,
+        hook,
+        ready,
+        ..
+    } = seed;
+    // Replies from other threads reach this executor's tasks through its doorbell, not
+    // glommio's foreign wakes (see `doorbell`).
+    if !park_direct {
+        if let Err(e) = Doorbell::install(metrics.clone()) {
+            tracing::warn!(shard = id, error = %e, "no doorbell: replies from other threads wake this shard's tasks through glommio");
+        }
+    }
+    set_timer_slack_ns(1);
+    let mut clock = Clock::calibrate(source(), ClockConfig::default());
+    if let Some(generation) = set_generation {
+        clock.follow_sets(generation);
+    }
+    let table = TimerTable::new(clock.now().as_micros(), capacity);
+    let wakee = if park_direct {
+        Wakee::Direct(wakee)
+    } else {
+        let fd = wakee.into_raw_fd();
+        // SAFETY: `into_raw_fd` gave up the std stream's ownership of `fd`, which nothing else
+        // owns, so the stream made here becomes its sole owner.
+        Wakee::Reactor(unsafe { glommio::net::UnixStream::from_raw_fd(fd) })
+    };
+    let store = match open_store(store, id, shards, &metrics, &pulse).await {
+        Ok(store) => store,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let sinks = make_sinks(id, handler, webhooks, &ring, &metrics);
+    let shard = Shard {
+        id,
+        ring,
+        table,
+        clock,
+        spin,
+        sinks,
+        store,
+        metrics,
+        stop,
+        pulse,
+        quotas,
+        deliveries: Default::default(),
+        spent: Default::default(),
+    };
+    shard.publish_initial();
+    if let Some(hook) = hook {
+        hook();
+    }
+    let _ = ready.send(Ok(id));
+    shard.run(wakee).await;
+}
+
+/// The shard's store, made on its thread. A journal loads and checks its files first, under
+/// the watchdog's guard (it may take minutes); an error stops the start.
+async fn open_store(
+    store: StoreSeed,
+    id: usize,
+    shards: usize,
+    metrics: &Arc<ShardMetrics>,
+    pulse: &Pulse,
+) -> Result<Box<dyn Store>> {
+    Ok(match store {
+        StoreSeed::Memory => Box::new(MemoryStore),
+        StoreSeed::Redis(cfg, endpoint) => {
+            Box::new(RedisStore::new(cfg, endpoint, id, shards, metrics.clone()))
+        }
+        StoreSeed::Journal(cfg, data) => {
+            let open = JournalStore::open(cfg, data, id, shards, metrics.clone());
+            Box::new(pulse.guard_start(open).await?)
+        }
+    })
+}
+
+/// The shard's sinks: the engine's fire handler, if any, then webhook delivery, if
+/// configured.
+fn make_sinks(
+    id: usize,
+    handler: Option<FireHandler>,
+    webhooks: Option<Arc<WebhookSettings>>,
+    ring: &Arc<Ring>,
+    metrics: &Arc<ShardMetrics>,
+) -> Vec<Box<dyn Sink>> {
+    let mut sinks: Vec<Box<dyn Sink>> = handler
+        .map(|h| Box::new(HandlerSink(h)) as Box<dyn Sink>)
+        .into_iter()
+        .collect();
+    if let Some(settings) = webhooks {
+        // A delivery's outcome wakes the shard if it parked meanwhile.
+        let waker = ring.clone();
+        let wake = Box::new(move || waker.nudge());
+        sinks.push(Box::new(WebhookSink::new(
+            id,
+            settings,
+            metrics.clone(),
+            wake,
+        )));
+    }
+    sinks
+}
+
+/// Runs a shard's body under glommio preemption timer `timer`. glommio 0.9 parks an executor
+/// whose preemption timer expired before a scheduling round began, runnable tasks or not (the
+/// shard module doc): a timer shorter than the executor's first round would park it before the
+/// shard's first task registers with the watchdog, and then nothing could wake it. So the
+/// executor starts under the default timer, and a shorter one applies only after that
+/// registration, to a task queue of the shard's own, which every task the shard spawns
+/// inherits (glommio takes the shortest latency of the queues that are active).
+async fn run_under_preempt_timer(
+    timer: Duration,
+    body: impl std::future::Future<Output = ()> + 'static,
+) {
+    if timer >= PREEMPT_TIMER {
+        return body.await;
+    }
+    let queue = glommio::executor().create_task_queue(
+        glommio::Shares::default(),
+        glommio::Latency::Matters(timer),
+        "punctual-shard",
+    );
+    match glommio::spawn_local_into(body, queue) {
+        Ok(task) => task.await,
+        // Cannot happen (the queue was just made); the start then times out, naming the shard.
+        Err(e) => tracing::error!(error = %e, "shard: cannot run in its own task queue"),
+    }
+}
