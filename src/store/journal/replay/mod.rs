@@ -1,0 +1,385 @@
+//! Replay: the live timers and dead letters of a snapshot and the segments after it, without
+//! holding a copy of each.
+//!
+//! ```text
+//!   1. index the segments, oldest first: (set, identity) → the location of its last record
+//!      in that set, live or gone (`Record::effect`: the pending timers and the dead letters
+//!      are two sets, and a timer and a dead letter with the same identity coexist)
+//!   2. live entries = the snapshot's entries whose (set, identity) the index does not hold
+//!                   + the index's live entries, decoded from their frames
+//! ```
+//!
+//! Replay also finds the version floor: the highest version any record it read carried (a
+//! snapshot's end record holds that of the records it replaced), so that the shard never
+//! hands out a version again even when the clock has stepped back.
+//!
+//! The index stores 12 bytes per entry (file, offset, set, live) in a `hashbrown::HashTable`; the
+//! identity it hashes and compares is read from the frame in the loaded file, so nothing is
+//! copied. Snapshots hold each identity once, so they are streamed, not indexed. Recovery
+//! hands the live timers to the shard; compaction copies their frames, verbatim, into the
+//! next snapshot; a change of shard count sends each to its new owner.
+//!
+//! Cost: one hash and one probe per segment record, one lookup per snapshot record; memory
+//! is the index plus the pages of the files that replay touches. Files are mapped, not read
+//! into the heap: their pages are the kernel's page cache, given back when the mapping
+//! goes, and the reserved zero tail of a segment cut short by a crash costs no heap.
+//!
+//! `source.rs` holds a file as replay reads it (mapped), `report.rs` what replay found wrong
+//! and the messages that stop a start; the index and the two steps are here.
+
+mod report;
+mod source;
+#[cfg(test)]
+mod tests;
+
+pub use report::{corrupt_error, data_dir_of, Report};
+pub use source::{Buf, Source};
+
+use super::record::{kind, Effect, End, Record, Timer};
+use super::scan::{Damage, Region, Role, Scan};
+use hashbrown::HashTable;
+use report::gap;
+use std::hash::BuildHasher;
+
+/// Records handled between two yields to the executor.
+pub const YIELD_EVERY: usize = 4096;
+
+/// Where an identity's last record in one set lies.
+#[derive(Clone, Copy)]
+struct Loc {
+    src: u32,
+    off: u32,
+    /// The set: dead letters (true) or pending timers.
+    dead: bool,
+    live: bool,
+}
+
+impl Loc {
+    fn key<'a>(&self, segments: &'a [Source]) -> (bool, &'a [u8]) {
+        (self.dead, identity_at(segments, *self))
+    }
+}
+
+pub struct Replay {
+    snapshot: Option<Source>,
+    segments: Vec<Source>,
+    index: HashTable<Loc>,
+    hasher: foldhash::fast::FixedState,
+    skip_corrupt: bool,
+    /// The snapshot's end record, once [`Replay::check_snapshot`] read it.
+    snapshot_end: End,
+    /// The snapshot's entries, once [`Replay::check_snapshot`] counted them.
+    snapshot_entries: Option<u64>,
+    /// Whether the newest segment may have a torn tail (false for compaction, which reads
+    /// only sealed segments).
+    last_may_tear: bool,
+    pub report: Report,
+}
+
+impl Replay {
+    pub fn new(
+        snapshot: Option<Source>,
+        segments: Vec<Source>,
+        skip_corrupt: bool,
+        last_may_tear: bool,
+    ) -> Replay {
+        Replay {
+            snapshot,
+            segments,
+            index: HashTable::new(),
+            hasher: foldhash::fast::FixedState::with_seed(0x7075_6e63),
+            skip_corrupt,
+            snapshot_end: End::default(),
+            snapshot_entries: None,
+            last_may_tear,
+            report: Report::default(),
+        }
+    }
+
+    /// Step 1: checks the snapshot ([`Replay::check_snapshot`]), then indexes every segment,
+    /// oldest first, yielding to the executor as it goes. The log must be continuous: the
+    /// first segment is the snapshot's seq (or 1), each next one the seq after it, and the
+    /// batch sequence runs on from the snapshot's last batch without a gap (see `scan`).
+    pub async fn index(&mut self) -> Result<(), String> {
+        self.check_snapshot().await?;
+        let skip = self.skip_corrupt;
+        let mut next_seg = self.snapshot.as_ref().map_or(1, |s| s.header.seq);
+        // Values read from disk saturate: a CRC-valid u64::MAX must not overflow, and the
+        // continuity check stays on.
+        let mut next_batch = Some(self.snapshot_end.last_batch.saturating_add(1));
+        let Replay {
+            segments,
+            index,
+            hasher,
+            report,
+            ..
+        } = self;
+        let last = segments.len().saturating_sub(1);
+        let mut handled = 0usize;
+        for (i, src) in segments.iter().enumerate() {
+            let role = if i == last && self.last_may_tear {
+                if super::file::flags(&src.buf) & super::file::UNSYNCED != 0 {
+                    Role::LastUnsynced
+                } else {
+                    Role::Last
+                }
+            } else {
+                Role::Sealed
+            };
+            if src.header.seq != next_seg {
+                let d = Damage {
+                    offset: 0,
+                    why: gap(next_seg, src.header.seq, i == 0),
+                };
+                if !skip {
+                    return Err(corrupt_error(&src.path, &d));
+                }
+                report.corrupt += 1;
+                next_batch = None;
+                tracing::error!(file = %src.path.display(), why = %d.why, "journal: a gap in the log skipped");
+                let region = Region {
+                    offset: 0,
+                    resume: Some(0),
+                    why: d.why,
+                };
+                report.skipped.push((src.path.clone(), region));
+            }
+            next_seg = src.header.seq.saturating_add(1);
+            let block = src.header.block as usize;
+            let mut scan = Scan::new(&src.buf, block, block, role, skip);
+            if let Some(b) = next_batch {
+                scan = scan.expecting(b);
+            }
+            for item in scan.by_ref() {
+                let (record, _, off) = item.map_err(|d| corrupt_error(&src.path, &d))?;
+                if let Some(v) = record.version() {
+                    report.version_floor = report.version_floor.max(v);
+                }
+                if let Record::Batch { seq, .. } = record {
+                    report.last_batch = seq;
+                }
+                let Some(id) = record.identity() else {
+                    continue;
+                };
+                let (timers, dead) = record.effect();
+                for (set, effect) in [(false, timers), (true, dead)] {
+                    let Some(effect) = effect else {
+                        continue;
+                    };
+                    let loc = Loc {
+                        src: i as u32,
+                        off: off as u32,
+                        dead: set,
+                        live: effect == Effect::Live,
+                    };
+                    let hash = hasher.hash_one((set, id));
+                    match index.find_mut(hash, |l| l.key(segments) == (set, id)) {
+                        Some(l) => *l = loc,
+                        None => {
+                            index.insert_unique(hash, loc, |l| hasher.hash_one(l.key(segments)));
+                        }
+                    }
+                }
+                handled += 1;
+                if handled % YIELD_EVERY == 0 {
+                    breathe().await;
+                }
+            }
+            report.corrupt += scan.corrupt;
+            report.dropped_after_tear |= scan.dropped_after_tear;
+            let path = &src.path;
+            report
+                .skipped
+                .extend(scan.skipped.drain(..).map(|r| (path.clone(), r)));
+            if let Some(b) = scan.last_batch {
+                next_batch = b.checked_add(1);
+            }
+            if scan.corrupt > 0 {
+                // Skipped damage may have held commits: the next file's are not a new gap.
+                next_batch = None;
+            }
+            if i == last {
+                report.last_end = Some(scan.end as u64);
+            }
+            if scan.torn {
+                report.torn += 1;
+                report.truncate = Some((src.path.clone(), scan.end as u64));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the snapshot through once, so that its damage is found before any entry is
+    /// handed on; the number of entries (timers and dead letters) it holds. Runs once: a
+    /// second call answers the first one's count.
+    pub async fn check_snapshot(&mut self) -> Result<u64, String> {
+        if let Some(n) = self.snapshot_entries {
+            return Ok(n);
+        }
+        let Some(snap) = &self.snapshot else {
+            self.snapshot_entries = Some(0);
+            return Ok(0);
+        };
+        let mut n = 0u64;
+        let mut scan = self.snapshot_scan(snap);
+        let mut end = None;
+        let mut floor = 0;
+        for item in scan.by_ref() {
+            let (record, _, _) = item.map_err(|d| corrupt_error(&snap.path, &d))?;
+            floor = floor.max(record.version().unwrap_or(0));
+            match record {
+                Record::End(e) => end = Some(e),
+                r if r.entry().is_some() => n += 1,
+                _ => {}
+            }
+            if n % YIELD_EVERY as u64 == 0 {
+                breathe().await;
+            }
+        }
+        self.report.corrupt += scan.corrupt;
+        let path = &snap.path;
+        self.report
+            .skipped
+            .extend(scan.skipped.drain(..).map(|r| (path.clone(), r)));
+        self.report.version_floor = self.report.version_floor.max(floor);
+        if let Some(e) = end {
+            self.snapshot_end = e;
+        }
+        self.snapshot_entries = Some(n);
+        match end.map(|e| e.entries) {
+            Some(t) if t == n || self.skip_corrupt => Ok(n),
+            found => {
+                let d = Damage {
+                    offset: scan.end,
+                    why: match found {
+                        Some(t) => format!("the snapshot says {t} timers but holds {n}"),
+                        None => "the snapshot ends without its end record".into(),
+                    },
+                };
+                if self.skip_corrupt {
+                    self.report.corrupt += 1;
+                    Ok(n)
+                } else {
+                    Err(corrupt_error(&snap.path, &d))
+                }
+            }
+        }
+    }
+
+    fn snapshot_scan<'a>(&self, snap: &'a Source) -> Scan<'a> {
+        let block = snap.header.block as usize;
+        Scan::new(&snap.buf, block, block, Role::Snapshot, self.skip_corrupt)
+    }
+
+    /// Step 2: every live timer and dead letter with its frame (run [`Replay::index`] and
+    /// [`Replay::check_snapshot`] first; damage they passed is skipped here). A dead letter's
+    /// metadata says what it is (`sink::is_dead`).
+    pub fn live(&self) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
+        let from_snapshot = self
+            .snapshot
+            .iter()
+            .flat_map(|s| self.snapshot_scan(s))
+            .filter_map(|item| {
+                let (record, frame, _) = item.ok()?;
+                let set = matches!(record, Record::DeadLetter(_));
+                Some((set, record.entry()?, frame))
+            })
+            .filter(|(set, t, _)| {
+                let hash = self.hasher.hash_one((*set, t.identity));
+                self.index
+                    .find(hash, |l| l.key(&self.segments) == (*set, t.identity))
+                    .is_none()
+            })
+            .map(|(_, t, frame)| (t, frame));
+        let from_segments = self.index.iter().filter(|l| l.live).filter_map(|l| {
+            let src = self.segments.get(l.src as usize)?;
+            let block = src.header.block as usize;
+            match super::record::decode_at(&src.buf, l.off as usize, block) {
+                super::record::Step::Record { record, frame, .. } => Some((record.entry()?, frame)),
+                _ => None,
+            }
+        });
+        from_snapshot.chain(from_segments)
+    }
+
+    /// The sequence the next commit must carry: the one after the last batch read.
+    pub fn next_batch(&self) -> u64 {
+        self.report
+            .last_batch
+            .max(self.snapshot_end.last_batch)
+            .saturating_add(1)
+    }
+
+    /// The end record of a snapshot of `entries` of this replay's live entries: the last batch
+    /// and the version floor of everything it read.
+    pub fn end(&self, entries: u64) -> End {
+        End {
+            entries,
+            last_batch: self.report.last_batch.max(self.snapshot_end.last_batch),
+            version_floor: self
+                .report
+                .version_floor
+                .max(self.snapshot_end.version_floor),
+        }
+    }
+
+    /// (seq, bytes) of the loaded snapshot.
+    pub fn snapshot_file(&self) -> Option<(u64, u64)> {
+        self.snapshot
+            .as_ref()
+            .map(|s| (s.header.seq, s.buf.len() as u64))
+    }
+
+    /// The loaded segments (for their paths and sizes).
+    pub fn segments(&self) -> &[Source] {
+        &self.segments
+    }
+
+    /// Lets go of segment `seq`'s mapping before its file is cut (the old mapping must not
+    /// outlive the bytes it shows), and says where it lies. The index keeps offsets, not
+    /// pointers, so it stays valid through [`Replay::map_segment`].
+    pub fn unmap_segment(&mut self, seq: u64) -> Option<std::path::PathBuf> {
+        let src = self.segments.iter_mut().find(|s| s.header.seq == seq)?;
+        src.buf = Buf::Owned(Vec::new());
+        Some(src.path.clone())
+    }
+
+    /// Maps segment `seq` again (after its file was cut).
+    pub fn map_segment(&mut self, seq: u64) -> std::io::Result<()> {
+        if let Some(src) = self.segments.iter_mut().find(|s| s.header.seq == seq) {
+            src.buf = Buf::map(&src.path)?;
+        }
+        Ok(())
+    }
+}
+
+/// The identity of the record at `l`, read without checking its CRC again (it was checked
+/// when it was indexed); empty if the bytes are not there.
+fn identity_at(segments: &[Source], l: Loc) -> &[u8] {
+    let Some(src) = segments.get(l.src as usize) else {
+        return &[];
+    };
+    let at = l.off as usize;
+    let Some(&kind) = src.buf.get(at + 8) else {
+        return &[];
+    };
+    let body = at + 9;
+    let start = match kind {
+        kind::SCHEDULE | kind::ATTEMPT | kind::DEAD_LETTER | kind::REDRIVE => body + 16,
+        kind::CANCEL | kind::DEAD_REMOVED => body,
+        kind::FIRED => body + 8,
+        _ => return &[],
+    };
+    let (Some(&t), Some(&k)) = (src.buf.get(start), src.buf.get(start + 1)) else {
+        return &[];
+    };
+    src.buf
+        .get(start..start + 2 + usize::from(t) + usize::from(k))
+        .unwrap_or_default()
+}
+
+/// Lets the executor's other tasks and its reactor run: a one-microsecond timer, not
+/// `yield_now`, so that glommio polls for I/O and timers before coming back.
+pub async fn breathe() {
+    glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
+}

@@ -1,0 +1,358 @@
+//! Replay's tests: what a shard directory's records leave live, the version floor, the log's
+//! continuity, and what the store queues for a death by its own firing.
+
+use super::super::file::{segment_name, snapshot_name, BLOCK};
+use super::super::harness::{config, on_executor, prepare, Node, TENANT};
+use super::super::record::put_batch;
+use super::super::shard_dir::{check_dir, read_shard_dir, Owner};
+use super::super::testlog::*;
+use crate::sink::FiredTimer;
+use crate::store::{DeadLetter, Store};
+use crate::units::{UtcMicros, UtcNanos};
+use crate::wheel::table::PackedTimer;
+use std::path::Path;
+use std::time::Duration;
+
+// Both sets, pending timers and dead letters, and records cut at every offset.
+
+/// (key, version, dead) of every live entry of a shard directory.
+fn live(dir: &std::path::Path) -> Vec<(String, u64, bool)> {
+    let (found, _) = read_shard_dir(dir, false).expect("replay");
+    let mut v: Vec<_> = found
+        .into_iter()
+        .map(|f| (f.key, f.version, f.dead))
+        .collect();
+    v.sort();
+    v
+}
+
+fn one_segment(commits: &[Vec<Frame>]) -> Vec<(String, u64, bool)> {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    segment(tmp.path(), 1, 1, commits);
+    live(tmp.path())
+}
+
+fn entry(version: u64, dead: bool) -> (String, u64, bool) {
+    ("k".to_string(), version, dead)
+}
+
+#[test]
+fn a_dead_letter_and_a_pending_timer_of_one_key_coexist_in_either_order() {
+    // Dead letter, then a new timer under its key.
+    let got = one_segment(&[vec![dead("k", 1)], vec![schedule("k", 2)]]);
+    assert_eq!(got, vec![entry(1, true), entry(2, false)]);
+    // ... then the dead letter discarded: the timer stays.
+    let got = one_segment(&[vec![dead("k", 1), schedule("k", 2), dead_removed("k")]]);
+    assert_eq!(got, vec![entry(2, false)]);
+    // ... or the new timer fired: the dead letter stays.
+    let got = one_segment(&[vec![dead("k", 1), schedule("k", 2)], vec![fired("k", 2)]]);
+    assert_eq!(got, vec![entry(1, true)]);
+    // ... or cancelled: the dead letter stays.
+    let got = one_segment(&[vec![dead("k", 1), schedule("k", 2), cancel("k")]]);
+    assert_eq!(got, vec![entry(1, true)]);
+    // A pending timer that dies: it leaves the pending set, the dead letter is filed.
+    let got = one_segment(&[vec![schedule("k", 3)], vec![dead("k", 3)]]);
+    assert_eq!(got, vec![entry(3, true)]);
+}
+
+#[test]
+fn a_snapshot_keeps_both_sets_and_later_records_touch_only_their_own() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    snapshot(tmp.path(), 2, &[dead("k", 1), schedule("k", 2)], 1, 2);
+    segment(tmp.path(), 2, 2, &[vec![dead_removed("k")]]);
+    assert_eq!(live(tmp.path()), vec![entry(2, false)]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    snapshot(tmp.path(), 2, &[dead("k", 1), schedule("k", 2)], 1, 2);
+    segment(tmp.path(), 2, 2, &[vec![fired("k", 2)]]);
+    assert_eq!(live(tmp.path()), vec![entry(1, true)]);
+}
+
+/// Cuts the log of `commits` at every offset of its last commit: each cut recovers
+/// `before` or `after`, never anything else.
+fn cut_anywhere(
+    commits: &[Vec<Frame>],
+    before: &[(String, u64, bool)],
+    after: &[(String, u64, bool)],
+) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let whole = segment(tmp.path(), 1, 1, commits);
+    assert_eq!(live(tmp.path()), after);
+    let data_end = whole.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    for cut in 4096 * commits.len()..=data_end {
+        let trial = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            trial.path().join(super::super::file::segment_name(1)),
+            &whole[..cut],
+        )
+        .expect("cut copy");
+        let got = live(trial.path());
+        assert!(got == before || got == after, "cut at {cut}: {got:?}");
+    }
+}
+
+#[test]
+fn a_redrive_is_one_record_so_a_cut_anywhere_keeps_the_letter_or_the_timer() {
+    cut_anywhere(
+        &[vec![dead("k", 1)], vec![redrive("k", 1)]],
+        &[entry(1, true)],
+        &[entry(1, false)],
+    );
+}
+
+#[test]
+fn a_death_by_its_own_firing_is_one_record_so_a_cut_keeps_the_timer_or_the_letter() {
+    cut_anywhere(
+        &[vec![schedule("k", 1)], vec![dead("k", 1)]],
+        &[entry(1, false)],
+        &[entry(1, true)],
+    );
+}
+
+#[test]
+fn two_records_of_one_commit_are_never_split_by_a_cut() {
+    // The other stores' way (removal, then schedule) in one commit: it counts whole.
+    cut_anywhere(
+        &[
+            vec![dead("k", 1)],
+            vec![dead_removed("k"), schedule("k", 1)],
+        ],
+        &[entry(1, true)],
+        &[entry(1, false)],
+    );
+}
+
+// The version floor.
+
+#[test]
+fn the_version_floor_counts_cancelled_fired_and_compacted_versions() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    segment(
+        tmp.path(),
+        1,
+        1,
+        &[
+            vec![schedule("a", 50), cancel("a"), schedule("b", 40)],
+            vec![fired("b", 40)],
+        ],
+    );
+    let (found, report) = read_shard_dir(tmp.path(), false).expect("replay");
+    assert!(found.is_empty());
+    assert_eq!(report.version_floor, 50);
+    // A snapshot's end record holds the floor of the records it replaced.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    snapshot(tmp.path(), 2, &[schedule("c", 7)], 1, 70);
+    segment(tmp.path(), 2, 2, &[vec![cancel("c")]]);
+    let (found, report) = read_shard_dir(tmp.path(), false).expect("replay");
+    assert!(found.is_empty());
+    assert_eq!(report.version_floor, 70);
+}
+
+// The log's continuity: segments, batches, headers and the snapshot's end.
+
+fn refused(dir: &Path) -> String {
+    match read_shard_dir(dir, false) {
+        Err(e) => e,
+        Ok((found, _)) => panic!("accepted: {} entries", found.len()),
+    }
+}
+
+#[test]
+fn a_lost_middle_segment_is_corruption_never_a_resurrected_timer() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    segment(d, 1, 1, &[vec![schedule("a", 1)]]);
+    segment(d, 2, 2, &[vec![cancel("a")]]);
+    segment(d, 3, 3, &[vec![schedule("b", 2)]]);
+    std::fs::remove_file(d.join(segment_name(2))).expect("lose it");
+    let why = refused(d);
+    assert!(why.contains(&segment_name(3)), "{why}");
+    assert!(why.contains("segments 2 to 2 are missing"), "{why}");
+    // Renumbered to hide the gap, the batch sequence still shows it.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    segment(d, 1, 1, &[vec![schedule("a", 1)]]);
+    segment(d, 2, 3, &[vec![schedule("b", 2)]]);
+    let why = refused(d);
+    assert!(
+        why.contains(&segment_name(2)) && why.contains("offset 4096"),
+        "{why}"
+    );
+    assert!(why.contains("batch 3 where batch 2 belongs"), "{why}");
+}
+
+#[test]
+fn the_first_segment_must_follow_the_snapshot() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    snapshot(d, 3, &[schedule("a", 1)], 5, 1);
+    segment(d, 4, 6, &[vec![cancel("a")]]);
+    let why = refused(d);
+    assert!(why.contains("segment 4 where segment 3 belongs"), "{why}");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    snapshot(d, 3, &[schedule("a", 1)], 5, 1);
+    segment(d, 3, 9, &[vec![cancel("a")]]);
+    let why = refused(d);
+    assert!(why.contains("batch 9 where batch 6 belongs"), "{why}");
+    // Without a snapshot the log starts at segment 1.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    segment(tmp.path(), 2, 1, &[vec![schedule("a", 1)]]);
+    assert!(refused(tmp.path()).contains("segments 1 to 1 are missing"));
+    // And in order it all reads.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    snapshot(d, 3, &[schedule("a", 1)], 5, 1);
+    segment(d, 3, 6, &[vec![cancel("a")], vec![schedule("b", 2)]]);
+    segment(d, 4, 8, &[vec![schedule("c", 3)]]);
+    let (found, _) = read_shard_dir(d, false).expect("continuous");
+    assert_eq!(found.len(), 2);
+}
+
+/// A segment whose first commit says it holds 3 records, with only 2 before the zeros,
+/// then (when `later`) a second, whole commit on the next block.
+fn short_commit(dir: &Path, later: bool) {
+    let mut b = super::super::file::Header {
+        kind: super::super::file::Kind::Segment,
+        block: BLOCK as u32,
+        shard: 0,
+        shards: 1,
+        seq: 1,
+    }
+    .encode();
+    put_batch(&mut b, 1, 3);
+    b.extend_from_slice(&schedule("a", 1));
+    b.extend_from_slice(&schedule("b", 2));
+    b.resize(2 * BLOCK, 0);
+    if later {
+        put_batch(&mut b, 2, 1);
+        b.extend_from_slice(&schedule("c", 3));
+        b.resize(3 * BLOCK, 0);
+    }
+    std::fs::write(dir.join(segment_name(1)), b).expect("write");
+}
+
+#[test]
+fn zeros_while_a_commit_still_owes_records_are_corruption_or_the_torn_tail() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    short_commit(tmp.path(), true);
+    let why = refused(tmp.path());
+    assert!(why.contains("still owes 1 records"), "{why}");
+    // As the last commit of the last segment it is the commit a crash cut short: it
+    // counts not at all (none of its records is recovered), and nothing else is lost.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    short_commit(tmp.path(), false);
+    let (found, report) = read_shard_dir(tmp.path(), false).expect("torn tail");
+    assert!(found.is_empty(), "{} records of a torn commit", found.len());
+    assert_eq!(report.torn, 1);
+    assert_eq!(report.truncate.map(|t| t.1), Some(BLOCK as u64));
+}
+
+#[test]
+fn a_header_must_match_its_name_and_its_shard() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    segment(d, 1, 1, &[vec![schedule("a", 1)]]);
+    std::fs::rename(d.join(segment_name(1)), d.join(segment_name(2))).expect("rename");
+    let why = refused(d);
+    assert!(why.contains("its header says seq 1, its name 2"), "{why}");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    segment(tmp.path(), 1, 1, &[vec![schedule("a", 1)]]);
+    let owner = Owner {
+        shard: 1,
+        shards: 2,
+    };
+    let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .make()
+        .expect("executor");
+    let checked = ex.run(check_dir(tmp.path(), false, Some(owner)));
+    let Err(why) = checked else {
+        panic!("another shard's file accepted")
+    };
+    assert!(why.contains("shard 0 of 1"), "{why}");
+}
+
+#[test]
+fn a_snapshot_ends_at_its_end_record() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    snapshot(d, 2, &[schedule("a", 1)], 1, 1);
+    let path = d.join(snapshot_name(2));
+    let mut b = std::fs::read(&path).expect("read");
+    b.extend_from_slice(&[0xAB; 700]); // what a writer's last buffer may leave after it
+    std::fs::write(&path, b).expect("write");
+    let (found, _) = read_shard_dir(d, false).expect("the end record is terminal");
+    assert_eq!(found.len(), 1);
+}
+
+// What the store queues.
+
+#[test]
+fn a_death_by_its_own_firing_queues_one_record_even_one_record_per_commit() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.max_batch_records = 1;
+    on_executor(async {
+        let data = prepare(&cfg, 1).expect("prepare");
+        let mut node = Node::open(&cfg, data, 0, 1).await.expect("open");
+        let ack = node.schedule("k", 7, 1, b"");
+        node.pass();
+        assert!(ack.acknowledged(Duration::from_secs(20)).await);
+        let letter = PackedTimer::with_meta(TENANT, "k", b"dead", b"p").expect("fits");
+        let fired = FiredTimer {
+            shard: 0,
+            tenant: TENANT,
+            key: "k",
+            version: 7,
+            deadline: UtcMicros(1),
+            fired_at: UtcNanos(1_000),
+            meta: &[],
+            payload: b"p",
+        };
+        let before = node.store.shared.outbox.borrow().len();
+        node.store.fired_dead(
+            &fired,
+            &DeadLetter {
+                timer: &letter,
+                version: 7,
+                fire_at: UtcMicros(1),
+                attempts: 1,
+                last_status: Some(400),
+                last_error: None,
+                callback: "http://127.0.0.1:9/",
+            },
+        );
+        let queued = node.store.shared.outbox.borrow().len() - before;
+        assert_eq!(queued, 1, "the fire and the dead letter are one record");
+        node.pass();
+        node.close().await;
+        let data = prepare(&cfg, 1).expect("prepare");
+        let node = Node::open(&cfg, data, 0, 1).await.expect("reopen");
+        let got: Vec<_> = node
+            .recovered
+            .iter()
+            .map(|f| (f.key.as_str(), f.version, f.meta.as_slice()))
+            .collect();
+        assert_eq!(got, vec![("k", 7, &b"dead"[..])]);
+    });
+}
+
+// Sequence numbers at their largest.
+
+/// Sequence numbers come from disk: a CRC-valid file may hold any u64, and the largest
+/// must be reported as a break in the log, not overflow (a panic in a debug build).
+#[test]
+fn the_largest_sequence_numbers_on_disk_are_refused_without_overflow() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    snapshot(tmp.path(), 1, &[schedule("c", 7)], u64::MAX, 70);
+    segment(tmp.path(), 1, 1, &[vec![schedule("d", 80)]]);
+    let refused = read_shard_dir(tmp.path(), false);
+    assert!(refused.is_err(), "a batch after u64::MAX cannot follow it");
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    segment(tmp.path(), 1, 1, &[vec![schedule("a", 5)]]);
+    segment(tmp.path(), u64::MAX, 2, &[vec![schedule("b", 6)]]);
+    assert!(
+        read_shard_dir(tmp.path(), false).is_err(),
+        "a gap up to u64::MAX"
+    );
+}
