@@ -1,0 +1,109 @@
+//! The numbers: per-shard counters, the store's figures and one histogram type, written by
+//! the owning shard's thread with relaxed atomics (no locks, no allocation on the hot path)
+//! and read by exporters. Prometheus rendering lives with the HTTP API; this module only owns
+//! the numbers, and imports nothing of the parts that write them.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | [`ShardMetrics`]: one shard's figures |
+//! | `counter.rs` | the add of a counter with one writer |
+//! | `histogram.rs` | the fixed-bucket [`Histogram`] and its snapshot |
+//! | `store.rs` | [`StoreMetrics`] and [`StoreState`]: the durable store's figures |
+//! | `webhook.rs` | [`WebhookMetrics`]: webhook deliveries per tenant, with a bound on tenants |
+
+mod counter;
+mod histogram;
+mod store;
+mod webhook;
+
+pub use counter::single_writer_add;
+pub use histogram::{Histogram, HistogramSnapshot};
+pub use store::{StoreMetrics, StoreState, BATCH_BOUNDS, FLUSH_BOUNDS_NS};
+pub use webhook::{
+    DeliveryMetrics, WebhookMetrics, DELIVERY_BOUNDS_NS, FAILURE_CLASSES, OTHER_TENANTS,
+    SERIES_IDLE, TENANT_SERIES,
+};
+
+use std::sync::atomic::{AtomicI64, AtomicU64};
+
+/// `punctual_fire_lateness_seconds` upper bounds, in ns: 1 µs to 10 s, 1-2-5 steps.
+pub const LATENESS_BOUNDS_NS: [u64; 22] = [
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+
+/// The wheel's levels and its expired list: one occupancy gauge each.
+pub const WHEEL_GAUGES: usize = 10;
+
+/// One shard's figures.
+pub struct ShardMetrics {
+    pub pending: AtomicU64,
+    pub fired_total: AtomicU64,
+    /// Fired-at minus deadline, ns.
+    pub lateness: Histogram,
+    pub clock_offset_ns: AtomicI64,
+    pub clock_steps_total: AtomicU64,
+    /// Leads under the step threshold removed at an anchor (the mapping set back).
+    pub clock_set_backs_total: AtomicU64,
+    /// 1 when the shard's clock fell back to clock_gettime (no invariant TSC), else 0.
+    pub clock_fallback: AtomicU64,
+    /// Times the watchdog woke this shard because it had not run well past its time
+    /// (`shard::watchdog`).
+    pub watchdog_wakes_total: AtomicU64,
+    /// Times the watchdog found this shard's executor asleep in io_uring while the shard's
+    /// work was due: glommio slept with work runnable (`shard::watchdog`).
+    pub executor_stalls_total: AtomicU64,
+    /// Wakes from other threads that reached this shard's tasks through glommio's own path
+    /// because its doorbell could not be rung (`doorbell`).
+    pub doorbell_fallback_wakes_total: AtomicU64,
+    /// 1 once the shard's thread panicked (`shard::failure`): its ring is closed.
+    pub failed: AtomicU64,
+    /// Pending timers on each level of the wheel (0 to 8), then on its expired list; sampled
+    /// at every clock anchor.
+    pub wheel_timers: [AtomicU64; WHEEL_GAUGES],
+    /// The durable store's figures (all zero, state `InMemory`, without one).
+    pub store: StoreMetrics,
+    /// Webhook deliveries, per tenant.
+    pub webhooks: WebhookMetrics,
+}
+
+impl Default for ShardMetrics {
+    fn default() -> Self {
+        ShardMetrics {
+            pending: AtomicU64::new(0),
+            fired_total: AtomicU64::new(0),
+            lateness: Histogram::new(&LATENESS_BOUNDS_NS, 1e9),
+            clock_offset_ns: AtomicI64::new(0),
+            clock_steps_total: AtomicU64::new(0),
+            clock_set_backs_total: AtomicU64::new(0),
+            clock_fallback: AtomicU64::new(0),
+            watchdog_wakes_total: AtomicU64::new(0),
+            executor_stalls_total: AtomicU64::new(0),
+            doorbell_fallback_wakes_total: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            wheel_timers: [const { AtomicU64::new(0) }; WHEEL_GAUGES],
+            store: StoreMetrics::default(),
+            webhooks: WebhookMetrics::default(),
+        }
+    }
+}
