@@ -10,10 +10,14 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Metric family names declared in the exporter (`src/api/metrics.rs`), as Prometheus shows
+/// Metric family names declared in the exporter (`src/api/metrics/`), as Prometheus shows
 /// them: counters gain `_total`, histograms `_bucket`, `_sum`, `_count`.
 fn exported() -> BTreeSet<String> {
-    let src = std::fs::read_to_string(root().join("src/api/metrics.rs")).expect("exporter source");
+    let mut src = String::new();
+    for entry in std::fs::read_dir(root().join("src/api/metrics")).expect("exporter sources") {
+        let path = entry.expect("exporter source").path();
+        src.push_str(&std::fs::read_to_string(path).expect("exporter source"));
+    }
     let mut names = BTreeSet::new();
     for piece in src.split('"').skip(1).step_by(2) {
         if piece.starts_with("punctual_")
