@@ -39,7 +39,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use punctual::units::UtcMicros;
 use punctual::wheel::table::{PackedTimer, TimerRecord, TimerTable};
-use punctual::wheel::{Handle, Wheel};
+use punctual::wheel::{EntryRef, Wheel};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use tokio_util::time::delay_queue::{DelayQueue, Key};
@@ -125,7 +125,7 @@ trait Expiring: Population {
 
 struct WheelPop {
     wheel: Wheel<u64>,
-    handles: Vec<Handle>,
+    handles: Vec<EntryRef>,
     now: u64,
     rng: Rng,
     deadlines: Vec<UtcMicros>,

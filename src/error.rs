@@ -51,9 +51,10 @@ pub enum Error {
     Config(String),
     #[error("could not start shard {shard}: {reason}")]
     ShardStart { shard: usize, reason: String },
-    /// The durable store could not acknowledge the write (Redis unreachable, the outage buffer
-    /// full, or Redis refused it). Not acknowledged: the timer may or may not exist; retrying
-    /// the same call is safe.
+    /// The durable store could not acknowledge the write in time: its outbox is full, the
+    /// acknowledgement took longer than the ack timeout, or the store cannot write (the
+    /// journal's disk is full or failed; Redis is unreachable or refused the write). Not
+    /// acknowledged: the timer may or may not exist; retrying the same call is safe.
     #[error("the durable store cannot acknowledge writes now; retry after {retry_after_s} s")]
     StoreUnavailable { retry_after_s: u64 },
     #[error("no dead letter for tenant {tenant:?} and key {key:?}")]

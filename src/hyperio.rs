@@ -128,7 +128,7 @@ pub struct LocalTimer;
 struct LocalSleep(Timer);
 
 // SAFETY: hyper requires `Sleep: Send + Sync` for multi-threaded runtimes, but a `LocalSleep`
-// is only ever created by `LocalTimer`, which only the connections of `api::server` and of the
+// is only ever created by `LocalTimer`, which only the connections of `api::http` and of the
 // webhook client use (this module is crate-private, so no caller outside the crate can hand a
 // `LocalTimer` to a multi-threaded hyper); those connections own a glommio `TcpStream` (which is `!Send`), are
 // `spawn_local`ed on one shard, and so are created, polled and dropped on that one thread. The timer never crosses threads,

@@ -1,7 +1,7 @@
 //! What crosses a ring: the ops a shard applies, and the answers it sends back.
 //!
 //! Every op that expects an answer carries the sending half of a one-shot channel
-//! ([`Reply`]); the caller keeps the receiving half, on whatever thread or executor it runs.
+//! (`Reply`); the caller keeps the receiving half, on whatever thread or executor it runs.
 
 use crate::error::Error;
 use crate::quota::QuotaSlot;

@@ -211,7 +211,9 @@ struct State {
     closed: bool,
 }
 
-struct Shared {
+/// What the resolver and its threads share: the limits, the lookup, the lanes under their
+/// lock, and the condition idle threads wait on.
+struct Pool {
     limits: Limits,
     lookup: Box<LookupFn>,
     state: Mutex<State>,
@@ -220,7 +222,7 @@ struct Shared {
 
 /// The resolver: cheap to ask, safe from any thread.
 pub struct Resolver {
-    shared: Arc<Shared>,
+    shared: Arc<Pool>,
 }
 
 /// What [`Resolver::start`] gives: an answer now, or one to wait for.
@@ -266,7 +268,7 @@ enum Known {
 impl Resolver {
     pub fn new(limits: Limits, lookup: Box<LookupFn>) -> Resolver {
         Resolver {
-            shared: Arc::new(Shared {
+            shared: Arc::new(Pool {
                 limits,
                 lookup,
                 state: Mutex::new(State::default()),
@@ -462,7 +464,7 @@ fn known(e: &Entry, limits: &Limits, now: Instant) -> Known {
 
 /// A poisoned lock only means a lookup function panicked on another thread; the state
 /// itself is always left consistent (every change is made whole under the lock).
-fn lock(shared: &Shared) -> MutexGuard<'_, State> {
+fn lock(shared: &Pool) -> MutexGuard<'_, State> {
     shared.state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -483,7 +485,7 @@ fn evict_oldest(names: &mut HashMap<String, Entry>) {
 }
 
 /// A resolver thread of `lane`: takes the next host name, looks it up, answers its waiters.
-fn work(shared: &Shared, lane: usize) {
+fn work(shared: &Pool, lane: usize) {
     let limits = shared.limits.lane(lane);
     loop {
         let next = {

@@ -1,4 +1,4 @@
-//! The drain signal, as each shard sees it. The process-wide signal (`Shared::drain`, raised by
+//! The drain signal, as each shard sees it. The process-wide signal (`Servers::drain`, raised by
 //! the signal thread) is awaited by one watcher task per shard; the watcher then wakes that
 //! shard's acceptor and connections locally. So connections never register with a
 //! cross-thread structure, and a request costs one local map update, no shared lock.

@@ -1,9 +1,11 @@
 //! The HTTP API (`punctual serve`): HTTP/1.1 + JSON on every shard's core, as specified by the
 //! HTTP API of `docs/API.md` (and `docs/openapi.yaml`).
 //!
-//! - [`serve`] builds the engine from the [`Config`](crate::config::Config), starts a server
-//!   on each shard, waits for SIGTERM/SIGINT and drains.
-//! - `server` owns connections and connection-level limits; `listen` owns the listening
+//! - `service` runs the service: [`serve`] builds the engine from the
+//!   [`Config`](crate::config::Config), starts an HTTP server on each shard, waits for
+//!   SIGTERM/SIGINT and drains.
+//! - `http` is the HTTP server on each shard: it owns connections and connection-level
+//!   limits; `state` what the servers share; `listen` owns the listening
 //!   sockets' options and the start-up check that the address is free; `crate::hyperio` adapts
 //!   glommio's sockets and timers to hyper.
 //! - `routes` and `batch` own request handling; `body` owns parsing and validation of request
@@ -19,15 +21,15 @@ mod batch;
 pub mod body;
 mod drain;
 pub mod error;
+mod http;
 mod listen;
 pub mod metrics;
 mod respond;
 mod routes;
 mod scan;
-mod serve;
-mod server;
+mod service;
 mod state;
 pub mod tenants;
 mod webhooks;
 
-pub use serve::serve;
+pub use service::serve;

@@ -1,4 +1,4 @@
-//! What the HTTP servers share: [`Shared`] across all shards (configuration, tenants,
+//! What the HTTP servers share: [`Servers`] across all shards (configuration, tenants,
 //! metrics, the connection count and the drain signal), and [`App`], what one shard's
 //! connections share (its shard id and its handle on the engine, the only way the API
 //! reaches a shard).
@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 
 /// What all shards' servers share: configuration, tenants, metrics, the connection count and
 /// the drain signal.
-pub struct Shared {
+pub struct Servers {
     pub config: Config,
     pub tenants: Tenants,
     /// Callbacks: allow-lists, defaults, secrets (shared with the shards' sinks).
@@ -26,9 +26,9 @@ pub struct Shared {
     drain_event: Event,
 }
 
-impl Shared {
+impl Servers {
     pub fn new(config: Config, tenants: Tenants, webhooks: Arc<WebhookSettings>) -> Self {
-        Shared {
+        Servers {
             config,
             tenants,
             webhooks,
@@ -79,5 +79,5 @@ impl Shared {
 pub struct App {
     pub shard: usize,
     pub handle: Handle,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<Servers>,
 }

@@ -49,8 +49,8 @@ pub struct ServeArgs {
     /// thread that touches it, a shard among them [default: false].
     #[arg(long, env = "PUNCTUAL_TRANSPARENT_HUGE_PAGES", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]
     pub transparent_huge_pages: Option<String>,
-    /// Redis URL for the Redis store; implies --store redis. redis://[user:pass@]host:port[/db],
-    /// or redis+sentinel://[user:pass@]host:port[,host:port…]/<master-name>[/db] to follow the
+    /// Redis URL for the Redis store; implies --store redis. `redis://[user:pass@]host:port[/db]`,
+    /// or `redis+sentinel://[user:pass@]host:port[,host:port…]/<master-name>[/db]` to follow the
     /// master that Redis Sentinel names through failovers.
     #[arg(long, env = "PUNCTUAL_REDIS", value_name = "URL")]
     pub redis: Option<String>,

@@ -2,7 +2,7 @@
 //! executor per shard (`shard_start`) and returns once each has calibrated its clock and is
 //! running.
 
-use super::handle::{Handle, Shared};
+use super::handle::{Handle, Shards};
 use super::placement::{self, available_cores, Pinning};
 use super::running::Engine;
 use super::shard_start::{start_shard, ShardSeed, StoreSeed, PREEMPT_TIMER};
@@ -366,7 +366,7 @@ impl EngineBuilder {
             );
         }
         let handle = Handle {
-            inner: Arc::new(Shared {
+            inner: Arc::new(Shards {
                 store_kind: self.store.name(),
                 quotas,
                 rings,

@@ -24,8 +24,10 @@ use std::time::Duration;
 /// Largest payload, in bytes: 65,536 bytes of JSON text (docs/API.md).
 pub const MAX_PAYLOAD: usize = 65_536;
 
-pub(super) struct Shared {
-    /// "memory" or "redis".
+/// What every clone of a [`Handle`] shares: each shard's ring and metrics, the tenants'
+/// quotas, which store the shards use, and whether the engine is stopping.
+pub(super) struct Shards {
+    /// "journal", "memory" or "redis" (`StoreKind::name`).
     pub(super) store_kind: &'static str,
     pub(super) quotas: Arc<Quotas>,
     pub(super) rings: Vec<Arc<Ring>>,
@@ -36,7 +38,7 @@ pub(super) struct Shared {
 /// A cloneable, `Send` handle on the engine's shards.
 #[derive(Clone)]
 pub struct Handle {
-    pub(super) inner: Arc<Shared>,
+    pub(super) inner: Arc<Shards>,
 }
 
 impl Handle {

@@ -78,7 +78,7 @@ use level::{level_for, slot_for, Level};
 use list::{Pos, SlotList, NIL};
 use slab::Slab;
 
-pub use slab::Handle;
+pub use slab::EntryRef;
 
 /// Number of levels; 9 levels of 6 bits cover 2^54 µs, about 571 years.
 pub const LEVELS: usize = 9;
@@ -179,7 +179,7 @@ impl<T> Wheel<T> {
     }
 
     /// Schedules `value` at `deadline`.
-    pub fn insert(&mut self, deadline: UtcMicros, value: T) -> Result<Handle, InsertError> {
+    pub fn insert(&mut self, deadline: UtcMicros, value: T) -> Result<EntryRef, InsertError> {
         if !self.in_range(deadline) {
             return Err(InsertError::OutOfRange);
         }
@@ -188,12 +188,12 @@ impl<T> Wheel<T> {
             .insert(deadline.0, value)
             .ok_or(InsertError::Full)?;
         self.link(index);
-        Ok(self.slab.handle(index))
+        Ok(self.slab.entry_ref(index))
     }
 
-    /// Cancels the entry behind `handle`; `None` when it already fired or was removed.
-    pub fn remove(&mut self, handle: Handle) -> Option<T> {
-        let index = self.slab.resolve(handle)?;
+    /// Cancels the entry behind `entry`; `None` when it already fired or was removed.
+    pub fn remove(&mut self, entry: EntryRef) -> Option<T> {
+        let index = self.slab.resolve(entry)?;
         Some(self.remove_index(index))
     }
 
@@ -202,9 +202,9 @@ impl<T> Wheel<T> {
         self.slab.remove(index)
     }
 
-    /// The deadline and value behind `handle`, when it is still pending.
-    pub fn get(&self, handle: Handle) -> Option<(UtcMicros, &T)> {
-        let index = self.slab.resolve(handle)?;
+    /// The deadline and value behind `entry`, when it is still pending.
+    pub fn get(&self, entry: EntryRef) -> Option<(UtcMicros, &T)> {
+        let index = self.slab.resolve(entry)?;
         self.get_index(index)
     }
 

@@ -1,5 +1,5 @@
 //! The wheel's storage: a slab of entries addressed by `u32` index, with a free list and a
-//! generation per slot, so a stale [`Handle`] (its timer fired, cancelled, or replaced) is
+//! generation per slot, so a stale [`EntryRef`] (its timer fired, cancelled, or replaced) is
 //! detected instead of touching someone else's timer.
 //!
 //! The entries live in chunks of [`CHUNK`] that are never moved: growing the slab allocates one
@@ -14,7 +14,7 @@ use super::list::{Pos, NIL};
 
 /// A reference to one scheduled entry. Stale once the entry is removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Handle {
+pub struct EntryRef {
     pub(crate) index: u32,
     pub(crate) generation: u32,
 }
@@ -149,17 +149,18 @@ impl<T> Slab<T> {
         )
     }
 
-    /// The index behind `handle` when it is still live.
-    pub fn resolve(&self, handle: Handle) -> Option<u32> {
+    /// The index behind `r` when its entry is still live.
+    pub fn resolve(&self, r: EntryRef) -> Option<u32> {
         let entry = self
             .chunks
-            .get((handle.index >> CHUNK_BITS) as usize)?
-            .get((handle.index & CHUNK_MASK) as usize)?;
-        (entry.generation == handle.generation && entry.pos != Pos::FREE).then_some(handle.index)
+            .get((r.index >> CHUNK_BITS) as usize)?
+            .get((r.index & CHUNK_MASK) as usize)?;
+        (entry.generation == r.generation && entry.pos != Pos::FREE).then_some(r.index)
     }
 
-    pub fn handle(&self, index: u32) -> Handle {
-        Handle {
+    /// A reference to the entry at `index`, as it is now.
+    pub fn entry_ref(&self, index: u32) -> EntryRef {
+        EntryRef {
             index,
             generation: self.get(index).generation,
         }

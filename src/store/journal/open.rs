@@ -1,6 +1,6 @@
-//! A shard's start: load and check its files ([`open`], before the shard reports itself
+//! A shard's start: load and check its files (`open`, before the shard reports itself
 //! started, so that corruption stops the start), then hand the live timers to the shard
-//! ([`hand_over`], from `Store::recover`).
+//! (`hand_over`, from `Store::recover`).
 //!
 //! ```text
 //!   open:       load the newest snapshot and the segments after it (shard_dir::check_dir)

@@ -6,13 +6,13 @@
 //! timeout (hyper's header-read timeout), and the write-stall timeout (in `io`). Body size
 //! and body timeout are checked per request in `routes`.
 //!
-//! Draining: when [`Shared::drain`] is called, every acceptor stops and drops its listener,
+//! Draining: when [`Servers::drain`] is called, every acceptor stops and drops its listener,
 //! and every connection is told to shut down gracefully: hyper finishes the request in
 //! flight, answers it, and closes.
 
 use super::drain::LocalDrain;
 use super::metrics::Metrics;
-use super::state::{App, Shared};
+use super::state::{App, Servers};
 use crate::engine::Handle;
 use crate::hyperio::{Io, LocalTimer};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Counts a connection for as long as it lives.
-struct ConnSlot(Arc<Shared>);
+struct ConnSlot(Arc<Servers>);
 
 impl Drop for ConnSlot {
     fn drop(&mut self) {
@@ -37,7 +37,7 @@ impl Drop for ConnSlot {
 pub fn start_shard(
     shard: usize,
     handle: Handle,
-    shared: Arc<Shared>,
+    shared: Arc<Servers>,
     socket: socket2::Socket,
 ) -> std::io::Result<()> {
     let store = handle.store_kind();

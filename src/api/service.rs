@@ -5,9 +5,9 @@
 //! `shutdown_timeout_ms`), then stop the shards (which flush their stores). With the
 //! in-memory store, pending timers do not survive; that is said at start.
 
+use super::http;
 use super::listen;
-use super::server;
-use super::state::Shared;
+use super::state::Servers;
 use super::tenants::Tenants;
 use crate::config::{Config, FsyncMode, PinningMode, StoreChoice};
 use crate::engine::{EngineBuilder, Fsync, JournalConfig, Pinning, RedisConfig};
@@ -38,7 +38,7 @@ pub fn serve(config: Config) -> Result<(), String> {
 
     let tenants = Tenants::new(&config.tenants, config.serves_unlisted_tenants());
     let webhooks = Arc::new(webhook_settings(&config)?);
-    let shared = Arc::new(Shared::new(
+    let shared = Arc::new(Servers::new(
         config.clone(),
         tenants.clone(),
         webhooks.clone(),
@@ -56,7 +56,7 @@ pub fn serve(config: Config) -> Result<(), String> {
                 .get(id)
                 .and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take());
             let r = match socket {
-                Some(socket) => server::start_shard(id, handle, hook_shared.clone(), socket),
+                Some(socket) => http::start_shard(id, handle, hook_shared.clone(), socket),
                 None => Err(std::io::Error::other("no listening socket for this shard")),
             };
             let _ = bound_tx.send((id, r));
