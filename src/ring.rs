@@ -139,7 +139,8 @@ impl Ring {
 
     pub fn pop(&self) -> Option<Op> {
         let (bucket, op) = self.queue.pop()?;
-        self.shares[usize::from(bucket)].fetch_sub(1, Ordering::Relaxed);
+        let held = self.shares[usize::from(bucket)].fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(held > 0, "a pop takes out an op its push counted");
         Some(op)
     }
 

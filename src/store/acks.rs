@@ -138,6 +138,10 @@ impl Acks {
     /// The ack of a write of `tenant` just queued (a fire's, when `fire`). One a caller waits
     /// for counts against the tenant's share until it leaves the queue.
     pub fn push(&mut self, ack: Ack, fire: bool, tenant: &str) {
+        debug_assert!(
+            self.owed.back().is_none_or(|last| last.queued <= self.now),
+            "writes are queued in the order the shard made them (`expire` stops at the first that has time left)"
+        );
         self.fires += usize::from(fire);
         let share = ack.is_waiting().then(|| crate::quota::share_bucket(tenant));
         if let Some(b) = share {
@@ -149,6 +153,7 @@ impl Acks {
             fire,
             share,
         });
+        debug_assert!(self.fires <= self.owed.len(), "fires are among the writes");
     }
 
     /// When the write `skip` places from the front was queued.
@@ -167,6 +172,10 @@ impl Acks {
         if let Some(b) = o.share {
             self.shares[usize::from(b)] -= 1;
         }
+        debug_assert!(
+            self.fires <= self.owed.len() && self.checked <= self.owed.len(),
+            "fires and checked writes are among the writes"
+        );
         o.ack.answer(outcome);
         true
     }

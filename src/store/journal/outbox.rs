@@ -70,6 +70,7 @@ impl Outbox {
         self.ends.push_back(self.end());
         let detached = !ack.is_waiting();
         self.acks.push(ack, detached, tenant);
+        debug_assert_eq!(self.ends.len(), self.acks.len(), "one ack per record");
     }
 
     /// The stream position after the last record queued.
@@ -109,12 +110,24 @@ impl Outbox {
 
     /// Pops `batch` (durable now, or never to be), answering each ack with `outcome`.
     pub fn complete(&mut self, batch: Batch, outcome: Result<(), Error>) {
+        debug_assert!(
+            batch.records <= self.ends.len(),
+            "a batch of queued records"
+        );
+        let mut last_end = self.base;
         for _ in 0..batch.records {
-            if self.ends.pop_front().is_none() {
+            let Some(end) = self.ends.pop_front() else {
                 break;
-            }
+            };
+            last_end = end;
             self.acks.pop(outcome.clone());
         }
+        debug_assert_eq!(
+            last_end - self.base,
+            batch.bytes as u64,
+            "a batch is a prefix of whole records"
+        );
+        debug_assert_eq!(self.ends.len(), self.acks.len(), "one ack per record");
         let n = batch.bytes.min(self.bytes.len());
         self.bytes.drain(..n);
         self.base += n as u64;

@@ -151,9 +151,18 @@ async fn pump(shared: &RedisLink, conn: &mut Conn) -> Result<(), String> {
         if let Some(reply) = waited {
             replicas_hold(shared, conn, reply).await?;
         }
+        debug_assert_eq!(
+            outcomes.len(),
+            flight.shape.sizes.len(),
+            "one outcome per entry"
+        );
         in_flight -= flight.shape.sizes.len();
         let mut outbox = shared.outbox.borrow_mut();
         outbox.complete(outcomes);
+        debug_assert!(
+            in_flight <= outbox.len(),
+            "the pipelines in flight cover a prefix of the outbox"
+        );
         shared
             .m()
             .pending_writes

@@ -87,6 +87,10 @@ impl Outbox {
         ack: Ack,
         tenant: &str,
     ) {
+        debug_assert!(
+            third.is_none() || second.is_some(),
+            "a third command only in an entry sent as a transaction"
+        );
         // A fire's entry is the one with a second command (its stream entry and removal).
         self.acks.push(ack, second.is_some(), tenant);
         self.entries.push_back(Entry {
@@ -94,6 +98,7 @@ impl Outbox {
             second,
             third,
         });
+        debug_assert_eq!(self.entries.len(), self.acks.len(), "one ack per entry");
     }
 
     /// The next pipeline after the first `skip` entries (those already in flight): at most
@@ -115,6 +120,7 @@ impl Outbox {
             }
             self.acks.pop(outcome);
         }
+        debug_assert_eq!(self.entries.len(), self.acks.len(), "one ack per entry");
     }
 }
 
