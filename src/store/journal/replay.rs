@@ -31,8 +31,50 @@ use hashbrown::HashTable;
 use std::hash::BuildHasher;
 use std::path::PathBuf;
 
-/// Records handled between two yields to the executor.
+/// Records loaded between two checks of the start's stop flag.
 pub const YIELD_EVERY: usize = 4096;
+
+/// Steps (records, or a commit's padding) between two looks at the clock in [`Pace`]: each
+/// step is at most a block of bytes to decode or skip, so this many stay well under a slice.
+const CHECK_EVERY: usize = 32;
+
+/// How a replay shares its shard's thread: it yields once the current slice
+/// ([`crate::cooperate::SLICE`]) is used up, looked at every [`CHECK_EVERY`] steps. A count
+/// of records alone does not bound the time: a segment of small commits, each padded to its
+/// block, is mostly zeros to skip, and 4,096 records of it held a compacting shard for tens of
+/// milliseconds while its timers waited.
+pub struct Pace {
+    slice: crate::cooperate::Slice,
+    steps: usize,
+}
+
+impl Pace {
+    pub fn new() -> Pace {
+        Pace {
+            slice: crate::cooperate::Slice::begin(),
+            steps: 0,
+        }
+    }
+
+    /// One step done: yields if the slice is over.
+    pub async fn step(&mut self) {
+        self.steps = self.steps.wrapping_add(1);
+        if self.steps % CHECK_EVERY == 0 && self.slice.is_over() {
+            self.slice.next().await;
+        }
+    }
+
+    /// How many steps were taken.
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+}
+
+impl Default for Pace {
+    fn default() -> Pace {
+        Pace::new()
+    }
+}
 
 /// A file's bytes: mapped read-only, or (an empty file, a test) owned.
 pub enum Buf {
@@ -200,7 +242,7 @@ impl Replay {
             ..
         } = self;
         let last = segments.len().saturating_sub(1);
-        let mut handled = 0usize;
+        let mut pace = Pace::new();
         for (i, src) in segments.iter().enumerate() {
             let role = if i == last && self.last_may_tear {
                 if super::file::flags(&src.buf) & super::file::UNSYNCED != 0 {
@@ -236,6 +278,7 @@ impl Replay {
                 scan = scan.expecting(b);
             }
             for item in scan.by_ref() {
+                pace.step().await;
                 let (record, _, off) = item.map_err(|d| corrupt_error(&src.path, &d))?;
                 if let Some(v) = record.version() {
                     report.version_floor = report.version_floor.max(v);
@@ -264,10 +307,6 @@ impl Replay {
                             index.insert_unique(hash, loc, |l| hasher.hash_one(l.key(segments)));
                         }
                     }
-                }
-                handled += 1;
-                if handled % YIELD_EVERY == 0 {
-                    breathe().await;
                 }
             }
             report.corrupt += scan.corrupt;
@@ -309,16 +348,15 @@ impl Replay {
         let mut scan = self.snapshot_scan(snap);
         let mut end = None;
         let mut floor = 0;
+        let mut pace = Pace::new();
         for item in scan.by_ref() {
+            pace.step().await;
             let (record, _, _) = item.map_err(|d| corrupt_error(&snap.path, &d))?;
             floor = floor.max(record.version().unwrap_or(0));
             match record {
                 Record::End(e) => end = Some(e),
                 r if r.entry().is_some() => n += 1,
                 _ => {}
-            }
-            if n % YIELD_EVERY as u64 == 0 {
-                breathe().await;
             }
         }
         self.report.corrupt += scan.corrupt;
@@ -463,10 +501,10 @@ fn identity_at(segments: &[Source], l: Loc) -> &[u8] {
         .unwrap_or_default()
 }
 
-/// Lets the executor's other tasks and its reactor run: a one-microsecond timer, not
-/// `yield_now`, so that glommio polls for I/O and timers before coming back.
+/// Lets the executor's other tasks and its reactor run (`cooperate::yield_to_reactor`: a
+/// timer, not `yield_now`, so that glommio polls for I/O and timers before coming back).
 pub async fn breathe() {
-    glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
+    crate::cooperate::yield_to_reactor().await;
 }
 
 #[cfg(test)]
@@ -493,6 +531,52 @@ mod tests {
 
     fn entry(version: u64, dead: bool) -> (String, u64, bool) {
         ("k".to_string(), version, dead)
+    }
+
+    /// A segment of small commits, each padded to its block, is mostly zeros: its records
+    /// alone do not measure the work. Indexing one of 4,096 one-record commits (16 MiB) must
+    /// let the shard's other tasks run many times over (about 100 times in a debug build, 18
+    /// in release), not once per 4,096 records (3 times).
+    #[test]
+    fn indexing_small_padded_commits_lets_the_shards_other_tasks_run() {
+        use std::cell::Cell;
+        use std::rc::Rc;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let commits: Vec<Vec<Frame>> = (0..4096u64)
+            .map(|i| vec![schedule(&format!("k{i}"), i + 1)])
+            .collect();
+        segment(tmp.path(), 1, 1, &commits);
+        let path = tmp.path().join(super::super::file::segment_name(1));
+        let buf = super::Buf::map(&path).expect("map");
+        let header = super::Header::decode(&buf).expect("a header");
+        let src = super::Source { path, buf, header };
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("an executor");
+        let (ticks, steps) = ex.run(async move {
+            let ticks = Rc::new(Cell::new(0u32));
+            let done = Rc::new(Cell::new(false));
+            let other = glommio::spawn_local({
+                let (ticks, done) = (ticks.clone(), done.clone());
+                async move {
+                    while !done.get() {
+                        ticks.set(ticks.get() + 1);
+                        crate::cooperate::yield_to_reactor().await;
+                    }
+                }
+            });
+            let mut replay = super::Replay::new(None, vec![src], false, false);
+            replay.index().await.expect("a clean segment");
+            let steps = replay.index.len();
+            done.set(true);
+            other.await;
+            (ticks.get(), steps)
+        });
+        assert_eq!(steps, 4096, "every key indexed");
+        assert!(
+            ticks >= 8,
+            "the other task ran {ticks} times while 16 MiB were indexed"
+        );
     }
 
     #[test]
