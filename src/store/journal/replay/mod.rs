@@ -25,13 +25,16 @@
 //! goes, and the reserved zero tail of a segment cut short by a crash costs no heap.
 //!
 //! `source.rs` holds a file as replay reads it (mapped), `report.rs` what replay found wrong
-//! and the messages that stop a start; the index and the two steps are here.
+//! and the messages that stop a start, `pace.rs` how it shares the shard's thread; the index
+//! and the two steps are here.
 
+mod pace;
 mod report;
 mod source;
 #[cfg(test)]
 mod tests;
 
+pub use pace::Pace;
 pub use report::{corrupt_error, data_dir_of, Report};
 pub use source::{Buf, Source};
 
@@ -41,7 +44,7 @@ use hashbrown::HashTable;
 use report::gap;
 use std::hash::BuildHasher;
 
-/// Records handled between two yields to the executor.
+/// Records loaded between two checks of the start's stop flag.
 pub const YIELD_EVERY: usize = 4096;
 
 /// Where an identity's last record in one set lies.
@@ -115,7 +118,7 @@ impl Replay {
             ..
         } = self;
         let last = segments.len().saturating_sub(1);
-        let mut handled = 0usize;
+        let mut pace = Pace::new();
         for (i, src) in segments.iter().enumerate() {
             let role = if i == last && self.last_may_tear {
                 if super::file::flags(&src.buf) & super::file::UNSYNCED != 0 {
@@ -151,6 +154,7 @@ impl Replay {
                 scan = scan.expecting(b);
             }
             for item in scan.by_ref() {
+                pace.step().await;
                 let (record, _, off) = item.map_err(|d| corrupt_error(&src.path, &d))?;
                 if let Some(v) = record.version() {
                     report.version_floor = report.version_floor.max(v);
@@ -179,10 +183,6 @@ impl Replay {
                             index.insert_unique(hash, loc, |l| hasher.hash_one(l.key(segments)));
                         }
                     }
-                }
-                handled += 1;
-                if handled % YIELD_EVERY == 0 {
-                    breathe().await;
                 }
             }
             report.corrupt += scan.corrupt;
@@ -224,16 +224,15 @@ impl Replay {
         let mut scan = self.snapshot_scan(snap);
         let mut end = None;
         let mut floor = 0;
+        let mut pace = Pace::new();
         for item in scan.by_ref() {
+            pace.step().await;
             let (record, _, _) = item.map_err(|d| corrupt_error(&snap.path, &d))?;
             floor = floor.max(record.version().unwrap_or(0));
             match record {
                 Record::End(e) => end = Some(e),
                 r if r.entry().is_some() => n += 1,
                 _ => {}
-            }
-            if n % YIELD_EVERY as u64 == 0 {
-                breathe().await;
             }
         }
         self.report.corrupt += scan.corrupt;
@@ -378,8 +377,8 @@ fn identity_at(segments: &[Source], l: Loc) -> &[u8] {
         .unwrap_or_default()
 }
 
-/// Lets the executor's other tasks and its reactor run: a one-microsecond timer, not
-/// `yield_now`, so that glommio polls for I/O and timers before coming back.
+/// Lets the executor's other tasks and its reactor run (`cooperate::yield_to_reactor`: a
+/// timer, not `yield_now`, so that glommio polls for I/O and timers before coming back).
 pub async fn breathe() {
-    glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
+    crate::cooperate::yield_to_reactor().await;
 }
