@@ -5,7 +5,7 @@
 const CHECK_EVERY: usize = 32;
 
 /// How a replay shares its shard's thread: it yields once the current slice
-/// ([`crate::cooperate::SLICE`]) is used up, looked at every [`CHECK_EVERY`] steps. A count
+/// (`cooperate::SLICE`) is used up, looked at every `CHECK_EVERY` steps. A count
 /// of records alone does not bound the time: a segment of small commits, each padded to its
 /// block, is mostly zeros to skip, and 4,096 records of it held a compacting shard for tens of
 /// milliseconds while its timers waited.
