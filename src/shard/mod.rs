@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!   loop:
-//!     drain the ring (at most DRAIN_BATCH ops)
+//!     drain the ring (at most the store's ops_per_pass ops)
 //!     re-anchor the clock if 100 ms have passed
 //!     fire what is due, in deadline order (sharing its thread: at most FIRE_BATCH and ~200 µs)
 //!     if it did any work and shares its thread: yield to the executor, go round
@@ -27,14 +27,15 @@
 //!
 //! - after every pass that did work (drained ops or fired timers), so that the store task
 //!   writes what the pass queued and the connections read their answers at once;
-//! - while spinning, at least every [`MAX_UNYIELDED`], so that deadlines closer together than
+//! - while spinning, at least every `MAX_UNYIELDED`, so that deadlines closer together than
 //!   the spin window cannot keep the other tasks off the thread;
 //! - in parks, which are `await`s.
 //!
-//! A pass is bounded ([`DURABLE_DRAIN_BATCH`] or [`DRAIN_BATCH`] ops; [`FIRE_BATCH`] fires and a
-//! ~200 µs slice of time, `fire.rs`), so the other tasks never wait for more than one bounded
-//! pass. The yield is a one-microsecond glommio timer (`cooperate`), not `yield_now`: only a
-//! task that is *not* runnable lets glommio reap I/O completions before its preemption timer.
+//! A pass is bounded (`Store::ops_per_pass` ops: 512 on a durable store, 4,096 in memory;
+//! `FIRE_BATCH` fires and a ~200 µs slice of time, `fire.rs`), so the other tasks never wait
+//! for more than one bounded pass. The yield is a one-microsecond glommio timer (`cooperate`),
+//! not `yield_now`: only a task that is *not* runnable lets glommio reap I/O completions before
+//! its preemption timer.
 //!
 //! ## The glommio behaviours this design avoids
 //!
@@ -55,14 +56,14 @@
 //! | trigger | punctual's side | guarded by |
 //! |---|---|---|
 //! | the preemption timer (armed at every poll) fires before the check: the poll took longer than the timer | glommio's default 100 ms is kept, never a shorter one (250 µs fired thousands of timers 0.1–2.7 s late); shards yield on their own, never relying on preemption. Left: a 100 ms stall of the thread inside that window | `tests/shard_cooperation.rs::shards_keep_firing_when_glommio_preempts_before_every_round` (a 20 µs timer: the trigger on almost every round) |
-//! | the notifier `eventfd` read, completed by a foreign wake: glommio writes the `eventfd` when the executor is flagged asleep, and the flag goes stale (raised before each sleep, cleared only after one really taken), so a wake of an awake executor that already took the waker leaves a completion with no task | replies from other threads (the shards answering HTTP tasks) reach a shard's tasks through its [`doorbell`](crate::doorbell): a main-ring read with a task behind it, no glommio foreign wake. the journal's I/O thread answers the same way (`store/journal/io.rs`). Left: the name resolver still replies through glommio's path (`resolve.rs`; wrapping its awaits in `doorbell::relay` removes it), a doorbell whose bell cannot be written (those wakes fall back to glommio's path, counted in `punctual_doorbell_fallback_wakes_total`), and the watchdog's own wakes, which exist to end such a sleep | `doorbell::tests::replies_from_another_thread_arrive_through_the_doorbell`, `doorbell::tests::a_bell_that_cannot_be_rung_strands_no_reply` |
+//! | the notifier `eventfd` read, completed by a foreign wake: glommio writes the `eventfd` when the executor is flagged asleep, and the flag goes stale (raised before each sleep, cleared only after one really taken), so a wake of an awake executor that already took the waker leaves a completion with no task | replies from other threads (the shards answering HTTP tasks) reach a shard's tasks through its `doorbell`: a main-ring read with a task behind it, no glommio foreign wake. the journal's I/O thread answers the same way (`store/journal/io.rs`). Left: the name resolver still replies through glommio's path (`resolve.rs`; wrapping its awaits in `doorbell::relay` removes it), a doorbell whose bell cannot be written (those wakes fall back to glommio's path, counted in `punctual_doorbell_fallback_wakes_total`), and the watchdog's own wakes, which exist to end such a sleep | `doorbell::tests::replies_from_another_thread_arrive_through_the_doorbell`, `doorbell::tests::a_bell_that_cannot_be_rung_strands_no_reply` |
 //! | the same `eventfd`, written by glommio's blocking pool on each result, by tasks in `Latency::Matters` queues, or by its throughput timer (after `ring_depth` main-ring completions) | no latency-sensitive queue; the journal's I/O and name resolution run on threads of their own, not the blocking pool | — |
 //! | the round's own `install_eventfd`, which re-arms that read and completes it at once when the counter is already set | as above | — |
 //! | accept, connect and `recv` (peek, datagrams) completions: a waiting task is woken by the park's reap, so the park does not sleep; a cancelled one (a dropped accept at drain, a connect timeout) leaves a completion with no task | the shards' wake sockets and stream reads are main-ring polls (glommio's stream reads try a non-blocking read first, then poll) | — |
 //!
 //! Whatever is left is bounded, for every task on the thread: a shard that shares its thread
-//! never parks for longer than [`MAX_NAP`] (2 ms), and its park's timer ends such a sleep; and
-//! the [`watchdog`] wakes a shard loop still asleep 1 ms past its time from another thread.
+//! never parks for longer than `MAX_NAP` (2 ms), and its park's timer ends such a sleep; and
+//! the `watchdog` wakes a shard loop still asleep 1 ms past its time from another thread.
 //! A watchdog wake that finds the executor asleep in `io_uring_enter` is counted
 //! (`punctual_executor_stalls_total`, with every wake in `punctual_shard_watchdog_wakes_total`).
 //! A stall of another task that the nap ends is bounded but not counted.
@@ -73,7 +74,7 @@
 //!
 //! - the ring (`ring`): producers push and, when the shard is parked, write one byte to its
 //!   wake socket (a kernel wake-up, no waker involved);
-//! - replies (`ring::Reply`, futures-channel's oneshot): the shard completes them, waking the
+//! - replies (`op::Reply`, futures-channel's oneshot): the shard completes them, waking the
 //!   caller's waker (a thread blocked in `Handle::schedule`, or an HTTP task on another
 //!   shard's executor through glommio's foreign-waker path);
 //! - replies to this shard's tasks from other threads come through its doorbell
@@ -87,12 +88,12 @@
 //! Per fired timer: the wheel's removal, one clock read for `fired_at`, the histogram update
 //! and the handler. Cleaning up after a fire waits until the burst is over: the index entry
 //! goes after the pass (`TimerTable::poll_at_most`), the timer's memory after the last pass
-//! of the burst ([`Spent`]). Per yield (only on a shared thread, only after work): one
+//! of the burst (`Spent`). Per yield (only on a shared thread, only after work): one
 //! glommio timer and one reactor pass, a few microseconds.
 //!
 //! # Applying an op, and the store
 //!
-//! Every op goes through one [`Shard::apply`], whatever the store: the store admits the write
+//! Every op goes through one `Shard::apply`, whatever the store: the store admits the write
 //! (or refuses it: 503), the tenant's quota admits a new key, the table changes at once, and
 //! the store gets the write with the caller's reply, which it answers once the write is
 //! durable (`store`). The in-memory store answers at once. Fires go to the sinks, then to the

@@ -20,7 +20,7 @@
 //! so DNS cannot answer one thing to the check and another to the connect. Idle connections are
 //! pooled per (target, allowed networks), so a tenant never reuses a connection that another
 //! tenant's wider networks let through. Each address gets its share of the attempt's time
-//! (at least [`MIN_CONNECT`]), so a black-holed first address does not eat the whole attempt.
+//! (at least `MIN_CONNECT`), so a black-holed first address does not eat the whole attempt.
 //! A pooled connection the peer closed while it was idle (the request fails before any answer)
 //! is replaced once by a fresh one within the same attempt.
 //!
