@@ -5,8 +5,8 @@
 
 use crate::error::Error;
 use crate::quota::QuotaSlot;
+use crate::timer::PackedTimer;
 use crate::units::{Deadline, UtcMicros};
-use crate::wheel::table::PackedTimer;
 
 /// The sending half of a one-shot reply channel: the shard answers an op through it.
 ///

@@ -16,8 +16,8 @@
 //! on the firing path.
 
 use crate::op::DeadInfo;
+use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-use crate::wheel::table::PackedTimer;
 use std::collections::{BTreeMap, HashMap};
 
 /// One dead letter: its timer (tenant, key, final metadata, payload), version and deadline.

@@ -16,10 +16,11 @@ use crate::error::Error;
 use crate::metrics::DeliveryMetrics;
 use crate::op::{Cancelled, DeadInfo, Reply, Scheduled};
 use crate::sink::webhook::meta::{redriven, Delivery, Last};
-use crate::sink::{FiredTimer, Followup, Next};
+use crate::sink::{Followup, Next};
 use crate::store::{Ack, DeadLetter};
+use crate::timer::{FiredTimer, PackedTimer};
 use crate::units::{UtcMicros, UtcNanos};
-use crate::wheel::table::{PackedTimer, TimerRecord};
+use crate::wheel::TimerRecord;
 
 /// A fired timer that a sink keeps (or buries): put back after the wheel's poll.
 pub(crate) struct Kept {

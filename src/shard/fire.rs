@@ -24,7 +24,8 @@
 use super::{delivery, More, Shard, SPENT_MAX};
 use crate::clock::TimeSource;
 use crate::cooperate::Slice;
-use crate::sink::{is_own_firing, FiredTimer, Next};
+use crate::sink::{is_own_firing, Next};
+use crate::timer::FiredTimer;
 use crate::units::UtcMicros;
 use std::sync::atomic::Ordering;
 

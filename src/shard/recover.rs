@@ -10,7 +10,7 @@ use crate::clock::TimeSource;
 use crate::metrics::DeliveryMetrics;
 use crate::op::Op;
 use crate::store::Recovered;
-use crate::wheel::table::PackedTimer;
+use crate::timer::PackedTimer;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

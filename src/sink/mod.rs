@@ -12,7 +12,7 @@
 //! | sink | where a fired timer goes | file |
 //! |---|---|---|
 //! | handler | an in-process closure (`EngineBuilder::on_fire`) | this file |
-//! | Redis Stream | one entry in `punctual:fired:{<tenant>}`, written by the Redis store in the same transaction that removes (or rewrites) the timer's record | `stream.rs` |
+//! | Redis Stream | one entry in `punctual:fired:{<tenant>}`, written by the Redis store in the same transaction that removes (or rewrites) the timer's record | `store/redis/fired.rs` |
 //! | webhook | a `POST` to the timer's callback, retried as a timer, dead letters at the end | `webhook/` |
 //!
 //! A timer with a callback fires more than once: at its deadline (its *own firing*: the stream
@@ -21,29 +21,14 @@
 //!
 //! Cost: one virtual call per sink per fire.
 
-pub mod stream;
 pub mod webhook;
 
-use crate::units::{UtcMicros, UtcNanos};
-use crate::wheel::table::PackedTimer;
+use crate::timer::{FiredTimer, PackedTimer};
+use crate::units::UtcMicros;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use webhook::meta::{is_dead, is_own_firing};
-
-/// A fired timer, as sinks and the handler see it.
-#[derive(Debug, Clone, Copy)]
-pub struct FiredTimer<'a> {
-    pub shard: usize,
-    pub tenant: &'a str,
-    pub key: &'a str,
-    pub version: u64,
-    pub deadline: UtcMicros,
-    pub fired_at: UtcNanos,
-    /// Delivery metadata (empty for a timer without a callback; see `webhook::meta`).
-    pub meta: &'a [u8],
-    pub payload: &'a [u8],
-}
 
 /// What becomes of a fired timer (or of a pending one, in a [`Followup`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,14 +105,5 @@ impl Sink for HandlerSink {
             (self.0)(timer)
         }
         Next::Done
-    }
-}
-
-/// A payload as JSON text: the bytes as given, or `null` for an empty payload.
-pub fn payload_json(payload: &[u8]) -> &[u8] {
-    if payload.is_empty() {
-        b"null"
-    } else {
-        payload
     }
 }

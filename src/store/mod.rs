@@ -46,9 +46,9 @@ pub mod redis;
 
 use crate::error::Error;
 use crate::op::{Cancelled, Reply, Scheduled};
-use crate::sink::FiredTimer;
+use crate::timer::FiredTimer;
+use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-use crate::wheel::table::PackedTimer;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::AtomicBool;

@@ -1,5 +1,5 @@
 //! A webhook timer's delivery state, as it rides in the timer's opaque `meta` section (see
-//! `wheel::table::PackedTimer`) and so in every store record: the callback, the retry policy,
+//! `timer::PackedTimer`) and so in every store record: the callback, the retry policy,
 //! how far delivery has got, and the last outcome.
 //!
 //! # Layout (version 1, little endian)

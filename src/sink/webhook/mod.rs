@@ -68,8 +68,9 @@ mod reset;
 pub mod settings;
 pub mod sign;
 
-use super::{FiredTimer, Followup, Next, Sink};
+use super::{Followup, Next, Sink};
 use crate::metrics::{DeliveryMetrics, ShardMetrics};
+use crate::timer::{FiredTimer, PackedTimer};
 use meta::{Delivery, Last, State};
 use queue::{Cap, HeldBack, Queues};
 use settings::{Target, WebhookSettings};
@@ -178,7 +179,7 @@ impl Ctx {
     }
 }
 
-/// A timer's identity (what [`crate::wheel::table::PackedTimer::identity`] gives) from its
+/// A timer's identity (what [`PackedTimer::identity`] gives) from its
 /// names.
 fn identity(tenant: &str, key: &str) -> Vec<u8> {
     let mut id = Vec::with_capacity(2 + tenant.len() + key.len());
@@ -287,9 +288,7 @@ impl WebhookSink {
             }
             let meta = d.encode();
             let mut ahead = 0;
-            if let Some(timer) =
-                crate::wheel::table::PackedTimer::with_meta(t.tenant, t.key, &meta, b"")
-            {
+            if let Some(timer) = PackedTimer::with_meta(t.tenant, t.key, &meta, b"") {
                 let held = HeldBack {
                     timer,
                     version: t.version,
@@ -388,13 +387,13 @@ impl Sink for WebhookSink {
         self.ctx.settings.shutdown_grace
     }
 
-    fn forget(&mut self, timer: &crate::wheel::table::PackedTimer) {
+    fn forget(&mut self, timer: &PackedTimer) {
         if !self.ctx.queues.borrow().is_empty() {
             self.ctx.unhold_id(timer.identity(), timer.tenant());
         }
     }
 
-    fn wake_unused(&mut self, timer: &crate::wheel::table::PackedTimer) {
+    fn wake_unused(&mut self, timer: &PackedTimer) {
         let target = Delivery::decode(timer.meta()).and_then(|d| Target::parse(&d.url).ok());
         if let Some((target, _)) = target {
             deliver::wake_next(&self.ctx, &target, timer.tenant());

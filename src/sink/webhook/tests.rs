@@ -2,8 +2,8 @@
 //! and what is tested is the cap's queue as the shard drives it.
 
 use super::*;
+use crate::timer::PackedTimer;
 use crate::units::{UtcMicros, UtcNanos};
-use crate::wheel::table::PackedTimer;
 
 /// Settings whose top-level allow-list permits [`URL`].
 fn allowing() -> WebhookSettings {

@@ -758,10 +758,10 @@ mod continuity_tests {
 #[cfg(test)]
 mod store_tests {
     use super::super::harness::{config, on_executor, prepare, Node, TENANT};
-    use crate::sink::FiredTimer;
     use crate::store::{DeadLetter, Store};
+    use crate::timer::FiredTimer;
+    use crate::timer::PackedTimer;
     use crate::units::{UtcMicros, UtcNanos};
-    use crate::wheel::table::PackedTimer;
     use std::time::Duration;
 
     #[test]

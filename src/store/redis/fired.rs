@@ -11,7 +11,7 @@
 //! Cost: one XADD per fire, pipelined with the rest of the shard's writes; the arguments are
 //! written straight into the command's buffer.
 
-use super::{payload_json, FiredTimer};
+use crate::timer::{payload_json, FiredTimer};
 
 /// The stream of a tenant's fired timers: `punctual:fired:{<tenant>}`.
 pub fn stream_key(tenant: &str) -> String {
