@@ -120,6 +120,23 @@ pub struct FiredTimer<'a> {
     /// Delivery metadata (empty for a timer without a callback; see `webhook::meta`).
     pub meta: &'a [u8],
     pub payload: &'a [u8],
+    /// Which firing of the timer this is, read from `meta` once, by the shard that fired it.
+    pub firing: Firing,
+}
+
+/// Which firing of its timer a fire is. A timer with a callback fires at its deadline and then
+/// again for each step of its delivery (`sink::webhook`); the shard reads which from the
+/// timer's delivery metadata when it fires it, and the sinks and the store go by that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Firing {
+    /// At its deadline: every timer without a callback (or with metadata that cannot be read),
+    /// and a callback's first. The stream entry, the handler and the fired count are for this
+    /// one only.
+    Own,
+    /// A step of its delivery: an attempt, a retry, a held-back timer's turn.
+    Step,
+    /// A dead letter's metadata, in the wheel all the same: nothing is delivered.
+    Dead,
 }
 
 /// A payload as JSON text: the bytes as given, or `null` for an empty payload.

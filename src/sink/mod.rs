@@ -16,19 +16,17 @@
 //! | webhook | a `POST` to the timer's callback, retried as a timer, dead letters at the end | `webhook/` |
 //!
 //! A timer with a callback fires more than once: at its deadline (its *own firing*: the stream
-//! entry and the handler are for that one only, see [`is_own_firing`]) and then for each step
-//! of its delivery.
+//! entry and the handler are for that one only) and then for each step of its delivery; the
+//! shard says which on the [`FiredTimer`] ([`Firing`]), read once from the timer's metadata.
 //!
 //! Cost: one virtual call per sink per fire.
 
 pub mod webhook;
 
-use crate::timer::{FiredTimer, PackedTimer};
+use crate::timer::{FiredTimer, Firing, PackedTimer};
 use crate::units::UtcMicros;
 use std::sync::Arc;
 use std::time::Duration;
-
-pub use webhook::meta::{is_dead, is_own_firing};
 
 /// What becomes of a fired timer (or of a pending one, in a [`Followup`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,7 +99,7 @@ impl Sink for HandlerSink {
     /// Calls the handler for a timer's own firing only, never for the steps of its delivery.
     #[inline]
     fn fired(&mut self, timer: &FiredTimer<'_>) -> Next {
-        if is_own_firing(timer.meta) {
+        if timer.firing == Firing::Own {
             (self.0)(timer)
         }
         Next::Done

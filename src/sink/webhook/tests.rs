@@ -42,6 +42,7 @@ fn fire<'a>(tenant: &'a str, key: &'a str, version: u64, meta: &'a [u8]) -> Fire
         fired_at: UtcNanos(1_000),
         meta,
         payload: b"",
+        firing: firing_of(meta),
     }
 }
 

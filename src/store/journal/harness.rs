@@ -10,8 +10,8 @@ use crate::error::Error;
 use crate::metrics::ShardMetrics;
 use crate::op::{reply_channel, Cancelled, Scheduled};
 use crate::store::{Ack, DeadLetter, Store};
-use crate::timer::FiredTimer;
 use crate::timer::PackedTimer;
+use crate::timer::{FiredTimer, Firing};
 use crate::units::{UtcMicros, UtcNanos};
 use futures_channel::oneshot::Receiver;
 use std::sync::atomic::AtomicBool;
@@ -139,6 +139,7 @@ impl Node {
             fired_at: UtcNanos(1_000),
             meta: &[],
             payload: &self.payload,
+            firing: Firing::Own,
         });
     }
 

@@ -759,8 +759,8 @@ mod continuity_tests {
 mod store_tests {
     use super::super::harness::{config, on_executor, prepare, Node, TENANT};
     use crate::store::{DeadLetter, Store};
-    use crate::timer::FiredTimer;
     use crate::timer::PackedTimer;
+    use crate::timer::{FiredTimer, Firing};
     use crate::units::{UtcMicros, UtcNanos};
     use std::time::Duration;
 
@@ -785,6 +785,7 @@ mod store_tests {
                 fired_at: UtcNanos(1_000),
                 meta: &[],
                 payload: b"p",
+                firing: Firing::Own,
             };
             let before = node.store.shared.outbox.borrow().len();
             node.store.fired_dead(

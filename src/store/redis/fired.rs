@@ -56,6 +56,7 @@ pub fn xadd(t: &FiredTimer<'_>, maxlen: u64) -> redis::Cmd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timer::Firing;
     use crate::units::{UtcMicros, UtcNanos};
 
     #[test]
@@ -79,6 +80,7 @@ mod tests {
             fired_at: UtcNanos(12_999),
             meta: b"",
             payload: b"",
+            firing: Firing::Own,
         };
         let packed = String::from_utf8(xadd(&t, 1000).get_packed_command()).unwrap_or_default();
         for part in [
