@@ -15,8 +15,8 @@
 //! `PUNCTUAL_BENCH_SCALE=0.1` shrinks every count tenfold (quick runs on shared hosts).
 
 use punctual::engine::Pinning;
-use punctual::sink::webhook::meta::{Delivery, RetryPolicy};
 use punctual::sink::webhook::settings::{tls_config, WebhookSettings};
+use punctual::sink::webhook::{new_meta, RetryPolicy};
 use punctual::{EngineBuilder, Handle, UtcMicros};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -172,7 +172,7 @@ fn schedule(h: &Handle, addr: SocketAddr, n: u64, due: impl Fn(u64) -> u64) {
     let mut pending = Vec::with_capacity(1024);
     for i in 0..n {
         let at = due(i);
-        let meta = Delivery::new(url.clone(), retry, at).encode();
+        let meta = new_meta(url.clone(), retry, at);
         let tenant = ["t0", "t1", "t2", "t3"][(i % 4) as usize];
         pending.push(h.schedule_with_meta(
             tenant,

@@ -37,9 +37,10 @@
 //! The bench uses mimalloc, as the binary does.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use punctual::timer::PackedTimer;
 use punctual::units::UtcMicros;
-use punctual::wheel::table::{PackedTimer, TimerRecord, TimerTable};
 use punctual::wheel::{EntryRef, Wheel};
+use punctual::wheel::{TimerRecord, TimerTable};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use tokio_util::time::delay_queue::{DelayQueue, Key};

@@ -7,8 +7,9 @@
 //! cargo run --release --example burst_fire
 //! ```
 
+use punctual::timer::PackedTimer;
 use punctual::units::UtcMicros;
-use punctual::wheel::table::{PackedTimer, TimerTable};
+use punctual::wheel::TimerTable;
 use punctual::wheel::Wheel;
 use std::time::Instant;
 

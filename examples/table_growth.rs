@@ -16,8 +16,9 @@
 //! `punctual serve` makes it; the timers' packed bytes are built one at a time just before
 //! their insert, as the service's connection tasks do, and counted in the resident figure.
 
+use punctual::timer::PackedTimer;
 use punctual::units::UtcMicros;
-use punctual::wheel::table::{PackedTimer, TimerTable};
+use punctual::wheel::TimerTable;
 use std::time::Instant;
 
 #[global_allocator]

@@ -57,12 +57,13 @@ pub mod ring;
 pub mod shard;
 pub mod sink;
 pub mod store;
+pub mod timer;
 pub mod units;
 pub mod wheel;
 
 pub use engine::{Cancelled, Engine, EngineBuilder, Handle, Scheduled, TimerInfo};
 pub use error::{Error, Result};
-pub use sink::FiredTimer;
+pub use timer::FiredTimer;
 pub use units::{Deadline, TscTicks, UtcMicros, UtcNanos};
 
 /// The README's Rust examples compile and run as doctests too.

@@ -5,8 +5,8 @@
 
 use crate::error::Error;
 use crate::quota::QuotaSlot;
+use crate::timer::PackedTimer;
 use crate::units::{Deadline, UtcMicros};
-use crate::wheel::table::PackedTimer;
 
 /// The sending half of a one-shot reply channel: the shard answers an op through it.
 ///
@@ -125,15 +125,25 @@ pub struct TimerInfo {
     pub payload: Vec<u8>,
 }
 
-/// A dead letter, as the dead-letter list shows it.
+/// A dead letter, as the dead-letter list shows it. How its delivery ended (attempts, last
+/// status or error, callback) was read from its final delivery metadata once, when the letter
+/// was made, under the names the store records it by (`store::DeadLetter`). A listing of keys
+/// only leaves everything after `fire_at` empty.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadInfo {
     pub key: String,
     pub version: u64,
     /// The timer's own deadline.
     pub fire_at: UtcMicros,
-    /// Its final delivery metadata (attempts, last outcome, callback); empty in a listing
-    /// of keys only.
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last attempt's answer, when it got one.
+    pub last_status: Option<u16>,
+    /// Why the last attempt got no answer, when it got none.
+    pub last_error: Option<String>,
+    /// The callback's URL (`None` when the metadata could not be read).
+    pub callback: Option<String>,
+    /// Its final delivery metadata, verbatim.
     pub meta: Vec<u8>,
     pub payload: Vec<u8>,
 }

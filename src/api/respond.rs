@@ -226,7 +226,7 @@ pub fn error(e: &ApiError) -> Resp {
 /// A payload as stored, as raw JSON: the client's JSON (validated when it arrived), or
 /// `null` when none was given.
 pub fn payload(p: &[u8]) -> &RawValue {
-    let text = crate::sink::payload_json(p);
+    let text = crate::timer::payload_json(p);
     serde_json::from_slice::<&RawValue>(text).unwrap_or_else(|_| null())
 }
 

@@ -14,8 +14,8 @@ use super::respond::{self, CallbackView, DeliveryView, Resp, RetryView, TimerBod
 use super::state::App;
 use crate::engine::{Cancelled, DeadInfo, TimerInfo};
 use crate::error::{validate_name, NameKind};
-use crate::sink::webhook::meta::{Delivery, Last, State};
 use crate::sink::webhook::settings::CallbackError;
+use crate::sink::webhook::{describe, new_meta};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -58,7 +58,7 @@ impl App {
             r.and_then(|r| r.base_delay_ms),
             r.and_then(|r| r.max_delay_ms),
         )?;
-        Ok(Delivery::new(url, policy, reg.deadline.0).encode())
+        Ok(new_meta(url, policy, reg.deadline.0))
     }
 
     /// `/v1/dead/{tenant}[/{key}[/retry]]`.
@@ -154,29 +154,21 @@ struct DeadBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     last_status: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    last_error: Option<String>,
+    last_error: Option<&'a str>,
     callback: Option<CallbackView>,
     payload: &'a RawValue,
 }
 
 impl<'a> DeadBody<'a> {
     fn new(d: &'a DeadInfo) -> Self {
-        let delivery = Delivery::decode(&d.meta);
-        let (last_status, last_error) = match delivery.as_ref().map(|d| &d.last) {
-            Some(Last::Status(s)) => (Some(*s), None),
-            Some(Last::Error(e)) => (None, Some(e.clone())),
-            _ => (None, None),
-        };
         DeadBody {
             key: &d.key,
             version: d.version,
             fire_at_us: d.fire_at.0,
-            attempts: delivery.as_ref().map_or(0, |d| d.attempts),
-            last_status,
-            last_error,
-            callback: delivery
-                .as_ref()
-                .map(|d| CallbackView { url: d.url.clone() }),
+            attempts: d.attempts,
+            last_status: d.last_status,
+            last_error: d.last_error.as_deref(),
+            callback: d.callback.clone().map(|url| CallbackView { url }),
             payload: respond::payload(&d.payload),
         }
     }
@@ -186,13 +178,8 @@ impl<'a> DeadBody<'a> {
 /// callback (its `fire_at_us` stays its own deadline, not the next attempt's).
 pub fn timer_body<'a>(tenant: &'a str, key: &'a str, info: &'a TimerInfo) -> TimerBody<'a> {
     let mut body = TimerBody::new(tenant, key, info);
-    let Some(d) = Delivery::decode(&info.meta) else {
+    let Some(d) = describe(&info.meta) else {
         return body;
-    };
-    let (last_status, last_error) = match &d.last {
-        Last::Status(s) => (Some(*s), None),
-        Last::Error(e) => (None, Some(e.clone())),
-        Last::None => (None, None),
     };
     body.fire_at_us = d.fire_at_us;
     body.retry = Some(RetryView {
@@ -201,17 +188,13 @@ pub fn timer_body<'a>(tenant: &'a str, key: &'a str, info: &'a TimerInfo) -> Tim
         max_delay_ms: d.retry.max_delay_ms,
     });
     body.delivery = Some(DeliveryView {
-        state: match d.state {
-            State::New => "pending",
-            State::InFlight => "in_flight",
-            State::Waiting | State::Dead => "retrying",
-        },
+        state: d.state,
         attempts: d.attempts,
         next_at_us: info.deadline.0,
-        last_status,
-        last_error,
+        last_status: d.last_status,
+        last_error: d.last_error,
     });
-    body.callback = Some(CallbackView { url: d.url });
+    body.callback = Some(CallbackView { url: d.callback });
     body
 }
 

@@ -18,9 +18,9 @@
 use super::{invalid, ConfigError, FileConfig, TenantConfig};
 use crate::sink::webhook::address::parse_networks;
 use crate::sink::webhook::allow::{self, check_allow_prefix, AllowList};
-use crate::sink::webhook::meta::RetryPolicy;
 use crate::sink::webhook::settings::{check_retry, DEFAULT_RETRY};
 use crate::sink::webhook::sign::{Scheme, Signing};
+use crate::sink::webhook::RetryPolicy;
 use serde::Serialize;
 
 /// The top-level webhook settings, defaults written in `Default`.

@@ -13,8 +13,8 @@ use crate::op::{reply_channel, Cancelled, DeadInfo, Op, Reply, Scheduled, TimerI
 use crate::quota::{Quota, QuotaSlot, Quotas};
 use crate::ring::Ring;
 use crate::store::StoreState;
+use crate::timer::PackedTimer;
 use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};
-use crate::wheel::table::PackedTimer;
 use futures_lite::future::block_on;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -22,7 +22,7 @@ use crate::store::memory::MemoryStore;
 use crate::store::redis::endpoint::Endpoint;
 use crate::store::redis::{RedisConfig, RedisStore};
 use crate::store::Store;
-use crate::wheel::table::TimerTable;
+use crate::wheel::TimerTable;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64};

@@ -16,15 +16,81 @@
 //! on the firing path.
 
 use crate::op::DeadInfo;
+use crate::sink::webhook;
+use crate::store::DeadLetter;
+use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-use crate::wheel::table::PackedTimer;
 use std::collections::{BTreeMap, HashMap};
 
-/// One dead letter: its timer (tenant, key, final metadata, payload), version and deadline.
+/// One dead letter: its timer (tenant, key, final metadata, payload), version and deadline,
+/// and how its delivery ended, read from the metadata once, when the letter is made (or
+/// recovered). The store records it (`store::DeadLetter`) and the list shows it
+/// (`op::DeadInfo`) under the same names.
 pub(crate) struct Letter {
     pub timer: PackedTimer,
     pub version: u64,
     pub fire_at: UtcMicros,
+    pub attempts: u32,
+    pub last_status: Option<u16>,
+    pub last_error: Option<String>,
+    /// `None` when the metadata could not be read.
+    pub callback: Option<String>,
+}
+
+impl Letter {
+    pub fn new(timer: PackedTimer, version: u64, fire_at: UtcMicros) -> Letter {
+        let d = webhook::describe(timer.meta());
+        let (attempts, last_status) = d
+            .as_ref()
+            .map_or((0, None), |d| (d.attempts, d.last_status));
+        let (last_error, callback) = d.map_or((None, None), |d| (d.last_error, Some(d.callback)));
+        Letter {
+            timer,
+            version,
+            fire_at,
+            attempts,
+            last_status,
+            last_error,
+            callback,
+        }
+    }
+
+    /// The letter as the store records it.
+    pub fn stored(&self) -> DeadLetter<'_> {
+        DeadLetter {
+            timer: &self.timer,
+            version: self.version,
+            fire_at: self.fire_at,
+            attempts: self.attempts,
+            last_status: self.last_status,
+            last_error: self.last_error.as_deref(),
+            callback: self.callback.as_deref().unwrap_or(""),
+        }
+    }
+
+    /// The letter as the list shows it: without `bodies`, its key, version and deadline only.
+    fn info(&self, key: &str, bodies: bool) -> DeadInfo {
+        let mut info = DeadInfo {
+            key: key.to_string(),
+            version: self.version,
+            fire_at: self.fire_at,
+            attempts: 0,
+            last_status: None,
+            last_error: None,
+            callback: None,
+            meta: Vec::new(),
+            payload: Vec::new(),
+        };
+        if bodies {
+            info.attempts = self.attempts;
+            info.last_status = self.last_status;
+            info.last_error.clone_from(&self.last_error);
+            info.callback.clone_from(&self.callback);
+            info.meta = self.timer.meta().to_vec();
+            info.payload = self.timer.payload().to_vec();
+        }
+        info
+    }
 }
 
 #[derive(Default)]
@@ -88,21 +154,7 @@ impl DeadLetters {
         let to = through.map_or(Bound::Unbounded, Bound::Included);
         keys.range::<str, _>((from, to))
             .take(limit)
-            .map(|(k, l)| DeadInfo {
-                key: k.to_string(),
-                version: l.version,
-                fire_at: l.fire_at,
-                meta: if bodies {
-                    l.timer.meta().to_vec()
-                } else {
-                    Vec::new()
-                },
-                payload: if bodies {
-                    l.timer.payload().to_vec()
-                } else {
-                    Vec::new()
-                },
-            })
+            .map(|(k, l)| l.info(k, bodies))
             .collect()
     }
 }
@@ -112,11 +164,8 @@ mod tests {
     use super::*;
 
     fn letter(tenant: &str, key: &str, version: u64) -> Letter {
-        Letter {
-            timer: PackedTimer::with_meta(tenant, key, b"m", b"{}").expect("short"),
-            version,
-            fire_at: UtcMicros(version),
-        }
+        let timer = PackedTimer::with_meta(tenant, key, b"m", b"{}").expect("short");
+        Letter::new(timer, version, UtcMicros(version))
     }
 
     #[test]

@@ -15,11 +15,12 @@ use crate::clock::TimeSource;
 use crate::error::Error;
 use crate::metrics::DeliveryMetrics;
 use crate::op::{Cancelled, DeadInfo, Reply, Scheduled};
-use crate::sink::webhook::meta::{redriven, Delivery, Last};
-use crate::sink::{FiredTimer, Followup, Next};
-use crate::store::{Ack, DeadLetter};
+use crate::sink::webhook::redriven;
+use crate::sink::{Followup, Next};
+use crate::store::Ack;
+use crate::timer::{FiredTimer, Firing, PackedTimer};
 use crate::units::{UtcMicros, UtcNanos};
-use crate::wheel::table::{PackedTimer, TimerRecord};
+use crate::wheel::TimerRecord;
 
 /// A fired timer that a sink keeps (or buries): put back after the wheel's poll.
 pub(crate) struct Kept {
@@ -27,8 +28,8 @@ pub(crate) struct Kept {
     pub deadline: UtcMicros,
     pub fired_at: UtcNanos,
     pub next: Next,
-    /// Whether the firing was the timer's own (its stream entry goes with the rewrite).
-    pub own: bool,
+    /// Which firing it was (the stream entry of its own goes with the rewrite).
+    pub firing: Firing,
 }
 
 /// The shard's delivery state: dead letters and reusable scratch.
@@ -54,7 +55,9 @@ impl<S: TimeSource> Shard<S> {
                 fired_at: k.fired_at,
                 meta: timer.meta(),
                 payload: timer.payload(),
+                firing: k.firing,
             };
+            let own = k.firing == Firing::Own;
             match k.next {
                 Next::Reschedule { after, meta } => {
                     let Some(new) = PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload)
@@ -70,7 +73,7 @@ impl<S: TimeSource> Shard<S> {
                                 replaced: false,
                             };
                             if let Some(t) = self.table.timer_at(u.slot) {
-                                if k.own {
+                                if own {
                                     self.store.fired_kept(&f, t, &s);
                                 } else {
                                     self.store.schedule(t, &s, Ack::None);
@@ -80,7 +83,7 @@ impl<S: TimeSource> Shard<S> {
                         Err(e) => {
                             let e = self.upsert_error(e, deadline);
                             tracing::error!(shard = self.id, tenant = f.tenant, key = f.key, error = %e, "a webhook timer could not be kept pending; its delivery stops");
-                            if k.own {
+                            if own {
                                 self.store.fired(&f);
                             } else {
                                 self.store.cancel(f.tenant, f.key, Ack::None);
@@ -91,14 +94,14 @@ impl<S: TimeSource> Shard<S> {
                 }
                 Next::Dead { meta, fire_at } => {
                     match PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload) {
-                        Some(letter) => self.bury(letter, version, fire_at, k.own.then_some(&f)),
-                        None if k.own => self.store.fired(&f),
+                        Some(letter) => self.bury(letter, version, fire_at, own.then_some(&f)),
+                        None if own => self.store.fired(&f),
                         None => {}
                     }
                 }
                 Next::Done | Next::Wake => {
                     // A sink never answers a fire with `Wake`; taken as done.
-                    if k.own {
+                    if own {
                         self.store.fired(&f);
                     } else {
                         self.store.cancel(f.tenant, f.key, Ack::None);
@@ -247,48 +250,15 @@ impl<S: TimeSource> Shard<S> {
         fire_at: UtcMicros,
         fired: Option<&FiredTimer<'_>>,
     ) {
-        let d = Delivery::decode(letter.meta());
-        let (attempts, last_status, last_error, callback) = match &d {
-            Some(d) => (
-                d.attempts,
-                match d.last {
-                    Last::Status(s) => Some(s),
-                    _ => None,
-                },
-                match &d.last {
-                    Last::Error(e) => Some(e.as_str()),
-                    _ => None,
-                },
-                d.url.as_str(),
-            ),
-            None => (0, None, None, ""),
-        };
-        let dead = DeadLetter {
-            timer: &letter,
-            version,
-            fire_at,
-            attempts,
-            last_status,
-            last_error,
-            callback,
-        };
+        let letter = Letter::new(letter, version, fire_at);
         match fired {
-            Some(f) => self.store.fired_dead(f, &dead),
-            None => self.store.dead(&dead),
+            Some(f) => self.store.fired_dead(f, &letter.stored()),
+            None => self.store.dead(&letter.stored()),
         }
-        let m = self.metrics.webhooks.tenant(letter.tenant());
+        let m = self.metrics.webhooks.tenant(letter.timer.tenant());
         DeliveryMetrics::add(&m.dead, 1);
-        let tenant = letter.tenant().to_string();
-        if self
-            .deliveries
-            .dead
-            .insert(Letter {
-                timer: letter,
-                version,
-                fire_at,
-            })
-            .is_some()
-        {
+        let tenant = letter.timer.tenant().to_string();
+        if self.deliveries.dead.insert(letter).is_some() {
             DeliveryMetrics::add(&m.dead, -1);
             self.release_quota(&tenant);
         }

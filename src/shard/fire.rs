@@ -24,7 +24,8 @@
 use super::{delivery, More, Shard, SPENT_MAX};
 use crate::clock::TimeSource;
 use crate::cooperate::Slice;
-use crate::sink::{is_own_firing, FiredTimer, Next};
+use crate::sink::{webhook, Next};
+use crate::timer::{FiredTimer, Firing};
 use crate::units::UtcMicros;
 use std::sync::atomic::Ordering;
 
@@ -120,7 +121,8 @@ impl<S: TimeSource> Shard<S> {
             *fired += 1;
             // A timer with a callback fires again for each step of its delivery; only its
             // own firing is a fired timer for the stream, the handler and the count.
-            let own = is_own_firing(record.timer.meta());
+            let firing = webhook::firing_of(record.timer.meta());
+            let own = firing == Firing::Own;
             *own_firings += u64::from(own);
             let f = FiredTimer {
                 shard: id,
@@ -131,6 +133,7 @@ impl<S: TimeSource> Shard<S> {
                 fired_at,
                 meta: record.timer.meta(),
                 payload: record.timer.payload(),
+                firing,
             };
             let mut next = Next::Done;
             for sink in sinks.iter_mut() {
@@ -157,7 +160,7 @@ impl<S: TimeSource> Shard<S> {
                     deadline,
                     fired_at,
                     next,
-                    own,
+                    firing,
                 });
             }
         })

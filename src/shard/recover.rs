@@ -9,8 +9,9 @@ use super::Shard;
 use crate::clock::TimeSource;
 use crate::metrics::DeliveryMetrics;
 use crate::op::Op;
+use crate::sink::webhook;
 use crate::store::Recovered;
-use crate::wheel::table::PackedTimer;
+use crate::timer::PackedTimer;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -34,14 +35,12 @@ impl<S: TimeSource> Shard<S> {
             let Some(timer) = PackedTimer::with_meta(r.tenant, r.key, r.meta, r.payload) else {
                 return false;
             };
-            if crate::sink::is_dead(r.meta) {
+            if webhook::is_dead(r.meta) {
                 table.observe_version(r.version);
-                let letter = Letter {
-                    timer,
-                    version: r.version,
-                    fire_at: r.deadline,
-                };
-                if dead.insert(letter).is_none() {
+                if dead
+                    .insert(Letter::new(timer, r.version, r.deadline))
+                    .is_none()
+                {
                     if let Some(q) = quotas.get(r.tenant) {
                         q.force();
                     }

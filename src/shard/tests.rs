@@ -1,6 +1,7 @@
 use super::*;
 use crate::clock::{ClockConfig, FakeSource};
-use crate::sink::{FiredTimer, Next};
+use crate::sink::Next;
+use crate::timer::FiredTimer;
 use std::cell::RefCell;
 use std::rc::Rc;
 

@@ -12,38 +12,21 @@
 //! | sink | where a fired timer goes | file |
 //! |---|---|---|
 //! | handler | an in-process closure (`EngineBuilder::on_fire`) | this file |
-//! | Redis Stream | one entry in `punctual:fired:{<tenant>}`, written by the Redis store in the same transaction that removes (or rewrites) the timer's record | `stream.rs` |
+//! | Redis Stream | one entry in `punctual:fired:{<tenant>}`, written by the Redis store in the same transaction that removes (or rewrites) the timer's record | `store/redis/fired.rs` |
 //! | webhook | a `POST` to the timer's callback, retried as a timer, dead letters at the end | `webhook/` |
 //!
 //! A timer with a callback fires more than once: at its deadline (its *own firing*: the stream
-//! entry and the handler are for that one only, see [`is_own_firing`]) and then for each step
-//! of its delivery.
+//! entry and the handler are for that one only) and then for each step of its delivery; the
+//! shard says which on the [`FiredTimer`] ([`Firing`]), read once from the timer's metadata.
 //!
 //! Cost: one virtual call per sink per fire.
 
-pub mod stream;
 pub mod webhook;
 
-use crate::units::{UtcMicros, UtcNanos};
-use crate::wheel::table::PackedTimer;
+use crate::timer::{FiredTimer, Firing, PackedTimer};
+use crate::units::UtcMicros;
 use std::sync::Arc;
 use std::time::Duration;
-
-pub use webhook::meta::{is_dead, is_own_firing};
-
-/// A fired timer, as sinks and the handler see it.
-#[derive(Debug, Clone, Copy)]
-pub struct FiredTimer<'a> {
-    pub shard: usize,
-    pub tenant: &'a str,
-    pub key: &'a str,
-    pub version: u64,
-    pub deadline: UtcMicros,
-    pub fired_at: UtcNanos,
-    /// Delivery metadata (empty for a timer without a callback; see `webhook::meta`).
-    pub meta: &'a [u8],
-    pub payload: &'a [u8],
-}
 
 /// What becomes of a fired timer (or of a pending one, in a [`Followup`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,18 +99,9 @@ impl Sink for HandlerSink {
     /// Calls the handler for a timer's own firing only, never for the steps of its delivery.
     #[inline]
     fn fired(&mut self, timer: &FiredTimer<'_>) -> Next {
-        if is_own_firing(timer.meta) {
+        if timer.firing == Firing::Own {
             (self.0)(timer)
         }
         Next::Done
-    }
-}
-
-/// A payload as JSON text: the bytes as given, or `null` for an empty payload.
-pub fn payload_json(payload: &[u8]) -> &[u8] {
-    if payload.is_empty() {
-        b"null"
-    } else {
-        payload
     }
 }

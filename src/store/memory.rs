@@ -5,8 +5,8 @@
 use super::{Ack, LocalFuture, Recovered, Store};
 use crate::error::Error;
 use crate::op::Scheduled;
-use crate::sink::FiredTimer;
-use crate::wheel::table::PackedTimer;
+use crate::timer::FiredTimer;
+use crate::timer::PackedTimer;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 

@@ -36,7 +36,7 @@
 //! - after each pass, [`Store::after_pass`]; at shutdown, [`Store::close`].
 //!
 //! Dead letters come back at start through [`Store::recover`] like timers; their metadata
-//! says what they are (`sink::is_dead`), and the shard files them in its dead-letter table.
+//! says what they are (`sink::webhook::is_dead`), and the shard files them in its dead-letter table.
 //! The methods added for webhooks have defaults that keep a store correct without dead-letter
 //! persistence (a dead letter is then only in memory): `fired_kept` writes the record like a
 //! schedule, `dead` removes it like a cancel.
@@ -51,9 +51,9 @@ pub mod redis;
 
 use crate::error::Error;
 use crate::op::{Cancelled, Reply, Scheduled};
-use crate::sink::FiredTimer;
+use crate::timer::FiredTimer;
+use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-use crate::wheel::table::PackedTimer;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::AtomicBool;

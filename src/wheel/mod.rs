@@ -71,7 +71,7 @@ mod index;
 mod level;
 mod list;
 mod slab;
-pub mod table;
+mod table;
 
 use crate::units::UtcMicros;
 use level::{level_for, slot_for, Level};
@@ -79,6 +79,7 @@ use list::{Pos, SlotList, NIL};
 use slab::Slab;
 
 pub use slab::EntryRef;
+pub use table::{TimerRecord, TimerTable, TimerView, UpsertError, Upserted};
 
 /// Number of levels; 9 levels of 6 bits cover 2^54 µs, about 571 years.
 pub const LEVELS: usize = 9;

@@ -1,8 +1,8 @@
 //! The shard's timer table: the wheel plus an index from (tenant, key) to the wheel entry,
 //! upsert semantics, and the version counter.
 //!
-//! A timer's tenant, key and payload travel as one [`PackedTimer`] allocation, made by the
-//! caller's thread and moved (not copied) into the wheel. The index (`index.rs`) holds slab
+//! A timer's tenant, key and payload travel as one [`PackedTimer`] allocation (`crate::timer`),
+//! made by the caller's thread and moved (not copied) into the wheel. The index (`index.rs`) holds slab
 //! indices and 32 bits of each key's hash; it stores no key bytes of its own, and compares
 //! against the bytes in the slab entry.
 //!
@@ -17,108 +17,9 @@
 
 use super::index::Index;
 use super::{InsertError, Wheel};
+use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
 use std::hash::BuildHasher;
-
-/// Tenant, key, delivery metadata and payload in one allocation:
-/// `[tenant_len][key_len][tenant][key][meta_len: u16 LE][meta][payload]`.
-///
-/// `meta` is opaque here: what a sink needs to deliver the timer (a callback and its retry
-/// state), encoded and read by that sink; stores persist it verbatim. Most timers have none
-/// (two bytes of length). Building one validates nothing; callers validate names first
-/// (`error::validate_name`).
-#[derive(Clone, PartialEq, Eq)]
-pub struct PackedTimer {
-    data: Box<[u8]>,
-}
-
-impl PackedTimer {
-    /// `None` when the tenant or key is longer than 255 bytes (validation caps them at 128).
-    pub fn new(tenant: &str, key: &str, payload: &[u8]) -> Option<PackedTimer> {
-        PackedTimer::with_meta(tenant, key, &[], payload)
-    }
-
-    /// With delivery metadata; `None` also when `meta` is longer than 65,535 bytes.
-    pub fn with_meta(tenant: &str, key: &str, meta: &[u8], payload: &[u8]) -> Option<PackedTimer> {
-        let t = u8::try_from(tenant.len()).ok()?;
-        let k = u8::try_from(key.len()).ok()?;
-        let m = u16::try_from(meta.len()).ok()?;
-        let mut data =
-            Vec::with_capacity(4 + tenant.len() + key.len() + meta.len() + payload.len());
-        data.extend_from_slice(&[t, k]);
-        data.extend_from_slice(tenant.as_bytes());
-        data.extend_from_slice(key.as_bytes());
-        data.extend_from_slice(&m.to_le_bytes());
-        data.extend_from_slice(meta);
-        data.extend_from_slice(payload);
-        Some(PackedTimer {
-            data: data.into_boxed_slice(),
-        })
-    }
-
-    fn tenant_len(&self) -> usize {
-        self.data[0] as usize
-    }
-
-    fn key_len(&self) -> usize {
-        self.data[1] as usize
-    }
-
-    /// Where the metadata's length starts.
-    fn meta_at(&self) -> usize {
-        2 + self.tenant_len() + self.key_len()
-    }
-
-    fn meta_len(&self) -> usize {
-        let at = self.meta_at();
-        u16::from_le_bytes([self.data[at], self.data[at + 1]]) as usize
-    }
-
-    /// The bytes that identify the timer: both lengths, the tenant and the key.
-    pub fn identity(&self) -> &[u8] {
-        &self.data[..self.meta_at()]
-    }
-
-    pub fn tenant(&self) -> &str {
-        self.str_at(2, self.tenant_len())
-    }
-
-    pub fn key(&self) -> &str {
-        self.str_at(2 + self.tenant_len(), self.key_len())
-    }
-
-    /// The delivery metadata (empty for most timers).
-    pub fn meta(&self) -> &[u8] {
-        let at = self.meta_at() + 2;
-        &self.data[at..at + self.meta_len()]
-    }
-
-    pub fn payload(&self) -> &[u8] {
-        &self.data[self.meta_at() + 2 + self.meta_len()..]
-    }
-
-    fn str_at(&self, start: usize, len: usize) -> &str {
-        let bytes = &self.data[start..start + len];
-        debug_assert!(std::str::from_utf8(bytes).is_ok());
-        // SAFETY: `data` is private and only `with_meta` fills it, copying the tenant and the
-        // key from `&str`s whole, at the offsets their length bytes give: these bytes are one
-        // of those strings, so they are UTF-8. (Read on every fire; validating them again
-        // cost a few percent of a burst.)
-        unsafe { std::str::from_utf8_unchecked(bytes) }
-    }
-}
-
-impl std::fmt::Debug for PackedTimer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}/{} ({} payload bytes)",
-            self.tenant(),
-            self.key(),
-            self.payload().len()
-        )
-    }
-}
 
 /// What the wheel holds per timer.
 pub struct TimerRecord {
@@ -426,26 +327,6 @@ mod tests {
 
     fn packed(key: &str) -> PackedTimer {
         PackedTimer::new("shop", key, b"{\"order\":1}").expect("short names")
-    }
-
-    #[test]
-    fn packed_timer_round_trips_its_parts() {
-        let p = PackedTimer::new("t1", "order:9", b"xyz").expect("short names");
-        assert_eq!(
-            (p.tenant(), p.key(), p.meta(), p.payload()),
-            ("t1", "order:9", &b""[..], &b"xyz"[..])
-        );
-        let m = PackedTimer::with_meta("t1", "order:9", b"\x01cb", b"{}").expect("short");
-        assert_eq!((m.meta(), m.payload()), (&b"\x01cb"[..], &b"{}"[..]));
-        assert_eq!(
-            m.identity(),
-            p.identity(),
-            "metadata is not part of the identity"
-        );
-        assert!(PackedTimer::with_meta("t", "k", &vec![0; 65_536], b"").is_none());
-        // Same key under another tenant is another identity.
-        let q = PackedTimer::new("t", "1order:9", b"").expect("short names");
-        assert_ne!(p.identity(), q.identity());
     }
 
     #[test]

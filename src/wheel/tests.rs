@@ -1,8 +1,9 @@
 //! Model check: the timer table (wheel + index) against a plain `BTreeMap`, on generated
 //! sequences of insert, reschedule, cancel, advance and backward clock steps.
 
-use super::table::{PackedTimer, TimerTable};
+use super::table::TimerTable;
 use super::Wheel;
+use crate::timer::PackedTimer;
 use crate::units::{UtcMicros, TEN_YEARS_US};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};

@@ -1,5 +1,5 @@
 //! A webhook timer's delivery state, as it rides in the timer's opaque `meta` section (see
-//! `wheel::table::PackedTimer`) and so in every store record: the callback, the retry policy,
+//! `timer::PackedTimer`) and so in every store record: the callback, the retry policy,
 //! how far delivery has got, and the last outcome.
 //!
 //! # Layout (version 1, little endian)
@@ -49,6 +49,8 @@
 //!
 //! Decoding never panics: anything malformed is `None`, and the timer is treated as one
 //! without a callback.
+
+use crate::timer::Firing;
 
 /// Tag and format version: the first two bytes.
 const MAGIC: [u8; 2] = [b'W', 1];
@@ -258,16 +260,30 @@ impl Delivery {
     }
 }
 
+/// Which firing a fire with this meta is: the timer's own (its deadline; also a timer without
+/// a callback, or with a section that cannot be read), a step of its delivery, or a dead
+/// letter's. The shard reads it once per fire and carries it on the `FiredTimer`.
+pub fn firing_of(meta: &[u8]) -> Firing {
+    if meta.is_empty() {
+        return Firing::Own;
+    }
+    match Delivery::decode(meta).map(|d| d.state) {
+        None | Some(State::New) => Firing::Own,
+        Some(State::InFlight | State::Waiting) => Firing::Step,
+        Some(State::Dead) => Firing::Dead,
+    }
+}
+
 /// Whether a firing with this meta is the timer's own (its deadline), as opposed to a step of
 /// its delivery: the stream entry and the in-process handler are for the timer's own firing
 /// only. True for a timer without a callback.
 pub fn is_own_firing(meta: &[u8]) -> bool {
-    meta.is_empty() || Delivery::decode(meta).is_none_or(|d| d.state == State::New)
+    firing_of(meta) == Firing::Own
 }
 
 /// Whether this meta marks a dead letter (recovery puts those in the dead-letter table).
 pub fn is_dead(meta: &[u8]) -> bool {
-    Delivery::decode(meta).is_some_and(|d| d.state == State::Dead)
+    firing_of(meta) == Firing::Dead
 }
 
 /// The meta of a re-driven dead letter: waiting for attempt 1 of a fresh budget, its own

@@ -54,6 +54,15 @@
 //! | `reset.rs` | a connection abandoned mid-request is reset, so nothing of it arrives late |
 //! | `deliver.rs` | one attempt: the request, the answer, the follow-up |
 //!
+//! # What the other parts see of it
+//!
+//! The delivery state is this sink's own: the shard, the API and the configuration reach it
+//! through the few names exported here, never through `meta.rs` (`tests/architecture.rs`
+//! checks it): [`firing_of`] (which firing a fire is, read once per fire by the shard),
+//! [`is_dead`] (recovery), [`redriven`] (a re-drive), [`new_meta`] (a registration's
+//! metadata), [`describe`] (a timer's delivery, as `GET` shows it and a dead letter keeps
+//! it) and [`RetryPolicy`].
+//!
 //! Cost per fire of a webhook timer: a metadata decode and encode, the JSON body, an HMAC
 //! when the tenant has a secret, and a task spawn.
 
@@ -68,8 +77,9 @@ mod reset;
 pub mod settings;
 pub mod sign;
 
-use super::{FiredTimer, Followup, Next, Sink};
+use super::{Followup, Next, Sink};
 use crate::metrics::{DeliveryMetrics, ShardMetrics};
+use crate::timer::{FiredTimer, Firing, PackedTimer};
 use meta::{Delivery, Last, State};
 use queue::{Cap, HeldBack, Queues};
 use settings::{Target, WebhookSettings};
@@ -78,6 +88,55 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
+
+pub use meta::{firing_of, is_dead, redriven, RetryPolicy};
+
+/// The delivery metadata of a timer registered with a callback to `url`: its first attempt
+/// waits for its own deadline, `fire_at_us`.
+pub fn new_meta(url: String, retry: RetryPolicy, fire_at_us: u64) -> Vec<u8> {
+    Delivery::new(url, retry, fire_at_us).encode()
+}
+
+/// A timer's delivery, as its metadata says: what `GET` shows of a pending timer, and what a
+/// dead letter keeps of how its delivery ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Description {
+    /// `pending` (waiting for its deadline), `in_flight` (an attempt under way) or `retrying`.
+    pub state: &'static str,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// The last attempt's answer, when it got one.
+    pub last_status: Option<u16>,
+    /// Why the last attempt got no answer, when it got none.
+    pub last_error: Option<String>,
+    pub callback: String,
+    pub retry: RetryPolicy,
+    /// The timer's own deadline, not the next attempt's.
+    pub fire_at_us: u64,
+}
+
+/// `None` for a timer without a callback, or with metadata that cannot be read.
+pub fn describe(meta: &[u8]) -> Option<Description> {
+    let d = Delivery::decode(meta)?;
+    let (last_status, last_error) = match d.last {
+        Last::Status(s) => (Some(s), None),
+        Last::Error(e) => (None, Some(e)),
+        Last::None => (None, None),
+    };
+    Some(Description {
+        state: match d.state {
+            State::New => "pending",
+            State::InFlight => "in_flight",
+            State::Waiting | State::Dead => "retrying",
+        },
+        attempts: d.attempts,
+        last_status,
+        last_error,
+        callback: d.url,
+        retry: d.retry,
+        fire_at_us: d.fire_at_us,
+    })
+}
 
 /// What is added to the webhook timeout for the deadline of a delivery in flight: the timer
 /// fires again (and the next attempt starts) only if the outcome never came back.
@@ -178,7 +237,7 @@ impl Ctx {
     }
 }
 
-/// A timer's identity (what [`crate::wheel::table::PackedTimer::identity`] gives) from its
+/// A timer's identity (what [`PackedTimer::identity`] gives) from its
 /// names.
 fn identity(tenant: &str, key: &str) -> Vec<u8> {
     let mut id = Vec::with_capacity(2 + tenant.len() + key.len());
@@ -287,9 +346,7 @@ impl WebhookSink {
             }
             let meta = d.encode();
             let mut ahead = 0;
-            if let Some(timer) =
-                crate::wheel::table::PackedTimer::with_meta(t.tenant, t.key, &meta, b"")
-            {
+            if let Some(timer) = PackedTimer::with_meta(t.tenant, t.key, &meta, b"") {
                 let held = HeldBack {
                     timer,
                     version: t.version,
@@ -342,6 +399,11 @@ impl Sink for WebhookSink {
         if t.meta.is_empty() {
             return Next::Done;
         }
+        if t.firing == Firing::Dead {
+            // Nothing to deliver; whatever the sink keeps for it goes.
+            self.ctx.unhold(t.tenant, t.key);
+            return Next::Done;
+        }
         let Some(mut d) = Delivery::decode(t.meta) else {
             tracing::warn!(
                 shard = self.ctx.shard,
@@ -355,24 +417,17 @@ impl Sink for WebhookSink {
             self.ctx.unhold(t.tenant, t.key);
             return Next::Done;
         }
-        match d.state {
-            State::New | State::Waiting => self.start(t, d),
-            State::InFlight => {
-                // The outcome of the attempt in flight never came back: the process stopped
-                // or crashed during it (an attempt that runs its course always reports, within
-                // its timeout). An attempt cut short is not one the receiver failed: it is made
-                // again under the same number, so a delivered timer never turns into a dead
-                // letter for want of the attempt a crash took; but only `MAX_CUTS` times in a
-                // row, so one whose attempt crashes the process still ends (`meta.rs`).
-                d.cut_short();
-                crate::metrics::DeliveryMetrics::failed(&self.ctx.tenant(t.tenant), "timeout");
-                self.start(t, d)
-            }
-            State::Dead => {
-                self.ctx.unhold(t.tenant, t.key);
-                Next::Done
-            }
+        if d.state == State::InFlight {
+            // The outcome of the attempt in flight never came back: the process stopped or
+            // crashed during it (an attempt that runs its course always reports, within its
+            // timeout). An attempt cut short is not one the receiver failed: it is made again
+            // under the same number, so a delivered timer never turns into a dead letter for
+            // want of the attempt a crash took; but only `MAX_CUTS` times in a row, so one
+            // whose attempt crashes the process still ends (`meta.rs`).
+            d.cut_short();
+            crate::metrics::DeliveryMetrics::failed(&self.ctx.tenant(t.tenant), "timeout");
         }
+        self.start(t, d)
     }
 
     fn in_flight(&self) -> usize {
@@ -388,13 +443,13 @@ impl Sink for WebhookSink {
         self.ctx.settings.shutdown_grace
     }
 
-    fn forget(&mut self, timer: &crate::wheel::table::PackedTimer) {
+    fn forget(&mut self, timer: &PackedTimer) {
         if !self.ctx.queues.borrow().is_empty() {
             self.ctx.unhold_id(timer.identity(), timer.tenant());
         }
     }
 
-    fn wake_unused(&mut self, timer: &crate::wheel::table::PackedTimer) {
+    fn wake_unused(&mut self, timer: &PackedTimer) {
         let target = Delivery::decode(timer.meta()).and_then(|d| Target::parse(&d.url).ok());
         if let Some((target, _)) = target {
             deliver::wake_next(&self.ctx, &target, timer.tenant());

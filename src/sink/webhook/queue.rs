@@ -22,7 +22,7 @@
 
 use super::settings::Target;
 use super::Map;
-use crate::wheel::table::PackedTimer;
+use crate::timer::PackedTimer;
 use std::collections::VecDeque;
 
 /// A timer held back by a cap: its identity and its metadata when it was held, and its version.

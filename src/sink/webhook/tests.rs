@@ -2,8 +2,8 @@
 //! and what is tested is the cap's queue as the shard drives it.
 
 use super::*;
+use crate::timer::PackedTimer;
 use crate::units::{UtcMicros, UtcNanos};
-use crate::wheel::table::PackedTimer;
 
 /// Settings whose top-level allow-list permits [`URL`].
 fn allowing() -> WebhookSettings {
@@ -42,6 +42,7 @@ fn fire<'a>(tenant: &'a str, key: &'a str, version: u64, meta: &'a [u8]) -> Fire
         fired_at: UtcNanos(1_000),
         meta,
         payload: b"",
+        firing: firing_of(meta),
     }
 }
 

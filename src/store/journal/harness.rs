@@ -9,10 +9,10 @@ use super::{JournalConfig, JournalStore};
 use crate::error::Error;
 use crate::metrics::ShardMetrics;
 use crate::op::{reply_channel, Cancelled, Scheduled};
-use crate::sink::FiredTimer;
 use crate::store::{Ack, DeadLetter, Store};
+use crate::timer::PackedTimer;
+use crate::timer::{FiredTimer, Firing};
 use crate::units::{UtcMicros, UtcNanos};
-use crate::wheel::table::PackedTimer;
 use futures_channel::oneshot::Receiver;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -139,6 +139,7 @@ impl Node {
             fired_at: UtcNanos(1_000),
             meta: &[],
             payload: &self.payload,
+            firing: Firing::Own,
         });
     }
 

@@ -3,8 +3,8 @@
 
 use super::file::{segment_name, snapshot_name, Header, Kind, BLOCK};
 use super::record::{self, End};
+use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-use crate::wheel::table::PackedTimer;
 use std::path::Path;
 
 /// One record's frame.

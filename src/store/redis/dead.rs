@@ -12,8 +12,8 @@
 //! delivered again (at least once) with its letter still listed.
 
 use super::layout::{self, partition_of, Arg};
-use crate::sink::payload_json;
 use crate::store::DeadLetter;
+use crate::timer::payload_json;
 
 /// The hash holding partition `p`'s dead letters: `punctual:{p<p>}:dead`.
 pub fn dead_key(partition: u32) -> String {
@@ -80,8 +80,8 @@ pub fn remove(tenant: &str, key: &str) -> redis::Cmd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timer::PackedTimer;
     use crate::units::UtcMicros;
-    use crate::wheel::table::PackedTimer;
 
     #[test]
     fn burying_moves_the_record_and_names_the_outcome() {

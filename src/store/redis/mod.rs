@@ -1,6 +1,6 @@
 //! The Redis store: each shard's timers persisted in Redis through batched pipelines,
 //! recovered on start, and handed to the tenant's stream when they fire (the stream entry's
-//! format is `sink::stream`).
+//! format is `fired`).
 //!
 //! # What the store owns
 //!
@@ -70,12 +70,13 @@
 //! same outbox entry and the same `MULTI`/`EXEC`, so an entry exists exactly when the record
 //! is gone: a fire is never lost between the two and never half-applied. That atomicity is a
 //! property of one Redis connection, so the Redis store writes the entry (built by
-//! `sink::stream`) rather than a separate sink.
+//! `fired`) rather than a separate sink.
 
 pub mod config;
 pub mod conn;
 pub mod dead;
 pub mod endpoint;
+pub mod fired;
 pub mod flush;
 pub mod layout;
 pub mod outbox;
@@ -88,8 +89,7 @@ use super::{Ack, DeadLetter, LocalFuture, Recovered, Store};
 use crate::error::{Error, Result};
 use crate::metrics::{ShardMetrics, StoreState};
 use crate::op::Scheduled;
-use crate::sink::{stream, FiredTimer};
-use crate::wheel::table::PackedTimer;
+use crate::timer::{FiredTimer, PackedTimer};
 pub use config::RedisConfig;
 use endpoint::Endpoint;
 use outbox::Outbox;
@@ -316,7 +316,7 @@ impl RedisStore {
     fn stream_entry(&self, t: &FiredTimer<'_>) -> Option<redis::Cmd> {
         let off = &self.shared.cfg.streams_off;
         (off.is_empty() || !off.contains(t.tenant))
-            .then(|| stream::xadd(t, self.shared.cfg.stream_maxlen))
+            .then(|| fired::xadd(t, self.shared.cfg.stream_maxlen))
     }
 }
 

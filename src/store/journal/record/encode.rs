@@ -2,8 +2,8 @@
 //! for the layout). Every function returns the frame's size.
 
 use super::{kind, End};
+use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-use crate::wheel::table::PackedTimer;
 
 /// Appends one frame to `out`: `body` writes the body, then len and crc are filled in.
 fn frame(out: &mut Vec<u8>, kind: u8, body: impl FnOnce(&mut Vec<u8>)) -> usize {

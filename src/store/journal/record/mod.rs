@@ -389,7 +389,7 @@ fn read_u64(b: &[u8], at: usize) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wheel::table::PackedTimer;
+    use crate::timer::PackedTimer;
 
     use proptest::prelude::*;
 

@@ -6,10 +6,10 @@ use super::super::harness::{config, on_executor, prepare, Node, TENANT};
 use super::super::record::put_batch;
 use super::super::shard_dir::{check_dir, read_shard_dir, Owner};
 use super::super::testlog::*;
-use crate::sink::FiredTimer;
 use crate::store::{DeadLetter, Store};
+use crate::timer::PackedTimer;
+use crate::timer::{FiredTimer, Firing};
 use crate::units::{UtcMicros, UtcNanos};
-use crate::wheel::table::PackedTimer;
 use std::path::Path;
 use std::time::Duration;
 
@@ -353,6 +353,7 @@ fn a_death_by_its_own_firing_queues_one_record_even_one_record_per_commit() {
             fired_at: UtcNanos(1_000),
             meta: &[],
             payload: b"p",
+            firing: Firing::Own,
         };
         let before = node.store.shared.outbox.borrow().len();
         node.store.fired_dead(

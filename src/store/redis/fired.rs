@@ -11,7 +11,7 @@
 //! Cost: one XADD per fire, pipelined with the rest of the shard's writes; the arguments are
 //! written straight into the command's buffer.
 
-use super::{payload_json, FiredTimer};
+use crate::timer::{payload_json, FiredTimer};
 
 /// The stream of a tenant's fired timers: `punctual:fired:{<tenant>}`.
 pub fn stream_key(tenant: &str) -> String {
@@ -56,6 +56,7 @@ pub fn xadd(t: &FiredTimer<'_>, maxlen: u64) -> redis::Cmd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timer::Firing;
     use crate::units::{UtcMicros, UtcNanos};
 
     #[test]
@@ -79,6 +80,7 @@ mod tests {
             fired_at: UtcNanos(12_999),
             meta: b"",
             payload: b"",
+            firing: Firing::Own,
         };
         let packed = String::from_utf8(xadd(&t, 1000).get_packed_command()).unwrap_or_default();
         for part in [
