@@ -185,14 +185,7 @@ async fn compact(
             return Err(e);
         }
     };
-    // Unmapping the inputs tears down their page tables (milliseconds for large segments):
-    // the I/O thread does it, not the shard's.
-    let _ = io
-        .run(move |_| {
-            drop(replay);
-            Ok(())
-        })
-        .await;
+    drop(replay);
     let name = dir.join(snapshot_name(out));
     io.run(move |d| d.rename(&tmp, &name)).await?;
     io.sync_dir(dir).await?;
