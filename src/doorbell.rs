@@ -117,6 +117,12 @@ impl Doorbell {
         Ok(doorbell)
     }
 
+    /// Wakes from other threads that came through this doorbell so far.
+    #[cfg(test)]
+    pub(crate) fn relayed(&self) -> u64 {
+        self.relayed.load(Ordering::Relaxed)
+    }
+
     /// From another thread: queues `waker` for the reader and rings if it is parked; wakes
     /// the queued tasks itself when the bell cannot be rung (see the module doc).
     fn ring(&self, waker: Waker) {

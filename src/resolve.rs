@@ -292,8 +292,12 @@ impl Resolver {
         let answer = match self.start(host, caller) {
             Lookup::Ready(a) => a,
             Lookup::Waiting(rx) => {
+                // The answer comes from a resolver thread: through the shard's doorbell (a
+                // main-ring read with this task behind it), not glommio's foreign wake, whose
+                // stale-flag eventfd write can put the executor to sleep with work runnable
+                // (the shard module's doc).
                 let answer = async {
-                    rx.await.unwrap_or_else(|_| {
+                    crate::doorbell::relay(rx).await.unwrap_or_else(|_| {
                         Err(ResolveError::Failed {
                             host: host.to_string(),
                             reason: "the resolver stopped".into(),

@@ -105,6 +105,8 @@ pub struct StoreMetrics {
     pub journal_snapshots_total: AtomicU64,
     /// Journal: how long the last snapshot took, ns.
     pub journal_snapshot_ns: AtomicU64,
+    /// Journal: rolls to a new segment that waited for a running compaction to end.
+    pub journal_compaction_holds_total: AtomicU64,
     /// Journal: torn tails (a commit a crash cut short) truncated at recovery.
     pub journal_torn_total: AtomicU64,
     /// Journal: corrupt regions skipped (`--journal-skip-corrupt`).
@@ -136,6 +138,7 @@ impl Default for StoreMetrics {
             journal_segments: AtomicU64::new(0),
             journal_disk_bytes: AtomicU64::new(0),
             journal_snapshots_total: AtomicU64::new(0),
+            journal_compaction_holds_total: AtomicU64::new(0),
             journal_snapshot_ns: AtomicU64::new(0),
             journal_torn_total: AtomicU64::new(0),
             journal_corrupt_total: AtomicU64::new(0),

@@ -150,6 +150,30 @@ fn resolve_on_an_executor_gives_up_at_the_deadline_while_the_lookup_hangs() {
     drop(answer);
 }
 
+/// A lookup's answer comes from a resolver thread; on an executor with a doorbell (a shard's)
+/// it wakes the waiting task through the doorbell, not through glommio's foreign wake, which
+/// can leave the executor asleep with the task runnable (the shard module's doc).
+#[test]
+fn an_answer_from_the_resolver_thread_wakes_the_caller_through_the_doorbell() {
+    let (r, _calls, answer) = gated(Limits::default());
+    let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .make()
+        .expect("an executor");
+    let (got, relayed) = ex.run(async {
+        let metrics = Arc::new(crate::metrics::ShardMetrics::default());
+        let doorbell = crate::doorbell::Doorbell::install(metrics).expect("a doorbell");
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let _ = answer.send(Ok(vec![local()]));
+        });
+        let got = r.resolve("slow.example", 8080, T).await;
+        release.join().expect("the answering thread");
+        (got, doorbell.relayed())
+    });
+    assert_eq!(got.expect("answered"), vec![SocketAddr::new(local(), 8080)]);
+    assert!(relayed >= 1, "the answer's wake came through the doorbell");
+}
+
 #[test]
 fn ip_literals_are_not_looked_up() {
     let (r, calls, _answer) = gated(Limits::default());

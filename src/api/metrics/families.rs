@@ -38,6 +38,7 @@ pub(super) struct Row {
     pub journal_disk_bytes: u64,
     pub journal_snapshots: u64,
     pub journal_snapshot_seconds: f64,
+    pub journal_compaction_holds: u64,
     pub journal_torn: u64,
     pub journal_corrupt: u64,
 }
@@ -72,6 +73,7 @@ pub(super) fn rows(handle: &Handle) -> Vec<Row> {
                 journal_snapshots: get(|m| m.journal_snapshots_total.load(Relaxed)),
                 journal_snapshot_seconds: get(|m| m.journal_snapshot_ns.load(Relaxed)) as f64
                     * 1e-9,
+                journal_compaction_holds: get(|m| m.journal_compaction_holds_total.load(Relaxed)),
                 journal_torn: get(|m| m.journal_torn_total.load(Relaxed)),
                 journal_corrupt: get(|m| m.journal_corrupt_total.load(Relaxed)),
                 s,
@@ -166,7 +168,7 @@ pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 13] = [
 ];
 
 /// The store's families, one series per shard (zero without a durable store).
-pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 21] = [
+pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 22] = [
     (
         "punctual_store_flush_seconds",
         "Duration of one batch of durable writes: a Redis pipeline, or a journal group commit (write and fdatasync)",
@@ -214,6 +216,12 @@ pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 21] = [
         "Duration of the last journal snapshot",
         MetricType::Gauge,
         |r| Value::GaugeF(r.journal_snapshot_seconds),
+    ),
+    (
+        "punctual_journal_compaction_holds",
+        "Segment rolls that waited for a running compaction to end (writes outpaced it)",
+        MetricType::Counter,
+        |r| Value::Counter(r.journal_compaction_holds),
     ),
     (
         "punctual_journal_torn_records",

@@ -103,7 +103,17 @@ pub(crate) async fn run(shared: Rc<ShardJournal>, mut log: Log) {
         let done = if empty {
             ensure(&shared, &mut log).await
         } else {
-            commit(&shared, &mut log, seq).await.map(|()| seq += 1)
+            match commit(&shared, &mut log, seq).await {
+                Ok(Written::Yes) => {
+                    seq += 1;
+                    Ok(())
+                }
+                Ok(Written::Held) => {
+                    held(&shared).await;
+                    continue;
+                }
+                Err(fault) => Err(fault),
+            }
         };
         match done {
             Ok(()) => {
@@ -204,8 +214,15 @@ async fn sync(shared: &ShardJournal, active: &Active) -> io::Result<()> {
     Ok(())
 }
 
+/// What [`commit`] did.
+enum Written {
+    Yes,
+    /// Nothing: the batch needs a new segment and a compaction is running ([`held`]).
+    Held,
+}
+
 /// Writes and syncs the next batch.
-async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<(), Fault> {
+async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Written, Fault> {
     let cfg = &shared.cfg;
     ensure(shared, log).await?;
     let batch = shared
@@ -214,6 +231,9 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<()
         .batch(cfg.max_batch_records, cfg.max_batch_bytes);
     let size = padded(BATCH_RECORD + batch.bytes);
     if matches!(log, Log::Ready(a) if !a.fits(size as u64)) {
+        if shared.files.borrow().running && !shared.closing.get() {
+            return Ok(Written::Held);
+        }
         roll(shared, log).await?;
     }
     let Log::Ready(active) = log else {
@@ -272,7 +292,29 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<()
         .store(outbox.len() as u64, Ordering::Relaxed);
     drop(outbox);
     shared.publish_files(active.pos);
-    Ok(())
+    Ok(Written::Yes)
+}
+
+/// The longest one look of [`held`] waits, so that the loop still answers callers whose ack
+/// timed out and notices a close.
+const HOLD_LOOK: Duration = Duration::from_millis(50);
+
+/// The batch needs a new segment while a compaction runs: waits for the compaction's end (or
+/// [`HOLD_LOOK`]; the loop comes back). A compaction shares the shard's thread in slices, so
+/// a shard that writes faster than it replays would otherwise seal segment after segment
+/// behind it, and the disk would outgrow its bound (the compaction's inputs, the snapshot in
+/// writing and one segment: `compact`). Holding the roll holds every writer of the shard
+/// until the compaction ends, a few hundred milliseconds at most in practice; their records
+/// wait in the outbox, which admission bounds.
+async fn held(shared: &ShardJournal) {
+    let listener = shared.compacted.listen();
+    if !shared.files.borrow().running || shared.closing.get() {
+        return;
+    }
+    if !std::mem::replace(&mut shared.files.borrow_mut().held, true) {
+        StoreMetrics::count(&shared.m().journal_compaction_holds_total, 1);
+    }
+    futures_lite::future::or(listener, glommio::timer::sleep(HOLD_LOOK)).await;
 }
 
 /// Seals the active segment and starts the next; maybe starts a compaction.

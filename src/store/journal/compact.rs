@@ -12,8 +12,12 @@
 //!     delete  the inputs; sync the directory
 //! ```
 //!
-//! The task runs on the shard's executor and yields every 4,096 records, so the shard keeps
-//! firing and the commit task keeps committing; only one compaction runs at a time. Its
+//! The task runs on the shard's executor and yields once a slice of about 200 µs is used up
+//! (`replay::Pace`), so the shard keeps firing and the commit task keeps committing; only one
+//! compaction runs at a time. Paced by time, a compaction can fall behind a shard that writes
+//! faster than it replays, so the commit task writes at most one segment while a compaction
+//! runs: the roll after it waits for the compaction to end (`commit::held`). That keeps the
+//! disk within the inputs, the snapshot in writing and one segment, however fast the writes. Its
 //! writes (`snapshot`), syncs and changes of name go through the journal's I/O thread. A crash
 //! before the rename leaves a `.tmp` that the next start deletes; after it, the next start
 //! deletes whatever inputs are left. A full disk abandons the snapshot (the next roll tries
@@ -88,8 +92,23 @@ fn spawn(
     sealed: Vec<(u64, u64)>,
     out: u64,
 ) {
+    shared.files.borrow_mut().running = true;
     let task = glommio::spawn_local(run(shared.clone(), snapshot, sealed, out));
     *shared.compaction.borrow_mut() = Some(task);
+}
+
+/// Marks the compaction ended and lets a held commit go on, however the task ends: done,
+/// failed, or cancelled by `close` (its future dropped).
+struct Running<'a>(&'a ShardJournal);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut files = self.0.files.borrow_mut();
+        files.running = false;
+        files.held = false;
+        drop(files);
+        self.0.compacted.notify(usize::MAX);
+    }
 }
 
 async fn run(
@@ -98,6 +117,7 @@ async fn run(
     sealed: Vec<(u64, u64)>,
     out: u64,
 ) {
+    let _running = Running(&shared);
     let started = Instant::now();
     let result = compact(&shared, snapshot, &sealed, out).await;
     shared.files.borrow_mut().compacting = false;
@@ -185,7 +205,14 @@ async fn compact(
             return Err(e);
         }
     };
-    drop(replay);
+    // Unmapping the inputs tears down their page tables (milliseconds for large segments):
+    // the I/O thread does it, not the shard's.
+    let _ = io
+        .run(move |_| {
+            drop(replay);
+            Ok(())
+        })
+        .await;
     let name = dir.join(snapshot_name(out));
     io.run(move |d| d.rename(&tmp, &name)).await?;
     io.sync_dir(dir).await?;

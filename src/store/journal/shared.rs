@@ -23,7 +23,14 @@ pub(crate) struct Files {
     pub snapshot: Option<(u64, u64)>,
     /// (seq, bytes) of the sealed segments, oldest first.
     pub sealed: Vec<(u64, u64)>,
+    /// No new compaction may start: one is running, or a damaged input stopped compaction
+    /// for this run of the process.
     pub compacting: bool,
+    /// A compaction task is running (cleared when it ends, however it ends). While it runs,
+    /// the commit task writes at most one segment (`commit::held`).
+    pub running: bool,
+    /// The commit task waited for the running compaction (counted once per compaction).
+    pub held: bool,
 }
 
 impl Files {
@@ -64,6 +71,8 @@ pub(crate) struct ShardJournal {
     /// stop it: a task left behind would keep this store, and the data directory's lock, alive
     /// after its executor is gone.
     pub compaction: RefCell<Option<glommio::Task<()>>>,
+    /// Notified when a compaction task ends: a commit held back behind it goes on.
+    pub compacted: event_listener::Event,
     /// The journal's own I/O thread: every write, sync and change of name runs there.
     pub io: io::IoThread,
     /// Holds the data directory's lock while any shard's store lives.
@@ -101,6 +110,7 @@ impl ShardJournal {
             record_bytes: Cell::new((0, 0)),
             next_batch: Cell::new(1),
             compaction: RefCell::new(None),
+            compacted: event_listener::Event::new(),
             io,
             _lock: data,
         }

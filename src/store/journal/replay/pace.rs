@@ -1,29 +1,32 @@
-//! How a replay shares its shard's thread: [`Pace`] yields every `YIELD_STEPS` steps.
+//! How a replay shares its shard's thread: [`Pace`] yields by time, not by record count.
 
-/// Steps (records, counted with the commits' padding) between two yields.
-const YIELD_STEPS: usize = 4096;
+/// Steps (records, or a commit's padding) between two looks at the clock in [`Pace`]: each
+/// step is at most a block of bytes to decode or skip, so this many stay well under a slice.
+const CHECK_EVERY: usize = 32;
 
-/// How a replay shares its shard's thread: it yields to the executor every `YIELD_STEPS`
-/// steps. A compaction must keep up with the writes that make its work (the journal's disk
-/// bound rests on it), so it is paced by count. Paced by time instead (a 200 µs slice), it
-/// fell behind a churning shard and the disk grew past its bound
-/// (`tests/journal.rs::compaction_keeps_the_disk_bounded…`), while its stretches between
-/// yields were what made a shard's timers late during a compaction (up to 65 ms in a soak).
-/// Both at once want the writers held back while a compaction is behind: not built yet.
+/// How a replay shares its shard's thread: it yields once the current slice
+/// (`cooperate::SLICE`) is used up, looked at every `CHECK_EVERY` steps. A count
+/// of records alone does not bound the time: a segment of small commits, each padded to its
+/// block, is mostly zeros to skip, and 4,096 records of it held a compacting shard for tens of
+/// milliseconds while its timers waited.
 pub struct Pace {
+    slice: crate::cooperate::Slice,
     steps: usize,
 }
 
 impl Pace {
     pub fn new() -> Pace {
-        Pace { steps: 0 }
+        Pace {
+            slice: crate::cooperate::Slice::begin(),
+            steps: 0,
+        }
     }
 
-    /// One step done: yields every `YIELD_STEPS` steps.
+    /// One step done: yields if the slice is over.
     pub async fn step(&mut self) {
         self.steps = self.steps.wrapping_add(1);
-        if self.steps % YIELD_STEPS == 0 {
-            super::breathe().await;
+        if self.steps % CHECK_EVERY == 0 && self.slice.is_over() {
+            self.slice.next().await;
         }
     }
 

@@ -36,6 +36,52 @@ fn entry(version: u64, dead: bool) -> (String, u64, bool) {
     ("k".to_string(), version, dead)
 }
 
+/// A segment of small commits, each padded to its block, is mostly zeros: its records
+/// alone do not measure the work. Indexing one of 4,096 one-record commits (16 MiB) must
+/// let the shard's other tasks run many times over (about 100 times in a debug build, 18
+/// in release), not once per 4,096 records (3 times).
+#[test]
+fn indexing_small_padded_commits_lets_the_shards_other_tasks_run() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let commits: Vec<Vec<Frame>> = (0..4096u64)
+        .map(|i| vec![schedule(&format!("k{i}"), i + 1)])
+        .collect();
+    segment(tmp.path(), 1, 1, &commits);
+    let path = tmp.path().join(super::super::file::segment_name(1));
+    let buf = super::Buf::map(&path).expect("map");
+    let header = super::super::file::Header::decode(&buf).expect("a header");
+    let src = super::Source { path, buf, header };
+    let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .make()
+        .expect("an executor");
+    let (ticks, steps) = ex.run(async move {
+        let ticks = Rc::new(Cell::new(0u32));
+        let done = Rc::new(Cell::new(false));
+        let other = glommio::spawn_local({
+            let (ticks, done) = (ticks.clone(), done.clone());
+            async move {
+                while !done.get() {
+                    ticks.set(ticks.get() + 1);
+                    crate::cooperate::yield_to_reactor().await;
+                }
+            }
+        });
+        let mut replay = super::Replay::new(None, vec![src], false, false);
+        replay.index().await.expect("a clean segment");
+        let steps = replay.index.len();
+        done.set(true);
+        other.await;
+        (ticks.get(), steps)
+    });
+    assert_eq!(steps, 4096, "every key indexed");
+    assert!(
+        ticks >= 8,
+        "the other task ran {ticks} times while 16 MiB were indexed"
+    );
+}
+
 #[test]
 fn a_dead_letter_and_a_pending_timer_of_one_key_coexist_in_either_order() {
     // Dead letter, then a new timer under its key.
