@@ -71,6 +71,16 @@ fn lateness(addr: SocketAddr) -> Vec<(f64, u64)> {
         .collect()
 }
 
+/// A counter of `/metrics`, summed over its series.
+fn counter(addr: SocketAddr, name: &str) -> u64 {
+    let (_, body) = request(addr, "GET", "/metrics", b"").unwrap_or_default();
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 fn quantile(h: &[(f64, u64)], q: f64) -> f64 {
     let total = h.last().map_or(0, |b| b.1);
     let want = (total as f64 * q).ceil() as u64;
@@ -139,8 +149,10 @@ fn run(bin: &str, loaded: bool) {
     }
     let h = lateness(addr);
     let n = h.last().map_or(0, |b| b.1);
+    let stalls = counter(addr, "punctual_executor_stalls_total");
+    let runnable = counter(addr, "punctual_executor_runnable_sleeps_total");
     println!(
-        "{:<22} fired {n:>6}  p50 ≤ {:>8.6} s  p99 ≤ {:>8.6} s  p99.9 ≤ {:>8.6} s  max ≤ {:>8.6} s  (16 MiB batches applied: {})",
+        "{:<22} fired {n:>6}  p50 ≤ {:>8.6} s  p99 ≤ {:>8.6} s  p99.9 ≤ {:>8.6} s  max ≤ {:>8.6} s  (16 MiB batches applied: {}; executor stalls {stalls}, with the shard runnable {runnable})",
         if loaded { "16 MiB batches posted" } else { "quiet" },
         quantile(&h, 0.5),
         quantile(&h, 0.99),

@@ -52,6 +52,7 @@ Every --sample seconds (10 by default), from a separate thread:
   store_pending_writes, journal_disk_mib, store_errors_total, ring_rejected_total,
   watchdog_wakes_total,
   executor_stalls_total     from /metrics, summed over shards
+  executor_runnable_sleeps_total  of those, with the shard's task runnable (glommio's park bug)
   aux_rss_mib               VmRSS of --aux-pid (the soak's redis-server), if given
   shard_runq_wait_pct       host contention as the server saw it: the largest share of the
                             window a shard thread spent runnable but not running (schedstat)
@@ -92,7 +93,8 @@ COLUMNS = [
     "req_max_ms", "svc_p99_ms", "gen_lag_p99_ms", "errors", "errors_total", "cancel_404_total",
     "flush_p99_ms", "flush_max_le_ms", "store_pending_writes", "journal_disk_mib",
     "store_errors_total", "store_ack_timeouts_total", "store_refused_total",
-    "ring_rejected_total", "watchdog_wakes_total", "executor_stalls_total", "aux_rss_mib", "shard_runq_wait_pct",
+    "ring_rejected_total", "watchdog_wakes_total", "executor_stalls_total", "executor_runnable_sleeps_total", "journal_snapshots_total",
+    "journal_compaction_holds_total", "aux_rss_mib", "shard_runq_wait_pct",
     "host_cpu_pressure_pct", "host_io_pressure_pct", "gen_cpu_pct", "stream_entries", "backlog",
 ]
 HISTOGRAMS = ("punctual_fire_lateness_seconds", "punctual_store_flush_seconds")
@@ -703,6 +705,11 @@ class Sampler(threading.Thread):
             row["ring_rejected_total"] = int(sums.get("punctual_ring_rejected_total", 0))
             row["watchdog_wakes_total"] = int(sums.get("punctual_shard_watchdog_wakes_total", 0))
             row["executor_stalls_total"] = int(sums.get("punctual_executor_stalls_total", 0))
+            row["executor_runnable_sleeps_total"] = int(
+                sums.get("punctual_executor_runnable_sleeps_total", 0))
+            row["journal_snapshots_total"] = int(sums.get("punctual_journal_snapshots_total", 0))
+            row["journal_compaction_holds_total"] = int(
+                sums.get("punctual_journal_compaction_holds_total", 0))
         if self.args.aux_pid:
             try:
                 row["aux_rss_mib"] = f"{proc_status(self.args.aux_pid).get('VmRSS', 0) / 1024:.2f}"
@@ -956,10 +963,12 @@ def cmd_verdict(args):
         out(f"  store flush (journal group commit / Redis pipeline) p99 per window: median {fl_med:.2f} ms, "
             f"max {fl_max:.2f} ms; highest bucket reached {max(col('flush_max_le_ms')):g} ms")
     for k in ("store_errors_total", "store_ack_timeouts_total", "store_refused_total",
-              "ring_rejected_total", "watchdog_wakes_total", "executor_stalls_total"):
+              "ring_rejected_total", "watchdog_wakes_total", "executor_stalls_total",
+              "executor_runnable_sleeps_total", "journal_snapshots_total", "journal_compaction_holds_total"):
         v = fnum(last, k)
-        if v or k in ("watchdog_wakes_total", "executor_stalls_total"):
-            out(f"  {k}: {int(v)}")
+        if v or k in ("watchdog_wakes_total", "executor_stalls_total",
+                      "executor_runnable_sleeps_total"):
+            out(f"  {k}: {int(v or 0)}")
     log_bad = []
     if args.server_log and os.path.exists(args.server_log):
         with open(args.server_log, errors="replace") as f:

@@ -95,6 +95,26 @@ pub async fn run(
     Ok(BatchBody { results: out })
 }
 
+/// Encodes the answer a slice at a time, as `serde_json` encodes the whole [`BatchBody`]
+/// (10,000 results are about a megabyte of JSON: a few milliseconds in one stretch).
+pub async fn encode(body: &BatchBody) -> Result<Vec<u8>, serde_json::Error> {
+    const OPEN: &[u8] = br#"{"results":["#;
+    let mut out = Vec::with_capacity(OPEN.len() + 2 + 96 * body.results.len());
+    out.extend_from_slice(OPEN);
+    let mut slice = Slice::begin();
+    for (i, item) in body.results.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, item)?;
+        if i % CHECK_EVERY == CHECK_EVERY - 1 && slice.is_over() {
+            slice.next().await;
+        }
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}
+
 /// The body's items, split a slice at a time; a body of another shape is parsed whole, for
 /// its documented error.
 async fn scan(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
@@ -117,6 +137,48 @@ async fn finish_chunk(slots: &mut Vec<Slot>, out: &mut Vec<BatchItem>) {
                 Ok(s) => BatchItem::scheduled(key, &s),
                 Err(e) => BatchItem::failed(Some(key), &ApiError::from(e)),
             },
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Scheduled;
+    use crate::units::UtcMicros;
+
+    /// The answer encoded a slice at a time is byte for byte what `serde_json` makes of the
+    /// whole body, for no result, one, and enough to cross many slices, scheduled, replaced
+    /// and failed (with and without a key) mixed.
+    #[test]
+    fn encoding_in_slices_matches_serde_on_the_whole_body() {
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("an executor");
+        ex.run(async {
+            for n in [0usize, 1, 20_000] {
+                let results = (0..n)
+                    .map(|i| match i % 3 {
+                        0 => BatchItem::scheduled(
+                            format!("order-{i}"),
+                            &Scheduled {
+                                version: i as u64,
+                                deadline: UtcMicros(1_700_000_000_000_000 + i as u64),
+                                replaced: i % 2 == 0,
+                            },
+                        ),
+                        1 => BatchItem::failed(
+                            Some(format!("k\"{i}\\")),
+                            &ApiError::MalformedJson(format!("item {i}: bad \u{1F600}")),
+                        ),
+                        _ => BatchItem::failed(None, &ApiError::EmptyBatch),
+                    })
+                    .collect();
+                let body = BatchBody { results };
+                let ours = encode(&body).await.expect("encodes");
+                let serde = serde_json::to_vec(&body).expect("serde encodes");
+                assert_eq!(ours, serde, "{n} results");
+            }
         });
     }
 }

@@ -23,6 +23,7 @@ pub struct ShardStats {
     pub watchdog_wakes_total: u64,
     /// Times the watchdog found the shard's executor asleep with the shard's work due.
     pub executor_stalls_total: u64,
+    pub executor_runnable_sleeps_total: u64,
     /// Wakes that went through glommio because the shard's doorbell failed (`doorbell`).
     pub doorbell_fallback_wakes_total: u64,
     /// The shard's thread panicked: its ring is closed (`shard::failure`).
@@ -53,6 +54,9 @@ impl Handle {
                     clock_fallback: m.clock_fallback.load(Ordering::Relaxed) != 0,
                     watchdog_wakes_total: m.watchdog_wakes_total.load(Ordering::Relaxed),
                     executor_stalls_total: m.executor_stalls_total.load(Ordering::Relaxed),
+                    executor_runnable_sleeps_total: m
+                        .executor_runnable_sleeps_total
+                        .load(Ordering::Relaxed),
                     doorbell_fallback_wakes_total: m
                         .doorbell_fallback_wakes_total
                         .load(Ordering::Relaxed),

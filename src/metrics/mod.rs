@@ -70,9 +70,13 @@ pub struct ShardMetrics {
     /// Times the watchdog woke this shard because it had not run well past its time
     /// (`shard::watchdog`).
     pub watchdog_wakes_total: AtomicU64,
-    /// Times the watchdog found this shard's executor asleep in io_uring while the shard's
-    /// work was due: glommio slept with work runnable (`shard::watchdog`).
+    /// Times the watchdog found this shard's executor asleep in io_uring 1 ms or more past
+    /// the shard's time (`shard::watchdog`): a timer or I/O that came late, or glommio asleep
+    /// with the shard runnable.
     pub executor_stalls_total: AtomicU64,
+    /// Of those, the times the shard's task had been runnable for 1 ms or more (what it
+    /// waited on had woken it): glommio's executor slept with work runnable.
+    pub executor_runnable_sleeps_total: AtomicU64,
     /// Wakes from other threads that reached this shard's tasks through glommio's own path
     /// because its doorbell could not be rung (`doorbell`).
     pub doorbell_fallback_wakes_total: AtomicU64,
@@ -99,6 +103,7 @@ impl Default for ShardMetrics {
             clock_fallback: AtomicU64::new(0),
             watchdog_wakes_total: AtomicU64::new(0),
             executor_stalls_total: AtomicU64::new(0),
+            executor_runnable_sleeps_total: AtomicU64::new(0),
             doorbell_fallback_wakes_total: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             wheel_timers: [const { AtomicU64::new(0) }; WHEEL_GAUGES],

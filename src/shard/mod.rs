@@ -65,7 +65,11 @@
 //! never parks for longer than `MAX_NAP` (2 ms), and its park's timer ends such a sleep; and
 //! the `watchdog` wakes a shard loop still asleep 1 ms past its time from another thread.
 //! A watchdog wake that finds the executor asleep in `io_uring_enter` is counted
-//! (`punctual_executor_stalls_total`, with every wake in `punctual_shard_watchdog_wakes_total`).
+//! (`punctual_executor_stalls_total`, with every wake in `punctual_shard_watchdog_wakes_total`),
+//! and so, apart, is each of those where the shard's task had been runnable for 1 ms, because
+//! what its park or yield waited on had woken it (`punctual_executor_runnable_sleeps_total`,
+//! `watchdog::Noter`): that is the park bug itself, where the rest are timers or I/O that came
+//! late to a sleeping executor.
 //! A stall of another task that the nap ends is bounded but not counted.
 //!
 //! # Cross-thread wake-ups
@@ -306,7 +310,8 @@ impl<S: TimeSource> Shard<S> {
             if wakee.cooperative() {
                 self.pulse.expect_by(nap);
             }
-            wakee.park(nap, buf).await;
+            let park = std::pin::pin!(wakee.park(nap, buf));
+            self.pulse.noted(park).await;
             self.pulse.running();
             self.ring.unpark();
         }
@@ -315,7 +320,7 @@ impl<S: TimeSource> Shard<S> {
     /// Hands the thread to the executor's other tasks and its I/O (see the module doc).
     async fn yield_now(&self) {
         self.pulse.expect_by(Duration::ZERO);
-        crate::cooperate::yield_to_reactor().await;
+        self.pulse.noted(crate::cooperate::yield_to_reactor()).await;
         self.pulse.running();
     }
 

@@ -87,8 +87,13 @@ const STALLED: u64 = u64::MAX - 3;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Look {
     Nothing,
-    /// Woke a shard whose executor slept in io_uring past its time: a stall.
-    Stalled,
+    /// Woke a shard whose executor slept in io_uring past its time: a stall. `runnable`: what
+    /// the shard waited on had already woken it [`GRACE`] or more before, so its executor
+    /// slept with the shard's task runnable (glommio's park bug itself), rather than waiting
+    /// for a timer or an I/O that came late.
+    Stalled {
+        runnable: bool,
+    },
     /// Woke again a stall already counted.
     WokenAgain,
 }
@@ -107,11 +112,76 @@ pub(crate) struct Pulse {
     nudged: Mutex<(u64, u64)>,
     /// The shard task's waker, set at its first poll and taken at its end.
     waker: Mutex<Option<Waker>>,
+    /// What the shard's waits hand to what they wait on ([`Pulse::noted`]), and the same as a
+    /// waker, made once.
+    noter: Arc<Noter>,
+    noter_waker: Waker,
+}
+
+/// The waker a shard's wait hands to the timer or socket it waits on: notes when the shard
+/// became runnable (the first wake since its `expect_by`), then wakes the shard's task. The
+/// watchdog compares that time with the executor's sleep: asleep in io_uring with the task
+/// runnable is glommio's park bug; asleep before anything woke it is a late timer or I/O.
+struct Noter {
+    /// `CLOCK_MONOTONIC` ns of the first wake since the last `expect_by`; 0 for none.
+    woken_ns: AtomicU64,
+    task: Mutex<Option<Waker>>,
+}
+
+impl std::task::Wake for Noter {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let _ = self.woken_ns.compare_exchange(
+            0,
+            monotonic_ns().max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        if let Some(w) = self.task.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// See [`Pulse::noted`].
+pub(crate) struct Noted<'a, F> {
+    pulse: &'a Pulse,
+    fut: F,
+}
+
+impl<F: Future + Unpin> Future for Noted<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        {
+            let mut task = this
+                .pulse
+                .noter
+                .task
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if !task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
+                *task = Some(cx.waker().clone());
+            }
+        }
+        let mut noted = Context::from_waker(&this.pulse.noter_waker);
+        Pin::new(&mut this.fut).poll(&mut noted)
+    }
 }
 
 impl Default for Pulse {
     fn default() -> Self {
+        let noter = Arc::new(Noter {
+            woken_ns: AtomicU64::new(0),
+            task: Mutex::new(None),
+        });
         Pulse {
+            noter_waker: Waker::from(noter.clone()),
+            noter,
             due_ns: AtomicU64::new(RUNNING),
             tid: AtomicI32::new(0),
             start_polls: AtomicU64::new(0),
@@ -139,7 +209,18 @@ impl Pulse {
     pub fn expect_by(&self, within: Duration) {
         let within = within.as_nanos().min(u128::from(STALLED - 1)) as u64;
         let due = monotonic_ns().saturating_add(within).min(STALLED - 1);
+        self.noter.woken_ns.store(0, Ordering::Relaxed);
         self.due_ns.store(due, Ordering::Relaxed);
+    }
+
+    /// `wait` (a park or a yield of the shard's loop, after [`Pulse::expect_by`]) with its
+    /// wakes noted, so that a stall can tell a runnable shard from one whose timer or I/O
+    /// came late (see [`Noter`]). Cost per poll: one uncontended lock.
+    pub fn noted<F: Future + Unpin>(&self, wait: F) -> Noted<'_, F> {
+        Noted {
+            pulse: self,
+            fut: wait,
+        }
     }
 
     /// The shard runs again.
@@ -203,7 +284,12 @@ impl Pulse {
                 (STALLED, Look::WokenAgain)
             }
             _ if now_ns <= due.saturating_add(grace.as_nanos() as u64) => return Look::Nothing,
-            _ if asleep(self.tid.load(Ordering::Relaxed)) => (STALLED, Look::Stalled),
+            _ if asleep(self.tid.load(Ordering::Relaxed)) => {
+                let woken = self.noter.woken_ns.load(Ordering::Relaxed);
+                let runnable =
+                    woken != 0 && now_ns >= woken.saturating_add(grace.as_nanos() as u64);
+                (STALLED, Look::Stalled { runnable })
+            }
             // Late, but its thread is running a task or waiting for a CPU: a wake cannot make
             // it run sooner, and each one would be a cross-thread wake through glommio's
             // notifier (one of the stall's own triggers, see the shard module doc).
@@ -316,10 +402,15 @@ fn watch(shards: &[Watched], stop: &AtomicBool, period: Duration, grace: Duratio
                 continue;
             }
             let n = metrics.watchdog_wakes_total.fetch_add(1, Ordering::Relaxed) + 1;
-            if look == Look::Stalled {
+            if let Look::Stalled { runnable } = look {
                 metrics
                     .executor_stalls_total
                     .fetch_add(1, Ordering::Relaxed);
+                if runnable {
+                    metrics
+                        .executor_runnable_sleeps_total
+                        .fetch_add(1, Ordering::Relaxed);
+                }
             }
             // The first few, then one in a thousand: a host that keeps hitting this
             // should be told, not flooded.
@@ -327,14 +418,14 @@ fn watch(shards: &[Watched], stop: &AtomicBool, period: Duration, grace: Duratio
                 tracing::warn!(
                     shard = id,
                     wakes = n,
-                    stalled = look == Look::Stalled,
+                    stalled = look != Look::WokenAgain,
                     grace_ms = grace.as_millis() as u64,
                     "shard had not run {} ms after it was due; woke it ({})",
                     grace.as_millis(),
-                    if look == Look::Stalled {
-                        "its executor slept in io_uring with the shard's work due: glommio's park bug"
-                    } else {
-                        "woken again"
+                    match look {
+                        Look::Stalled { runnable: true } => "its executor slept in io_uring with the shard's task runnable: glommio's park bug",
+                        Look::Stalled { runnable: false } => "its executor slept in io_uring past the shard's time, with the timer or I/O it waited on not yet come",
+                        _ => "woken again",
                     }
                 );
             }
@@ -439,7 +530,7 @@ mod tests {
         let asleep = |_| true;
         assert_eq!(
             pulse.check(monotonic_ns() + 10_000_000, grace, asleep),
-            Look::Stalled
+            Look::Stalled { runnable: false }
         );
         assert_eq!(count.woken(), 1);
         pulse.running();
@@ -500,6 +591,73 @@ mod tests {
         assert_eq!(count.woken(), 0);
     }
 
+    /// The shard begins a wait (`expect_by`, then a noted wait polled once, pending): the
+    /// sender that ends it, and the wait.
+    fn wait_on<'a>(
+        pulse: &'a Pulse,
+        cx: &mut Context<'_>,
+    ) -> (
+        futures_channel::oneshot::Sender<()>,
+        Noted<'a, futures_channel::oneshot::Receiver<()>>,
+    ) {
+        pulse.expect_by(Duration::ZERO);
+        let (tx, rx) = futures_channel::oneshot::channel::<()>();
+        let mut wait = pulse.noted(rx);
+        assert!(Pin::new(&mut wait).poll(cx).is_pending());
+        (tx, wait)
+    }
+
+    /// A stall is `runnable` (glommio's park bug) only when what the shard's wait handed its
+    /// noted waker to had woken it a grace or more before the look: not when nothing has
+    /// woken it yet (a late timer), nor when the wake is more recent than the grace.
+    #[test]
+    fn a_stall_is_runnable_only_when_the_shards_wait_had_woken_it_a_grace_before() {
+        let (pulse, _count) = counted_pulse();
+        let grace = Duration::from_millis(5);
+        let task = Arc::new(Count(AtomicUsize::new(0)));
+        let task_waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&task_waker);
+        let asleep = |_| true;
+
+        // Nothing has woken the wait: a late timer, not a runnable task.
+        let (_tx, _wait) = wait_on(&pulse, &mut cx);
+        let later = monotonic_ns() + 10_000_000;
+        assert_eq!(
+            pulse.check(later, grace, asleep),
+            Look::Stalled { runnable: false }
+        );
+        pulse.running();
+
+        // Its wake came through the noted waker to the task, and the look is a grace later.
+        let (tx, _wait) = wait_on(&pulse, &mut cx);
+        tx.send(()).expect("the wait listens");
+        assert_eq!(task.woken(), 1, "the wake reached the shard's task");
+        let woken = monotonic_ns();
+        assert_eq!(
+            pulse.check(woken + 2 * grace.as_nanos() as u64, grace, asleep),
+            Look::Stalled { runnable: true }
+        );
+        pulse.running();
+
+        // Woken less than a grace before the look: not counted as runnable.
+        let (tx, _wait) = wait_on(&pulse, &mut cx);
+        std::thread::sleep(Duration::from_millis(3));
+        tx.send(()).expect("the wait listens");
+        let woken = monotonic_ns();
+        assert_eq!(
+            pulse.check(woken + grace.as_nanos() as u64 / 2, grace, asleep),
+            Look::Stalled { runnable: false }
+        );
+        pulse.running();
+
+        // A new wait forgets the last one's wake.
+        pulse.expect_by(Duration::ZERO);
+        assert_eq!(
+            pulse.check(monotonic_ns() + 10_000_000, grace, asleep),
+            Look::Stalled { runnable: false }
+        );
+    }
+
     /// A late shard whose executor sleeps in io_uring is a stall: counted once, and woken at
     /// every look until it runs (a sleeping executor takes each wake at once).
     #[test]
@@ -509,7 +667,10 @@ mod tests {
         pulse.expect_by(Duration::ZERO);
         let later = monotonic_ns() + 10_000_000;
         assert_eq!(pulse.check(later, grace, |_| false), Look::Nothing);
-        assert_eq!(pulse.check(later + 1, grace, |_| true), Look::Stalled);
+        assert_eq!(
+            pulse.check(later + 1, grace, |_| true),
+            Look::Stalled { runnable: false }
+        );
         for i in 2..10 {
             assert_eq!(pulse.check(later + i, grace, |_| true), Look::WokenAgain);
         }

@@ -86,7 +86,7 @@ pub(super) fn rows(handle: &Handle) -> Vec<Row> {
 pub(super) type Pick = fn(&Row) -> Value<'_>;
 
 /// The engine's families, one series per shard.
-pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 13] = [
+pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 14] = [
     (
         "punctual_timers_pending",
         "Timers pending on the shard",
@@ -149,9 +149,15 @@ pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 13] = [
     ),
     (
         "punctual_executor_stalls",
-        "Times the shard's executor slept in io_uring while the shard's work was due (glommio's park bug), each ended by a watchdog wake",
+        "Times the shard's executor was found asleep in io_uring 1 ms past the shard's time (a late timer or I/O, or glommio's park bug), each ended by a watchdog wake",
         MetricType::Counter,
         |r| Value::Counter(r.s.executor_stalls_total),
+    ),
+    (
+        "punctual_executor_runnable_sleeps",
+        "Of the stalls, those where the shard's task had been runnable for 1 ms while its executor slept (glommio's park bug)",
+        MetricType::Counter,
+        |r| Value::Counter(r.s.executor_runnable_sleeps_total),
     ),
     (
         "punctual_doorbell_fallback_wakes",

@@ -352,7 +352,7 @@ impl WebhookSink {
                     version: t.version,
                 };
                 let cap = if host_full {
-                    Cap::Host(target)
+                    Cap::Host(target.clone())
                 } else {
                     Cap::Tenant(t.tenant.into())
                 };
@@ -363,6 +363,13 @@ impl WebhookSink {
                 if added {
                     DeliveryMetrics::add(&ctx.tenant(t.tenant).held_back, 1);
                 }
+            }
+            if host_full != tenant_full {
+                // Held by one cap while the other has room: that room may be a slot this
+                // timer was woken for (a host slot, and now its tenant is full, or the
+                // reverse). Left unused, the timers waiting on the cap with room would wait
+                // for their safety nets; pass it on (`wake_next` wakes only a cap with room).
+                deliver::wake_next(ctx, &target, t.tenant);
             }
             let slots = if host_full {
                 s.max_in_flight_per_host

@@ -130,6 +130,83 @@ fn a_wake_left_unused_wakes_the_next_held_timer_while_the_slot_is_free() {
     assert_eq!(sink.ctx.queues.borrow().len(), 1);
 }
 
+/// Fires `key` of `tenant`, which a cap holds back.
+fn held_again(sink: &mut WebhookSink, tenant: &str, key: &str, meta: &[u8]) {
+    let next = sink.fired(&fire(tenant, key, 1, meta));
+    assert!(matches!(next, Next::Reschedule { .. }), "{next:?}");
+}
+
+/// A host slot comes free and wakes the host's first held timer, but that timer's tenant is
+/// at its own cap: it waits on its tenant's queue, and the host slot goes to the next timer
+/// waiting on the host (another tenant's), not to anyone's safety net. The reverse too: a
+/// tenant slot whose woken timer finds its host full passes to the tenant's next timer.
+#[test]
+fn a_slot_the_woken_timer_cannot_use_for_its_other_cap_goes_to_the_next() {
+    let mut s = allowing();
+    s.max_in_flight_per_host = 1;
+    s.max_in_flight_per_tenant = 1;
+    let metrics = Arc::new(ShardMetrics::default());
+    let mut sink = WebhookSink::new(0, Arc::new(s), metrics, Box::new(|| {}));
+    let m = meta();
+    // The host's one slot is taken (by tenant "busy"): a of "busy" and b of "calm" wait on
+    // the host.
+    sink.ctx.per_host.borrow_mut().insert(target(), 1);
+    sink.ctx.per_tenant.borrow_mut().insert("busy".into(), 1);
+    let mut held = Vec::new();
+    for (tenant, key) in [("busy", "a"), ("calm", "b")] {
+        match sink.fired(&fire(tenant, key, 1, &m)) {
+            Next::Reschedule { meta, .. } => held.push(meta),
+            other => panic!("not held back: {other:?}"),
+        }
+    }
+    assert!(woken(&mut sink).is_empty(), "both caps full: nobody woken");
+    // The host slot comes free; "busy" still has a delivery elsewhere, so it is at its cap.
+    sink.ctx.per_host.borrow_mut().remove(&target());
+    deliver::wake_next(&sink.ctx, &target(), "other");
+    assert_eq!(woken(&mut sink), ["a"]);
+    // a fires: held again, now by its tenant's cap; the host slot passes on to b.
+    held_again(&mut sink, "busy", "a", &held[0]);
+    assert_eq!(
+        woken(&mut sink),
+        ["b"],
+        "the free host slot went to the next tenant"
+    );
+    assert_eq!(
+        sink.ctx.queues.borrow().len(),
+        1,
+        "a waits on its tenant, b was woken"
+    );
+
+    // The reverse. c of "busy" fires while the host has room: it waits on its tenant, behind
+    // a (the host queue is empty, so nobody is woken).
+    held_again(&mut sink, "busy", "c", &m);
+    assert!(woken(&mut sink).is_empty());
+    assert_eq!(
+        sink.ctx
+            .queues
+            .borrow()
+            .waiting(&Cap::Tenant("busy".into())),
+        2
+    );
+    // b's delivery takes the host slot; then "busy"'s slot comes free and wakes a.
+    sink.ctx.per_host.borrow_mut().insert(target(), 1);
+    sink.ctx.per_tenant.borrow_mut().remove("busy");
+    deliver::wake_next(&sink.ctx, &target(), "busy");
+    assert_eq!(woken(&mut sink), ["a"]);
+    // a fires into a full host: it waits on the host, and "busy"'s slot passes to c.
+    held_again(&mut sink, "busy", "a", &held[0]);
+    assert_eq!(
+        woken(&mut sink),
+        ["c"],
+        "the free tenant slot went to the tenant's next"
+    );
+    assert_eq!(
+        sink.ctx.queues.borrow().waiting(&Cap::Host(target())),
+        1,
+        "a waits on the host"
+    );
+}
+
 #[test]
 fn a_held_timers_safety_net_grows_with_the_queue_ahead_up_to_a_minute() {
     let mut s = allowing();
