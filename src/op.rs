@@ -270,7 +270,7 @@ mod tests {
             glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
                 .name("reply-receiver")
                 .spawn(move || async move {
-                    // As a shard's nap timer does (`shard::MAX_NAP`): ends a sleep of glommio's
+                    // As a shard's nap timer does (`shard::park::MAX_NAP`): ends a sleep of glommio's
                     // with a task runnable after a foreign wake it missed (the shard module
                     // doc). Without it, under ThreadSanitizer's slowdown, the receiver slept
                     // in io_uring for good with its task woken, and the sender spun.
