@@ -78,7 +78,8 @@
 //!   `nudge`);
 //! - replies (`op::Reply`, futures-channel's oneshot): the shard completes them, waking the
 //!   caller's waker (a thread blocked in `Handle::schedule`, or an HTTP task on another
-//!   shard's executor through glommio's foreign-waker path);
+//!   shard's executor, through that executor's doorbell, or glommio's foreign-waker path
+//!   where it has none);
 //! - replies to this shard's tasks from other threads come through its doorbell
 //!   (`crate::doorbell`), which the shard's thread answers itself;
 //! - the watchdog wakes the shard loop's own waker (above);
