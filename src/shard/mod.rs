@@ -104,7 +104,7 @@
 //!
 //! Per pass: the ring's drain (`apply.rs`), the follow-ups (`delivery.rs`), one TSC read for
 //! the anchor check, the fire pass (`fire.rs`, with its own cost model), the store's
-//! `after_pass`. Per yield (only on a shared thread, only after work): one glommio timer and
+//! `after_pass`. Per anchor (every 100 ms): one `Instant` read for the sinks' `tick`. Per yield (only on a shared thread, only after work): one glommio timer and
 //! one reactor pass, a few microseconds.
 
 mod apply;
@@ -148,7 +148,7 @@ pub(crate) struct Shard<S: TimeSource> {
     pub pulse: Arc<watchdog::Pulse>,
     /// Every tenant's quota, shared by all shards (`quota`).
     pub quotas: Arc<Quotas>,
-    /// Dead letters and the scratch of kept timers and follow-ups (`delivery`).
+    /// Dead letters, the sinks' follow-ups, and the scratch of kept timers (`delivery`).
     pub deliveries: delivery::Deliveries,
     /// Fired timers whose memory is not freed yet.
     pub spent: Spent,
