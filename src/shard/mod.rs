@@ -27,8 +27,8 @@
 //!
 //! - after every pass that did work (drained ops or fired timers), so that the store task
 //!   writes what the pass queued and the connections read their answers at once;
-//! - while spinning, at least every `MAX_UNYIELDED` (`park.rs`), so that deadlines closer together than
-//!   the spin window cannot keep the other tasks off the thread;
+//! - while spinning, at least every `MAX_UNYIELDED` (`park.rs`), so that deadlines closer
+//!   together than the spin window cannot keep the other tasks off the thread;
 //! - in parks, which are `await`s.
 //!
 //! A pass is bounded (`Store::ops_per_pass` ops: 512 on a durable store, 4,096 in memory;
@@ -62,8 +62,9 @@
 //! | accept, connect and `recv` (peek, datagrams) completions: a waiting task is woken by the park's reap, so the park does not sleep; a cancelled one (a dropped accept at drain, a connect timeout) leaves a completion with no task | the shards' wake sockets and stream reads are main-ring polls (glommio's stream reads try a non-blocking read first, then poll) | — |
 //!
 //! Whatever is left is bounded, for every task on the thread: a shard that shares its thread
-//! never parks for longer than `MAX_NAP` (2 ms, `park.rs`), and its park's timer ends such a sleep; and
-//! the `watchdog` wakes a shard loop still asleep 1 ms past its time from another thread.
+//! never parks for longer than `MAX_NAP` (2 ms, `park.rs`), and its park's timer ends such a
+//! sleep; and the `watchdog` wakes a shard loop still asleep 1 ms past its time from another
+//! thread.
 //! A watchdog wake that finds the executor asleep in `io_uring_enter` is counted
 //! (`punctual_executor_stalls_total`, with every wake in `punctual_shard_watchdog_wakes_total`).
 //! A stall of another task that the nap ends is bounded but not counted.
@@ -104,8 +105,9 @@
 //!
 //! Per pass: the ring's drain (`apply.rs`), the follow-ups (`delivery.rs`), one TSC read for
 //! the anchor check, the fire pass (`fire.rs`, with its own cost model), the store's
-//! `after_pass`. Per anchor (every 100 ms): one `Instant` read for the sinks' `tick`. Per yield (only on a shared thread, only after work): one glommio timer and
-//! one reactor pass, a few microseconds.
+//! `after_pass`. Per anchor (every 100 ms): one `Instant` read for the sinks' `tick`. Per
+//! yield (only on a shared thread, only after work): one glommio timer and one reactor pass, a
+//! few microseconds.
 
 mod apply;
 mod dead;
