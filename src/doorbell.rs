@@ -319,8 +319,9 @@ mod tests {
             .spawn(move || async move {
                 let metrics = Arc::new(ShardMetrics::default());
                 let doorbell = Doorbell::install(metrics.clone()).expect("doorbell");
-                // As a shard's nap timer does (`shard::MAX_NAP`): ends any sleep of glommio's
-                // with a task runnable, the bound a wake through glommio's path relies on.
+                // As a shard's nap timer does (`shard::park::MAX_NAP`): ends any sleep of
+                // glommio's with a task runnable, the bound a wake through glommio's path
+                // relies on.
                 let naps = glommio::spawn_local(async {
                     loop {
                         glommio::timer::sleep(Duration::from_millis(2)).await;

@@ -270,9 +270,9 @@ mod tests {
             glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
                 .name("reply-receiver")
                 .spawn(move || async move {
-                    // As a shard's nap timer does (`shard::MAX_NAP`): ends a sleep of glommio's
-                    // with a task runnable after a foreign wake it missed (the shard module
-                    // doc). Without it, under ThreadSanitizer's slowdown, the receiver slept
+                    // As a shard's nap timer does (`shard::park::MAX_NAP`): ends a sleep of
+                    // glommio's with a task runnable after a foreign wake it missed (the shard
+                    // module doc). Without it, under ThreadSanitizer's slowdown, the receiver slept
                     // in io_uring for good with its task woken, and the sender spun.
                     let naps = glommio::spawn_local(async {
                         loop {

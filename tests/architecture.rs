@@ -282,7 +282,8 @@ fn the_parts_import_only_what_the_architecture_allows() {
                 "api" if matches!(b, "shard" | "ring" | "op" | "store") => {
                     Some("api reaches a shard only through engine::Handle")
                 }
-                "metrics" | "units" | "op" | "partition" | "quota" | "error" | "cpus" | "timer"
+                "metrics" | "units" | "op" | "partition" | "quota" | "error" | "cpus"
+                | "cooperate" | "timer"
                     if matches!(b, "shard" | "engine" | "api" | "store" | "sink") =>
                 {
                     Some("the shared leaves import no part above them")

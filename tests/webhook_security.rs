@@ -158,77 +158,41 @@ fn a_receivers_401_is_retried_a_bounded_number_of_times_then_dead() {
     assert_eq!(rx.received().len(), 3, "three attempts, no more");
 }
 
-/// A receiver whose every connection answers its first request 200 and closes on its second
-/// without answering, as a server does that closed a kept-alive connection just as a request
-/// arrived. Each request as (connection number, `Punctual-Attempt`, path).
 /// One request as the closing receiver saw it: (connection number, `Punctual-Attempt`, path).
 type Seen1 = (usize, String, String);
-type Seen = std::sync::Arc<std::sync::Mutex<Vec<Seen1>>>;
 
-fn closing_receiver() -> (std::net::SocketAddr, Seen) {
-    use std::io::{BufRead, BufReader, Read};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let log = seen.clone();
-    std::thread::spawn(move || {
-        for (n, conn) in listener.incoming().enumerate() {
-            let Ok(conn) = conn else { continue };
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let mut out = conn.try_clone().expect("clone");
-                let mut r = BufReader::new(conn);
-                for turn in 0.. {
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let path = line.split(' ').nth(1).unwrap_or("").to_string();
-                    let (mut len, mut attempt) = (0usize, String::new());
-                    loop {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let h = h.trim_end();
-                        if h.is_empty() {
-                            break;
-                        }
-                        if let Some((k, v)) = h.split_once(':') {
-                            match k.to_ascii_lowercase().as_str() {
-                                "content-length" => len = v.trim().parse().unwrap_or(0),
-                                "punctual-attempt" => attempt = v.trim().to_string(),
-                                _ => {}
-                            }
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    if r.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    log.lock().expect("log").push((n, attempt, path));
-                    if turn > 0 {
-                        return; // closed without an answer
-                    }
-                    let _ = out.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
-                }
-            });
+/// A receiver whose every connection answers its first request 200 and closes on its second
+/// without answering, as a server does that closed a kept-alive connection just as a request
+/// arrived.
+fn closing_receiver() -> Receiver {
+    Receiver::start(|req, earlier| {
+        if earlier.iter().any(|e| e.conn == req.conn) {
+            Reply::close()
+        } else {
+            Reply::status(200)
         }
-    });
-    (addr, seen)
+    })
 }
 
 #[test]
 fn a_kept_alive_connection_closed_under_a_request_is_replaced_within_the_attempt() {
-    let (addr, seen) = closing_receiver();
-    let base = format!("http://{addr}/");
+    let rx = closing_receiver();
+    let base = rx.base();
     let mut f = tempfile::NamedTempFile::new().expect("temp file");
     f.write_all(format!("callback_allow = [\"{base}\"]\n").as_bytes())
         .expect("write config");
     let path = f.path().to_string_lossy().into_owned();
     // One shard, so both deliveries share its pool.
     let s = Server::start(&["--store", "memory", "--shards", "1", "--config", &path]);
-    let log = || seen.lock().expect("log").clone();
+    let log = || -> Vec<Seen1> {
+        rx.received()
+            .iter()
+            .map(|r| {
+                let attempt = r.header("punctual-attempt").unwrap_or("").to_string();
+                (r.conn, attempt, r.path.clone())
+            })
+            .collect()
+    };
     let wait_for = |what: &str, done: &dyn Fn(&[Seen1]) -> bool| {
         let give_up = Instant::now() + Duration::from_secs(20);
         loop {

@@ -12,10 +12,11 @@ use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
 use crate::quota::Quotas;
 use crate::ring::Ring;
+use crate::shard::delivery::Deliveries;
 use crate::shard::watchdog::Pulse;
 use crate::shard::{set_timer_slack_ns, Shard, ShardFailure, Wakee};
 use crate::sink::webhook::{settings::WebhookSettings, WebhookSink};
-use crate::sink::{FireHandler, HandlerSink, Sink};
+use crate::sink::{FireHandler, Followups, HandlerSink, Sink};
 use crate::store::journal::layout::DataDir;
 use crate::store::journal::{JournalConfig, JournalStore};
 use crate::store::memory::MemoryStore;
@@ -180,7 +181,10 @@ async fn run_shard(seed: ShardSeed) {
             return;
         }
     };
-    let sinks = make_sinks(id, handler, webhooks, &ring, &metrics);
+    // A follow-up wakes the shard if it parked meanwhile.
+    let waker = ring.clone();
+    let inbox = Followups::new(Box::new(move || waker.nudge()));
+    let sinks = make_sinks(id, handler, webhooks, &inbox, &metrics);
     let shard = Shard {
         id,
         ring,
@@ -193,7 +197,10 @@ async fn run_shard(seed: ShardSeed) {
         stop,
         pulse,
         quotas,
-        deliveries: Default::default(),
+        deliveries: Deliveries {
+            inbox,
+            ..Default::default()
+        },
         spent: Default::default(),
     };
     shard.publish_initial();
@@ -226,12 +233,12 @@ async fn open_store(
 }
 
 /// The shard's sinks: the engine's fire handler, if any, then webhook delivery, if
-/// configured.
+/// configured, which hands its outcomes to the shard through `inbox`.
 fn make_sinks(
     id: usize,
     handler: Option<FireHandler>,
     webhooks: Option<Arc<WebhookSettings>>,
-    ring: &Arc<Ring>,
+    inbox: &Followups,
     metrics: &Arc<ShardMetrics>,
 ) -> Vec<Box<dyn Sink>> {
     let mut sinks: Vec<Box<dyn Sink>> = handler
@@ -239,14 +246,11 @@ fn make_sinks(
         .into_iter()
         .collect();
     if let Some(settings) = webhooks {
-        // A delivery's outcome wakes the shard if it parked meanwhile.
-        let waker = ring.clone();
-        let wake = Box::new(move || waker.nudge());
         sinks.push(Box::new(WebhookSink::new(
             id,
             settings,
             metrics.clone(),
-            wake,
+            inbox.clone(),
         )));
     }
     sinks

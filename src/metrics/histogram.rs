@@ -64,9 +64,66 @@ impl Histogram {
     }
 }
 
+/// Histogram bounds: the 1-2-5 series from `first` (1, 2 or 5 times a power of ten), then
+/// `tail`, `N` values in all. Evaluated at compile time (a `tail` longer than `N` does not
+/// compile).
+pub const fn one_two_five<const N: usize>(first: u64, tail: &[u64]) -> [u64; N] {
+    let mut out = [0u64; N];
+    let series = N - tail.len();
+    let (mut i, mut v) = (0, first);
+    while i < series {
+        out[i] = v;
+        v = next_one_two_five(v);
+        i += 1;
+    }
+    let mut j = 0;
+    while j < tail.len() {
+        out[series + j] = tail[j];
+        j += 1;
+    }
+    out
+}
+
+/// The step after `v` in a 1-2-5 series: 1 → 2 → 5 → 10 times its power of ten.
+const fn next_one_two_five(v: u64) -> u64 {
+    let mut power = 1;
+    while v / power >= 10 {
+        power *= 10;
+    }
+    match v / power {
+        1 => 2 * power,
+        2 => 5 * power,
+        _ => 10 * power,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::metrics::{ShardMetrics, StoreMetrics};
+    use super::one_two_five;
+    use crate::metrics::{
+        ShardMetrics, StoreMetrics, DELIVERY_BOUNDS_NS, FLUSH_BOUNDS_NS, LATENESS_BOUNDS_NS,
+    };
+
+    #[test]
+    fn bounds_follow_the_one_two_five_series_then_their_tail() {
+        assert_eq!(one_two_five::<7>(1, &[]), [1, 2, 5, 10, 20, 50, 100]);
+        assert_eq!(one_two_five::<4>(50, &[7_000]), [50, 100, 200, 7_000]);
+        assert_eq!(LATENESS_BOUNDS_NS[..4], [1_000, 2_000, 5_000, 10_000]);
+        assert_eq!(LATENESS_BOUNDS_NS.last(), Some(&10_000_000_000));
+        assert_eq!(FLUSH_BOUNDS_NS[..2], [50_000, 100_000]);
+        assert_eq!(FLUSH_BOUNDS_NS[14..], [2_000_000_000, 10_000_000_000]);
+        assert_eq!(DELIVERY_BOUNDS_NS[..3], [100_000, 200_000, 500_000]);
+        assert_eq!(
+            DELIVERY_BOUNDS_NS[15..],
+            [
+                10_000_000_000,
+                30_000_000_000,
+                60_000_000_000,
+                120_000_000_000,
+                600_000_000_000
+            ]
+        );
+    }
 
     #[test]
     fn lateness_lands_in_the_first_bucket_that_holds_it() {

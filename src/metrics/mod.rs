@@ -27,30 +27,7 @@ pub use webhook::{
 use std::sync::atomic::{AtomicI64, AtomicU64};
 
 /// `punctual_fire_lateness_seconds` upper bounds, in ns: 1 µs to 10 s, 1-2-5 steps.
-pub const LATENESS_BOUNDS_NS: [u64; 22] = [
-    1_000,
-    2_000,
-    5_000,
-    10_000,
-    20_000,
-    50_000,
-    100_000,
-    200_000,
-    500_000,
-    1_000_000,
-    2_000_000,
-    5_000_000,
-    10_000_000,
-    20_000_000,
-    50_000_000,
-    100_000_000,
-    200_000_000,
-    500_000_000,
-    1_000_000_000,
-    2_000_000_000,
-    5_000_000_000,
-    10_000_000_000,
-];
+pub const LATENESS_BOUNDS_NS: [u64; 22] = histogram::one_two_five(1_000, &[]);
 
 /// The wheel's levels and its expired list: one occupancy gauge each.
 pub const WHEEL_GAUGES: usize = 10;

@@ -2,28 +2,11 @@
 //! what the store is doing ([`StoreState`]).
 
 use super::counter::single_writer_add;
-use super::histogram::Histogram;
+use super::histogram::{one_two_five, Histogram};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// `punctual_store_flush_seconds` upper bounds, in ns: 50 µs to 10 s.
-pub const FLUSH_BOUNDS_NS: [u64; 16] = [
-    50_000,
-    100_000,
-    200_000,
-    500_000,
-    1_000_000,
-    2_000_000,
-    5_000_000,
-    10_000_000,
-    20_000_000,
-    50_000_000,
-    100_000_000,
-    200_000_000,
-    500_000_000,
-    1_000_000_000,
-    2_000_000_000,
-    10_000_000_000,
-];
+/// `punctual_store_flush_seconds` upper bounds, in ns: 50 µs to 2 s in 1-2-5 steps, then 10 s.
+pub const FLUSH_BOUNDS_NS: [u64; 16] = one_two_five(50_000, &[10_000_000_000]);
 
 /// `punctual_store_batch_commands` upper bounds: 1 to 65,536 writes, powers of 4.
 pub const BATCH_BOUNDS: [u64; 9] = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536];

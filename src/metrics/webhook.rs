@@ -2,32 +2,20 @@
 //! [`WebhookMetrics`], which bounds how many tenants have series of their own.
 
 use super::counter::single_writer_add;
-use super::histogram::Histogram;
+use super::histogram::{one_two_five, Histogram};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-/// `punctual_webhook_delivery_latency_seconds` upper bounds, in ns: 100 µs to 10 minutes.
-pub const DELIVERY_BOUNDS_NS: [u64; 20] = [
+/// `punctual_webhook_delivery_latency_seconds` upper bounds, in ns: 100 µs to 10 s in 1-2-5
+/// steps, then 30 s, 1, 2 and 10 minutes.
+pub const DELIVERY_BOUNDS_NS: [u64; 20] = one_two_five(
     100_000,
-    200_000,
-    500_000,
-    1_000_000,
-    2_000_000,
-    5_000_000,
-    10_000_000,
-    20_000_000,
-    50_000_000,
-    100_000_000,
-    200_000_000,
-    500_000_000,
-    1_000_000_000,
-    2_000_000_000,
-    5_000_000_000,
-    10_000_000_000,
-    30_000_000_000,
-    60_000_000_000,
-    120_000_000_000,
-    600_000_000_000,
-];
+    &[
+        30_000_000_000,
+        60_000_000_000,
+        120_000_000_000,
+        600_000_000_000,
+    ],
+);
 
 /// Why a delivery attempt failed: the `class` label of `punctual_webhook_failures_total`.
 pub const FAILURE_CLASSES: [&str; 5] = ["connect", "timeout", "5xx", "throttled", "permanent"];

@@ -10,32 +10,26 @@
 //! fires, these writes stand for timers that were already admitted.
 
 use super::dead::{DeadLetters, Letter};
+use super::fire::{retire, Kept};
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::error::Error;
 use crate::metrics::DeliveryMetrics;
 use crate::op::{Cancelled, DeadInfo, Reply, Scheduled};
 use crate::sink::webhook::redriven;
-use crate::sink::{Followup, Next};
+use crate::sink::{Followup, Followups, Next};
 use crate::store::Ack;
 use crate::timer::{FiredTimer, Firing, PackedTimer};
-use crate::units::{UtcMicros, UtcNanos};
+use crate::units::UtcMicros;
 use crate::wheel::TimerRecord;
 
-/// A fired timer that a sink keeps (or buries): put back after the wheel's poll.
-pub(crate) struct Kept {
-    pub record: TimerRecord,
-    pub deadline: UtcMicros,
-    pub fired_at: UtcNanos,
-    pub next: Next,
-    /// Which firing it was (the stream entry of its own goes with the rewrite).
-    pub firing: Firing,
-}
-
-/// The shard's delivery state: dead letters and reusable scratch.
+/// The shard's delivery state: dead letters, the follow-ups its sinks hand it, and reusable
+/// scratch.
 #[derive(Default)]
 pub(crate) struct Deliveries {
     pub dead: DeadLetters,
+    /// Where the sinks hand their follow-ups (the shard's end of their [`Followups`]).
+    pub inbox: Followups,
     pub followups: Vec<Followup>,
     pub kept: Vec<Kept>,
 }
@@ -83,12 +77,7 @@ impl<S: TimeSource> Shard<S> {
                         Err(e) => {
                             let e = self.upsert_error(e, deadline);
                             tracing::error!(shard = self.id, tenant = f.tenant, key = f.key, error = %e, "a webhook timer could not be kept pending; its delivery stops");
-                            if own {
-                                self.store.fired(&f);
-                            } else {
-                                self.store.cancel(f.tenant, f.key, Ack::None);
-                            }
-                            self.release_quota(f.tenant);
+                            retire(&mut *self.store, &self.quotas, &f);
                         }
                     }
                 }
@@ -101,12 +90,7 @@ impl<S: TimeSource> Shard<S> {
                 }
                 Next::Done | Next::Wake => {
                     // A sink never answers a fire with `Wake`; taken as done.
-                    if own {
-                        self.store.fired(&f);
-                    } else {
-                        self.store.cancel(f.tenant, f.key, Ack::None);
-                    }
-                    self.release_quota(f.tenant);
+                    retire(&mut *self.store, &self.quotas, &f);
                 }
             }
         }
@@ -158,12 +142,11 @@ impl<S: TimeSource> Shard<S> {
         self.store.after_pass();
     }
 
-    /// Applies the follow-ups the sinks gathered; how many.
+    /// Applies the follow-ups the sinks handed over since the last pass; how many. One that
+    /// applying them hands over (a wake passed on) waits for the next pass.
     pub(super) fn follow_up(&mut self) -> usize {
         let mut buf = std::mem::take(&mut self.deliveries.followups);
-        for sink in self.sinks.iter_mut() {
-            sink.take_followups(&mut buf);
-        }
+        self.deliveries.inbox.take(&mut buf);
         let n = buf.len();
         for f in buf.drain(..) {
             self.apply_followup(f);

@@ -1,7 +1,106 @@
-//! How a shard waits: parked until its next deadline or a ring wake-up. (Briefly handing its
-//! thread to the other tasks of its executor is `cooperate::yield_to_reactor`.)
+//! Parking: how a shard waits between passes. Parked until its next deadline (less the spin
+//! window) or a ring wake-up, spinning on the TSC when the deadline is closer than the spin
+//! window, and, on a thread shared with other tasks, bounded so that they run: a nap lasts at
+//! most [`MAX_NAP`], a spin at most [`MAX_UNYIELDED`] before a yield (the shard module doc
+//! says why). Briefly handing the thread to the executor's other tasks is
+//! `cooperate::yield_to_reactor`, reported to the watchdog around it.
+//!
+//! Cost: a park is a glommio timer raced against a read of the wake socket (`Wakee::Reactor`)
+//! or one `ppoll` (`Wakee::Direct`); a spin reads the TSC through the clock's mapping and looks
+//! at the ring once per turn.
 
+use super::Shard;
+use crate::clock::TimeSource;
+use crate::units::UtcNanos;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+/// Longest a shard that shares its thread spins without yielding to its other tasks: a slice.
+const MAX_UNYIELDED: Duration = crate::cooperate::SLICE;
+
+/// Longest a shard that shares its thread parks in one go. glommio 0.9 may sleep with a task
+/// runnable (see the shard module doc); the park's timer is what ends such a sleep for the
+/// shard's other tasks, so this bounds it. Cost: an idle shard wakes 500 times a second, a few
+/// microseconds each.
+const MAX_NAP: Duration = Duration::from_millis(2);
+
+/// How long a shard whose store holds as many fires as it may waits before it looks again.
+pub(super) const HELD_BACK_NAP: Duration = Duration::from_millis(1);
+
+impl<S: TimeSource> Shard<S> {
+    /// Parks until the next deadline (less the spin window) or a ring wake-up, or spins when
+    /// the next deadline is closer than the spin window.
+    pub(super) async fn wait(&mut self, wakee: &mut Wakee, buf: &mut [u8]) {
+        let now = self.clock.now();
+        let next = self.next_wake();
+        let wait = Duration::from_nanos(next.0.saturating_sub(now.0));
+        if wait > self.spin {
+            let mut nap = wait - self.spin;
+            if wakee.cooperative() {
+                // Bounds how long glommio may sleep with another task runnable (see the
+                // module doc): the nap's timer ends any such sleep.
+                nap = nap.min(MAX_NAP);
+            }
+            self.nap(wakee, nap, buf).await;
+        } else if wakee.cooperative() {
+            // Spin for at most MAX_UNYIELDED, then let the other tasks run and come back.
+            if !self.spin_until(next, MAX_UNYIELDED) {
+                self.yield_now().await;
+            }
+        } else {
+            self.spin_until(next, Duration::MAX);
+        }
+    }
+
+    /// Parks for `nap` or until a ring wake-up (unless work arrived meanwhile).
+    pub(super) async fn nap(&self, wakee: &mut Wakee, nap: Duration, buf: &mut [u8]) {
+        if self.ring.prepare_park() {
+            if wakee.cooperative() {
+                self.pulse.expect_by(nap);
+            }
+            let park = std::pin::pin!(wakee.park(nap, buf));
+            self.pulse.noted(park).await;
+            self.pulse.running();
+            self.ring.unpark();
+        }
+    }
+
+    /// Hands the thread to the executor's other tasks and its I/O (see the module doc).
+    pub(super) async fn yield_now(&self) {
+        self.pulse.expect_by(Duration::ZERO);
+        self.pulse.noted(crate::cooperate::yield_to_reactor()).await;
+        self.pulse.running();
+    }
+
+    /// The earlier of the next deadline and the next anchor, in UTC ns.
+    fn next_wake(&self) -> UtcNanos {
+        let anchor = self.clock.next_anchor_at();
+        match self.table.next_deadline() {
+            Some(d) => anchor.min(d.as_nanos()),
+            None => anchor,
+        }
+    }
+
+    /// Spins until the clock reaches `target` (true), or until the ring has work, the shard is
+    /// stopping, or `limit` has passed (false).
+    fn spin_until(&self, target: UtcNanos, limit: Duration) -> bool {
+        let give_up = std::time::Instant::now().checked_add(limit);
+        let mut turns = 0u32;
+        while self.clock.now() < target {
+            if !self.ring.is_empty() || self.stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            turns = turns.wrapping_add(1);
+            // The limit is checked every 64 turns: an `Instant` read costs about as much as a
+            // TSC read through the mapping.
+            if turns % 64 == 0 && give_up.is_some_and(|g| std::time::Instant::now() >= g) {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+        true
+    }
+}
 
 /// How a parked shard waits for its ring.
 ///

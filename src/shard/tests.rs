@@ -1,7 +1,9 @@
+use super::fire::{FREE_BATCH, SPENT_MAX};
 use super::*;
 use crate::clock::{ClockConfig, FakeSource};
 use crate::sink::Next;
-use crate::timer::FiredTimer;
+use crate::timer::{FiredTimer, PackedTimer};
+use crate::units::{UtcMicros, UtcNanos};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -253,20 +255,15 @@ fn a_pass_of_costly_fires_ends_with_its_slice_and_loses_nothing() {
     assert_eq!(*fired, expected, "each once, in deadline order");
 }
 
-/// A sink that hands the shard the follow-ups a test gives it, and records the wakes the shard
-/// hands back unused.
+/// A sink that records the wakes the shard hands back unused (the test hands the shard the
+/// follow-ups, as a sink does).
 struct Waking {
-    followups: Vec<crate::sink::Followup>,
     unused: Rc<RefCell<Vec<String>>>,
 }
 
 impl Sink for Waking {
     fn fired(&mut self, _: &FiredTimer<'_>) -> Next {
         Next::Done
-    }
-
-    fn take_followups(&mut self, out: &mut Vec<crate::sink::Followup>) {
-        out.append(&mut self.followups);
     }
 
     fn wake_unused(&mut self, timer: &PackedTimer) {
@@ -290,10 +287,12 @@ fn a_wake_whose_timer_went_is_handed_back_to_its_sink() {
     };
     let unused = Rc::new(RefCell::new(Vec::new()));
     s.sinks = vec![Box::new(Waking {
-        // k00000 is pending as version 1, k00001 as version 2; "gone" was cancelled.
-        followups: vec![wake("k00000", 1), wake("k00001", 1), wake("gone", 1)],
         unused: unused.clone(),
     })];
+    // k00000 is pending as version 1, k00001 as version 2; "gone" was cancelled.
+    for f in [wake("k00000", 1), wake("k00001", 1), wake("gone", 1)] {
+        s.deliveries.inbox.send(f);
+    }
     assert_eq!(s.follow_up(), 3);
     assert_eq!(*unused.borrow(), ["k00001", "gone"]);
     let now = s.clock.now().as_micros();

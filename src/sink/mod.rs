@@ -4,10 +4,12 @@
 //! deadline order, and says what becomes of it ([`Next`]): done (the usual case: its record
 //! goes), kept pending with new delivery metadata and a new deadline (a webhook under way or
 //! waiting for a retry), or made a dead letter. It must not block: delivery that takes time (a
-//! webhook) is started here and runs as a task on the shard's executor; its outcome comes back
-//! as a [`Followup`] that the shard takes each pass ([`Sink::take_followups`]) and applies to
-//! its table and store, so the table has one writer and the loop stays cooperative. The shard
-//! holds its sinks; a sink never imports the shard, the engine or the API.
+//! webhook) is started here and runs as a task on the shard's executor; its outcome is handed
+//! to the shard in one call, [`Followups::send`], which queues a [`Followup`] and wakes the
+//! shard if it is parked. The shard applies what is queued at its next pass to its table and
+//! store, so the table has one writer and the loop stays cooperative. The shard holds its
+//! sinks and the other end of their [`Followups`]; a sink never imports the shard, the engine
+//! or the API.
 //!
 //! | sink | where a fired timer goes | file |
 //! |---|---|---|
@@ -25,8 +27,10 @@ pub mod webhook;
 
 use crate::timer::{FiredTimer, Firing, PackedTimer};
 use crate::units::UtcMicros;
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What becomes of a fired timer (or of a pending one, in a [`Followup`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,19 +59,62 @@ pub struct Followup {
     pub next: Next,
 }
 
+/// Where sinks hand their shard follow-ups, on the shard's thread: [`Followups::send`] queues
+/// one and wakes the shard if it is parked, in one call; the shard takes what is queued once
+/// per pass ([`Followups::take`]). Clones share the one queue: the shard holds one, each sink
+/// that makes follow-ups another.
+#[derive(Clone)]
+pub struct Followups(Rc<Queue>);
+
+struct Queue {
+    queued: RefCell<Vec<Followup>>,
+    /// Wakes the shard's loop if it is parked (the ring's `nudge`).
+    wake: Box<dyn Fn()>,
+}
+
+impl Followups {
+    /// A queue whose [`Followups::send`] calls `wake` (on the shard's thread).
+    pub fn new(wake: Box<dyn Fn()>) -> Followups {
+        Followups(Rc::new(Queue {
+            queued: RefCell::default(),
+            wake,
+        }))
+    }
+
+    /// Hands the shard a follow-up: queued for its next pass, and the shard woken if it is
+    /// parked.
+    pub fn send(&self, f: Followup) {
+        self.0.queued.borrow_mut().push(f);
+        (self.0.wake)();
+    }
+
+    /// Moves what is queued into `out`, in the order it was sent (the shard, once per pass).
+    pub fn take(&self, out: &mut Vec<Followup>) {
+        out.append(&mut self.0.queued.borrow_mut());
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.0.queued.borrow().is_empty()
+    }
+}
+
+impl Default for Followups {
+    /// A queue with nothing to wake (a shard that does not park, or a test).
+    fn default() -> Followups {
+        Followups::new(Box::new(|| {}))
+    }
+}
+
 /// Takes fired timers on the shard's thread (see the module doc).
 pub trait Sink {
     /// Takes a fired timer and says what becomes of it.
     fn fired(&mut self, timer: &FiredTimer<'_>) -> Next;
 
-    /// Moves the follow-ups gathered since the last call into `out` (the shard calls this
-    /// once per pass).
-    fn take_followups(&mut self, _out: &mut Vec<Followup>) {}
-
-    /// Whether follow-ups are waiting.
-    fn has_followups(&self) -> bool {
-        false
-    }
+    /// Called at each anchor of the shard's clock (every 100 ms), with one reading of the
+    /// monotonic clock: the sink's periodic chores (the webhook sink retires idle tenants'
+    /// series here).
+    fn tick(&mut self, _now: Instant) {}
 
     /// Deliveries under way (a stopping shard waits for them, within [`Sink::grace`]).
     fn in_flight(&self) -> usize {

@@ -1,7 +1,7 @@
 //! A webhook receiver for tests: a small HTTP/1.1 server (std `TcpListener`, a thread per
 //! connection, keep-alive) on a free port. Every request is recorded with the moment it
-//! arrived (CLOCK_REALTIME); a script decides each answer (status, headers, a delay before
-//! answering).
+//! arrived (CLOCK_REALTIME) and the connection it came on; a script decides each answer
+//! (status, headers, a delay before answering, or a close without answering).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,6 +18,8 @@ pub struct Received {
     pub body: Vec<u8>,
     /// CLOCK_REALTIME when the request's body was read, µs.
     pub at_us: u64,
+    /// The connection it came on, numbered from 0 in the order they were accepted.
+    pub conn: usize,
 }
 
 impl Received {
@@ -40,6 +42,9 @@ pub struct Reply {
     pub headers: Vec<(String, String)>,
     /// Waited before answering (a slow endpoint).
     pub delay: Duration,
+    /// Close the connection without answering (as a server does that closed a kept-alive
+    /// connection just as a request arrived).
+    pub close: bool,
 }
 
 impl Reply {
@@ -48,6 +53,15 @@ impl Reply {
             status,
             headers: Vec::new(),
             delay: Duration::ZERO,
+            close: false,
+        }
+    }
+
+    /// Closes the connection without answering.
+    pub fn close() -> Reply {
+        Reply {
+            close: true,
+            ..Reply::status(0)
         }
     }
 
@@ -92,14 +106,14 @@ impl Receiver {
         {
             let (log, script, stop) = (log.clone(), script.clone(), stop.clone());
             std::thread::spawn(move || {
-                for conn in listener.incoming() {
+                for (n, conn) in listener.incoming().enumerate() {
                     if stop.load(Ordering::Acquire) {
                         return;
                     }
                     let Ok(conn) = conn else { continue };
                     let _ = conn.set_nodelay(true);
                     let (log, script, stop) = (log.clone(), script.clone(), stop.clone());
-                    std::thread::spawn(move || serve(conn, &log, &script, &stop));
+                    std::thread::spawn(move || serve(conn, n, &log, &script, &stop));
                 }
             });
         }
@@ -135,7 +149,7 @@ impl Receiver {
         {
             let (log, script, stop) = (log.clone(), script.clone(), stop.clone());
             std::thread::spawn(move || {
-                for conn in listener.incoming() {
+                for (n, conn) in listener.incoming().enumerate() {
                     if stop.load(Ordering::Acquire) {
                         return;
                     }
@@ -145,7 +159,7 @@ impl Receiver {
                     };
                     let (log, script, stop) = (log.clone(), script.clone(), stop.clone());
                     std::thread::spawn(move || {
-                        serve(rustls::StreamOwned::new(tls, conn), &log, &script, &stop)
+                        serve(rustls::StreamOwned::new(tls, conn), n, &log, &script, &stop)
                     });
                 }
             });
@@ -238,6 +252,7 @@ pub fn test_pki() -> TestPki {
 
 fn serve<S: Read + Write>(
     conn: S,
+    n: usize,
     log: &Mutex<Vec<Received>>,
     script: &Mutex<Arc<Script>>,
     stop: &AtomicBool,
@@ -278,6 +293,7 @@ fn serve<S: Read + Write>(
             headers,
             body,
             at_us: now_us(),
+            conn: n,
         };
         let reply = {
             let script = script.lock().expect("script lock").clone();
@@ -288,6 +304,9 @@ fn serve<S: Read + Write>(
         };
         if !reply.delay.is_zero() {
             std::thread::sleep(reply.delay);
+        }
+        if reply.close {
+            return;
         }
         let mut head = format!("HTTP/1.1 {} X\r\ncontent-length: 0\r\n", reply.status);
         for (k, v) in &reply.headers {

@@ -276,8 +276,7 @@ impl Pool {
         // Busy from the start: a handshake cut short resets too.
         busy.start();
         let stream = ResetOnAbandon::new(stream, busy.clone());
-        let builder = hyper::client::conn::http1::Builder::new();
-        if target.https {
+        let sender = if target.https {
             let name = rustls_pki_types::ServerName::try_from(target.host.clone())
                 .map_err(|e| SendError::Tls(format!("name {:?}: {e}", target.host)))?;
             let tls = self
@@ -285,27 +284,29 @@ impl Pool {
                 .connect(name, stream)
                 .await
                 .map_err(|e| SendError::Tls(format!("handshake: {e}")))?;
-            let (sender, conn) = builder
-                .handshake(Io::new(tls, stall))
-                .await
-                .map_err(|e| SendError::Http(format!("HTTP handshake: {e}")))?;
-            glommio::spawn_local(async move {
-                let _ = conn.await;
-            })
-            .detach();
-            Ok((sender, busy.clone()))
+            handshake(tls, stall).await?
         } else {
-            let (sender, conn) = builder
-                .handshake(Io::new(stream, stall))
-                .await
-                .map_err(|e| SendError::Http(format!("HTTP handshake: {e}")))?;
-            glommio::spawn_local(async move {
-                let _ = conn.await;
-            })
-            .detach();
-            Ok((sender, busy.clone()))
-        }
+            handshake(stream, stall).await?
+        };
+        Ok((sender, busy))
     }
+}
+
+/// hyper's HTTP/1.1 handshake over `stream` (TCP, or TLS over it); the connection's task runs
+/// on this shard until the peer or the pool closes it.
+async fn handshake<S>(stream: S, stall: Duration) -> Result<Sender, SendError>
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::Builder::new()
+        .handshake(Io::new(stream, stall))
+        .await
+        .map_err(|e| SendError::Http(format!("HTTP handshake: {e}")))?;
+    glommio::spawn_local(async move {
+        let _ = conn.await;
+    })
+    .detach();
+    Ok(sender)
 }
 
 /// "addr (class), …" for the operator's log.

@@ -116,12 +116,11 @@ pub(super) fn spawn(
         wake_next(&ctx, &target, expect.tenant());
         DeliveryMetrics::add(&m.in_flight, -1);
         let next = settle(&ctx, &m, d, outcome, expect.tenant());
-        ctx.followups.borrow_mut().push(Followup {
+        ctx.followups.send(Followup {
             timer: expect,
             version,
             next,
         });
-        (ctx.wake)();
     })
     .detach();
 }
@@ -198,10 +197,9 @@ pub(super) fn wake_next(ctx: &Ctx, target: &Target, tenant: &str) {
             .flatten(),
     ];
     drop(q);
-    let mut followups = ctx.followups.borrow_mut();
     for h in woken.into_iter().flatten() {
         DeliveryMetrics::add(&ctx.tenant(h.timer.tenant()).held_back, -1);
-        followups.push(Followup {
+        ctx.followups.send(Followup {
             timer: h.timer,
             version: h.version,
             next: Next::Wake,

@@ -77,7 +77,7 @@ mod reset;
 pub mod settings;
 pub mod sign;
 
-use super::{Followup, Next, Sink};
+use super::{Followups, Next, Sink};
 use crate::metrics::{DeliveryMetrics, ShardMetrics};
 use crate::timer::{FiredTimer, Firing, PackedTimer};
 use meta::{Delivery, Last, State};
@@ -169,9 +169,8 @@ pub(crate) struct Ctx {
     pub shard: usize,
     pub settings: Arc<WebhookSettings>,
     pub pool: client::Pool,
-    pub followups: RefCell<Vec<Followup>>,
-    /// Wakes the shard's loop if it is parked (a follow-up is waiting).
-    pub wake: Box<dyn Fn()>,
+    /// Where outcomes and wakes go to the shard, one call each.
+    pub followups: Followups,
     pub per_host: RefCell<Map<Target, u32>>,
     pub per_tenant: RefCell<Map<Box<str>, u32>>,
     pub queues: RefCell<Queues>,
@@ -253,14 +252,20 @@ pub struct WebhookSink {
 }
 
 impl WebhookSink {
-    /// `wake` is called (on the shard's thread) when a follow-up is waiting.
+    /// The sink hands its deliveries' outcomes to the shard through `followups`.
     pub fn new(
         shard: usize,
         settings: Arc<WebhookSettings>,
         metrics: Arc<ShardMetrics>,
-        wake: Box<dyn Fn()>,
+        followups: Followups,
     ) -> WebhookSink {
-        Self::with_resolver(shard, settings, metrics, wake, crate::resolve::global())
+        Self::with_resolver(
+            shard,
+            settings,
+            metrics,
+            followups,
+            crate::resolve::global(),
+        )
     }
 
     /// [`WebhookSink::new`] with host names looked up by `resolver`.
@@ -268,7 +273,7 @@ impl WebhookSink {
         shard: usize,
         settings: Arc<WebhookSettings>,
         metrics: Arc<ShardMetrics>,
-        wake: Box<dyn Fn()>,
+        followups: Followups,
         resolver: &'static crate::resolve::Resolver,
     ) -> WebhookSink {
         let seed = crate::clock::clock_ns(libc::CLOCK_REALTIME) ^ ((shard as u64) << 48);
@@ -277,8 +282,7 @@ impl WebhookSink {
                 shard,
                 pool: client::Pool::new(settings.tls.clone(), resolver),
                 settings,
-                followups: RefCell::new(Vec::new()),
-                wake,
+                followups,
                 per_host: RefCell::default(),
                 per_tenant: RefCell::default(),
                 queues: RefCell::new(Queues::default()),
@@ -463,13 +467,8 @@ impl Sink for WebhookSink {
         }
     }
 
-    fn take_followups(&mut self, out: &mut Vec<Followup>) {
-        self.ctx.sweep_series(std::time::Instant::now());
-        out.append(&mut self.ctx.followups.borrow_mut());
-    }
-
-    fn has_followups(&self) -> bool {
-        !self.ctx.followups.borrow().is_empty()
+    fn tick(&mut self, now: std::time::Instant) {
+        self.ctx.sweep_series(now);
     }
 }
 

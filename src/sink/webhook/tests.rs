@@ -17,7 +17,7 @@ fn held_sink() -> (WebhookSink, Arc<ShardMetrics>) {
     let mut s = allowing();
     s.max_in_flight_per_host = 1;
     let metrics = Arc::new(ShardMetrics::default());
-    let sink = WebhookSink::new(0, Arc::new(s), metrics.clone(), Box::new(|| {}));
+    let sink = WebhookSink::new(0, Arc::new(s), metrics.clone(), Followups::default());
     sink.ctx.per_host.borrow_mut().insert(target(), 1);
     (sink, metrics)
 }
@@ -91,7 +91,7 @@ fn a_cancelled_or_replaced_held_timer_leaves_its_queue() {
 /// The keys of the wakes the sink has gathered.
 fn woken(sink: &mut WebhookSink) -> Vec<String> {
     let mut out = Vec::new();
-    sink.take_followups(&mut out);
+    sink.ctx.followups.take(&mut out);
     out.iter()
         .map(|f| {
             assert_eq!(f.next, Next::Wake);
@@ -146,7 +146,7 @@ fn a_slot_the_woken_timer_cannot_use_for_its_other_cap_goes_to_the_next() {
     s.max_in_flight_per_host = 1;
     s.max_in_flight_per_tenant = 1;
     let metrics = Arc::new(ShardMetrics::default());
-    let mut sink = WebhookSink::new(0, Arc::new(s), metrics, Box::new(|| {}));
+    let mut sink = WebhookSink::new(0, Arc::new(s), metrics, Followups::default());
     let m = meta();
     // The host's one slot is taken (by tenant "busy"): a of "busy" and b of "calm" wait on
     // the host.
@@ -249,7 +249,7 @@ fn refused_sink() -> (WebhookSink, Arc<ShardMetrics>) {
         0,
         Arc::new(allowing()),
         metrics.clone(),
-        Box::new(|| {}),
+        Followups::default(),
         Box::leak(Box::new(resolver)),
     );
     (sink, metrics)
@@ -261,11 +261,11 @@ async fn attempt_outcome(sink: &mut WebhookSink, meta: &[u8]) -> Next {
     let started = sink.fired(&fire("t", "k", 1, meta));
     assert!(matches!(started, Next::Reschedule { .. }), "{started:?}");
     let give_up = std::time::Instant::now() + Duration::from_secs(10);
-    while !sink.has_followups() && std::time::Instant::now() < give_up {
+    while sink.ctx.followups.is_empty() && std::time::Instant::now() < give_up {
         glommio::timer::sleep(Duration::from_millis(1)).await;
     }
     let mut out = Vec::new();
-    sink.take_followups(&mut out);
+    sink.ctx.followups.take(&mut out);
     assert_eq!(out.len(), 1, "the attempt reported within 10 s");
     out.remove(0).next
 }
@@ -322,7 +322,7 @@ fn an_idle_tenants_series_leaves_the_sink_and_the_exposition() {
     s.tenants
         .insert("kept".into(), settings::TenantWebhooks::default());
     let metrics = Arc::new(ShardMetrics::default());
-    let sink = WebhookSink::new(0, Arc::new(s), metrics.clone(), Box::new(|| {}));
+    let sink = WebhookSink::new(0, Arc::new(s), metrics.clone(), Followups::default());
     for t in ["gone", "kept"] {
         crate::metrics::single_writer_add(&sink.ctx.tenant(t).attempts, 1);
     }

@@ -1,8 +1,8 @@
 //! The version lease: a ceiling, durable in the journal, above every version the shard's
 //! timers may fire with.
 //!
-//! Versions come from the clock (`max(now µs, previous + 1)`, `wheel::table`) and must only
-//! grow, across restarts too, with the clock stepped back. Recovery's version floor is the
+//! Versions come from the clock (`max(now µs, previous + 1)`, `TimerTable::next_version`)
+//! and must only grow, across restarts too, with the clock stepped back. Recovery's version floor is the
 //! highest version of every record it reads. That covers every timer whose record reached
 //! the disk, but not one that fired before its schedule's commit was durable: its webhook may
 //! have gone out with its version, and a crash can lose both its schedule and its fire. A new

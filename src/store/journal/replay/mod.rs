@@ -272,7 +272,7 @@ impl Replay {
 
     /// Step 2: every live timer and dead letter with its frame (run [`Replay::index`] and
     /// [`Replay::check_snapshot`] first; damage they passed is skipped here). A dead letter's
-    /// metadata says what it is (`sink::is_dead`).
+    /// metadata says what it is (`sink::webhook::is_dead`, read by `shard::recover`).
     pub fn live(&self) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
         let from_snapshot = self
             .snapshot

@@ -1,0 +1,228 @@
+//! Applying an op: every op from the ring goes through one [`Shard::apply`], whatever the
+//! store, and a schedule's quota is settled here.
+//!
+//! A schedule: the store admits the write (or refuses it: 503), the dead letters leave room
+//! (`Shard::admit_room`), the tenant's quota admits a new key (or 429), the table takes the
+//! timer at once with a new version (`max(now µs, previous + 1)`), and the store gets the
+//! write with the caller's reply, which it answers once the write is durable (`store`; the
+//! in-memory store answers at once). A cancel, a read and the dead-letter ops take the same
+//! path. Ops that arrive while the store recovers wait on the ring and are applied in order
+//! afterwards (`recover.rs`).
+//!
+//! # Quotas
+//!
+//! A tenant with a quota holds one slot per pending timer and per dead letter (`quota`). A
+//! schedule of a new key reserves a slot before the table is asked and settles it once the
+//! table answered ([`settle_quota`]): a new timer keeps it, a replacement gives it back. A
+//! tenant without a quota may not take the room held for the tenants with one.
+//!
+//! Cost per op: one store admission, one quota look-up (a new key of a tenant with a quota:
+//! one atomic update), the table's upsert, and the store's encoding of the write.
+
+use super::Shard;
+use crate::clock::TimeSource;
+use crate::cooperate::Slice;
+use crate::error::Error;
+use crate::op::{Cancelled, Op, Reply, Scheduled, TimerInfo};
+use crate::quota::QuotaSlot;
+use crate::store::Ack;
+use crate::timer::PackedTimer;
+use crate::units::UtcMicros;
+use crate::wheel::UpsertError;
+use std::sync::atomic::Ordering;
+
+/// Ops applied between two looks at the pass's slice in [`Shard::drain`]: a look is a clock
+/// read (about 20 ns), an op a few hundred nanoseconds to a few microseconds.
+const DRAIN_CHECK: usize = 32;
+
+impl<S: TimeSource> Shard<S> {
+    /// Applies up to one pass's worth of ops from the ring; how many. A shard that shares its
+    /// thread (`slice`) also stops once the slice is used up: 4,096 replacements of timers
+    /// with kilobyte payloads (a 16 MiB batch arrives as such ops) take milliseconds, and the
+    /// shard's timers and other tasks would wait for all of them.
+    pub(super) fn drain(&mut self, slice: Option<Slice>) -> usize {
+        let batch = self.store.ops_per_pass();
+        let mut n = 0;
+        while n < batch {
+            if n % DRAIN_CHECK == DRAIN_CHECK - 1 && slice.is_some_and(|s| s.is_over()) {
+                break;
+            }
+            let Some(op) = self.ring.pop() else { break };
+            if n == 0 {
+                self.store.begin_pass();
+            }
+            self.apply(op);
+            n += 1;
+        }
+        if n > 0 {
+            self.metrics
+                .pending
+                .store(self.table.len() as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// Applies one op: the table changes at once, the store makes it durable and answers.
+    pub(crate) fn apply(&mut self, op: Op) {
+        match op {
+            Op::Schedule {
+                timer,
+                deadline,
+                reply,
+                slot,
+            } => {
+                let scheduled = self
+                    .store
+                    .admit(timer.tenant())
+                    .and_then(|()| self.admit_room(&timer))
+                    .and_then(|()| self.admit_quota(&timer, slot))
+                    .and_then(|slot| {
+                        let version = self.table.next_version(self.clock.now().as_micros());
+                        match self.table.insert_with_version(timer, deadline, version) {
+                            Ok(u) => {
+                                settle_quota(slot, u.replaced);
+                                Ok((
+                                    u.slot,
+                                    Scheduled {
+                                        version,
+                                        deadline,
+                                        replaced: u.replaced,
+                                    },
+                                ))
+                            }
+                            Err(e) => Err(self.upsert_error(e, deadline)),
+                        }
+                    });
+                match scheduled {
+                    Ok((at, s)) => {
+                        if s.replaced {
+                            self.forget_replaced(at);
+                        }
+                        let ack = reply.map_or(Ack::None, |tx| Ack::Schedule(tx, s));
+                        match self.table.timer_at(at) {
+                            Some(timer) => self.store.schedule(timer, &s, ack),
+                            // Just inserted: always there.
+                            None => ack.answer(Ok(())),
+                        }
+                    }
+                    Err(e) => refuse_schedule(self.id, reply, e),
+                }
+            }
+            Op::Cancel { timer, reply } => {
+                if self.table.get(timer.identity()).is_none() {
+                    let _ = reply.send(Ok(Cancelled::NotFound));
+                    return;
+                }
+                if let Err(e) = self.store.admit(timer.tenant()) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                if let Some((deadline, record)) = self.table.cancel(timer.identity()) {
+                    self.forget_in_sinks(&record.timer);
+                    self.release_quota(record.timer.tenant());
+                    let answer = Cancelled::Cancelled {
+                        version: record.version,
+                        deadline,
+                    };
+                    self.store.cancel(
+                        record.timer.tenant(),
+                        record.timer.key(),
+                        Ack::Cancel(reply, answer),
+                    );
+                }
+            }
+            Op::Get { timer, reply } => {
+                let info = self.table.get(timer.identity()).map(|v| TimerInfo {
+                    deadline: v.deadline,
+                    version: v.version,
+                    meta: v.timer.meta().to_vec(),
+                    payload: v.timer.payload().to_vec(),
+                });
+                let _ = reply.send(Ok(info));
+            }
+            Op::DeadList {
+                tenant,
+                after,
+                through,
+                limit,
+                bodies,
+                reply,
+            } => {
+                let range = (after.as_deref(), through.as_deref());
+                let _ = reply.send(Ok(self.dead_list(&tenant, range, limit, bodies)));
+            }
+            Op::DeadRedrive { timer, reply } => self.redrive(timer, reply),
+            Op::DeadDiscard { timer, reply } => self.discard(timer, reply),
+        }
+    }
+
+    /// The quota slot a schedule of `timer` needs: the caller's, a fresh one for a new key of
+    /// a tenant with a quota, or none (no quota, or a replacement). `QuotaExceeded` when a new
+    /// key would pass the quota. Settle it with [`settle_quota`] once the table has answered;
+    /// dropping it gives the slot back.
+    fn admit_quota(
+        &self,
+        timer: &PackedTimer,
+        slot: Option<QuotaSlot>,
+    ) -> Result<Option<QuotaSlot>, Error> {
+        let Some(quota) = self.quotas.get(timer.tenant()) else {
+            let held = self.quotas.held_per_shard();
+            if held > 0
+                && self.table.len() + held >= self.table.capacity()
+                && self.table.get(timer.identity()).is_none()
+            {
+                // The room left is held for tenants with a quota (`quota`).
+                return Err(self.upsert_error(UpsertError::Capacity, UtcMicros(0)));
+            }
+            return Ok(slot);
+        };
+        if slot.is_some() || self.table.get(timer.identity()).is_some() {
+            return Ok(slot);
+        }
+        QuotaSlot::reserve(quota)
+            .map(Some)
+            .ok_or_else(|| Error::QuotaExceeded {
+                tenant: timer.tenant().to_string(),
+                limit: quota.limit,
+            })
+    }
+
+    /// A pending timer of `tenant` left the table (fired or cancelled), or a dead letter left.
+    pub(super) fn release_quota(&self, tenant: &str) {
+        if let Some(q) = self.quotas.get(tenant) {
+            q.release();
+        }
+    }
+
+    pub(super) fn upsert_error(&self, e: UpsertError, deadline: UtcMicros) -> Error {
+        match e {
+            UpsertError::Capacity => Error::CapacityExceeded {
+                shard: self.id,
+                capacity: self.table.capacity(),
+            },
+            UpsertError::OutOfRange => Error::DeadlineOutOfRange {
+                deadline_us: deadline.0,
+            },
+        }
+    }
+}
+
+/// Settles a schedule's quota slot once the table applied it: a new timer keeps it, a
+/// replacement gives it back (the replaced timer held one already).
+fn settle_quota(slot: Option<QuotaSlot>, replaced: bool) {
+    if let Some(slot) = slot {
+        if !replaced {
+            slot.keep();
+        }
+    }
+}
+
+/// Answers a schedule that was not applied; a detached one has no caller, so it is logged.
+fn refuse_schedule(shard: usize, reply: Option<Reply<Result<Scheduled, Error>>>, e: Error) {
+    match reply {
+        Some(tx) => {
+            let _ = tx.send(Err(e));
+        }
+        None => tracing::warn!(shard, error = %e, "detached schedule refused"),
+    }
+}
