@@ -11,19 +11,10 @@ use punctual::store::redis::cluster::slot::{partition_slot, slot_of};
 use punctual::store::redis::cluster::{parse_url, ClusterClient, ClusterConfig, Routed};
 use punctual::store::redis::layout;
 use redis::Value;
-use redis_cluster::RedisCluster;
-use std::future::Future;
+use redis_cluster::{on_executor, RedisCluster};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-
-/// Runs `fut` on a fresh glommio executor on this thread.
-fn on_executor<T>(fut: impl Future<Output = T>) -> T {
-    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .make()
-        .expect("an executor")
-        .run(fut)
-}
 
 fn config(cluster: &RedisCluster) -> ClusterConfig {
     let mut cfg = parse_url(&cluster.url()).expect("the harness's URL parses");

@@ -437,6 +437,14 @@ fn node(dir: &Path, port: u16) -> ClusterNode {
     }
 }
 
+/// Runs `fut` on a fresh glommio executor on this thread: where a test runs the cluster client.
+pub fn on_executor<T>(fut: impl std::future::Future<Output = T>) -> T {
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .make()
+        .expect("an executor")
+        .run(fut)
+}
+
 fn wait_until(within: Duration, what: &str, done: impl FnMut() -> bool) {
     wait_until_or(within, what, String::new, done);
 }
