@@ -235,3 +235,127 @@ fn membership_sees_every_beating_node_and_forgets_a_silent_one() {
         assert_eq!(seen, vec![ra]);
     });
 }
+
+#[test]
+fn fenced_writes_and_renewals_go_on_while_their_slots_are_resharded() {
+    let cluster = RedisCluster::start();
+    let masters = cluster.masters();
+    // The reshard moves the source's first slots; these partitions live there.
+    let source_slots = cluster
+        .slots()
+        .into_iter()
+        .filter(|(_, port)| *port == masters[0])
+        .map(|(range, _)| range)
+        .min_by_key(|r| *r.start())
+        .expect("the source serves slots");
+    let moved = 1_000u16;
+    let first = *source_slots.start();
+    let partitions: Vec<u32> = (0..punctual::partition::PARTITIONS)
+        .filter(|&p| {
+            let s = punctual::store::redis::cluster::slot::partition_slot(p);
+            s >= first && s < first + moved
+        })
+        .collect();
+    assert!(partitions.len() > 10, "{partitions:?}");
+    let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rounds = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let (partitions, stop, rounds) = (partitions.clone(), stop.clone(), rounds.clone());
+        std::thread::spawn(move || {
+            let result = on_executor(async move {
+                let mut c = ClusterClient::connect(cfg)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let lease_cfg = LeaseConfig::default();
+                let got = lease::acquire(&mut c, "node-a:7480", &partitions, lease_cfg)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut leases = held(&got);
+                if leases.len() != partitions.len() {
+                    return Err(format!("not every lease acquired: {got:?}"));
+                }
+                let epochs: Vec<u64> = leases.iter().map(|l| l.epoch).collect();
+                let mut round = 0u64;
+                let mut after_stop = 0;
+                while after_stop < 5 {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        after_stop += 1;
+                    }
+                    let renewed = lease::renew(&mut c, &mut leases, lease_cfg)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if renewed.iter().any(|h| !h) {
+                        return Err(format!("round {round}: a lease lost: {renewed:?}"));
+                    }
+                    let now = Instant::now();
+                    let field = format!("w{round}");
+                    let mut writes = Vec::with_capacity(leases.len());
+                    for l in &leases {
+                        let key = layout::timers_key(l.partition);
+                        let incr = redis::cmd("HINCRBY").arg(&key).arg(&field).arg(1).clone();
+                        writes.push(l.fence(now, &[&key], &[incr]).map_err(|e| e.to_string())?);
+                    }
+                    let replies = c.pipeline(&writes).await.map_err(|e| e.to_string())?;
+                    let one = Value::Array(vec![Value::Int(1)]);
+                    if let Some(bad) = replies.iter().find(|r| **r != one) {
+                        return Err(format!("round {round}: {bad:?}"));
+                    }
+                    round += 1;
+                    rounds.store(round, std::sync::atomic::Ordering::SeqCst);
+                    glommio::timer::sleep(Duration::from_millis(20)).await;
+                }
+                let still: Vec<u64> = leases.iter().map(|l| l.epoch).collect();
+                Ok::<_, String>((round, epochs == still, c.stats()))
+            });
+            let _ = tx.send(result);
+        });
+    }
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while rounds.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        assert!(Instant::now() < give_up, "the writer never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cluster
+        .reshard(masters[0], masters[1], u32::from(moved))
+        .finish();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (written, same_epochs, stats) = rx
+        .recv_timeout(Duration::from_secs(90))
+        .expect("the writer ends")
+        .unwrap_or_else(|e| panic!("the writer failed: {e}\n{}", cluster.logs()));
+    assert!(
+        same_epochs,
+        "a lease was handed out again during the reshard"
+    );
+    assert!(stats.moved > 0, "no write met a moved slot: {stats:?}");
+    for &p in &partitions {
+        assert_eq!(
+            cluster.master_of(punctual::store::redis::cluster::slot::partition_slot(p)),
+            masters[1]
+        );
+    }
+    // Every round's write landed exactly once in every partition.
+    on_executor(async {
+        let mut c = client(&cluster).await;
+        for &p in &partitions {
+            let key = layout::timers_key(p);
+            let all = c
+                .query(Routed::new(&key, redis::cmd("HGETALL").arg(&key).clone()))
+                .await
+                .expect("HGETALL");
+            let Value::Array(kv) = all else {
+                panic!("{all:?}")
+            };
+            assert_eq!(kv.len() as u64, 2 * written, "partition {p}: {kv:?}");
+            for pair in kv.chunks_exact(2) {
+                assert_eq!(pair[1], Value::BulkString(b"1".to_vec()), "partition {p}");
+            }
+        }
+    });
+    eprintln!(
+        "{} partitions, {written} rounds, {stats:?}",
+        partitions.len()
+    );
+}

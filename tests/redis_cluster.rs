@@ -130,14 +130,7 @@ fn ask_is_followed_once_and_moved_updates_the_map() {
             Some(from),
             "ASK leaves the map as it is"
         );
-        let mut at_target = redis::Client::open(format!("redis://127.0.0.1:{to}/"))
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
-            .expect("a connection to the target");
-        let _: () = redis::cmd("ASKING").query(&mut at_target).expect("ASKING");
-        let held: Option<i64> = redis::cmd("GET")
-            .arg(key)
-            .query(&mut at_target)
-            .expect("GET after ASKING");
+        let held = asking_get(to, key);
         assert_eq!(held, Some(1), "the write went to the importing node");
 
         // The migration completes; this client's map still names the source, which now
@@ -151,6 +144,24 @@ fn ask_is_followed_once_and_moved_updates_the_map() {
         assert_eq!((stats.asked, stats.moved), (1, 1), "{stats:?}");
         assert_eq!(client.map().master_of(slot).map(|m| m.port), Some(to));
     });
+}
+
+/// `GET key` at the node on `port` after `ASKING` on the same connection (a node importing
+/// the key's slot answers only so); asked again after an I/O error, as the harness does.
+fn asking_get(port: u16, key: &str) -> Option<i64> {
+    let once = || -> redis::RedisResult<Option<i64>> {
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?
+            .get_connection_with_timeout(Duration::from_secs(2))?;
+        let _: () = redis::cmd("ASKING").query(&mut con)?;
+        redis::cmd("GET").arg(key).query(&mut con)
+    };
+    let mut tries = 1;
+    loop {
+        match once() {
+            Err(e) if e.is_io_error() && tries < 3 => tries += 1,
+            other => return other.expect("GET after ASKING"),
+        }
+    }
 }
 
 /// What a writer thread did: keys written (each acknowledged), and the client's counters.
