@@ -346,3 +346,82 @@ fn writes_confirmed_by_a_replica_survive_a_master_killed_and_its_replica_promote
     }
     eprintln!("{} keys, {:?}", written.keys.len(), written.stats);
 }
+
+/// A fake cluster node on a free port: its `CLUSTER SLOTS` names `owner` as the master of
+/// every slot (`CLUSTER SHARDS` is refused, as an old server would), and every other command
+/// is answered `MOVED` to `to()`. Counts the commands it was sent.
+fn bouncing_node(
+    owner: Arc<AtomicU64>,
+    to: Arc<AtomicU64>,
+    sent: Arc<AtomicU64>,
+) -> std::net::TcpListener {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let accept = listener.try_clone().expect("a listener");
+    std::thread::spawn(move || {
+        for stream in accept.incoming() {
+            let Ok(stream) = stream else { return };
+            let (owner, to, sent) = (owner.clone(), to.clone(), sent.clone());
+            std::thread::spawn(move || answer_bouncing(stream, &owner, &to, &sent));
+        }
+    });
+    listener
+}
+
+fn answer_bouncing(
+    stream: std::net::TcpStream,
+    owner: &AtomicU64,
+    to: &AtomicU64,
+    sent: &AtomicU64,
+) {
+    use std::io::Write;
+    let mut writer = stream.try_clone().expect("a stream");
+    let mut reader = std::io::BufReader::new(stream);
+    let mut parser = redis::Parser::new();
+    while let Ok(Value::Array(words)) = parser.parse_value(&mut reader) {
+        sent.fetch_add(1, Ordering::SeqCst);
+        let word = |i: usize| {
+            words
+                .get(i)
+                .and_then(bulk)
+                .unwrap_or_default()
+                .to_uppercase()
+        };
+        let reply = match (word(0).as_str(), word(1).as_str()) {
+            ("CLUSTER", "SHARDS") => "-ERR unknown subcommand\r\n".to_string(),
+            ("CLUSTER", "SLOTS") => {
+                let port = owner.load(Ordering::SeqCst);
+                format!("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:{port}\r\n")
+            }
+            _ => format!("-MOVED 7 127.0.0.1:{}\r\n", to.load(Ordering::SeqCst)),
+        };
+        if writer.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn nodes_that_bounce_a_slot_between_them_make_a_call_give_up_not_spin() {
+    let (port_a, port_b) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let sent = Arc::new(AtomicU64::new(0));
+    // a says b serves the slot, b says a does, and each names a as the owner of every slot.
+    let a = bouncing_node(port_a.clone(), port_b.clone(), sent.clone());
+    let b = bouncing_node(port_a.clone(), port_a.clone(), sent.clone());
+    let port = |l: &std::net::TcpListener| u64::from(l.local_addr().expect("bound").port());
+    port_a.store(port(&a), Ordering::SeqCst);
+    port_b.store(port(&b), Ordering::SeqCst);
+    let mut cfg = parse_url(&format!("redis+cluster://127.0.0.1:{}/", port(&a))).expect("URL");
+    cfg.retry_for = Duration::from_secs(1);
+    let err = on_executor(async move {
+        let mut client = ClusterClient::connect(cfg).await.expect("a slot map");
+        let set = Routed::new("k", redis::cmd("SET").arg("k").arg(1).clone());
+        client.query(set).await.expect_err("no node ever answers")
+    });
+    let text = err.to_string();
+    assert!(text.contains("1 of 1 commands unanswered"), "{text}");
+    assert!(text.contains("MOVED 7"), "the last reason is named: {text}");
+    // Each round after the second waits 10 ms, doubling to 500 ms, and reads the map again:
+    // within a second that is a handful of rounds. A tight loop would send thousands.
+    let total = sent.load(Ordering::SeqCst);
+    assert!(total < 200, "{total} commands sent in a second: {text}");
+}

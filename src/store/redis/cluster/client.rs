@@ -19,7 +19,10 @@
 //!
 //! Rounds go on until every command has its answer or `retry_for` has passed since the call
 //! began; then [`ClusterError::GaveUp`] says how many commands were left and the last reason.
-//! A round that made no progress but redirects waits a backoff (10 ms doubling to 500 ms).
+//! A round hindered by an error waits a backoff (10 ms doubling to 500 ms); so does any round
+//! after the second that answered nothing, with the map read again, so that two nodes that
+//! briefly disagree about a slot (each answering `MOVED` to the other) are not asked in a
+//! tight loop.
 //!
 //! # What a caller must know
 //!
@@ -142,8 +145,8 @@ pub enum ClusterError {
 /// How one reply is taken.
 enum Verdict {
     Answer(Value),
-    /// Asked again next round (the map already says where, for a `MOVED`).
-    Again,
+    /// Asked again next round (a `MOVED`: the map already says where); why.
+    Again(String),
     /// Asked again next round, with `ASKING`, at this node.
     AskAt(Addr),
     /// Asked again after a backoff.
@@ -205,6 +208,7 @@ impl ClusterClient {
                 }
             }
             let mut hindered = false;
+            let mut answered = 0;
             let mut groups: BTreeMap<Addr, Vec<(usize, bool)>> = BTreeMap::new();
             for (i, c) in commands.iter().enumerate() {
                 if answers[i].is_some() {
@@ -235,8 +239,11 @@ impl ClusterClient {
                 };
                 for (&(i, _), reply) in members.iter().zip(replies) {
                     match self.judge(reply, &at) {
-                        Verdict::Answer(v) => answers[i] = Some(v),
-                        Verdict::Again => {}
+                        Verdict::Answer(v) => {
+                            answers[i] = Some(v);
+                            answered += 1;
+                        }
+                        Verdict::Again(why) => last = why,
                         Verdict::AskAt(to) => ask[i] = Some(to),
                         Verdict::Hindered(why) => {
                             hindered = true;
@@ -249,6 +256,12 @@ impl ClusterClient {
                 return Ok(answers.into_iter().flatten().collect());
             }
             rounds += 1;
+            if answered == 0 && rounds > 2 {
+                // Redirects alone for rounds on end: nodes that disagree about a slot while the
+                // cluster settles. Wait, and read the map again, rather than spin between them.
+                hindered = true;
+                self.stale = true;
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Err(ClusterError::GaveUp {
@@ -328,7 +341,7 @@ impl ClusterClient {
             Some(Redirect::Moved { slot, to }) => {
                 self.stats.moved += 1;
                 self.map.assign(slot, &to);
-                return Verdict::Again;
+                return Verdict::Again(format!("{from}: MOVED {slot} {to}"));
             }
             Some(Redirect::Ask { to, .. }) => {
                 self.stats.asked += 1;
