@@ -40,6 +40,7 @@
 
 pub mod api;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub(crate) mod cooperate;
 pub mod cpus;

@@ -15,18 +15,24 @@ pub const PARTITIONS: u32 = 1024;
 /// valid name holds) and `key`, modulo [`PARTITIONS`]. FNV is written out here on purpose: the
 /// value is stored, so it must never change with a dependency's version.
 pub fn partition_of(tenant: &str, key: &str) -> u32 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h = OFFSET;
     let bytes = tenant
         .bytes()
         .chain(std::iter::once(0xff))
         .chain(key.bytes());
+    (fnv1a64(bytes) % u64::from(PARTITIONS)) as u32
+}
+
+/// FNV-1a (64-bit) over `bytes`: the stored partition function's hash, and the one the
+/// cluster's rendezvous weights start from (nodes built apart must agree on both).
+pub fn fnv1a64(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
     for b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(PRIME);
     }
-    (h % u64::from(PARTITIONS)) as u32
+    h
 }
 
 /// The shard of `shards` that owns (tenant, key).

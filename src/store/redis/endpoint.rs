@@ -92,24 +92,7 @@ fn parse_sentinel(rest: &str) -> Result<Endpoint, String> {
     let (authority, path) = rest
         .split_once('/')
         .ok_or("a sentinel URL needs /<master-name> after the sentinels")?;
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
-    };
-    let mut sentinels = Vec::new();
-    for h in hosts.split(',') {
-        let (host, port) = h
-            .rsplit_once(':')
-            .ok_or_else(|| format!("sentinel {h:?} needs host:port"))?;
-        let port: u16 = port
-            .parse()
-            .map_err(|_| format!("sentinel {h:?}: port {port:?} is not a number 1-65535"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        if host.is_empty() || port == 0 {
-            return Err(format!("sentinel {h:?} needs a host and a port 1-65535"));
-        }
-        sentinels.push((host.to_owned(), port));
-    }
+    let (sentinels, credentials) = parse_authority(authority, "sentinel")?;
     let mut parts = path.splitn(2, '/');
     let master = parts.next().unwrap_or_default();
     if master.is_empty() {
@@ -121,10 +104,39 @@ fn parse_sentinel(rest: &str) -> Result<Endpoint, String> {
             .parse::<i64>()
             .map_err(|_| format!("database {d:?} is not a number"))?,
     };
-    let mut redis = RedisConnectionInfo {
-        db,
-        ..Default::default()
+    Ok(Endpoint::Sentinel {
+        sentinels,
+        master: master.to_owned(),
+        redis: RedisConnectionInfo { db, ..credentials },
+        switches: Arc::default(),
+    })
+}
+
+/// `[user:password@]host:port[,host:port…]`, the authority of a URL that names several
+/// servers: the servers, and the credentials (database 0). `what` names a server in errors.
+pub(super) fn parse_authority(
+    authority: &str,
+    what: &str,
+) -> Result<(Vec<(String, u16)>, RedisConnectionInfo), String> {
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
     };
+    let mut servers = Vec::new();
+    for h in hosts.split(',') {
+        let (host, port) = h
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{what} {h:?} needs host:port"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("{what} {h:?}: port {port:?} is not a number 1-65535"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || port == 0 {
+            return Err(format!("{what} {h:?} needs a host and a port 1-65535"));
+        }
+        servers.push((host.to_owned(), port));
+    }
+    let mut redis = RedisConnectionInfo::default();
     if let Some(u) = userinfo {
         let decode = |s: &str| {
             percent_decode(s).ok_or_else(|| format!("credentials {s:?}: bad percent-encoding"))
@@ -139,12 +151,7 @@ fn parse_sentinel(rest: &str) -> Result<Endpoint, String> {
             None => redis.username = Some(decode(u)?),
         }
     }
-    Ok(Endpoint::Sentinel {
-        sentinels,
-        master: master.to_owned(),
-        redis,
-        switches: Arc::default(),
-    })
+    Ok((servers, redis))
 }
 
 /// `%XX` sequences decoded, as in a URL's userinfo; `None` on a bad sequence or bad UTF-8.

@@ -19,6 +19,26 @@ pub fn timers_key_static(partition: u32) -> &'static str {
     keys.get(partition as usize).map_or("", String::as_str)
 }
 
+/// Partition `p`'s lease: `<node>:<epoch>` of the node that owns it, with a TTL
+/// (`punctual:{p<p>}:lease`, in the partition's own slot, so that a fenced write checks it
+/// where the partition's data lives; see `store::redis::cluster::fence`).
+pub fn lease_key(partition: u32) -> String {
+    format!("punctual:{{p{partition}}}:lease")
+}
+
+/// Partition `p`'s lease epochs: a counter `INCR`ed by every acquisition, never reset
+/// (`punctual:{p<p>}:epoch`, in the partition's slot).
+pub fn epoch_key(partition: u32) -> String {
+    format!("punctual:{{p{partition}}}:epoch")
+}
+
+/// The live nodes of a cluster of punctual nodes: a sorted set, member the node's id,
+/// score the Redis time (ms) its heartbeat expires at (see `cluster::membership`).
+pub const MEMBERS_KEY: &str = "punctual:{members}:live";
+
+/// Each node's record (JSON), by node id; in [`MEMBERS_KEY`]'s slot.
+pub const MEMBER_RECORDS_KEY: &str = "punctual:{members}:records";
+
 /// A command argument written straight into the command's buffer from its parts: the field
 /// (`<tenant>/<key>`) or a record, without an intermediate allocation.
 pub enum Arg<'a> {

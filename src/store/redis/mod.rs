@@ -72,6 +72,7 @@
 //! property of one Redis connection, so the Redis store writes the entry (built by
 //! `fired`) rather than a separate sink.
 
+pub mod cluster;
 pub mod config;
 pub mod conn;
 pub mod dead;

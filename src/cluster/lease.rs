@@ -1,0 +1,306 @@
+//! Partition leases: which node may write for a partition, until when, under which epoch.
+//!
+//! # In Redis
+//!
+//! Partition p's lease is the key `punctual:{pN}:lease` holding `<node>:<epoch>` with a TTL
+//! (3 s by default), in p's own slot beside its data. An acquisition is a script that, only
+//! if the key is absent, `INCR`s `punctual:{pN}:epoch` (never deleted, so an epoch is never
+//! handed out twice) and sets the lease to `<node>:<new epoch>` with the TTL. A renewal
+//! (about every second) resets the TTL only if the value is still the renewer's; a release
+//! deletes it only if it is. Every write for p is wrapped in the fence
+//! (`store::redis::cluster::fence`), which checks the same value on the same master.
+//!
+//! # On the node
+//!
+//! A node never acts on a lease it may have lost. Each [`Lease`] carries a local deadline on
+//! the monotonic clock: the time the acquisition or the last successful renewal was *sent*,
+//! plus the TTL, less a drift margin ([`LeaseConfig::drift`], a tenth of the TTL by default).
+//! Redis started counting the TTL no earlier than the send, so as long as the master's clock
+//! runs no more than the margin faster than ours over one TTL, the key outlives the local
+//! deadline: past it, the node stops ([`Lease::fence`] refuses locally, before sending
+//! anything), whether or not Redis still has the key. A renewal that finds the value changed
+//! or gone means the lease is lost now, and a fenced write refused with `FENCED` means the
+//! same: in both cases the node drops the partition at once.
+//!
+//! | event | what the node does |
+//! |---|---|
+//! | acquire answered `taken by X` | leaves the partition to X (or waits for X's lease to lapse) |
+//! | renew answered `lost` | drops the partition at once |
+//! | local deadline passed (renewals did not get through) | acts on nothing of the partition; tries to renew, which answers held or lost |
+//! | a fenced write answered `FENCED` | drops the partition at once |
+//! | planned stop | stops accepting, flushes, releases: the next owner need not wait a TTL |
+
+use crate::store::redis::cluster::fence::{self, FenceError};
+use crate::store::redis::cluster::{ClusterClient, ClusterError, Routed};
+use crate::store::redis::layout::{epoch_key, lease_key};
+use redis::Value;
+use std::time::{Duration, Instant};
+
+/// The lease's TTL and the margin for clock drift.
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseConfig {
+    /// How long a lease lasts in Redis without a renewal.
+    pub ttl: Duration,
+    /// Taken off the TTL for the local deadline (see the module doc).
+    pub drift: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig::with_ttl(Duration::from_secs(3))
+    }
+}
+
+impl LeaseConfig {
+    /// A TTL, with a tenth of it as the drift margin.
+    pub fn with_ttl(ttl: Duration) -> LeaseConfig {
+        LeaseConfig {
+            ttl,
+            drift: ttl / 10,
+        }
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis().max(1) as u64
+    }
+
+    /// The local deadline of a lease whose acquisition or renewal was sent at `sent`.
+    fn deadline(&self, sent: Instant) -> Instant {
+        sent + self.ttl.saturating_sub(self.drift)
+    }
+}
+
+/// A lease this node holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub partition: u32,
+    pub epoch: u64,
+    /// `<node>:<epoch>`: the lease key's value while this node holds it.
+    holder: String,
+    deadline: Instant,
+}
+
+impl Lease {
+    /// The lease key's value while this lease holds.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// Past this instant the node must not act on the partition.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Whether the node may still act on the partition at `now`.
+    pub fn valid_at(&self, now: Instant) -> bool {
+        now < self.deadline
+    }
+
+    /// `commands` (touching `keys`, all in the partition's slot) as one fenced write, or
+    /// [`LeaseError::Expired`] without sending anything once the local deadline has passed.
+    pub fn fence(
+        &self,
+        now: Instant,
+        keys: &[&str],
+        commands: &[redis::Cmd],
+    ) -> Result<Routed, LeaseError> {
+        if !self.valid_at(now) {
+            return Err(LeaseError::Expired {
+                partition: self.partition,
+                epoch: self.epoch,
+            });
+        }
+        Ok(fence::fenced(self.partition, &self.holder, keys, commands)?)
+    }
+}
+
+/// What an acquisition found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    Held(Lease),
+    /// Another holder's value (`<node>:<epoch>`).
+    Taken(String),
+}
+
+/// Why a lease operation failed (the partition's lease is then unknown: act as if lost).
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("a lease script answered {0}")]
+    Reply(String),
+    #[error("partition {partition}'s lease (epoch {epoch}) is past its local deadline")]
+    Expired { partition: u32, epoch: u64 },
+    #[error(transparent)]
+    Fence(#[from] FenceError),
+}
+
+const ACQUIRE: &str = r"
+local held = redis.call('GET', KEYS[1])
+if held then
+  return {0, held}
+end
+local epoch = redis.call('INCR', KEYS[2])
+local value = ARGV[1] .. ':' .. epoch
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+return {epoch, value}
+";
+
+const RENEW: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+";
+
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+";
+
+/// Tries to acquire each of `partitions` for `node`, in one pipeline per master.
+pub async fn acquire(
+    client: &mut ClusterClient,
+    node: &str,
+    partitions: &[u32],
+    cfg: LeaseConfig,
+) -> Result<Vec<Acquired>, LeaseError> {
+    let commands: Vec<Routed> = partitions
+        .iter()
+        .map(|&p| {
+            let cmd = redis::cmd("EVAL")
+                .arg(ACQUIRE)
+                .arg(2)
+                .arg(lease_key(p))
+                .arg(epoch_key(p))
+                .arg(node)
+                .arg(cfg.ttl_ms())
+                .clone();
+            Routed::new(lease_key(p), cmd)
+        })
+        .collect();
+    let sent = Instant::now();
+    let replies = client.pipeline(&commands).await?;
+    partitions
+        .iter()
+        .zip(replies)
+        .map(|(&partition, reply)| match reply {
+            Value::Array(parts) => match &parts[..] {
+                [Value::Int(0), Value::BulkString(held)] => {
+                    Ok(Acquired::Taken(String::from_utf8_lossy(held).into_owned()))
+                }
+                [Value::Int(epoch), Value::BulkString(holder)] if *epoch > 0 => {
+                    Ok(Acquired::Held(Lease {
+                        partition,
+                        epoch: *epoch as u64,
+                        holder: String::from_utf8_lossy(holder).into_owned(),
+                        deadline: cfg.deadline(sent),
+                    }))
+                }
+                _ => Err(LeaseError::Reply(format!("{parts:?}"))),
+            },
+            other => Err(LeaseError::Reply(format!("{other:?}"))),
+        })
+        .collect()
+}
+
+/// Renews `leases`; each one still held gets a new deadline, and its entry in the answer is
+/// `true`; `false` means lost (the value changed or expired): drop the partition at once.
+pub async fn renew(
+    client: &mut ClusterClient,
+    leases: &mut [Lease],
+    cfg: LeaseConfig,
+) -> Result<Vec<bool>, LeaseError> {
+    let commands: Vec<Routed> = leases
+        .iter()
+        .map(|l| holder_script(RENEW, l).arg(cfg.ttl_ms()).clone())
+        .zip(leases.iter())
+        .map(|(cmd, l)| Routed::new(lease_key(l.partition), cmd))
+        .collect();
+    let sent = Instant::now();
+    let replies = client.pipeline(&commands).await?;
+    let mut out = Vec::with_capacity(leases.len());
+    for (lease, reply) in leases.iter_mut().zip(replies) {
+        let held = matches!(reply, Value::Int(1));
+        if held {
+            lease.deadline = cfg.deadline(sent);
+        } else {
+            // Whatever the local deadline said, the lease is gone: act on nothing more.
+            lease.deadline = sent.min(lease.deadline);
+        }
+        out.push(held);
+    }
+    Ok(out)
+}
+
+/// Releases `leases` (a planned handoff); a lease no longer held is left alone.
+pub async fn release(client: &mut ClusterClient, leases: &[Lease]) -> Result<(), LeaseError> {
+    let commands: Vec<Routed> = leases
+        .iter()
+        .map(|l| Routed::new(lease_key(l.partition), holder_script(RELEASE, l)))
+        .collect();
+    client.pipeline(&commands).await?;
+    Ok(())
+}
+
+fn holder_script(body: &str, lease: &Lease) -> redis::Cmd {
+    redis::cmd("EVAL")
+        .arg(body)
+        .arg(1)
+        .arg(lease_key(lease.partition))
+        .arg(&lease.holder)
+        .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(deadline: Instant) -> Lease {
+        Lease {
+            partition: 3,
+            epoch: 7,
+            holder: "n:7".into(),
+            deadline,
+        }
+    }
+
+    #[test]
+    fn the_local_deadline_is_the_send_time_plus_ttl_less_the_margin() {
+        let cfg = LeaseConfig::with_ttl(Duration::from_secs(3));
+        let sent = Instant::now();
+        assert_eq!(cfg.deadline(sent), sent + Duration::from_millis(2_700));
+        let tight = LeaseConfig {
+            ttl: Duration::from_millis(10),
+            drift: Duration::from_secs(1),
+        };
+        assert_eq!(
+            tight.deadline(sent),
+            sent,
+            "a margin past the TTL leaves no time"
+        );
+    }
+
+    #[test]
+    fn a_lease_past_its_deadline_fences_nothing() {
+        let now = Instant::now();
+        let key = crate::store::redis::layout::timers_key(3);
+        let hset = redis::cmd("HSET").arg(&key).arg("t/k").arg("v").clone();
+        let live = lease(now + Duration::from_secs(1));
+        assert!(live
+            .fence(now, &[&key], std::slice::from_ref(&hset))
+            .is_ok());
+        let over = lease(now);
+        assert!(matches!(
+            over.fence(now, &[&key], &[hset]),
+            Err(LeaseError::Expired {
+                partition: 3,
+                epoch: 7
+            })
+        ));
+    }
+}

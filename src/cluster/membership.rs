@@ -1,0 +1,115 @@
+//! Who is alive: each node's heartbeat record, with a TTL, in Redis.
+//!
+//! Two keys, in one slot (hash tag `{members}`): a sorted set whose members are node ids and
+//! whose scores are the Redis time (ms) each heartbeat expires at, and a hash of each node's
+//! record ([`NodeRecord`], JSON). One script beats: it reads the master's clock (`TIME`), sets
+//! this node's expiry to now + TTL, stores its record, drops every node whose expiry passed,
+//! and returns the records of those still alive. Expiry is judged on one clock, the master's,
+//! so the nodes' clocks need not agree; a node that stops beating is gone from every node's
+//! view one TTL after its last beat, plus at most one beat interval for the others to look.
+//!
+//! A node's id is its advertised address (`10.0.0.5:7480`): stable across its restarts, so a
+//! restart does not reshuffle partitions (`rendezvous` weighs ids). Its start time tells
+//! incarnations apart in the record; the leases, not membership, keep two incarnations from
+//! writing for one partition.
+//!
+//! Membership decides who *should* own a partition; it never lets a node write. A node acts
+//! on a partition only under its lease (`lease`), so two nodes that briefly see different
+//! live sets at worst wait for a lease, never both write.
+
+use crate::store::redis::cluster::{ClusterClient, ClusterError, Routed};
+use crate::store::redis::layout::{MEMBERS_KEY, MEMBER_RECORDS_KEY};
+use redis::Value;
+use std::time::Duration;
+
+/// A node as the others see it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeRecord {
+    /// The node's id: its advertised address.
+    pub id: String,
+    /// Where other nodes forward requests for this node's partitions (`host:port`).
+    pub advertise: String,
+    /// When this incarnation started (UTC microseconds).
+    pub started_at_us: u64,
+}
+
+const BEAT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+if #gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  redis.call('HDEL', KEYS[2], unpack(gone))
+end
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+local out = {}
+for i, id in ipairs(live) do
+  out[i] = redis.call('HGET', KEYS[2], id) or ''
+end
+return out
+";
+
+const LEAVE: &str = r"
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1
+";
+
+/// Why a heartbeat failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("the heartbeat script answered {0}")]
+    Reply(String),
+    #[error("a node record does not serialise: {0}")]
+    Record(#[from] serde_json::Error),
+}
+
+fn script(body: &str, me: &str) -> redis::Cmd {
+    redis::cmd("EVAL")
+        .arg(body)
+        .arg(2)
+        .arg(MEMBERS_KEY)
+        .arg(MEMBER_RECORDS_KEY)
+        .arg(me)
+        .clone()
+}
+
+/// Records this node as alive for `ttl` and returns every live node's record (this one
+/// included), sorted by id. Records that do not parse are skipped (a newer node's format).
+pub async fn beat(
+    client: &mut ClusterClient,
+    me: &NodeRecord,
+    ttl: Duration,
+) -> Result<Vec<NodeRecord>, MembershipError> {
+    let mut cmd = script(BEAT, &me.id);
+    cmd.arg(serde_json::to_string(me)?)
+        .arg(ttl.as_millis().max(1) as u64);
+    let reply = client.query(Routed::new(MEMBERS_KEY, cmd)).await?;
+    let Value::Array(records) = reply else {
+        return Err(MembershipError::Reply(format!("{reply:?}")));
+    };
+    let mut live: Vec<NodeRecord> = records
+        .iter()
+        .filter_map(|r| match r {
+            Value::BulkString(b) => serde_json::from_slice(b).ok(),
+            _ => None,
+        })
+        .collect();
+    live.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(live)
+}
+
+/// Removes this node's record at once (a planned stop), rather than one TTL later.
+pub async fn leave(client: &mut ClusterClient, me: &NodeRecord) -> Result<(), MembershipError> {
+    let reply = client
+        .query(Routed::new(MEMBERS_KEY, script(LEAVE, &me.id)))
+        .await?;
+    match reply {
+        Value::Int(1) => Ok(()),
+        other => Err(MembershipError::Reply(format!("{other:?}"))),
+    }
+}

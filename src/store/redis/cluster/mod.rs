@@ -1,0 +1,78 @@
+//! Redis Cluster for the Redis store: the slot of a key (`slot`), which master serves each
+//! slot (`map`), `MOVED` and `ASK` (`redirect`), and a client that routes commands by slot
+//! over the store's own glommio connections and follows the cluster as it changes
+//! (`client`).
+//!
+//! ```text
+//! redis+cluster://[user:password@]host:port[,host:port…]/
+//! ```
+//!
+//! The hosts are seeds: any node of the cluster, asked for the slot map when no master the
+//! client knows answers. The layout needs nothing new: every key of partition N carries the
+//! hash tag `{p<N>}`, so a partition is one slot and a script may touch all its keys.
+//!
+//! Nothing here is used by a `redis://` or `redis+sentinel://` store: those connect as
+//! before (`endpoint`). See `docs/SCALING.md` for how the cluster client, the partition
+//! leases (`crate::cluster`) and the fenced writes (`fence`) fit together, and what is not
+//! built yet.
+
+pub mod client;
+pub mod fence;
+pub mod map;
+pub mod redirect;
+pub mod slot;
+
+pub use client::{ClusterClient, ClusterConfig, ClusterError, ClusterStats, Routed};
+pub use map::{Addr, SlotMap};
+
+/// The URL scheme for a Redis Cluster.
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// The seeds and credentials of a `redis+cluster://` URL; the error says what is wrong.
+pub fn parse_url(url: &str) -> Result<ClusterConfig, String> {
+    let rest = url
+        .strip_prefix(CLUSTER_SCHEME)
+        .ok_or_else(|| format!("a cluster URL starts with {CLUSTER_SCHEME}"))?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if !path.is_empty() {
+        return Err(format!(
+            "a cluster URL ends after its hosts (a cluster has database 0 only), not /{path}"
+        ));
+    }
+    let (hosts, redis) = super::endpoint::parse_authority(authority, "cluster node")?;
+    let seeds = hosts
+        .into_iter()
+        .map(|(host, port)| Addr { host, port })
+        .collect();
+    Ok(ClusterConfig::new(seeds, redis))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_url_names_its_seeds_and_credentials() {
+        let cfg = parse_url("redis+cluster://app:s%40cret@h1:7000,[::1]:7001/").expect("valid");
+        let seeds: Vec<String> = cfg.seeds.iter().map(Addr::to_string).collect();
+        assert_eq!(seeds, ["h1:7000", "[::1]:7001"]);
+        assert_eq!(cfg.redis.username.as_deref(), Some("app"));
+        assert_eq!(cfg.redis.password.as_deref(), Some("s@cret"));
+        assert_eq!(cfg.redis.db, 0);
+        assert!(parse_url("redis+cluster://h1:7000").is_ok());
+    }
+
+    #[test]
+    fn bad_cluster_urls_are_refused_with_a_reason() {
+        for (url, why) in [
+            ("redis://h:1/", "starts with"),
+            ("redis+cluster://h:1/2", "database 0"),
+            ("redis+cluster://h/", "host:port"),
+            ("redis+cluster://h:0/", "1-65535"),
+            ("redis+cluster://h:1,/", "host:port"),
+        ] {
+            let err = parse_url(url).expect_err(url);
+            assert!(err.contains(why), "{url}: {err}");
+        }
+    }
+}
