@@ -92,16 +92,24 @@ fn spawn(
     sealed: Vec<(u64, u64)>,
     out: u64,
 ) {
-    shared.files.borrow_mut().running = true;
-    let task = glommio::spawn_local(run(shared.clone(), snapshot, sealed, out));
+    let running = Running::mark(shared);
+    let task = glommio::spawn_local(run(running, snapshot, sealed, out));
     *shared.compaction.borrow_mut() = Some(task);
 }
 
-/// Marks the compaction ended and lets a held commit go on, however the task ends: done,
-/// failed, or cancelled by `close` (its future dropped).
-struct Running<'a>(&'a ShardJournal);
+/// A compaction task's hold on `Files::running`: marked when the task is spawned, cleared (and
+/// a held commit let go on) when its future is dropped, however it ends: done, failed, or
+/// cancelled by `close`, even before its first poll.
+struct Running(Rc<ShardJournal>);
 
-impl Drop for Running<'_> {
+impl Running {
+    fn mark(shared: &Rc<ShardJournal>) -> Running {
+        shared.files.borrow_mut().running = true;
+        Running(shared.clone())
+    }
+}
+
+impl Drop for Running {
     fn drop(&mut self) {
         let mut files = self.0.files.borrow_mut();
         files.running = false;
@@ -111,15 +119,10 @@ impl Drop for Running<'_> {
     }
 }
 
-async fn run(
-    shared: Rc<ShardJournal>,
-    snapshot: Option<(u64, u64)>,
-    sealed: Vec<(u64, u64)>,
-    out: u64,
-) {
-    let _running = Running(&shared);
+async fn run(running: Running, snapshot: Option<(u64, u64)>, sealed: Vec<(u64, u64)>, out: u64) {
+    let shared = &running.0;
     let started = Instant::now();
-    let result = compact(&shared, snapshot, &sealed, out).await;
+    let result = compact(shared, snapshot, &sealed, out).await;
     shared.files.borrow_mut().compacting = false;
     match result {
         Ok((timers, bytes)) => {
