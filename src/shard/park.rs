@@ -58,8 +58,7 @@ impl<S: TimeSource> Shard<S> {
             if wakee.cooperative() {
                 self.pulse.expect_by(nap);
             }
-            let park = std::pin::pin!(wakee.park(nap, buf));
-            self.pulse.noted(park).await;
+            wakee.park(nap, buf).await;
             self.pulse.running();
             self.ring.unpark();
         }
