@@ -105,6 +105,36 @@ fn shards_keep_firing_when_glommio_preempts_before_every_round() {
     );
 }
 
+/// Under a preemption timer shorter than a reactor pass, a shard's body runs as a task of its
+/// own, and its first poll and its end are hand-overs between tasks that glommio's park bug
+/// can sleep through, outside the shard loop's own guards. Start and stop many engines so:
+/// each must come up and go down (a shutdown that leaves a shard behind fails after the
+/// engine's own 60 s limit, never hangs the suite).
+#[test]
+fn engines_under_a_20_us_preemption_timer_start_and_stop_every_time() {
+    for round in 0..100 {
+        let (builder, _rx) = recording_builder(2);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (w, s) = (Arc::new(AtomicU64::new(0)), stop.clone());
+        let engine = builder
+            .glommio_preempt_timer(Duration::from_micros(20))
+            .on_shard_start(move |_, _| companion(w.clone(), s.clone(), Duration::from_millis(1)))
+            .build()
+            .unwrap_or_else(|e| panic!("round {round}: the engine did not start: {e}"));
+        std::thread::sleep(Duration::from_millis(10));
+        stop.store(true, Ordering::Relaxed);
+        let stopped = Instant::now();
+        engine
+            .shutdown()
+            .unwrap_or_else(|e| panic!("round {round}: the shutdown failed: {e}"));
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "round {round}: the shutdown took {:?}",
+            stopped.elapsed()
+        );
+    }
+}
+
 /// Deadlines closer together than the spin window: the shard would spin from one to the next
 /// without end. Its companion task must still get the thread within a bounded time.
 #[test]

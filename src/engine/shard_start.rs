@@ -120,8 +120,19 @@ pub(super) fn start_shard(seed: ShardSeed) -> Result<std::thread::JoinHandle<()>
             ex.run(async move {
                 // Registers the thread and the task's waker with the watchdog at once.
                 seed.pulse.on_this_thread();
-                seed.pulse.guard_start(async {}).await;
-                run_under_preempt_timer(seed.preempt_timer, run_shard(seed)).await;
+                seed.pulse.register_home().await;
+                let (pulse, timer) = (seed.pulse.clone(), seed.preempt_timer);
+                let body = {
+                    let pulse = pulse.clone();
+                    async move {
+                        run_shard(seed).await;
+                        pulse.hand_back();
+                    }
+                };
+                run_under_preempt_timer(timer, &pulse, body).await;
+                // Still on the executor, in its last task: the wakers are dropped where they
+                // live, and nothing is left for the watchdog to wake once the executor is gone.
+                pulse.leave();
             })
         })
         .map_err(|e| Error::ShardStart {
@@ -263,8 +274,17 @@ fn make_sinks(
 /// executor starts under the default timer, and a shorter one applies only after that
 /// registration, to a task queue of the shard's own, which every task the shard spawns
 /// inherits (glommio takes the shortest latency of the queues that are active).
+///
+/// The body then runs as a task of its own, and both hand-overs between it and this task (the
+/// body's first poll; this task's wake when the body ends) can be slept through by the same
+/// bug, outside the shard loop's guards: a park's timer ends one sleep, and then the executor
+/// may sleep again with no timer left (a shutdown was left behind that way under a 20 µs
+/// timer). So the watchdog guards both: this task, registered first (`Pulse::register_home`),
+/// expects the body to run at once, and the body's loop hands the watchdog back this task's
+/// waker, expecting it to run at once, when it ends (`Pulse::hand_back`).
 async fn run_under_preempt_timer(
     timer: Duration,
+    pulse: &Pulse,
     body: impl std::future::Future<Output = ()> + 'static,
 ) {
     if timer >= PREEMPT_TIMER {
@@ -276,7 +296,10 @@ async fn run_under_preempt_timer(
         "punctual-shard",
     );
     match glommio::spawn_local_into(body, queue) {
-        Ok(task) => task.await,
+        Ok(task) => {
+            pulse.expect_by(Duration::ZERO);
+            task.await
+        }
         // Cannot happen (the queue was just made); the start then times out, naming the shard.
         Err(e) => tracing::error!(error = %e, "shard: cannot run in its own task queue"),
     }

@@ -40,10 +40,8 @@ impl Drop for ShardFailure {
             return;
         }
         self.metrics.failed.store(1, Ordering::Relaxed);
-        // The watchdog must not wake a task whose executor is gone. The waker is leaked, not
-        // dropped: dropping a glommio waker outside its executor may try to schedule it.
-        self.pulse.running();
-        std::mem::forget(self.pulse.take_waker());
+        // The watchdog must not wake a task whose executor is gone.
+        self.pulse.abandon();
         self.ring.close();
         tracing::error!(
             shard = self.id,

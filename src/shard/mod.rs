@@ -71,11 +71,21 @@
 //! and so, apart, is each of those where the shard's task had been runnable for 1 ms, because
 //! what its park or yield waited on had woken it (`punctual_executor_runnable_sleeps_total`,
 //! `watchdog::Noter`): that is the park bug itself, where the rest are timers or I/O that came
-//! late to a sleeping executor. The shard's park and yield are not wrapped in
-//! `Pulse::noted` today: so wrapped, `tests/shard_cooperation.rs` under a 20 µs preemption
-//! timer saw shards sleep for seconds and a shutdown left behind (half the runs), so that
-//! counter reads 0 until the cause is found.
+//! late to a sleeping executor. A park's timer ends one such sleep; the round after it can
+//! sleep again, with no timer left until the loop runs, which is why the watchdog keeps
+//! waking a sleeping executor until the loop has run.
 //! A stall of another task that the nap ends is bounded but not counted.
+//!
+//! The watchdog guards the shard's thread from its executor's first task to its last, not
+//! only the loop. Under a preemption timer shorter than a reactor pass (tests) the loop runs
+//! as a task of its own, and the hand-overs to it and back (its first poll, and the wake of
+//! the task that awaits it when it ends) were slept through the same way: a shutdown left a
+//! shard behind in about one engine in 50. The task that runs the executor registers first
+//! (`Pulse::register_home`) and is handed back to the watchdog when the shard is done
+//! (`Pulse::hand_back`; `engine::shard_start::run_under_preempt_timer`), guarded by
+//! `tests/shard_cooperation.rs::engines_under_a_20_us_preemption_timer_start_and_stop_every_time`.
+//! That window, not the wakes' noting, is what failed the stress test when the park and yield
+//! were first wrapped in `Pulse::noted`.
 //!
 //! # Cross-thread wake-ups
 //!

@@ -58,7 +58,8 @@ impl<S: TimeSource> Shard<S> {
             if wakee.cooperative() {
                 self.pulse.expect_by(nap);
             }
-            wakee.park(nap, buf).await;
+            let park = std::pin::pin!(wakee.park(nap, buf));
+            self.pulse.noted(park).await;
             self.pulse.running();
             self.ring.unpark();
         }

@@ -112,6 +112,8 @@ pub(crate) struct Pulse {
     nudged: Mutex<(u64, u64)>,
     /// The shard task's waker, set at its first poll and taken at its end.
     waker: Mutex<Option<Waker>>,
+    /// The waker of the task that runs the shard's executor (see [`Pulse::register_home`]).
+    home: Mutex<Option<Waker>>,
     /// What the shard's waits hand to what they wait on ([`Pulse::noted`]), and the same as a
     /// waker, made once.
     noter: Arc<Noter>,
@@ -187,6 +189,7 @@ impl Default for Pulse {
             start_polls: AtomicU64::new(0),
             nudged: Mutex::new((u64::MAX, 0)),
             waker: Mutex::new(None),
+            home: Mutex::new(None),
         }
     }
 }
@@ -199,9 +202,39 @@ impl Pulse {
         *slot = waker;
     }
 
-    /// Takes the registered waker out.
-    pub fn take_waker(&self) -> Option<Waker> {
-        self.waker.lock().unwrap_or_else(|p| p.into_inner()).take()
+    /// The task that runs the shard's executor registers itself, first of all: the watchdog
+    /// wakes it until the shard's loop registers, and again once the shard is done
+    /// ([`Pulse::hand_back`]).
+    pub async fn register_home(&self) {
+        let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+        *self.home.lock().unwrap_or_else(|p| p.into_inner()) = Some(waker.clone());
+        self.set_waker(Some(waker));
+    }
+
+    /// The shard is done (its loop ended, or it never started): the task that runs its
+    /// executor must run once more, at once, to end it, and glommio may sleep through that
+    /// wake as through any other, so the watchdog watches that task now.
+    pub fn hand_back(&self) {
+        let home = self.home.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.set_waker(home);
+        self.expect_by(Duration::ZERO);
+    }
+
+    /// The executor is about to end: nothing is left to watch. Called from its last task,
+    /// so that the wakers are dropped where they live.
+    pub fn leave(&self) {
+        self.running();
+        self.set_waker(None);
+        drop(self.home.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    /// The executor is gone (its thread unwinds from a panic): the watchdog must not wake its
+    /// tasks. The wakers are leaked, not dropped: dropping a glommio waker outside its
+    /// executor may try to schedule it.
+    pub fn abandon(&self) {
+        self.running();
+        std::mem::forget(self.waker.lock().unwrap_or_else(|p| p.into_inner()).take());
+        std::mem::forget(self.home.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 
     /// The shard is about to wait: it expects to run again within `within`.
