@@ -34,7 +34,9 @@
 //! (same key and version, which consumers de-duplicate on), never go missing. A failed call
 //! (the client gave up after its `retry_for`, about an ack timeout) keeps the whole batch
 //! queued, and the task backs off and sends it again: `HSET` of a whole record and `HDEL` are
-//! assignments, so a script applied twice leaves what it left once.
+//! assignments, so a script applied twice leaves what it left once. Stream entries that Redis
+//! took in step 1 are not sent again when only step 2 failed (the task remembers how many head
+//! entries are streamed), so an outage of one master does not add an entry per retry.
 //!
 //! A script answered `FENCED` (another node holds the partition's lease) applies nothing; its
 //! entries are answered `StoreUnavailable` and dropped from the outbox, not sent again: the
@@ -85,13 +87,16 @@ pub(crate) async fn run(shared: Rc<RedisLink>, mut client: ClusterClient) {
     let mut backoff = BACKOFF_START;
     let mut failing = false;
     let mut seen = client.stats();
+    // Entries at the head of the outbox whose stream entries Redis already took: a batch sent
+    // again after its scripts failed does not add them again.
+    let mut streamed = 0;
     loop {
         match due(&shared).await {
             Due::Stop => return,
             Due::Later => continue,
             Due::Now => {}
         }
-        let sent = send_batch(&shared, &mut client).await;
+        let sent = send_batch(&shared, &mut client, &mut streamed).await;
         seen = publish(&shared, seen, client.stats());
         match sent {
             Ok(()) => {
@@ -134,14 +139,21 @@ fn publish(shared: &RedisLink, seen: ClusterStats, now: ClusterStats) -> Cluster
 }
 
 /// Sends the batch at the head of the outbox (both steps) and pops it, answering its callers;
-/// `Err` keeps it queued to be sent again.
-async fn send_batch(shared: &RedisLink, client: &mut ClusterClient) -> Result<(), String> {
+/// `Err` keeps it queued to be sent again. `streamed`: how many head entries' stream entries
+/// are already in Redis (skipped; set once step 1 is answered, cleared once the batch is
+/// popped).
+async fn send_batch(
+    shared: &RedisLink,
+    client: &mut ClusterClient,
+    streamed: &mut usize,
+) -> Result<(), String> {
     let started = Instant::now();
     let plan = {
         let outbox = shared.outbox.borrow();
         Plan::of(
             outbox.batch(0, shared.cfg.flush_max_commands),
             shared.holders.as_deref(),
+            *streamed,
         )
     };
     if plan.entries == 0 {
@@ -157,6 +169,7 @@ async fn send_batch(shared: &RedisLink, client: &mut ClusterClient) -> Result<()
             settle(shared, owner, reply, &mut outcomes)?;
         }
     }
+    *streamed = (*streamed).max(plan.entries);
     if !plan.scripts.is_empty() {
         let replies = client
             .pipeline(&plan.scripts)
@@ -175,6 +188,7 @@ async fn send_batch(shared: &RedisLink, client: &mut ClusterClient) -> Result<()
     let m = shared.m();
     m.flush_seconds.observe(started.elapsed().as_nanos() as u64);
     m.batch_commands.observe(plan.commands as u64);
+    *streamed = 0;
     let mut outbox = shared.outbox.borrow_mut();
     outbox.complete(outcomes);
     m.pending_writes
@@ -294,7 +308,12 @@ struct Plan {
 }
 
 impl Plan {
-    fn of<'a>(batch: impl Iterator<Item = &'a Entry>, holders: Option<&dyn Holders>) -> Plan {
+    /// The plan of `batch`, leaving out the stream entries of its first `streamed` entries.
+    fn of<'a>(
+        batch: impl Iterator<Item = &'a Entry>,
+        holders: Option<&dyn Holders>,
+        streamed: usize,
+    ) -> Plan {
         let mut plan = Plan::default();
         // Partition → (owners, keys, commands), in the order of the outbox.
         let mut parts: BTreeMap<u32, (Vec<usize>, Vec<String>, Vec<redis::Cmd>)> = BTreeMap::new();
@@ -313,6 +332,7 @@ impl Plan {
                         }
                         cmds.push(cmd.clone());
                     }
+                    _ if i < streamed => {}
                     _ => {
                         plan.streams
                             .push(Routed::new(key.unwrap_or(&[]), cmd.clone()));
@@ -398,7 +418,7 @@ mod tests {
     #[test]
     fn stream_entries_go_first_and_each_partition_gets_one_ordered_script() {
         let o = outbox();
-        let plan = Plan::of(o.batch(0, 100), None);
+        let plan = Plan::of(o.batch(0, 100), None, 0);
         assert_eq!((plan.entries, plan.commands), (4, 5));
         assert_eq!(plan.streams.len(), 1);
         assert_eq!(plan.stream_owners, [1]);
@@ -423,6 +443,10 @@ mod tests {
         assert_eq!(names, ["HSET", "HDEL", "HDEL"]);
         assert!(!a[1].contains("FENCED"), "no lease check without holders");
         assert!(plan.unsent.is_empty());
+        // Sent again after its scripts failed: the stream entries Redis took are not repeated.
+        let again = Plan::of(o.batch(0, 100), None, 4);
+        assert!(again.streams.is_empty());
+        assert_eq!((again.entries, again.scripts.len()), (4, 2));
     }
 
     struct Only(u32);
@@ -436,7 +460,7 @@ mod tests {
     #[test]
     fn with_holders_a_partition_is_fenced_by_its_holder_and_an_unheld_one_is_not_sent() {
         let o = outbox();
-        let plan = Plan::of(o.batch(0, 100), Some(&Only(7)));
+        let plan = Plan::of(o.batch(0, 100), Some(&Only(7)), 0);
         assert_eq!(plan.groups.len(), 1);
         let a = args(&plan.scripts[0]);
         assert!(a[1].contains("FENCED"), "the fenced script");

@@ -22,6 +22,10 @@
 //! epoch counter replicated before it is what keeps an epoch from being handed out twice
 //! (see `docs/SCALING.md` for the replication caveat and `WAIT`).
 //!
+//! [`ordered`] is the same script without the check, for a store that holds no lease (a single
+//! node owns every partition): it keeps what the client alone cannot, a partition's writes in
+//! their order across redirects, in one atomic step.
+//!
 //! Every key a wrapped command touches must be in the partition's slot (declared in `KEYS`,
 //! as Redis Cluster requires of a script); [`fenced`] refuses any other.
 
