@@ -290,6 +290,10 @@ struct Group {
     owners: Vec<usize>,
 }
 
+/// A partition's part of a batch being planned: whose commands (entry indexes), the keys they
+/// touch, and the commands, in the outbox's order.
+type Pending = (Vec<usize>, Vec<String>, Vec<redis::Cmd>);
+
 /// A batch as the two steps send it.
 #[derive(Default)]
 struct Plan {
@@ -316,7 +320,7 @@ impl Plan {
     ) -> Plan {
         let mut plan = Plan::default();
         // Partition → (owners, keys, commands), in the order of the outbox.
-        let mut parts: BTreeMap<u32, (Vec<usize>, Vec<String>, Vec<redis::Cmd>)> = BTreeMap::new();
+        let mut parts: BTreeMap<u32, Pending> = BTreeMap::new();
         for (i, entry) in batch.enumerate() {
             plan.entries += 1;
             for cmd in std::iter::once(&entry.first).chain(entry.rest()) {
