@@ -259,6 +259,8 @@ fn serve_help_documents_every_option() {
         "--cores",
         "--pinning",
         "--redis",
+        "redis+cluster://",
+        "--advertise",
         "--store",
         "--data-dir",
         "--fsync",
@@ -404,6 +406,68 @@ fn sentinel_urls_and_wait_replicas_are_read_and_checked() {
         ..Default::default()
     };
     assert!(err_text(resolve(too_many, "")).contains("`redis_wait_replicas`"));
+}
+
+#[test]
+fn cluster_urls_and_advertise_are_read_and_checked() {
+    let resolve = |args: ServeArgs, text: &str| Config::resolve(file(text), &args);
+    let c = resolve(
+        ServeArgs::default(),
+        "redis = \"redis+cluster://10.0.0.1:7000,10.0.0.2:7000,[::1]:7001/\"\nadvertise = \"10.0.0.5:7480\"\nredis_wait_replicas = 1\n",
+    )
+    .expect("file");
+    assert_eq!(
+        (c.store, c.advertise.as_deref(), c.redis_wait_replicas),
+        (StoreChoice::Redis, Some("10.0.0.5:7480"), 1)
+    );
+    let cluster = |redis: &str, advertise: Option<&str>| ServeArgs {
+        redis: Some(redis.into()),
+        advertise: advertise.map(Into::into),
+        ..Default::default()
+    };
+    let ok = resolve(
+        cluster("redis+cluster://h1:7000/", Some("node-1.local:7480")),
+        "",
+    );
+    assert_eq!(
+        ok.map(|c| c.advertise),
+        Ok(Some("node-1.local:7480".into()))
+    );
+    assert_eq!(
+        resolve(cluster("redis+cluster://h1:7000/", None), "").map(|c| c.advertise),
+        Ok(None),
+        "a single node needs no advertised address"
+    );
+    for (url, why) in [
+        ("redis+cluster://h1:7000/0", "database 0"),
+        ("redis+cluster://h1/", "host:port"),
+        ("redis+cluster://h1:7000,/", "host:port"),
+        ("redis+cluster://h 1:7000/", "host"),
+        ("redis+cluster://h1:99999/", "1-65535"),
+        ("redis+cluster://::1:7000/", "[addr]:port"),
+    ] {
+        let e = err_text(resolve(cluster(url, None), ""));
+        assert!(e.contains("`redis`") && e.contains(why), "{url}: {e}");
+    }
+    for (redis, advertise, why) in [
+        ("redis+cluster://h1:7000/", "10.0.0.5", "host:port"),
+        ("redis+cluster://h1:7000/", "10.0.0.5:0", "1-65535"),
+        ("redis+cluster://h1:7000/", "0.0.0.0:7480", "wildcard"),
+        ("redis+cluster://h1:7000/", "[::]:7480", "wildcard"),
+        ("redis+cluster://h1:7000/", "bad host:7480", "host"),
+        ("redis://127.0.0.1:6379/", "10.0.0.5:7480", "Redis Cluster"),
+    ] {
+        let e = err_text(resolve(cluster(redis, Some(advertise)), ""));
+        assert!(
+            e.contains("`advertise`") && e.contains(why),
+            "{advertise}: {e}"
+        );
+    }
+    let alone = ServeArgs {
+        advertise: Some("10.0.0.5:7480".into()),
+        ..Default::default()
+    };
+    assert!(err_text(resolve(alone, "")).contains("Redis Cluster"));
 }
 
 #[test]

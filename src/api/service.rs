@@ -116,6 +116,17 @@ pub fn serve(config: Config) -> Result<(), String> {
             }
         }
     }
+    if let Some(url) = config
+        .redis
+        .as_deref()
+        .filter(|u| RedisConfig::new(*u).is_cluster())
+    {
+        tracing::info!(
+            redis = crate::config::mask_url(url),
+            advertise = config.advertise.as_deref().unwrap_or("-"),
+            "store: Redis Cluster; this node owns every partition (nodes do not yet share them: run one node per cluster)"
+        );
+    }
     match (config.store, &config.redis) {
         (StoreChoice::Redis, url) => tracing::info!(
             listen = %config.listen,

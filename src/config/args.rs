@@ -50,10 +50,17 @@ pub struct ServeArgs {
     #[arg(long, env = "PUNCTUAL_TRANSPARENT_HUGE_PAGES", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]
     pub transparent_huge_pages: Option<String>,
     /// Redis URL for the Redis store; implies --store redis. `redis://[user:pass@]host:port[/db]`,
-    /// or `redis+sentinel://[user:pass@]host:port[,host:port…]/<master-name>[/db]` to follow the
-    /// master that Redis Sentinel names through failovers.
+    /// `redis+sentinel://[user:pass@]host:port[,host:port…]/<master-name>[/db]` to follow the
+    /// master that Redis Sentinel names through failovers, or
+    /// `redis+cluster://[user:pass@]host:port[,host:port…]/` for a Redis Cluster (the hosts are
+    /// seeds; each command goes to its slot's master).
     #[arg(long, env = "PUNCTUAL_REDIS", value_name = "URL")]
     pub redis: Option<String>,
+    /// With a `redis+cluster://` store, the `host:port` other nodes reach this one's HTTP at,
+    /// and its id in the cluster. Checked and kept; in this build a node still owns every
+    /// partition, so run one node per cluster.
+    #[arg(long, env = "PUNCTUAL_ADVERTISE", value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
     /// Redis replicas that must hold a write before it is acknowledged (WAIT N after each
     /// pipeline), so that an acknowledged timer survives the loss of the master; 0 trusts the
     /// master alone [default: 0].

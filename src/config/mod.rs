@@ -117,6 +117,9 @@ pub struct Config {
     pub transparent_huge_pages: bool,
     pub redis: Option<String>,
     pub redis_wait_replicas: u32,
+    /// `host:port` this node is reached at by other nodes of a Redis Cluster store (its id);
+    /// checked and kept for the node's loop, which is not built yet.
+    pub advertise: Option<String>,
     pub spin_us: u64,
     pub ring_capacity: usize,
     pub shard_capacity: usize,
@@ -162,6 +165,7 @@ impl Default for Config {
             transparent_huge_pages: false,
             redis: None,
             redis_wait_replicas: 0,
+            advertise: None,
             spin_us: 100,
             ring_capacity: 65_536,
             shard_capacity: 10_000_000,
@@ -197,6 +201,7 @@ pub struct FileConfig {
     transparent_huge_pages: Option<bool>,
     redis: Option<String>,
     redis_wait_replicas: Option<u64>,
+    advertise: Option<String>,
     spin_us: Option<u64>,
     ring_capacity: Option<u64>,
     shard_capacity: Option<u64>,

@@ -132,6 +132,10 @@ impl Config {
             0,
             64,
         )? as u32;
+        let advertise = pick::<String>("advertise", &args.advertise, file.advertise)?;
+        if let Some(a) = &advertise {
+            check_advertise(a, redis.as_deref())?;
+        }
         if redis_wait_replicas > 0 && store != StoreChoice::Redis {
             return Err(invalid(
                 "redis_wait_replicas",
@@ -239,6 +243,7 @@ impl Config {
             transparent_huge_pages,
             redis,
             redis_wait_replicas,
+            advertise,
             spin_us: u(
                 "spin_us",
                 &args.spin_us,
@@ -379,4 +384,30 @@ fn check_rate(key: &str, t: &TenantConfig) -> Result<(), ConfigError> {
             Ok(())
         }
     }
+}
+
+/// `advertise` names a reachable `host:port` (not a wildcard address such as 0.0.0.0), and
+/// goes with a `redis+cluster://` store: it is a node's id among the nodes of one cluster.
+fn check_advertise(a: &str, redis: Option<&str>) -> Result<(), ConfigError> {
+    let (host, _) = crate::store::redis::authority::host_port(a.trim(), "advertise")
+        .map_err(|e| invalid("advertise", a, e))?;
+    if host
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+    {
+        return Err(invalid(
+            "advertise",
+            a,
+            "is a wildcard address; give the address other nodes reach this one at",
+        ));
+    }
+    let cluster = crate::store::redis::cluster::CLUSTER_SCHEME;
+    if !redis.is_some_and(|u| u.starts_with(cluster)) {
+        return Err(invalid(
+            "advertise",
+            a,
+            format!("applies to a Redis Cluster store only; set `redis` = {cluster}host:port,…/"),
+        ));
+    }
+    Ok(())
 }

@@ -76,6 +76,14 @@ pub struct StoreMetrics {
     pub fires_held: AtomicU64,
     /// Times the shard began holding fires back.
     pub fire_pauses_total: AtomicU64,
+    /// Redis Cluster: `MOVED` replies followed (a slot's master changed).
+    pub cluster_moved_total: AtomicU64,
+    /// Redis Cluster: `ASK` replies followed (a slot being migrated).
+    pub cluster_asked_total: AtomicU64,
+    /// Redis Cluster: slot maps read (at connect, after a failover or a lost connection).
+    pub cluster_refreshes_total: AtomicU64,
+    /// Partition scripts refused `FENCED` (another node holds the partition's lease).
+    pub fenced_total: AtomicU64,
     /// Journal: bytes written to segments (records, commit markers and block padding).
     pub journal_bytes_total: AtomicU64,
     /// Journal: records made durable (schedules, attempts, cancels, fires).
@@ -116,6 +124,10 @@ impl Default for StoreMetrics {
             recovery_duration_ns: AtomicU64::new(0),
             fires_held: AtomicU64::new(0),
             fire_pauses_total: AtomicU64::new(0),
+            cluster_moved_total: AtomicU64::new(0),
+            cluster_asked_total: AtomicU64::new(0),
+            cluster_refreshes_total: AtomicU64::new(0),
+            fenced_total: AtomicU64::new(0),
             journal_bytes_total: AtomicU64::new(0),
             journal_records_total: AtomicU64::new(0),
             journal_segments: AtomicU64::new(0),

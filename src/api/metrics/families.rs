@@ -32,6 +32,10 @@ pub(super) struct Row {
     pub recovery_seconds: f64,
     pub fires_held: u64,
     pub fire_pauses: u64,
+    pub cluster_moved: u64,
+    pub cluster_asked: u64,
+    pub cluster_refreshes: u64,
+    pub fenced: u64,
     pub journal_bytes: u64,
     pub journal_records: u64,
     pub journal_segments: u64,
@@ -66,6 +70,10 @@ pub(super) fn rows(handle: &Handle) -> Vec<Row> {
                 recoveries: get(|m| m.recoveries_total.load(Relaxed)),
                 recovered_timers: get(|m| m.recovered_timers.load(Relaxed)),
                 recovery_seconds: get(|m| m.recovery_duration_ns.load(Relaxed)) as f64 * 1e-9,
+                cluster_moved: get(|m| m.cluster_moved_total.load(Relaxed)),
+                cluster_asked: get(|m| m.cluster_asked_total.load(Relaxed)),
+                cluster_refreshes: get(|m| m.cluster_refreshes_total.load(Relaxed)),
+                fenced: get(|m| m.fenced_total.load(Relaxed)),
                 journal_bytes: get(|m| m.journal_bytes_total.load(Relaxed)),
                 journal_records: get(|m| m.journal_records_total.load(Relaxed)),
                 journal_segments: get(|m| m.journal_segments.load(Relaxed)),
@@ -174,7 +182,7 @@ pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 14] = [
 ];
 
 /// The store's families, one series per shard (zero without a durable store).
-pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 22] = [
+pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 26] = [
     (
         "punctual_store_flush_seconds",
         "Duration of one batch of durable writes: a Redis pipeline, or a journal group commit (write and fdatasync)",
@@ -264,6 +272,30 @@ pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 22] = [
         "Reconnections to Redis",
         MetricType::Counter,
         |r| Value::Counter(r.reconnects),
+    ),
+    (
+        "punctual_store_cluster_moved",
+        "Redis Cluster MOVED replies followed: a slot's master changed",
+        MetricType::Counter,
+        |r| Value::Counter(r.cluster_moved),
+    ),
+    (
+        "punctual_store_cluster_asked",
+        "Redis Cluster ASK replies followed: a slot was being migrated",
+        MetricType::Counter,
+        |r| Value::Counter(r.cluster_asked),
+    ),
+    (
+        "punctual_store_cluster_refreshes",
+        "Redis Cluster slot maps read: at connect, after a failover, a lost connection or redirects",
+        MetricType::Counter,
+        |r| Value::Counter(r.cluster_refreshes),
+    ),
+    (
+        "punctual_store_fenced",
+        "Partition scripts refused FENCED because another node holds the partition's lease",
+        MetricType::Counter,
+        |r| Value::Counter(r.fenced),
     ),
     (
         "punctual_store_errors",

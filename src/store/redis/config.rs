@@ -2,6 +2,7 @@
 //! it from its configuration), validated once on the caller's thread, with its defaults
 //! written in [`RedisConfig::new`].
 
+use super::cluster::ClusterConfig;
 use super::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::store::durable::Limits;
@@ -10,9 +11,10 @@ use std::time::Duration;
 /// How the store talks to Redis. Defaults are written in [`RedisConfig::new`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`, or
+    /// `redis://[user:password@]host:port[/db]`,
     /// `redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db]` for the
-    /// master that Redis Sentinel names (see `endpoint`).
+    /// master that Redis Sentinel names, or `redis+cluster://[user:password@]host:port[,…]/`
+    /// for a Redis Cluster (see `endpoint`).
     pub url: String,
     /// Longest a write waits in the outbox before its pipeline is sent (default 1 ms).
     pub flush_interval: Duration,
@@ -62,6 +64,11 @@ impl RedisConfig {
         }
     }
 
+    /// Whether the URL names a Redis Cluster (`redis+cluster://`).
+    pub fn is_cluster(&self) -> bool {
+        self.url.starts_with(super::cluster::CLUSTER_SCHEME)
+    }
+
     /// The parsed URL; an error names what is wrong with it.
     pub fn endpoint(&self) -> Result<Endpoint> {
         Endpoint::parse(&self.url)
@@ -79,6 +86,19 @@ impl RedisConfig {
             ));
         }
         self.endpoint()
+    }
+
+    /// The cluster client's settings for this store: the URL's seeds and credentials, the
+    /// store's I/O timeout and replicas to wait for, and calls that give up after about an ack
+    /// timeout (at least a second), so that the store task comes back to its outbox, answers
+    /// callers and backs off rather than sit in one call while a master is away.
+    pub(crate) fn cluster(&self, seeds: &ClusterConfig) -> ClusterConfig {
+        ClusterConfig {
+            io_timeout: self.io_timeout,
+            retry_for: self.ack_timeout.max(Duration::from_secs(1)),
+            wait_replicas: self.wait_replicas,
+            ..seeds.clone()
+        }
     }
 
     /// The outbox's bounds and what a refused or timed-out caller is told: a refused write

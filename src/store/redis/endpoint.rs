@@ -1,9 +1,15 @@
-//! Where the store's Redis is: one address, or a master that Redis Sentinel names.
+//! Where the store's Redis is: one address, a master that Redis Sentinel names, or a Redis
+//! Cluster.
 //!
 //! ```text
 //! redis://[user:password@]host:port[/db]
 //! redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db]
+//! redis+cluster://[user:password@]host:port[,host:port…]/
 //! ```
+//!
+//! A cluster's hosts are seeds for the slot map; the store talks to it through the cluster
+//! client (`cluster::client`, driven by `clustered`), never through [`connect`], which is for
+//! the first two forms.
 //!
 //! With sentinels, every connection starts by asking each of them for the master's address
 //! (`SENTINEL GET-MASTER-ADDR-BY-NAME`), takes the address most of them name, then checks
@@ -25,6 +31,7 @@
 //! Writes acknowledged by the old master in the moment before the announcement can still be
 //! lost; `wait_replicas` closes that gap (a partitioned master's replicas stop confirming).
 
+use super::cluster::{ClusterConfig, CLUSTER_SCHEME};
 use super::conn::{Conn, ConnError};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +55,9 @@ pub enum Endpoint {
         /// `+switch-master` announcements seen for this master, all shards together.
         switches: Arc<AtomicU64>,
     },
+    /// A Redis Cluster, found from these seeds (the I/O settings are the store's, set when the
+    /// store connects).
+    Cluster(ClusterConfig),
 }
 
 impl Endpoint {
@@ -56,11 +66,14 @@ impl Endpoint {
         if let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) {
             return parse_sentinel(rest);
         }
+        if url.starts_with(CLUSTER_SCHEME) {
+            return super::cluster::parse_url(url).map(Endpoint::Cluster);
+        }
         let info = url.into_connection_info().map_err(|e| e.to_string())?;
         match info.addr {
             ConnectionAddr::Tcp(..) => Ok(Endpoint::Direct(info)),
             _ => Err(format!(
-                "only redis://host:port[/db] (TCP) or {SENTINEL_SCHEME}host:port[,host:port…]/<master>[/db] is supported"
+                "only redis://host:port[/db] (TCP), {SENTINEL_SCHEME}host:port[,host:port…]/<master>[/db] or {CLUSTER_SCHEME}host:port[,host:port…]/ is supported"
             )),
         }
     }
@@ -69,7 +82,7 @@ impl Endpoint {
     /// before the count moved is to a master that may no longer be one.
     pub fn switches(&self) -> u64 {
         match self {
-            Endpoint::Direct(_) => 0,
+            Endpoint::Direct(_) | Endpoint::Cluster(_) => 0,
             Endpoint::Sentinel { switches, .. } => switches.load(Ordering::Acquire),
         }
     }
@@ -84,6 +97,10 @@ impl Endpoint {
                 let list: Vec<String> = sentinels.iter().map(|(h, p)| format!("{h}:{p}")).collect();
                 format!("master {master:?} of sentinels {}", list.join(","))
             }
+            Endpoint::Cluster(cfg) => {
+                let list: Vec<String> = cfg.seeds.iter().map(ToString::to_string).collect();
+                format!("Redis Cluster seeded by {}", list.join(","))
+            }
         }
     }
 }
@@ -92,7 +109,7 @@ fn parse_sentinel(rest: &str) -> Result<Endpoint, String> {
     let (authority, path) = rest
         .split_once('/')
         .ok_or("a sentinel URL needs /<master-name> after the sentinels")?;
-    let (sentinels, credentials) = parse_authority(authority, "sentinel")?;
+    let (sentinels, credentials) = super::authority::parse(authority, "sentinel")?;
     let mut parts = path.splitn(2, '/');
     let master = parts.next().unwrap_or_default();
     if master.is_empty() {
@@ -112,70 +129,13 @@ fn parse_sentinel(rest: &str) -> Result<Endpoint, String> {
     })
 }
 
-/// `[user:password@]host:port[,host:port…]`, the authority of a URL that names several
-/// servers: the servers, and the credentials (database 0). `what` names a server in errors.
-pub(super) fn parse_authority(
-    authority: &str,
-    what: &str,
-) -> Result<(Vec<(String, u16)>, RedisConnectionInfo), String> {
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
-    };
-    let mut servers = Vec::new();
-    for h in hosts.split(',') {
-        let (host, port) = h
-            .rsplit_once(':')
-            .ok_or_else(|| format!("{what} {h:?} needs host:port"))?;
-        let port: u16 = port
-            .parse()
-            .map_err(|_| format!("{what} {h:?}: port {port:?} is not a number 1-65535"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        if host.is_empty() || port == 0 {
-            return Err(format!("{what} {h:?} needs a host and a port 1-65535"));
-        }
-        servers.push((host.to_owned(), port));
-    }
-    let mut redis = RedisConnectionInfo::default();
-    if let Some(u) = userinfo {
-        let decode = |s: &str| {
-            percent_decode(s).ok_or_else(|| format!("credentials {s:?}: bad percent-encoding"))
-        };
-        match u.split_once(':') {
-            Some((user, pass)) => {
-                if !user.is_empty() {
-                    redis.username = Some(decode(user)?);
-                }
-                redis.password = Some(decode(pass)?);
-            }
-            None => redis.username = Some(decode(u)?),
-        }
-    }
-    Ok((servers, redis))
-}
-
-/// `%XX` sequences decoded, as in a URL's userinfo; `None` on a bad sequence or bad UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 /// Connects to where `endpoint` says the store's Redis is now.
 pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Conn, ConnError> {
     match endpoint {
         Endpoint::Direct(info) => Conn::connect(info, timeout).await,
+        Endpoint::Cluster(_) => Err(ConnError::Handshake(
+            "a Redis Cluster is reached through the cluster client, not one connection".into(),
+        )),
         Endpoint::Sentinel {
             sentinels,
             master,

@@ -48,29 +48,10 @@ pub(crate) async fn run(shared: Rc<RedisLink>, mut conn: Option<Conn>) {
     // The master switches announced when `conn` was made (see `endpoint`).
     let mut switches = shared.endpoint.switches();
     loop {
-        shared.expire();
-        let (len, oldest, fires) = {
-            let o = shared.outbox.borrow();
-            (o.len(), o.acks.queued_at(0), o.acks.has_fires())
-        };
-        let closing = shared.closing.get();
-        if len == 0 {
-            if closing {
-                return;
-            }
-            let listener = shared.wake.listen();
-            if shared.outbox.borrow().is_empty() && !shared.closing.get() {
-                listener.await;
-            }
-            continue;
-        }
-        let age = oldest.map_or(Duration::ZERO, |t| t.elapsed());
-        let batch_more = len < shared.cfg.flush_max_commands && age < shared.cfg.flush_interval;
-        if !closing && !fires && batch_more {
-            let listener = shared.wake.listen();
-            let wait = capped(shared.cfg.flush_interval.saturating_sub(age));
-            futures_lite::future::or(listener, glommio::timer::sleep(wait)).await;
-            continue;
+        match due(&shared).await {
+            Due::Stop => return,
+            Due::Later => continue,
+            Due::Now => {}
         }
         if conn.is_some() && shared.endpoint.switches() != switches {
             tracing::info!(
@@ -102,6 +83,47 @@ pub(crate) async fn run(shared: Rc<RedisLink>, mut conn: Option<Conn>) {
             }
         }
     }
+}
+
+/// Whether the outbox holds a batch to write now.
+pub(crate) enum Due {
+    /// Closing, and nothing is left: the task ends.
+    Stop,
+    /// Waited for a kick or the batching interval: look again.
+    Later,
+    /// A fire waits, enough writes wait, the oldest waited `flush_interval`, or the store closes.
+    Now,
+}
+
+/// Answers callers whose ack timed out, then waits (for the shard's kick or the batching
+/// interval) unless a batch is due now: the loop head of both store tasks (this one and
+/// `clustered`'s).
+pub(crate) async fn due(shared: &RedisLink) -> Due {
+    shared.expire();
+    let (len, oldest, fires) = {
+        let o = shared.outbox.borrow();
+        (o.len(), o.acks.queued_at(0), o.acks.has_fires())
+    };
+    let closing = shared.closing.get();
+    if len == 0 {
+        if closing {
+            return Due::Stop;
+        }
+        let listener = shared.wake.listen();
+        if shared.outbox.borrow().is_empty() && !shared.closing.get() {
+            listener.await;
+        }
+        return Due::Later;
+    }
+    let age = oldest.map_or(Duration::ZERO, |t| t.elapsed());
+    let batch_more = len < shared.cfg.flush_max_commands && age < shared.cfg.flush_interval;
+    if !closing && !fires && batch_more {
+        let listener = shared.wake.listen();
+        let wait = capped(shared.cfg.flush_interval.saturating_sub(age));
+        futures_lite::future::or(listener, glommio::timer::sleep(wait)).await;
+        return Due::Later;
+    }
+    Due::Now
 }
 
 /// A pipeline written and not yet answered.

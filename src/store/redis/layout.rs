@@ -19,6 +19,16 @@ pub fn timers_key_static(partition: u32) -> &'static str {
     keys.get(partition as usize).map_or("", String::as_str)
 }
 
+/// The partition whose hash tag `key` carries (`punctual:{p<N>}:…`, N written as
+/// [`timers_key`] writes it), if any: where a routed command belongs.
+pub fn partition_of_key(key: &[u8]) -> Option<u32> {
+    let rest = key.strip_prefix(b"punctual:{p")?;
+    let end = rest.iter().position(|&b| b == b'}')?;
+    let digits = std::str::from_utf8(&rest[..end]).ok()?;
+    let n: u32 = digits.parse().ok()?;
+    (n < PARTITIONS && n.to_string() == digits).then_some(n)
+}
+
 /// Partition `p`'s lease: `<node>:<epoch>` of the node that owns it, with a TTL
 /// (`punctual:{p<p>}:lease`, in the partition's own slot, so that a fenced write checks it
 /// where the partition's data lives; see `store::redis::cluster::fence`).

@@ -21,9 +21,10 @@
 //! shard count. Shard `s` of `S` owns (and routes, see `Handle::shard_for`) the partitions
 //! with `N mod S == s`, so recovery after a restart with another shard count loads every
 //! partition exactly once. Every key carries a hash tag, so the keys place themselves on a
-//! Redis Cluster's slots unchanged. This build talks to one Redis endpoint; a cluster client
-//! would also have to split a fire's transaction, whose two keys lie in different slots, into
-//! `XADD` then `HDEL` (an order that can only duplicate, never lose).
+//! Redis Cluster's slots unchanged. Over a Redis Cluster (`redis+cluster://`) the store task
+//! is `clustered`: a fire's transaction, whose two keys lie in different slots, becomes the
+//! `XADD` then the partition's script with the `HDEL` (an order that can only duplicate,
+//! never lose), and what is said below of `MULTI`/`EXEC` holds per partition script.
 //!
 //! What each operation writes:
 //!
@@ -72,7 +73,9 @@
 //! property of one Redis connection, so the Redis store writes the entry (built by
 //! `fired`) rather than a separate sink.
 
+pub mod authority;
 pub mod cluster;
+pub mod clustered;
 pub mod config;
 pub mod conn;
 pub mod dead;
@@ -80,6 +83,7 @@ pub mod endpoint;
 pub mod fired;
 pub mod flush;
 pub mod layout;
+pub mod link;
 pub mod outbox;
 pub mod recover;
 pub mod replies;
@@ -106,6 +110,9 @@ pub(crate) struct RedisLink {
     pub core: Durable<Outbox>,
     pub cfg: RedisConfig,
     pub endpoint: Endpoint,
+    /// Over a cluster, who holds each partition's lease, to fence the writes with; `None`:
+    /// this node owns every partition and writes unfenced (see `clustered`).
+    pub holders: Option<Arc<dyn clustered::Holders>>,
 }
 
 impl std::ops::Deref for RedisLink {
@@ -139,6 +146,7 @@ pub(crate) fn test_link(cfg: RedisConfig) -> RedisLink {
         core: Durable::new(cfg.limits(), 0, 1, Default::default(), Outbox::new),
         cfg,
         endpoint,
+        holders: None,
     }
 }
 
@@ -156,21 +164,51 @@ impl RedisStore {
         shards: usize,
         metrics: Arc<ShardMetrics>,
     ) -> RedisStore {
+        RedisStore::with_holders(cfg, endpoint, shard, shards, metrics, None)
+    }
+
+    /// [`RedisStore::new`] for a node that shares a Redis Cluster with others: each
+    /// partition's writes are fenced with the lease holder that `holders` names for it, and
+    /// none are sent for a partition it names no holder for. The seam for the node's lease
+    /// loop; a store made with `new` owns every partition.
+    pub fn fenced(
+        cfg: RedisConfig,
+        endpoint: Endpoint,
+        shard: usize,
+        shards: usize,
+        metrics: Arc<ShardMetrics>,
+        holders: Arc<dyn clustered::Holders>,
+    ) -> RedisStore {
+        RedisStore::with_holders(cfg, endpoint, shard, shards, metrics, Some(holders))
+    }
+
+    fn with_holders(
+        cfg: RedisConfig,
+        endpoint: Endpoint,
+        shard: usize,
+        shards: usize,
+        metrics: Arc<ShardMetrics>,
+        holders: Option<Arc<dyn clustered::Holders>>,
+    ) -> RedisStore {
         metrics.store.set_state(StoreState::Connecting);
         RedisStore {
             shared: Rc::new(RedisLink {
                 core: Durable::new(cfg.limits(), shard, shards, metrics, Outbox::new),
                 cfg,
                 endpoint,
+                holders,
             }),
             task: None,
         }
     }
 
-    /// Starts the store task with the connection recovery left open.
-    fn start(&mut self, conn: conn::Conn) {
+    /// Starts the store task with the connection (or cluster client) recovery left open.
+    fn start(&mut self, link: link::Link) {
         let shared = self.shared.clone();
-        self.task = Some(glommio::spawn_local(flush::run(shared, Some(conn))));
+        self.task = Some(match link {
+            link::Link::Single(conn) => glommio::spawn_local(flush::run(shared, Some(conn))),
+            link::Link::Cluster(client) => glommio::spawn_local(clustered::run(shared, client)),
+        });
         if self.shared.shard == 0 {
             glommio::spawn_local(streams::run(self.shared.clone())).detach();
             let shared = self.shared.clone();

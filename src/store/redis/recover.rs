@@ -9,11 +9,17 @@
 //!
 //! A failure midway (connection lost, error reply) starts the load again on a new connection:
 //! inserting a timer twice is an upsert with the same version, so a restart is harmless.
+//!
+//! Over a Redis Cluster the same scans go through the cluster client: each `HSCAN` to the
+//! master of its partition's slot, the eight of a window grouped by master, redirects
+//! followed. A slot that moves between two pages is followed by `MOVED`; the cursor stays
+//! valid because a slot migrates whole hashes (`MIGRATE` moves a key at once).
 
-use super::conn::Conn;
+use super::cluster::Routed;
 use super::dead::dead_key;
 use super::flush::pause;
 use super::layout::{decode_record, parse_field, partition_of, timers_key, PARTITIONS};
+use super::link::Link;
 use super::RedisLink;
 use crate::metrics::{StoreMetrics, StoreState};
 use crate::store::Recovered;
@@ -26,13 +32,13 @@ use std::time::{Duration, Instant};
 const WINDOW: usize = 8;
 
 /// Connects (retrying with backoff while Redis is unreachable) and loads the shard's
-/// partitions, handing each timer to `insert`. Returns the connection for the store task, or `None` if `stop`
-/// was set first.
+/// partitions, handing each timer to `insert`. Returns the connection (or cluster client) for
+/// the store task, or `None` if `stop` was set first.
 pub(crate) async fn recover(
     shared: &RedisLink,
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
     stop: &AtomicBool,
-) -> Option<Conn> {
+) -> Option<Link> {
     let started = Instant::now();
     let mut backoff = Duration::from_millis(10);
     let mut warned = false;
@@ -41,8 +47,7 @@ pub(crate) async fn recover(
             return None;
         }
         shared.m().set_state(StoreState::Connecting);
-        let mut conn = match super::endpoint::connect(&shared.endpoint, shared.cfg.io_timeout).await
-        {
+        let mut conn = match Link::connect(shared).await {
             Ok(c) => c,
             Err(e) => {
                 StoreMetrics::count(&shared.m().errors_total, 1);
@@ -78,7 +83,7 @@ pub(crate) async fn recover(
 /// Loads every owned partition; the number of timers loaded.
 async fn load(
     shared: &RedisLink,
-    conn: &mut Conn,
+    conn: &mut Link,
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
 ) -> Result<u64, String> {
     let mut todo = (0..PARTITIONS)
@@ -104,18 +109,18 @@ async fn load(
             }
             return Ok(loaded);
         }
-        for (_, hash, cursor) in &active {
-            redis::cmd("HSCAN")
-                .arg(hash)
-                .arg(&cursor[..])
-                .arg("COUNT")
-                .arg(shared.cfg.recovery_page)
-                .write_packed_command(conn.out());
-        }
-        let replies = conn
-            .round_trip(active.len())
-            .await
-            .map_err(|e| e.to_string())?;
+        let scans: Vec<Routed> = active
+            .iter()
+            .map(|(_, hash, cursor)| {
+                let mut scan = redis::cmd("HSCAN");
+                scan.arg(hash)
+                    .arg(&cursor[..])
+                    .arg("COUNT")
+                    .arg(shared.cfg.recovery_page);
+                Routed::new(hash, scan)
+            })
+            .collect();
+        let replies = conn.round(&scans).await?;
         let mut next = Vec::with_capacity(WINDOW);
         for ((p, hash, _), reply) in active.drain(..).zip(replies) {
             let (cursor, items) = match reply {

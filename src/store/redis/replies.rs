@@ -33,7 +33,8 @@ impl Shape {
     }
 }
 
-fn transient(code: &str) -> bool {
+/// Whether an error reply with this code clears up by itself (the write is sent again).
+pub(crate) fn transient(code: &str) -> bool {
     matches!(
         code,
         "OOM"

@@ -7,6 +7,10 @@
 //! replies. The figures are published for exporters under a mutex that only this task and a
 //! scrape take, never the shard's loop.
 //!
+//! Over a Redis Cluster the streams lie on every master: each period the slot map is read
+//! again and each master is scanned on a connection of its own (a stream that a reshard moves
+//! between two scans is counted once, at its longest).
+//!
 //! Trimming (`MAXLEN ~`) drops the oldest entries whether or not a consumer read them, so
 //! this length has to stay well under the configured maximum.
 //!
@@ -14,7 +18,9 @@
 //! keep a series each and the rest show as one `tenant="other"` line, their longest; a
 //! tenant's line goes when its stream does (each sample replaces the last).
 
+use super::cluster::{ClusterClient, ClusterConfig};
 use super::conn::Conn;
+use super::endpoint::Endpoint;
 use super::RedisLink;
 use crate::metrics::{OTHER_TENANTS, TENANT_SERIES};
 use redis::Value;
@@ -27,6 +33,10 @@ use std::time::Duration;
 pub const PERIOD: Duration = Duration::from_secs(5);
 
 pub(crate) async fn run(shared: Rc<RedisLink>) {
+    if let Endpoint::Cluster(seeds) = &shared.endpoint {
+        let cfg = shared.cfg.cluster(seeds);
+        return run_cluster(&shared, cfg).await;
+    }
     let mut conn: Option<Conn> = None;
     while !shared.closing.get() {
         if conn.is_none() {
@@ -53,10 +63,60 @@ pub(crate) async fn run(shared: Rc<RedisLink>) {
     }
 }
 
+/// [`run`] over a Redis Cluster: every master sampled, each period.
+async fn run_cluster(shared: &RedisLink, cfg: ClusterConfig) {
+    let mut client: Option<ClusterClient> = None;
+    while !shared.closing.get() {
+        if client.is_none() {
+            client = ClusterClient::connect(cfg.clone()).await.ok();
+        }
+        if let Some(c) = client.as_mut() {
+            match sample_cluster(c, &cfg).await {
+                Ok(lengths) => {
+                    if let Ok(mut m) = shared.m().stream_lengths.lock() {
+                        *m = lengths;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "store: stream lengths not sampled");
+                    client = None;
+                }
+            }
+        }
+        glommio::timer::sleep(PERIOD).await;
+    }
+}
+
+/// [`sample`] of every master the slot map names now.
+async fn sample_cluster(
+    client: &mut ClusterClient,
+    cfg: &ClusterConfig,
+) -> Result<Vec<(String, u64)>, String> {
+    client.refresh().await.map_err(|e| e.to_string())?;
+    let mut longest = Longest::default();
+    for at in client.map().masters().to_vec() {
+        let info = redis::ConnectionInfo {
+            addr: redis::ConnectionAddr::Tcp(at.host.clone(), at.port),
+            redis: cfg.redis.clone(),
+        };
+        let mut conn = Conn::connect(&info, cfg.io_timeout)
+            .await
+            .map_err(|e| format!("{at}: {e}"))?;
+        sample_into(&mut conn, &mut longest).await?;
+    }
+    Ok(longest.finish())
+}
+
 /// (tenant, XLEN) of the longest fired streams ([`Longest`]), one `SCAN` page at a time, so
 /// that neither this task's memory nor the exposition grows with the number of tenants.
 async fn sample(conn: &mut Conn) -> Result<Vec<(String, u64)>, String> {
     let mut longest = Longest::default();
+    sample_into(conn, &mut longest).await?;
+    Ok(longest.finish())
+}
+
+/// Adds the streams of the server `conn` is connected to to `longest`.
+async fn sample_into(conn: &mut Conn, longest: &mut Longest) -> Result<(), String> {
     let mut cursor = b"0".to_vec();
     loop {
         redis::cmd("SCAN")
@@ -101,7 +161,7 @@ async fn sample(conn: &mut Conn) -> Result<Vec<(String, u64)>, String> {
             break;
         }
     }
-    Ok(longest.finish())
+    Ok(())
 }
 
 /// The [`TENANT_SERIES`] longest streams by tenant, and the longest of the rest under
@@ -119,6 +179,13 @@ impl Longest {
         if tenant == OTHER_TENANTS {
             self.fold(len);
             return;
+        }
+        // Seen already (a cluster's stream moved between two masters' scans): the longest.
+        if let Some(Reverse((seen, _))) = self.top.iter().find(|Reverse((_, t))| t == tenant) {
+            if *seen >= len {
+                return;
+            }
+            self.top.retain(|Reverse((_, t))| t != tenant);
         }
         self.top.push(Reverse((len, tenant.to_string())));
         if self.top.len() > TENANT_SERIES {
@@ -166,6 +233,7 @@ mod tests {
         let mut few = Longest::default();
         few.add("b", 2);
         few.add("a", 1);
+        few.add("b", 1);
         assert_eq!(few.finish(), [("a".to_string(), 1), ("b".to_string(), 2)]);
     }
 }

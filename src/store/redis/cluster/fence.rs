@@ -22,6 +22,10 @@
 //! epoch counter replicated before it is what keeps an epoch from being handed out twice
 //! (see `docs/SCALING.md` for the replication caveat and `WAIT`).
 //!
+//! [`ordered`] is the same script without the check, for a store that holds no lease (a single
+//! node owns every partition): it keeps what the client alone cannot, a partition's writes in
+//! their order across redirects, in one atomic step.
+//!
 //! Every key a wrapped command touches must be in the partition's slot (declared in `KEYS`,
 //! as Redis Cluster requires of a script); [`fenced`] refuses any other.
 
@@ -32,11 +36,22 @@ use crate::store::redis::layout;
 /// The error code of a write refused because the lease is not the writer's.
 pub const FENCED: &str = "FENCED";
 
-const SCRIPT: &str = r"
+/// The lease check that opens a fenced write.
+macro_rules! check {
+    () => {
+        r"
 local held = redis.call('GET', KEYS[1])
 if held ~= ARGV[1] then
   return redis.error_reply('FENCED partition lease is ' .. (held or 'free') .. ', not ' .. ARGV[1])
 end
+"
+    };
+}
+
+/// Runs the `n` wrapped commands in order and returns their replies.
+macro_rules! body {
+    () => {
+        r"
 local n = tonumber(ARGV[2])
 local at = 3
 local out = {}
@@ -50,7 +65,16 @@ for c = 1, n do
   at = at + argc + 1
 end
 return out
-";
+"
+    };
+}
+
+const FENCED_SCRIPT: &str = concat!(check!(), body!());
+
+/// The same commands, in order, without the lease check: for a store that holds no lease (a
+/// single node, which owns every partition). The arguments are laid out as for a fenced
+/// write, so the two differ in the check alone.
+const ORDERED_SCRIPT: &str = body!();
 
 /// Why a fenced write could not be built.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -75,6 +99,26 @@ pub fn fenced(
     keys: &[&str],
     commands: &[redis::Cmd],
 ) -> Result<Routed, FenceError> {
+    script(partition, Some(holder), keys, commands)
+}
+
+/// `commands`, which touch `keys` (all of partition `partition`'s slot), run in order as one
+/// script, whoever holds the lease: the writes of a node that owns every partition. Its reply
+/// is an array of the commands' replies.
+pub fn ordered(
+    partition: u32,
+    keys: &[&str],
+    commands: &[redis::Cmd],
+) -> Result<Routed, FenceError> {
+    script(partition, None, keys, commands)
+}
+
+fn script(
+    partition: u32,
+    holder: Option<&str>,
+    keys: &[&str],
+    commands: &[redis::Cmd],
+) -> Result<Routed, FenceError> {
     if commands.is_empty() {
         return Err(FenceError::Empty);
     }
@@ -88,13 +132,13 @@ pub fn fenced(
         });
     }
     let mut eval = redis::cmd("EVAL");
-    eval.arg(SCRIPT)
+    eval.arg(holder.map_or(ORDERED_SCRIPT, |_| FENCED_SCRIPT))
         .arg(1 + keys.len())
         .arg(layout::lease_key(partition));
     for k in keys {
         eval.arg(*k);
     }
-    eval.arg(holder).arg(commands.len());
+    eval.arg(holder.unwrap_or("")).arg(commands.len());
     for c in commands {
         let args: Vec<&[u8]> = c
             .args_iter()

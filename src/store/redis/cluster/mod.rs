@@ -11,10 +11,10 @@
 //! client knows answers. The layout needs nothing new: every key of partition N carries the
 //! hash tag `{p<N>}`, so a partition is one slot and a script may touch all its keys.
 //!
-//! Nothing here is used by a `redis://` or `redis+sentinel://` store: those connect as
-//! before (`endpoint`). See `docs/SCALING.md` for how the cluster client, the partition
-//! leases (`crate::cluster`) and the fenced writes (`fence`) fit together, and what is not
-//! built yet.
+//! A `redis+cluster://` store runs its writes, recovery and stream sampling through the client
+//! (`store::redis::clustered`); a `redis://` or `redis+sentinel://` store connects as before
+//! (`endpoint`). See `docs/SCALING.md` for how the cluster client, the partition leases
+//! (`crate::cluster`) and the fenced writes (`fence`) fit together, and what is not built yet.
 
 pub mod client;
 pub mod fence;
@@ -39,7 +39,7 @@ pub fn parse_url(url: &str) -> Result<ClusterConfig, String> {
             "a cluster URL ends after its hosts (a cluster has database 0 only), not /{path}"
         ));
     }
-    let (hosts, redis) = super::endpoint::parse_authority(authority, "cluster node")?;
+    let (hosts, redis) = super::authority::parse(authority, "cluster node")?;
     let seeds = hosts
         .into_iter()
         .map(|(host, port)| Addr { host, port })

@@ -1,0 +1,509 @@
+//! The store task over a Redis Cluster (`redis+cluster://`): the outbox written through the
+//! cluster client, each command routed to the master of its slot.
+//!
+//! # One batch, walked through
+//!
+//! The outbox holds the shard's writes in order: `HSET`/`HDEL` of a partition's hash
+//! (`punctual:{pN}:timers`, `punctual:{pN}:dead`), and the stream entries of fires and dead
+//! letters (`XADD punctual:fired:{<tenant>}`, `XADD punctual:dead:{<tenant>}`). On one Redis a
+//! fire's `XADD` and `HDEL` are one `MULTI`/`EXEC`; here they lie in two slots (the tenant's and
+//! the partition's), possibly on two masters, and `MULTI`/`EXEC` does not route. So a batch
+//! (up to `flush_max_commands` commands, whole entries) is sent in two steps:
+//!
+//! 1. **The stream entries**, every `XADD` of the batch, in one call of the client.
+//! 2. **One script per partition** holding that partition's commands of the batch in the
+//!    outbox's order (`fence::ordered`, or `fence::fenced` when the store is given the
+//!    partition's lease holder): a script runs atomically on its slot's master, so a
+//!    partition's writes apply in order, whatever the redirects, and a dead letter's `HSET` and
+//!    the pending record's `HDEL` apply together.
+//!
+//! Only when both steps are answered is the batch popped and its callers acknowledged.
+//!
+//! ```text
+//!   outbox:  HSET p7 a | XADD {shop} a + HDEL p7 a | HSET p9 b | HDEL p7 c
+//!   step 1:  XADD {shop} a                           → master of slot({shop})
+//!   step 2:  EVAL [HSET p7 a, HDEL p7 a, HDEL p7 c]   → master of slot({p7})
+//!            EVAL [HSET p9 b]                         → master of slot({p9})
+//! ```
+//!
+//! # What a crash or a failure leaves
+//!
+//! The order (stream entry first, record's removal second) is the one `docs/SCALING.md` sets
+//! for "a fire spans two slots": a process that dies, or a call that fails, between the steps
+//! leaves the record, so the timer is recovered and fired again: a stream entry may repeat
+//! (same key and version, which consumers de-duplicate on), never go missing. A failed call
+//! (the client gave up after its `retry_for`, about an ack timeout) keeps the whole batch
+//! queued, and the task backs off and sends it again: `HSET` of a whole record and `HDEL` are
+//! assignments, so a script applied twice leaves what it left once. Stream entries that Redis
+//! took in step 1 are not sent again when only step 2 failed (the task remembers how many head
+//! entries are streamed), so an outage of one master does not add an entry per retry.
+//!
+//! A script answered `FENCED` (another node holds the partition's lease) applies nothing; its
+//! entries are answered `StoreUnavailable` and dropped from the outbox, not sent again: the
+//! partition's new owner has its records and fires them. With a holder source but no holder
+//! for a partition, nothing is sent for it, with the same outcome.
+//!
+//! # What runs where, and what grows
+//!
+//! The task runs on the shard's executor, as `flush` does; the client's connections are the
+//! store's own glommio sockets, and host names are resolved off the thread (`crate::resolve`).
+//! One batch is in flight at a time (the client's calls take it `&mut`). While a master does
+//! not answer, its commands hold the batch, so the outbox fills behind it and is bounded as on
+//! one Redis (`max_buffered`, `max_buffered_fires`: registrations get 503, fires wait in the
+//! wheel). A tenant shares the batch with every other: a slot that is down delays every
+//! tenant's writes of this shard, as one Redis that is down does.
+//!
+//! # Cost model
+//!
+//! Per batch: one client call for the stream entries and one for the scripts, each a pipeline
+//! per master (sent one master after another); per partition touched, one `EVAL` carrying the
+//! script's text (about 400 bytes) and its commands' arguments copied once. Per command, a
+//! look at its first two arguments to find its partition.
+
+use super::cluster::fence::{self, is_fenced};
+use super::cluster::{ClusterClient, ClusterStats, Routed};
+use super::flush::{due, pause, Due};
+use super::layout::partition_of_key;
+use super::outbox::Entry;
+use super::replies::transient;
+use super::RedisLink;
+use crate::error::Error;
+use crate::metrics::{StoreMetrics, StoreState};
+use redis::Value;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+const BACKOFF_START: Duration = Duration::from_millis(10);
+
+/// Who holds each partition's lease, for fenced writes: `<node>:<epoch>`, or `None` when this
+/// node does not hold the partition (its writes are then not sent). Given by the node's lease
+/// loop; a store without one (a single node, which owns every partition) writes unfenced.
+pub trait Holders: Send + Sync {
+    fn holder(&self, partition: u32) -> Option<String>;
+}
+
+pub(crate) async fn run(shared: Rc<RedisLink>, mut client: ClusterClient) {
+    let mut backoff = BACKOFF_START;
+    let mut failing = false;
+    let mut seen = client.stats();
+    // Entries at the head of the outbox whose stream entries Redis already took: a batch sent
+    // again after its scripts failed does not add them again.
+    let mut streamed = 0;
+    loop {
+        match due(&shared).await {
+            Due::Stop => return,
+            Due::Later => continue,
+            Due::Now => {}
+        }
+        let sent = send_batch(&shared, &mut client, &mut streamed).await;
+        seen = publish(&shared, seen, client.stats());
+        match sent {
+            Ok(()) => {
+                backoff = BACKOFF_START;
+                if failing {
+                    failing = false;
+                    shared.m().set_state(StoreState::Ready);
+                    tracing::info!(
+                        shard = shared.shard,
+                        "store: the cluster takes writes again; replaying buffered writes"
+                    );
+                }
+            }
+            Err(reason) => {
+                StoreMetrics::count(&shared.m().errors_total, 1);
+                if !failing {
+                    tracing::warn!(shard = shared.shard, %reason, "store: batch not applied on the cluster; sending it again after a backoff");
+                }
+                failing = true;
+                shared.m().set_state(StoreState::Reconnecting);
+                if shared.closing.get() {
+                    return;
+                }
+                pause(&shared, &mut backoff).await;
+            }
+        }
+    }
+}
+
+/// Adds what the client did since `seen` to the store's counters; the client's totals now.
+fn publish(shared: &RedisLink, seen: ClusterStats, now: ClusterStats) -> ClusterStats {
+    let m = shared.m();
+    StoreMetrics::count(&m.cluster_moved_total, now.moved.saturating_sub(seen.moved));
+    StoreMetrics::count(&m.cluster_asked_total, now.asked.saturating_sub(seen.asked));
+    StoreMetrics::count(
+        &m.cluster_refreshes_total,
+        now.refreshes.saturating_sub(seen.refreshes),
+    );
+    now
+}
+
+/// Sends the batch at the head of the outbox (both steps) and pops it, answering its callers;
+/// `Err` keeps it queued to be sent again. `streamed`: how many head entries' stream entries
+/// are already in Redis (skipped; set once step 1 is answered, cleared once the batch is
+/// popped).
+async fn send_batch(
+    shared: &RedisLink,
+    client: &mut ClusterClient,
+    streamed: &mut usize,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let plan = {
+        let outbox = shared.outbox.borrow();
+        Plan::of(
+            outbox.batch(0, shared.cfg.flush_max_commands),
+            shared.holders.as_deref(),
+            *streamed,
+        )
+    };
+    if plan.entries == 0 {
+        return Ok(());
+    }
+    let mut outcomes: Vec<Result<(), Error>> = (0..plan.entries).map(|_| Ok(())).collect();
+    if !plan.streams.is_empty() {
+        let replies = client
+            .pipeline(&plan.streams)
+            .await
+            .map_err(|e| e.to_string())?;
+        for (&owner, reply) in plan.stream_owners.iter().zip(replies) {
+            settle(shared, owner, reply, &mut outcomes)?;
+        }
+    }
+    *streamed = (*streamed).max(plan.entries);
+    if !plan.scripts.is_empty() {
+        let replies = client
+            .pipeline(&plan.scripts)
+            .await
+            .map_err(|e| e.to_string())?;
+        for (group, reply) in plan.groups.iter().zip(replies) {
+            settle_script(shared, group, reply, &mut outcomes)?;
+        }
+    }
+    for group in &plan.unsent {
+        refuse(shared, group, "this node holds no lease for the partition");
+        for &owner in &group.owners {
+            outcomes[owner] = Err(shared.unavailable());
+        }
+    }
+    let m = shared.m();
+    m.flush_seconds.observe(started.elapsed().as_nanos() as u64);
+    m.batch_commands.observe(plan.commands as u64);
+    *streamed = 0;
+    let mut outbox = shared.outbox.borrow_mut();
+    outbox.complete(outcomes);
+    m.pending_writes
+        .store(outbox.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    shared.expire_in(&mut outbox.acks);
+    Ok(())
+}
+
+/// One command's reply, for its entry: an error that is transient sends the batch again; any
+/// other fails the entry for good (logged, its caller answered `StoreUnavailable`).
+fn settle(
+    shared: &RedisLink,
+    owner: usize,
+    reply: Value,
+    outcomes: &mut [Result<(), Error>],
+) -> Result<(), String> {
+    let Value::ServerError(e) = reply else {
+        return Ok(());
+    };
+    let reason = format!("Redis answered {} {}", e.code(), e.details().unwrap_or(""));
+    StoreMetrics::count(&shared.m().errors_total, 1);
+    if transient(e.code()) {
+        return Err(reason);
+    }
+    tracing::error!(shard = shared.shard, %reason, "store: Redis refused a write for good");
+    if let Some(o) = outcomes.get_mut(owner) {
+        *o = Err(shared.unavailable());
+    }
+    Ok(())
+}
+
+/// A partition script's reply: an array of its commands' replies, `FENCED`, or an error of
+/// the script as a whole.
+fn settle_script(
+    shared: &RedisLink,
+    group: &Group,
+    reply: Value,
+    outcomes: &mut [Result<(), Error>],
+) -> Result<(), String> {
+    match reply {
+        Value::Array(items) if items.len() == group.owners.len() => {
+            for (&owner, item) in group.owners.iter().zip(items) {
+                settle(shared, owner, item, outcomes)?;
+            }
+            Ok(())
+        }
+        ref fenced if is_fenced(fenced) => {
+            StoreMetrics::count(&shared.m().fenced_total, 1);
+            refuse(
+                shared,
+                group,
+                "FENCED: another node holds the partition's lease",
+            );
+            for &owner in &group.owners {
+                outcomes[owner] = Err(shared.unavailable());
+            }
+            Ok(())
+        }
+        Value::ServerError(e) if transient(e.code()) => {
+            StoreMetrics::count(&shared.m().errors_total, 1);
+            Err(format!(
+                "Redis answered {} {}",
+                e.code(),
+                e.details().unwrap_or("")
+            ))
+        }
+        Value::ServerError(e) => {
+            StoreMetrics::count(&shared.m().errors_total, 1);
+            let reason = format!("Redis answered {} {}", e.code(), e.details().unwrap_or(""));
+            tracing::error!(shard = shared.shard, partition = group.partition, %reason, "store: Redis refused a partition's writes for good");
+            for &owner in &group.owners {
+                outcomes[owner] = Err(shared.unavailable());
+            }
+            Ok(())
+        }
+        other => Err(format!(
+            "partition {}'s script answered {other:?}, not {} replies",
+            group.partition,
+            group.owners.len()
+        )),
+    }
+}
+
+fn refuse(shared: &RedisLink, group: &Group, why: &str) {
+    tracing::warn!(
+        shard = shared.shard,
+        partition = group.partition,
+        writes = group.owners.len(),
+        why,
+        "store: a partition's writes not applied; its next owner recovers its records"
+    );
+}
+
+/// A partition's commands of a batch: which outbox entry (index within the batch) each
+/// belongs to, in order.
+#[derive(Debug, Default)]
+struct Group {
+    partition: u32,
+    owners: Vec<usize>,
+}
+
+/// A partition's part of a batch being planned: whose commands (entry indexes), the keys they
+/// touch, and the commands, in the outbox's order.
+type Pending = (Vec<usize>, Vec<String>, Vec<redis::Cmd>);
+
+/// A batch as the two steps send it.
+#[derive(Default)]
+struct Plan {
+    /// Entries in the batch.
+    entries: usize,
+    /// Commands in the batch.
+    commands: usize,
+    /// Step 1: the commands outside every partition's slot (the stream entries).
+    streams: Vec<Routed>,
+    stream_owners: Vec<usize>,
+    /// Step 2: one script per partition, and whose commands it holds.
+    scripts: Vec<Routed>,
+    groups: Vec<Group>,
+    /// Partitions not written: no lease held, or their script could not be built.
+    unsent: Vec<Group>,
+}
+
+impl Plan {
+    /// The plan of `batch`, leaving out the stream entries of its first `streamed` entries.
+    fn of<'a>(
+        batch: impl Iterator<Item = &'a Entry>,
+        holders: Option<&dyn Holders>,
+        streamed: usize,
+    ) -> Plan {
+        let mut plan = Plan::default();
+        // Partition → (owners, keys, commands), in the order of the outbox.
+        let mut parts: BTreeMap<u32, Pending> = BTreeMap::new();
+        for (i, entry) in batch.enumerate() {
+            plan.entries += 1;
+            for cmd in std::iter::once(&entry.first).chain(entry.rest()) {
+                plan.commands += 1;
+                let key = key_of(cmd);
+                let partition = key.filter(|_| !is_xadd(cmd)).and_then(partition_of_key);
+                match (partition, key) {
+                    (Some(p), Some(key)) => {
+                        let (owners, keys, cmds) = parts.entry(p).or_default();
+                        owners.push(i);
+                        if !keys.iter().any(|k| k.as_bytes() == key) {
+                            keys.push(String::from_utf8_lossy(key).into_owned());
+                        }
+                        cmds.push(cmd.clone());
+                    }
+                    _ if i < streamed => {}
+                    _ => {
+                        plan.streams
+                            .push(Routed::new(key.unwrap_or(&[]), cmd.clone()));
+                        plan.stream_owners.push(i);
+                    }
+                }
+            }
+        }
+        for (partition, (owners, keys, cmds)) in parts {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let group = Group { partition, owners };
+            let script = match holders {
+                None => fence::ordered(partition, &keys, &cmds).ok(),
+                Some(h) => h
+                    .holder(partition)
+                    .and_then(|holder| fence::fenced(partition, &holder, &keys, &cmds).ok()),
+            };
+            match script {
+                Some(s) => {
+                    plan.scripts.push(s);
+                    plan.groups.push(group);
+                }
+                None => plan.unsent.push(group),
+            }
+        }
+        plan
+    }
+}
+
+/// A command's first key (its second argument), if it has one.
+fn key_of(cmd: &redis::Cmd) -> Option<&[u8]> {
+    match cmd.args_iter().nth(1)? {
+        redis::Arg::Simple(k) => Some(k),
+        redis::Arg::Cursor => None,
+    }
+}
+
+fn is_xadd(cmd: &redis::Cmd) -> bool {
+    matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(n)) if n.eq_ignore_ascii_case(b"XADD"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::redis::cluster::slot::{partition_slot, slot_of};
+    use crate::store::redis::layout::timers_key;
+    use crate::store::redis::outbox::Outbox;
+    use crate::store::Ack;
+
+    fn args(r: &Routed) -> Vec<String> {
+        r.cmd
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                redis::Arg::Cursor => None,
+            })
+            .collect()
+    }
+
+    fn outbox() -> Outbox {
+        let mut o = Outbox::new(16, 16, Duration::from_secs(2));
+        let hset = |p: u32, f: &str| {
+            redis::cmd("HSET")
+                .arg(timers_key(p))
+                .arg(f)
+                .arg("1 2 {}")
+                .clone()
+        };
+        let hdel = |p: u32, f: &str| redis::cmd("HDEL").arg(timers_key(p)).arg(f).clone();
+        let xadd = redis::cmd("XADD")
+            .arg("punctual:fired:{shop}")
+            .arg("*")
+            .arg("key")
+            .arg("a")
+            .clone();
+        o.push(hset(7, "shop/a"), None, Ack::None, "shop");
+        o.push(xadd, Some(hdel(7, "shop/a")), Ack::None, "shop");
+        o.push(hset(9, "shop/b"), None, Ack::None, "shop");
+        o.push(hdel(7, "shop/c"), None, Ack::None, "shop");
+        o
+    }
+
+    #[test]
+    fn stream_entries_go_first_and_each_partition_gets_one_ordered_script() {
+        let o = outbox();
+        let plan = Plan::of(o.batch(0, 100), None, 0);
+        assert_eq!((plan.entries, plan.commands), (4, 5));
+        assert_eq!(plan.streams.len(), 1);
+        assert_eq!(plan.stream_owners, [1]);
+        assert_eq!(plan.streams[0].slot, slot_of(b"punctual:fired:{shop}"));
+        let parts: Vec<(u32, Vec<usize>)> = plan
+            .groups
+            .iter()
+            .map(|g| (g.partition, g.owners.clone()))
+            .collect();
+        assert_eq!(parts, [(7, vec![0, 1, 3]), (9, vec![2])]);
+        assert_eq!(plan.scripts[0].slot, partition_slot(7));
+        let a = args(&plan.scripts[0]);
+        // EVAL <script> <2 keys: lease, timers> <no holder> <3 commands> …, in outbox order.
+        assert_eq!(a[2], "2");
+        assert_eq!(a[5], "");
+        assert_eq!(a[6], "3");
+        let names: Vec<&str> = a
+            .iter()
+            .map(String::as_str)
+            .filter(|w| matches!(*w, "HSET" | "HDEL"))
+            .collect();
+        assert_eq!(names, ["HSET", "HDEL", "HDEL"]);
+        assert!(!a[1].contains("FENCED"), "no lease check without holders");
+        assert!(plan.unsent.is_empty());
+        // Sent again after its scripts failed: the stream entries Redis took are not repeated.
+        let again = Plan::of(o.batch(0, 100), None, 4);
+        assert!(again.streams.is_empty());
+        assert_eq!((again.entries, again.scripts.len()), (4, 2));
+    }
+
+    struct Only(u32);
+
+    impl Holders for Only {
+        fn holder(&self, partition: u32) -> Option<String> {
+            (partition == self.0).then(|| format!("node-a:{partition}"))
+        }
+    }
+
+    #[test]
+    fn with_holders_a_partition_is_fenced_by_its_holder_and_an_unheld_one_is_not_sent() {
+        let o = outbox();
+        let plan = Plan::of(o.batch(0, 100), Some(&Only(7)), 0);
+        assert_eq!(plan.groups.len(), 1);
+        let a = args(&plan.scripts[0]);
+        assert!(a[1].contains("FENCED"), "the fenced script");
+        assert_eq!(a[5], "node-a:7");
+        assert_eq!(plan.unsent.len(), 1);
+        assert_eq!(
+            (plan.unsent[0].partition, &plan.unsent[0].owners[..]),
+            (9, &[2][..])
+        );
+    }
+
+    #[test]
+    fn a_script_reply_settles_each_entry_and_fenced_refuses_them_all() {
+        let shared = crate::store::redis::detached_link();
+        let group = Group {
+            partition: 7,
+            owners: vec![0, 1],
+        };
+        let mut out: Vec<Result<(), Error>> = vec![Ok(()), Ok(())];
+        let wrongtype = redis::parse_redis_value(b"-WRONGTYPE no\r\n").expect("RESP");
+        settle_script(
+            &shared,
+            &group,
+            Value::Array(vec![Value::Int(1), wrongtype]),
+            &mut out,
+        )
+        .expect("settled");
+        assert!(out[0].is_ok() && out[1].is_err());
+        let mut out: Vec<Result<(), Error>> = vec![Ok(()), Ok(())];
+        let fenced = redis::parse_redis_value(b"-FENCED partition lease is free, not n:1\r\n")
+            .expect("RESP");
+        settle_script(&shared, &group, fenced, &mut out).expect("settled");
+        assert!(out.iter().all(Result::is_err));
+        let oom = redis::parse_redis_value(b"-OOM full\r\n").expect("RESP");
+        assert!(
+            settle_script(&shared, &group, oom, &mut out).is_err(),
+            "sent again"
+        );
+        let short = Value::Array(vec![Value::Int(1)]);
+        assert!(settle_script(&shared, &group, short, &mut out).is_err());
+    }
+}
