@@ -94,7 +94,7 @@ fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
         "PunctualClockFallback",
         "PunctualRingNearlyFull",
         "PunctualTenantNearQuota",
-        "PunctualExecutorStalls",
+        "PunctualExecutorRunnableSleeps",
     ] {
         assert!(alerts.contains(must), "missing alert {must}");
     }
