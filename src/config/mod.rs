@@ -248,18 +248,7 @@ impl FileConfig {
 }
 
 /// A Redis URL with its password replaced by `***`, for logs and `--print-config`.
-pub fn mask_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let Some((userinfo, hosts)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-    let slash = if rest.contains('/') { "/" } else { "" };
-    format!("{scheme}://{user}:***@{hosts}{slash}{path}")
-}
+pub use crate::store::redis::endpoint::mask_url;
 
 fn invalid(key: &str, value: impl ToString, reason: impl ToString) -> ConfigError {
     ConfigError::Invalid {

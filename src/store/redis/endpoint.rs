@@ -313,9 +313,37 @@ fn is_master(role: &Option<Value>) -> bool {
     }
 }
 
+/// A Redis URL with its password replaced by `***`, for logs and `--print-config`.
+pub fn mask_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Some((userinfo, hosts)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+    let slash = if rest.contains('/') { "/" } else { "" };
+    format!("{scheme}://{user}:***@{hosts}{slash}{path}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_masked_url_keeps_the_hosts_and_never_the_password() {
+        for (url, shown) in [
+            ("redis://:pw@h:6379/1", "redis://:***@h:6379/1"),
+            (
+                "redis+cluster://app:s3c:r@t@10.0.0.1:7000,10.0.0.2:7000/",
+                "redis+cluster://app:***@10.0.0.1:7000,10.0.0.2:7000/",
+            ),
+            ("redis://h:6379", "redis://h:6379"),
+        ] {
+            assert_eq!(mask_url(url), shown);
+        }
+    }
 
     #[test]
     fn a_sentinel_url_names_its_sentinels_master_database_and_credentials() {
