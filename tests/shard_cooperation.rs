@@ -95,8 +95,10 @@ fn shards_keep_firing_when_glommio_preempts_before_every_round() {
     engine.shutdown().expect("clean shutdown");
     let wakes: u64 = stats.iter().map(|s| s.watchdog_wakes_total).sum();
     let stalls: u64 = stats.iter().map(|s| s.executor_stalls_total).sum();
-    eprintln!("watchdog wakes {wakes}, executor stalls {stalls}");
+    let runnable: u64 = stats.iter().map(|s| s.executor_runnable_sleeps_total).sum();
+    eprintln!("watchdog wakes {wakes}, executor stalls {stalls}, of which runnable {runnable}");
     assert!(stalls <= wakes, "every stall counted was ended by a wake");
+    assert!(runnable <= stalls, "a runnable sleep is a kind of stall");
     assert_eq!(fired, 400, "timers lost (worst lateness so far {worst} µs)");
     assert_eq!(early, 0, "timers fired before their deadline");
     assert!(
