@@ -56,6 +56,7 @@ impl<S: TimeSource> Shard<S> {
                 Next::Reschedule { after, meta } => {
                     let Some(new) = PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload)
                     else {
+                        self.unkeepable(&f, meta.len());
                         continue;
                     };
                     let deadline = self.after(after);
@@ -84,8 +85,7 @@ impl<S: TimeSource> Shard<S> {
                 Next::Dead { meta, fire_at } => {
                     match PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload) {
                         Some(letter) => self.bury(letter, version, fire_at, own.then_some(&f)),
-                        None if own => self.store.fired(&f),
-                        None => {}
+                        None => self.unkeepable(&f, meta.len()),
                     }
                 }
                 Next::Done | Next::Wake => {
@@ -95,6 +95,22 @@ impl<S: TimeSource> Shard<S> {
             }
         }
         self.deliveries.kept = kept;
+    }
+
+    /// A sink kept (or buried) a fired timer with delivery metadata of `meta_len` bytes, more
+    /// than a timer holds (`PackedTimer::with_meta`): it cannot stay, so it is retired like a
+    /// timer that is done, and says so.
+    fn unkeepable(&mut self, f: &FiredTimer<'_>, meta_len: usize) {
+        tracing::error!(
+            shard = self.id,
+            tenant = f.tenant,
+            key = f.key,
+            meta_len,
+            "a sink kept a fired timer with {meta_len} bytes of delivery metadata, over the \
+             65,535 a timer holds: the timer is retired (its record goes, its quota slot is \
+             released) and its delivery stops"
+        );
+        retire(&mut *self.store, &self.quotas, f);
     }
 
     /// Tells the sinks that an op took the timer out of the table, or replaced it: what they
