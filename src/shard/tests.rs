@@ -418,3 +418,49 @@ fn a_timer_kept_with_meta_too_long_to_hold_is_retired_and_its_quota_released() {
         assert_eq!(*store.0.borrow(), [told], "{case}: what the store heard");
     }
 }
+
+/// A sink keeps a fired timer: it is re-armed in the same call, under its version, at the
+/// sink's deadline (counted from its fire) with the sink's metadata; the store hears of the
+/// fire with the timer it became, the quota slot stays taken, and the old bytes wait on the
+/// spent list.
+#[test]
+fn a_kept_timer_is_re_armed_under_its_version_and_written_once() {
+    let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, _) = shard(&src);
+    let store = Told::default();
+    s.store = Box::new(store.clone());
+    s.sinks = vec![Box::new(Answers(Next::Reschedule {
+        after: Duration::from_secs(5),
+        meta: b"kept".to_vec(),
+    }))];
+    s.quotas = Arc::new(crate::quota::Quotas::new([("t".to_string(), 10)], 1));
+    let quota = s.quotas.get("t").cloned().expect("a quota");
+    assert!(quota.reserve());
+    let due = UtcMicros(s.clock.now().as_micros().0 + 1_000);
+    let timer = PackedTimer::new("t", "k", b"{}").expect("small");
+    let slot = s
+        .table
+        .insert_with_version(timer, due, 7)
+        .expect("room")
+        .slot;
+    src.advance(Duration::from_millis(2));
+    let before = s.clock.now().as_micros().0;
+    assert_eq!(s.fire_due(usize::MAX, None), (1, More::No));
+    let after = s.clock.now().as_micros().0;
+    let kept = s
+        .table
+        .get(PackedTimer::new("t", "k", b"").expect("small").identity());
+    let kept = kept.expect("still pending");
+    assert_eq!(kept.version, 7);
+    assert!((before + 5_000_000..=after + 5_000_000).contains(&kept.deadline.0));
+    assert_eq!(
+        (kept.timer.meta(), kept.timer.payload()),
+        (&b"kept"[..], &b"{}"[..])
+    );
+    assert!(
+        s.table.timer_at(slot).is_some_and(|t| t.meta() == b"kept"),
+        "in its own slab entry"
+    );
+    assert_eq!(*store.0.borrow(), ["fired_kept t/k"]);
+    assert_eq!((quota.pending(), s.spent.0.len()), (1, 1));
+}
