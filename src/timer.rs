@@ -44,6 +44,12 @@ impl PackedTimer {
         })
     }
 
+    /// This timer with other delivery metadata: the same tenant, key and payload (what a
+    /// timer kept pending becomes). `None` when `meta` is longer than 65,535 bytes.
+    pub fn with_new_meta(&self, meta: &[u8]) -> Option<PackedTimer> {
+        PackedTimer::with_meta(self.tenant(), self.key(), meta, self.payload())
+    }
+
     fn tenant_len(&self) -> usize {
         self.data[0] as usize
     }
@@ -167,6 +173,12 @@ mod tests {
             "metadata is not part of the identity"
         );
         assert!(PackedTimer::with_meta("t", "k", &vec![0; 65_536], b"").is_none());
+        let kept = m.with_new_meta(b"\x02").expect("short");
+        assert_eq!(
+            (kept.identity(), kept.meta(), kept.payload()),
+            (m.identity(), &b"\x02"[..], m.payload())
+        );
+        assert!(m.with_new_meta(&vec![0; 65_536]).is_none());
         // Same key under another tenant is another identity.
         let q = PackedTimer::new("t", "1order:9", b"").expect("short names");
         assert_ne!(p.identity(), q.identity());

@@ -1,16 +1,15 @@
-//! What the shard does for its sinks' deliveries: timers a sink keeps pending when they fire,
-//! the follow-ups of deliveries under way, and the dead letters (see `sink::webhook` for the
-//! whole flow).
+//! What the shard does for its sinks' deliveries once they are under way: their follow-ups,
+//! and the dead letters' re-drives and discards (see `sink::webhook` for the whole flow). A
+//! fired timer's own fate (kept, buried or retired) is settled at its fire, in the table's
+//! poll (`fire.rs`, `Settle`).
 //!
-//! All of it goes through the one table and the one store, like an op: a kept timer is put
-//! back under its version with its new metadata and deadline and written with
-//! `Store::fired_kept` (its own firing) or `Store::schedule` (a step of its delivery); a
-//! follow-up applies only to the exact state it was meant for; a dead letter leaves the table
-//! for [`DeadLetters`] and the store's `dead`. None of this is refused by the store: like
-//! fires, these writes stand for timers that were already admitted.
+//! All of it goes through the one table and the one store, like an op: a follow-up applies
+//! only to the exact state it was meant for; a dead letter leaves the table for
+//! [`DeadLetters`] and the store's `dead`. None of this is refused by the store: like fires,
+//! these writes stand for timers that were already admitted.
 
-use super::dead::{DeadLetters, Letter};
-use super::fire::{retire, Kept};
+use super::dead::DeadLetters;
+use super::fire::Settle;
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::error::Error;
@@ -19,9 +18,8 @@ use crate::op::{Cancelled, DeadInfo, Reply, Scheduled};
 use crate::sink::webhook::redriven;
 use crate::sink::{Followup, Followups, Next};
 use crate::store::Ack;
-use crate::timer::{FiredTimer, Firing, PackedTimer};
+use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-use crate::wheel::TimerRecord;
 
 /// The shard's delivery state: dead letters, the follow-ups its sinks hand it, and reusable
 /// scratch.
@@ -31,72 +29,9 @@ pub(crate) struct Deliveries {
     /// Where the sinks hand their follow-ups (the shard's end of their [`Followups`]).
     pub inbox: Followups,
     pub followups: Vec<Followup>,
-    pub kept: Vec<Kept>,
 }
 
 impl<S: TimeSource> Shard<S> {
-    /// Puts back (or buries) the timers the last poll's sinks kept.
-    pub(super) fn settle_kept(&mut self) {
-        let mut kept = std::mem::take(&mut self.deliveries.kept);
-        for k in kept.drain(..) {
-            let TimerRecord { version, timer } = k.record;
-            let f = FiredTimer {
-                shard: self.id,
-                tenant: timer.tenant(),
-                key: timer.key(),
-                version,
-                deadline: k.deadline,
-                fired_at: k.fired_at,
-                meta: timer.meta(),
-                payload: timer.payload(),
-                firing: k.firing,
-            };
-            let own = k.firing == Firing::Own;
-            match k.next {
-                Next::Reschedule { after, meta } => {
-                    let Some(new) = PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload)
-                    else {
-                        continue;
-                    };
-                    let deadline = self.after(after);
-                    match self.table.insert_with_version(new, deadline, version) {
-                        Ok(u) => {
-                            let s = Scheduled {
-                                version,
-                                deadline,
-                                replaced: false,
-                            };
-                            if let Some(t) = self.table.timer_at(u.slot) {
-                                if own {
-                                    self.store.fired_kept(&f, t, &s);
-                                } else {
-                                    self.store.schedule(t, &s, Ack::None);
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            let e = self.upsert_error(e, deadline);
-                            tracing::error!(shard = self.id, tenant = f.tenant, key = f.key, error = %e, "a webhook timer could not be kept pending; its delivery stops");
-                            retire(&mut *self.store, &self.quotas, &f);
-                        }
-                    }
-                }
-                Next::Dead { meta, fire_at } => {
-                    match PackedTimer::with_meta(f.tenant, f.key, &meta, f.payload) {
-                        Some(letter) => self.bury(letter, version, fire_at, own.then_some(&f)),
-                        None if own => self.store.fired(&f),
-                        None => {}
-                    }
-                }
-                Next::Done | Next::Wake => {
-                    // A sink never answers a fire with `Wake`; taken as done.
-                    retire(&mut *self.store, &self.quotas, &f);
-                }
-            }
-        }
-        self.deliveries.kept = kept;
-    }
-
     /// Tells the sinks that an op took the timer out of the table, or replaced it: what they
     /// keep for it (a place in a cap's queue) goes.
     pub(super) fn forget_in_sinks(&mut self, timer: &PackedTimer) {
@@ -205,7 +140,7 @@ impl<S: TimeSource> Shard<S> {
             Next::Dead { meta, fire_at } => {
                 if self.table.cancel(identity).is_some() {
                     if let Some(letter) = PackedTimer::with_meta(tenant, key, &meta, &payload) {
-                        self.bury(letter, f.version, fire_at, None);
+                        self.bury(letter, f.version, fire_at);
                     }
                 }
             }
@@ -223,28 +158,18 @@ impl<S: TimeSource> Shard<S> {
         );
     }
 
-    /// Files a dead letter (already out of the table) and tells the store, with the fire when
-    /// it was the timer's own firing that killed it. It keeps its quota slot; one it replaces
-    /// gives its slot back.
-    fn bury(
-        &mut self,
-        letter: PackedTimer,
-        version: u64,
-        fire_at: UtcMicros,
-        fired: Option<&FiredTimer<'_>>,
-    ) {
-        let letter = Letter::new(letter, version, fire_at);
-        match fired {
-            Some(f) => self.store.fired_dead(f, &letter.stored()),
-            None => self.store.dead(&letter.stored()),
+    /// Files a dead letter (already out of the table) with the store, like a fired one
+    /// (`Settle::bury`), without a fire.
+    fn bury(&mut self, letter: PackedTimer, version: u64, fire_at: UtcMicros) {
+        Settle {
+            id: self.id,
+            store: &mut *self.store,
+            quotas: &self.quotas,
+            metrics: &self.metrics,
+            dead: &mut self.deliveries.dead,
+            horizon: self.table.horizon(),
         }
-        let m = self.metrics.webhooks.tenant(letter.timer.tenant());
-        DeliveryMetrics::add(&m.dead, 1);
-        let tenant = letter.timer.tenant().to_string();
-        if self.deliveries.dead.insert(letter).is_some() {
-            DeliveryMetrics::add(&m.dead, -1);
-            self.release_quota(&tenant);
-        }
+        .bury(letter, version, fire_at, None);
     }
 
     /// The deadline `after` from now.

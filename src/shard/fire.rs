@@ -2,6 +2,17 @@
 //! (its record goes, or the timer is kept for a delivery step), within the pass's budget; and
 //! the spent list, where the memory of fired timers waits until the burst is over.
 //!
+//! # One call per fire
+//!
+//! The pass polls the table with `TimerTable::poll_keeping`: for each timer due, the table
+//! hands it over, the sinks answer ([`Next`]), and the pass answers the table with the
+//! timer's fate before the next one fires ([`Settle::fate`]). Done, buried, or
+//! not keepable: it leaves the table, retired. Kept (a webhook's attempt under way, a
+//! held-back delivery's safety net): the store is told, and the table re-arms the same slab
+//! entry at the new deadline with the new metadata, under its version and its index entry. A
+//! retry is a timer, and keeping one costs no removal, lookup or insert; it is due again from
+//! the end of the poll, never twice in one.
+//!
 //! # The budget
 //!
 //! - **Fires.** At most the loop's budget ([`FIRE_BATCH`] on a shared thread, no limit alone),
@@ -19,27 +30,31 @@
 //!
 //! A fired timer that leaves the table for good goes through one function, [`retire`]: the
 //! store hears of its own firing (`Store::fired`) or drops the record of a delivery step
-//! (`Store::cancel`), and its tenant's quota slot goes back. A timer a sink keeps pending is
-//! put back after the poll (`delivery.rs`), since the table cannot take an insert while its
-//! wheel polls.
+//! (`Store::cancel`), and its tenant's quota slot goes back. So does a timer a sink meant to
+//! keep but that cannot stay (its new metadata does not fit a timer, or its deadline lies past
+//! the wheel's range): it is logged and retired, never left half-kept.
 //!
 //! # Cost
 //!
-//! Per fire: the wheel's removal, one clock read for `fired_at`, the histogram update and the
-//! sinks. Per chunk on a shared thread: one clock read (`Instant::now`) and one call into the
+//! Per fire: the wheel's removal (or re-arm), one clock read for `fired_at`, the histogram
+//! update and the sinks; for a kept timer, its new bytes (one allocation) and its store
+//! write. Per chunk on a shared thread: one clock read (`Instant::now`) and one call into the
 //! table's poll, about 1% of a chunk of plain fires. Cleaning up after a fire waits until the
-//! burst is over: the index entry goes after the pass (`TimerTable::poll_at_most`), the
+//! burst is over: the index entry goes after the pass (`TimerTable::poll_keeping`), the
 //! timer's memory after the last pass of the burst ([`Spent`]).
 
+use super::dead::{DeadLetters, Letter};
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::cooperate::Slice;
+use crate::metrics::{DeliveryMetrics, ShardMetrics};
+use crate::op::Scheduled;
 use crate::quota::Quotas;
 use crate::sink::{webhook, Next};
 use crate::store::{Ack, Store};
 use crate::timer::{FiredTimer, Firing, PackedTimer};
-use crate::units::{UtcMicros, UtcNanos};
-use crate::wheel::TimerRecord;
+use crate::units::UtcMicros;
+use crate::wheel::Fate;
 use std::sync::atomic::Ordering;
 
 /// Timers fired in one pass by a shard that shares its thread. A burst (a million timers due
@@ -81,9 +96,6 @@ impl<S: TimeSource> Shard<S> {
                 break more;
             }
         };
-        if !self.deliveries.kept.is_empty() {
-            self.settle_kept();
-        }
         if fired > 0 {
             self.metrics
                 .fired_total
@@ -127,7 +139,7 @@ impl<S: TimeSource> Shard<S> {
     }
 
     /// Fires up to `n` timers due by `now`, counting them into `fired` (and their own firings
-    /// into `own_firings`); whether more are due.
+    /// into `own_firings`), each settled at its fire; whether more are due.
     fn fire_chunk(
         &mut self,
         now: UtcMicros,
@@ -135,63 +147,167 @@ impl<S: TimeSource> Shard<S> {
         fired: &mut u64,
         own_firings: &mut u64,
     ) -> bool {
-        let (clock, metrics, quotas, id) = (&self.clock, &*self.metrics, &*self.quotas, self.id);
-        let (sinks, store) = (&mut self.sinks, &mut self.store);
-        let kept = &mut self.deliveries.kept;
-        let spent = &mut self.spent;
-        self.table.poll_at_most(now, n, |deadline, record| {
-            let fired_at = clock.now();
-            metrics
-                .lateness
-                .observe(fired_at.0.saturating_sub(deadline.as_nanos().0));
-            *fired += 1;
-            // A timer with a callback fires again for each step of its delivery; only its
-            // own firing is a fired timer for the stream, the handler and the count.
-            let firing = webhook::firing_of(record.timer.meta());
-            let own = firing == Firing::Own;
-            *own_firings += u64::from(own);
-            let f = FiredTimer {
-                shard: id,
-                tenant: record.timer.tenant(),
-                key: record.timer.key(),
-                version: record.version,
-                deadline,
-                fired_at,
-                meta: record.timer.meta(),
-                payload: record.timer.payload(),
-                firing,
-            };
-            let mut next = Next::Done;
-            for sink in sinks.iter_mut() {
-                let n = sink.fired(&f);
-                if n != Next::Done {
-                    next = n;
-                }
-            }
-            if next == Next::Done {
-                retire(&mut **store, quotas, &f);
-                spent.keep(record.timer);
-            } else {
-                kept.push(Kept {
-                    record,
+        let (clock, metrics, id) = (&self.clock, &*self.metrics, self.id);
+        let mut settle = Settle {
+            id,
+            store: &mut *self.store,
+            quotas: &self.quotas,
+            metrics,
+            dead: &mut self.deliveries.dead,
+            horizon: self.table.horizon(),
+        };
+        let (sinks, spent) = (&mut self.sinks, &mut self.spent);
+        self.table.poll_keeping(
+            now,
+            n,
+            |deadline, record| {
+                let fired_at = clock.now();
+                metrics
+                    .lateness
+                    .observe(fired_at.0.saturating_sub(deadline.as_nanos().0));
+                *fired += 1;
+                // A timer with a callback fires again for each step of its delivery; only its
+                // own firing is a fired timer for the stream, the handler and the count.
+                let firing = webhook::firing_of(record.timer.meta());
+                *own_firings += u64::from(firing == Firing::Own);
+                let f = FiredTimer {
+                    shard: id,
+                    tenant: record.timer.tenant(),
+                    key: record.timer.key(),
+                    version: record.version,
                     deadline,
                     fired_at,
-                    next,
+                    meta: record.timer.meta(),
+                    payload: record.timer.payload(),
                     firing,
-                });
-            }
-        })
+                };
+                let mut next = Next::Done;
+                for sink in sinks.iter_mut() {
+                    let n = sink.fired(&f);
+                    if n != Next::Done {
+                        next = n;
+                    }
+                }
+                settle.fate(&f, &record.timer, next)
+            },
+            |timer| spent.keep(timer),
+        )
     }
 }
 
-/// A fired timer that a sink keeps (or buries): put back after the wheel's poll.
-pub(crate) struct Kept {
-    pub record: TimerRecord,
-    pub deadline: UtcMicros,
-    pub fired_at: UtcNanos,
-    pub next: Next,
-    /// Which firing it was (the stream entry of its own goes with the rewrite).
-    pub firing: Firing,
+/// What settling a fired timer's fate touches of the shard besides its table: borrowed apart
+/// from the table, so that the fire pass settles each timer while the table polls.
+pub(super) struct Settle<'a> {
+    pub id: usize,
+    pub store: &'a mut dyn Store,
+    pub quotas: &'a Quotas,
+    pub metrics: &'a ShardMetrics,
+    pub dead: &'a mut DeadLetters,
+    /// The latest deadline the table re-arms a timer at in this poll (`TimerTable::horizon`).
+    pub horizon: UtcMicros,
+}
+
+impl Settle<'_> {
+    /// The fate of `timer`, fired as `f`, whose sinks answered `next`; the store is told and
+    /// the quota settled here, the table does the rest.
+    pub fn fate(
+        &mut self,
+        f: &FiredTimer<'_>,
+        timer: &PackedTimer,
+        next: Next,
+    ) -> Fate<PackedTimer> {
+        match next {
+            Next::Reschedule { after, meta } => {
+                let us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+                let deadline = f.fired_at.as_micros().saturating_add_micros(us);
+                if deadline > self.horizon {
+                    tracing::error!(
+                        shard = self.id,
+                        tenant = f.tenant,
+                        key = f.key,
+                        deadline_us = deadline.0,
+                        "a sink kept a fired timer due past the wheel's range: the timer is \
+                         retired (its record goes, its quota slot is released) and its \
+                         delivery stops"
+                    );
+                    retire(self.store, self.quotas, f);
+                    return Fate::Done;
+                }
+                let Some(kept) = timer.with_new_meta(&meta) else {
+                    self.unkeepable(f, meta.len());
+                    return Fate::Done;
+                };
+                let s = Scheduled {
+                    version: f.version,
+                    deadline,
+                    replaced: false,
+                };
+                if f.firing == Firing::Own {
+                    self.store.fired_kept(f, &kept, &s);
+                } else {
+                    self.store.schedule(&kept, &s, Ack::None);
+                }
+                Fate::Rearm(deadline, kept)
+            }
+            Next::Dead { meta, fire_at } => {
+                match timer.with_new_meta(&meta) {
+                    Some(letter) => {
+                        let own = f.firing == Firing::Own;
+                        self.bury(letter, f.version, fire_at, own.then_some(f));
+                    }
+                    None => self.unkeepable(f, meta.len()),
+                }
+                Fate::Done
+            }
+            Next::Done | Next::Wake => {
+                // A sink never answers a fire with `Wake`; taken as done.
+                retire(self.store, self.quotas, f);
+                Fate::Done
+            }
+        }
+    }
+
+    /// A sink kept (or buried) a fired timer with delivery metadata of `meta_len` bytes, more
+    /// than a timer holds (`PackedTimer::with_meta`): it cannot stay, so it is retired like a
+    /// timer that is done, and says so.
+    fn unkeepable(&mut self, f: &FiredTimer<'_>, meta_len: usize) {
+        tracing::error!(
+            shard = self.id,
+            tenant = f.tenant,
+            key = f.key,
+            meta_len,
+            "a sink kept a fired timer with {meta_len} bytes of delivery metadata, over the \
+             65,535 a timer holds: the timer is retired (its record goes, its quota slot is \
+             released) and its delivery stops"
+        );
+        retire(self.store, self.quotas, f);
+    }
+
+    /// Files a dead letter (already out of the table) and tells the store, with the fire when
+    /// it was the timer's own firing that killed it. It keeps its quota slot; one it replaces
+    /// gives its slot back.
+    pub fn bury(
+        &mut self,
+        letter: PackedTimer,
+        version: u64,
+        fire_at: UtcMicros,
+        fired: Option<&FiredTimer<'_>>,
+    ) {
+        let letter = Letter::new(letter, version, fire_at);
+        match fired {
+            Some(f) => self.store.fired_dead(f, &letter.stored()),
+            None => self.store.dead(&letter.stored()),
+        }
+        let m = self.metrics.webhooks.tenant(letter.timer.tenant());
+        DeliveryMetrics::add(&m.dead, 1);
+        let tenant = letter.timer.tenant().to_string();
+        if self.dead.insert(letter).is_some() {
+            DeliveryMetrics::add(&m.dead, -1);
+            if let Some(q) = self.quotas.get(&tenant) {
+                q.release();
+            }
+        }
+    }
 }
 
 /// Retires a fired timer that leaves the table for good: the store hears of its own firing, or

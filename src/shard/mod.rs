@@ -21,6 +21,19 @@
 //! glommio's preemption timer or its low-priority queues. A shard that runs nothing but this
 //! loop parks in `ppoll` instead (`park::Wakee`).
 //!
+//! # A fire, settled in the call that fires it
+//!
+//! The fire pass takes each due timer from the table, hands it to the sinks and answers the
+//! table with its fate in the same call (`fire.rs`, `delivery.rs`): retired (the store hears
+//! of the fire or drops a step's record, the quota slot goes back), made a dead letter, or
+//! kept. A kept timer (a webhook's attempt under way, or a delivery a cap holds back, due
+//! again at its safety net) is written to the store and re-armed by the table in its own slab entry, under
+//! its version and index entry, at the deadline and with the metadata its sink gave: a retry
+//! is a timer, and keeping one is one call on the table, not a removal and an insert. The
+//! wheel links a re-armed entry at its new deadline as the poll ends, so nothing fires twice
+//! in one poll. What a delivery learns later (its outcome) comes back as a follow-up
+//! (`Followups::send`), applied at the next pass.
+//!
 //! # Sharing the thread: cooperative, never preempted
 //!
 //! With HTTP connections or a store on its executor, the loop is one task among several, and
@@ -113,7 +126,7 @@
 //! | `park.rs` | parking: the park, the spin, the yield, and the wake socket (`Wakee`) |
 //! | `apply.rs` | the one `apply(op)` for every op from the ring, and the quota it settles |
 //! | `fire.rs` | the fire pass, the one `retire` of a fired timer, and the spent list (`Spent`) |
-//! | `delivery.rs` | timers a sink keeps pending, follow-ups, re-drives and discards |
+//! | `delivery.rs` | a fired timer's fate, settled at its fire (`Settle`), follow-ups, re-drives and discards |
 //! | `dead.rs` | the dead-letter table |
 //! | `recover.rs` | start-up recovery from the store |
 //! | `watchdog.rs` | the watchdog's view of the shard (`Pulse`) and its thread |

@@ -309,3 +309,158 @@ fn a_wake_whose_timer_went_is_handed_back_to_its_sink() {
     );
     assert_eq!(left.map(|v| v.deadline), Some(UtcMicros(far.0 + 1)));
 }
+
+/// A sink that answers every fire with the same [`Next`].
+struct Answers(Next);
+
+impl Sink for Answers {
+    fn fired(&mut self, _: &FiredTimer<'_>) -> Next {
+        self.0.clone()
+    }
+}
+
+/// A store that notes what it is told, one line per write (`fired t/k`, `cancel t/k`, …).
+#[derive(Clone, Default)]
+struct Told(Rc<RefCell<Vec<String>>>);
+
+impl Told {
+    fn note(&self, what: &str, tenant: &str, key: &str) {
+        self.0.borrow_mut().push(format!("{what} {tenant}/{key}"));
+    }
+}
+
+impl Store for Told {
+    fn kind(&self) -> &'static str {
+        "told"
+    }
+    fn recover<'a>(
+        &'a mut self,
+        _: &'a mut dyn FnMut(crate::store::Recovered<'_>) -> bool,
+        _: &'a AtomicBool,
+    ) -> crate::store::LocalFuture<'a, bool> {
+        Box::pin(async { true })
+    }
+    fn admit(&self, _: &str) -> Result<(), crate::error::Error> {
+        Ok(())
+    }
+    fn refusal(&self) -> crate::error::Error {
+        crate::error::Error::StoreUnavailable { retry_after_s: 1 }
+    }
+    fn ack_timeout(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn schedule(&mut self, t: &PackedTimer, _: &crate::op::Scheduled, ack: crate::store::Ack) {
+        self.note("schedule", t.tenant(), t.key());
+        ack.answer(Ok(()));
+    }
+    fn cancel(&mut self, tenant: &str, key: &str, ack: crate::store::Ack) {
+        self.note("cancel", tenant, key);
+        ack.answer(Ok(()));
+    }
+    fn fired(&mut self, t: &FiredTimer<'_>) {
+        self.note("fired", t.tenant, t.key);
+    }
+    fn fired_kept(&mut self, t: &FiredTimer<'_>, _: &PackedTimer, _: &crate::op::Scheduled) {
+        self.note("fired_kept", t.tenant, t.key);
+    }
+    fn close(&mut self) -> crate::store::LocalFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// A sink keeps a fired timer (or makes it a dead letter) with delivery metadata longer than
+/// a timer can hold: the timer cannot stay, so it is retired. Its quota slot goes back, and
+/// the store hears of it: the fire of its own firing, the removal of a step's record (left
+/// in the store, a step would fire again after a restart).
+#[test]
+fn a_timer_kept_with_meta_too_long_to_hold_is_retired_and_its_quota_released() {
+    let oversized = vec![0u8; 70_000];
+    let retry = crate::sink::webhook::RetryPolicy {
+        max_attempts: 3,
+        base_delay_ms: 1_000,
+        max_delay_ms: 60_000,
+    };
+    // A callback's metadata in state `Waiting` (byte 2 of the layout in `webhook/meta.rs`):
+    // a step of its delivery, not its own firing.
+    let mut step = crate::sink::webhook::new_meta("https://h.example/".into(), retry, 0);
+    step[2] = 2;
+    let keep = Next::Reschedule {
+        after: Duration::from_secs(1),
+        meta: oversized.clone(),
+    };
+    let bury = Next::Dead {
+        meta: oversized,
+        fire_at: UtcMicros(0),
+    };
+    for (case, meta, next, told) in [
+        ("kept, own firing", Vec::new(), keep.clone(), "fired t/k"),
+        ("buried, own firing", Vec::new(), bury, "fired t/k"),
+        ("kept, a step", step, keep, "cancel t/k"),
+    ] {
+        let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+        let (mut s, _) = shard(&src);
+        let store = Told::default();
+        s.store = Box::new(store.clone());
+        s.sinks = vec![Box::new(Answers(next))];
+        s.quotas = Arc::new(crate::quota::Quotas::new([("t".to_string(), 10)], 1));
+        let quota = s.quotas.get("t").cloned().expect("a quota");
+        assert!(quota.reserve());
+        let due = UtcMicros(s.clock.now().as_micros().0 + 1_000);
+        let timer = PackedTimer::with_meta("t", "k", &meta, b"").expect("small");
+        s.table.insert_with_version(timer, due, 1).expect("room");
+        src.advance(Duration::from_millis(2));
+        assert_eq!(s.fire_due(usize::MAX, None).0, 1);
+        assert_eq!(
+            (s.table.len(), quota.pending()),
+            (0, 0),
+            "{case}: out of the table, slot released"
+        );
+        assert_eq!(*store.0.borrow(), [told], "{case}: what the store heard");
+    }
+}
+
+/// A sink keeps a fired timer: it is re-armed in the same call, under its version, at the
+/// sink's deadline (counted from its fire) with the sink's metadata; the store hears of the
+/// fire with the timer it became, the quota slot stays taken, and the old bytes wait on the
+/// spent list.
+#[test]
+fn a_kept_timer_is_re_armed_under_its_version_and_written_once() {
+    let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, _) = shard(&src);
+    let store = Told::default();
+    s.store = Box::new(store.clone());
+    s.sinks = vec![Box::new(Answers(Next::Reschedule {
+        after: Duration::from_secs(5),
+        meta: b"kept".to_vec(),
+    }))];
+    s.quotas = Arc::new(crate::quota::Quotas::new([("t".to_string(), 10)], 1));
+    let quota = s.quotas.get("t").cloned().expect("a quota");
+    assert!(quota.reserve());
+    let due = UtcMicros(s.clock.now().as_micros().0 + 1_000);
+    let timer = PackedTimer::new("t", "k", b"{}").expect("small");
+    let slot = s
+        .table
+        .insert_with_version(timer, due, 7)
+        .expect("room")
+        .slot;
+    src.advance(Duration::from_millis(2));
+    let before = s.clock.now().as_micros().0;
+    assert_eq!(s.fire_due(usize::MAX, None), (1, More::No));
+    let after = s.clock.now().as_micros().0;
+    let kept = s
+        .table
+        .get(PackedTimer::new("t", "k", b"").expect("small").identity());
+    let kept = kept.expect("still pending");
+    assert_eq!(kept.version, 7);
+    assert!((before + 5_000_000..=after + 5_000_000).contains(&kept.deadline.0));
+    assert_eq!(
+        (kept.timer.meta(), kept.timer.payload()),
+        (&b"kept"[..], &b"{}"[..])
+    );
+    assert!(
+        s.table.timer_at(slot).is_some_and(|t| t.meta() == b"kept"),
+        "in its own slab entry"
+    );
+    assert_eq!(*store.0.borrow(), ["fired_kept t/k"]);
+    assert_eq!((quota.pending(), s.spent.0.len()), (1, 1));
+}

@@ -19,6 +19,8 @@ impl Pos {
     pub const EXPIRED: Pos = Pos(u16::MAX - 1);
     /// On the free list.
     pub const FREE: Pos = Pos(u16::MAX);
+    /// Fired and re-armed by the poll under way: linked when it ends.
+    pub const REARMED: Pos = Pos(u16::MAX - 2);
 
     pub fn slot(level: u32, slot: usize) -> Pos {
         Pos((level as usize * SLOTS + slot) as u16)

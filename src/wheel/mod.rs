@@ -49,6 +49,11 @@
 //! list, which fires by the clock (below), so nothing fires early and deadline order holds:
 //! everything on the expired list is due before everything on the levels.
 //!
+//! # Re-arming
+//!
+//! A poll's caller may keep an entry it fired: [`Wheel::poll_keeping`] re-arms it in its own
+//! slab entry, linked as the poll ends (`rearm.rs`).
+//!
 //! # Invariants
 //!
 //! - Every entry on the levels has `deadline >= elapsed`, and every occupied slot starts at or
@@ -62,7 +67,8 @@
 //!
 //! # Cost model
 //!
-//! insert and remove: O(1), no allocation once the slab has grown to its peak. `next_deadline`:
+//! insert, remove and re-arm: O(1), no allocation once the slab has grown to its peak.
+//! `next_deadline`:
 //! O(levels), one `trailing_zeros` per level. Memory: 64 slots × 9 levels × 12 bytes (head,
 //! tail, count). `poll`: O(fired + cascaded), plus a sort of the
 //! expired list when it holds anything due.
@@ -70,6 +76,7 @@
 mod index;
 mod level;
 mod list;
+mod rearm;
 mod slab;
 mod table;
 
@@ -78,6 +85,7 @@ use level::{level_for, slot_for, Level};
 use list::{Pos, SlotList, NIL};
 use slab::Slab;
 
+pub use rearm::Fate;
 pub use slab::EntryRef;
 pub use table::{TimerRecord, TimerTable, TimerView, UpsertError, Upserted};
 
@@ -102,6 +110,8 @@ pub struct Wheel<T> {
     /// The expired list is in deadline order (pushes in order keep it so; one out of order
     /// clears it, and the next poll sorts once).
     expired_sorted: bool,
+    /// Entries re-armed by the poll under way, linked when it ends.
+    rearmed: SlotList,
     /// Entries on each level, and on the expired list (the last), for the occupancy gauges.
     occupancy: [u32; LEVELS + 1],
     slab: Slab<T>,
@@ -129,6 +139,7 @@ impl<T> Wheel<T> {
             expired: SlotList::EMPTY,
             expired_min: u64::MAX,
             expired_sorted: true,
+            rearmed: SlotList::EMPTY,
             occupancy: [0; LEVELS + 1],
             slab: Slab::with_capacity(capacity),
             scratch: Vec::new(),
@@ -245,10 +256,23 @@ impl<T> Wheel<T> {
         budget: usize,
         mut fire: impl FnMut(u32, UtcMicros, T),
     ) -> bool {
-        let now = now.0;
+        self.poll_keeping(now, budget, |index, deadline, value| {
+            fire(index, deadline, value);
+            Fate::Done
+        })
+    }
+
+    /// The poll behind both: fires what is due by `now`, within `budget`, each entry settled
+    /// as `fire` answers; true when more is due.
+    fn poll_due(
+        &mut self,
+        now: u64,
+        budget: usize,
+        fire: &mut impl FnMut(u32, UtcMicros, T) -> Fate<T>,
+    ) -> bool {
         let mut budget = budget;
         if self.expired_min <= now {
-            self.fire_expired(now, &mut budget, &mut fire);
+            self.fire_expired(now, &mut budget, fire);
             if budget == 0 && self.expired_min <= now {
                 return true;
             }
@@ -263,7 +287,7 @@ impl<T> Wheel<T> {
             let (list, count) = self.levels[level].take(slot);
             if level == 0 {
                 let before = budget;
-                let rest = self.fire_list(list, &mut budget, &mut fire);
+                let rest = self.fire_list(list, &mut budget, fire);
                 if rest.head != NIL {
                     // Out of budget inside the slot: the rest stays where it was.
                     let left = count - (before - budget) as u32;
@@ -318,7 +342,7 @@ impl<T> Wheel<T> {
         &mut self,
         list: SlotList,
         budget: &mut usize,
-        fire: &mut impl FnMut(u32, UtcMicros, T),
+        fire: &mut impl FnMut(u32, UtcMicros, T) -> Fate<T>,
     ) -> SlotList {
         let mut index = list.head;
         while index != NIL {
@@ -337,10 +361,11 @@ impl<T> Wheel<T> {
                 deadline.0,
                 self.elapsed
             );
-            let value = self.slab.remove(index);
+            let value = self.slab.take(index);
             self.occupancy[0] -= 1;
             *budget -= 1;
-            fire(index, deadline, value);
+            let fate = fire(index, deadline, value);
+            self.settle(index, fate);
             index = next;
         }
         SlotList::EMPTY
@@ -364,7 +389,7 @@ impl<T> Wheel<T> {
         &mut self,
         now: u64,
         budget: &mut usize,
-        fire: &mut impl FnMut(u32, UtcMicros, T),
+        fire: &mut impl FnMut(u32, UtcMicros, T) -> Fate<T>,
     ) {
         if !self.expired_sorted {
             self.sort_expired();
@@ -378,10 +403,11 @@ impl<T> Wheel<T> {
             if deadline > now {
                 break;
             }
-            let value = self.slab.remove(index);
+            let value = self.slab.take(index);
             self.occupancy[LEVELS] -= 1;
             *budget -= 1;
-            fire(index, UtcMicros(deadline), value);
+            let fate = fire(index, UtcMicros(deadline), value);
+            self.settle(index, fate);
             index = next;
         }
         self.expired.head = index;
@@ -483,6 +509,10 @@ impl<T> Wheel<T> {
         if next != NIL {
             self.slab.get_mut(next).prev = prev;
         }
+        debug_assert!(
+            pos != Pos::FREE && pos != Pos::REARMED,
+            "unlink of entry {index} at {pos:?}, on no list"
+        );
         let list = if pos == Pos::EXPIRED {
             self.occupancy[LEVELS] -= 1;
             &mut self.expired

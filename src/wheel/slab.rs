@@ -7,7 +7,8 @@
 //! nothing, so a slab of ten million entries grows without a pause. An index is its chunk's
 //! number and the position in it.
 //!
-//! Cost model: insert pops the free list or pushes onto the last chunk, O(1); remove is O(1).
+//! Cost model: insert pops the free list or pushes onto the last chunk, O(1); remove is O(1),
+//! and so is a fired entry's re-arm (its value taken and given back, the entry never freed).
 //! An entry is 24 bytes of bookkeeping plus the caller's value.
 
 use super::list::{Pos, NIL};
@@ -100,19 +101,49 @@ impl<T> Slab<T> {
 
     /// Frees `index` and returns its value. The generation moves on, so handles to it go stale.
     pub fn remove(&mut self, index: u32) -> T {
-        let free_head = self.free_head;
+        let value = self.take(index);
+        self.release(index);
+        value
+    }
+
+    /// Takes the value out of the live entry `index`, which stays allocated: [`Slab::release`]
+    /// frees it, or [`Slab::refill`] gives it a value again (a fired entry re-armed).
+    pub fn take(&mut self, index: u32) -> T {
         let entry = self.get_mut(index);
-        debug_assert!(entry.pos != Pos::FREE, "double free of slab entry {index}");
-        entry.generation = entry.generation.wrapping_add(1);
-        entry.pos = Pos::FREE;
-        entry.next = free_head;
-        let value = entry.value.take();
-        self.free_head = index;
-        self.len -= 1;
-        match value {
+        debug_assert!(entry.pos != Pos::FREE, "take from free slab entry {index}");
+        match entry.value.take() {
             Some(v) => v,
             None => unreachable!("slab entry {index} was live without a value"),
         }
+    }
+
+    /// Frees the entry `index`, whose value was taken. The generation moves on, so handles to
+    /// it go stale.
+    pub fn release(&mut self, index: u32) {
+        let free_head = self.free_head;
+        let entry = self.get_mut(index);
+        debug_assert!(entry.pos != Pos::FREE, "double free of slab entry {index}");
+        debug_assert!(
+            entry.value.is_none(),
+            "release of slab entry {index} with a value"
+        );
+        entry.generation = entry.generation.wrapping_add(1);
+        entry.pos = Pos::FREE;
+        entry.next = free_head;
+        self.free_head = index;
+        self.len -= 1;
+    }
+
+    /// Gives the entry `index`, whose value was taken, a deadline and a value again; its
+    /// index and generation stay, so handles to it stay valid.
+    pub fn refill(&mut self, index: u32, deadline: u64, value: T) {
+        let entry = self.get_mut(index);
+        debug_assert!(
+            entry.pos != Pos::FREE && entry.value.is_none(),
+            "refill of slab entry {index}, free or holding a value"
+        );
+        entry.deadline = deadline;
+        entry.value = Some(value);
     }
 
     /// Entry `index`. Panics when `index` was never handed out (a bug: indices come only from

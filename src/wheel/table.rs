@@ -10,13 +10,18 @@
 //! increases strictly on every (re)schedule, and keeps increasing across restarts (the clock
 //! has moved on) and across recovery ([`TimerTable::observe_version`]).
 //!
+//! A fired timer that its caller keeps pending (a webhook's next step) is re-armed in one
+//! call, [`TimerTable::poll_keeping`]: the caller answers the fire with [`Fate::Rearm`] and a
+//! timer of the same identity, and the timer stays in its slab entry, under its version and
+//! its index entry; only its deadline and its bytes change. No lookup, no removal, no insert.
+//!
 //! Memory per pending timer: one slab entry (48 bytes: deadline, links, generation, position,
 //! version and the packed pointer) plus one index bucket (8 bytes and a control byte, 7/16 to
 //! 7/8 full), besides the packed bytes themselves; and one bit per slab entry, to sweep the
 //! index after a poll that fired many.
 
 use super::index::Index;
-use super::{InsertError, Wheel};
+use super::{Fate, InsertError, Wheel};
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
 use std::hash::BuildHasher;
@@ -110,6 +115,11 @@ impl TimerTable {
 
     pub fn next_deadline(&self) -> Option<UtcMicros> {
         self.wheel.next_deadline()
+    }
+
+    /// The latest deadline a timer re-armed by the next poll may take (`Wheel::horizon`).
+    pub fn horizon(&self) -> UtcMicros {
+        self.wheel.horizon()
     }
 
     /// See `Wheel::set_move_ns`.
@@ -271,10 +281,60 @@ impl TimerTable {
         budget: usize,
         mut fire: impl FnMut(UtcMicros, TimerRecord),
     ) -> bool {
+        self.poll_records(now, budget, |deadline, record| {
+            fire(deadline, record);
+            Fate::Done
+        })
+    }
+
+    /// Like [`TimerTable::poll_at_most`], with each timer's fate decided at its fire. `fire`
+    /// sees the fired timer and answers [`Fate::Done`] (it leaves the table) or
+    /// [`Fate::Rearm`] with its deadline, at most [`TimerTable::horizon`] as read before the
+    /// poll, and the timer it becomes: the same tenant and key, new bytes otherwise (made with
+    /// `PackedTimer::with_new_meta`). A re-armed timer keeps its version, its slab entry and
+    /// its index entry, and is due again from the end of the poll. Either way the fired
+    /// timer's bytes go to `spent`, for the caller to free when it likes.
+    pub fn poll_keeping(
+        &mut self,
+        now: UtcMicros,
+        budget: usize,
+        mut fire: impl FnMut(UtcMicros, &TimerRecord) -> Fate<PackedTimer>,
+        mut spent: impl FnMut(PackedTimer),
+    ) -> bool {
+        self.poll_records(now, budget, |deadline, record| {
+            match fire(deadline, &record) {
+                Fate::Done => {
+                    spent(record.timer);
+                    Fate::Done
+                }
+                Fate::Rearm(at, timer) => {
+                    debug_assert!(
+                        timer.identity() == record.timer.identity(),
+                        "{:?} re-armed as another timer, {:?}",
+                        record.timer,
+                        timer
+                    );
+                    let version = record.version;
+                    spent(record.timer);
+                    Fate::Rearm(at, TimerRecord { version, timer })
+                }
+            }
+        })
+    }
+
+    /// The poll behind both: fired timers that leave have their index entries removed after
+    /// the wheel's poll; re-armed ones keep theirs.
+    fn poll_records(
+        &mut self,
+        now: UtcMicros,
+        budget: usize,
+        mut fire: impl FnMut(UtcMicros, TimerRecord) -> Fate<TimerRecord>,
+    ) -> bool {
         // Index entries of fired timers are removed after the wheel's poll, not during it, so
         // that the fires of a burst are not spaced out by index probes. Until then the index
         // holds stale slab indices; nothing reads it while the wheel polls, and no slab entry
-        // is reused before the removal (the handler cannot insert).
+        // is reused before the removal (the handler cannot insert, and a re-armed timer keeps
+        // its own entry and its index entry).
         // The pending count stands for the sweep's length (buckets are 8/7 to 16/7 of it):
         // counting the parts' buckets would cost more than a small poll.
         let record_max = (self.len() / SWEEP_RATIO).max(self.record_min);
@@ -285,14 +345,20 @@ impl TimerTable {
         let (hasher, bits) = (&self.hasher, &mut self.fired_bits);
         let more = self
             .wheel
-            .poll_at_most(now, budget, |slab_index, deadline, record| {
-                fired_count += 1;
-                let i = slab_index as usize;
-                bits[i / 64] |= 1 << (i % 64);
-                if fired_count <= record_max {
-                    fired.push((hasher.hash_one(record.timer.identity()), slab_index));
+            .poll_keeping(now, budget, |slab_index, deadline, record| {
+                // Hashed before the fire, which may hand the timer on.
+                let hash =
+                    (fired_count < record_max).then(|| hasher.hash_one(record.timer.identity()));
+                let fate = fire(deadline, record);
+                if matches!(fate, Fate::Done) {
+                    fired_count += 1;
+                    let i = slab_index as usize;
+                    bits[i / 64] |= 1 << (i % 64);
+                    if let Some(hash) = hash {
+                        fired.push((hash, slab_index));
+                    }
                 }
-                fire(deadline, record);
+                fate
             });
         if fired_count > record_max {
             let bits = &self.fired_bits;

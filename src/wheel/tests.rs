@@ -1,8 +1,9 @@
 //! Model check: the timer table (wheel + index) against a plain `BTreeMap`, on generated
-//! sequences of insert, reschedule, cancel, advance and backward clock steps.
+//! sequences of insert, reschedule, cancel, advance and backward clock steps, with and without
+//! fired timers re-armed at their fire.
 
 use super::table::TimerTable;
-use super::Wheel;
+use super::{Fate, Wheel};
 use crate::timer::PackedTimer;
 use crate::units::{UtcMicros, TEN_YEARS_US};
 use proptest::prelude::*;
@@ -52,17 +53,29 @@ fn packed(k: u8) -> PackedTimer {
     PackedTimer::new("tenant", &format!("key-{k}"), &[k]).expect("short names")
 }
 
-/// The reference: pending timers ordered by (deadline, key).
+/// A fire: (deadline, key, version, times re-armed before it).
+type Fire = (u64, u8, u64, u8);
+
+/// A re-arm asked at a fire: (key, new deadline, version, times re-armed with it).
+type Rearm = (u8, u64, u64, u8);
+
+/// The reference: pending timers ordered by (deadline, key), with their version and the times
+/// they were re-armed.
 #[derive(Default)]
 struct Model {
-    by_deadline: BTreeMap<(u64, u8), u64>,
+    by_deadline: BTreeMap<(u64, u8), (u64, u8)>,
     by_key: HashMap<u8, (u64, u64)>,
 }
 
 impl Model {
     fn upsert(&mut self, k: u8, deadline: u64, version: u64) -> bool {
+        self.rearm((k, deadline, version, 0))
+    }
+
+    /// Pending under `k` again (a re-arm after its fire, or an upsert with no re-arms).
+    fn rearm(&mut self, (k, deadline, version, n): Rearm) -> bool {
         let replaced = self.cancel(k).is_some();
-        self.by_deadline.insert((deadline, k), version);
+        self.by_deadline.insert((deadline, k), (version, n));
         self.by_key.insert(k, (deadline, version));
         replaced
     }
@@ -74,13 +87,13 @@ impl Model {
     }
 
     /// Everything due at or before `now`, in deadline order (ties by key).
-    fn fire(&mut self, now: u64) -> Vec<(u64, u8, u64)> {
+    fn fire(&mut self, now: u64) -> Vec<Fire> {
         let later = self.by_deadline.split_off(&(now + 1, 0));
         let due = std::mem::replace(&mut self.by_deadline, later);
         due.into_iter()
-            .map(|((d, k), v)| {
+            .map(|((d, k), (v, n))| {
                 self.by_key.remove(&k);
-                (d, k, v)
+                (d, k, v, n)
             })
             .collect()
     }
@@ -88,27 +101,68 @@ impl Model {
 
 /// Polls until nothing more is due, at most `budget` fires per call (the shard's bounded
 /// passes); the fires of all calls together.
-fn poll_all(table: &mut TimerTable, now: u64, budget: usize) -> Vec<(u64, u8, u64)> {
-    let mut fired = Vec::new();
+fn poll_all(table: &mut TimerTable, now: u64, budget: usize) -> Vec<Fire> {
+    poll_keeping_all(table, now, budget, None).0
+}
+
+/// Whether the test re-arms key `k` when it fires after `n` re-arms: every third key, three
+/// times.
+fn keeps(k: u8, n: u8) -> bool {
+    k % 3 == 0 && n < 3
+}
+
+/// [`poll_all`], re-arming at each fire the timers [`keeps`] names, `after` µs from `now`
+/// (none when `after` is `None`), with their re-arm count as their metadata; the fires, and
+/// the re-arms asked.
+fn poll_keeping_all(
+    table: &mut TimerTable,
+    now: u64,
+    budget: usize,
+    after: Option<u64>,
+) -> (Vec<Fire>, Vec<Rearm>) {
+    let (mut fired, mut rearmed) = (Vec::new(), Vec::new());
     let mut calls = 0;
-    while table.poll_at_most(UtcMicros(now), budget, |d, r| {
-        fired.push((d.0, r.timer.payload()[0], r.version))
-    }) {
+    loop {
+        let horizon = table.horizon().0;
+        let more = table.poll_keeping(
+            UtcMicros(now),
+            budget,
+            |d, r| {
+                let k = r.timer.payload()[0];
+                let n = r.timer.meta().first().copied().unwrap_or(0);
+                fired.push((d.0, k, r.version, n));
+                let at = after.filter(|_| keeps(k, n)).map(|a| now + a);
+                match (
+                    at.filter(|&at| at <= horizon),
+                    r.timer.with_new_meta(&[n + 1]),
+                ) {
+                    (Some(at), Some(timer)) => {
+                        rearmed.push((k, at, r.version, n + 1));
+                        Fate::Rearm(UtcMicros(at), timer)
+                    }
+                    _ => Fate::Done,
+                }
+            },
+            drop,
+        );
+        if !more {
+            return (fired, rearmed);
+        }
         calls += 1;
-        assert!(calls < 10_000, "poll_at_most keeps reporting more due");
+        assert!(calls < 10_000, "poll_keeping keeps reporting more due");
     }
-    fired
 }
 
 /// `move_ns`: the cascade cost per entry and level that sets how far ahead slots cascade
 /// (large values make a handful of entries cascade milliseconds ahead of their slot).
 /// `sweep`: fired timers leave the index by a sweep whenever a poll fires more than two.
+/// `rearm`: the fired timers [`keeps`] names are re-armed this many µs after their fire.
 fn run(
     start: u64,
     ops: &[Op],
     budget: usize,
-    move_ns: u64,
-    sweep: bool,
+    (move_ns, sweep): (u64, bool),
+    rearm: Option<u64>,
 ) -> Result<(), TestCaseError> {
     let mut now = start;
     let mut table = TimerTable::new(UtcMicros(now), 64);
@@ -139,8 +193,8 @@ fn run(
             Op::Advance { by } => now += by,
             Op::StepBack { by } => now = now.saturating_sub(by).max(start),
         }
-        let mut fired = poll_all(&mut table, now, budget);
-        for &(deadline, k, _) in &fired {
+        let (mut fired, rearmed) = poll_keeping_all(&mut table, now, budget, rearm);
+        for &(deadline, k, ..) in &fired {
             prop_assert!(
                 deadline <= now,
                 "key {} due {} fired early at {}",
@@ -157,6 +211,14 @@ fn run(
         // Ties in deadline may fire in any order; compare as (deadline, key)-sorted sets.
         fired.sort_unstable();
         prop_assert_eq!(&fired, &model.fire(now), "fired set at now={}", now);
+        for r in rearmed {
+            model.rearm(r);
+            let (k, at, version, _) = r;
+            let view = table
+                .get(packed(k).identity())
+                .map(|v| (v.deadline.0, v.version));
+            prop_assert_eq!(view, Some((at, version)), "key {} re-armed", k);
+        }
         prop_assert_eq!(table.len(), model.by_key.len());
         prop_assert_eq!(
             table.index_len(),
@@ -197,15 +259,20 @@ fn run(
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
+    /// Half the cases re-arm every third key at its fire (three times, `rearm` µs later),
+    /// keeping its version and its slab entry: it fires again exactly at its new deadline,
+    /// with the metadata it was re-armed with, and the index, the occupancy and
+    /// `next_deadline` stay exact.
     #[test]
-    fn table_fires_exactly_what_a_btreemap_model_fires(
+    fn table_fires_and_re_arms_exactly_as_a_btreemap_model_does(
         start in prop_oneof![Just(0u64), 1_000_000u64..2_000_000_000_000_000],
         ops in prop::collection::vec(op(), 1..150),
         budget in prop_oneof![3 => Just(usize::MAX), 1 => 1usize..5],
         move_ns in prop_oneof![Just(super::MOVE_NS), Just(0), 1_000u64..50_000_000],
         sweep in any::<bool>(),
+        rearm in prop::option::weighted(0.5, scale().prop_map(|a| a + 1)),
     ) {
-        run(start, &ops, budget, move_ns, sweep)?;
+        run(start, &ops, budget, (move_ns, sweep), rearm)?;
     }
 }
 
@@ -406,7 +473,7 @@ fn a_bounded_poll_resumes_a_slot_in_order_and_sees_cancels_and_inserts_in_betwee
         .upsert(packed(21), UtcMicros(4_000), UtcMicros(2_000))
         .expect("room");
     let rest = poll_all(&mut table, 5_000, 2);
-    let keys: Vec<u8> = rest.iter().map(|&(_, k, _)| k).collect();
+    let keys: Vec<u8> = rest.iter().map(|&(_, k, ..)| k).collect();
     assert_eq!(keys, vec![20, 3, 4, 6, 7, 8, 9, 21]);
     assert!(table.is_empty());
     assert_eq!(table.next_deadline(), None);
@@ -435,4 +502,73 @@ fn tables_hash_keys_with_their_own_random_seed() {
     // A fixed seed would make every table (and every process) hash a key the same way, which
     // lets a client precompute keys that collide.
     assert_ne!(a.hash_of(id.identity()), b.hash_of(id.identity()));
+}
+
+#[test]
+fn a_re_armed_timer_keeps_its_slab_entry_version_and_index_entry() {
+    let mut table = TimerTable::new(UtcMicros(1_000), 16);
+    let first = table
+        .upsert(packed(1), UtcMicros(2_000), UtcMicros(1_000))
+        .expect("room");
+    table
+        .upsert(packed(2), UtcMicros(2_000), UtcMicros(1_000))
+        .expect("room");
+    let mut spent = Vec::new();
+    let more = table.poll_keeping(
+        UtcMicros(2_000),
+        usize::MAX,
+        |_, r| match r.timer.payload()[0] {
+            1 => Fate::Rearm(
+                UtcMicros(9_000),
+                r.timer.with_new_meta(b"m").expect("short"),
+            ),
+            _ => Fate::Done,
+        },
+        |t| spent.push(t.key().to_string()),
+    );
+    assert!(!more);
+    assert_eq!(
+        spent,
+        ["key-1", "key-2"],
+        "both fired timers' old bytes are handed back"
+    );
+    assert_eq!((table.len(), table.index_len()), (1, 1));
+    let kept = table
+        .timer_at(first.slot)
+        .expect("the same slab entry holds it");
+    assert_eq!((kept.key(), kept.meta()), ("key-1", &b"m"[..]));
+    let view = table
+        .get(packed(1).identity())
+        .expect("found through its index entry");
+    assert_eq!(
+        (view.deadline, view.version),
+        (UtcMicros(9_000), first.version)
+    );
+    // Due again at its new deadline, not a microsecond before.
+    assert!(poll_all(&mut table, 8_999, usize::MAX).is_empty());
+    assert_eq!(
+        poll_all(&mut table, 9_000, usize::MAX),
+        [(9_000, 1, first.version, b'm')]
+    );
+}
+
+#[test]
+fn a_re_arm_due_at_once_waits_for_the_next_poll() {
+    let mut table = TimerTable::new(UtcMicros(1_000), 16);
+    table
+        .upsert(packed(1), UtcMicros(2_000), UtcMicros(1_000))
+        .expect("room");
+    let mut fires = 0;
+    table.poll_keeping(
+        UtcMicros(2_000),
+        usize::MAX,
+        |d, r| {
+            fires += 1;
+            Fate::Rearm(d, r.timer.with_new_meta(b"").expect("short"))
+        },
+        drop,
+    );
+    assert_eq!(fires, 1, "never twice in one poll");
+    assert_eq!(table.next_deadline(), Some(UtcMicros(2_000)));
+    assert_eq!(poll_all(&mut table, 2_000, usize::MAX).len(), 1);
 }

@@ -48,7 +48,9 @@
 //! | `Dead` | not in the wheel: a dead letter | nothing (re-drive makes it `Waiting` with a fresh budget) |
 //!
 //! Decoding never panics: anything malformed is `None`, and the timer is treated as one
-//! without a callback.
+//! without a callback. Encoding is bounded: the URL is cut at [`MAX_URL`] bytes and the last
+//! error at `MAX_ERROR`, so a delivery's state always fits the 65,535 bytes of a timer's
+//! metadata, whatever a receiver or the network answered.
 
 use crate::timer::Firing;
 
@@ -506,6 +508,24 @@ mod tests {
             "{:?}",
             d.last
         );
+    }
+
+    /// Whatever the URL and the last error, the state fits a timer's metadata: a sink never
+    /// keeps a timer with metadata the shard cannot hold.
+    #[test]
+    fn the_largest_delivery_state_fits_a_timers_metadata() {
+        let mut d = sample();
+        d.url = "u".repeat(70_000);
+        d.last = Last::Error("e".repeat(70_000));
+        d.cuts = MAX_CUTS;
+        d.busy = MAX_BUSY;
+        let bytes = d.encode();
+        assert!(
+            bytes.len() <= 64 + MAX_ERROR + MAX_URL,
+            "{} bytes",
+            bytes.len()
+        );
+        assert!(crate::timer::PackedTimer::with_meta("t", "k", &bytes, b"").is_some());
     }
 
     #[test]
