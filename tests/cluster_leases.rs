@@ -10,12 +10,17 @@ mod redis_cluster;
 
 use punctual::cluster::lease::{self, Acquired, Lease, LeaseConfig, LeaseError};
 use punctual::cluster::membership::{self, NodeRecord};
+use punctual::cluster::node::{self, Holdings, NodeConfig};
 use punctual::cluster::rendezvous;
+use punctual::partition::PARTITIONS;
 use punctual::store::redis::cluster::fence;
 use punctual::store::redis::cluster::{parse_url, ClusterClient, Routed};
+use punctual::store::redis::clustered::Holders;
 use punctual::store::redis::layout;
 use redis::Value;
 use redis_cluster::{on_executor, RedisCluster};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 async fn client(cluster: &RedisCluster) -> ClusterClient {
@@ -358,4 +363,146 @@ fn fenced_writes_and_renewals_go_on_while_their_slots_are_resharded() {
         "{} partitions, {written} rounds, {stats:?}",
         partitions.len()
     );
+}
+
+/// Every partition held (valid now) by both nodes at once: must stay empty.
+fn both_hold(a: &Holdings, b: &Holdings) -> Vec<u32> {
+    let now = Instant::now();
+    (0..PARTITIONS)
+        .filter(|&p| a.valid(p, now).is_some() && b.valid(p, now).is_some())
+        .collect()
+}
+
+#[test]
+fn two_node_loops_split_the_partitions_and_the_survivor_takes_over_a_killed_node() {
+    let cluster = RedisCluster::start();
+    let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
+    let node = |id: &str| {
+        NodeConfig::new(NodeRecord {
+            id: id.into(),
+            advertise: id.into(),
+            started_at_us: 1,
+        })
+    };
+    let (na, nb) = (node("127.0.0.1:17001"), node("127.0.0.1:17002"));
+    let (ha, hb) = (Holdings::default(), Holdings::default());
+    let stop = AtomicBool::new(false);
+    let kill_a = Cell::new(false);
+    on_executor(async {
+        // a's loop dies mid-round when `kill_a` is set: its future is dropped, nothing released.
+        let a = futures_lite::future::or(
+            async {
+                node::run(cfg.clone(), &na, &ha, &stop).await;
+                panic!("a's loop ended without being killed");
+            },
+            async {
+                while !kill_a.get() {
+                    glommio::timer::sleep(Duration::from_millis(5)).await;
+                }
+            },
+        );
+        let b = node::run(cfg.clone(), &nb, &hb, &stop);
+        let check = async {
+            // Both beat, see each other, and settle on the rendezvous assignment.
+            let ids = [na.me.id.as_str(), nb.me.id.as_str()];
+            let (want_a, want_b) = (
+                rendezvous::owned_by(ids[0], &ids),
+                rendezvous::owned_by(ids[1], &ids),
+            );
+            let give_up = Instant::now() + Duration::from_secs(20);
+            loop {
+                assert_eq!(
+                    both_hold(&ha, &hb),
+                    Vec::<u32>::new(),
+                    "two holders at once"
+                );
+                let now = Instant::now();
+                if ha.owned(now) == want_a && hb.owned(now) == want_b {
+                    break;
+                }
+                assert!(
+                    Instant::now() < give_up,
+                    "no split after 20 s: a holds {}, b holds {}",
+                    ha.owned(now).len(),
+                    hb.owned(now).len()
+                );
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+            eprintln!(
+                "split: a holds {}, b holds {} of {PARTITIONS}",
+                want_a.len(),
+                want_b.len()
+            );
+            assert!(want_a.len() > 400 && want_b.len() > 400, "about half each");
+            // Redis holds exactly the value each node fences its writes with.
+            let mut c = client(&cluster).await;
+            let gets: Vec<Routed> = (0..PARTITIONS)
+                .map(|p| {
+                    let key = layout::lease_key(p);
+                    Routed::new(&key, redis::cmd("GET").arg(&key).clone())
+                })
+                .collect();
+            let values = c.pipeline(&gets).await.expect("GETs");
+            for (p, v) in (0..PARTITIONS).zip(values) {
+                let holder = ha.holder(p).or_else(|| hb.holder(p)).expect("held");
+                assert_eq!(v, Value::BulkString(holder.into_bytes()), "partition {p}");
+            }
+            let before: Vec<(u32, u64)> = want_a
+                .iter()
+                .map(|&p| (p, ha.valid(p, Instant::now()).expect("a's").epoch))
+                .collect();
+
+            // kill -9 a: b takes every partition once a's heartbeat and leases lapse.
+            kill_a.set(true);
+            let killed = Instant::now();
+            let limit = nb.member_ttl + nb.lease.ttl + Duration::from_secs(5);
+            loop {
+                assert_eq!(
+                    both_hold(&ha, &hb),
+                    Vec::<u32>::new(),
+                    "two holders at once"
+                );
+                if hb.owned(Instant::now()).len() == PARTITIONS as usize {
+                    break;
+                }
+                assert!(
+                    killed.elapsed() < limit,
+                    "b holds {} of {PARTITIONS} {limit:?} after a's death",
+                    hb.owned(Instant::now()).len()
+                );
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+            eprintln!(
+                "b held every partition {} ms after a was killed",
+                killed.elapsed().as_millis()
+            );
+            assert!(
+                ha.owned(Instant::now()).is_empty(),
+                "a's local deadlines passed first"
+            );
+            for (p, old) in before {
+                let new = hb.valid(p, Instant::now()).expect("b's").epoch;
+                assert!(new > old, "partition {p}: epoch {old} then {new}");
+            }
+            let st = &hb.stats;
+            let (losses, errors) = (
+                st.losses_total.load(Ordering::Relaxed),
+                st.round_errors_total.load(Ordering::Relaxed),
+            );
+            assert_eq!(
+                (losses, errors),
+                (0, 0),
+                "b lost no lease, and every round of b's completed"
+            );
+            stop.store(true, Ordering::Release);
+        };
+        futures_lite::future::zip(a, futures_lite::future::zip(b, check)).await;
+    });
+    // b left on stop: its leases released, so none is left in Redis.
+    on_executor(async {
+        let mut c = client(&cluster).await;
+        for p in [0, 511, 1023] {
+            until_lease_gone(&mut c, p).await;
+        }
+    });
 }

@@ -1,5 +1,6 @@
 //! Many punctual nodes over one Redis Cluster: who is alive (`membership`), who should own
-//! each partition (`rendezvous`), and who may write for it (`lease`).
+//! each partition (`rendezvous`), who may write for it (`lease`), and the loop that keeps
+//! this node's heartbeat and leases (`node`).
 //!
 //! # What this part owns
 //!
@@ -27,4 +28,5 @@
 
 pub mod lease;
 pub mod membership;
+pub mod node;
 pub mod rendezvous;
