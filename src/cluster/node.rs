@@ -1,7 +1,9 @@
 //! The node's loop: once a round (a second by default) it beats, reads the live set, works
 //! out which partitions this node should own, and acquires, renews and releases their leases.
 //! What it holds is kept in [`Holdings`], which every shard's store reads to fence its writes
-//! (`store::redis::clustered::Holders`).
+//! (`store::redis::clustered::Holders`), and each change of what the node may act on is told,
+//! in order, to a [`Partitions`] (the shards, which load a partition's timers when it is gained
+//! and drop them when it is lost).
 //!
 //! # One round
 //!
@@ -13,6 +15,13 @@
 //!   acquire = want − held          pipelined by master; "taken" leaves it (next round again)
 //!   sleep until the next round (rounds never overlap)
 //! ```
+//!
+//! Between the steps the loop compares [`Holdings`] with what it last told its [`Partitions`]:
+//! a partition valid now and not told is `gained`; one told and no longer valid (released,
+//! lost at renewal, or past its local deadline) is `lost`. So a release is told before it is
+//! sent, a lease that lapsed locally is told lost at the next round (at most one round late:
+//! whoever acts on a partition checks [`Holdings::valid`] too), and one renewed after it had
+//! lapsed is gained again, to be loaded afresh.
 //!
 //! A partition another node still holds is answered "taken"; that node releases it at its next
 //! round once it sees the newcomer, and the newcomer acquires it at the round after: a join
@@ -92,7 +101,7 @@ impl NodeConfig {
 pub struct NodeStats {
     pub acquisitions_total: AtomicU64,
     pub renewals_total: AtomicU64,
-    /// Leases found lost at renewal (another value, or gone), or lapsed locally and dropped.
+    /// Leases found lost at renewal (another value, or gone).
     pub losses_total: AtomicU64,
     pub releases_total: AtomicU64,
     /// Rounds whose heartbeat or lease calls failed.
@@ -166,6 +175,40 @@ impl Holders for Holdings {
     }
 }
 
+/// Who is told when this node may start or must stop acting on a partition: called on the
+/// loop's thread, in order, `gained` and `lost` alternating for each partition (starting with
+/// `gained`). Both must return at once (hand the work to the shards, do not wait for it).
+pub trait Partitions: Send + Sync {
+    /// The node holds `partition`'s lease (acquired, or renewed after it had lapsed): load its
+    /// records.
+    fn gained(&self, partition: u32);
+    /// The node no longer holds it (released, lost, or past its local deadline): drop its
+    /// timers without firing them or deleting them.
+    fn lost(&self, partition: u32);
+}
+
+/// What the loop last told its [`Partitions`] of each partition (true: gained, not yet lost).
+struct Told(Vec<bool>);
+
+impl Told {
+    fn new() -> Told {
+        Told(vec![false; PARTITIONS as usize])
+    }
+
+    /// Tells `partitions` every change between [`Holdings`] at `now` and what it was told.
+    fn tell(&mut self, holdings: &Holdings, partitions: &dyn Partitions, now: Instant) {
+        for (p, told) in (0..PARTITIONS).zip(self.0.iter_mut()) {
+            let valid = holdings.valid(p, now).is_some();
+            if *told && !valid {
+                partitions.lost(p);
+            } else if !*told && valid {
+                partitions.gained(p);
+            }
+            *told = valid;
+        }
+    }
+}
+
 /// What a round does with the leases, given what the node holds and what it should own.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
@@ -203,6 +246,7 @@ pub fn spawn(
     cluster: ClusterConfig,
     cfg: NodeConfig,
     holdings: Arc<Holdings>,
+    partitions: Arc<dyn Partitions>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -221,14 +265,20 @@ pub fn spawn(
                     retry_for: cfg.round,
                     ..cluster
                 };
-                run(cluster, &cfg, &holdings, &stop).await;
+                run(cluster, &cfg, &holdings, &*partitions, &stop).await;
             });
         })
 }
 
 /// The loop itself, on the caller's executor, until `stop`. Dropping the future mid-round is a
 /// death: nothing is released (the leases lapse), which is what the tests use to kill a node.
-pub async fn run(cluster: ClusterConfig, cfg: &NodeConfig, holdings: &Holdings, stop: &AtomicBool) {
+pub async fn run(
+    cluster: ClusterConfig,
+    cfg: &NodeConfig,
+    holdings: &Holdings,
+    partitions: &dyn Partitions,
+    stop: &AtomicBool,
+) {
     let mut client = loop {
         match ClusterClient::connect(cluster.clone()).await {
             Ok(c) => break c,
@@ -241,9 +291,10 @@ pub async fn run(cluster: ClusterConfig, cfg: &NodeConfig, holdings: &Holdings, 
             }
         }
     };
+    let mut told = Told::new();
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
-        if let Err(reason) = round(&mut client, cfg, holdings).await {
+        if let Err(reason) = round(&mut client, cfg, holdings, partitions, &mut told).await {
             holdings
                 .stats
                 .round_errors_total
@@ -256,15 +307,22 @@ pub async fn run(cluster: ClusterConfig, cfg: &NodeConfig, holdings: &Holdings, 
             glommio::timer::sleep(next - now).await;
         }
     }
-    leave(&mut client, cfg, holdings).await;
+    leave(&mut client, cfg, holdings, partitions, &mut told).await;
 }
 
 /// A planned stop: every lease out of [`Holdings`], then released, then the record removed.
-async fn leave(client: &mut ClusterClient, cfg: &NodeConfig, holdings: &Holdings) {
+async fn leave(
+    client: &mut ClusterClient,
+    cfg: &NodeConfig,
+    holdings: &Holdings,
+    partitions: &dyn Partitions,
+    told: &mut Told,
+) {
     let held = holdings.held();
     for l in &held {
         holdings.remove(l.partition);
     }
+    told.tell(holdings, partitions, Instant::now());
     if let Err(e) = lease::release(client, &held).await {
         tracing::warn!(error = %e, "node: leases not released at stop; they lapse within a TTL");
     }
@@ -282,8 +340,12 @@ async fn round(
     client: &mut ClusterClient,
     cfg: &NodeConfig,
     holdings: &Holdings,
+    partitions: &dyn Partitions,
+    told: &mut Told,
 ) -> Result<(), String> {
     let stats = &holdings.stats;
+    // Leases that lapsed since the last round are lost before anything is sent.
+    told.tell(holdings, partitions, Instant::now());
     let live = membership::beat(client, &cfg.me, cfg.member_ttl).await;
     let held = holdings.held();
     let held_ids: Vec<u32> = held.iter().map(|l| l.partition).collect();
@@ -304,6 +366,7 @@ async fn round(
         for l in &release {
             holdings.remove(l.partition);
         }
+        told.tell(holdings, partitions, Instant::now());
         stats
             .releases_total
             .fetch_add(release.len() as u64, Ordering::Relaxed);
@@ -351,6 +414,7 @@ async fn round(
             }
         }
     }
+    told.tell(holdings, partitions, Instant::now());
     failure.map_or(Ok(()), Err)
 }
 
