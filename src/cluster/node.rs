@@ -375,7 +375,12 @@ async fn round(
         }
     }
     if !renew.is_empty() {
-        match lease::renew(client, &mut renew, cfg.lease).await {
+        let answered = lease::renew(client, &mut renew, cfg.lease).await;
+        // A lease that lapsed while its renewal was under way is lost now, before a renewal
+        // makes it valid again: whoever saw it invalid meanwhile (a shard that dropped a due
+        // timer) is told gained afterwards and loads it afresh.
+        told.tell(holdings, partitions, Instant::now());
+        match answered {
             Ok(answers) => {
                 for (l, held) in renew.into_iter().zip(answers) {
                     if held {
