@@ -9,10 +9,11 @@
 mod redis_cluster;
 
 use punctual::cluster::lease::{self, Acquired, Lease, LeaseConfig, LeaseError};
+use punctual::cluster::load;
 use punctual::cluster::membership::{self, NodeRecord};
 use punctual::cluster::node::{self, Holdings, NodeConfig, Partitions};
 use punctual::cluster::rendezvous;
-use punctual::partition::PARTITIONS;
+use punctual::partition::{partition_of, PARTITIONS};
 use punctual::store::redis::cluster::fence;
 use punctual::store::redis::cluster::{parse_url, ClusterClient, Routed};
 use punctual::store::redis::clustered::Holders;
@@ -557,5 +558,87 @@ fn two_node_loops_split_the_partitions_and_the_survivor_takes_over_a_killed_node
         for p in [0, 511, 1023] {
             until_lease_gone(&mut c, p).await;
         }
+    });
+}
+
+#[test]
+fn a_gained_partition_reads_back_every_record_of_both_hashes_page_by_page() {
+    let cluster = RedisCluster::start();
+    on_executor(async {
+        let mut c = client(&cluster).await;
+        let p = 300;
+        let keys: Vec<String> = (0..)
+            .map(|i| format!("order-{i}"))
+            .filter(|k| partition_of("shop", k) == p)
+            .take(303)
+            .collect();
+        let hset = |hash: String, field: String, record: Vec<u8>| {
+            Routed::new(
+                &hash,
+                redis::cmd("HSET").arg(&hash).arg(field).arg(record).clone(),
+            )
+        };
+        // 300 pending timers, 3 dead letters, and two records recovery would skip as well.
+        let mut writes: Vec<Routed> = keys[..300]
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let record = layout::encode_record(i as u64 + 1, 1_000 + i as u64, b"", b"{}");
+                hset(layout::timers_key(p), layout::field("shop", k), record)
+            })
+            .collect();
+        for k in &keys[300..] {
+            let record = layout::encode_record(9, 9, b"dead", b"{}");
+            writes.push(hset(
+                punctual::store::redis::dead::dead_key(p),
+                layout::field("shop", k),
+                record,
+            ));
+        }
+        writes.push(hset(
+            layout::timers_key(p),
+            "no-slash".into(),
+            b"1 2 {}".to_vec(),
+        ));
+        let elsewhere = (0..)
+            .map(|i| format!("other-{i}"))
+            .find(|k| partition_of("shop", k) != p)
+            .expect("a key of another partition");
+        writes.push(hset(
+            layout::timers_key(p),
+            layout::field("shop", &elsewhere),
+            b"1 2 {}".to_vec(),
+        ));
+        for reply in c.pipeline(&writes).await.expect("HSETs") {
+            assert_eq!(reply, Value::Int(1));
+        }
+
+        let read = load::read(&mut c, p, 50).await.expect("read");
+        assert_eq!(
+            read.skipped, 2,
+            "the malformed and the misfiled record are left"
+        );
+        let mut got: Vec<(String, u64)> = read
+            .records
+            .iter()
+            .map(|r| (r.key.clone(), r.version))
+            .collect();
+        got.sort();
+        got.dedup();
+        assert_eq!(
+            got.len(),
+            303,
+            "every record once (HSCAN may repeat one; loads upsert)"
+        );
+        for (i, k) in keys.iter().enumerate() {
+            let r = read.records.iter().find(|r| &r.key == k).expect("read");
+            let dead = i >= 300;
+            assert_eq!(r.meta.is_empty(), !dead, "{k}");
+            if !dead {
+                assert_eq!(r.version, i as u64 + 1);
+            }
+        }
+        let empty = load::read(&mut c, p + 1, 50).await.expect("read");
+        assert!(empty.records.is_empty() && empty.skipped == 0);
     });
 }

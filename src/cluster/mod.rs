@@ -1,6 +1,6 @@
 //! Many punctual nodes over one Redis Cluster: who is alive (`membership`), who should own
-//! each partition (`rendezvous`), who may write for it (`lease`), and the loop that keeps
-//! this node's heartbeat and leases (`node`).
+//! each partition (`rendezvous`), who may write for it (`lease`), the loop that keeps this
+//! node's heartbeat and leases (`node`), and the read of a partition it gains (`load`).
 //!
 //! # What this part owns
 //!
@@ -27,6 +27,7 @@
 //! What is built and what is not is in `docs/SCALING.md`.
 
 pub mod lease;
+pub mod load;
 pub mod membership;
 pub mod node;
 pub mod rendezvous;

@@ -45,7 +45,9 @@
 //! the TTL: a round that waits behind a shard's work or its store's writes is a renewal that
 //! comes late, and a lease that lapses drops a partition for every shard. On its own thread,
 //! a busy shard delays no renewal, and the loop's waits (one call at a time) delay no shard.
-//! It costs one mostly idle thread and one connection per master.
+//! It costs one mostly idle thread and one connection per master. (`serve` does not start it
+//! yet: shards cannot load and drop a partition at run time; `docs/SCALING.md` says what is
+//! left.)
 //!
 //! The client's calls give up after `retry_for` (the round's interval by default, not the
 //! store's 10 s), so a master that stops answering holds one round for about a second; that
