@@ -11,7 +11,8 @@ mod redis_cluster;
 use punctual::cluster::lease::{self, Acquired, Lease, LeaseConfig, LeaseError};
 use punctual::cluster::load;
 use punctual::cluster::membership::{self, NodeRecord};
-use punctual::cluster::node::{self, Holdings, NodeConfig, Partitions};
+use punctual::cluster::node::{self, Holdings, NodeConfig};
+use punctual::cluster::reader::{Partitions, Reader, Shards};
 use punctual::cluster::rendezvous;
 use punctual::partition::{partition_of, PARTITIONS};
 use punctual::store::redis::cluster::fence;
@@ -641,4 +642,93 @@ fn a_gained_partition_reads_back_every_record_of_both_hashes_page_by_page() {
         let empty = load::read(&mut c, p + 1, 50).await.expect("read");
         assert!(empty.records.is_empty() && empty.skipped == 0);
     });
+}
+
+/// What a node's shards were handed: per partition, the loads (record keys) and drops in order.
+#[derive(Default)]
+struct Handed(Mutex<Vec<(u32, Option<Vec<String>>)>>);
+
+impl Shards for Handed {
+    fn load(&self, partition: u32, read: load::Read) {
+        let keys = read.records.into_iter().map(|r| r.key).collect();
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .push((partition, Some(keys)));
+    }
+
+    fn drop_partition(&self, partition: u32) {
+        self.0.lock().expect("not poisoned").push((partition, None));
+    }
+}
+
+#[test]
+fn a_node_hands_its_shards_each_gained_partition_s_records_and_then_its_drop() {
+    let cluster = RedisCluster::start();
+    let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
+    let me = NodeConfig::new(NodeRecord {
+        id: "127.0.0.1:17003".into(),
+        advertise: "127.0.0.1:17003".into(),
+        started_at_us: 1,
+    });
+    let holdings = Holdings::default();
+    let handed = Handed::default();
+    let stop = AtomicBool::new(false);
+    // Two pending timers stored before the node starts.
+    let stored = ["order-1", "order-2"];
+    on_executor(async {
+        let mut c = client(&cluster).await;
+        for k in stored {
+            let hash = layout::timers_key(partition_of("shop", k));
+            let cmd = redis::cmd("HSET")
+                .arg(&hash)
+                .arg(layout::field("shop", k))
+                .arg(layout::encode_record(1, 2, b"", b"{}"))
+                .clone();
+            c.query(Routed::new(&hash, cmd)).await.expect("HSET");
+        }
+        let (reader, queue) = Reader::new(&handed);
+        let node = futures_lite::future::or(
+            node::run(cfg.clone(), &me, &holdings, &reader, &stop),
+            reader.serve(cfg.clone(), queue),
+        );
+        let check = async {
+            let give_up = Instant::now() + Duration::from_secs(20);
+            while handed.0.lock().expect("not poisoned").len() < PARTITIONS as usize {
+                assert!(
+                    Instant::now() < give_up,
+                    "not every partition loaded in 20 s"
+                );
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+            stop.store(true, Ordering::Release);
+        };
+        futures_lite::future::zip(node, check).await;
+    });
+    let handed = handed.0.into_inner().expect("not poisoned");
+    let (loads, drops) = handed.split_at(PARTITIONS as usize);
+    let mut loaded: Vec<u32> = loads.iter().map(|(p, _)| *p).collect();
+    loaded.sort_unstable();
+    assert_eq!(
+        loaded,
+        (0..PARTITIONS).collect::<Vec<_>>(),
+        "each gained partition loaded once"
+    );
+    for (p, keys) in loads {
+        let mut want: Vec<String> = stored
+            .iter()
+            .filter(|k| partition_of("shop", k) == *p)
+            .map(|k| k.to_string())
+            .collect();
+        let mut got = keys.clone().expect("a load");
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "partition {p}'s records");
+    }
+    assert_eq!(
+        drops.len(),
+        PARTITIONS as usize,
+        "every partition dropped at stop"
+    );
+    assert!(drops.iter().all(|(_, keys)| keys.is_none()));
 }

@@ -1,6 +1,7 @@
 //! Many punctual nodes over one Redis Cluster: who is alive (`membership`), who should own
 //! each partition (`rendezvous`), who may write for it (`lease`), the loop that keeps this
-//! node's heartbeat and leases (`node`), and the read of a partition it gains (`load`).
+//! node's heartbeat and leases (`node`), and the read of a partition it gains (`load`) for the
+//! shards (`reader`).
 //!
 //! # What this part owns
 //!
@@ -30,4 +31,5 @@ pub mod lease;
 pub mod load;
 pub mod membership;
 pub mod node;
+pub mod reader;
 pub mod rendezvous;

@@ -66,6 +66,7 @@
 
 use super::lease::{self, Acquired, Lease, LeaseConfig};
 use super::membership::{self, NodeRecord};
+use super::reader::{Partitions, Reader, Shards};
 use super::rendezvous;
 use crate::partition::PARTITIONS;
 use crate::store::redis::cluster::{ClusterClient, ClusterConfig};
@@ -177,18 +178,6 @@ impl Holders for Holdings {
     }
 }
 
-/// Who is told when this node may start or must stop acting on a partition: called on the
-/// loop's thread, in order, `gained` and `lost` alternating for each partition (starting with
-/// `gained`). Both must return at once (hand the work to the shards, do not wait for it).
-pub trait Partitions: Send + Sync {
-    /// The node holds `partition`'s lease (acquired, or renewed after it had lapsed): load its
-    /// records.
-    fn gained(&self, partition: u32);
-    /// The node no longer holds it (released, lost, or past its local deadline): drop its
-    /// timers without firing them or deleting them.
-    fn lost(&self, partition: u32);
-}
-
 /// What the loop last told its [`Partitions`] of each partition (true: gained, not yet lost).
 struct Told(Vec<bool>);
 
@@ -242,13 +231,14 @@ pub fn plan(held: &[u32], want: &[u32]) -> Plan {
 }
 
 /// Starts the loop on a thread of its own (see the module doc) with a cluster client made
-/// from `cluster` (its `retry_for` set to one round). On `stop` it releases what it holds and
-/// leaves the live set, so the others need not wait a TTL.
+/// from `cluster` (its `retry_for` set to one round), and beside it the reader that loads
+/// gained partitions into `shards` (`reader`). On `stop` it releases what it holds and leaves
+/// the live set, so the others need not wait a TTL.
 pub fn spawn(
     cluster: ClusterConfig,
     cfg: NodeConfig,
     holdings: Arc<Holdings>,
-    partitions: Arc<dyn Partitions>,
+    shards: Arc<dyn Shards>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -263,11 +253,17 @@ pub fn spawn(
                 }
             };
             ex.run(async move {
-                let cluster = ClusterConfig {
+                let (reader, queue) = Reader::new(&*shards);
+                let rounds = ClusterConfig {
                     retry_for: cfg.round,
-                    ..cluster
+                    ..cluster.clone()
                 };
-                run(cluster, &cfg, &holdings, &*partitions, &stop).await;
+                // The loop ends at `stop` (after telling every loss); the reader goes with it.
+                futures_lite::future::or(
+                    run(rounds, &cfg, &holdings, &reader, &stop),
+                    reader.serve(cluster, queue),
+                )
+                .await;
             });
         })
 }
