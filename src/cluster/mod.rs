@@ -1,5 +1,7 @@
 //! Many punctual nodes over one Redis Cluster: who is alive (`membership`), who should own
-//! each partition (`rendezvous`), and who may write for it (`lease`).
+//! each partition (`rendezvous`), who may write for it (`lease`), the loop that keeps this
+//! node's heartbeat and leases (`node`), and the read of a partition it gains (`load`) for the
+//! shards (`reader`).
 //!
 //! # What this part owns
 //!
@@ -26,5 +28,8 @@
 //! What is built and what is not is in `docs/SCALING.md`.
 
 pub mod lease;
+pub mod load;
 pub mod membership;
+pub mod node;
+pub mod reader;
 pub mod rendezvous;

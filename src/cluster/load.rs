@@ -1,0 +1,164 @@
+//! Reading one partition's records when this node gains its lease, for a shard to load.
+//!
+//! A gained partition's pending timers (`punctual:{pN}:timers`) and dead letters
+//! (`punctual:{pN}:dead`) are read with `HSCAN … COUNT <page>`, both hashes' pages in one
+//! pipeline (one slot, so one master and one round trip a page), into owned [`Stored`]
+//! records, in the format recovery reads (`store::redis::layout`). Records that do not parse,
+//! or that lie in another partition than their key's, are counted and left in Redis, as
+//! recovery leaves them.
+//!
+//! # Why the read is consistent
+//!
+//! It is made after the acquisition was answered, and nothing writes the partition between the
+//! two: another node's writes are fenced by the lease, and this node's shard refuses the
+//! partition's ops until the records are loaded. So the read sees exactly what the last holder
+//! left. A slot that moves between two pages is followed by `MOVED` (a hash moves whole), so
+//! the cursor stays valid.
+//!
+//! # Cost
+//!
+//! Per partition: one round trip per page of `page` records of each hash, and every record's
+//! bytes copied once into its [`Stored`]. A caller that reads many partitions does so beside
+//! the node's loop, not in it, so a large partition never makes a renewal late.
+
+use crate::partition::partition_of;
+use crate::store::redis::cluster::{ClusterClient, ClusterError, Routed};
+use crate::store::redis::dead::dead_key;
+use crate::store::redis::layout::{decode_record, parse_field, timers_key};
+use crate::units::UtcMicros;
+use redis::Value;
+
+/// A record of a gained partition: a pending timer, or a dead letter (its metadata says which,
+/// as at recovery).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub tenant: String,
+    pub key: String,
+    pub version: u64,
+    pub deadline: UtcMicros,
+    pub meta: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
+/// What [`read`] found of one partition.
+#[derive(Debug, Default)]
+pub struct Read {
+    pub records: Vec<Stored>,
+    /// Records left in Redis: malformed, or filed under another partition.
+    pub skipped: u64,
+}
+
+/// Why a partition could not be read (then nothing of it is loaded: read it again).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("HSCAN of partition {partition} answered {reply}")]
+    Reply { partition: u32, reply: String },
+}
+
+/// Reads every pending timer and dead letter of `partition`, `page` records of each hash a
+/// round trip.
+pub async fn read(
+    client: &mut ClusterClient,
+    partition: u32,
+    page: usize,
+) -> Result<Read, LoadError> {
+    let mut out = Read::default();
+    // (hash, cursor); a hash whose cursor came back 0 is done and leaves the list.
+    let mut scans: Vec<(String, Vec<u8>)> = vec![
+        (timers_key(partition), b"0".to_vec()),
+        (dead_key(partition), b"0".to_vec()),
+    ];
+    while !scans.is_empty() {
+        let commands: Vec<Routed> = scans
+            .iter()
+            .map(|(hash, cursor)| {
+                let mut scan = redis::cmd("HSCAN");
+                scan.arg(hash)
+                    .arg(&cursor[..])
+                    .arg("COUNT")
+                    .arg(page.max(1));
+                Routed::new(hash, scan)
+            })
+            .collect();
+        let replies = client.pipeline(&commands).await?;
+        let mut next = Vec::with_capacity(scans.len());
+        for ((hash, _), reply) in scans.into_iter().zip(replies) {
+            let (cursor, items) = match reply {
+                Value::Array(parts) => match <[Value; 2]>::try_from(parts) {
+                    Ok([cursor, items]) => (cursor, items),
+                    Err(parts) => return Err(unexpected(partition, &parts)),
+                },
+                other => return Err(unexpected(partition, &other)),
+            };
+            if let Value::Array(items) = items {
+                for pair in items.chunks_exact(2) {
+                    match stored(partition, &pair[0], &pair[1]) {
+                        Some(s) => out.records.push(s),
+                        None => out.skipped += 1,
+                    }
+                }
+            }
+            match cursor {
+                Value::BulkString(c) if c != b"0" => next.push((hash, c)),
+                _ => {}
+            }
+        }
+        scans = next;
+    }
+    Ok(out)
+}
+
+fn unexpected(partition: u32, reply: &dyn std::fmt::Debug) -> LoadError {
+    LoadError::Reply {
+        partition,
+        reply: format!("{reply:?}"),
+    }
+}
+
+/// One hash field and its record, if it parses and belongs to `partition`.
+fn stored(partition: u32, field: &Value, record: &Value) -> Option<Stored> {
+    let (Value::BulkString(field), Value::BulkString(record)) = (field, record) else {
+        return None;
+    };
+    let (tenant, key) = parse_field(field)?;
+    let rec = decode_record(record)?;
+    if partition_of(tenant, key) != partition {
+        return None;
+    }
+    Some(Stored {
+        tenant: tenant.to_owned(),
+        key: key.to_owned(),
+        version: rec.version,
+        deadline: UtcMicros(rec.fire_at_us),
+        meta: rec.meta.to_vec(),
+        payload: rec.payload.to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::redis::layout::{encode_record, field};
+
+    fn bulk(b: impl Into<Vec<u8>>) -> Value {
+        Value::BulkString(b.into())
+    }
+
+    #[test]
+    fn a_record_parses_only_in_its_own_partition() {
+        let p = partition_of("shop", "order-1");
+        let rec = encode_record(7, 1_000, b"", b"{}");
+        let f = field("shop", "order-1");
+        let s = stored(p, &bulk(f.clone()), &bulk(rec.clone())).expect("parses");
+        assert_eq!(
+            (s.tenant.as_str(), s.key.as_str(), s.version, s.deadline),
+            ("shop", "order-1", 7, UtcMicros(1_000))
+        );
+        assert_eq!(s.payload, b"{}");
+        assert_eq!(stored(p + 1, &bulk(f.clone()), &bulk(rec)), None);
+        assert_eq!(stored(p, &bulk(f), &bulk("not a record")), None);
+        assert_eq!(stored(p, &Value::Nil, &Value::Nil), None);
+    }
+}

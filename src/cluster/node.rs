@@ -1,0 +1,450 @@
+//! The node's loop: once a round (a second by default) it beats, reads the live set, works
+//! out which partitions this node should own, and acquires, renews and releases their leases.
+//! What it holds is kept in [`Holdings`], which every shard's store reads to fence its writes
+//! (`store::redis::clustered::Holders`), and each change of what the node may act on is told,
+//! in order, to a [`Partitions`] (the shards, which load a partition's timers when it is gained
+//! and drop them when it is lost).
+//!
+//! # One round
+//!
+//! ```text
+//!   beat (membership)              → the live set, or an error (then: renew only)
+//!   want = rendezvous::owned_by(me, live)
+//!   release = held − want          dropped from Holdings first, then released in Redis
+//!   renew   = held ∩ want          pipelined by master; "lost" drops it from Holdings
+//!   acquire = want − held          pipelined by master; "taken" leaves it (next round again)
+//!   sleep until the next round (rounds never overlap)
+//! ```
+//!
+//! Between the steps the loop compares [`Holdings`] with what it last told its [`Partitions`]:
+//! a partition valid now and not told is `gained`; one told and no longer valid (released,
+//! lost at renewal, or past its local deadline) is `lost`. So a release is told before it is
+//! sent, a lease that lapsed locally is told lost at the next round (at most one round late:
+//! whoever acts on a partition checks [`Holdings::valid`] too), and one renewed after it had
+//! lapsed is gained again, to be loaded afresh.
+//!
+//! A partition another node still holds is answered "taken"; that node releases it at its next
+//! round once it sees the newcomer, and the newcomer acquires it at the round after: a join
+//! settles in about two rounds. A node that dies (kill -9) releases nothing: its leases lapse
+//! one TTL after its last renewal and its heartbeat one member TTL after its last beat; the
+//! others acquire its partitions at their first round after both.
+//!
+//! # Order, and what a death in between leaves
+//!
+//! A partition leaves [`Holdings`] *before* its release is sent, so no write is fenced with a
+//! lease already given up; it enters [`Holdings`] only once its acquisition is answered, with
+//! the local deadline counted from the *send* (`lease`). A process that dies anywhere in a
+//! round leaves leases that lapse within a TTL and writes that are fenced: nothing of a round
+//! needs undoing.
+//!
+//! # Where it runs, and what waits on what
+//!
+//! The loop runs on a thread of its own (`punctual-node`) with its own glommio executor and
+//! its own cluster client, not on a shard. A shard's passes are bounded (about 200 µs), so the
+//! loop could share one, but the lease deadlines are the one thing here that is timed against
+//! the TTL: a round that waits behind a shard's work or its store's writes is a renewal that
+//! comes late, and a lease that lapses drops a partition for every shard. On its own thread,
+//! a busy shard delays no renewal, and the loop's waits (one call at a time) delay no shard.
+//! It costs one mostly idle thread and one connection per master. (`serve` does not start it
+//! yet: shards cannot load and drop a partition at run time; `docs/SCALING.md` says what is
+//! left.)
+//!
+//! The client's calls give up after `retry_for` (the round's interval by default, not the
+//! store's 10 s), so a master that stops answering holds one round for about a second; that
+//! master's leases then lapse at their local deadlines (the shards stop acting on those
+//! partitions) while the others are renewed at the next round. Nothing queues: rounds do not
+//! overlap, and a round that ran long starts the next at once rather than catching up.
+//! Tenants do not appear here: a lease covers a partition, whichever tenants' timers it holds.
+//!
+//! # Cost model
+//!
+//! Per round: one heartbeat script, one rendezvous computation (1,024 × N weights: tens of
+//! microseconds for a few nodes), one pipelined call per master for the renewals (a few
+//! hundred `EVAL`s of a few dozen bytes each), and acquisitions and releases only when the
+//! assignment changed. Per store batch, one mutex (uncontended but for the loop's per-round
+//! update) and one `String` copy per partition written.
+
+use super::lease::{self, Acquired, Lease, LeaseConfig};
+use super::membership::{self, NodeRecord};
+use super::reader::{Partitions, Reader, Shards};
+use super::rendezvous;
+use crate::partition::PARTITIONS;
+use crate::store::redis::cluster::{ClusterClient, ClusterConfig};
+use crate::store::redis::clustered::Holders;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How the node beats and holds leases.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's record (its id is its advertised address).
+    pub me: NodeRecord,
+    /// Time between the starts of two rounds.
+    pub round: Duration,
+    /// How long this node's heartbeat lasts without another.
+    pub member_ttl: Duration,
+    pub lease: LeaseConfig,
+}
+
+impl NodeConfig {
+    /// One round a second, a 3 s heartbeat and 3 s leases (a tenth of it as drift margin).
+    pub fn new(me: NodeRecord) -> NodeConfig {
+        NodeConfig {
+            me,
+            round: Duration::from_secs(1),
+            member_ttl: Duration::from_secs(3),
+            lease: LeaseConfig::default(),
+        }
+    }
+}
+
+/// Counters of the node's lease events, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct NodeStats {
+    pub acquisitions_total: AtomicU64,
+    pub renewals_total: AtomicU64,
+    /// Leases found lost at renewal (another value, or gone).
+    pub losses_total: AtomicU64,
+    pub releases_total: AtomicU64,
+    /// Rounds whose heartbeat or lease calls failed.
+    pub round_errors_total: AtomicU64,
+    /// Live nodes at the last good heartbeat.
+    pub live_nodes: AtomicU64,
+}
+
+/// The leases this node holds, one slot per partition: written by the loop, read by every
+/// shard's store (and anything else that must know whether it may act on a partition).
+pub struct Holdings {
+    slots: Vec<Mutex<Option<Lease>>>,
+    pub stats: NodeStats,
+}
+
+impl Default for Holdings {
+    fn default() -> Self {
+        Holdings {
+            slots: (0..PARTITIONS).map(|_| Mutex::new(None)).collect(),
+            stats: NodeStats::default(),
+        }
+    }
+}
+
+impl Holdings {
+    fn slot(&self, partition: u32) -> Option<MutexGuard<'_, Option<Lease>>> {
+        // A poisoned slot still holds a whole `Option<Lease>`: assignments only.
+        let slot = self.slots.get(partition as usize)?;
+        Some(slot.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The lease of `partition` if this node holds it and its local deadline is after `now`.
+    pub fn valid(&self, partition: u32, now: Instant) -> Option<Lease> {
+        self.slot(partition)?
+            .as_ref()
+            .filter(|l| l.valid_at(now))
+            .cloned()
+    }
+
+    /// Partitions whose lease is valid at `now`, in increasing order.
+    pub fn owned(&self, now: Instant) -> Vec<u32> {
+        (0..PARTITIONS)
+            .filter(|&p| self.valid(p, now).is_some())
+            .collect()
+    }
+
+    /// Every lease in the table, valid or not.
+    fn held(&self) -> Vec<Lease> {
+        (0..PARTITIONS)
+            .filter_map(|p| self.slot(p).and_then(|s| s.clone()))
+            .collect()
+    }
+
+    fn put(&self, lease: Lease) {
+        if let Some(mut s) = self.slot(lease.partition) {
+            *s = Some(lease);
+        }
+    }
+
+    fn remove(&self, partition: u32) {
+        if let Some(mut s) = self.slot(partition) {
+            *s = None;
+        }
+    }
+}
+
+impl Holders for Holdings {
+    fn holder(&self, partition: u32) -> Option<String> {
+        self.valid(partition, Instant::now())
+            .map(|l| l.holder().to_owned())
+    }
+}
+
+/// What the loop last told its [`Partitions`] of each partition (true: gained, not yet lost).
+struct Told(Vec<bool>);
+
+impl Told {
+    fn new() -> Told {
+        Told(vec![false; PARTITIONS as usize])
+    }
+
+    /// Tells `partitions` every change between [`Holdings`] at `now` and what it was told.
+    fn tell(&mut self, holdings: &Holdings, partitions: &dyn Partitions, now: Instant) {
+        for (p, told) in (0..PARTITIONS).zip(self.0.iter_mut()) {
+            let valid = holdings.valid(p, now).is_some();
+            if *told && !valid {
+                partitions.lost(p);
+            } else if !*told && valid {
+                partitions.gained(p);
+            }
+            *told = valid;
+        }
+    }
+}
+
+/// What a round does with the leases, given what the node holds and what it should own.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub acquire: Vec<u32>,
+    pub renew: Vec<u32>,
+    pub release: Vec<u32>,
+}
+
+/// The round's plan: `held` and `want` in any order; the answer's lists are increasing.
+pub fn plan(held: &[u32], want: &[u32]) -> Plan {
+    let mut is_held = vec![false; PARTITIONS as usize];
+    let mut is_wanted = vec![false; PARTITIONS as usize];
+    for &p in held.iter().filter(|&&p| p < PARTITIONS) {
+        is_held[p as usize] = true;
+    }
+    for &p in want.iter().filter(|&&p| p < PARTITIONS) {
+        is_wanted[p as usize] = true;
+    }
+    let mut out = Plan::default();
+    for p in 0..PARTITIONS {
+        match (is_held[p as usize], is_wanted[p as usize]) {
+            (true, true) => out.renew.push(p),
+            (true, false) => out.release.push(p),
+            (false, true) => out.acquire.push(p),
+            (false, false) => {}
+        }
+    }
+    out
+}
+
+/// Starts the loop on a thread of its own (see the module doc) with a cluster client made
+/// from `cluster` (its `retry_for` set to one round), and beside it the reader that loads
+/// gained partitions into `shards` (`reader`). On `stop` it releases what it holds and leaves
+/// the live set, so the others need not wait a TTL.
+pub fn spawn(
+    cluster: ClusterConfig,
+    cfg: NodeConfig,
+    holdings: Arc<Holdings>,
+    shards: Arc<dyn Shards>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("punctual-node".into())
+        .spawn(move || {
+            let ex = match glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make()
+            {
+                Ok(ex) => ex,
+                Err(e) => {
+                    tracing::error!(error = %e, "node: cannot make the loop's executor; this node holds no partition");
+                    return;
+                }
+            };
+            ex.run(async move {
+                let (reader, queue) = Reader::new(&*shards);
+                let rounds = ClusterConfig {
+                    retry_for: cfg.round,
+                    ..cluster.clone()
+                };
+                // The loop ends at `stop` (after telling every loss); the reader goes with it.
+                futures_lite::future::or(
+                    run(rounds, &cfg, &holdings, &reader, &stop),
+                    reader.serve(cluster, queue),
+                )
+                .await;
+            });
+        })
+}
+
+/// The loop itself, on the caller's executor, until `stop`. Dropping the future mid-round is a
+/// death: nothing is released (the leases lapse), which is what the tests use to kill a node.
+pub async fn run(
+    cluster: ClusterConfig,
+    cfg: &NodeConfig,
+    holdings: &Holdings,
+    partitions: &dyn Partitions,
+    stop: &AtomicBool,
+) {
+    let mut client = loop {
+        match ClusterClient::connect(cluster.clone()).await {
+            Ok(c) => break c,
+            Err(e) => {
+                tracing::warn!(error = %e, "node: the cluster does not answer yet; this node holds no partition");
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                glommio::timer::sleep(cfg.round).await;
+            }
+        }
+    };
+    let mut told = Told::new();
+    while !stop.load(Ordering::Acquire) {
+        let started = Instant::now();
+        if let Err(reason) = round(&mut client, cfg, holdings, partitions, &mut told).await {
+            holdings
+                .stats
+                .round_errors_total
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%reason, "node: a round of heartbeat and leases did not complete");
+        }
+        let next = started + cfg.round;
+        let now = Instant::now();
+        if next > now {
+            glommio::timer::sleep(next - now).await;
+        }
+    }
+    leave(&mut client, cfg, holdings, partitions, &mut told).await;
+}
+
+/// A planned stop: every lease out of [`Holdings`], then released, then the record removed.
+async fn leave(
+    client: &mut ClusterClient,
+    cfg: &NodeConfig,
+    holdings: &Holdings,
+    partitions: &dyn Partitions,
+    told: &mut Told,
+) {
+    let held = holdings.held();
+    for l in &held {
+        holdings.remove(l.partition);
+    }
+    told.tell(holdings, partitions, Instant::now());
+    if let Err(e) = lease::release(client, &held).await {
+        tracing::warn!(error = %e, "node: leases not released at stop; they lapse within a TTL");
+    }
+    holdings
+        .stats
+        .releases_total
+        .fetch_add(held.len() as u64, Ordering::Relaxed);
+    if let Err(e) = membership::leave(client, &cfg.me).await {
+        tracing::warn!(error = %e, "node: record not removed at stop; it lapses within a TTL");
+    }
+}
+
+/// One round (see the module doc).
+async fn round(
+    client: &mut ClusterClient,
+    cfg: &NodeConfig,
+    holdings: &Holdings,
+    partitions: &dyn Partitions,
+    told: &mut Told,
+) -> Result<(), String> {
+    let stats = &holdings.stats;
+    // Leases that lapsed since the last round are lost before anything is sent.
+    told.tell(holdings, partitions, Instant::now());
+    let live = membership::beat(client, &cfg.me, cfg.member_ttl).await;
+    let held = holdings.held();
+    let held_ids: Vec<u32> = held.iter().map(|l| l.partition).collect();
+    let plan = match &live {
+        Ok(live) => {
+            stats.live_nodes.store(live.len() as u64, Ordering::Relaxed);
+            let ids: Vec<&str> = live.iter().map(|r| r.id.as_str()).collect();
+            plan(&held_ids, &rendezvous::owned_by(&cfg.me.id, &ids))
+        }
+        // Without a live set, keep what is held and take nothing new.
+        Err(_) => plan(&held_ids, &held_ids),
+    };
+    let mut failure = live.err().map(|e| format!("heartbeat: {e}"));
+    let (mut renew, release): (Vec<Lease>, Vec<Lease>) = held
+        .into_iter()
+        .partition(|l| plan.renew.binary_search(&l.partition).is_ok());
+    if !release.is_empty() {
+        for l in &release {
+            holdings.remove(l.partition);
+        }
+        told.tell(holdings, partitions, Instant::now());
+        stats
+            .releases_total
+            .fetch_add(release.len() as u64, Ordering::Relaxed);
+        if let Err(e) = lease::release(client, &release).await {
+            failure.get_or_insert(format!("release: {e}"));
+        }
+    }
+    if !renew.is_empty() {
+        let answered = lease::renew(client, &mut renew, cfg.lease).await;
+        // A lease that lapsed while its renewal was under way is lost now, before a renewal
+        // makes it valid again: whoever saw it invalid meanwhile (a shard that dropped a due
+        // timer) is told gained afterwards and loads it afresh.
+        told.tell(holdings, partitions, Instant::now());
+        match answered {
+            Ok(answers) => {
+                for (l, held) in renew.into_iter().zip(answers) {
+                    if held {
+                        stats.renewals_total.fetch_add(1, Ordering::Relaxed);
+                        holdings.put(l);
+                    } else {
+                        stats.losses_total.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            partition = l.partition,
+                            epoch = l.epoch,
+                            "node: lease lost at renewal"
+                        );
+                        holdings.remove(l.partition);
+                    }
+                }
+            }
+            // Deadlines stay where they were: the leases lapse locally unless a later round
+            // renews them in time.
+            Err(e) => {
+                failure.get_or_insert(format!("renew: {e}"));
+            }
+        }
+    }
+    if !plan.acquire.is_empty() {
+        match lease::acquire(client, &cfg.me.id, &plan.acquire, cfg.lease).await {
+            Ok(answers) => {
+                for answer in answers {
+                    if let Acquired::Held(l) = answer {
+                        stats.acquisitions_total.fetch_add(1, Ordering::Relaxed);
+                        holdings.put(l);
+                    }
+                }
+            }
+            Err(e) => {
+                failure.get_or_insert(format!("acquire: {e}"));
+            }
+        }
+    }
+    told.tell(holdings, partitions, Instant::now());
+    failure.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_renews_what_it_keeps_releases_what_moved_and_acquires_what_is_new() {
+        let p = plan(&[9, 1, 5], &[5, 7, 1, 2000]);
+        assert_eq!(
+            p,
+            Plan {
+                acquire: vec![7],
+                renew: vec![1, 5],
+                release: vec![9],
+            },
+            "out-of-range partitions are ignored; every list increases"
+        );
+        assert_eq!(plan(&[], &[]), Plan::default());
+    }
+
+    #[test]
+    fn an_empty_table_names_no_holder() {
+        let h = Holdings::default();
+        assert_eq!(h.holder(3), None);
+        assert_eq!(h.holder(PARTITIONS), None, "out of range: none, no panic");
+        assert!(h.owned(Instant::now()).is_empty());
+    }
+}

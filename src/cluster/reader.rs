@@ -1,0 +1,176 @@
+//! Between the node's loop and the shards: a partition gained is read (`load::read`) and its
+//! records handed to the shards to load; a partition lost is handed over to be dropped at once.
+//!
+//! # Order
+//!
+//! [`Reader`] is the loop's [`Partitions`]. `lost(p)` calls [`Shards::drop_partition`] at once,
+//! on the loop's thread. `gained(p)` only queues p, under a generation; the reader's task
+//! ([`Reader::serve`]) reads p and hands the records to [`Shards::load`] only if p is still
+//! gained under that generation when the read ends. Both run on the loop's executor, so that
+//! check and the hand-over happen with no `lost` in between: a load never follows the drop of
+//! a later loss, and a partition lost and gained again while its first read was under way is
+//! read again. A shard receives, per partition, loads and drops in the order they were handed
+//! over (one thread pushes both onto its ring).
+//!
+//! # Where the time goes
+//!
+//! The reads run in a task of their own with a cluster client of their own, beside the loop's
+//! rounds: reading a large partition (or 500 of them after a takeover) never makes a renewal
+//! late. They go one partition at a time, so the queue of gained partitions grows by at most
+//! the 1,024 partitions; a read that fails is tried again a second later while the partition is
+//! still gained (its shard refuses its ops meanwhile: it is not loaded).
+
+use super::load::{self, Read};
+use crate::partition::PARTITIONS;
+use crate::store::redis::cluster::{ClusterClient, ClusterConfig};
+use futures_channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
+use futures_lite::StreamExt;
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+/// Records read a page at a time (of each of a partition's two hashes).
+const PAGE: usize = 512;
+
+/// Pause before a failed read is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Who is told when this node may start or must stop acting on a partition: called on the
+/// loop's thread, in order, `gained` and `lost` alternating for each partition (starting with
+/// `gained`). Both must return at once (hand the work on, do not wait for it). The service's
+/// is [`Reader`], which reads a gained partition for the shards.
+pub trait Partitions {
+    /// The node holds `partition`'s lease (acquired, or renewed after it had lapsed): load its
+    /// records.
+    fn gained(&self, partition: u32);
+    /// The node no longer holds it (released, lost, or past its local deadline): drop its
+    /// timers without firing them or deleting them.
+    fn lost(&self, partition: u32);
+}
+
+/// Where the node's partitions are loaded and dropped: the shards. Both calls must return at
+/// once (push onto the shard's ring; do not wait for the shard).
+pub trait Shards: Send + Sync {
+    /// `partition`'s records, read after its lease was gained: load them, replacing whatever
+    /// of the partition is loaded.
+    fn load(&self, partition: u32, read: Read);
+    /// `partition` is no longer held: drop its timers without firing or deleting them.
+    fn drop_partition(&self, partition: u32);
+}
+
+/// The loop's [`Partitions`] that reads what is gained for the shards (see the module doc).
+pub struct Reader<'a> {
+    shards: &'a dyn Shards,
+    /// Per partition, the generation it was last gained under; `None` while not gained.
+    gained: RefCell<Vec<Option<u64>>>,
+    next: Cell<u64>,
+    queue: UnboundedSender<(u32, u64)>,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader for `shards`, and the queue its [`Reader::serve`] task takes.
+    pub fn new(shards: &'a dyn Shards) -> (Reader<'a>, UnboundedReceiver<(u32, u64)>) {
+        let (queue, rx) = unbounded();
+        let reader = Reader {
+            shards,
+            gained: RefCell::new(vec![None; PARTITIONS as usize]),
+            next: Cell::new(0),
+            queue,
+        };
+        (reader, rx)
+    }
+
+    fn still(&self, partition: u32, generation: u64) -> bool {
+        self.gained
+            .borrow()
+            .get(partition as usize)
+            .copied()
+            .flatten()
+            == Some(generation)
+    }
+
+    /// Reads each gained partition and hands it to the shards, until the queue's sender (this
+    /// reader) is dropped. Run it on the loop's executor, beside [`super::node::run`].
+    pub async fn serve(&self, cluster: ClusterConfig, mut queue: UnboundedReceiver<(u32, u64)>) {
+        let mut client = loop {
+            match ClusterClient::connect(cluster.clone()).await {
+                Ok(c) => break c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "node: the partition reader cannot reach the cluster yet");
+                    glommio::timer::sleep(RETRY).await;
+                }
+            }
+        };
+        while let Some((partition, generation)) = queue.next().await {
+            while self.still(partition, generation) {
+                match load::read(&mut client, partition, PAGE).await {
+                    Ok(read) => {
+                        if self.still(partition, generation) {
+                            self.shards.load(partition, read);
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(partition, error = %e, "node: a gained partition could not be read; trying again");
+                        glommio::timer::sleep(RETRY).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Partitions for Reader<'_> {
+    fn gained(&self, partition: u32) {
+        let generation = self.next.get() + 1;
+        self.next.set(generation);
+        if let Some(g) = self.gained.borrow_mut().get_mut(partition as usize) {
+            *g = Some(generation);
+        }
+        // The receiver lives as long as the serve task; once it is gone nothing is read.
+        let _ = self.queue.unbounded_send((partition, generation));
+    }
+
+    fn lost(&self, partition: u32) {
+        if let Some(g) = self.gained.borrow_mut().get_mut(partition as usize) {
+            *g = None;
+        }
+        self.shards.drop_partition(partition);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Dropped(Mutex<Vec<u32>>);
+
+    impl Shards for Dropped {
+        fn load(&self, _: u32, _: Read) {}
+        fn drop_partition(&self, partition: u32) {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(partition);
+        }
+    }
+
+    #[test]
+    fn a_read_queued_before_a_loss_is_not_handed_over_and_a_regain_is_read_again() {
+        let shards = Dropped::default();
+        let (reader, mut queue) = Reader::new(&shards);
+        reader.gained(7);
+        reader.lost(7);
+        reader.gained(7);
+        reader.gained(PARTITIONS);
+        let first = queue.try_recv().expect("queued");
+        let second = queue.try_recv().expect("queued again");
+        assert_eq!((first.0, second.0), (7, 7));
+        assert!(!reader.still(7, first.1), "the first gain was lost");
+        assert!(reader.still(7, second.1), "the second is read");
+        assert_eq!(*shards.0.lock().unwrap_or_else(|e| e.into_inner()), [7]);
+        let out_of_range = queue.try_recv().expect("queued");
+        assert!(!reader.still(out_of_range.0, out_of_range.1), "never read");
+    }
+}
