@@ -14,6 +14,8 @@
 //!
 //! Systems:
 //! - `punctual-spin` / `punctual-nospin`: one shard pinned to core 1, spin window 200 µs / 0;
+//!   `punctual-adaptive`: the same with a window that follows the measured wake-up latency
+//!   (at most 200 µs);
 //!   `punctual-*-unpinned`: the same with the shard thread left to the kernel's placement;
 //!   `punctual-spin-2shards`: two shards pinned to cores 1 and 0, timers spread by key.
 //! - `tokio-sleep-ct` / `tokio-sleep-mt`: one task per timer doing `sleep_until`, on the
@@ -26,6 +28,9 @@
 //! `--only S` runs the systems whose name contains `S` (e.g. `--only punctual`); `--workload W1`.
 //!
 //! Registration runs on core 0 and ends before the first deadline (stderr says how long before).
+//! After the table, the targets as ratios against this run's baselines (`floor-spin`, tokio's
+//! best mode, `punctual-spin` for the spin window's settings), with met or MISSED.
+//!
 //! `min` is the first fire's lateness: in W2, how long the first of the burst waited. `cpu_s` is the process's user+system
 //! CPU time from the start of registration to the last fire.
 
@@ -265,13 +270,18 @@ fn run(system: &'static str, w: &Workload) -> Row {
     let rec = Recorder::new(&deadlines);
     let cpu0 = cpu_seconds();
     match system {
-        "punctual-spin" => run_punctual(&deadlines, &rec, last, w, SPIN, true),
-        "punctual-spin-2shards" => run_punctual_on(&deadlines, &rec, last, w, SPIN, TWO_SHARDS),
-        "punctual-nospin" => run_punctual(&deadlines, &rec, last, w, Duration::ZERO, true),
-        "punctual-spin-unpinned" => run_punctual(&deadlines, &rec, last, w, SPIN, false),
-        "punctual-nospin-unpinned" => {
-            run_punctual(&deadlines, &rec, last, w, Duration::ZERO, false)
+        "punctual-spin" => run_punctual(&deadlines, &rec, last, w, Window::Fixed(SPIN), true),
+        "punctual-spin-2shards" => {
+            run_punctual_on(&deadlines, &rec, last, w, Window::Fixed(SPIN), TWO_SHARDS)
         }
+        "punctual-adaptive" => {
+            run_punctual(&deadlines, &rec, last, w, Window::Adaptive(SPIN), true)
+        }
+        "punctual-nospin" => run_punctual(&deadlines, &rec, last, w, NO_SPIN, true),
+        "punctual-spin-unpinned" => {
+            run_punctual(&deadlines, &rec, last, w, Window::Fixed(SPIN), false)
+        }
+        "punctual-nospin-unpinned" => run_punctual(&deadlines, &rec, last, w, NO_SPIN, false),
         "tokio-sleep-ct" => run_tokio_sleep(&deadlines, &rec, last, w, false),
         "tokio-sleep-mt" => run_tokio_sleep(&deadlines, &rec, last, w, true),
         "delayqueue-ct" => run_delay_queue(&deadlines, &rec, last, w, false),
@@ -283,15 +293,26 @@ fn run(system: &'static str, w: &Workload) -> Row {
     summarize(system, w, &rec, cpu_seconds() - cpu0)
 }
 
-/// The spin window of the `punctual-spin` systems.
+/// The spin window of the `punctual-spin` systems, and the ceiling of `punctual-adaptive`'s.
 const SPIN: Duration = Duration::from_micros(200);
+
+/// The `punctual-nospin` systems' window: parking all the way to each deadline.
+const NO_SPIN: Window = Window::Fixed(Duration::ZERO);
+
+/// A punctual system's spin window.
+#[derive(Clone, Copy)]
+enum Window {
+    Fixed(Duration),
+    /// Following the measured wake-up latency, at most this.
+    Adaptive(Duration),
+}
 
 fn run_punctual(
     deadlines: &[u64],
     rec: &Arc<Recorder>,
     last: u64,
     w: &Workload,
-    spin: Duration,
+    spin: Window,
     pinned: bool,
 ) {
     let cores = if pinned { vec![SHARD_CORE] } else { vec![] };
@@ -308,7 +329,7 @@ fn run_punctual_on(
     rec: &Arc<Recorder>,
     last: u64,
     w: &Workload,
-    spin: Duration,
+    spin: Window,
     cores: &[usize],
 ) {
     let fired = rec.clone();
@@ -317,10 +338,12 @@ fn run_punctual_on(
     } else {
         (Pinning::Cores(cores.to_vec()), cores.len())
     };
-    let engine = EngineBuilder::new()
-        .pinning(pinning)
-        .shards(shards)
-        .spin(spin)
+    let builder = EngineBuilder::new().pinning(pinning).shards(shards);
+    let builder = match spin {
+        Window::Fixed(d) => builder.spin(d),
+        Window::Adaptive(max) => builder.adaptive_spin(max),
+    };
+    let engine = builder
         .shard_capacity(deadlines.len().max(1))
         .ring_capacity(65_536)
         .on_fire(move |f| {
@@ -493,9 +516,10 @@ fn run_floor(deadlines: &[u64], rec: &Arc<Recorder>, spin: bool) {
     .expect("floor thread");
 }
 
-const SYSTEMS: [&str; 11] = [
+const SYSTEMS: [&str; 12] = [
     "punctual-spin",
     "punctual-spin-2shards",
+    "punctual-adaptive",
     "punctual-nospin",
     "punctual-spin-unpinned",
     "punctual-nospin-unpinned",
@@ -561,6 +585,7 @@ fn main() {
         }
     }
     print_table(&rows);
+    print_ratios(&rows);
     for r in &rows {
         println!(
             "{}",
@@ -600,5 +625,67 @@ fn print_table(rows: &[Row]) {
             "{:<16} {:<4} {:>9} {:>9} {:>5} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>11.1} {:>7.2}",
             r.system, r.workload, r.n, r.fired, r.lost, r.early, r.min_us, r.p50_us, r.p90_us, r.p99_us, r.p999_us, r.max_us, r.cpu_s
         );
+    }
+}
+
+/// The targets as ratios against baselines measured in this run, printed so that a reader sees
+/// them without arithmetic. A ratio whose systems were not run (`--only`) is left out.
+fn print_ratios(rows: &[Row]) {
+    let row = |system: &str, wl: &str| rows.iter().find(|r| r.system == system && r.workload == wl);
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::INFINITY };
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    println!("ratios against this run's baselines:");
+    if let (Some(p), Some(f)) = (row("punctual-spin", "W1"), row("floor-spin", "W1")) {
+        let r99 = ratio(p.p99_us, f.p99_us);
+        let r999 = ratio(p.p999_us, f.p999_us);
+        println!(
+            "  W1 punctual-spin / floor-spin: p99 {r99:.2}x (target <= 1.2x: {}), p99.9 {r999:.2}x (target <= 2x: {})",
+            verdict(r99 <= 1.2),
+            verdict(r999 <= 2.0)
+        );
+    }
+    let tokio = [
+        "tokio-sleep-ct",
+        "tokio-sleep-mt",
+        "delayqueue-ct",
+        "delayqueue-mt",
+    ]
+    .iter()
+    .filter_map(|s| row(s, "W1"))
+    .min_by(|a, b| a.p99_us.total_cmp(&b.p99_us));
+    if let (Some(p), Some(t)) = (row("punctual-spin", "W1"), tokio) {
+        let r = ratio(t.p99_us, p.p99_us);
+        println!(
+            "  W1 p99 of tokio's best mode ({}) / punctual-spin: {r:.0}x (target >= 100x: {})",
+            t.system,
+            verdict(r >= 100.0)
+        );
+    }
+    if let (Some(p), Some(f)) = (row("punctual-spin-2shards", "W2"), row("floor-spin", "W2")) {
+        let r = ratio(p.max_us, f.max_us / 2.0);
+        println!(
+            "  W2 last fire, punctual-spin-2shards / half of floor-spin's: {r:.2}x (target <= 1.2x: {})",
+            verdict(r <= 1.2)
+        );
+    }
+    if let (Some(p), Some(f)) = (row("punctual-spin", "W2"), row("floor-spin", "W2")) {
+        println!(
+            "  W2 last fire, punctual-spin / floor-spin (one thread each): {:.2}x",
+            ratio(p.max_us, f.max_us)
+        );
+    }
+    // The spin window's settings: lateness beside the CPU it costs, against the fixed window.
+    if let Some(base) = row("punctual-spin", "W1") {
+        for s in ["punctual-adaptive", "punctual-nospin"] {
+            if let Some(r) = row(s, "W1") {
+                println!(
+                    "  W1 {s} / punctual-spin: p99 {:.2}x, p99.9 {:.2}x, max {:.2}x, cpu {:.2}x",
+                    ratio(r.p99_us, base.p99_us),
+                    ratio(r.p999_us, base.p999_us),
+                    ratio(r.max_us, base.max_us),
+                    ratio(r.cpu_s, base.cpu_s)
+                );
+            }
+        }
     }
 }

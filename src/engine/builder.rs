@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
 use crate::quota::Quotas;
 use crate::ring::Ring;
+use crate::shard::spin::SpinWindow;
 use crate::shard::watchdog::{Pulse, Watchdog};
 use crate::sink::webhook::settings::WebhookSettings;
 use crate::sink::FireHandler;
@@ -56,6 +57,8 @@ pub struct EngineBuilder {
     shards: usize,
     pinning: Pinning,
     spin: Duration,
+    /// Whether `spin` is the ceiling of a window that follows the wake-up latency.
+    adaptive_spin: bool,
     ring_capacity: usize,
     shard_capacity: usize,
     clock: ClockChoice,
@@ -80,6 +83,7 @@ impl Default for EngineBuilder {
             shards: available_cores().len().max(1),
             pinning: Pinning::Auto,
             spin: Duration::from_micros(100),
+            adaptive_spin: false,
             ring_capacity: 65_536,
             shard_capacity: 10_000_000,
             clock: ClockChoice::Detect,
@@ -126,6 +130,16 @@ impl EngineBuilder {
     /// How long before a deadline the shard stops parking and spins. Zero turns spinning off.
     pub fn spin(mut self, window: Duration) -> Self {
         self.spin = window;
+        self.adaptive_spin = false;
+        self
+    }
+
+    /// A spin window that follows each shard's measured wake-up latency: the recent p99.9 of
+    /// how late its parks resumed, plus a small margin, never above `max` (see
+    /// `src/shard/spin.rs`). It spins only as long as the host makes it need to.
+    pub fn adaptive_spin(mut self, max: Duration) -> Self {
+        self.spin = max;
+        self.adaptive_spin = true;
         self
     }
 
@@ -305,7 +319,11 @@ impl EngineBuilder {
                     ClockChoice::ClockGettime => HostSource::fallback,
                 },
                 set_generation: set_generation.clone(),
-                spin: self.spin,
+                spin: if self.adaptive_spin {
+                    SpinWindow::adaptive(self.spin)
+                } else {
+                    SpinWindow::fixed(self.spin)
+                },
                 capacity: self.shard_capacity,
                 preempt_timer: self.preempt_timer,
                 store: store.clone(),
@@ -332,7 +350,7 @@ impl EngineBuilder {
             abandon_start(&stop, &handle, threads, start_limit);
             return Err(e);
         }
-        tracing::info!(shards = self.shards, cores = ?cores, spin_us = self.spin.as_micros() as u64, "engine started");
+        tracing::info!(shards = self.shards, cores = ?cores, spin_us = self.spin.as_micros() as u64, adaptive_spin = self.adaptive_spin, "engine started");
         Ok(Engine {
             handle,
             threads,

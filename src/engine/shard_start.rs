@@ -13,6 +13,7 @@ use crate::metrics::ShardMetrics;
 use crate::quota::Quotas;
 use crate::ring::Ring;
 use crate::shard::delivery::Deliveries;
+use crate::shard::spin::SpinWindow;
 use crate::shard::watchdog::Pulse;
 use crate::shard::{set_timer_slack_ns, Shard, ShardFailure, Wakee};
 use crate::sink::webhook::{settings::WebhookSettings, WebhookSink};
@@ -54,7 +55,7 @@ pub(super) struct ShardSeed {
     pub source: fn() -> HostSource,
     /// The generation the system-clock watch bumps on a set, if it runs.
     pub set_generation: Option<Arc<AtomicU64>>,
-    pub spin: Duration,
+    pub spin: SpinWindow,
     /// Pending timers the shard may hold.
     pub capacity: usize,
     /// glommio's preemption timer once the shard is guarded (tests shorten it).

@@ -124,6 +124,7 @@
 //! |---|---|
 //! | `mod.rs` | the shard's state and its loop ([`Shard::run`]) |
 //! | `park.rs` | parking: the park, the spin, the yield, and the wake socket (`Wakee`) |
+//! | `spin.rs` | the spin window, fixed or following the measured wake-up latency |
 //! | `apply.rs` | the one `apply(op)` for every op from the ring, and the quota it settles |
 //! | `fire.rs` | the fire pass, the one `retire` of a fired timer, and the spent list (`Spent`) |
 //! | `delivery.rs` | a fired timer's fate, settled at its fire (`Settle`), follow-ups, re-drives and discards |
@@ -147,6 +148,7 @@ mod failure;
 mod fire;
 mod park;
 mod recover;
+pub(crate) mod spin;
 pub(crate) mod watchdog;
 
 pub(crate) use failure::ShardFailure;
@@ -164,14 +166,13 @@ use fire::{More, Spent, FIRE_BATCH};
 use park::HELD_BACK_NAP;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 pub(crate) struct Shard<S: TimeSource> {
     pub id: usize,
     pub ring: Arc<Ring>,
     pub table: TimerTable,
     pub clock: Clock<S>,
-    pub spin: Duration,
+    pub spin: spin::SpinWindow,
     /// Where fired timers go, in this order, before the store hears of the fire.
     pub sinks: Vec<Box<dyn Sink>>,
     pub store: Box<dyn Store>,

@@ -34,14 +34,18 @@ impl<S: TimeSource> Shard<S> {
         let now = self.clock.now();
         let next = self.next_wake();
         let wait = Duration::from_nanos(next.0.saturating_sub(now.0));
-        if wait > self.spin {
-            let mut nap = wait - self.spin;
+        let spin = self.spin.window();
+        if wait > spin {
+            let mut nap = wait - spin;
             if wakee.cooperative() {
                 // Bounds how long glommio may sleep with another task runnable (see the
                 // module doc): the nap's timer ends any such sleep.
                 nap = nap.min(MAX_NAP);
             }
             self.nap(wakee, nap, buf).await;
+            // How late the park resumed: an adaptive spin window follows it (`spin.rs`).
+            let intended = now.0.saturating_add(nap.as_nanos() as u64);
+            self.spin.parked(intended, self.clock.now().0);
         } else if wakee.cooperative() {
             // Spin for at most MAX_UNYIELDED, then let the other tasks run and come back.
             if !self.spin_until(next, MAX_UNYIELDED) {

@@ -6,6 +6,7 @@ use crate::timer::{FiredTimer, PackedTimer};
 use crate::units::{UtcMicros, UtcNanos};
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 /// (deadline, the system clock when it fired) of each fire.
 type Seen = Rc<RefCell<Vec<(UtcMicros, UtcNanos)>>>;
@@ -45,7 +46,7 @@ fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<S>, Seen) {
         ring: Arc::new(ring),
         table: TimerTable::new(clock.now().as_micros(), 1024),
         clock,
-        spin: Duration::ZERO,
+        spin: super::spin::SpinWindow::fixed(Duration::ZERO),
         sinks: vec![Box::new(witness)],
         store: Box::new(crate::store::memory::MemoryStore),
         metrics: Arc::default(),
