@@ -40,6 +40,32 @@ fn flags_win_over_the_file() {
 }
 
 #[test]
+fn the_spin_window_is_fixed_unless_made_adaptive_by_the_file_or_a_flag() {
+    let c = Config::resolve(FileConfig::default(), &ServeArgs::default()).expect("valid");
+    assert!(!c.spin_adaptive);
+    let c = Config::resolve(
+        file("spin_adaptive = true\nspin_us = 300\n"),
+        &ServeArgs::default(),
+    )
+    .expect("valid");
+    assert_eq!((c.spin_adaptive, c.spin_us), (true, 300));
+    let args = ServeArgs {
+        spin_adaptive: Some("false".into()),
+        ..Default::default()
+    };
+    let c = Config::resolve(file("spin_adaptive = true\n"), &args).expect("valid");
+    assert!(!c.spin_adaptive, "the flag wins over the file");
+    let e = err_text(Config::resolve(
+        FileConfig::default(),
+        &ServeArgs {
+            spin_adaptive: Some("sometimes".into()),
+            ..Default::default()
+        },
+    ));
+    assert!(e.contains("`spin_adaptive`"), "{e}");
+}
+
+#[test]
 fn errors_name_the_offending_key() {
     let bad = |args: ServeArgs| err_text(Config::resolve(FileConfig::default(), &args));
     let e = bad(ServeArgs {

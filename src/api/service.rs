@@ -45,9 +45,14 @@ pub fn serve(config: Config) -> Result<(), String> {
     ));
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let hook_shared = shared.clone();
-    let mut builder = EngineBuilder::new()
-        .shards(config.shards)
-        .spin(Duration::from_micros(config.spin_us))
+    let spin = Duration::from_micros(config.spin_us);
+    let builder = EngineBuilder::new().shards(config.shards);
+    let builder = if config.spin_adaptive {
+        builder.adaptive_spin(spin)
+    } else {
+        builder.spin(spin)
+    };
+    let mut builder = builder
         .ring_capacity(config.ring_capacity)
         .shard_capacity(config.shard_capacity)
         .webhooks(webhooks)

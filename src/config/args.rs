@@ -82,6 +82,11 @@ pub struct ServeArgs {
     /// spinning off for shared hosts [default: 100].
     #[arg(long, env = "PUNCTUAL_SPIN_US", value_name = "N")]
     pub spin_us: Option<String>,
+    /// Let each shard's spin window follow its measured wake-up latency (the recent p99.9 of
+    /// how late its parks resumed, plus a margin), with --spin-us as the ceiling: a host that
+    /// wakes fast spins less [default: false].
+    #[arg(long, env = "PUNCTUAL_SPIN_ADAPTIVE", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]
+    pub spin_adaptive: Option<String>,
     /// Requests each shard's ring holds before callers get 503 overloaded [default: 65536].
     #[arg(long, env = "PUNCTUAL_RING_CAPACITY", value_name = "N")]
     pub ring_capacity: Option<String>,

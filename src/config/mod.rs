@@ -121,6 +121,8 @@ pub struct Config {
     /// checked and kept for the node's loop, which is not built yet.
     pub advertise: Option<String>,
     pub spin_us: u64,
+    /// The spin window follows the measured wake-up latency, `spin_us` its ceiling.
+    pub spin_adaptive: bool,
     pub ring_capacity: usize,
     pub shard_capacity: usize,
     pub max_connections: usize,
@@ -167,6 +169,7 @@ impl Default for Config {
             redis_wait_replicas: 0,
             advertise: None,
             spin_us: 100,
+            spin_adaptive: false,
             ring_capacity: 65_536,
             shard_capacity: 10_000_000,
             max_connections: 10_000,
@@ -203,6 +206,7 @@ pub struct FileConfig {
     redis_wait_replicas: Option<u64>,
     advertise: Option<String>,
     spin_us: Option<u64>,
+    spin_adaptive: Option<bool>,
     ring_capacity: Option<u64>,
     shard_capacity: Option<u64>,
     max_connections: Option<u64>,

@@ -174,6 +174,8 @@ impl Config {
             file.transparent_huge_pages,
         )?
         .unwrap_or(false);
+        let spin_adaptive = pick::<bool>("spin_adaptive", &args.spin_adaptive, file.spin_adaptive)?
+            .unwrap_or(false);
         let max_header_bytes = u(
             "max_header_bytes",
             &args.max_header_bytes,
@@ -252,6 +254,7 @@ impl Config {
                 0,
                 1_000_000,
             )?,
+            spin_adaptive,
             ring_capacity: u(
                 "ring_capacity",
                 &args.ring_capacity,
