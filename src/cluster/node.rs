@@ -176,6 +176,12 @@ impl Holders for Holdings {
         self.valid(partition, Instant::now())
             .map(|l| l.holder().to_owned())
     }
+
+    fn holds(&self, partition: u32) -> bool {
+        let now = Instant::now();
+        self.slot(partition)
+            .is_some_and(|s| s.as_ref().is_some_and(|l| l.valid_at(now)))
+    }
 }
 
 /// What the loop last told its [`Partitions`] of each partition (true: gained, not yet lost).
@@ -445,6 +451,7 @@ mod tests {
         let h = Holdings::default();
         assert_eq!(h.holder(3), None);
         assert_eq!(h.holder(PARTITIONS), None, "out of range: none, no panic");
+        assert!(!h.holds(3) && !h.holds(PARTITIONS));
         assert!(h.owned(Instant::now()).is_empty());
     }
 }

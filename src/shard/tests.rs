@@ -26,7 +26,7 @@ impl Sink for Witness {
 }
 
 /// A shard on a fake TSC and a fake system clock, with the in-memory store.
-fn shard(src: &FakeSource) -> (Shard<FakeSource>, Seen) {
+pub(super) fn shard(src: &FakeSource) -> (Shard<FakeSource>, Seen) {
     shard_on(src.clone(), src)
 }
 
@@ -54,6 +54,7 @@ fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<S>, Seen) {
         quotas: Arc::default(),
         deliveries: Default::default(),
         spent: Default::default(),
+        gate: Default::default(),
     };
     (shard, seen)
 }
@@ -321,7 +322,7 @@ impl Sink for Answers {
 
 /// A store that notes what it is told, one line per write (`fired t/k`, `cancel t/k`, …).
 #[derive(Clone, Default)]
-struct Told(Rc<RefCell<Vec<String>>>);
+pub(super) struct Told(pub(super) Rc<RefCell<Vec<String>>>);
 
 impl Told {
     fn note(&self, what: &str, tenant: &str, key: &str) {
