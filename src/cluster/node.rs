@@ -45,9 +45,8 @@
 //! the TTL: a round that waits behind a shard's work or its store's writes is a renewal that
 //! comes late, and a lease that lapses drops a partition for every shard. On its own thread,
 //! a busy shard delays no renewal, and the loop's waits (one call at a time) delay no shard.
-//! It costs one mostly idle thread and one connection per master. (`serve` does not start it
-//! yet: shards cannot load and drop a partition at run time; `docs/SCALING.md` says what is
-//! left.)
+//! It costs one mostly idle thread and one connection per master (two: the reader beside it
+//! has its own). `serve` starts it with `--advertise` on a cluster URL ([`spawn_for`]).
 //!
 //! The client's calls give up after `retry_for` (the round's interval by default, not the
 //! store's 10 s), so a master that stops answering holds one round for about a second; that
@@ -69,8 +68,9 @@ use super::membership::{self, NodeRecord};
 use super::reader::{Partitions, Reader, Shards};
 use super::rendezvous;
 use crate::partition::PARTITIONS;
-use crate::store::redis::cluster::{ClusterClient, ClusterConfig};
+use crate::store::redis::cluster::{parse_url, ClusterClient, ClusterConfig};
 use crate::store::redis::clustered::Holders;
+use crate::store::redis::RedisConfig;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -272,6 +272,36 @@ pub fn spawn(
                 .await;
             });
         })
+}
+
+/// [`spawn`] for a service whose store is on the Redis Cluster `redis` names
+/// (`redis+cluster://…`), as the node advertised at `advertise`, with the default rounds and
+/// leases; the cluster client takes the store's credentials, I/O timeout and replicas to wait
+/// for. The error says what is wrong.
+pub fn spawn_for(
+    redis: &RedisConfig,
+    advertise: &str,
+    holdings: Arc<Holdings>,
+    shards: Arc<dyn Shards>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let seeds = parse_url(&redis.url).map_err(|e| format!("redis URL: {e}"))?;
+    let started_at_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let me = NodeRecord {
+        id: advertise.to_string(),
+        advertise: advertise.to_string(),
+        started_at_us,
+    };
+    spawn(
+        redis.cluster(&seeds),
+        NodeConfig::new(me),
+        holdings,
+        shards,
+        stop,
+    )
+    .map_err(|e| format!("cannot start the node's loop: {e}"))
 }
 
 /// The loop itself, on the caller's executor, until `stop`. Dropping the future mid-round is a

@@ -49,6 +49,19 @@ impl Handle {
         Arc::new(super::partitions::Rings(self.inner.rings.clone()))
     }
 
+    /// On a node that shares a Redis Cluster: the partitions its shards have loaded and act
+    /// on, all shards together (0 elsewhere).
+    pub fn partitions_loaded(&self) -> u64 {
+        self.inner
+            .metrics
+            .iter()
+            .map(|m| {
+                m.partitions_loaded
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .sum()
+    }
+
     pub fn shards(&self) -> usize {
         self.inner.rings.len()
     }

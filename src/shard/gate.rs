@@ -40,6 +40,8 @@ pub(crate) struct Gate {
     /// Per partition: the table or the dead letters may hold some of it (loaded once, not
     /// purged since), so a load or a drop must purge it first.
     filled: Vec<bool>,
+    /// Partitions loaded (`true` in `loaded`).
+    count: u64,
 }
 
 impl Gate {
@@ -50,6 +52,7 @@ impl Gate {
             holders,
             loaded: vec![false; n as usize],
             filled: vec![false; n as usize],
+            count: 0,
         }
     }
 
@@ -99,6 +102,7 @@ impl Gate {
         if let Some(loaded) = self.loaded.get_mut(partition as usize) {
             if *loaded {
                 *loaded = false;
+                self.count -= 1;
                 tracing::warn!(
                     partition,
                     "a due timer of a partition whose lease is no longer valid was not fired; \
@@ -130,9 +134,19 @@ impl Gate {
     fn set(&mut self, partition: u32, on: bool) {
         let i = partition as usize;
         if let (Some(l), Some(f)) = (self.loaded.get_mut(i), self.filled.get_mut(i)) {
+            match (*l, on) {
+                (false, true) => self.count += 1,
+                (true, false) => self.count -= 1,
+                _ => {}
+            }
             *l = on;
             *f = on;
         }
+    }
+
+    /// Partitions loaded (whether their lease is still valid or not).
+    pub fn loaded_count(&self) -> u64 {
+        self.count
     }
 }
 
@@ -171,12 +185,15 @@ mod tests {
             "held, not loaded"
         );
         g.loaded(p);
+        g.loaded(p);
         assert!(g.is_filled(p));
+        assert_eq!(g.loaded_count(), 1);
         assert_eq!(g.admit(&t), Ok(()));
         assert!(g.may_fire("shop", "a"));
         holders.0.store(false, Ordering::Relaxed);
         assert!(g.admit(&t).is_err(), "loaded, lease lapsed");
         assert!(!g.may_fire("shop", "a"));
+        assert_eq!(g.loaded_count(), 0);
         holders.0.store(true, Ordering::Relaxed);
         assert!(
             g.admit(&t).is_err(),

@@ -117,8 +117,11 @@ fn gated(
     (s, store, quota)
 }
 
+/// A partition and its keys.
+type Keyed<K> = (u32, K);
+
 /// A fake clock, and holders of two partitions: `p` with `n` keys, `q` with one.
-fn two(n: usize) -> (FakeSource, Arc<Held>, (u32, Vec<String>), (u32, String)) {
+fn two(n: usize) -> (FakeSource, Arc<Held>, Keyed<Vec<String>>, Keyed<String>) {
     let p = partition_of("t", "k0");
     let (keys, other) = keys_in(p, n);
     let q = partition_of("t", &other);

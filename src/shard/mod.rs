@@ -256,6 +256,9 @@ impl<S: TimeSource> Shard<S> {
     /// The clock's figures and the wheel's occupancy, for exporters: at every anchor (every
     /// 100 ms), not per fire.
     fn publish_gauges(&self) {
+        self.metrics
+            .partitions_loaded
+            .store(self.gate.loaded_count(), Ordering::Relaxed);
         for (gauge, n) in self.metrics.wheel_timers.iter().zip(self.table.occupancy()) {
             gauge.store(u64::from(n), Ordering::Relaxed);
         }

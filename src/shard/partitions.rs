@@ -86,6 +86,9 @@ impl<S: TimeSource> Shard<S> {
         self.metrics
             .pending
             .store(self.table.len() as u64, Ordering::Relaxed);
+        self.metrics
+            .partitions_loaded
+            .store(self.gate.loaded_count(), Ordering::Relaxed);
         n
     }
 
