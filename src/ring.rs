@@ -39,7 +39,10 @@
 //! followed by a load is the load, and a load followed by a drop is the drop). So what waits is
 //! at most one control per partition the shard owns, whatever the loop sends while the shard is
 //! busy; a push is a lock held for one map insert, and wakes the shard as a push of an op does.
-//! The shard takes them all at the start of its next pass, before the ops.
+//! The shard takes them all at the start of its next pass, before the ops. Until it has, the
+//! partition is "in flux" (one bit per partition, set and cleared with the map's entry): the
+//! shard's gate acts on nothing of it, so an op that arrives between the loop's decision and
+//! the shard's next pass is not applied to what the load is about to replace.
 
 use crate::error::Error;
 use crate::op::{Control, Op};
@@ -50,7 +53,13 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::partition::PARTITIONS;
 use crate::quota::{share_bucket, SHARE_BUCKETS};
+
+/// The word and bit of `partition` in `Ring::in_flux`.
+fn flux_bit(partition: u32) -> (usize, u64) {
+    ((partition / 64) as usize, 1 << (partition % 64))
+}
 
 pub(crate) struct Ring {
     shard: usize,
@@ -68,6 +77,9 @@ pub(crate) struct Ring {
     controls: Mutex<BTreeMap<u32, Control>>,
     /// Set while `controls` may hold one: the shard's cheap look before taking the lock.
     controlled: AtomicBool,
+    /// One bit per partition, set exactly while `controls` holds one for it (both change under
+    /// its lock): the shard acts on no partition whose load or drop is on its way.
+    in_flux: Box<[AtomicU64]>,
 }
 
 impl Ring {
@@ -88,6 +100,9 @@ impl Ring {
             rejected: AtomicU64::new(0),
             controls: Mutex::new(BTreeMap::new()),
             controlled: AtomicBool::new(false),
+            in_flux: (0..PARTITIONS.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         };
         Ok((ring, wakee))
     }
@@ -150,9 +165,33 @@ impl Ring {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        self.lock_controls().insert(partition, control);
+        {
+            let mut controls = self.lock_controls();
+            controls.insert(partition, control);
+            self.flux(partition, true);
+        }
         self.controlled.store(true, Ordering::SeqCst);
         self.nudge();
+    }
+
+    /// Whether a load or drop of `partition` waits for the shard: until the shard takes it,
+    /// what the shard holds of the partition may be stale.
+    pub fn awaits_control(&self, partition: u32) -> bool {
+        let (word, bit) = flux_bit(partition);
+        self.in_flux
+            .get(word)
+            .is_some_and(|w| w.load(Ordering::SeqCst) & bit != 0)
+    }
+
+    fn flux(&self, partition: u32, on: bool) {
+        let (word, bit) = flux_bit(partition);
+        if let Some(w) = self.in_flux.get(word) {
+            if on {
+                w.fetch_or(bit, Ordering::SeqCst);
+            } else {
+                w.fetch_and(!bit, Ordering::SeqCst);
+            }
+        }
     }
 
     /// The loads and drops waiting, by partition (empty when none waits).
@@ -160,7 +199,11 @@ impl Ring {
         if !self.controlled.swap(false, Ordering::AcqRel) {
             return BTreeMap::new();
         }
-        std::mem::take(&mut *self.lock_controls())
+        let mut controls = self.lock_controls();
+        for &p in controls.keys() {
+            self.flux(p, false);
+        }
+        std::mem::take(&mut *controls)
     }
 
     fn lock_controls(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Control>> {

@@ -164,6 +164,21 @@ impl Holdings {
         }
     }
 
+    /// Puts a renewed lease in place of the one it renews; whether that one was still valid
+    /// when replaced. `false`: it lapsed after the loop last looked, and a shard that looked
+    /// meanwhile saw the partition not held (and dropped a due timer of it), so the partition
+    /// must be told lost and gained again, to be loaded afresh. The clock is read under the
+    /// slot's lock, so a look that saw the old lease lapsed came before it.
+    fn renewed(&self, lease: Lease) -> bool {
+        let Some(mut s) = self.slot(lease.partition) else {
+            return false;
+        };
+        let now = Instant::now();
+        let was_valid = s.as_ref().is_some_and(|l| l.valid_at(now));
+        *s = Some(lease);
+        was_valid
+    }
+
     fn remove(&self, partition: u32) {
         if let Some(mut s) = self.slot(partition) {
             *s = None;
@@ -190,6 +205,17 @@ struct Told(Vec<bool>);
 impl Told {
     fn new() -> Told {
         Told(vec![false; PARTITIONS as usize])
+    }
+
+    /// Tells `partitions` that `partition` was lost, if it was told gained: its lease lapsed
+    /// before a renewal put it back, so it is gained again at the next [`Told::tell`].
+    fn lapsed(&mut self, partition: u32, partitions: &dyn Partitions) {
+        if let Some(told) = self.0.get_mut(partition as usize) {
+            if *told {
+                partitions.lost(partition);
+                *told = false;
+            }
+        }
     }
 
     /// Tells `partitions` every change between [`Holdings`] at `now` and what it was told.
@@ -419,7 +445,10 @@ async fn round(
                 for (l, held) in renew.into_iter().zip(answers) {
                     if held {
                         stats.renewals_total.fetch_add(1, Ordering::Relaxed);
-                        holdings.put(l);
+                        let partition = l.partition;
+                        if !holdings.renewed(l) {
+                            told.lapsed(partition, partitions);
+                        }
                     } else {
                         stats.losses_total.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
@@ -474,6 +503,43 @@ mod tests {
             "out-of-range partitions are ignored; every list increases"
         );
         assert_eq!(plan(&[], &[]), Plan::default());
+    }
+
+    /// Records what it is told, in order.
+    #[derive(Default)]
+    struct Heard(std::cell::RefCell<Vec<String>>);
+
+    impl Partitions for Heard {
+        fn gained(&self, p: u32) {
+            self.0.borrow_mut().push(format!("gained {p}"));
+        }
+        fn lost(&self, p: u32) {
+            self.0.borrow_mut().push(format!("lost {p}"));
+        }
+    }
+
+    #[test]
+    fn a_renewal_that_lands_after_the_lease_lapsed_is_told_lost_and_gained_again() {
+        let h = Holdings::default();
+        let heard = Heard::default();
+        let mut told = Told::new();
+        let now = Instant::now();
+        let later = now + Duration::from_secs(60);
+        h.put(Lease::until(3, later));
+        h.put(Lease::until(4, now + Duration::from_millis(1)));
+        told.tell(&h, &heard, now);
+        // Renewed in time: nothing to tell.
+        assert!(h.renewed(Lease::until(3, later)));
+        // Lapsed just before its renewal was put back: a shard may have seen it not held.
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(!h.renewed(Lease::until(4, later)));
+        told.lapsed(4, &heard);
+        told.tell(&h, &heard, Instant::now());
+        assert_eq!(
+            *heard.0.borrow(),
+            ["gained 3", "gained 4", "lost 4", "gained 4"]
+        );
+        assert!(!h.renewed(Lease::until(PARTITIONS, later)), "out of range");
     }
 
     #[test]

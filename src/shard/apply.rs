@@ -65,7 +65,10 @@ impl<S: TimeSource> Shard<S> {
 
     /// Applies one op: the table changes at once, the store makes it durable and answers.
     pub(crate) fn apply(&mut self, op: Op) {
-        if let Some(e) = op.keyed().and_then(|t| self.gate.admit(t).err()) {
+        if let Some(e) = op
+            .keyed()
+            .and_then(|t| self.gate.admit(t, &self.ring).err())
+        {
             op.refuse(e);
             return;
         }

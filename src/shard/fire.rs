@@ -163,14 +163,19 @@ impl<S: TimeSource> Shard<S> {
             dead: &mut self.deliveries.dead,
             horizon: self.table.horizon(),
         };
-        let (sinks, spent, gate) = (&mut self.sinks, &mut self.spent, &mut self.gate);
+        let (sinks, spent, gate, ring) = (
+            &mut self.sinks,
+            &mut self.spent,
+            &mut self.gate,
+            &*self.ring,
+        );
         self.table.poll_keeping(
             now,
             n,
             |deadline, record| {
                 // Counted against the pass's budget like a fire: it left the wheel.
                 *fired += 1;
-                if !gate.may_fire(record.timer.tenant(), record.timer.key()) {
+                if !gate.may_fire(record.timer.tenant(), record.timer.key(), ring) {
                     // Not this node's to fire now: it leaves unfired, its record stays in the
                     // store for the partition's holder (`gate.rs`).
                     for sink in sinks.iter_mut() {

@@ -9,7 +9,9 @@
 //!
 //! - **loaded**: the node's loop gained its lease and the shard took the partition's records
 //!   (a `Control::Load`, `partitions.rs`), and has not dropped it since;
-//! - **held now**: the holders name a lease whose local deadline has not passed.
+//! - **held now**: the holders name a lease whose local deadline has not passed;
+//! - **settled**: no load or drop of it waits on the shard's ring (`Ring::awaits_control`):
+//!   the loop has decided, and what the shard holds of it is about to be replaced or dropped.
 //!
 //! A keyed op (schedule, cancel, get, re-drive, discard) of a partition that is not open is
 //! refused with `PartitionNotHeld`, naming it (503). A due timer of such a partition is not
@@ -22,11 +24,12 @@
 //! # Cost
 //!
 //! Per keyed op and per fire, on a gated shard only: the key's partition (FNV-1a over tenant
-//! and key, tens of nanoseconds) and the holders' look (one uncontended mutex). An open gate
-//! costs one branch.
+//! and key, tens of nanoseconds), the holders' look (one uncontended mutex) and one atomic
+//! load. An open gate costs one branch.
 
 use crate::error::Error;
 use crate::partition::{partition_of, PARTITIONS};
+use crate::ring::Ring;
 use crate::store::redis::clustered::Holders;
 use crate::timer::PackedTimer;
 use std::sync::Arc;
@@ -61,8 +64,9 @@ impl Gate {
         self.holders.is_some()
     }
 
-    /// Whether the shard may act on `partition` now.
-    fn open(&self, partition: u32) -> bool {
+    /// Whether the shard may act on `partition` now: loaded, held, and no load or drop of it
+    /// waiting on `ring`.
+    fn open(&self, partition: u32, ring: &Ring) -> bool {
         match &self.holders {
             None => true,
             Some(h) => {
@@ -71,18 +75,19 @@ impl Gate {
                     .copied()
                     .unwrap_or(false)
                     && h.holds(partition)
+                    && !ring.awaits_control(partition)
             }
         }
     }
 
     /// `Ok` when a keyed op of `timer` may be applied; otherwise the refusal naming its
     /// partition.
-    pub fn admit(&self, timer: &PackedTimer) -> Result<(), Error> {
+    pub fn admit(&self, timer: &PackedTimer, ring: &Ring) -> Result<(), Error> {
         if self.holders.is_none() {
             return Ok(());
         }
         let partition = partition_of(timer.tenant(), timer.key());
-        if self.open(partition) {
+        if self.open(partition, ring) {
             Ok(())
         } else {
             Err(Error::PartitionNotHeld { partition })
@@ -91,12 +96,12 @@ impl Gate {
 
     /// Whether a due timer of (tenant, key) may fire. When not, its partition is marked not
     /// loaded (once: logged) and the caller drops the timer unfired.
-    pub fn may_fire(&mut self, tenant: &str, key: &str) -> bool {
+    pub fn may_fire(&mut self, tenant: &str, key: &str, ring: &Ring) -> bool {
         if self.holders.is_none() {
             return true;
         }
         let partition = partition_of(tenant, key);
-        if self.open(partition) {
+        if self.open(partition, ring) {
             return true;
         }
         if let Some(loaded) = self.loaded.get_mut(partition as usize) {
@@ -164,13 +169,19 @@ mod tests {
         }
     }
 
+    fn ring() -> Ring {
+        Ring::new(0, 4).expect("ring").0
+    }
+
     #[test]
     fn an_open_gate_admits_and_fires_everything() {
         let mut g = Gate::default();
         let t = PackedTimer::new("shop", "a", b"").expect("short");
+        let r = ring();
+        r.control(partition_of("shop", "a"), crate::op::Control::Drop);
         assert!(!g.is_closed());
-        assert_eq!(g.admit(&t), Ok(()));
-        assert!(g.may_fire("shop", "a"));
+        assert_eq!(g.admit(&t, &r), Ok(()));
+        assert!(g.may_fire("shop", "a", &r));
     }
 
     #[test]
@@ -179,8 +190,9 @@ mod tests {
         let mut g = Gate::new(Some(holders.clone()));
         let t = PackedTimer::new("shop", "a", b"").expect("short");
         let p = partition_of("shop", "a");
+        let r = ring();
         assert_eq!(
-            g.admit(&t),
+            g.admit(&t, &r),
             Err(Error::PartitionNotHeld { partition: p }),
             "held, not loaded"
         );
@@ -188,15 +200,15 @@ mod tests {
         g.loaded(p);
         assert!(g.is_filled(p));
         assert_eq!(g.loaded_count(), 1);
-        assert_eq!(g.admit(&t), Ok(()));
-        assert!(g.may_fire("shop", "a"));
+        assert_eq!(g.admit(&t, &r), Ok(()));
+        assert!(g.may_fire("shop", "a", &r));
         holders.0.store(false, Ordering::Relaxed);
-        assert!(g.admit(&t).is_err(), "loaded, lease lapsed");
-        assert!(!g.may_fire("shop", "a"));
+        assert!(g.admit(&t, &r).is_err(), "loaded, lease lapsed");
+        assert!(!g.may_fire("shop", "a", &r));
         assert_eq!(g.loaded_count(), 0);
         holders.0.store(true, Ordering::Relaxed);
         assert!(
-            g.admit(&t).is_err(),
+            g.admit(&t, &r).is_err(),
             "a renewal alone does not reopen it: it waits for a fresh load"
         );
         assert!(
@@ -204,6 +216,6 @@ mod tests {
             "its timers are still in the table: purge them"
         );
         g.dropped(p);
-        assert!(!g.is_filled(p) && g.admit(&t).is_err());
+        assert!(!g.is_filled(p) && g.admit(&t, &r).is_err());
     }
 }

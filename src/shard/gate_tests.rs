@@ -228,6 +228,12 @@ fn a_load_replaces_the_partition_and_a_drop_forgets_it_without_firing_or_writing
         [Ok(false), Ok(true), Ok(false), Ok(true)]
     );
     assert_eq!((s.table.len(), quota.pending()), (2, 2));
+    // While a load or a drop waits, the partition is not acted on: what the shard holds of it
+    // is about to be replaced.
+    s.ring.control(p, Control::Drop);
+    assert!(get(&mut s, &keys[1]).is_err() && get(&mut s, &other) == Ok(true));
+    load(&mut s, p, &[&keys[1]], later);
+    assert_eq!(get(&mut s, &keys[1]), Ok(true));
     // A drop and then a load waiting together: the load wins.
     s.ring.control(p, Control::Drop);
     load(&mut s, p, &[&keys[0]], later);
