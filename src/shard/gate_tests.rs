@@ -264,3 +264,54 @@ fn a_shard_without_holders_ignores_loads_and_drops() {
     assert_eq!(s.take_controls(), 0);
     assert_eq!(get(&mut s, "a"), Ok(true));
 }
+
+/// The tenant `t`'s dead letters, keys only.
+fn dead_keys(s: &mut Shard<FakeSource>) -> Vec<String> {
+    let (tx, mut rx) = reply_channel();
+    s.apply(Op::DeadList {
+        tenant: "t".into(),
+        after: None,
+        through: None,
+        limit: 100,
+        bodies: false,
+        reply: tx,
+    });
+    match rx.try_recv() {
+        Ok(Some(Ok(list))) => list.into_iter().map(|d| d.key).collect(),
+        other => panic!("no listing: {other:?}"),
+    }
+}
+
+#[test]
+fn a_loaded_dead_letter_is_listed_and_a_drop_takes_it_out_of_the_listing_and_the_quota() {
+    let (src, held, (p, keys), _) = two(1);
+    let (mut s, store, quota) = gated(&src, &held);
+    let retry = crate::sink::webhook::RetryPolicy {
+        max_attempts: 3,
+        base_delay_ms: 1_000,
+        max_delay_ms: 60_000,
+    };
+    // A callback's metadata in state `Dead` (byte 2 of the layout in `webhook/meta.rs`).
+    let mut dead = crate::sink::webhook::new_meta("https://h.example/".into(), retry, 0);
+    dead[2] = 3;
+    assert!(crate::sink::webhook::is_dead(&dead));
+    let letter = PackedTimer::with_meta("t", &keys[0], &dead, b"{}").expect("small");
+    let loaded = Loaded {
+        timer: letter,
+        version: 9,
+        deadline: UtcMicros(1),
+    };
+    s.ring.control(p, Control::Load(vec![loaded]));
+    assert_eq!(s.take_controls(), 1);
+    assert_eq!(dead_keys(&mut s), [keys[0].clone()]);
+    assert_eq!(
+        (s.table.len(), quota.pending()),
+        (0, 1),
+        "a letter, not a timer"
+    );
+    s.ring.control(p, Control::Drop);
+    assert_eq!(s.take_controls(), 1);
+    assert!(dead_keys(&mut s).is_empty());
+    assert_eq!(quota.pending(), 0);
+    assert!(store.0.borrow().is_empty(), "nothing written");
+}
