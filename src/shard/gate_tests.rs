@@ -1,6 +1,6 @@
 //! A shard handed the lease holders: its gate, and partitions loaded and dropped at run time.
 
-use super::tests::{shard, Told};
+use super::tests::{callback_meta, shard, Told, DEAD};
 use super::*;
 use crate::clock::FakeSource;
 use crate::error::Error;
@@ -286,14 +286,7 @@ fn dead_keys(s: &mut Shard<FakeSource>) -> Vec<String> {
 fn a_loaded_dead_letter_is_listed_and_a_drop_takes_it_out_of_the_listing_and_the_quota() {
     let (src, held, (p, keys), _) = two(1);
     let (mut s, store, quota) = gated(&src, &held);
-    let retry = crate::sink::webhook::RetryPolicy {
-        max_attempts: 3,
-        base_delay_ms: 1_000,
-        max_delay_ms: 60_000,
-    };
-    // A callback's metadata in state `Dead` (byte 2 of the layout in `webhook/meta.rs`).
-    let mut dead = crate::sink::webhook::new_meta("https://h.example/".into(), retry, 0);
-    dead[2] = 3;
+    let dead = callback_meta(DEAD);
     assert!(crate::sink::webhook::is_dead(&dead));
     let letter = PackedTimer::with_meta("t", &keys[0], &dead, b"{}").expect("small");
     let loaded = Loaded {
