@@ -52,13 +52,21 @@ impl Handle {
     /// On a node that shares a Redis Cluster: the partitions its shards have loaded and act
     /// on, all shards together (0 elsewhere).
     pub fn partitions_loaded(&self) -> u64 {
+        self.sum(|m| &m.partitions_loaded)
+    }
+
+    /// On a node that shares a Redis Cluster: due timers the shards took off their wheels
+    /// unfired because their partition's lease was no longer valid, all shards together.
+    pub fn unfired(&self) -> u64 {
+        self.sum(|m| &m.unfired_total)
+    }
+
+    /// A per-shard figure summed over the shards.
+    fn sum(&self, pick: impl Fn(&ShardMetrics) -> &std::sync::atomic::AtomicU64) -> u64 {
         self.inner
             .metrics
             .iter()
-            .map(|m| {
-                m.partitions_loaded
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            })
+            .map(|m| pick(m).load(std::sync::atomic::Ordering::Relaxed))
             .sum()
     }
 

@@ -184,6 +184,7 @@ impl<S: TimeSource> Shard<S> {
                     if let Some(q) = settle.quotas.get(record.timer.tenant()) {
                         q.release();
                     }
+                    metrics.unfired_total.fetch_add(1, Ordering::Relaxed);
                     return Fate::Done;
                 }
                 let fired_at = clock.now();

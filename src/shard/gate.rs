@@ -107,7 +107,7 @@ impl Gate {
         if let Some(loaded) = self.loaded.get_mut(partition as usize) {
             if *loaded {
                 *loaded = false;
-                self.count -= 1;
+                self.count = self.count.saturating_sub(1);
                 tracing::warn!(
                     partition,
                     "a due timer of a partition whose lease is no longer valid was not fired; \
@@ -141,7 +141,7 @@ impl Gate {
         if let (Some(l), Some(f)) = (self.loaded.get_mut(i), self.filled.get_mut(i)) {
             match (*l, on) {
                 (false, true) => self.count += 1,
-                (true, false) => self.count -= 1,
+                (true, false) => self.count = self.count.saturating_sub(1),
                 _ => {}
             }
             *l = on;

@@ -9,6 +9,7 @@ use crate::partition::partition_of;
 use crate::store::redis::clustered::Holders;
 use crate::timer::PackedTimer;
 use crate::units::{UtcMicros, UtcNanos};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 /// Holds the partitions in its set.
@@ -201,6 +202,7 @@ fn a_due_timer_of_a_lapsed_partition_is_dropped_unfired_and_the_partition_waits_
         "only the held partition's timer fired; the store heard nothing of the others"
     );
     assert_eq!((s.table.len(), quota.pending()), (0, 0));
+    assert_eq!(s.metrics.unfired_total.load(Ordering::Relaxed), 2);
     held.set(&[p, q]);
     assert!(
         get(&mut s, &keys[0]).is_err(),

@@ -2,19 +2,22 @@
 //! the node loop's [`Holdings`] at scrape time.
 
 use crate::cluster::node::Holdings;
+use crate::engine::Handle;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// The partitions this node holds and those its shards loaded (`loaded`), the live nodes, and
-/// the lease counters.
+/// The partitions this node holds and those its shards loaded, the live nodes, the lease
+/// counters and the timers left unfired.
 pub(super) fn encode_cluster(
     node: &Holdings,
-    loaded: u64,
+    handle: &Handle,
     encoder: &mut DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
     let s = &node.stats;
+    let loaded = handle.partitions_loaded();
+    let unfired = AtomicU64::new(handle.unfired());
     let owned = node.owned(Instant::now()).len() as i64;
     let live = s.live_nodes.load(Ordering::Relaxed) as i64;
     for (name, help, v) in [
@@ -63,6 +66,11 @@ pub(super) fn encode_cluster(
             "punctual_cluster_round_errors",
             "Rounds of heartbeat and leases that did not complete",
             &s.round_errors_total,
+        ),
+        (
+            "punctual_cluster_unfired",
+            "Due timers taken off a wheel unfired: their partition's lease was no longer valid (their records stay for the holder)",
+            &unfired,
         ),
     ] {
         encoder

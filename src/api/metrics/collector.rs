@@ -35,7 +35,7 @@ impl Collector for EngineCollector {
         encode_gauges(&self.handle, &mut encoder)?;
         encode_streams(&self.handle, &mut encoder)?;
         if let Some(node) = &self.node {
-            encode_cluster(node, self.handle.partitions_loaded(), &mut encoder)?;
+            encode_cluster(node, &self.handle, &mut encoder)?;
         }
         let info = encoder.encode_descriptor(
             "punctual_build",
