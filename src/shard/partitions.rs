@@ -20,8 +20,12 @@
 //! The shard takes every control waiting (`Ring::take_controls`, at most one per partition)
 //! at the start of a pass, before the ring's ops, so an op that arrived after a load is applied
 //! after it. Every partition of the pass that may hold something is purged in one look at the
-//! table's slab and one at the dead letters (O(slab), a few milliseconds at a million timers),
-//! however many partitions change at once; a partition never loaded is not looked for. The
+//! table's slab and one at the dead letters, however many partitions change at once: O(slab),
+//! each live entry's key hashed to its partition (a read of the timer's bytes, often a cache
+//! miss), in one go on the shard's thread, not in slices as the fire pass is; at millions of
+//! timers on a shard that holds the thread for a noticeable pause. It happens only when a
+//! partition that was loaded is dropped or reloaded (a lost lease, a rebalance), once per pass
+//! for all of them; a partition never loaded is not looked for. The
 //! inserts cost what recovery's cost (a table insert each); the records' bytes were packed on
 //! the loop's thread. A load of a large partition holds the shard's thread for its inserts: a
 //! partition holds about 1/1,024 of the cluster's timers.
