@@ -57,6 +57,11 @@ pub enum Error {
     /// acknowledged: the timer may or may not exist; retrying the same call is safe.
     #[error("the durable store cannot acknowledge writes now; retry after {retry_after_s} s")]
     StoreUnavailable { retry_after_s: u64 },
+    /// Over a Redis Cluster: this node may not act on the key's partition now (it does not
+    /// hold its lease, its lease is past its local deadline, or its timers are still being
+    /// loaded). Not applied; retrying is safe.
+    #[error("partition {partition} is not held by this node now (another node owns it, or its timers are still loading); retry")]
+    PartitionNotHeld { partition: u32 },
     #[error("no dead letter for tenant {tenant:?} and key {key:?}")]
     DeadLetterNotFound { tenant: String, key: String },
     /// A dead letter cannot be re-driven while a timer is pending under its key.

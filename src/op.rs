@@ -64,6 +64,18 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// The timer an op names by (tenant, key): every op but a dead-letter listing.
+    pub fn keyed(&self) -> Option<&PackedTimer> {
+        match self {
+            Op::Schedule { timer, .. }
+            | Op::Cancel { timer, .. }
+            | Op::Get { timer, .. }
+            | Op::DeadRedrive { timer, .. }
+            | Op::DeadDiscard { timer, .. } => Some(timer),
+            Op::DeadList { .. } => None,
+        }
+    }
+
     /// Answers the op with `e` without applying it (a shard that is stopping, or a store that
     /// cannot take it). A detached schedule has no one to answer: it is logged.
     pub fn refuse(self, e: Error) {
@@ -95,6 +107,26 @@ impl Op {
             }
         }
     }
+}
+
+/// A change of which partitions a shard may act on, from the node's loop (`cluster`), pushed
+/// beside the ring's ops ([`crate::ring::Ring::control`]). Only a shard handed the lease
+/// holders receives them.
+pub(crate) enum Control {
+    /// The partition's records, read after its lease was gained: they replace whatever of the
+    /// partition the shard holds, and the shard acts on it from then on.
+    Load(Vec<Loaded>),
+    /// The lease is gone: the shard forgets the partition's timers and dead letters, without
+    /// firing or deleting anything in the store.
+    Drop,
+}
+
+/// A record of a partition being loaded, as recovery inserts it: a pending timer, or a dead
+/// letter (its metadata says which).
+pub(crate) struct Loaded {
+    pub timer: PackedTimer,
+    pub version: u64,
+    pub deadline: UtcMicros,
 }
 
 /// The answer to a schedule (upsert).

@@ -28,15 +28,38 @@
 //! one to its bucket and the pop that takes the op out subtracts it, two uncontended atomic
 //! adds unless two producers push for one bucket at the same instant. The same rule holds for
 //! the writes waiting for the shard's durable store (`store/acks.rs`).
+//!
+//! # Loads and drops of partitions
+//!
+//! Beside the queue, a shard handed the lease holders takes [`Control`]s from the node's loop:
+//! a partition to load or to drop. They do not go through the queue, whose bound is
+//! back-pressure for clients: a control refused for room would leave a partition unloaded (its
+//! ops refused) or loaded after its lease was lost. They wait in a map by partition instead, the
+//! latest one per partition winning (a load purges the partition before it inserts, so a drop
+//! followed by a load is the load, and a load followed by a drop is the drop). So what waits is
+//! at most one control per partition the shard owns, whatever the loop sends while the shard is
+//! busy; a push is a lock held for one map insert, and wakes the shard as a push of an op does.
+//! The shard takes them all at the start of its next pass, before the ops. Until it has, the
+//! partition is "in flux" (one bit per partition, set and cleared with the map's entry): the
+//! shard's gate acts on nothing of it, so an op that arrives between the loop's decision and
+//! the shard's next pass is not applied to what the load is about to replace.
 
 use crate::error::Error;
-use crate::op::Op;
+use crate::op::{Control, Op};
 use crossbeam_queue::ArrayQueue;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 
+use crate::partition::PARTITIONS;
 use crate::quota::{share_bucket, SHARE_BUCKETS};
+
+/// The word and bit of `partition` in `Ring::in_flux`.
+fn flux_bit(partition: u32) -> (usize, u64) {
+    ((partition / 64) as usize, 1 << (partition % 64))
+}
 
 pub(crate) struct Ring {
     shard: usize,
@@ -50,6 +73,13 @@ pub(crate) struct Ring {
     closed: AtomicBool,
     waker: UnixStream,
     rejected: AtomicU64,
+    /// Loads and drops of partitions not yet taken by the shard, the latest per partition.
+    controls: Mutex<BTreeMap<u32, Control>>,
+    /// Set while `controls` may hold one: the shard's cheap look before taking the lock.
+    controlled: AtomicBool,
+    /// One bit per partition, set exactly while `controls` holds one for it (both change under
+    /// its lock): the shard acts on no partition whose load or drop is on its way.
+    in_flux: Box<[AtomicU64]>,
 }
 
 impl Ring {
@@ -68,6 +98,11 @@ impl Ring {
             closed: AtomicBool::new(false),
             waker,
             rejected: AtomicU64::new(0),
+            controls: Mutex::new(BTreeMap::new()),
+            controlled: AtomicBool::new(false),
+            in_flux: (0..PARTITIONS.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         };
         Ok((ring, wakee))
     }
@@ -123,6 +158,64 @@ impl Ring {
         }
     }
 
+    /// Hands the shard a load or drop of `partition`, replacing one that waits for it (see the
+    /// module doc), and wakes the shard if it is parked. Never blocks on the shard and never
+    /// refuses; after the shard stopped for good, it is dropped with the ring.
+    pub fn control(&self, partition: u32, control: Control) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut controls = self.lock_controls();
+            controls.insert(partition, control);
+            self.flux(partition, true);
+        }
+        self.controlled.store(true, Ordering::SeqCst);
+        self.nudge();
+    }
+
+    /// Whether a load or drop of `partition` waits for the shard: until the shard takes it,
+    /// what the shard holds of the partition may be stale.
+    pub fn awaits_control(&self, partition: u32) -> bool {
+        let (word, bit) = flux_bit(partition);
+        self.in_flux
+            .get(word)
+            .is_some_and(|w| w.load(Ordering::SeqCst) & bit != 0)
+    }
+
+    fn flux(&self, partition: u32, on: bool) {
+        let (word, bit) = flux_bit(partition);
+        if let Some(w) = self.in_flux.get(word) {
+            if on {
+                w.fetch_or(bit, Ordering::SeqCst);
+            } else {
+                w.fetch_and(!bit, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The loads and drops waiting, by partition (empty when none waits).
+    pub fn take_controls(&self) -> BTreeMap<u32, Control> {
+        if !self.controlled.swap(false, Ordering::AcqRel) {
+            return BTreeMap::new();
+        }
+        let mut controls = self.lock_controls();
+        for &p in controls.keys() {
+            self.flux(p, false);
+        }
+        std::mem::take(&mut *controls)
+    }
+
+    fn lock_controls(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Control>> {
+        // A poisoned map still holds whole entries: inserts and takes only.
+        self.controls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether ops or controls wait for the shard.
+    pub fn has_work(&self) -> bool {
+        !self.queue.is_empty() || self.controlled.load(Ordering::Acquire)
+    }
+
     /// Wakes the shard if it is parked: for work that reaches it by another way than the
     /// ring (a delivery's outcome, from a task on the shard's own executor).
     pub fn nudge(&self) {
@@ -144,10 +237,6 @@ impl Ring {
         Some(op)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
-
     pub fn len(&self) -> usize {
         self.queue.len()
     }
@@ -164,7 +253,7 @@ impl Ring {
     pub fn prepare_park(&self) -> bool {
         self.parked.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        if !self.queue.is_empty() {
+        if self.has_work() {
             self.parked.store(false, Ordering::Relaxed);
             return false;
         }

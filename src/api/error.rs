@@ -169,6 +169,11 @@ impl From<EngineError> for ApiError {
                 message: msg,
                 retry_after_s,
             },
+            // Not applied, as a store that cannot acknowledge: the same code and contract.
+            EngineError::PartitionNotHeld { .. } => ApiError::StoreUnavailable {
+                message: msg,
+                retry_after_s: 1,
+            },
             EngineError::DeadLetterNotFound { .. } => ApiError::NotFound(msg),
             EngineError::TimerPending { .. } => ApiError::TimerPending(msg),
             EngineError::Config(_) | EngineError::ShardStart { .. } => ApiError::Internal(msg),
@@ -193,6 +198,13 @@ mod tests {
     fn store_unavailable_is_503_with_its_own_code() {
         let e = ApiError::from(EngineError::StoreUnavailable { retry_after_s: 2 });
         assert_eq!((e.status().as_u16(), e.code()), (503, "store_unavailable"));
+    }
+
+    #[test]
+    fn a_partition_not_held_is_503_naming_it() {
+        let e = ApiError::from(EngineError::PartitionNotHeld { partition: 517 });
+        assert_eq!((e.status().as_u16(), e.code()), (503, "store_unavailable"));
+        assert!(e.to_string().contains("partition 517"), "{e}");
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub fn start_shard(
     let store = handle.store_kind();
     shared
         .metrics
-        .get_or_init(|| Metrics::new(handle.clone(), store));
+        .get_or_init(|| Metrics::new(handle.clone(), store, shared.node.clone()));
     let (listener, fd) = super::listen::shard_listener(socket);
     shared.listeners.fetch_add(1, Ordering::AcqRel);
     let drain = Rc::new(LocalDrain::default());

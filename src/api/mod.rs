@@ -24,6 +24,7 @@ pub mod error;
 mod http;
 mod listen;
 pub mod metrics;
+mod node;
 mod respond;
 mod routes;
 mod scan;

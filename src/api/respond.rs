@@ -188,6 +188,10 @@ pub struct Health<'a> {
     pub shards: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store: Option<&'a str>,
+    /// On a node that shares a Redis Cluster with others: the partitions (of 1,024) its shards
+    /// have loaded and act on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<u64>,
 }
 
 pub fn empty(status: StatusCode) -> Resp {

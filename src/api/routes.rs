@@ -193,6 +193,13 @@ impl App {
         ))
     }
 
+    /// On a node that shares a Redis Cluster: the partitions its shards have loaded and act
+    /// on.
+    fn owned(&self) -> Option<u64> {
+        self.shared.node.as_ref()?;
+        Some(self.handle.partitions_loaded())
+    }
+
     fn healthz(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
         get_only(req)?;
         let store = self.handle.store_kind();
@@ -204,6 +211,7 @@ impl App {
                     reason: Some("the server is shutting down".into()),
                     shards: None,
                     store: None,
+                    partitions: None,
                 },
             )
         } else if !self.handle.failed_shards().is_empty() {
@@ -217,6 +225,7 @@ impl App {
                     )),
                     shards: None,
                     store: Some(store),
+                    partitions: self.owned(),
                 },
             )
         } else if !self.handle.store_healthy() {
@@ -230,6 +239,7 @@ impl App {
                     )),
                     shards: None,
                     store: Some(store),
+                    partitions: self.owned(),
                 },
             )
         } else {
@@ -240,6 +250,7 @@ impl App {
                     reason: None,
                     shards: Some(self.handle.shards()),
                     store: Some(store),
+                    partitions: self.owned(),
                 },
             )
         };

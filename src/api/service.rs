@@ -2,13 +2,16 @@
 //! sockets close), the engine with one HTTP server per shard, the signal wait, and the drain.
 //!
 //! Shutdown on SIGTERM or SIGINT: stop accepting, let in-flight requests finish (up to
-//! `shutdown_timeout_ms`), then stop the shards (which flush their stores). With the
-//! in-memory store, pending timers do not survive; that is said at start.
+//! `shutdown_timeout_ms`), then stop the shards (which flush their stores), then, on a node
+//! that shares a Redis Cluster (`--advertise`), stop the node's loop, which releases its leases
+//! (`node.rs`). With the in-memory store, pending timers do not survive; that is said at start.
 
 use super::http;
 use super::listen;
+use super::node;
 use super::state::Servers;
 use super::tenants::Tenants;
+use crate::cluster::node::Holdings;
 use crate::config::{Config, FsyncMode, PinningMode, StoreChoice};
 use crate::engine::{EngineBuilder, Fsync, JournalConfig, Pinning, RedisConfig};
 use crate::sink::webhook::address::parse_networks;
@@ -38,10 +41,22 @@ pub fn serve(config: Config) -> Result<(), String> {
 
     let tenants = Tenants::new(&config.tenants, config.serves_unlisted_tenants());
     let webhooks = Arc::new(webhook_settings(&config)?);
+    let redis = config.redis.as_ref().map(|url| RedisConfig {
+        wait_replicas: config.redis_wait_replicas,
+        ..RedisConfig::new(url.clone())
+    });
+    // A node among others on a Redis Cluster: it acts only on the partitions it holds.
+    let node = match (&redis, &config.advertise) {
+        (Some(r), Some(_)) if config.store == StoreChoice::Redis && r.is_cluster() => {
+            Some(Arc::new(Holdings::default()))
+        }
+        _ => None,
+    };
     let shared = Arc::new(Servers::new(
         config.clone(),
         tenants.clone(),
         webhooks.clone(),
+        node.clone(),
     ));
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let hook_shared = shared.clone();
@@ -71,19 +86,14 @@ pub fn serve(config: Config) -> Result<(), String> {
             builder = builder.quota(tenant.clone(), limit);
         }
     }
-    builder = match (config.store, &config.redis) {
-        (StoreChoice::Redis, Some(url)) => builder
-            .redis_config(RedisConfig {
-                wait_replicas: config.redis_wait_replicas,
-                ..RedisConfig::new(url.clone())
-            })
-            .streams_off(
-                config
-                    .tenants
-                    .iter()
-                    .filter(|(_, t)| t.stream == Some(false))
-                    .map(|(name, _)| name.clone()),
-            ),
+    builder = match (config.store, &redis) {
+        (StoreChoice::Redis, Some(redis)) => builder.redis_config(redis.clone()).streams_off(
+            config
+                .tenants
+                .iter()
+                .filter(|(_, t)| t.stream == Some(false))
+                .map(|(name, _)| name.clone()),
+        ),
         (StoreChoice::Journal, _) => {
             let mut j = JournalConfig::new(&config.data_dir);
             j.fsync = match config.fsync {
@@ -97,6 +107,9 @@ pub fn serve(config: Config) -> Result<(), String> {
         }
         _ => builder,
     };
+    if let Some(holdings) = &node {
+        builder = builder.partition_holders(holdings.clone());
+    }
     builder = match (&config.cores, &config.pinning) {
         (Some(cores), _) => builder.cores(cores.clone()),
         (None, PinningMode::Auto) => builder.pinning(Pinning::Auto),
@@ -121,17 +134,40 @@ pub fn serve(config: Config) -> Result<(), String> {
             }
         }
     }
-    if let Some(url) = config
-        .redis
-        .as_deref()
-        .filter(|u| RedisConfig::new(*u).is_cluster())
-    {
-        tracing::info!(
-            redis = crate::config::mask_url(url),
-            advertise = config.advertise.as_deref().unwrap_or("-"),
-            "store: Redis Cluster; this node owns every partition (nodes do not yet share them: run one node per cluster)"
-        );
-    }
+    let node_loop = match (&node, &redis, &config.advertise) {
+        (Some(holdings), Some(redis), Some(advertise)) => {
+            let started = node::start(
+                redis,
+                advertise,
+                holdings.clone(),
+                engine.handle().partitions(),
+            );
+            match started {
+                Ok(l) => {
+                    tracing::info!(
+                        redis = crate::config::mask_url(&redis.url),
+                        advertise,
+                        "store: Redis Cluster shared with other nodes; this node acts on the partitions whose leases it holds"
+                    );
+                    Some(l)
+                }
+                Err(e) => {
+                    shared.drain();
+                    let _ = engine.shutdown();
+                    return Err(e);
+                }
+            }
+        }
+        _ => {
+            if let Some(r) = redis.as_ref().filter(|r| r.is_cluster()) {
+                tracing::info!(
+                    redis = crate::config::mask_url(&r.url),
+                    "store: Redis Cluster; this node owns every partition (without --advertise it shares them with no other node: run one node per cluster)"
+                );
+            }
+            None
+        }
+    };
     match (config.store, &config.redis) {
         (StoreChoice::Redis, url) => tracing::info!(
             listen = %config.listen,
@@ -176,7 +212,12 @@ pub fn serve(config: Config) -> Result<(), String> {
             "shutdown timeout: closing the rest"
         );
     }
-    engine.shutdown()?;
+    // The shards flush their stores while the leases are still renewed; then they are released.
+    let stopped = engine.shutdown();
+    if let Some(l) = node_loop {
+        l.stop();
+    }
+    stopped?;
     tracing::info!("stopped");
     Ok(())
 }

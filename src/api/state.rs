@@ -5,6 +5,7 @@
 
 use super::metrics::Metrics;
 use super::tenants::Tenants;
+use crate::cluster::node::Holdings;
 use crate::config::Config;
 use crate::engine::Handle;
 use crate::sink::webhook::settings::WebhookSettings;
@@ -20,6 +21,8 @@ pub struct Servers {
     /// Callbacks: allow-lists, defaults, secrets (shared with the shards' sinks).
     pub webhooks: Arc<WebhookSettings>,
     pub metrics: OnceLock<Metrics>,
+    /// On a node that shares a Redis Cluster with others: the leases it holds.
+    pub node: Option<Arc<Holdings>>,
     pub(super) connections: AtomicUsize,
     pub(super) listeners: AtomicUsize,
     draining: AtomicBool,
@@ -27,12 +30,18 @@ pub struct Servers {
 }
 
 impl Servers {
-    pub fn new(config: Config, tenants: Tenants, webhooks: Arc<WebhookSettings>) -> Self {
+    pub fn new(
+        config: Config,
+        tenants: Tenants,
+        webhooks: Arc<WebhookSettings>,
+        node: Option<Arc<Holdings>>,
+    ) -> Self {
         Servers {
             config,
             tenants,
             webhooks,
             metrics: OnceLock::new(),
+            node,
             connections: AtomicUsize::new(0),
             listeners: AtomicUsize::new(0),
             draining: AtomicBool::new(false),

@@ -91,6 +91,18 @@ impl Lease {
         self.deadline
     }
 
+    /// A lease of `partition` under epoch 1 valid until `deadline`, for tests of what holds
+    /// leases.
+    #[cfg(test)]
+    pub(crate) fn until(partition: u32, deadline: Instant) -> Lease {
+        Lease {
+            partition,
+            epoch: 1,
+            holder: "n:1".into(),
+            deadline,
+        }
+    }
+
     /// Whether the node may still act on the partition at `now`.
     pub fn valid_at(&self, now: Instant) -> bool {
         now < self.deadline

@@ -45,9 +45,8 @@
 //! the TTL: a round that waits behind a shard's work or its store's writes is a renewal that
 //! comes late, and a lease that lapses drops a partition for every shard. On its own thread,
 //! a busy shard delays no renewal, and the loop's waits (one call at a time) delay no shard.
-//! It costs one mostly idle thread and one connection per master. (`serve` does not start it
-//! yet: shards cannot load and drop a partition at run time; `docs/SCALING.md` says what is
-//! left.)
+//! It costs one mostly idle thread and one connection per master (two: the reader beside it
+//! has its own). `serve` starts it with `--advertise` on a cluster URL ([`spawn_for`]).
 //!
 //! The client's calls give up after `retry_for` (the round's interval by default, not the
 //! store's 10 s), so a master that stops answering holds one round for about a second; that
@@ -69,8 +68,9 @@ use super::membership::{self, NodeRecord};
 use super::reader::{Partitions, Reader, Shards};
 use super::rendezvous;
 use crate::partition::PARTITIONS;
-use crate::store::redis::cluster::{ClusterClient, ClusterConfig};
+use crate::store::redis::cluster::{parse_url, ClusterClient, ClusterConfig};
 use crate::store::redis::clustered::Holders;
+use crate::store::redis::RedisConfig;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -164,6 +164,21 @@ impl Holdings {
         }
     }
 
+    /// Puts a renewed lease in place of the one it renews; whether that one was still valid
+    /// when replaced. `false`: it lapsed after the loop last looked, and a shard that looked
+    /// meanwhile saw the partition not held (and dropped a due timer of it), so the partition
+    /// must be told lost and gained again, to be loaded afresh. The clock is read under the
+    /// slot's lock, so a look that saw the old lease lapsed came before it.
+    fn renewed(&self, lease: Lease) -> bool {
+        let Some(mut s) = self.slot(lease.partition) else {
+            return false;
+        };
+        let now = Instant::now();
+        let was_valid = s.as_ref().is_some_and(|l| l.valid_at(now));
+        *s = Some(lease);
+        was_valid
+    }
+
     fn remove(&self, partition: u32) {
         if let Some(mut s) = self.slot(partition) {
             *s = None;
@@ -176,6 +191,12 @@ impl Holders for Holdings {
         self.valid(partition, Instant::now())
             .map(|l| l.holder().to_owned())
     }
+
+    fn holds(&self, partition: u32) -> bool {
+        let now = Instant::now();
+        self.slot(partition)
+            .is_some_and(|s| s.as_ref().is_some_and(|l| l.valid_at(now)))
+    }
 }
 
 /// What the loop last told its [`Partitions`] of each partition (true: gained, not yet lost).
@@ -184,6 +205,17 @@ struct Told(Vec<bool>);
 impl Told {
     fn new() -> Told {
         Told(vec![false; PARTITIONS as usize])
+    }
+
+    /// Tells `partitions` that `partition` was lost, if it was told gained: its lease lapsed
+    /// before a renewal put it back, so it is gained again at the next [`Told::tell`].
+    fn lapsed(&mut self, partition: u32, partitions: &dyn Partitions) {
+        if let Some(told) = self.0.get_mut(partition as usize) {
+            if *told {
+                partitions.lost(partition);
+                *told = false;
+            }
+        }
     }
 
     /// Tells `partitions` every change between [`Holdings`] at `now` and what it was told.
@@ -266,6 +298,36 @@ pub fn spawn(
                 .await;
             });
         })
+}
+
+/// [`spawn`] for a service whose store is on the Redis Cluster `redis` names
+/// (`redis+cluster://…`), as the node advertised at `advertise`, with the default rounds and
+/// leases; the cluster client takes the store's credentials, I/O timeout and replicas to wait
+/// for. The error says what is wrong.
+pub fn spawn_for(
+    redis: &RedisConfig,
+    advertise: &str,
+    holdings: Arc<Holdings>,
+    shards: Arc<dyn Shards>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let seeds = parse_url(&redis.url).map_err(|e| format!("redis URL: {e}"))?;
+    let started_at_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let me = NodeRecord {
+        id: advertise.to_string(),
+        advertise: advertise.to_string(),
+        started_at_us,
+    };
+    spawn(
+        redis.cluster(&seeds),
+        NodeConfig::new(me),
+        holdings,
+        shards,
+        stop,
+    )
+    .map_err(|e| format!("cannot start the node's loop: {e}"))
 }
 
 /// The loop itself, on the caller's executor, until `stop`. Dropping the future mid-round is a
@@ -383,7 +445,10 @@ async fn round(
                 for (l, held) in renew.into_iter().zip(answers) {
                     if held {
                         stats.renewals_total.fetch_add(1, Ordering::Relaxed);
-                        holdings.put(l);
+                        let partition = l.partition;
+                        if !holdings.renewed(l) {
+                            told.lapsed(partition, partitions);
+                        }
                     } else {
                         stats.losses_total.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
@@ -440,11 +505,49 @@ mod tests {
         assert_eq!(plan(&[], &[]), Plan::default());
     }
 
+    /// Records what it is told, in order.
+    #[derive(Default)]
+    struct Heard(std::cell::RefCell<Vec<String>>);
+
+    impl Partitions for Heard {
+        fn gained(&self, p: u32) {
+            self.0.borrow_mut().push(format!("gained {p}"));
+        }
+        fn lost(&self, p: u32) {
+            self.0.borrow_mut().push(format!("lost {p}"));
+        }
+    }
+
+    #[test]
+    fn a_renewal_that_lands_after_the_lease_lapsed_is_told_lost_and_gained_again() {
+        let h = Holdings::default();
+        let heard = Heard::default();
+        let mut told = Told::new();
+        let now = Instant::now();
+        let later = now + Duration::from_secs(60);
+        h.put(Lease::until(3, later));
+        h.put(Lease::until(4, now + Duration::from_millis(1)));
+        told.tell(&h, &heard, now);
+        // Renewed in time: nothing to tell.
+        assert!(h.renewed(Lease::until(3, later)));
+        // Lapsed just before its renewal was put back: a shard may have seen it not held.
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(!h.renewed(Lease::until(4, later)));
+        told.lapsed(4, &heard);
+        told.tell(&h, &heard, Instant::now());
+        assert_eq!(
+            *heard.0.borrow(),
+            ["gained 3", "gained 4", "lost 4", "gained 4"]
+        );
+        assert!(!h.renewed(Lease::until(PARTITIONS, later)), "out of range");
+    }
+
     #[test]
     fn an_empty_table_names_no_holder() {
         let h = Holdings::default();
         assert_eq!(h.holder(3), None);
         assert_eq!(h.holder(PARTITIONS), None, "out of range: none, no panic");
+        assert!(!h.holds(3) && !h.holds(PARTITIONS));
         assert!(h.owned(Instant::now()).is_empty());
     }
 }

@@ -16,6 +16,7 @@ use crate::shard::watchdog::{Pulse, Watchdog};
 use crate::sink::webhook::settings::WebhookSettings;
 use crate::sink::FireHandler;
 use crate::store::journal::JournalConfig;
+use crate::store::redis::clustered::Holders;
 use crate::store::redis::RedisConfig;
 use crate::timer::FiredTimer;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,6 +72,7 @@ pub struct EngineBuilder {
     shutdown_timeout: Duration,
     quotas: Vec<(String, u64)>,
     webhooks: Option<Arc<WebhookSettings>>,
+    holders: Option<Arc<dyn Holders>>,
 }
 
 /// Runs on each shard's thread, inside its executor, before the shard's loop starts: the place
@@ -95,6 +97,7 @@ impl Default for EngineBuilder {
             shutdown_timeout: super::running::SHUTDOWN_LIMIT,
             quotas: Vec::new(),
             webhooks: None,
+            holders: None,
             watchdog: (
                 crate::shard::watchdog::PERIOD,
                 crate::shard::watchdog::GRACE,
@@ -203,6 +206,15 @@ impl EngineBuilder {
         self.store(StoreKind::Journal(config))
     }
 
+    /// For a node that shares a Redis Cluster with others (`cluster::node`): who holds each
+    /// partition's lease. Each shard's store fences a partition's writes with its holder, and
+    /// each shard acts only on the partitions it was handed to load (`Handle::partitions`)
+    /// while their lease holds; start-up recovery loads none. Only with a Redis store.
+    pub fn partition_holders(mut self, holders: Arc<dyn Holders>) -> Self {
+        self.holders = Some(holders);
+        self
+    }
+
     /// Which store the shards use (default: in memory, not durable).
     pub fn store(mut self, store: StoreKind) -> Self {
         self.store = store;
@@ -288,6 +300,12 @@ impl EngineBuilder {
                 "ring and shard capacities must be positive".into(),
             ));
         }
+        if self.holders.is_some() && !matches!(self.store, StoreKind::Redis(_)) {
+            return Err(Error::Config(format!(
+                "partition holders need a Redis store, not {}",
+                self.store.name()
+            )));
+        }
         let cores = placement::resolve(&self.pinning, self.shards)?;
         let store = self.store_seed()?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -327,6 +345,7 @@ impl EngineBuilder {
                 capacity: self.shard_capacity,
                 preempt_timer: self.preempt_timer,
                 store: store.clone(),
+                holders: self.holders.clone(),
                 handler: self.handler.clone(),
                 webhooks: self.webhooks.clone(),
                 hook,

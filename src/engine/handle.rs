@@ -42,6 +42,34 @@ pub struct Handle {
 }
 
 impl Handle {
+    /// The shards as the node's loop hands them partitions to load and drop
+    /// (`cluster::node::spawn`). Only shards built with `EngineBuilder::partition_holders` act
+    /// on them; others ignore them.
+    pub fn partitions(&self) -> Arc<dyn crate::cluster::reader::Shards> {
+        Arc::new(super::partitions::Rings(self.inner.rings.clone()))
+    }
+
+    /// On a node that shares a Redis Cluster: the partitions its shards have loaded and act
+    /// on, all shards together (0 elsewhere).
+    pub fn partitions_loaded(&self) -> u64 {
+        self.sum(|m| &m.partitions_loaded)
+    }
+
+    /// On a node that shares a Redis Cluster: due timers the shards took off their wheels
+    /// unfired because their partition's lease was no longer valid, all shards together.
+    pub fn unfired(&self) -> u64 {
+        self.sum(|m| &m.unfired_total)
+    }
+
+    /// A per-shard figure summed over the shards.
+    fn sum(&self, pick: impl Fn(&ShardMetrics) -> &std::sync::atomic::AtomicU64) -> u64 {
+        self.inner
+            .metrics
+            .iter()
+            .map(|m| pick(m).load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+
     pub fn shards(&self) -> usize {
         self.inner.rings.len()
     }

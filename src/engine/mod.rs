@@ -17,6 +17,7 @@
 
 mod builder;
 mod handle;
+mod partitions;
 mod placement;
 mod running;
 mod shard_start;

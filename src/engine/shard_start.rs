@@ -13,6 +13,7 @@ use crate::metrics::ShardMetrics;
 use crate::quota::Quotas;
 use crate::ring::Ring;
 use crate::shard::delivery::Deliveries;
+use crate::shard::gate::Gate;
 use crate::shard::spin::SpinWindow;
 use crate::shard::watchdog::Pulse;
 use crate::shard::{set_timer_slack_ns, Shard, ShardFailure, Wakee};
@@ -21,6 +22,7 @@ use crate::sink::{FireHandler, Followups, HandlerSink, Sink};
 use crate::store::journal::layout::DataDir;
 use crate::store::journal::{JournalConfig, JournalStore};
 use crate::store::memory::MemoryStore;
+use crate::store::redis::clustered::Holders;
 use crate::store::redis::endpoint::Endpoint;
 use crate::store::redis::{RedisConfig, RedisStore};
 use crate::store::Store;
@@ -61,6 +63,9 @@ pub(super) struct ShardSeed {
     /// glommio's preemption timer once the shard is guarded (tests shorten it).
     pub preempt_timer: Duration,
     pub store: StoreSeed,
+    /// Over a cluster of nodes, who holds each partition's lease: the store fences its writes
+    /// with them and the shard acts only on the partitions it loaded and holds.
+    pub holders: Option<Arc<dyn Holders>>,
     pub handler: Option<FireHandler>,
     pub webhooks: Option<Arc<WebhookSettings>>,
     /// The engine's start hook, bound to this shard and a handle.
@@ -159,6 +164,7 @@ async fn run_shard(seed: ShardSeed) {
         spin,
         capacity,
         store,
+        holders,
         handler,
         webhooks,
         hook,
@@ -186,7 +192,7 @@ async fn run_shard(seed: ShardSeed) {
         // owns, so the stream made here becomes its sole owner.
         Wakee::Reactor(unsafe { glommio::net::UnixStream::from_raw_fd(fd) })
     };
-    let store = match open_store(store, id, shards, &metrics, &pulse).await {
+    let store = match open_store(store, id, shards, holders.clone(), &metrics, &pulse).await {
         Ok(store) => store,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -214,6 +220,7 @@ async fn run_shard(seed: ShardSeed) {
             ..Default::default()
         },
         spent: Default::default(),
+        gate: Gate::new(holders),
     };
     shard.publish_initial();
     if let Some(hook) = hook {
@@ -229,14 +236,23 @@ async fn open_store(
     store: StoreSeed,
     id: usize,
     shards: usize,
+    holders: Option<Arc<dyn Holders>>,
     metrics: &Arc<ShardMetrics>,
     pulse: &Pulse,
 ) -> Result<Box<dyn Store>> {
     Ok(match store {
         StoreSeed::Memory => Box::new(MemoryStore),
-        StoreSeed::Redis(cfg, endpoint) => {
-            Box::new(RedisStore::new(cfg, endpoint, id, shards, metrics.clone()))
-        }
+        StoreSeed::Redis(cfg, endpoint) => match holders {
+            Some(h) => Box::new(RedisStore::fenced(
+                cfg,
+                endpoint,
+                id,
+                shards,
+                metrics.clone(),
+                h,
+            )),
+            None => Box::new(RedisStore::new(cfg, endpoint, id, shards, metrics.clone())),
+        },
         StoreSeed::Journal(cfg, data) => {
             let open = JournalStore::open(cfg, data, id, shards, metrics.clone());
             Box::new(pulse.guard_start(open).await?)

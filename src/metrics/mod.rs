@@ -59,6 +59,12 @@ pub struct ShardMetrics {
     pub doorbell_fallback_wakes_total: AtomicU64,
     /// 1 once the shard's thread panicked (`shard::failure`): its ring is closed.
     pub failed: AtomicU64,
+    /// On a node that shares a Redis Cluster: the partitions this shard has loaded and acts
+    /// on (`shard::gate`).
+    pub partitions_loaded: AtomicU64,
+    /// On a node that shares a Redis Cluster: due timers this shard took off its wheel unfired,
+    /// their partition's lease no longer valid (`shard::gate`).
+    pub unfired_total: AtomicU64,
     /// Pending timers on each level of the wheel (0 to 8), then on its expired list; sampled
     /// at every clock anchor.
     pub wheel_timers: [AtomicU64; WHEEL_GAUGES],
@@ -73,6 +79,8 @@ impl Default for ShardMetrics {
         ShardMetrics {
             pending: AtomicU64::new(0),
             fired_total: AtomicU64::new(0),
+            partitions_loaded: AtomicU64::new(0),
+            unfired_total: AtomicU64::new(0),
             lateness: Histogram::new(&LATENESS_BOUNDS_NS, 1e9),
             clock_offset_ns: AtomicI64::new(0),
             clock_steps_total: AtomicU64::new(0),

@@ -7,7 +7,8 @@
 //! write with the caller's reply, which it answers once the write is durable (`store`; the
 //! in-memory store answers at once). A cancel, a read and the dead-letter ops take the same
 //! path. Ops that arrive while the store recovers wait on the ring and are applied in order
-//! afterwards (`recover.rs`).
+//! afterwards (`recover.rs`). On a cluster of nodes an op keyed to a partition the shard may
+//! not act on now is refused first, naming the partition (`gate.rs`).
 //!
 //! # Quotas
 //!
@@ -64,6 +65,13 @@ impl<S: TimeSource> Shard<S> {
 
     /// Applies one op: the table changes at once, the store makes it durable and answers.
     pub(crate) fn apply(&mut self, op: Op) {
+        if let Some(e) = op
+            .keyed()
+            .and_then(|t| self.gate.admit(t, &self.ring).err())
+        {
+            op.refuse(e);
+            return;
+        }
         match op {
             Op::Schedule {
                 timer,

@@ -132,6 +132,26 @@ impl DeadLetters {
         Some(letter)
     }
 
+    /// Removes every dead letter whose (tenant, key) `pick` picks, handing each to `removed`.
+    /// One look at every letter: for rare events (a partition dropped or reloaded).
+    pub fn purge(
+        &mut self,
+        mut pick: impl FnMut(&str, &str) -> bool,
+        mut removed: impl FnMut(Letter),
+    ) {
+        let len = &mut self.len;
+        self.by_tenant.retain(|tenant, keys| {
+            let gone: Vec<Box<str>> = keys.keys().filter(|k| pick(tenant, k)).cloned().collect();
+            for k in gone {
+                if let Some(letter) = keys.remove(&k) {
+                    *len -= 1;
+                    removed(letter);
+                }
+            }
+            !keys.is_empty()
+        });
+    }
+
     /// Up to `limit` of the tenant's dead letters with a key in (after, through], by key;
     /// without `bodies`, their keys, versions and deadlines only (nothing else is copied).
     pub fn list(
@@ -187,6 +207,22 @@ mod tests {
         assert_eq!(d.len(), 2);
         assert_eq!(d.list("t", all, 10, true).len(), 2);
         assert!(d.list("u", all, 10, true).is_empty());
+    }
+
+    #[test]
+    fn a_purge_removes_the_picked_letters_and_keeps_the_count() {
+        let mut d = DeadLetters::default();
+        for k in ["a", "b", "c"] {
+            d.insert(letter("t", k, 1));
+        }
+        d.insert(letter("u", "b", 1));
+        let mut gone = Vec::new();
+        d.purge(|_, k| k == "b", |l| gone.push(l.timer.tenant().to_string()));
+        gone.sort();
+        assert_eq!(gone, ["t", "u"]);
+        assert_eq!(d.len(), 2);
+        assert!(d.get("t", "b").is_none() && d.get("t", "a").is_some());
+        assert!(d.list("u", (None, None), 10, false).is_empty());
     }
 
     #[test]

@@ -26,6 +26,13 @@
 //!   yields to the executor, as after any pass that did work, and fires on in the next one.
 //!   The slice is only ever looked at between chunks, so a pass fires at least one chunk.
 //!
+//! # A timer this node may not fire
+//!
+//! On a cluster of nodes, a due timer of a partition the shard may not act on now (its lease
+//! lapsed, or it is not loaded: `gate.rs`) is not fired: it leaves the wheel unfired, its
+//! quota slot goes back, the sinks forget it, and the store hears nothing (its record stays for
+//! the partition's holder). The partition is then not acted on until it is loaded again.
+//!
 //! # Retiring a fired timer
 //!
 //! A fired timer that leaves the table for good goes through one function, [`retire`]: the
@@ -156,16 +163,34 @@ impl<S: TimeSource> Shard<S> {
             dead: &mut self.deliveries.dead,
             horizon: self.table.horizon(),
         };
-        let (sinks, spent) = (&mut self.sinks, &mut self.spent);
+        let (sinks, spent, gate, ring) = (
+            &mut self.sinks,
+            &mut self.spent,
+            &mut self.gate,
+            &*self.ring,
+        );
         self.table.poll_keeping(
             now,
             n,
             |deadline, record| {
+                // Counted against the pass's budget like a fire: it left the wheel.
+                *fired += 1;
+                if !gate.may_fire(record.timer.tenant(), record.timer.key(), ring) {
+                    // Not this node's to fire now: it leaves unfired, its record stays in the
+                    // store for the partition's holder (`gate.rs`).
+                    for sink in sinks.iter_mut() {
+                        sink.forget(&record.timer);
+                    }
+                    if let Some(q) = settle.quotas.get(record.timer.tenant()) {
+                        q.release();
+                    }
+                    metrics.unfired_total.fetch_add(1, Ordering::Relaxed);
+                    return Fate::Done;
+                }
                 let fired_at = clock.now();
                 metrics
                     .lateness
                     .observe(fired_at.0.saturating_sub(deadline.as_nanos().0));
-                *fired += 1;
                 // A timer with a callback fires again for each step of its delivery; only its
                 // own firing is a fired timer for the stream, the handler and the count.
                 let firing = webhook::firing_of(record.timer.meta());

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //!   loop:
+//!     load and drop the partitions the node's loop handed over (a cluster of nodes only),
 //!     drain the ring (at most the store's ops_per_pass ops and, sharing, ~200 µs), apply
 //!     the sinks' follow-ups
 //!     re-anchor the clock if 100 ms have passed (and let the sinks do their periodic chores)
@@ -126,10 +127,12 @@
 //! | `park.rs` | parking: the park, the spin, the yield, and the wake socket (`Wakee`) |
 //! | `spin.rs` | the spin window, fixed or following the measured wake-up latency |
 //! | `apply.rs` | the one `apply(op)` for every op from the ring, and the quota it settles |
+//! | `gate.rs` | which partitions the shard may act on: all, or on a cluster of nodes those it loaded and holds the lease of |
+//! | `partitions.rs` | a partition loaded or dropped at run time (a cluster of nodes) |
 //! | `fire.rs` | the fire pass, the one `retire` of a fired timer, and the spent list (`Spent`) |
 //! | `delivery.rs` | a fired timer's fate, settled at its fire (`Settle`), follow-ups, re-drives and discards |
 //! | `dead.rs` | the dead-letter table |
-//! | `recover.rs` | start-up recovery from the store |
+//! | `recover.rs` | start-up recovery from the store, and the one insert of a stored record (`Loader`) |
 //! | `watchdog.rs` | the watchdog's view of the shard (`Pulse`) and its thread |
 //! | `failure.rs` | what a panic does |
 //!
@@ -146,7 +149,9 @@ mod dead;
 pub(crate) mod delivery;
 mod failure;
 mod fire;
+pub(crate) mod gate;
 mod park;
+mod partitions;
 mod recover;
 pub(crate) mod spin;
 pub(crate) mod watchdog;
@@ -186,6 +191,9 @@ pub(crate) struct Shard<S: TimeSource> {
     pub deliveries: delivery::Deliveries,
     /// Fired timers whose memory is not freed yet.
     pub spent: Spent,
+    /// Which partitions the shard may act on (`gate.rs`): all of them, but on a cluster of
+    /// nodes.
+    pub gate: gate::Gate,
 }
 
 impl<S: TimeSource> Shard<S> {
@@ -202,7 +210,9 @@ impl<S: TimeSource> Shard<S> {
         if self.recover().await {
             let fire_budget = if cooperative { FIRE_BATCH } else { usize::MAX };
             while !self.stop.load(Ordering::Acquire) {
-                let drained = self.drain(cooperative.then(Slice::begin)) + self.follow_up();
+                let drained = self.take_controls()
+                    + self.drain(cooperative.then(Slice::begin))
+                    + self.follow_up();
                 let t = self.clock.source().ticks_now();
                 if self.clock.anchor_due(t) {
                     self.clock.anchor();
@@ -226,7 +236,7 @@ impl<S: TimeSource> Shard<S> {
                         self.nap(&mut wakee, HELD_BACK_NAP, &mut buf).await;
                         continue;
                     }
-                    More::No if !self.ring.is_empty() || !self.spent.is_empty() => continue,
+                    More::No if self.ring.has_work() || !self.spent.is_empty() => continue,
                     More::No => self.wait(&mut wakee, &mut buf).await,
                 }
             }
@@ -247,6 +257,9 @@ impl<S: TimeSource> Shard<S> {
     /// The clock's figures and the wheel's occupancy, for exporters: at every anchor (every
     /// 100 ms), not per fire.
     fn publish_gauges(&self) {
+        self.metrics
+            .partitions_loaded
+            .store(self.gate.loaded_count(), Ordering::Relaxed);
         for (gauge, n) in self.metrics.wheel_timers.iter().zip(self.table.occupancy()) {
             gauge.store(u64::from(n), Ordering::Relaxed);
         }
@@ -267,5 +280,7 @@ impl<S: TimeSource> Shard<S> {
     }
 }
 
+#[cfg(test)]
+mod gate_tests;
 #[cfg(test)]
 mod tests;

@@ -91,7 +91,7 @@ impl<S: TimeSource> Shard<S> {
         let give_up = std::time::Instant::now().checked_add(limit);
         let mut turns = 0u32;
         while self.clock.now() < target {
-            if !self.ring.is_empty() || self.stop.load(Ordering::Relaxed) {
+            if self.ring.has_work() || self.stop.load(Ordering::Relaxed) {
                 return false;
             }
             turns = turns.wrapping_add(1);

@@ -3,15 +3,21 @@
 //! answered with the store's refusal (`StoreUnavailable`), and the rest are applied once the
 //! table is loaded, so the ring's order is kept. Dead letters come back the same way; their
 //! metadata says what they are, and they go to the dead-letter table, not the wheel.
+//!
+//! A record is inserted by [`Loader`], the one path for a stored timer into the shard: at
+//! start, and for a partition loaded at run time (`partitions.rs`).
 
-use super::dead::Letter;
+use super::dead::{DeadLetters, Letter};
 use super::Shard;
 use crate::clock::TimeSource;
-use crate::metrics::DeliveryMetrics;
+use crate::metrics::{DeliveryMetrics, ShardMetrics};
 use crate::op::Op;
+use crate::quota::Quotas;
 use crate::sink::webhook;
 use crate::store::Recovered;
 use crate::timer::PackedTimer;
+use crate::units::UtcMicros;
+use crate::wheel::TimerTable;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -21,44 +27,23 @@ impl<S: TimeSource> Shard<S> {
         let limit = self.store.ack_timeout();
         let refusal = self.store.refusal();
         let mut held: Vec<(Instant, Op)> = Vec::new();
-        let (table, ring, stop, quotas, store) = (
-            &mut self.table,
-            &self.ring,
-            &self.stop,
-            &self.quotas,
-            &mut self.store,
-        );
-        let (dead, metrics) = (&mut self.deliveries.dead, &self.metrics);
-        // A recovered timer was acknowledged: it counts against its tenant's quota even if
-        // that leaves the tenant over it (new keys are refused until it drains).
+        let (ring, stop, store) = (&self.ring, &self.stop, &mut self.store);
+        let mut loader = Loader {
+            table: &mut self.table,
+            dead: &mut self.deliveries.dead,
+            quotas: &self.quotas,
+            metrics: &self.metrics,
+        };
+        // Over a cluster of nodes (a closed gate) every partition comes through a load from the
+        // node's loop once its lease is held, so recovery loads nothing (the store reads
+        // nothing: `store::redis::recover`), and this drops whatever it would hand over.
+        let gated = self.gate.is_closed();
         let mut insert = |r: Recovered<'_>| -> bool {
-            let Some(timer) = PackedTimer::with_meta(r.tenant, r.key, r.meta, r.payload) else {
-                return false;
-            };
-            if webhook::is_dead(r.meta) {
-                table.observe_version(r.version);
-                if dead
-                    .insert(Letter::new(timer, r.version, r.deadline))
-                    .is_none()
-                {
-                    if let Some(q) = quotas.get(r.tenant) {
-                        q.force();
-                    }
-                    DeliveryMetrics::add(&metrics.webhooks.tenant(r.tenant).dead, 1);
-                }
+            if gated {
                 return true;
             }
-            match table.insert_with_version(timer, r.deadline, r.version) {
-                Ok(u) => {
-                    if !u.replaced {
-                        if let Some(q) = quotas.get(r.tenant) {
-                            q.force();
-                        }
-                    }
-                    true
-                }
-                Err(_) => false,
-            }
+            PackedTimer::with_meta(r.tenant, r.key, r.meta, r.payload)
+                .is_some_and(|timer| loader.insert(timer, r.version, r.deadline))
         };
         let hold = async {
             loop {
@@ -89,5 +74,50 @@ impl<S: TimeSource> Shard<S> {
             self.apply(op);
         }
         true
+    }
+}
+
+/// What inserting a stored record touches of the shard: borrowed apart, so that the store's
+/// recovery can hand records over while the shard's ring is being held.
+pub(super) struct Loader<'a> {
+    pub table: &'a mut TimerTable,
+    pub dead: &'a mut DeadLetters,
+    pub quotas: &'a Quotas,
+    pub metrics: &'a ShardMetrics,
+}
+
+impl Loader<'_> {
+    /// Inserts a stored record under its stored version: a pending timer into the table, a
+    /// dead letter (its metadata says so) into the dead letters; false when the table cannot
+    /// take it. A stored timer was acknowledged: it counts against its tenant's quota even if
+    /// that leaves the tenant over it (new keys are refused until it drains).
+    pub fn insert(&mut self, timer: PackedTimer, version: u64, deadline: UtcMicros) -> bool {
+        let quota = self.quotas.get(timer.tenant());
+        if webhook::is_dead(timer.meta()) {
+            self.table.observe_version(version);
+            let m = self.metrics.webhooks.tenant(timer.tenant());
+            if self
+                .dead
+                .insert(Letter::new(timer, version, deadline))
+                .is_none()
+            {
+                if let Some(q) = quota {
+                    q.force();
+                }
+                DeliveryMetrics::add(&m.dead, 1);
+            }
+            return true;
+        }
+        match self.table.insert_with_version(timer, deadline, version) {
+            Ok(u) => {
+                if !u.replaced {
+                    if let Some(q) = quota {
+                        q.force();
+                    }
+                }
+                true
+            }
+            Err(_) => false,
+        }
     }
 }

@@ -27,7 +27,7 @@ impl Sink for Witness {
 }
 
 /// A shard on a fake TSC and a fake system clock, with the in-memory store.
-fn shard(src: &FakeSource) -> (Shard<FakeSource>, Seen) {
+pub(super) fn shard(src: &FakeSource) -> (Shard<FakeSource>, Seen) {
     shard_on(src.clone(), src)
 }
 
@@ -55,6 +55,7 @@ fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<S>, Seen) {
         quotas: Arc::default(),
         deliveries: Default::default(),
         spent: Default::default(),
+        gate: Default::default(),
     };
     (shard, seen)
 }
@@ -322,7 +323,7 @@ impl Sink for Answers {
 
 /// A store that notes what it is told, one line per write (`fired t/k`, `cancel t/k`, …).
 #[derive(Clone, Default)]
-struct Told(Rc<RefCell<Vec<String>>>);
+pub(super) struct Told(pub(super) Rc<RefCell<Vec<String>>>);
 
 impl Told {
     fn note(&self, what: &str, tenant: &str, key: &str) {
@@ -369,6 +370,23 @@ impl Store for Told {
     }
 }
 
+/// The state byte of a callback's metadata (byte 2 of the layout in `webhook/meta.rs`) for a
+/// delivery waiting for its next attempt, and for a dead letter.
+pub(super) const WAITING: u8 = 2;
+pub(super) const DEAD: u8 = 3;
+
+/// A callback's metadata (3 attempts, backoff from 1 s) in `state`.
+pub(super) fn callback_meta(state: u8) -> Vec<u8> {
+    let retry = crate::sink::webhook::RetryPolicy {
+        max_attempts: 3,
+        base_delay_ms: 1_000,
+        max_delay_ms: 60_000,
+    };
+    let mut meta = crate::sink::webhook::new_meta("https://h.example/".into(), retry, 0);
+    meta[2] = state;
+    meta
+}
+
 /// A sink keeps a fired timer (or makes it a dead letter) with delivery metadata longer than
 /// a timer can hold: the timer cannot stay, so it is retired. Its quota slot goes back, and
 /// the store hears of it: the fire of its own firing, the removal of a step's record (left
@@ -376,15 +394,8 @@ impl Store for Told {
 #[test]
 fn a_timer_kept_with_meta_too_long_to_hold_is_retired_and_its_quota_released() {
     let oversized = vec![0u8; 70_000];
-    let retry = crate::sink::webhook::RetryPolicy {
-        max_attempts: 3,
-        base_delay_ms: 1_000,
-        max_delay_ms: 60_000,
-    };
-    // A callback's metadata in state `Waiting` (byte 2 of the layout in `webhook/meta.rs`):
-    // a step of its delivery, not its own firing.
-    let mut step = crate::sink::webhook::new_meta("https://h.example/".into(), retry, 0);
-    step[2] = 2;
+    // A step of its delivery, not its own firing.
+    let step = callback_meta(WAITING);
     let keep = Next::Reschedule {
         after: Duration::from_secs(1),
         meta: oversized.clone(),

@@ -2,17 +2,21 @@
 //! copied on the hot path) and encodes every family in a fixed order: the per-shard
 //! families, webhooks, the resolver, the labelled gauges, the streams, the build.
 
+use super::cluster::encode_cluster;
 use super::families::{encode_families, rows, ENGINE_FAMILIES, STORE_FAMILIES};
 use super::gauges::{encode_gauges, encode_resolver, encode_streams};
 use super::webhooks::encode_webhooks;
+use crate::cluster::node::Holdings;
 use crate::engine::Handle;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
+use std::sync::Arc;
 
 pub(super) struct EngineCollector {
     pub handle: Handle,
     pub store: &'static str,
+    pub node: Option<Arc<Holdings>>,
 }
 
 impl std::fmt::Debug for EngineCollector {
@@ -30,6 +34,9 @@ impl Collector for EngineCollector {
         encode_resolver(&mut encoder)?;
         encode_gauges(&self.handle, &mut encoder)?;
         encode_streams(&self.handle, &mut encoder)?;
+        if let Some(node) = &self.node {
+            encode_cluster(node, &self.handle, &mut encoder)?;
+        }
         let info = encoder.encode_descriptor(
             "punctual_build",
             "Build information",

@@ -12,13 +12,16 @@
 //! | `collector.rs` | what a scrape encodes, in order |
 //! | `families.rs` | the per-shard families: one shard's row, and each family's pick from it |
 //! | `webhooks.rs` | the webhook families, per shard and tenant |
+//! | `cluster.rs` | a node's partitions and lease events, on a Redis Cluster shared with other nodes |
 //! | `gauges.rs` | the gauges with other labels: rings, store state, wheel levels, quotas, the resolver, streams |
 
+mod cluster;
 mod collector;
 mod families;
 mod gauges;
 mod webhooks;
 
+use crate::cluster::node::Holdings;
 use crate::engine::Handle;
 use collector::EngineCollector;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -53,7 +56,8 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     /// `store` ("journal", "memory" or "redis") goes into `punctual_build_info`.
-    pub fn new(handle: Handle, store: &'static str) -> Self {
+    /// `node`: on a node that shares a Redis Cluster, its leases (`cluster.rs`).
+    pub fn new(handle: Handle, store: &'static str, node: Option<Arc<Holdings>>) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let latency: LatencyFamily = Family::new_with_constructor(latency_histogram);
@@ -67,7 +71,11 @@ impl Metrics {
             "Time from a request's head to its response, by shard, route and status",
             latency.clone(),
         );
-        registry.register_collector(Box::new(EngineCollector { handle, store }));
+        registry.register_collector(Box::new(EngineCollector {
+            handle,
+            store,
+            node,
+        }));
         Metrics {
             registry: Arc::new(registry),
             requests,

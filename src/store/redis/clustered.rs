@@ -81,6 +81,12 @@ const BACKOFF_START: Duration = Duration::from_millis(10);
 /// loop; a store without one (a single node, which owns every partition) writes unfenced.
 pub trait Holders: Send + Sync {
     fn holder(&self, partition: u32) -> Option<String>;
+
+    /// Whether this node may act on `partition` now ([`Holders::holder`] would name one),
+    /// without copying the holder: the shards ask it on every keyed op and every fire.
+    fn holds(&self, partition: u32) -> bool {
+        self.holder(partition).is_some()
+    }
 }
 
 pub(crate) async fn run(shared: Rc<RedisLink>, mut client: ClusterClient) {

@@ -1,4 +1,6 @@
-//! Recovery: on start, a shard loads the pending timers of the partitions it owns.
+//! Recovery: on start, a shard loads the pending timers of the partitions it owns. A store
+//! handed lease holders (a node that shares a Redis Cluster with others) loads none: its shard
+//! loads each partition once the node holds its lease.
 //!
 //! Partitions are read with `HSCAN <partition> <cursor> COUNT <page>`, eight hashes per
 //! pipeline, page by page (each partition's pending timers, then its dead letters, which the
@@ -86,7 +88,10 @@ async fn load(
     conn: &mut Link,
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
 ) -> Result<u64, String> {
+    // With lease holders (a node among others) every partition comes through a load once its
+    // lease is held (`cluster::reader`): nothing is read here.
     let mut todo = (0..PARTITIONS)
+        .filter(|_| shared.holders.is_none())
         .filter(|&p| crate::partition::owns(shared.shard, shared.shards, p))
         .flat_map(|p| [(p, timers_key(p)), (p, dead_key(p))]);
     let mut active: Vec<(u32, String, Vec<u8>)> = Vec::with_capacity(WINDOW);

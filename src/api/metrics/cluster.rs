@@ -1,0 +1,81 @@
+//! A node's partitions and lease events, on a Redis Cluster shared with other nodes: read from
+//! the node loop's [`Holdings`] at scrape time.
+
+use crate::cluster::node::Holdings;
+use crate::engine::Handle;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// The partitions this node holds and those its shards loaded, the live nodes, the lease
+/// counters and the timers left unfired.
+pub(super) fn encode_cluster(
+    node: &Holdings,
+    handle: &Handle,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let s = &node.stats;
+    let loaded = handle.partitions_loaded();
+    let unfired = AtomicU64::new(handle.unfired());
+    let owned = node.owned(Instant::now()).len() as i64;
+    let live = s.live_nodes.load(Ordering::Relaxed) as i64;
+    for (name, help, v) in [
+        (
+            "punctual_cluster_partitions_owned",
+            "Partitions whose lease this node holds, valid now (of 1,024)",
+            owned,
+        ),
+        (
+            "punctual_cluster_partitions_loaded",
+            "Partitions this node's shards have loaded and act on (a held partition is loaded once its records are read)",
+            loaded as i64,
+        ),
+        (
+            "punctual_cluster_live_nodes",
+            "Live nodes at the node's last good heartbeat",
+            live,
+        ),
+    ] {
+        encoder
+            .encode_descriptor(name, help, None, MetricType::Gauge)?
+            .encode_gauge(&v)?;
+    }
+    for (name, help, v) in [
+        (
+            "punctual_cluster_lease_acquisitions",
+            "Partition leases this node acquired",
+            &s.acquisitions_total,
+        ),
+        (
+            "punctual_cluster_lease_renewals",
+            "Partition lease renewals that held",
+            &s.renewals_total,
+        ),
+        (
+            "punctual_cluster_lease_losses",
+            "Partition leases found lost at renewal (another holder, or gone)",
+            &s.losses_total,
+        ),
+        (
+            "punctual_cluster_lease_releases",
+            "Partition leases this node released (moved to another node, or at stop)",
+            &s.releases_total,
+        ),
+        (
+            "punctual_cluster_round_errors",
+            "Rounds of heartbeat and leases that did not complete",
+            &s.round_errors_total,
+        ),
+        (
+            "punctual_cluster_unfired",
+            "Due timers taken off a wheel unfired: their partition's lease was no longer valid (their records stay for the holder)",
+            &unfired,
+        ),
+    ] {
+        encoder
+            .encode_descriptor(name, help, None, MetricType::Counter)?
+            .encode_counter::<(), _, u64>(&v.load(Ordering::Relaxed), None)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! Two `punctual serve` nodes sharing one Redis Cluster (`--advertise`): the real binary twice,
+//! real TCP, a real cluster of three masters with a replica each. Each node holds the leases of
+//! its rendezvous share of the 1,024 partitions and loads them; a request for the other node's
+//! partition is answered 503 naming it; every acknowledged timer fires once, from the node that
+//! owns it, with the version and deadline it was acknowledged with, never early. When one node
+//! is SIGKILLed, the survivor takes its partitions once their leases lapse, loads them and fires
+//! their pending timers: none lost, none early. When one is stopped with SIGTERM, it exits 0
+//! having released its leases, and the other takes them at once. Nothing asserts a duration beyond an "absurdly
+//! late" bound; every wait is bounded.
+
+mod api_support;
+#[path = "support/cluster_serve.rs"]
+mod cluster_serve;
+#[path = "support/redis_cluster.rs"]
+mod redis_cluster;
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use api_support::{free_port, try_request};
+use cluster_serve::{check, counter, metrics, wait_all_fired, Book, Proc, Reader};
+use punctual::cluster::rendezvous::owned_by;
+use punctual::partition::{partition_of, PARTITIONS};
+use redis_cluster::RedisCluster;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+
+/// A node: its process, address, and the partitions rendezvous hashing gives it of the two.
+struct Node {
+    proc: Proc,
+    addr: SocketAddr,
+    share: BTreeSet<u32>,
+}
+
+/// Two nodes on `url`, each waited for until it has loaded exactly its share.
+fn two_nodes(url: &str, dir: &std::path::Path) -> [Node; 2] {
+    let addrs: [SocketAddr; 2] = [0, 1].map(|_| {
+        format!("127.0.0.1:{}", free_port())
+            .parse()
+            .expect("an address")
+    });
+    let ids = addrs.map(|a| a.to_string());
+    let mut nodes = [0, 1].map(|i| Node {
+        proc: Proc::spawn(addrs[i], url, dir, &format!("node{i}")),
+        addr: addrs[i],
+        share: owned_by(&ids[i], &ids).into_iter().collect(),
+    });
+    for n in &mut nodes {
+        n.proc.wait_partitions(n.addr, n.share.len() as u64);
+    }
+    nodes
+}
+
+/// The node that owns (tenant, key)'s partition, and the other one.
+fn owner<'a>(nodes: &'a [Node; 2], tenant: &str, key: &str) -> (&'a Node, &'a Node) {
+    let p = partition_of(tenant, key);
+    if nodes[0].share.contains(&p) {
+        (&nodes[0], &nodes[1])
+    } else {
+        (&nodes[1], &nodes[0])
+    }
+}
+
+/// Schedules `n` timers over 8 tenants at their owners, due 1.5 to 4.5 s out; every 5th
+/// rescheduled, every 7th cancelled.
+fn schedule(nodes: &[Node; 2], book: &mut Book, n: u64) {
+    for i in 0..n {
+        let tenant = format!("shop{}", i % 8);
+        let key = format!("order-{i}");
+        let at = owner(nodes, &tenant, &key).0.addr;
+        let delay = 1_500 + (i * 37) % 3_000;
+        book.put(at, &tenant, &key, delay, "v1");
+        if i % 5 == 0 {
+            book.put(at, &tenant, &key, delay + 500, "v2");
+        }
+        if i % 7 == 0 {
+            book.cancel(at, &tenant, &key);
+        }
+    }
+}
+
+/// A cluster, two nodes settled on it (in a directory for their logs), and `n` timers
+/// scheduled at their owners.
+fn scheduled(n: u64) -> (RedisCluster, tempfile::TempDir, [Node; 2], Book) {
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = two_nodes(&cluster.url(), dir.path());
+    let mut book = Book::default();
+    schedule(&nodes, &mut book, n);
+    (cluster, dir, nodes, book)
+}
+
+#[test]
+fn two_nodes_split_the_partitions_and_each_timer_fires_once_from_its_owner() {
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = two_nodes(&cluster.url(), dir.path());
+    let shares = nodes.each_ref().map(|n| n.share.len());
+    assert_eq!(shares[0] + shares[1], PARTITIONS as usize);
+    assert!(
+        shares.iter().all(|&s| (400..=624).contains(&s)),
+        "about half each: {shares:?}"
+    );
+    // A request for the other node's partition is refused there, naming the partition.
+    for i in 0..20 {
+        let key = format!("elsewhere-{i}");
+        let (_, other) = owner(&nodes, "shop0", &key);
+        let path = format!("/v1/timers/shop0/{key}");
+        let p = partition_of("shop0", &key);
+        for (method, body) in [("PUT", &br#"{"delay_ms":1000}"#[..]), ("GET", b"")] {
+            let r = try_request(other.addr, method, &path, &[], body).expect("answered");
+            let text = String::from_utf8_lossy(&r.body);
+            assert_eq!(r.status, 503, "{method} {path} at the other node: {text}");
+            assert!(text.contains(&format!("partition {p} ")), "{text}");
+        }
+    }
+    let mut book = Book::default();
+    schedule(&nodes, &mut book, 400);
+    let mut reader = Reader::new(&cluster);
+    let streams = wait_all_fired(&mut reader, &book);
+    assert_eq!(check(&book, &streams), 0, "no crash, so no repeat");
+    assert_eq!(reader.pending_records(), 0, "records left after every fire");
+    let fired = nodes
+        .each_ref()
+        .map(|n| counter(&metrics(n.addr), "punctual_timers_fired"));
+    assert_eq!(
+        fired[0] + fired[1],
+        book.due() as u64,
+        "each timer fired by one node: {fired:?}"
+    );
+    assert!(fired.iter().all(|&f| f > 0), "both nodes fired: {fired:?}");
+    // Each node exports what it holds and what its loop did.
+    for n in &nodes {
+        let text = metrics(n.addr);
+        let share = n.share.len() as u64;
+        for (name, least) in [
+            ("punctual_cluster_partitions_owned", share),
+            ("punctual_cluster_partitions_loaded", share),
+            ("punctual_cluster_lease_acquisitions_total", share),
+            ("punctual_cluster_live_nodes", 2),
+        ] {
+            let v = value(&text, name);
+            assert!(
+                v.is_some_and(|v| v >= least),
+                "{name} = {v:?}, not {least} or more"
+            );
+        }
+    }
+}
+
+/// An unlabelled sample of `/metrics` text.
+fn value(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn a_killed_nodes_timers_fire_from_the_survivor_none_early_none_lost() {
+    let (cluster, _dir, mut nodes, book) = scheduled(300);
+    let [a, b] = &mut nodes;
+    let on_b = book
+        .promises
+        .iter()
+        .filter(|((t, k), p)| !p.cancelled && b.share.contains(&partition_of(t, k)))
+        .count();
+    assert!(on_b > 50, "{on_b} live timers on the node to kill");
+    b.proc.sigkill();
+    // The survivor holds and loads every partition once the dead node's leases lapse.
+    a.proc.wait_partitions(a.addr, PARTITIONS as u64);
+    let mut reader = Reader::new(&cluster);
+    let streams = wait_all_fired(&mut reader, &book);
+    let repeats = check(&book, &streams);
+    assert_eq!(reader.pending_records(), 0, "records left after every fire");
+    // Late by the leases' lapse and a load, never by an order more: 30 s is absurdly late.
+    let late = streams
+        .values()
+        .flatten()
+        .map(|e| e.fired_at_us.saturating_sub(e.fire_at_us))
+        .max()
+        .unwrap_or(0);
+    assert!(late < 30_000_000, "a timer fired {late} µs late");
+    eprintln!(
+        "{} timers fired ({on_b} of the killed node's), {repeats} repeated, at most {} ms late",
+        book.due(),
+        late / 1_000
+    );
+}
+
+#[test]
+fn a_node_stopped_with_sigterm_releases_its_leases_and_the_other_fires_its_timers() {
+    let (cluster, _dir, mut nodes, book) = scheduled(200);
+    let [a, b] = &mut nodes;
+    let mut reader = Reader::new(&cluster);
+    let b_id = b.addr.to_string();
+    assert_eq!(reader.leases_of(&b_id).len(), b.share.len());
+    let status = b.proc.sigterm();
+    assert_eq!(status.code(), Some(0), "{}", b.proc.stderr_text());
+    // Released, not left to lapse: right after the exit no lease key names the stopped node.
+    assert_eq!(reader.leases_of(&b_id), Vec::<u32>::new());
+    a.proc.wait_partitions(a.addr, PARTITIONS as u64);
+    let streams = wait_all_fired(&mut reader, &book);
+    check(&book, &streams);
+    assert_eq!(reader.pending_records(), 0, "records left after every fire");
+}
