@@ -20,9 +20,13 @@ use std::time::{Duration, Instant};
 /// The most one request and its answer may take.
 pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A glommio socket as hyper's I/O: reads go through a small buffer of our own (one copy of
-/// each answer, a few hundred bytes for a PUT), so no uninitialised memory is handled here.
-struct Io(TcpStream);
+/// A glommio socket as hyper's I/O: reads go through a buffer of our own, zeroed once (one
+/// copy of each answer, a few hundred bytes for a PUT), so no uninitialised memory is handled
+/// here.
+struct Io {
+    stream: TcpStream,
+    chunk: Box<[u8]>,
+}
 
 impl hyper::rt::Read for Io {
     fn poll_read(
@@ -30,11 +34,11 @@ impl hyper::rt::Read for Io {
         cx: &mut Context<'_>,
         mut buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
-        let mut chunk = [0u8; 16 * 1024];
-        let want = buf.remaining().min(chunk.len());
-        match Pin::new(&mut self.get_mut().0).poll_read(cx, &mut chunk[..want]) {
+        let this = self.get_mut();
+        let want = buf.remaining().min(this.chunk.len());
+        match Pin::new(&mut this.stream).poll_read(cx, &mut this.chunk[..want]) {
             Poll::Ready(Ok(n)) => {
-                buf.put_slice(&chunk[..n]);
+                buf.put_slice(&this.chunk[..n]);
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
@@ -49,15 +53,15 @@ impl hyper::rt::Write for Io {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_close(cx)
+        Pin::new(&mut self.get_mut().stream).poll_close(cx)
     }
 }
 
@@ -87,7 +91,11 @@ impl KeepAlive {
                 .await
                 .map_err(|e| format!("connect {addr}: {e}"))?;
             stream.set_nodelay(true).map_err(|e| e.to_string())?;
-            let (sender, conn) = hyper::client::conn::http1::handshake(Io(stream))
+            let io = Io {
+                stream,
+                chunk: vec![0u8; 16 * 1024].into_boxed_slice(),
+            };
+            let (sender, conn) = hyper::client::conn::http1::handshake(io)
                 .await
                 .map_err(|e| format!("handshake: {e}"))?;
             glommio::spawn_local(async move {
