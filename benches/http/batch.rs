@@ -96,6 +96,7 @@ impl Kind {
 }
 
 struct Figure {
+    round: usize,
     kind: Kind,
     rate: f64,
     line: String,
@@ -131,7 +132,8 @@ pub fn run(n: u64) {
                 Kind::Http => http_row(&redis, redis_pid, &tenant, n),
             };
             match measured {
-                Ok(f) => {
+                Ok(mut f) => {
+                    f.round = round;
                     println!(
                         "  round {round}: {:<48} {:>9.0}/s; {}",
                         kind.name(),
@@ -195,6 +197,7 @@ fn store_row(
     let used = meter.stop();
     drop(e);
     Ok(Figure {
+        round: 0,
         kind,
         rate,
         line: used.line(n, "reg"),
@@ -259,6 +262,7 @@ fn http_row(redis: &RedisServer, redis_pid: u32, tenant: &str, n: u64) -> Result
         return Err(format!("{ok} of {n} acknowledged, {refused} items refused"));
     }
     Ok(Figure {
+        round: 0,
         kind: Kind::Http,
         rate: ok as f64 / took,
         line: used.line(n, "reg"),
@@ -344,5 +348,21 @@ fn summary(figures: &[Figure]) {
         if ratio >= TARGET { "met" } else { "MISSED" },
         shape_ratio * 100.0
     );
+    // Within a round the rows ran back to back, so these ratios see the least host drift.
+    let per_round: Vec<String> = (0..3)
+        .filter_map(|r| {
+            let rate = |kind: Kind| {
+                figures
+                    .iter()
+                    .find(|f| f.round == r && f.kind == kind)
+                    .map(|f| f.rate)
+            };
+            Some(format!(
+                "round {r} {:.0}%",
+                rate(Kind::Http)? / rate(Kind::Store)? * 100.0
+            ))
+        })
+        .collect();
+    println!("HTTP / store bench per round: {}", per_round.join(", "));
     println!("host after the batches: {}", cpu::host_load());
 }
