@@ -12,11 +12,12 @@
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
+#[path = "store/registrations.rs"]
+mod registrations;
 
-use punctual::engine::Pinning;
-use punctual::store::redis::RedisConfig;
-use punctual::{EngineBuilder, Handle, UtcMicros};
+use punctual::UtcMicros;
 use redis_server::RedisServer;
+use registrations::{engine, register, PRODUCERS, WINDOW};
 use std::time::{Duration, Instant};
 
 fn scale(n: u64) -> u64 {
@@ -25,61 +26,6 @@ fn scale(n: u64) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1.0);
     ((n as f64 * s) as u64).max(1)
-}
-
-fn engine(redis: &RedisServer, shards: usize) -> punctual::Engine {
-    let mut cfg = RedisConfig::new(redis.url());
-    cfg.max_buffered = 2_000_000;
-    if let Some(n) = std::env::var("PUNCTUAL_BENCH_BATCH")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        cfg.flush_max_commands = n;
-    }
-    cfg.ack_timeout = Duration::from_secs(60);
-    let e = EngineBuilder::new()
-        .shards(shards)
-        .pinning(Pinning::None)
-        .spin(Duration::ZERO)
-        .shard_capacity(2_000_000)
-        .redis_config(cfg)
-        .build()
-        .expect("engine starts");
-    assert!(e.handle().wait_store_ready(Duration::from_secs(120)));
-    e
-}
-
-/// Schedules `n` timers under `tenant` at `due(i)`, `window` in flight; acknowledged per s.
-/// Producer threads, each with `WINDOW` schedules in flight.
-const PRODUCERS: u64 = 4;
-const WINDOW: u64 = 2048;
-
-/// Schedules `n` timers under `tenant` at `due(i)`; acknowledged timers per second.
-fn register(h: &Handle, tenant: &str, n: u64, due: impl Fn(u64) -> u64 + Sync) -> f64 {
-    let started = Instant::now();
-    std::thread::scope(|s| {
-        for p in 0..PRODUCERS {
-            let (h, due) = (h.clone(), &due);
-            s.spawn(move || {
-                let mut i = p * WINDOW;
-                while i < n {
-                    let end = (i + WINDOW).min(n);
-                    let futs: Vec<_> = (i..end)
-                        .map(|j| {
-                            let key = format!("k{j}");
-                            h.schedule_async(tenant, &key, UtcMicros(due(j)), b"{\"order\":1}")
-                        })
-                        .collect();
-                    let acks = futures_lite::future::block_on(futures_util::future::join_all(futs));
-                    for r in acks {
-                        r.expect("durable schedule acknowledged");
-                    }
-                    i += PRODUCERS * WINDOW;
-                }
-            });
-        }
-    });
-    n as f64 / started.elapsed().as_secs_f64()
 }
 
 fn xlen(con: &mut redis::Connection, tenant: &str) -> u64 {
@@ -166,6 +112,11 @@ impl RedisWork {
     }
 }
 
+/// The payload of every timer this bench registers.
+fn order(_: u64) -> Vec<u8> {
+    b"{\"order\":1}".to_vec()
+}
+
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[((sorted.len() - 1) as f64 * p) as usize]
 }
@@ -217,7 +168,7 @@ fn main() {
         let far = h.now().0 + 3_600_000_000;
         let tenant = format!("reg{round}");
         let before = RedisWork::sample(&mut con);
-        rates.push(register(&h, &tenant, n, |i| far + i));
+        rates.push(register(&h, &tenant, n, |i| far + i, order));
         println!(
             "  round {round}: {}",
             before.per(&RedisWork::sample(&mut con), n, "timer")
@@ -251,7 +202,7 @@ fn main() {
     let h = e.handle();
     let due = h.now().0 + 5_000_000;
     let due = due - due % 1000; // on a millisecond
-    register(&h, "burst", n, |_| due);
+    register(&h, "burst", n, |_| due, order);
     while h.now().0 < due {
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -281,7 +232,13 @@ fn main() {
     let e = engine(&redis, 1);
     let h = e.handle();
     let start = h.now().0 + 1_000_000;
-    register(&h, "late", n, |i| start + i * 100 + (i * 7919) % 97); // 10k/s, spread in the ms
+    register(
+        &h,
+        "late",
+        n,
+        |i| start + i * 100 + (i * 7919) % 97, // 10k/s, spread in the ms
+        order,
+    );
     while xlen(&mut con, "late") < n {
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -14,7 +14,11 @@
 //! so its own lateness is microseconds; it prints that lateness too. Keys cycle over a million
 //! per connection, due in 10 minutes (nothing fires during the run), with the payload of
 //! `perf/load/put.lua`. Prints percentiles of latency from the due time and of service time
-//! (from the actual send), the achieved rate, and non-2xx answers.
+//! (from the actual send), the achieved rate, non-2xx answers, and the generator's own CPU time
+//! (so that a run on shared cores can tell the client's cost from the server's).
+
+#[path = "../benches/http/cpu.rs"]
+mod cpu;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -133,6 +137,7 @@ fn main() {
             k: 0,
         });
     }
+    let cpu_at_start = cpu::rusage_seconds(libc::RUSAGE_SELF);
     let expected = (o.rate * o.seconds) as usize;
     let (mut from_due, mut service, mut send_late) = (
         Vec::with_capacity(expected),
@@ -242,6 +247,7 @@ fn main() {
         }
     }
     let took = end.saturating_duration_since(start).as_secs_f64();
+    let cpu = cpu::rusage_seconds(libc::RUSAGE_SELF) - cpu_at_start;
     println!(
         "open loop: asked {:.0}/s over {} connections for {:.1} s: {} answers ({:.0}/s), {non_2xx} non-2xx, {errors} send errors",
         o.rate,
@@ -253,4 +259,9 @@ fn main() {
     percentiles("latency from due time", &mut from_due);
     percentiles("service time (from send)", &mut service);
     percentiles("generator's own send lateness", &mut send_late);
+    println!(
+        "generator CPU {cpu:.2} s (user + system): {:.0}% of a core, {:.2} µs per answer",
+        cpu / took * 100.0,
+        cpu * 1e6 / from_due.len().max(1) as f64
+    );
 }

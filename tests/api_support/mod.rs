@@ -33,6 +33,20 @@ fn store_args(args: &[&str]) -> &'static [&'static str] {
     }
 }
 
+/// The light settings a test server runs with, each unless its test names the flag (a bench
+/// names a larger `--shard-capacity`, or the service's own pinning and spin).
+fn light_args(args: &[&str]) -> Vec<&'static str> {
+    [
+        ("--pinning", "none"),
+        ("--spin-us", "0"),
+        ("--shard-capacity", "100000"),
+    ]
+    .into_iter()
+    .filter(|(flag, _)| !args.iter().any(|a| a.starts_with(flag)))
+    .flat_map(|(flag, value)| [flag, value])
+    .collect()
+}
+
 impl Server {
     /// `punctual serve` on a free port, light settings for tests, plus `args`.
     pub fn start(args: &[&str]) -> Server {
@@ -87,14 +101,7 @@ impl Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
         cmd.arg("serve")
             .args(["--listen", &addr.to_string()])
-            .args([
-                "--pinning",
-                "none",
-                "--spin-us",
-                "0",
-                "--shard-capacity",
-                "100000",
-            ])
+            .args(light_args(args))
             .args(store_args(args))
             .args(args)
             .env("RUST_LOG", "warn")

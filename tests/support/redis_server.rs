@@ -107,6 +107,11 @@ impl RedisServer {
         assert_eq!(rc, 0, "kill -{which} {pid}");
     }
 
+    /// The server's process id while it runs (benches read its CPU time from `/proc`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn client(&self) -> redis::RedisResult<redis::Connection> {
         redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))
     }
