@@ -732,3 +732,67 @@ fn a_node_hands_its_shards_each_gained_partition_s_records_and_then_its_drop() {
     );
     assert!(drops.iter().all(|(_, keys)| keys.is_none()));
 }
+
+/// A lease whose local deadline passes before its renewal (here every round: a 3 s lease in
+/// Redis with a 0.4 s local deadline, renewed each second) is never renewed under its epoch:
+/// it is released and acquired again under a new one, so that a write queued under the lapsed
+/// epoch is fenced instead of landing behind the partition's fresh load.
+#[test]
+fn a_lease_that_lapses_locally_is_acquired_again_under_a_new_epoch_not_renewed() {
+    let cluster = RedisCluster::start();
+    let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
+    let mut me = NodeConfig::new(NodeRecord {
+        id: "127.0.0.1:17004".into(),
+        advertise: "127.0.0.1:17004".into(),
+        started_at_us: 1,
+    });
+    me.lease = LeaseConfig {
+        ttl: Duration::from_secs(3),
+        drift: Duration::from_millis(2_600),
+    };
+    let holdings = Holdings::default();
+    let told = Told::new();
+    let stop = AtomicBool::new(false);
+    const P: u32 = 5;
+    let epochs = on_executor(async {
+        let node = node::run(cfg.clone(), &me, &holdings, &told, &stop);
+        let check = async {
+            let mut c = client(&cluster).await;
+            let mut epochs: Vec<u64> = Vec::new();
+            let give_up = Instant::now() + Duration::from_secs(20);
+            while epochs.len() < 3 {
+                assert!(
+                    Instant::now() < give_up,
+                    "epochs seen of partition {P} in 20 s: {epochs:?}"
+                );
+                if let Some(l) = holdings.valid(P, Instant::now()) {
+                    if epochs.last() != Some(&l.epoch) {
+                        // Redis holds what this node holds: its own value under that epoch.
+                        let key = layout::lease_key(P);
+                        let v = c
+                            .query(Routed::new(&key, redis::cmd("GET").arg(&key).clone()))
+                            .await
+                            .expect("GET");
+                        if v == Value::BulkString(l.holder().as_bytes().to_vec()) {
+                            epochs.push(l.epoch);
+                        }
+                    }
+                }
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+            stop.store(true, Ordering::Release);
+            epochs
+        };
+        let (_, epochs) = futures_lite::future::zip(node, check).await;
+        epochs
+    });
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "each acquisition under a new epoch: {epochs:?}"
+    );
+    assert!(told.held().is_empty(), "every partition lost at stop");
+    assert!(
+        holdings.stats.losses_total.load(Ordering::Relaxed) >= 2,
+        "each lapse counted as a loss"
+    );
+}

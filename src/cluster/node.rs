@@ -9,6 +9,7 @@
 //!
 //! ```text
 //!   beat (membership)              → the live set, or an error (then: renew only)
+//!   lapsed = held past its local deadline: dropped from Holdings, released in Redis
 //!   want = rendezvous::owned_by(me, live)
 //!   release = held − want          dropped from Holdings first, then released in Redis
 //!   renew   = held ∩ want          pipelined by master; "lost" drops it from Holdings
@@ -20,8 +21,12 @@
 //! a partition valid now and not told is `gained`; one told and no longer valid (released,
 //! lost at renewal, or past its local deadline) is `lost`. So a release is told before it is
 //! sent, a lease that lapsed locally is told lost at the next round (at most one round late:
-//! whoever acts on a partition checks [`Holdings::valid`] too), and one renewed after it had
-//! lapsed is gained again, to be loaded afresh.
+//! whoever acts on a partition checks [`Holdings::valid`] too). A lease that lapsed locally is
+//! never renewed or put back under its epoch, even when a renewal lands just after the lapse:
+//! it is released, and acquired again (in the same round, or the next) under a new epoch, then
+//! gained and loaded afresh. Writes are fenced by the holder they were queued under
+//! (`store::redis::clustered`), so one queued under the lapsed lease is refused rather than
+//! landing behind the new load's back.
 //!
 //! A partition another node still holds is answered "taken"; that node releases it at its next
 //! round once it sees the newcomer, and the newcomer acquires it at the round after: a join
@@ -164,18 +169,20 @@ impl Holdings {
         }
     }
 
-    /// Puts a renewed lease in place of the one it renews; whether that one was still valid
-    /// when replaced. `false`: it lapsed after the loop last looked, and a shard that looked
-    /// meanwhile saw the partition not held (and dropped a due timer of it), so the partition
-    /// must be told lost and gained again, to be loaded afresh. The clock is read under the
-    /// slot's lock, so a look that saw the old lease lapsed came before it.
+    /// Puts a renewed lease in place of the one it renews if that one is still valid; else
+    /// empties the slot and answers `false`. A lease that lapsed locally is never put back
+    /// under the same epoch: a shard that looked meanwhile saw the partition not held (and
+    /// dropped a due timer of it), so the partition is loaded afresh, and a write queued under
+    /// the lapsed lease must not land after that load, so the partition is acquired again
+    /// under a new epoch, which fences it (`store::redis::clustered`). The clock is read under
+    /// the slot's lock, so a look that saw the old lease lapsed came before it.
     fn renewed(&self, lease: Lease) -> bool {
         let Some(mut s) = self.slot(lease.partition) else {
             return false;
         };
         let now = Instant::now();
         let was_valid = s.as_ref().is_some_and(|l| l.valid_at(now));
-        *s = Some(lease);
+        *s = was_valid.then_some(lease);
         was_valid
     }
 
@@ -407,7 +414,22 @@ async fn round(
     // Leases that lapsed since the last round are lost before anything is sent.
     told.tell(holdings, partitions, Instant::now());
     let live = membership::beat(client, &cfg.me, cfg.member_ttl).await;
-    let held = holdings.held();
+    // A lease past its local deadline is released, not renewed, and acquired again below
+    // under a new epoch if this node should still own it (see `Holdings::renewed`).
+    let now = Instant::now();
+    let (held, lapsed): (Vec<Lease>, Vec<Lease>) =
+        holdings.held().into_iter().partition(|l| l.valid_at(now));
+    for l in &lapsed {
+        holdings.remove(l.partition);
+        tracing::warn!(
+            partition = l.partition,
+            epoch = l.epoch,
+            "node: lease lapsed before it was renewed; released, to be acquired under a new epoch"
+        );
+    }
+    stats
+        .losses_total
+        .fetch_add(lapsed.len() as u64, Ordering::Relaxed);
     let held_ids: Vec<u32> = held.iter().map(|l| l.partition).collect();
     let plan = match &live {
         Ok(live) => {
@@ -422,6 +444,11 @@ async fn round(
     let (mut renew, release): (Vec<Lease>, Vec<Lease>) = held
         .into_iter()
         .partition(|l| plan.renew.binary_search(&l.partition).is_ok());
+    if !lapsed.is_empty() {
+        if let Err(e) = lease::release(client, &lapsed).await {
+            failure.get_or_insert(format!("release of lapsed leases: {e}"));
+        }
+    }
     if !release.is_empty() {
         for l in &release {
             holdings.remove(l.partition);
@@ -437,17 +464,19 @@ async fn round(
     if !renew.is_empty() {
         let answered = lease::renew(client, &mut renew, cfg.lease).await;
         // A lease that lapsed while its renewal was under way is lost now, before a renewal
-        // makes it valid again: whoever saw it invalid meanwhile (a shard that dropped a due
-        // timer) is told gained afterwards and loads it afresh.
+        // could make it valid again; it is released below and acquired anew at the next round.
         told.tell(holdings, partitions, Instant::now());
+        let mut late = Vec::new();
         match answered {
             Ok(answers) => {
                 for (l, held) in renew.into_iter().zip(answers) {
                     if held {
                         stats.renewals_total.fetch_add(1, Ordering::Relaxed);
                         let partition = l.partition;
-                        if !holdings.renewed(l) {
+                        if !holdings.renewed(l.clone()) {
                             told.lapsed(partition, partitions);
+                            stats.losses_total.fetch_add(1, Ordering::Relaxed);
+                            late.push(l);
                         }
                     } else {
                         stats.losses_total.fetch_add(1, Ordering::Relaxed);
@@ -464,6 +493,11 @@ async fn round(
             // renews them in time.
             Err(e) => {
                 failure.get_or_insert(format!("renew: {e}"));
+            }
+        }
+        if !late.is_empty() {
+            if let Err(e) = lease::release(client, &late).await {
+                failure.get_or_insert(format!("release of lapsed leases: {e}"));
             }
         }
     }
@@ -519,7 +553,7 @@ mod tests {
     }
 
     #[test]
-    fn a_renewal_that_lands_after_the_lease_lapsed_is_told_lost_and_gained_again() {
+    fn a_renewal_that_lands_after_the_lease_lapsed_is_told_lost_and_not_put_back() {
         let h = Holdings::default();
         let heard = Heard::default();
         let mut told = Told::new();
@@ -530,15 +564,14 @@ mod tests {
         told.tell(&h, &heard, now);
         // Renewed in time: nothing to tell.
         assert!(h.renewed(Lease::until(3, later)));
-        // Lapsed just before its renewal was put back: a shard may have seen it not held.
+        // Lapsed just before its renewal was put back: a shard may have seen it not held, and a
+        // write queued under it may still be unsent, so it is not held under that epoch again.
         std::thread::sleep(Duration::from_millis(2));
         assert!(!h.renewed(Lease::until(4, later)));
+        assert!(h.holder(4).is_none() && h.held().iter().all(|l| l.partition != 4));
         told.lapsed(4, &heard);
         told.tell(&h, &heard, Instant::now());
-        assert_eq!(
-            *heard.0.borrow(),
-            ["gained 3", "gained 4", "lost 4", "gained 4"]
-        );
+        assert_eq!(*heard.0.borrow(), ["gained 3", "gained 4", "lost 4"]);
         assert!(!h.renewed(Lease::until(PARTITIONS, later)), "out of range");
     }
 

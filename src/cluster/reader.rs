@@ -39,8 +39,8 @@ const RETRY: Duration = Duration::from_secs(1);
 /// `gained`). Both must return at once (hand the work on, do not wait for it). The service's
 /// is [`Reader`], which reads a gained partition for the shards.
 pub trait Partitions {
-    /// The node holds `partition`'s lease (acquired, or renewed after it had lapsed): load its
-    /// records.
+    /// The node holds `partition`'s lease (acquired; after a local lapse, acquired again under
+    /// a new epoch): load its records.
     fn gained(&self, partition: u32);
     /// The node no longer holds it (released, lost, or past its local deadline): drop its
     /// timers without firing them or deleting them.

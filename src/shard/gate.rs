@@ -17,7 +17,8 @@
 //! refused with `PartitionNotHeld`, naming it (503). A due timer of such a partition is not
 //! fired: it leaves the wheel unfired (its record stays in Redis for whoever holds the
 //! partition) and the partition is marked not loaded, so nothing more of it is acted on until
-//! the loop, which tells the lease lost and then gained again, hands the shard a fresh load.
+//! the loop, which tells the lease lost and acquires it again under a new epoch, hands the
+//! shard a fresh load.
 //! Why both: the loop tells a lapse at its next round, up to a second late, while the local
 //! deadline is exact; and a lease may be valid before its records arrive.
 //!

@@ -158,7 +158,7 @@ async fn send_batch(
         let outbox = shared.outbox.borrow();
         Plan::of(
             outbox.batch(0, shared.cfg.flush_max_commands),
-            shared.holders.as_deref(),
+            shared.holders.is_some(),
             *streamed,
         )
     };
@@ -319,14 +319,14 @@ struct Plan {
 
 impl Plan {
     /// The plan of `batch`, leaving out the stream entries of its first `streamed` entries.
-    fn of<'a>(
-        batch: impl Iterator<Item = &'a Entry>,
-        holders: Option<&dyn Holders>,
-        streamed: usize,
-    ) -> Plan {
+    /// `fenced`: the store writes for a cluster of nodes, each entry under the holder it was
+    /// queued with (`Entry::holder`).
+    fn of<'a>(batch: impl Iterator<Item = &'a Entry>, fenced: bool, streamed: usize) -> Plan {
         let mut plan = Plan::default();
-        // Partition → (owners, keys, commands), in the order of the outbox.
-        let mut parts: BTreeMap<u32, Pending> = BTreeMap::new();
+        // (partition, holder the entries were queued under) → (owners, keys, commands), in the
+        // order of the outbox. Entries of one partition queued under two leases go in two
+        // scripts: the earlier lease's is fenced (epochs only grow), whatever their order.
+        let mut parts: BTreeMap<(u32, Option<Rc<str>>), Pending> = BTreeMap::new();
         for (i, entry) in batch.enumerate() {
             plan.entries += 1;
             for cmd in std::iter::once(&entry.first).chain(entry.rest()) {
@@ -335,7 +335,8 @@ impl Plan {
                 let partition = key.filter(|_| !is_xadd(cmd)).and_then(partition_of_key);
                 match (partition, key) {
                     (Some(p), Some(key)) => {
-                        let (owners, keys, cmds) = parts.entry(p).or_default();
+                        let (owners, keys, cmds) =
+                            parts.entry((p, entry.holder.clone())).or_default();
                         owners.push(i);
                         if !keys.iter().any(|k| k.as_bytes() == key) {
                             keys.push(String::from_utf8_lossy(key).into_owned());
@@ -351,14 +352,16 @@ impl Plan {
                 }
             }
         }
-        for (partition, (owners, keys, cmds)) in parts {
+        for ((partition, holder), (owners, keys, cmds)) in parts {
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
             let group = Group { partition, owners };
-            let script = match holders {
-                None => fence::ordered(partition, &keys, &cmds).ok(),
-                Some(h) => h
-                    .holder(partition)
-                    .and_then(|holder| fence::fenced(partition, &holder, &keys, &cmds).ok()),
+            // Fenced by the holder each entry was queued under, not by today's: a write queued
+            // before this node lost and re-acquired the partition is refused, as it must be,
+            // since the partition's new load did not see it (`docs/SCALING.md`).
+            let script = if fenced {
+                holder.and_then(|holder| fence::fenced(partition, &holder, &keys, &cmds).ok())
+            } else {
+                fence::ordered(partition, &keys, &cmds).ok()
             };
             match script {
                 Some(s) => {
@@ -403,6 +406,11 @@ mod tests {
     }
 
     fn outbox() -> Outbox {
+        outbox_under(|_| None)
+    }
+
+    /// The test batch, each entry queued under `holder(partition)`.
+    fn outbox_under(holder: impl Fn(u32) -> Option<Rc<str>>) -> Outbox {
         let mut o = Outbox::new(16, 16, Duration::from_secs(2));
         let hset = |p: u32, f: &str| {
             redis::cmd("HSET")
@@ -418,17 +426,17 @@ mod tests {
             .arg("key")
             .arg("a")
             .clone();
-        o.push(hset(7, "shop/a"), None, Ack::None, "shop");
-        o.push(xadd, Some(hdel(7, "shop/a")), Ack::None, "shop");
-        o.push(hset(9, "shop/b"), None, Ack::None, "shop");
-        o.push(hdel(7, "shop/c"), None, Ack::None, "shop");
+        o.push(hset(7, "shop/a"), None, Ack::None, "shop", holder(7));
+        o.push(xadd, Some(hdel(7, "shop/a")), Ack::None, "shop", holder(7));
+        o.push(hset(9, "shop/b"), None, Ack::None, "shop", holder(9));
+        o.push(hdel(7, "shop/c"), None, Ack::None, "shop", holder(7));
         o
     }
 
     #[test]
     fn stream_entries_go_first_and_each_partition_gets_one_ordered_script() {
         let o = outbox();
-        let plan = Plan::of(o.batch(0, 100), None, 0);
+        let plan = Plan::of(o.batch(0, 100), false, 0);
         assert_eq!((plan.entries, plan.commands), (4, 5));
         assert_eq!(plan.streams.len(), 1);
         assert_eq!(plan.stream_owners, [1]);
@@ -454,23 +462,15 @@ mod tests {
         assert!(!a[1].contains("FENCED"), "no lease check without holders");
         assert!(plan.unsent.is_empty());
         // Sent again after its scripts failed: the stream entries Redis took are not repeated.
-        let again = Plan::of(o.batch(0, 100), None, 4);
+        let again = Plan::of(o.batch(0, 100), false, 4);
         assert!(again.streams.is_empty());
         assert_eq!((again.entries, again.scripts.len()), (4, 2));
     }
 
-    struct Only(u32);
-
-    impl Holders for Only {
-        fn holder(&self, partition: u32) -> Option<String> {
-            (partition == self.0).then(|| format!("node-a:{partition}"))
-        }
-    }
-
     #[test]
     fn with_holders_a_partition_is_fenced_by_its_holder_and_an_unheld_one_is_not_sent() {
-        let o = outbox();
-        let plan = Plan::of(o.batch(0, 100), Some(&Only(7)), 0);
+        let o = outbox_under(|p| (p == 7).then(|| Rc::from(format!("node-a:{p}"))));
+        let plan = Plan::of(o.batch(0, 100), true, 0);
         assert_eq!(plan.groups.len(), 1);
         let a = args(&plan.scripts[0]);
         assert!(a[1].contains("FENCED"), "the fenced script");
@@ -480,6 +480,38 @@ mod tests {
             (plan.unsent[0].partition, &plan.unsent[0].owners[..]),
             (9, &[2][..])
         );
+    }
+
+    /// A write queued under epoch 3 and still unsent when this node lost and re-acquired the
+    /// partition (epoch 4, and a fresh load that did not see the write) must be fenced by epoch
+    /// 3, not sent under 4, where it would land behind the load's back.
+    #[test]
+    fn each_write_is_fenced_by_the_lease_it_was_queued_under_not_by_a_later_one() {
+        let mut o = outbox_under(|_| Some(Rc::from("node-a:3")));
+        o.push(
+            redis::cmd("HDEL").arg(timers_key(7)).arg("shop/d").clone(),
+            None,
+            Ack::None,
+            "shop",
+            Some(Rc::from("node-a:4")),
+        );
+        let plan = Plan::of(o.batch(0, 100), true, 0);
+        let mut scripts: Vec<(u32, String, Vec<usize>)> = plan
+            .groups
+            .iter()
+            .zip(&plan.scripts)
+            .map(|(g, s)| (g.partition, args(s)[5].clone(), g.owners.clone()))
+            .collect();
+        scripts.sort();
+        assert_eq!(
+            scripts,
+            [
+                (7, "node-a:3".to_string(), vec![0, 1, 3]),
+                (7, "node-a:4".to_string(), vec![4]),
+                (9, "node-a:3".to_string(), vec![2]),
+            ]
+        );
+        assert!(plan.unsent.is_empty());
     }
 
     #[test]

@@ -202,6 +202,15 @@ impl RedisStore {
         }
     }
 
+    /// The lease holder of `tenant`/`key`'s partition now, when this store writes for a
+    /// cluster of nodes: what the write is fenced by (`outbox::Entry::holder`).
+    fn holder(&self, tenant: &str, key: &str) -> Option<Rc<str>> {
+        let holders = self.shared.holders.as_deref()?;
+        holders
+            .holder(layout::partition_of(tenant, key))
+            .map(Rc::from)
+    }
+
     /// Starts the store task with the connection (or cluster client) recovery left open.
     fn start(&mut self, link: link::Link) {
         let shared = self.shared.clone();
@@ -271,17 +280,19 @@ impl Store for RedisStore {
 
     fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
         let write = put_cmd(timer, s.version, s.deadline.0);
+        let holder = self.holder(timer.tenant(), timer.key());
         self.shared
             .outbox
             .borrow_mut()
-            .push(write, None, ack, timer.tenant());
+            .push(write, None, ack, timer.tenant(), holder);
     }
 
     fn cancel(&mut self, tenant: &str, key: &str, ack: Ack) {
+        let holder = self.holder(tenant, key);
         self.shared
             .outbox
             .borrow_mut()
-            .push(del_cmd(tenant, key), None, ack, tenant);
+            .push(del_cmd(tenant, key), None, ack, tenant, holder);
     }
 
     fn fire_room(&self) -> usize {
@@ -295,33 +306,37 @@ impl Store for RedisStore {
     /// Queues the stream entry and the record's removal, applied together.
     fn fired(&mut self, t: &FiredTimer<'_>) {
         let del = del_cmd(t.tenant, t.key);
+        let holder = self.holder(t.tenant, t.key);
         let mut outbox = self.shared.outbox.borrow_mut();
         match self.stream_entry(t) {
-            Some(xadd) => outbox.push(xadd, Some(del), Ack::None, t.tenant),
-            None => outbox.push(del, None, Ack::None, t.tenant),
+            Some(xadd) => outbox.push(xadd, Some(del), Ack::None, t.tenant, holder),
+            None => outbox.push(del, None, Ack::None, t.tenant, holder),
         }
     }
 
     /// Queues the stream entry and the rewritten record, applied together.
     fn fired_kept(&mut self, t: &FiredTimer<'_>, kept: &PackedTimer, s: &Scheduled) {
         let put = put_cmd(kept, s.version, s.deadline.0);
+        let holder = self.holder(t.tenant, t.key);
         let mut outbox = self.shared.outbox.borrow_mut();
         match self.stream_entry(t) {
-            Some(xadd) => outbox.push(xadd, Some(put), Ack::None, t.tenant),
-            None => outbox.push(put, None, Ack::None, t.tenant),
+            Some(xadd) => outbox.push(xadd, Some(put), Ack::None, t.tenant, holder),
+            None => outbox.push(put, None, Ack::None, t.tenant, holder),
         }
     }
 
     fn dead(&mut self, letter: &DeadLetter<'_>) {
         let cmds = dead::bury(letter, self.shared.cfg.stream_maxlen);
-        self.shared.outbox.borrow_mut().push_three(cmds);
+        let holder = self.holder(letter.timer.tenant(), letter.timer.key());
+        self.shared.outbox.borrow_mut().push_three(cmds, holder);
     }
 
     fn dead_removed(&mut self, tenant: &str, key: &str, ack: Ack) {
+        let holder = self.holder(tenant, key);
         self.shared
             .outbox
             .borrow_mut()
-            .push(dead::remove(tenant, key), None, ack, tenant);
+            .push(dead::remove(tenant, key), None, ack, tenant, holder);
     }
 
     /// Tells the store task that writes are waiting, and answers callers past the ack

@@ -20,6 +20,7 @@ use crate::store::acks::Acks;
 use crate::store::Ack;
 use redis::Cmd;
 use std::collections::VecDeque;
+use std::rc::Rc;
 use std::time::Duration;
 
 pub struct Entry {
@@ -28,6 +29,11 @@ pub struct Entry {
     pub second: Option<Cmd>,
     /// A dead letter carries a third (HSET of the letter, HDEL of the timer, XADD).
     pub third: Option<Cmd>,
+    /// On a cluster of nodes, the lease holder of the entry's partition when the entry was
+    /// queued (`<node>:<epoch>`), which its write is fenced by: a write queued under one lease
+    /// is never sent under a later one, even by this node (`clustered.rs`). `None` elsewhere,
+    /// or when the partition was not held when it was queued (then it is not sent).
+    pub holder: Option<Rc<str>>,
 }
 
 impl Entry {
@@ -68,15 +74,23 @@ impl Outbox {
         self.entries.is_empty()
     }
 
-    /// `tenant` is whose write it is (counted against its share when a caller waits).
-    pub fn push(&mut self, first: Cmd, second: Option<Cmd>, ack: Ack, tenant: &str) {
-        self.push_entry(first, second, None, ack, tenant);
+    /// `tenant` is whose write it is (counted against its share when a caller waits);
+    /// `holder` is the partition's lease holder now, on a cluster of nodes ([`Entry::holder`]).
+    pub fn push(
+        &mut self,
+        first: Cmd,
+        second: Option<Cmd>,
+        ack: Ack,
+        tenant: &str,
+        holder: Option<Rc<str>>,
+    ) {
+        self.push_entry(first, second, None, ack, tenant, holder);
     }
 
     /// Three commands that apply together (a dead letter's).
-    pub fn push_three(&mut self, cmds: [Cmd; 3]) {
+    pub fn push_three(&mut self, cmds: [Cmd; 3], holder: Option<Rc<str>>) {
         let [a, b, c] = cmds;
-        self.push_entry(a, Some(b), Some(c), Ack::None, "");
+        self.push_entry(a, Some(b), Some(c), Ack::None, "", holder);
     }
 
     fn push_entry(
@@ -86,6 +100,7 @@ impl Outbox {
         third: Option<Cmd>,
         ack: Ack,
         tenant: &str,
+        holder: Option<Rc<str>>,
     ) {
         debug_assert!(
             third.is_none() || second.is_some(),
@@ -97,6 +112,7 @@ impl Outbox {
             first,
             second,
             third,
+            holder,
         });
         debug_assert_eq!(self.entries.len(), self.acks.len(), "one ack per entry");
     }
@@ -134,9 +150,15 @@ mod tests {
     #[test]
     fn prefix_respects_the_command_budget_but_never_splits_a_fire() {
         let mut o = Outbox::new(10, 10, Duration::from_secs(2));
-        o.push(redis::cmd("HSET"), None, Ack::None, "");
-        o.push(redis::cmd("XADD"), Some(redis::cmd("HDEL")), Ack::None, "");
-        o.push(redis::cmd("HSET"), None, Ack::None, "");
+        o.push(redis::cmd("HSET"), None, Ack::None, "", None);
+        o.push(
+            redis::cmd("XADD"),
+            Some(redis::cmd("HDEL")),
+            Ack::None,
+            "",
+            None,
+        );
+        o.push(redis::cmd("HSET"), None, Ack::None, "", None);
         assert_eq!(o.batch(0, 2).count(), 1);
         assert_eq!(o.batch(0, 3).count(), 2);
         assert_eq!(o.batch(0, 1).count(), 1);
@@ -148,7 +170,7 @@ mod tests {
     fn completion_answers_in_order() {
         let mut o = Outbox::new(1, 1, Duration::from_secs(2));
         let (ack, rx) = sched();
-        o.push(redis::cmd("HSET"), None, ack, "t");
+        o.push(redis::cmd("HSET"), None, ack, "t", None);
         assert_eq!(o.acks.room_for("u"), crate::store::acks::Room::Full);
         o.complete([Ok(())]);
         assert!(matches!(futures_lite::future::block_on(rx), Ok(Ok(s)) if s.version == 1));
