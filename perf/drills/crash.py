@@ -242,6 +242,12 @@ class Receiver:
                 self.end_headers()
 
         class Quiet(ThreadingHTTPServer):
+            # Python's default accept backlog is 5: a burst of connects from the server's
+            # per-host slots (64 a shard) overflowed it, and each dropped SYN cost a 1 s (then
+            # 3 s) retransmission, so the drill measured its own receiver. A real receiver
+            # listens with the kernel's somaxconn.
+            request_queue_size = 1024
+
             def handle_error(self, request, client_address):
                 # A SIGKILLed punctual resets its keep-alive connections: expected here.
                 if not isinstance(sys.exc_info()[1], ConnectionError):
