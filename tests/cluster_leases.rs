@@ -497,7 +497,11 @@ fn two_node_loops_split_the_partitions_and_the_survivor_takes_over_a_killed_node
             let values = c.pipeline(&gets).await.expect("GETs");
             for (p, v) in (0..PARTITIONS).zip(values) {
                 let holder = ha.holder(p).or_else(|| hb.holder(p)).expect("held");
-                assert_eq!(v, Value::BulkString(holder.into_bytes()), "partition {p}");
+                assert_eq!(
+                    v,
+                    Value::BulkString(holder.as_bytes().to_vec()),
+                    "partition {p}"
+                );
             }
             let before: Vec<(u32, u64)> = want_a
                 .iter()

@@ -34,6 +34,7 @@ use crate::store::redis::cluster::fence::{self, FenceError};
 use crate::store::redis::cluster::{ClusterClient, ClusterError, Routed};
 use crate::store::redis::layout::{epoch_key, lease_key};
 use redis::Value;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The lease's TTL and the margin for clock drift.
@@ -76,12 +77,17 @@ pub struct Lease {
     pub partition: u32,
     pub epoch: u64,
     /// `<node>:<epoch>`: the lease key's value while this node holds it.
-    holder: String,
+    holder: Arc<str>,
     deadline: Instant,
 }
 
 impl Lease {
     /// The lease key's value while this lease holds.
+    /// Shared, so that every write fenced by it takes a reference, not a copy.
+    pub fn holder_shared(&self) -> Arc<str> {
+        self.holder.clone()
+    }
+
     pub fn holder(&self) -> &str {
         &self.holder
     }
@@ -209,7 +215,7 @@ pub async fn acquire(
                     Ok(Acquired::Held(Lease {
                         partition,
                         epoch: *epoch as u64,
-                        holder: String::from_utf8_lossy(holder).into_owned(),
+                        holder: String::from_utf8_lossy(holder).into(),
                         deadline: cfg.deadline(sent),
                     }))
                 }
@@ -264,7 +270,7 @@ fn holder_script(body: &str, lease: &Lease) -> redis::Cmd {
         .arg(body)
         .arg(1)
         .arg(lease_key(lease.partition))
-        .arg(&lease.holder)
+        .arg(lease.holder.as_ref())
         .clone()
 }
 

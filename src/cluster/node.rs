@@ -194,9 +194,12 @@ impl Holdings {
 }
 
 impl Holders for Holdings {
-    fn holder(&self, partition: u32) -> Option<String> {
-        self.valid(partition, Instant::now())
-            .map(|l| l.holder().to_owned())
+    fn holder(&self, partition: u32) -> Option<Arc<str>> {
+        let now = Instant::now();
+        self.slot(partition)?
+            .as_ref()
+            .filter(|l| l.valid_at(now))
+            .map(Lease::holder_shared)
     }
 
     fn holds(&self, partition: u32) -> bool {

@@ -165,8 +165,8 @@ mod tests {
     struct All(AtomicBool);
 
     impl Holders for All {
-        fn holder(&self, _: u32) -> Option<String> {
-            self.0.load(Ordering::Relaxed).then(|| "n:1".to_string())
+        fn holder(&self, _: u32) -> Option<std::sync::Arc<str>> {
+            self.0.load(Ordering::Relaxed).then(|| "n:1".into())
         }
     }
 

@@ -24,9 +24,10 @@ impl Held {
 }
 
 impl Holders for Held {
-    fn holder(&self, partition: u32) -> Option<String> {
+    fn holder(&self, partition: u32) -> Option<std::sync::Arc<str>> {
         let held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        held.contains(&partition).then(|| format!("n:{partition}"))
+        held.contains(&partition)
+            .then(|| format!("n:{partition}").into())
     }
 }
 

@@ -43,9 +43,12 @@ impl<S: TimeSource> Shard<S> {
                 nap = nap.min(MAX_NAP);
             }
             self.nap(wakee, nap, buf).await;
-            // How late the park resumed: an adaptive spin window follows it (`spin.rs`).
-            let intended = now.0.saturating_add(nap.as_nanos() as u64);
-            self.spin.parked(intended, self.clock.now().0);
+            // How late the park resumed: an adaptive spin window follows it (`spin.rs`); a
+            // fixed one needs no clock read.
+            if self.spin.is_adaptive() {
+                let intended = now.0.saturating_add(nap.as_nanos() as u64);
+                self.spin.parked(intended, self.clock.now().0);
+            }
         } else if wakee.cooperative() {
             // Spin for at most MAX_UNYIELDED, then let the other tasks run and come back.
             if !self.spin_until(next, MAX_UNYIELDED) {

@@ -65,6 +65,11 @@ impl SpinWindow {
         }
     }
 
+    /// Whether the window follows the measured latency (and so wants [`SpinWindow::parked`]).
+    pub fn is_adaptive(&self) -> bool {
+        self.adaptive.is_some()
+    }
+
     /// How long before a deadline to stop parking.
     pub fn window(&self) -> Duration {
         self.window

@@ -72,6 +72,7 @@ use crate::metrics::{StoreMetrics, StoreState};
 use redis::Value;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BACKOFF_START: Duration = Duration::from_millis(10);
@@ -80,7 +81,7 @@ const BACKOFF_START: Duration = Duration::from_millis(10);
 /// node does not hold the partition (its writes are then not sent). Given by the node's lease
 /// loop; a store without one (a single node, which owns every partition) writes unfenced.
 pub trait Holders: Send + Sync {
-    fn holder(&self, partition: u32) -> Option<String>;
+    fn holder(&self, partition: u32) -> Option<Arc<str>>;
 
     /// Whether this node may act on `partition` now ([`Holders::holder`] would name one),
     /// without copying the holder: the shards ask it on every keyed op and every fire.
@@ -326,7 +327,7 @@ impl Plan {
         // (partition, holder the entries were queued under) → (owners, keys, commands), in the
         // order of the outbox. Entries of one partition queued under two leases go in two
         // scripts: the earlier lease's is fenced (epochs only grow), whatever their order.
-        let mut parts: BTreeMap<(u32, Option<Rc<str>>), Pending> = BTreeMap::new();
+        let mut parts: BTreeMap<(u32, Option<Arc<str>>), Pending> = BTreeMap::new();
         for (i, entry) in batch.enumerate() {
             plan.entries += 1;
             for cmd in std::iter::once(&entry.first).chain(entry.rest()) {
@@ -410,7 +411,7 @@ mod tests {
     }
 
     /// The test batch, each entry queued under `holder(partition)`.
-    fn outbox_under(holder: impl Fn(u32) -> Option<Rc<str>>) -> Outbox {
+    fn outbox_under(holder: impl Fn(u32) -> Option<Arc<str>>) -> Outbox {
         let mut o = Outbox::new(16, 16, Duration::from_secs(2));
         let hset = |p: u32, f: &str| {
             redis::cmd("HSET")
@@ -469,7 +470,7 @@ mod tests {
 
     #[test]
     fn with_holders_a_partition_is_fenced_by_its_holder_and_an_unheld_one_is_not_sent() {
-        let o = outbox_under(|p| (p == 7).then(|| Rc::from(format!("node-a:{p}"))));
+        let o = outbox_under(|p| (p == 7).then(|| Arc::from(format!("node-a:{p}"))));
         let plan = Plan::of(o.batch(0, 100), true, 0);
         assert_eq!(plan.groups.len(), 1);
         let a = args(&plan.scripts[0]);
@@ -487,13 +488,13 @@ mod tests {
     /// 3, not sent under 4, where it would land behind the load's back.
     #[test]
     fn each_write_is_fenced_by_the_lease_it_was_queued_under_not_by_a_later_one() {
-        let mut o = outbox_under(|_| Some(Rc::from("node-a:3")));
+        let mut o = outbox_under(|_| Some(Arc::from("node-a:3")));
         o.push(
             redis::cmd("HDEL").arg(timers_key(7)).arg("shop/d").clone(),
             None,
             Ack::None,
             "shop",
-            Some(Rc::from("node-a:4")),
+            Some(Arc::from("node-a:4")),
         );
         let plan = Plan::of(o.batch(0, 100), true, 0);
         let mut scripts: Vec<(u32, String, Vec<usize>)> = plan

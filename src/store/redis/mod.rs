@@ -204,11 +204,9 @@ impl RedisStore {
 
     /// The lease holder of `tenant`/`key`'s partition now, when this store writes for a
     /// cluster of nodes: what the write is fenced by (`outbox::Entry::holder`).
-    fn holder(&self, tenant: &str, key: &str) -> Option<Rc<str>> {
+    fn holder(&self, tenant: &str, key: &str) -> Option<Arc<str>> {
         let holders = self.shared.holders.as_deref()?;
-        holders
-            .holder(layout::partition_of(tenant, key))
-            .map(Rc::from)
+        holders.holder(layout::partition_of(tenant, key))
     }
 
     /// Starts the store task with the connection (or cluster client) recovery left open.

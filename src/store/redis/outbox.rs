@@ -20,7 +20,7 @@ use crate::store::acks::Acks;
 use crate::store::Ack;
 use redis::Cmd;
 use std::collections::VecDeque;
-use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub struct Entry {
@@ -33,7 +33,7 @@ pub struct Entry {
     /// queued (`<node>:<epoch>`), which its write is fenced by: a write queued under one lease
     /// is never sent under a later one, even by this node (`clustered.rs`). `None` elsewhere,
     /// or when the partition was not held when it was queued (then it is not sent).
-    pub holder: Option<Rc<str>>,
+    pub holder: Option<Arc<str>>,
 }
 
 impl Entry {
@@ -82,13 +82,13 @@ impl Outbox {
         second: Option<Cmd>,
         ack: Ack,
         tenant: &str,
-        holder: Option<Rc<str>>,
+        holder: Option<Arc<str>>,
     ) {
         self.push_entry(first, second, None, ack, tenant, holder);
     }
 
     /// Three commands that apply together (a dead letter's).
-    pub fn push_three(&mut self, cmds: [Cmd; 3], holder: Option<Rc<str>>) {
+    pub fn push_three(&mut self, cmds: [Cmd; 3], holder: Option<Arc<str>>) {
         let [a, b, c] = cmds;
         self.push_entry(a, Some(b), Some(c), Ack::None, "", holder);
     }
@@ -100,7 +100,7 @@ impl Outbox {
         third: Option<Cmd>,
         ack: Ack,
         tenant: &str,
-        holder: Option<Rc<str>>,
+        holder: Option<Arc<str>>,
     ) {
         debug_assert!(
             third.is_none() || second.is_some(),
