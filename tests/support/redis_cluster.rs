@@ -113,20 +113,32 @@ impl Drop for ClusterNode {
 /// Six nodes: three masters with one replica each.
 pub struct RedisCluster {
     pub nodes: Vec<ClusterNode>,
-    // Last: removed after every process above is dead.
+    // After the nodes: removed after every process above is dead.
     dir: tempfile::TempDir,
+    // Last: the next cluster of this test binary starts once this one is gone.
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
+
+/// One cluster at a time per test binary: six `redis-server`s per test, with the tests of a
+/// binary run in parallel on a small host, left nodes unanswered for 20 s, and ports picked
+/// free by one test could be taken by another's nodes before they bound them.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl RedisCluster {
     /// Starts six nodes, creates the cluster and returns once every node says
     /// `cluster_state:ok`, knows all six, and every master has its replica in sync.
     pub fn start() -> RedisCluster {
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = tempfile::tempdir().expect("temp dir");
         let mut nodes: Vec<ClusterNode> = (0..6).map(|_| node(dir.path(), free_port())).collect();
         for n in &mut nodes {
             n.start();
         }
-        let cluster = RedisCluster { nodes, dir };
+        let cluster = RedisCluster {
+            nodes,
+            dir,
+            _turn: turn,
+        };
         let mut create = Command::new("redis-cli");
         create.args(["--cluster", "create"]);
         for n in &cluster.nodes {
