@@ -29,7 +29,7 @@ const CHUNK: usize = 1024;
 
 /// Items pushed between two looks at the slice (`cooperate`): a slice is at least that many
 /// items, so a burst of pushes still meets a full ring as one burst.
-const CHECK_EVERY: usize = 128;
+const CHECK_EVERY: usize = 32;
 
 type Pending = Pin<Box<dyn Future<Output = crate::Result<Scheduled>> + Send>>;
 
@@ -71,7 +71,7 @@ pub async fn run(
                         // replaces a pending timer, and refuses it otherwise.
                         let mut held = quota.and_then(QuotaSlot::reserve);
                         if quota.is_some() && held.is_none() && !slots.is_empty() {
-                            finish_chunk(&mut slots, &mut out).await;
+                            finish_chunk(&mut slots, &mut out, &mut slice).await;
                             held = quota.and_then(QuotaSlot::reserve);
                         }
                         let fut = Box::pin(app.handle.schedule_with_meta(
@@ -89,29 +89,35 @@ pub async fn run(
         };
         slots.push(slot);
         if slots.len() == CHUNK || i + 1 == items.len() {
-            finish_chunk(&mut slots, &mut out).await;
+            finish_chunk(&mut slots, &mut out, &mut slice).await;
         }
     }
     Ok(BatchBody { results: out })
 }
 
 /// Encodes the answer a slice at a time, as `serde_json` encodes the whole [`BatchBody`]
-/// (10,000 results are about a megabyte of JSON: a few milliseconds in one stretch).
-pub async fn encode(body: &BatchBody) -> Result<Vec<u8>, serde_json::Error> {
+/// (10,000 results are about a megabyte of JSON: a few milliseconds in one stretch). Each
+/// result is dropped once written, inside the slices (10,000 keys freed at once are a
+/// stretch of their own), and the task yields at the end if its slice is used up, so that
+/// the answer's first writes start a slice of their own.
+pub async fn encode(body: BatchBody) -> Result<Vec<u8>, serde_json::Error> {
     const OPEN: &[u8] = br#"{"results":["#;
     let mut out = Vec::with_capacity(OPEN.len() + 2 + 96 * body.results.len());
     out.extend_from_slice(OPEN);
     let mut slice = Slice::begin();
-    for (i, item) in body.results.iter().enumerate() {
+    for (i, item) in body.results.into_iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, item)?;
+        serde_json::to_writer(&mut out, &item)?;
         if i % CHECK_EVERY == CHECK_EVERY - 1 && slice.is_over() {
             slice.next().await;
         }
     }
     out.extend_from_slice(b"]}");
+    if slice.is_over() {
+        slice.next().await;
+    }
     Ok(out)
 }
 
@@ -129,8 +135,14 @@ async fn scan(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
     }
 }
 
-async fn finish_chunk(slots: &mut Vec<Slot>, out: &mut Vec<BatchItem>) {
-    for slot in slots.drain(..) {
+/// Collects a chunk's answers in order. The shard may have applied hundreds of them by the
+/// time this task runs again, so their collection (a future's poll and drop each) looks at
+/// the slice too.
+async fn finish_chunk(slots: &mut Vec<Slot>, out: &mut Vec<BatchItem>, slice: &mut Slice) {
+    for (i, slot) in slots.drain(..).enumerate() {
+        if i % CHECK_EVERY == CHECK_EVERY - 1 && slice.is_over() {
+            slice.next().await;
+        }
         out.push(match slot {
             Slot::Done(item) => item,
             Slot::Waiting { key, fut } => match fut.await {
@@ -175,8 +187,8 @@ mod tests {
                     })
                     .collect();
                 let body = BatchBody { results };
-                let ours = encode(&body).await.expect("encodes");
                 let serde = serde_json::to_vec(&body).expect("serde encodes");
+                let ours = encode(body).await.expect("encodes");
                 assert_eq!(ours, serde, "{n} results");
             }
         });

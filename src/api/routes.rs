@@ -164,7 +164,7 @@ impl App {
         let body = self.read_body(req, limit).await?;
         let out = batch::run(self, tenant, &body, arrival).await?;
         drop(body);
-        Ok(match batch::encode(&out).await {
+        Ok(match batch::encode(out).await {
             Ok(bytes) => respond::json(StatusCode::OK, bytes),
             Err(e) => respond::error(&ApiError::Internal(format!(
                 "cannot encode the response: {e}"
