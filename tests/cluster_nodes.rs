@@ -23,6 +23,10 @@ use punctual::partition::{partition_of, PARTITIONS};
 use redis_cluster::RedisCluster;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// The header of a request another node forwarded: such a request is never forwarded again.
+const FORWARDED: (&str, &str) = ("punctual-forwarded", "127.0.0.1:1");
 
 /// A node: its process, address, and the partitions rendezvous hashing gives it of the two.
 struct Node {
@@ -33,6 +37,11 @@ struct Node {
 
 /// Two nodes on `url`, each waited for until it has loaded exactly its share.
 fn two_nodes(url: &str, dir: &std::path::Path) -> [Node; 2] {
+    two_nodes_with(url, dir, &[])
+}
+
+/// [`two_nodes`], each started with `extra` arguments.
+fn two_nodes_with(url: &str, dir: &std::path::Path, extra: &[&str]) -> [Node; 2] {
     let addrs: [SocketAddr; 2] = [0, 1].map(|_| {
         format!("127.0.0.1:{}", free_port())
             .parse()
@@ -40,7 +49,7 @@ fn two_nodes(url: &str, dir: &std::path::Path) -> [Node; 2] {
     });
     let ids = addrs.map(|a| a.to_string());
     let mut nodes = [0, 1].map(|i| Node {
-        proc: Proc::spawn(addrs[i], url, dir, &format!("node{i}")),
+        proc: Proc::spawn_with(addrs[i], url, dir, &format!("node{i}"), extra),
         addr: addrs[i],
         share: owned_by(&ids[i], &ids).into_iter().collect(),
     });
@@ -100,14 +109,15 @@ fn two_nodes_split_the_partitions_and_each_timer_fires_once_from_its_owner() {
         shares.iter().all(|&s| (400..=624).contains(&s)),
         "about half each: {shares:?}"
     );
-    // A request for the other node's partition is refused there, naming the partition.
+    // A request that came forwarded, for the other node's partition, is not forwarded again:
+    // it is refused there, naming the partition.
     for i in 0..20 {
         let key = format!("elsewhere-{i}");
         let (_, other) = owner(&nodes, "shop0", &key);
         let path = format!("/v1/timers/shop0/{key}");
         let p = partition_of("shop0", &key);
         for (method, body) in [("PUT", &br#"{"delay_ms":1000}"#[..]), ("GET", b"")] {
-            let r = try_request(other.addr, method, &path, &[], body).expect("answered");
+            let r = try_request(other.addr, method, &path, &[FORWARDED], body).expect("answered");
             let text = String::from_utf8_lossy(&r.body);
             assert_eq!(r.status, 503, "{method} {path} at the other node: {text}");
             assert!(text.contains(&format!("partition {p} ")), "{text}");
