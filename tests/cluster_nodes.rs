@@ -212,6 +212,9 @@ fn a_node_stopped_with_sigterm_releases_its_leases_and_the_other_fires_its_timer
     assert_eq!(reader.pending_records(), 0, "records left after every fire");
 }
 
+/// The bearer token of the tenant `locked`.
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
 /// Keys of `tenant` whose partition `node` owns, `n` of them, named `{prefix}-{i}`.
 fn keys_on(node: &Node, tenant: &str, prefix: &str, n: usize) -> Vec<String> {
     (0..)
@@ -243,7 +246,7 @@ fn any_node_answers_any_key_forwarding_to_its_owner_and_batches_are_split_by_own
     let config = dir.path().join("tenants.toml");
     std::fs::write(
         &config,
-        "open_tenants = true\n[tenants.locked]\ntoken = \"s3cret\"\n",
+        format!("open_tenants = true\n[tenants.locked]\ntoken = \"{TOKEN}\"\n"),
     )
     .expect("config");
     let extra = ["--config", config.to_str().expect("a UTF-8 path")];
@@ -301,7 +304,8 @@ fn any_node_answers_any_key_forwarding_to_its_owner_and_batches_are_split_by_own
     // Authentication: A checks it first, and B checks it again whatever the header says.
     let locked = keys_on(b, "locked", "k", 1).remove(0);
     let path = format!("/v1/timers/locked/{locked}");
-    let token = ("authorization", "Bearer s3cret");
+    let bearer = format!("Bearer {TOKEN}");
+    let token = ("authorization", bearer.as_str());
     let wrong = ("authorization", "Bearer guess");
     for (via, headers) in [
         (a.addr, &[][..]),
