@@ -221,6 +221,16 @@ mod tests {
     }
 
     #[test]
+    fn a_forward_without_an_answer_is_503_peer_unavailable() {
+        let e = ApiError::from(super::super::forward::ForwardError::Timeout {
+            peer: "10.0.0.2:7480".into(),
+            ms: 5000,
+        });
+        assert_eq!((e.status().as_u16(), e.code()), (503, "peer_unavailable"));
+        assert!(e.to_string().contains("10.0.0.2:7480"), "{e}");
+    }
+
+    #[test]
     fn bad_key_is_400_invalid_key() {
         let e = ApiError::from(EngineError::EmptyName(NameKind::Key));
         assert_eq!((e.status().as_u16(), e.code()), (400, "invalid_key"));
