@@ -59,7 +59,8 @@ pub enum ApiError {
     #[error("the server is shutting down; retry on another instance or after restart")]
     ShuttingDown,
     /// The request was for a partition another node owns, and that node gave no answer
-    /// (`forward.rs`): not reached, too many forwards in flight to it, or past the deadline.
+    /// (`forward::ForwardError`): not reached, too many forwards in flight to it, or past the
+    /// deadline.
     #[error("{0}")]
     PeerUnavailable(String),
     #[error("{0}")]
@@ -152,12 +153,6 @@ impl ApiError {
     }
 }
 
-impl From<super::forward::ForwardError> for ApiError {
-    fn from(e: super::forward::ForwardError) -> Self {
-        ApiError::PeerUnavailable(e.to_string())
-    }
-}
-
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         let msg = e.to_string();
@@ -218,16 +213,6 @@ mod tests {
         let e = ApiError::from(EngineError::PartitionNotHeld { partition: 517 });
         assert_eq!((e.status().as_u16(), e.code()), (503, "store_unavailable"));
         assert!(e.to_string().contains("partition 517"), "{e}");
-    }
-
-    #[test]
-    fn a_forward_without_an_answer_is_503_peer_unavailable() {
-        let e = ApiError::from(super::super::forward::ForwardError::Timeout {
-            peer: "10.0.0.2:7480".into(),
-            ms: 5000,
-        });
-        assert_eq!((e.status().as_u16(), e.code()), (503, "peer_unavailable"));
-        assert!(e.to_string().contains("10.0.0.2:7480"), "{e}");
     }
 
     #[test]

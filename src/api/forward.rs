@@ -46,6 +46,7 @@
 //! key's partition (FNV-1a). A forward on a warm connection: the request written and the
 //! answer read whole (up to [`MAX_ANSWER`]) by hyper, plus one network round trip.
 
+use super::error::ApiError;
 use super::respond::Resp;
 use crate::cluster::node::Holdings;
 use crate::cluster::routing::{Owner, Routing};
@@ -90,6 +91,20 @@ pub enum ForwardError {
     Timeout { peer: String, ms: u64 },
     #[error("the node {peer} that owns this partition cannot be reached: {reason}")]
     Unreachable { peer: String, reason: String },
+}
+
+impl From<ForwardError> for ApiError {
+    fn from(e: ForwardError) -> Self {
+        ApiError::PeerUnavailable(e.to_string())
+    }
+}
+
+/// Where a keyed request is answered (`App::route_keyed`).
+pub enum Here {
+    /// On this node.
+    Local(Request<hyper::body::Incoming>),
+    /// By the node that owns its partition: its answer.
+    Forwarded(Resp),
 }
 
 /// Forwards by outcome, all shards together (`/metrics`).
@@ -392,6 +407,16 @@ mod tests {
         for bad in ["10.0.0.5", ":7480", "h:port", "h:70000", ""] {
             assert_eq!(split_addr(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_forward_without_an_answer_is_503_peer_unavailable() {
+        let e = ApiError::from(ForwardError::Timeout {
+            peer: "10.0.0.2:7480".into(),
+            ms: 5000,
+        });
+        assert_eq!((e.status().as_u16(), e.code()), (503, "peer_unavailable"));
+        assert!(e.to_string().contains("10.0.0.2:7480"), "{e}");
     }
 
     #[test]

@@ -7,10 +7,11 @@
 
 use super::body::{parse_put, Registration};
 use super::error::ApiError;
+use super::forward::{self, Here};
 use super::respond::{self, Resp};
 use super::split::Owners;
 use super::state::App;
-use super::{batch, forward, metrics::RequestLabels};
+use super::{batch, metrics::RequestLabels};
 use crate::cooperate::Slice;
 use crate::engine::{Cancelled, Scheduled};
 use crate::error::{validate_name, NameKind};
@@ -20,14 +21,6 @@ use hyper::body::Incoming;
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH};
 use hyper::{Method, Request, StatusCode};
 use std::time::{Duration, Instant};
-
-/// Where a keyed request is answered.
-pub(super) enum Here {
-    /// On this node.
-    Local(Request<Incoming>),
-    /// By the node that owns its partition: its answer.
-    Forwarded(Resp),
-}
 
 enum Route<'a> {
     Timer(&'a str, &'a str),

@@ -10,8 +10,8 @@
 
 use super::body::Registration;
 use super::error::ApiError;
+use super::forward::Here;
 use super::respond::{self, CallbackView, DeliveryView, Resp, RetryView, TimerBody};
-use super::routes::Here;
 use super::state::App;
 use crate::engine::{Cancelled, DeadInfo, TimerInfo};
 use crate::error::{validate_name, NameKind};
