@@ -230,13 +230,17 @@ fn forwards(addr: SocketAddr, outcome: &str) -> u64 {
     value(&metrics(addr), &name).unwrap_or(0)
 }
 
-/// What a client sees of an answer: status, content type, body.
-fn seen(r: &api_support::Resp) -> (u16, Option<String>, Vec<u8>) {
-    (
-        r.status,
-        r.header("content-type").map(str::to_owned),
-        r.body.clone(),
-    )
+/// GET `path` through `a` and at `b`: the answers are the same to a client (status, content
+/// type, body); `a`'s.
+fn get_alike(a: &Node, b: &Node, path: &str) -> api_support::Resp {
+    let seen = |r: &api_support::Resp| {
+        let content_type = r.header("content-type").map(str::to_owned);
+        (r.status, content_type, r.body.clone())
+    };
+    let through_a = try_request(a.addr, "GET", path, &[], b"").expect("answered");
+    let at_b = try_request(b.addr, "GET", path, &[], b"").expect("answered");
+    assert_eq!(seen(&through_a), seen(&at_b), "GET {path}");
+    through_a
 }
 
 #[test]
@@ -262,11 +266,7 @@ fn any_node_answers_any_key_forwarding_to_its_owner_and_batches_are_split_by_own
         assert_eq!(r.json()["key"], key.as_str());
         let again = try_request(a.addr, "PUT", &path, &[], body.as_bytes()).expect("answered");
         assert_eq!(again.status, 200, "replaced: {:?}", again.json());
-        let (through_a, at_b) = (
-            try_request(a.addr, "GET", &path, &[], b"").expect("answered"),
-            try_request(b.addr, "GET", &path, &[], b"").expect("answered"),
-        );
-        assert_eq!(seen(&through_a), seen(&at_b), "GET {path}");
+        let through_a = get_alike(a, b, &path);
         assert_eq!(through_a.status, 200);
         assert_eq!(through_a.json()["version"], again.json()["version"]);
         assert_eq!(through_a.json()["payload"]["i"], i);
@@ -277,12 +277,11 @@ fn any_node_answers_any_key_forwarding_to_its_owner_and_batches_are_split_by_own
         let via = if i % 2 == 0 { b.addr } else { a.addr };
         let r = try_request(via, "DELETE", &path, &[], b"").expect("answered");
         assert_eq!(r.status, 204, "DELETE {path}: {:?}", r.json());
-        let (through_a, at_b) = (
-            try_request(a.addr, "GET", &path, &[], b"").expect("answered"),
-            try_request(b.addr, "GET", &path, &[], b"").expect("answered"),
+        assert_eq!(
+            get_alike(a, b, &path).status,
+            404,
+            "GET {path} after DELETE"
         );
-        assert_eq!(seen(&through_a), seen(&at_b), "GET {path} after DELETE");
-        assert_eq!(through_a.status, 404);
     }
     // The other way too: B forwards to A.
     let on_a = keys_on(a, "shop1", "near", 5);
