@@ -102,3 +102,85 @@ fn a_forwarded_request_is_never_routed_again() {
     headers.insert(FORWARDED, HeaderValue::from_static("10.0.0.1:7480"));
     assert!(view(Some(&node), &headers).is_none());
 }
+
+/// A peer that answers every request on a connection with `201 {}` (and two headers), and
+/// records the heads it got and the connections it accepted.
+fn keep_alive_peer() -> (String, Arc<std::sync::Mutex<(usize, Vec<String>)>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let addr = listener.local_addr().expect("bound").to_string();
+    let seen = Arc::new(std::sync::Mutex::new((0, Vec::new())));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            log.lock().expect("log").0 += 1;
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut out = conn.try_clone().expect("clone");
+                let mut lines = BufReader::new(conn);
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if lines.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line != "\r\n" {
+                        head.push_str(&line);
+                        continue;
+                    }
+                    log.lock().expect("log").1.push(std::mem::take(&mut head));
+                    let answer = "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nretry-after: 7\r\nx-other: no\r\ncontent-length: 2\r\n\r\n{}";
+                    if out.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// Forwards to one peer reuse one kept-alive connection, carry the header and the caller's
+/// `Authorization`, and relay the status, body and the headers that matter, no other.
+#[test]
+fn forwards_reuse_a_kept_alive_connection_and_relay_the_answer() {
+    let (addr, seen) = keep_alive_peer();
+    let peer: Arc<str> = Arc::from(addr.as_str());
+    let peers = Peers::new("10.0.0.1:7480", Arc::new(ForwardStats::default()));
+    let auth = HeaderValue::from_static("Bearer t0ken");
+    let answers = on_executor(async {
+        let mut answers = Vec::new();
+        for _ in 0..5 {
+            let out = Outgoing {
+                auth: Some(&auth),
+                ..get("/v1/timers/t/k")
+            };
+            answers.push(peers.forward(&peer, out).await.map(Answer::into_resp));
+        }
+        answers
+    });
+    for a in answers {
+        let r = a.expect("answered");
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert_eq!(
+            r.headers().get(RETRY_AFTER).map(|v| v.as_bytes()),
+            Some(&b"7"[..])
+        );
+        assert!(
+            r.headers().get("x-other").is_none(),
+            "only the headers that matter"
+        );
+    }
+    let (connections, heads) = seen.lock().expect("log").clone();
+    assert_eq!(
+        connections, 1,
+        "one kept-alive connection for five forwards"
+    );
+    assert_eq!(heads.len(), 5);
+    for head in heads {
+        let head = head.to_ascii_lowercase();
+        assert!(head.starts_with("get /v1/timers/t/k http/1.1"), "{head}");
+        assert!(head.contains("punctual-forwarded: 10.0.0.1:7480"), "{head}");
+        assert!(head.contains("authorization: bearer t0ken"), "{head}");
+    }
+}
