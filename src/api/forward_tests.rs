@@ -103,13 +103,16 @@ fn a_forwarded_request_is_never_routed_again() {
     assert!(view(Some(&node), &headers).is_none());
 }
 
+/// What a test peer saw: the connections it accepted, and each request's head.
+type Seen = Arc<std::sync::Mutex<(usize, Vec<String>)>>;
+
 /// A peer that answers every request on a connection with `201 {}` (and two headers), and
 /// records the heads it got and the connections it accepted.
-fn keep_alive_peer() -> (String, Arc<std::sync::Mutex<(usize, Vec<String>)>>) {
+fn keep_alive_peer() -> (String, Seen) {
     use std::io::{BufRead, BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
     let addr = listener.local_addr().expect("bound").to_string();
-    let seen = Arc::new(std::sync::Mutex::new((0, Vec::new())));
+    let seen: Seen = Arc::default();
     let log = seen.clone();
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
