@@ -35,10 +35,15 @@
 //! grows when a peer stops answering is nothing of ours: the callers' own connections wait,
 //! each at most [`FORWARD_TIMEOUT`], and those are bounded by `max_connections`; the
 //! forwards to that peer stay at [`MAX_IN_FLIGHT`] per shard and the rest are refused.
+//! Memory: a forward's body is a copy of (part of) the caller's body, held as long as the
+//! caller's request, so what `max_connections` × the body limits bound today at most doubles.
 //!
 //! Addresses are `host:port`. An IP literal is connected to directly; a host name is
-//! resolved by the process's resolver threads (`crate::resolve`, the store's lane), never on
-//! the shard's thread.
+//! resolved by the process's resolver threads (`crate::resolve`), never on the shard's
+//! thread, in the store's lane (the nodes are infrastructure, as Redis is, and a tenant's
+//! share of the webhook lane must not decide whether its requests reach their owner); an
+//! answer is kept and served stale while refreshed, so a name costs one lookup, not one a
+//! request.
 //!
 //! # Cost model
 //!
