@@ -283,6 +283,16 @@ fn any_node_answers_any_key_forwarding_to_its_owner_and_batches_are_split_by_own
             "GET {path} after DELETE"
         );
     }
+    // The dead-letter routes of one key are forwarded too (A alone would answer 503).
+    let dead = format!("/v1/dead/shop1/{}", on_b[0]);
+    for (method, path) in [("DELETE", dead.clone()), ("POST", format!("{dead}/retry"))] {
+        let r = try_request(a.addr, method, &path, &[], b"").expect("answered");
+        assert_eq!(
+            (r.status, r.code()),
+            (404, "not_found".into()),
+            "{method} {path}"
+        );
+    }
     // The other way too: B forwards to A.
     let on_a = keys_on(a, "shop1", "near", 5);
     for key in &on_a {
