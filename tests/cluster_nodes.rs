@@ -306,6 +306,11 @@ fn any_node_answers_any_key_forwarding_to_its_owner_and_batches_are_split_by_own
     // A forwarded request is answered where it arrived, never sent on.
     let sent = forwards(a.addr, "answered");
     assert!(sent >= 30 * 4, "{sent} forwards answered");
+    let timed = value(
+        &metrics(a.addr),
+        "punctual_cluster_forward_duration_seconds_count",
+    );
+    assert_eq!(timed, Some(sent), "each answered forward timed");
     let path = format!("/v1/timers/shop1/{}", on_b[0]);
     let r = try_request(a.addr, "GET", &path, &[FORWARDED], b"").expect("answered");
     assert_eq!((r.status, r.code()), (503, "store_unavailable".into()));

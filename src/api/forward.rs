@@ -65,6 +65,7 @@ use hyper::header::{
     HeaderMap, HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, HOST, RETRY_AFTER, WWW_AUTHENTICATE,
 };
 use hyper::{Method, Request, Response, StatusCode};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -113,7 +114,7 @@ pub enum Here {
 }
 
 /// Forwards by outcome, all shards together (`/metrics`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ForwardStats {
     /// The owner answered (whatever its status).
     pub answered: AtomicU64,
@@ -122,16 +123,28 @@ pub struct ForwardStats {
     pub timeout: AtomicU64,
     /// No connection, or the exchange failed.
     pub unreachable: AtomicU64,
-    /// Microseconds the answered forwards took, together (with `answered`: a mean).
-    pub answered_us: AtomicU64,
+    /// How long the answered forwards took.
+    pub latency: Histogram,
+}
+
+impl Default for ForwardStats {
+    fn default() -> Self {
+        ForwardStats {
+            answered: AtomicU64::new(0),
+            busy: AtomicU64::new(0),
+            timeout: AtomicU64::new(0),
+            unreachable: AtomicU64::new(0),
+            // 100 µs to about 6.5 s, in powers of 2: past the deadline (5 s) nothing is answered.
+            latency: Histogram::new(exponential_buckets(1e-4, 2.0, 17)),
+        }
+    }
 }
 
 impl ForwardStats {
     fn count(&self, outcome: &Result<Answer, ForwardError>, took: Duration) {
         let c = match outcome {
             Ok(_) => {
-                let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-                self.answered_us.fetch_add(us, Ordering::Relaxed);
+                self.latency.observe(took.as_secs_f64());
                 &self.answered
             }
             Err(ForwardError::Busy { .. }) => &self.busy,

@@ -81,8 +81,8 @@ pub(super) fn encode_cluster(
     Ok(())
 }
 
-/// Forwards to the node that owns a request's partition, by outcome, and the time the
-/// answered ones took.
+/// Forwards to the node that owns a request's partition, by outcome (the time the answered
+/// ones took is a histogram of the registry's: `Metrics::new`).
 pub(super) fn encode_forwards(
     f: &ForwardStats,
     encoder: &mut DescriptorEncoder,
@@ -103,14 +103,5 @@ pub(super) fn encode_forwards(
             .encode_family(&[("outcome", outcome)])?
             .encode_counter::<(), _, u64>(&v.load(Ordering::Relaxed), None)?;
     }
-    let seconds = f.answered_us.load(Ordering::Relaxed) as f64 / 1e6;
-    encoder
-        .encode_descriptor(
-            "punctual_cluster_forward_answered_seconds",
-            "Time the answered forwards took, together (divided by the answered forwards: the mean)",
-            None,
-            MetricType::Counter,
-        )?
-        .encode_counter::<(), _, u64>(&seconds, None)?;
     Ok(())
 }

@@ -78,6 +78,13 @@ impl Metrics {
             "Time from a request's head to its response, by shard, route and status",
             latency.clone(),
         );
+        if node.is_some() {
+            registry.register(
+                "punctual_cluster_forward_duration_seconds",
+                "Time a forward to the node that owns a request's partition took, connect and answer, for those answered",
+                forwards.latency.clone(),
+            );
+        }
         registry.register_collector(Box::new(EngineCollector {
             handle,
             store,
