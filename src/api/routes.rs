@@ -2,8 +2,9 @@
 //! documented order (method, tenant and key names, the tenant's admission: known, bearer
 //! token, request rate (`tenants.rs`), then the body), and
 //! answered (on a node among others, a keyed request for another node's partition is
-//! forwarded to it once admitted: `forward.rs`); the engine is reached through the `_async` handle calls, whose replies come
-//! back through the owning shard's ring without blocking this shard's other connections.
+//! forwarded to it once admitted: `forward.rs`); the engine is reached through the `_async`
+//! handle calls, whose replies come back through the owning shard's ring without blocking
+//! this shard's other connections.
 
 use super::body::{parse_put, Registration};
 use super::error::ApiError;
