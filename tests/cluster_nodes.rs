@@ -23,6 +23,10 @@ use punctual::partition::{partition_of, PARTITIONS};
 use redis_cluster::RedisCluster;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// The header of a request another node forwarded: such a request is never forwarded again.
+const FORWARDED: (&str, &str) = ("punctual-forwarded", "127.0.0.1:1");
 
 /// A node: its process, address, and the partitions rendezvous hashing gives it of the two.
 struct Node {
@@ -33,6 +37,11 @@ struct Node {
 
 /// Two nodes on `url`, each waited for until it has loaded exactly its share.
 fn two_nodes(url: &str, dir: &std::path::Path) -> [Node; 2] {
+    two_nodes_with(url, dir, &[])
+}
+
+/// [`two_nodes`], each started with `extra` arguments.
+fn two_nodes_with(url: &str, dir: &std::path::Path, extra: &[&str]) -> [Node; 2] {
     let addrs: [SocketAddr; 2] = [0, 1].map(|_| {
         format!("127.0.0.1:{}", free_port())
             .parse()
@@ -40,7 +49,7 @@ fn two_nodes(url: &str, dir: &std::path::Path) -> [Node; 2] {
     });
     let ids = addrs.map(|a| a.to_string());
     let mut nodes = [0, 1].map(|i| Node {
-        proc: Proc::spawn(addrs[i], url, dir, &format!("node{i}")),
+        proc: Proc::spawn_with(addrs[i], url, dir, &format!("node{i}"), extra),
         addr: addrs[i],
         share: owned_by(&ids[i], &ids).into_iter().collect(),
     });
@@ -100,14 +109,15 @@ fn two_nodes_split_the_partitions_and_each_timer_fires_once_from_its_owner() {
         shares.iter().all(|&s| (400..=624).contains(&s)),
         "about half each: {shares:?}"
     );
-    // A request for the other node's partition is refused there, naming the partition.
+    // A request that came forwarded, for the other node's partition, is not forwarded again:
+    // it is refused there, naming the partition.
     for i in 0..20 {
         let key = format!("elsewhere-{i}");
         let (_, other) = owner(&nodes, "shop0", &key);
         let path = format!("/v1/timers/shop0/{key}");
         let p = partition_of("shop0", &key);
         for (method, body) in [("PUT", &br#"{"delay_ms":1000}"#[..]), ("GET", b"")] {
-            let r = try_request(other.addr, method, &path, &[], body).expect("answered");
+            let r = try_request(other.addr, method, &path, &[FORWARDED], body).expect("answered");
             let text = String::from_utf8_lossy(&r.body);
             assert_eq!(r.status, 503, "{method} {path} at the other node: {text}");
             assert!(text.contains(&format!("partition {p} ")), "{text}");
@@ -200,4 +210,256 @@ fn a_node_stopped_with_sigterm_releases_its_leases_and_the_other_fires_its_timer
     let streams = wait_all_fired(&mut reader, &book);
     check(&book, &streams);
     assert_eq!(reader.pending_records(), 0, "records left after every fire");
+}
+
+/// The bearer token of the tenant `locked`.
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+/// Keys of `tenant` whose partition `node` owns, `n` of them, named `{prefix}-{i}`.
+fn keys_on(node: &Node, tenant: &str, prefix: &str, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|k| node.share.contains(&partition_of(tenant, k)))
+        .take(n)
+        .collect()
+}
+
+/// The forwards `addr` counts with `outcome`.
+fn forwards(addr: SocketAddr, outcome: &str) -> u64 {
+    let name = format!("punctual_cluster_forwards_total{{outcome=\"{outcome}\"}}");
+    value(&metrics(addr), &name).unwrap_or(0)
+}
+
+/// GET `path` through `a` and at `b`: the answers are the same to a client (status, content
+/// type, body); `a`'s.
+fn get_alike(a: &Node, b: &Node, path: &str) -> api_support::Resp {
+    let seen = |r: &api_support::Resp| {
+        let content_type = r.header("content-type").map(str::to_owned);
+        (r.status, content_type, r.body.clone())
+    };
+    let through_a = try_request(a.addr, "GET", path, &[], b"").expect("answered");
+    let at_b = try_request(b.addr, "GET", path, &[], b"").expect("answered");
+    assert_eq!(seen(&through_a), seen(&at_b), "GET {path}");
+    through_a
+}
+
+#[test]
+fn any_node_answers_any_key_forwarding_to_its_owner_and_batches_are_split_by_owner() {
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("tenants.toml");
+    std::fs::write(
+        &config,
+        format!("open_tenants = true\n[tenants.locked]\ntoken = \"{TOKEN}\"\n"),
+    )
+    .expect("config");
+    let extra = ["--config", config.to_str().expect("a UTF-8 path")];
+    let nodes = two_nodes_with(&cluster.url(), dir.path(), &extra);
+    let [a, b] = &nodes;
+    // PUT through A for keys B owns: answered by B, as if local, then the same through B.
+    let on_b = keys_on(b, "shop1", "far", 30);
+    for (i, key) in on_b.iter().enumerate() {
+        let path = format!("/v1/timers/shop1/{key}");
+        let body = format!(r#"{{"delay_ms":600000,"payload":{{"i":{i}}}}}"#);
+        let r = try_request(a.addr, "PUT", &path, &[], body.as_bytes()).expect("answered");
+        assert_eq!(r.status, 201, "PUT {path} through A: {:?}", r.json());
+        assert_eq!(r.json()["key"], key.as_str());
+        let again = try_request(a.addr, "PUT", &path, &[], body.as_bytes()).expect("answered");
+        assert_eq!(again.status, 200, "replaced: {:?}", again.json());
+        let through_a = get_alike(a, b, &path);
+        assert_eq!(through_a.status, 200);
+        assert_eq!(through_a.json()["version"], again.json()["version"]);
+        assert_eq!(through_a.json()["payload"]["i"], i);
+    }
+    // DELETE through B (its own) and through A (forwarded): gone for both.
+    for (i, key) in on_b.iter().enumerate() {
+        let path = format!("/v1/timers/shop1/{key}");
+        let via = if i % 2 == 0 { b.addr } else { a.addr };
+        let r = try_request(via, "DELETE", &path, &[], b"").expect("answered");
+        assert_eq!(r.status, 204, "DELETE {path}: {:?}", r.json());
+        assert_eq!(
+            get_alike(a, b, &path).status,
+            404,
+            "GET {path} after DELETE"
+        );
+    }
+    // The dead-letter routes of one key are forwarded too (A alone would answer 503).
+    let dead = format!("/v1/dead/shop1/{}", on_b[0]);
+    for (method, path) in [("DELETE", dead.clone()), ("POST", format!("{dead}/retry"))] {
+        let r = try_request(a.addr, method, &path, &[], b"").expect("answered");
+        assert_eq!(
+            (r.status, r.code()),
+            (404, "not_found".into()),
+            "{method} {path}"
+        );
+    }
+    // The other way too: B forwards to A.
+    let on_a = keys_on(a, "shop1", "near", 5);
+    for key in &on_a {
+        let path = format!("/v1/timers/shop1/{key}");
+        let r =
+            try_request(b.addr, "PUT", &path, &[], br#"{"delay_ms":600000}"#).expect("answered");
+        assert_eq!(r.status, 201, "PUT {path} through B: {:?}", r.json());
+        let at_a = try_request(a.addr, "GET", &path, &[], b"").expect("answered");
+        assert_eq!(at_a.json()["version"], r.json()["version"]);
+    }
+    // A forwarded request is answered where it arrived, never sent on.
+    let sent = forwards(a.addr, "answered");
+    assert!(sent >= 30 * 4, "{sent} forwards answered");
+    let timed = value(
+        &metrics(a.addr),
+        "punctual_cluster_forward_duration_seconds_count",
+    );
+    assert_eq!(timed, Some(sent), "each answered forward timed");
+    let path = format!("/v1/timers/shop1/{}", on_b[0]);
+    let r = try_request(a.addr, "GET", &path, &[FORWARDED], b"").expect("answered");
+    assert_eq!((r.status, r.code()), (503, "store_unavailable".into()));
+    assert_eq!(forwards(a.addr, "answered"), sent, "not forwarded again");
+    // Authentication: A checks it first, and B checks it again whatever the header says.
+    let locked = keys_on(b, "locked", "k", 1).remove(0);
+    let path = format!("/v1/timers/locked/{locked}");
+    let bearer = format!("Bearer {TOKEN}");
+    let token = ("authorization", bearer.as_str());
+    let wrong = ("authorization", "Bearer guess");
+    for (via, headers) in [
+        (a.addr, &[][..]),
+        (a.addr, &[wrong][..]),
+        (b.addr, &[FORWARDED][..]),
+        (b.addr, &[FORWARDED, wrong][..]),
+    ] {
+        let r =
+            try_request(via, "PUT", &path, headers, br#"{"delay_ms":600000}"#).expect("answered");
+        assert_eq!(r.status, 401, "{headers:?}: {:?}", r.json());
+    }
+    let r =
+        try_request(a.addr, "PUT", &path, &[token], br#"{"delay_ms":600000}"#).expect("answered");
+    assert_eq!(r.status, 201, "with the token, through A: {:?}", r.json());
+    let r = try_request(b.addr, "GET", &path, &[token], b"").expect("answered");
+    assert_eq!(r.status, 200, "stored on B: {:?}", r.json());
+    // A batch through A over both nodes: every item answered, in order, and stored on its owner.
+    let keys: Vec<String> = (0..80).map(|i| format!("batch-{i}")).collect();
+    let mut items: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|k| serde_json::json!({"key": k, "delay_ms": 600000}))
+        .collect();
+    items.insert(
+        10,
+        serde_json::json!({"key": "batch-3", "delay_ms": 700000}),
+    );
+    items.insert(20, serde_json::json!({"key": "bad key!", "delay_ms": 1000}));
+    let body = serde_json::to_vec(&serde_json::json!({ "timers": items })).expect("JSON");
+    let r = try_request(a.addr, "POST", "/v1/timers/shop2", &[], &body).expect("answered");
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let results = r.json()["results"].as_array().cloned().expect("results");
+    assert_eq!(results.len(), items.len());
+    let mut versions = std::collections::HashMap::new();
+    for (item, result) in items.iter().zip(&results) {
+        assert_eq!(item["key"], result["key"], "in order: {result}");
+        let key = item["key"].as_str().unwrap_or_default();
+        let want = match key {
+            "bad key!" => 400,
+            "batch-3" if versions.contains_key("batch-3") => 200,
+            _ => 201,
+        };
+        assert_eq!(result["status"], want, "{result}");
+        if want != 400 {
+            versions.insert(key.to_string(), result["version"].clone());
+        }
+    }
+    let mut spread = [0, 0];
+    for key in &keys {
+        let (own, _) = owner(&nodes, "shop2", key);
+        spread[usize::from(own.addr == b.addr)] += 1;
+        let path = format!("/v1/timers/shop2/{key}");
+        let r = try_request(own.addr, "GET", &path, &[], b"").expect("answered");
+        assert_eq!(r.status, 200, "{key} on its owner");
+        assert_eq!(r.json()["version"], versions[key], "{key}");
+    }
+    assert!(
+        spread.iter().all(|&n| n > 10),
+        "items on both nodes: {spread:?}"
+    );
+}
+
+#[test]
+fn forwards_to_a_killed_node_answer_a_clear_error_and_nothing_unstored_is_reported_ok() {
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut nodes = two_nodes(&cluster.url(), dir.path());
+    let on_b = keys_on(&nodes[1], "shop3", "gone", 5);
+    // Warm a kept-alive connection from A to B, then kill B.
+    let first = format!("/v1/timers/shop3/{}", on_b[0]);
+    let r = try_request(nodes[0].addr, "PUT", &first, &[], br#"{"delay_ms":600000}"#)
+        .expect("answered");
+    assert_eq!(r.status, 201, "{:?}", r.json());
+    nodes[1].proc.sigkill();
+    let [a, b] = &nodes;
+    // Until the live set drops B (a member TTL), A still routes B's partitions to it.
+    let started = Instant::now();
+    let path = format!("/v1/timers/shop3/{}", on_b[1]);
+    let r = try_request(a.addr, "PUT", &path, &[], br#"{"delay_ms":600000}"#).expect("answered");
+    let took = started.elapsed();
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "peer_unavailable".into()),
+        "{:?}",
+        r.json()
+    );
+    assert!(r.header("retry-after").is_some());
+    // Bounded by the forward's deadline (5 s); 15 s is absurdly late.
+    assert!(took < Duration::from_secs(15), "answered after {took:?}");
+    let keys: Vec<String> = (0..40).map(|i| format!("split-{i}")).collect();
+    let items: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|k| serde_json::json!({"key": k, "delay_ms": 600000}))
+        .collect();
+    let body = serde_json::to_vec(&serde_json::json!({ "timers": items })).expect("JSON");
+    let r = try_request(a.addr, "POST", "/v1/timers/shop3", &[], &body).expect("answered");
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let results = r.json()["results"].as_array().cloned().expect("results");
+    assert_eq!(results.len(), keys.len());
+    let mut ok = Vec::new();
+    for (key, result) in keys.iter().zip(&results) {
+        assert_eq!(result["key"], key.as_str(), "in order");
+        if b.share.contains(&partition_of("shop3", key)) {
+            assert_eq!(result["status"], 503, "{result}");
+            assert_eq!(result["error"]["code"], "peer_unavailable", "{result}");
+        } else {
+            assert_eq!(result["status"], 201, "{result}");
+            ok.push((key.clone(), result["version"].clone()));
+        }
+    }
+    assert!(!ok.is_empty() && ok.len() < keys.len());
+    // Once A holds every partition, what was reported stored is there, and what was refused
+    // is not (nothing reached B after its death).
+    nodes[0]
+        .proc
+        .wait_partitions(nodes[0].addr, PARTITIONS as u64);
+    let a = &nodes[0];
+    let r = try_request(a.addr, "GET", &first, &[], b"").expect("answered");
+    assert_eq!(
+        r.status,
+        200,
+        "acknowledged before the kill: {:?}",
+        r.json()
+    );
+    for (key, version) in &ok {
+        let r = try_request(a.addr, "GET", &format!("/v1/timers/shop3/{key}"), &[], b"")
+            .expect("answered");
+        assert_eq!((r.status, &r.json()["version"]), (200, version), "{key}");
+    }
+    for key in keys
+        .iter()
+        .filter(|k| !ok.iter().any(|(o, _)| o == *k))
+        .chain([&on_b[1]])
+    {
+        let r = try_request(a.addr, "GET", &format!("/v1/timers/shop3/{key}"), &[], b"")
+            .expect("answered");
+        assert_eq!(
+            r.status,
+            404,
+            "{key} was refused, so not stored: {:?}",
+            r.json()
+        );
+    }
 }

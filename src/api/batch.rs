@@ -15,14 +15,16 @@ use super::body::{parse_batch, parse_item};
 use super::error::ApiError;
 use super::respond::{BatchBody, BatchItem};
 use super::scan::{BatchScan, Step};
+use super::split::{self, Owners};
 use super::state::App;
 use crate::cooperate::Slice;
 use crate::engine::Scheduled;
 use crate::error::{validate_name, NameKind};
-use crate::quota::QuotaSlot;
+use crate::quota::{Quota, QuotaSlot};
 use serde_json::value::RawValue;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// Items pushed before their answers are awaited.
 const CHUNK: usize = 1024;
@@ -48,8 +50,11 @@ pub async fn run(
     tenant: &str,
     body: &[u8],
     now: crate::units::UtcMicros,
+    owners: &Owners,
 ) -> Result<BatchBody, ApiError> {
     let items = scan(body).await?;
+    // On a node among others, the items other nodes own are on their way to them first.
+    let (remote, sent) = send_remote(app, tenant, &items, owners).await;
     let quota = app.handle.quota(tenant);
     let mut slice = Slice::begin();
     let mut out = Vec::with_capacity(items.len());
@@ -58,41 +63,116 @@ pub async fn run(
         if i % CHECK_EVERY == CHECK_EVERY - 1 && slice.is_over() {
             slice.next().await;
         }
-        let slot = match parse_item(item, now) {
-            Err((key, e)) => Slot::Done(BatchItem::failed(key, &e)),
-            Ok((key, reg)) => match validate_name(NameKind::Key, &key) {
-                Err(e) => Slot::Done(BatchItem::failed(Some(key), &ApiError::from(e))),
-                Ok(()) => match app.meta_for(tenant, &reg) {
-                    Err(e) => Slot::Done(BatchItem::failed(Some(key), &e)),
-                    Ok(meta) => {
-                        // Items past the quota are refused in item order: take a slot here, and
-                        // when none is left, let the earlier items settle first (replacements give
-                        // theirs back). Without a slot the shard still takes the item if it
-                        // replaces a pending timer, and refuses it otherwise.
-                        let mut held = quota.and_then(QuotaSlot::reserve);
-                        if quota.is_some() && held.is_none() && !slots.is_empty() {
-                            finish_chunk(&mut slots, &mut out, &mut slice).await;
-                            held = quota.and_then(QuotaSlot::reserve);
-                        }
-                        let fut = Box::pin(app.handle.schedule_with_meta(
-                            tenant,
-                            &key,
-                            reg.deadline,
-                            reg.payload,
-                            &meta,
-                            held,
-                        ));
-                        Slot::Waiting { key, fut }
-                    }
-                },
-            },
+        let slot = if remote.get(i).copied().unwrap_or(false) {
+            // Answered by its owner, below; this stands only if that answer were lost.
+            Slot::Done(BatchItem::failed(None, &not_answered()))
+        } else {
+            local(
+                app, tenant, item, now, quota, &mut slots, &mut out, &mut slice,
+            )
+            .await
         };
         slots.push(slot);
         if slots.len() == CHUNK || i + 1 == items.len() {
             finish_chunk(&mut slots, &mut out, &mut slice).await;
         }
     }
+    for (positions, task) in sent {
+        let answers = task.await;
+        split::place(&mut out, &positions, answers);
+    }
     Ok(BatchBody { results: out })
+}
+
+fn not_answered() -> ApiError {
+    ApiError::PeerUnavailable("the node that owns this partition gave no answer".into())
+}
+
+/// Sends the items another node owns to it (`split.rs`), one sub-batch per owner, all at
+/// once: which items went, and per owner its items' positions and the task that answers them.
+async fn send_remote(
+    app: &App,
+    tenant: &str,
+    items: &[&RawValue],
+    owners: &Owners,
+) -> (Vec<bool>, Vec<(Vec<usize>, glommio::Task<Vec<BatchItem>>)>) {
+    if owners.view.is_none() {
+        return (Vec::new(), Vec::new());
+    }
+    let mut slice = Slice::begin();
+    let mut peers = Vec::with_capacity(items.len());
+    let mut keys = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        if i % CHECK_EVERY == CHECK_EVERY - 1 && slice.is_over() {
+            slice.next().await;
+        }
+        let (peer, key) = owners.peer_of(tenant, item).unzip();
+        peers.push(peer);
+        keys.push(key);
+    }
+    let mut remote = vec![false; items.len()];
+    let mut sent = Vec::new();
+    for (peer, positions) in split::split(peers).remote {
+        let sub: Vec<&RawValue> = positions
+            .iter()
+            .filter_map(|&i| items.get(i).copied())
+            .collect();
+        let sub_keys = positions
+            .iter()
+            .map(|&i| keys.get_mut(i).and_then(Option::take))
+            .collect();
+        for &i in &positions {
+            if let Some(r) = remote.get_mut(i) {
+                *r = true;
+            }
+        }
+        let auth = owners.auth.clone();
+        let task = split::send(app.peers.clone(), peer, tenant, auth, &sub, sub_keys);
+        sent.push((positions, task));
+    }
+    (remote, sent)
+}
+
+/// One item answered here: checked, and pushed to its shard's ring.
+async fn local(
+    app: &App,
+    tenant: &str,
+    item: &RawValue,
+    now: crate::units::UtcMicros,
+    quota: Option<&Arc<Quota>>,
+    slots: &mut Vec<Slot>,
+    out: &mut Vec<BatchItem>,
+    slice: &mut Slice,
+) -> Slot {
+    match parse_item(item, now) {
+        Err((key, e)) => Slot::Done(BatchItem::failed(key, &e)),
+        Ok((key, reg)) => match validate_name(NameKind::Key, &key) {
+            Err(e) => Slot::Done(BatchItem::failed(Some(key), &ApiError::from(e))),
+            Ok(()) => match app.meta_for(tenant, &reg) {
+                Err(e) => Slot::Done(BatchItem::failed(Some(key), &e)),
+                Ok(meta) => {
+                    // Items past the quota are refused in item order: take a slot here, and
+                    // when none is left, let the earlier items settle first (replacements give
+                    // theirs back). Without a slot the shard still takes the item if it
+                    // replaces a pending timer, and refuses it otherwise.
+                    let mut held = quota.and_then(QuotaSlot::reserve);
+                    if quota.is_some() && held.is_none() && !slots.is_empty() {
+                        finish_chunk(slots, out, slice).await;
+                        held = quota.and_then(QuotaSlot::reserve);
+                    }
+                    let fut = Box::pin(app.handle.schedule_with_meta(
+                        tenant,
+                        &key,
+                        reg.deadline,
+                        reg.payload,
+                        &meta,
+                        held,
+                    ));
+                    Slot::Waiting { key, fut }
+                }
+            },
+        },
+    }
 }
 
 /// Encodes the answer a slice at a time, as `serde_json` encodes the whole [`BatchBody`]

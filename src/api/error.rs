@@ -58,6 +58,11 @@ pub enum ApiError {
     StoreUnavailable { message: String, retry_after_s: u64 },
     #[error("the server is shutting down; retry on another instance or after restart")]
     ShuttingDown,
+    /// The request was for a partition another node owns, and that node gave no answer
+    /// (`forward::ForwardError`): not reached, too many forwards in flight to it, or past the
+    /// deadline.
+    #[error("{0}")]
+    PeerUnavailable(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -84,9 +89,11 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             QuotaExceeded { .. } | RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Overloaded(_) | CapacityExceeded(_) | StoreUnavailable { .. } | ShuttingDown => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Overloaded(_)
+            | CapacityExceeded(_)
+            | StoreUnavailable { .. }
+            | ShuttingDown
+            | PeerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -118,6 +125,7 @@ impl ApiError {
             CapacityExceeded(_) => "capacity_exceeded",
             StoreUnavailable { .. } => "store_unavailable",
             ShuttingDown => "shutting_down",
+            PeerUnavailable(_) => "peer_unavailable",
             Internal(_) => "internal",
         }
     }

@@ -11,6 +11,7 @@
 //! flight, answers it, and closes.
 
 use super::drain::LocalDrain;
+use super::forward::Peers;
 use super::metrics::Metrics;
 use super::state::{App, Servers};
 use crate::engine::Handle;
@@ -41,9 +42,10 @@ pub fn start_shard(
     socket: socket2::Socket,
 ) -> std::io::Result<()> {
     let store = handle.store_kind();
-    shared
-        .metrics
-        .get_or_init(|| Metrics::new(handle.clone(), store, shared.node.clone()));
+    shared.metrics.get_or_init(|| {
+        let forwards = shared.forwards.clone();
+        Metrics::new(handle.clone(), store, shared.node.clone(), forwards)
+    });
     let (listener, fd) = super::listen::shard_listener(socket);
     shared.listeners.fetch_add(1, Ordering::AcqRel);
     let drain = Rc::new(LocalDrain::default());
@@ -53,10 +55,13 @@ pub fn start_shard(
         watcher.1.raise();
     })
     .detach();
+    let me = shared.config.advertise.as_deref().unwrap_or_default();
+    let peers = Rc::new(Peers::new(me, shared.forwards.clone()));
     let app = Rc::new(App {
         shard,
         handle,
         shared,
+        peers,
     });
     glommio::spawn_local(async move {
         accept_loop(&listener, app.clone(), drain).await;

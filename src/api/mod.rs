@@ -11,6 +11,9 @@
 //! - `routes` and `batch` own request handling; `body` owns parsing and validation of request
 //!   JSON; `error` owns the error codes and their mapping to HTTP statuses (one function);
 //!   `respond` builds responses.
+//! - `forward` sends a keyed request for a partition another node owns to that node (on a
+//!   Redis Cluster shared with others) and relays its answer; `split` splits a batch by owner
+//!   and merges the answers in the items' order.
 //! - `tenants` owns bearer tokens and quotas; `metrics` owns `/metrics`; `webhooks` owns the
 //!   callbacks of registrations and the dead-letter routes.
 //!
@@ -21,6 +24,7 @@ mod batch;
 pub mod body;
 mod drain;
 pub mod error;
+mod forward;
 mod http;
 mod listen;
 pub mod metrics;
@@ -29,6 +33,7 @@ mod respond;
 mod routes;
 mod scan;
 mod service;
+mod split;
 mod state;
 pub mod tenants;
 mod webhooks;

@@ -135,6 +135,15 @@ pub enum BatchItem {
         status: u16,
         error: ErrorBody,
     },
+    /// The item's result as the node that owns its partition answered it (`split.rs`).
+    Relayed(Box<RawValue>),
+    /// The whole sub-batch was refused by the node that owns the item's partition: its
+    /// status and error body, for each of its items.
+    RelayedError {
+        key: Option<String>,
+        status: u16,
+        error: Box<RawValue>,
+    },
 }
 
 impl BatchItem {
@@ -215,6 +224,7 @@ pub fn error(e: &ApiError) -> Resp {
         ApiError::Overloaded(_)
         | ApiError::CapacityExceeded(_)
         | ApiError::ShuttingDown
+        | ApiError::PeerUnavailable(_)
         | ApiError::QuotaExceeded { .. } => {
             h.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }

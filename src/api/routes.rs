@@ -1,12 +1,16 @@
 //! Routing and the single-timer handlers. A request is matched to a route, checked in the
 //! documented order (method, tenant and key names, the tenant's admission: known, bearer
 //! token, request rate (`tenants.rs`), then the body), and
-//! answered; the engine is reached through the `_async` handle calls, whose replies come
-//! back through the owning shard's ring without blocking this shard's other connections.
+//! answered (on a node among others, a keyed request for another node's partition is
+//! forwarded to it once admitted: `forward.rs`); the engine is reached through the `_async`
+//! handle calls, whose replies come back through the owning shard's ring without blocking
+//! this shard's other connections.
 
 use super::body::{parse_put, Registration};
 use super::error::ApiError;
+use super::forward::{self, Here};
 use super::respond::{self, Resp};
+use super::split::Owners;
 use super::state::App;
 use super::{batch, metrics::RequestLabels};
 use crate::cooperate::Slice;
@@ -98,6 +102,38 @@ impl App {
         resp
     }
 
+    /// A keyed request (tenant and key checked, admission passed) goes on to the node that
+    /// owns its partition when that is another node and the request did not come forwarded
+    /// (`forward.rs`): its answer, relayed. Otherwise it is answered here.
+    pub(super) async fn route_keyed(
+        &self,
+        tenant: &str,
+        key: &str,
+        req: Request<Incoming>,
+    ) -> Result<Here, ApiError> {
+        let view = forward::view(self.shared.node.as_ref(), req.headers());
+        let Some(peer) = forward::peer_of(view.as_deref(), tenant, key) else {
+            return Ok(Here::Local(req));
+        };
+        let method = req.method().clone();
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
+        let auth = req.headers().get(AUTHORIZATION).cloned();
+        let body = self
+            .read_body(req, self.shared.config.max_body_bytes)
+            .await?;
+        let out = forward::Outgoing {
+            method,
+            path: &path,
+            auth: auth.as_ref(),
+            body,
+        };
+        let answer = self.peers.forward(&peer, out).await?;
+        Ok(Here::Forwarded(answer.into_resp()))
+    }
+
     pub(super) fn check(&self, tenant: &str, req: &Request<Incoming>) -> Result<(), ApiError> {
         validate_name(NameKind::Tenant, tenant)?;
         let auth = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
@@ -121,6 +157,10 @@ impl App {
         }
         self.check(tenant, &req)?;
         validate_name(NameKind::Key, key)?;
+        let req = match self.route_keyed(tenant, key, req).await? {
+            Here::Local(req) => req,
+            Here::Forwarded(resp) => return Ok(resp),
+        };
         match method {
             Method::PUT => {
                 let limit = self.shared.config.max_body_bytes;
@@ -161,8 +201,12 @@ impl App {
         let arrival = self.handle.now();
         self.check(tenant, &req)?;
         let limit = self.shared.config.max_batch_body_bytes;
+        let owners = Owners {
+            view: forward::view(self.shared.node.as_ref(), req.headers()),
+            auth: req.headers().get(AUTHORIZATION).cloned(),
+        };
         let body = self.read_body(req, limit).await?;
-        let out = batch::run(self, tenant, &body, arrival).await?;
+        let out = batch::run(self, tenant, &body, arrival, &owners).await?;
         drop(body);
         Ok(match batch::encode(out).await {
             Ok(bytes) => respond::json(StatusCode::OK, bytes),

@@ -1,8 +1,9 @@
 //! What the HTTP servers share: [`Servers`] across all shards (configuration, tenants,
 //! metrics, the connection count and the drain signal), and [`App`], what one shard's
-//! connections share (its shard id and its handle on the engine, the only way the API
-//! reaches a shard).
+//! connections share (its shard id, its handle on the engine, the only way the API reaches a
+//! shard, and its connections to the other nodes).
 
+use super::forward::{ForwardStats, Peers};
 use super::metrics::Metrics;
 use super::tenants::Tenants;
 use crate::cluster::node::Holdings;
@@ -10,6 +11,7 @@ use crate::config::Config;
 use crate::engine::Handle;
 use crate::sink::webhook::settings::WebhookSettings;
 use event_listener::Event;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -23,6 +25,8 @@ pub struct Servers {
     pub metrics: OnceLock<Metrics>,
     /// On a node that shares a Redis Cluster with others: the leases it holds.
     pub node: Option<Arc<Holdings>>,
+    /// Forwards to the other nodes, all shards together.
+    pub forwards: Arc<ForwardStats>,
     pub(super) connections: AtomicUsize,
     pub(super) listeners: AtomicUsize,
     draining: AtomicBool,
@@ -42,6 +46,7 @@ impl Servers {
             webhooks,
             metrics: OnceLock::new(),
             node,
+            forwards: Arc::default(),
             connections: AtomicUsize::new(0),
             listeners: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
@@ -89,4 +94,7 @@ pub struct App {
     pub shard: usize,
     pub handle: Handle,
     pub shared: Arc<Servers>,
+    /// This shard's connections to the other nodes, to forward requests for their
+    /// partitions.
+    pub peers: Rc<Peers>,
 }

@@ -10,6 +10,7 @@
 
 use super::body::Registration;
 use super::error::ApiError;
+use super::forward::Here;
 use super::respond::{self, CallbackView, DeliveryView, Resp, RetryView, TimerBody};
 use super::state::App;
 use crate::engine::{Cancelled, DeadInfo, TimerInfo};
@@ -93,6 +94,10 @@ impl App {
             return Ok(respond::json_of(StatusCode::OK, &body));
         };
         validate_name(NameKind::Key, key)?;
+        let req = match self.route_keyed(tenant, key, req).await? {
+            Here::Local(req) => req,
+            Here::Forwarded(resp) => return Ok(resp),
+        };
         if *req.method() == Method::POST {
             let s = self.handle.redrive_async(tenant, key).await?;
             return Ok(respond::json_of(

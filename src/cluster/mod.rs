@@ -1,7 +1,7 @@
 //! Many punctual nodes over one Redis Cluster: who is alive (`membership`), who should own
 //! each partition (`rendezvous`), who may write for it (`lease`), the loop that keeps this
-//! node's heartbeat and leases (`node`), and the read of a partition it gains (`load`) for the
-//! shards (`reader`).
+//! node's heartbeat and leases (`node`), the read of a partition it gains (`load`) for the
+//! shards (`reader`), and the routing view the API forwards requests by (`routing`).
 //!
 //! # What this part owns
 //!
@@ -33,3 +33,4 @@ pub mod membership;
 pub mod node;
 pub mod reader;
 pub mod rendezvous;
+pub mod routing;

@@ -28,6 +28,10 @@
 //! (`store::redis::clustered`), so one queued under the lapsed lease is refused rather than
 //! landing behind the new load's back.
 //!
+//! Each good heartbeat also publishes the routing view of its live set
+//! ([`Holdings::routing`], `routing`): who should own each partition, which the API forwards
+//! requests by. Without a live set (the heartbeat failed) the last view stays.
+//!
 //! A partition another node still holds is answered "taken"; that node releases it at its next
 //! round once it sees the newcomer, and the newcomer acquires it at the round after: a join
 //! settles in about two rounds. A node that dies (kill -9) releases nothing: its leases lapse
@@ -72,6 +76,7 @@ use super::lease::{self, Acquired, Lease, LeaseConfig};
 use super::membership::{self, NodeRecord};
 use super::reader::{Partitions, Reader, Shards};
 use super::rendezvous;
+use super::routing::RoutingTable;
 use crate::partition::PARTITIONS;
 use crate::store::redis::cluster::{parse_url, ClusterClient, ClusterConfig};
 use crate::store::redis::clustered::Holders;
@@ -123,6 +128,9 @@ pub struct NodeStats {
 pub struct Holdings {
     slots: Vec<Mutex<Option<Lease>>>,
     pub stats: NodeStats,
+    /// Where each partition's requests go, by the live set of the last good heartbeat
+    /// (`routing`): published by the loop, read by the API to forward.
+    pub routing: RoutingTable,
 }
 
 impl Default for Holdings {
@@ -130,6 +138,7 @@ impl Default for Holdings {
         Holdings {
             slots: (0..PARTITIONS).map(|_| Mutex::new(None)).collect(),
             stats: NodeStats::default(),
+            routing: RoutingTable::default(),
         }
     }
 }
@@ -437,6 +446,7 @@ async fn round(
     let plan = match &live {
         Ok(live) => {
             stats.live_nodes.store(live.len() as u64, Ordering::Relaxed);
+            holdings.routing.publish(&cfg.me.id, live);
             let ids: Vec<&str> = live.iter().map(|r| r.id.as_str()).collect();
             plan(&held_ids, &rendezvous::owned_by(&cfg.me.id, &ids))
         }

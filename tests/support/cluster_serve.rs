@@ -24,6 +24,11 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(addr: SocketAddr, url: &str, dir: &Path, name: &str) -> Proc {
+        Proc::spawn_with(addr, url, dir, name, &[])
+    }
+
+    /// [`Proc::spawn`] with `extra` arguments after the usual ones.
+    pub fn spawn_with(addr: SocketAddr, url: &str, dir: &Path, name: &str, extra: &[&str]) -> Proc {
         let stderr = dir.join(format!("{name}.stderr"));
         let file = std::fs::File::create(&stderr).expect("stderr file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
@@ -32,6 +37,7 @@ impl Proc {
             .args(["--redis", url, "--advertise", &addr.to_string()])
             .args(["--shards", "2", "--pinning", "none", "--spin-us", "0"])
             .args(["--shard-capacity", "100000"])
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(file);

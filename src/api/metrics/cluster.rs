@@ -1,6 +1,7 @@
 //! A node's partitions and lease events, on a Redis Cluster shared with other nodes: read from
 //! the node loop's [`Holdings`] at scrape time.
 
+use crate::api::forward::ForwardStats;
 use crate::cluster::node::Holdings;
 use crate::engine::Handle;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -75,6 +76,31 @@ pub(super) fn encode_cluster(
     ] {
         encoder
             .encode_descriptor(name, help, None, MetricType::Counter)?
+            .encode_counter::<(), _, u64>(&v.load(Ordering::Relaxed), None)?;
+    }
+    Ok(())
+}
+
+/// Forwards to the node that owns a request's partition, by outcome (the time the answered
+/// ones took is a histogram of the registry's: `Metrics::new`).
+pub(super) fn encode_forwards(
+    f: &ForwardStats,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        "punctual_cluster_forwards",
+        "Requests and sub-batches forwarded to the node that owns their partition, by outcome: answered (whatever its status), busy (too many in flight to that node), timeout, unreachable",
+        None,
+        MetricType::Counter,
+    )?;
+    for (outcome, v) in [
+        ("answered", &f.answered),
+        ("busy", &f.busy),
+        ("timeout", &f.timeout),
+        ("unreachable", &f.unreachable),
+    ] {
+        family
+            .encode_family(&[("outcome", outcome)])?
             .encode_counter::<(), _, u64>(&v.load(Ordering::Relaxed), None)?;
     }
     Ok(())

@@ -2,10 +2,11 @@
 //! copied on the hot path) and encodes every family in a fixed order: the per-shard
 //! families, webhooks, the resolver, the labelled gauges, the streams, the build.
 
-use super::cluster::encode_cluster;
+use super::cluster::{encode_cluster, encode_forwards};
 use super::families::{encode_families, rows, ENGINE_FAMILIES, STORE_FAMILIES};
 use super::gauges::{encode_gauges, encode_resolver, encode_streams};
 use super::webhooks::encode_webhooks;
+use crate::api::forward::ForwardStats;
 use crate::cluster::node::Holdings;
 use crate::engine::Handle;
 use prometheus_client::collector::Collector;
@@ -17,6 +18,7 @@ pub(super) struct EngineCollector {
     pub handle: Handle,
     pub store: &'static str,
     pub node: Option<Arc<Holdings>>,
+    pub forwards: Arc<ForwardStats>,
 }
 
 impl std::fmt::Debug for EngineCollector {
@@ -36,6 +38,7 @@ impl Collector for EngineCollector {
         encode_streams(&self.handle, &mut encoder)?;
         if let Some(node) = &self.node {
             encode_cluster(node, &self.handle, &mut encoder)?;
+            encode_forwards(&self.forwards, &mut encoder)?;
         }
         let info = encoder.encode_descriptor(
             "punctual_build",

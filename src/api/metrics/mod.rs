@@ -21,6 +21,7 @@ mod families;
 mod gauges;
 mod webhooks;
 
+use super::forward::ForwardStats;
 use crate::cluster::node::Holdings;
 use crate::engine::Handle;
 use collector::EngineCollector;
@@ -56,8 +57,14 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     /// `store` ("journal", "memory" or "redis") goes into `punctual_build_info`.
-    /// `node`: on a node that shares a Redis Cluster, its leases (`cluster.rs`).
-    pub fn new(handle: Handle, store: &'static str, node: Option<Arc<Holdings>>) -> Self {
+    /// `node`: on a node that shares a Redis Cluster, its leases (`cluster.rs`), and
+    /// `forwards`, what it forwarded to the others.
+    pub fn new(
+        handle: Handle,
+        store: &'static str,
+        node: Option<Arc<Holdings>>,
+        forwards: Arc<ForwardStats>,
+    ) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let latency: LatencyFamily = Family::new_with_constructor(latency_histogram);
@@ -71,10 +78,18 @@ impl Metrics {
             "Time from a request's head to its response, by shard, route and status",
             latency.clone(),
         );
+        if node.is_some() {
+            registry.register(
+                "punctual_cluster_forward_duration_seconds",
+                "Time a forward to the node that owns a request's partition took, connect and answer, for those answered",
+                forwards.latency.clone(),
+            );
+        }
         registry.register_collector(Box::new(EngineCollector {
             handle,
             store,
             node,
+            forwards,
         }));
         Metrics {
             registry: Arc::new(registry),
