@@ -800,3 +800,129 @@ fn a_lease_that_lapses_locally_is_acquired_again_under_a_new_epoch_not_renewed()
         "each lapse counted as a loss"
     );
 }
+
+/// A write answered `FENCED` drops its partition at once: the lease key of a partition this
+/// node holds is overwritten behind the loop's back (as another node would after a lapse this
+/// node did not see), and the next write for it is refused by the fence. From then on the node
+/// does not act on the partition: `Holdings` names no valid lease of it and the shard answers
+/// its ops 503 naming it, long before the lease's local deadline (54 s) or the loop's next
+/// round (30 s) would have said so. Another partition is untouched.
+#[test]
+fn a_fenced_write_drops_its_partition_at_once_not_at_the_lease_s_deadline() {
+    use punctual::engine::{EngineBuilder, Pinning, RedisConfig};
+    use punctual::{Error, UtcMicros};
+    use std::sync::Arc;
+
+    let cluster = RedisCluster::start();
+    let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
+    let mut me = NodeConfig::new(NodeRecord {
+        id: "127.0.0.1:17005".into(),
+        advertise: "127.0.0.1:17005".into(),
+        started_at_us: 1,
+    });
+    me.round = Duration::from_secs(30);
+    me.member_ttl = Duration::from_secs(60);
+    me.lease = LeaseConfig::with_ttl(Duration::from_secs(60));
+    let holdings = Arc::new(Holdings::default());
+    let engine = EngineBuilder::new()
+        .shards(1)
+        .pinning(Pinning::None)
+        .spin(Duration::ZERO)
+        .shard_capacity(10_000)
+        .redis_config(RedisConfig::new(cluster.url()))
+        .partition_holders(holdings.clone())
+        .build()
+        .expect("engine starts");
+    let h = engine.handle();
+    let keys: Vec<String> = (0..).map(|i| format!("order-{i}")).take(64).collect();
+    let p = partition_of("shop", &keys[0]);
+    let in_p: Vec<&String> = keys
+        .iter()
+        .filter(|k| partition_of("shop", k) == p)
+        .collect();
+    let other = keys
+        .iter()
+        .find(|k| partition_of("shop", k) != p)
+        .expect("a key of another partition");
+    let q = partition_of("shop", other);
+    // The loop on a thread of its own, killed (dropped mid-sleep) at the end.
+    let kill = Arc::new(AtomicBool::new(false));
+    let node = {
+        let (cfg, holdings, shards, kill) =
+            (cfg.clone(), holdings.clone(), h.partitions(), kill.clone());
+        std::thread::spawn(move || {
+            on_executor(async {
+                let (reader, queue) = Reader::new(&*shards);
+                let killed = async {
+                    while !kill.load(Ordering::Acquire) {
+                        glommio::timer::sleep(Duration::from_millis(20)).await;
+                    }
+                };
+                futures_lite::future::or(
+                    futures_lite::future::or(
+                        node::run(cfg.clone(), &me, &holdings, &reader, &kill),
+                        reader.serve(cfg.clone(), queue),
+                    ),
+                    killed,
+                )
+                .await;
+            })
+        })
+    };
+    let far = UtcMicros(h.now().0 + 3_600_000_000);
+    // Both partitions loaded: a write for each is acknowledged.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    for k in [in_p[0], other] {
+        while h.schedule("shop", k, far, b"").is_err() {
+            assert!(Instant::now() < give_up, "{k} not loaded in 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let deadline = holdings.valid(p, Instant::now()).expect("held").deadline();
+
+    // Another holder takes p's lease behind the loop's back.
+    on_executor(async {
+        let mut c = client(&cluster).await;
+        let key = layout::lease_key(p);
+        let set = redis::cmd("SET")
+            .arg(&key)
+            .arg("thief:99")
+            .arg("PX")
+            .arg(60_000)
+            .clone();
+        assert_eq!(
+            c.query(Routed::new(&key, set)).await.expect("SET"),
+            Value::Okay
+        );
+    });
+    assert!(
+        h.schedule("shop", in_p[0], far, b"").is_err(),
+        "the write is fenced and answered 503"
+    );
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while holdings.valid(p, Instant::now()).is_some() {
+        assert!(
+            Instant::now() < give_up,
+            "partition {p} still acted on 10 s after a write was fenced"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        Instant::now() < deadline,
+        "dropped before its local deadline"
+    );
+    assert!(!holdings.holds(p));
+    for k in &in_p {
+        assert_eq!(
+            h.get("shop", k).map(|_| ()),
+            Err(Error::PartitionNotHeld { partition: p }),
+            "{k}: not acted on"
+        );
+    }
+    assert_eq!(holdings.stats.fenced_drops_total.load(Ordering::Relaxed), 1);
+    assert!(holdings.valid(q, Instant::now()).is_some(), "q still held");
+    assert!(h.get("shop", other).expect("q answered").is_some());
+    kill.store(true, Ordering::Release);
+    node.join().expect("the loop's thread");
+    engine.shutdown().expect("engine stops");
+}

@@ -101,10 +101,16 @@ impl Lease {
     /// leases.
     #[cfg(test)]
     pub(crate) fn until(partition: u32, deadline: Instant) -> Lease {
+        Lease::under(partition, 1, deadline)
+    }
+
+    /// [`Lease::until`] under `epoch` (holder `n:<epoch>`).
+    #[cfg(test)]
+    pub(crate) fn under(partition: u32, epoch: u64, deadline: Instant) -> Lease {
         Lease {
             partition,
-            epoch: 1,
-            holder: "n:1".into(),
+            epoch,
+            holder: format!("n:{epoch}").into(),
             deadline,
         }
     }
@@ -112,6 +118,12 @@ impl Lease {
     /// Whether the node may still act on the partition at `now`.
     pub fn valid_at(&self, now: Instant) -> bool {
         now < self.deadline
+    }
+
+    /// The lease is known lost at `at` (a renewal or a fenced write found another value in
+    /// Redis): whatever the local deadline said, it is not acted on from then on.
+    pub(crate) fn lost_at(&mut self, at: Instant) {
+        self.deadline = at.min(self.deadline);
     }
 
     /// `commands` (touching `keys`, all in the partition's slot) as one fenced write, or
@@ -248,7 +260,7 @@ pub async fn renew(
             lease.deadline = cfg.deadline(sent);
         } else {
             // Whatever the local deadline said, the lease is gone: act on nothing more.
-            lease.deadline = sent.min(lease.deadline);
+            lease.lost_at(sent);
         }
         out.push(held);
     }

@@ -21,7 +21,9 @@
 //! a partition valid now and not told is `gained`; one told and no longer valid (released,
 //! lost at renewal, or past its local deadline) is `lost`. So a release is told before it is
 //! sent, a lease that lapsed locally is told lost at the next round (at most one round late:
-//! whoever acts on a partition checks [`Holdings::valid`] too). A lease that lapsed locally is
+//! whoever acts on a partition checks [`Holdings::valid`] too). A store whose write was refused
+//! with `FENCED` cuts the lease it was fenced by to now (`Holders::fenced`, only if the slot
+//! still holds that very holder value), which the next round sees as a lapse. A lease that lapsed locally is
 //! never renewed or put back under its epoch, even when a renewal lands just after the lapse:
 //! it is released, and acquired again (in the same round, or the next) under a new epoch, then
 //! gained and loaded afresh. Writes are fenced by the holder they were queued under
@@ -112,6 +114,9 @@ pub struct NodeStats {
     /// Leases found lost at renewal (another value, or gone).
     pub losses_total: AtomicU64,
     pub releases_total: AtomicU64,
+    /// Partitions dropped at once because a write fenced by their lease was answered `FENCED`
+    /// (another value in the lease key), before the lease's local deadline or next renewal.
+    pub fenced_drops_total: AtomicU64,
     /// Rounds whose heartbeat or lease calls failed.
     pub round_errors_total: AtomicU64,
     /// Live nodes at the last good heartbeat.
@@ -206,6 +211,30 @@ impl Holders for Holdings {
         let now = Instant::now();
         self.slot(partition)
             .is_some_and(|s| s.as_ref().is_some_and(|l| l.valid_at(now)))
+    }
+
+    /// The lease `holder` of `partition` is lost (a write fenced by it was refused): it is cut
+    /// to now, so no one acts on it from here; the loop finds it lapsed at its next round,
+    /// tells it lost and releases it like any lapse. A lease of the partition under another
+    /// value (acquired since, under a later epoch) is left alone.
+    fn fenced(&self, partition: u32, holder: &str) {
+        let Some(mut slot) = self.slot(partition) else {
+            return;
+        };
+        let now = Instant::now();
+        if let Some(lease) = slot.as_mut().filter(|l| l.holder() == holder) {
+            if lease.valid_at(now) {
+                lease.lost_at(now);
+                self.stats
+                    .fenced_drops_total
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    partition,
+                    epoch = lease.epoch,
+                    "node: a write was fenced: the lease is held elsewhere; the partition is dropped now"
+                );
+            }
+        }
     }
 }
 
@@ -576,6 +605,35 @@ mod tests {
         told.tell(&h, &heard, Instant::now());
         assert_eq!(*heard.0.borrow(), ["gained 3", "gained 4", "lost 4"]);
         assert!(!h.renewed(Lease::until(PARTITIONS, later)), "out of range");
+    }
+
+    #[test]
+    fn a_fenced_write_drops_its_own_lease_at_once_and_never_a_later_one() {
+        let h = Holdings::default();
+        let heard = Heard::default();
+        let mut told = Told::new();
+        let later = Instant::now() + Duration::from_secs(60);
+        h.put(Lease::under(3, 7, later));
+        h.put(Lease::under(4, 9, later));
+        told.tell(&h, &heard, Instant::now());
+        // A write queued under epoch 8 of partition 4 was refused: epoch 9 is another lease.
+        h.fenced(4, "n:8");
+        assert!(h.holds(4) && h.valid(4, Instant::now()).is_some());
+        h.fenced(3, "n:7");
+        assert!(!h.holds(3) && h.holder(3).is_none());
+        assert!(h.valid(3, Instant::now()).is_none(), "dropped now");
+        assert!(h.holds(4), "the other partition is untouched");
+        h.fenced(3, "n:7");
+        h.fenced(PARTITIONS, "n:7");
+        assert_eq!(
+            h.stats.fenced_drops_total.load(Ordering::Relaxed),
+            1,
+            "counted once"
+        );
+        // Its renewal, answered held before the fence, does not bring it back.
+        assert!(!h.renewed(Lease::under(3, 7, later)));
+        told.tell(&h, &heard, Instant::now());
+        assert_eq!(*heard.0.borrow(), ["gained 3", "gained 4", "lost 3"]);
     }
 
     #[test]

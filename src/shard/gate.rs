@@ -20,7 +20,9 @@
 //! the loop, which tells the lease lost and acquires it again under a new epoch, hands the
 //! shard a fresh load.
 //! Why both: the loop tells a lapse at its next round, up to a second late, while the local
-//! deadline is exact; and a lease may be valid before its records arrive.
+//! deadline is exact; and a lease may be valid before its records arrive. A write refused with
+//! `FENCED` cuts its lease in the holders at once (`Holders::fenced`), so the gate closes
+//! on the next op or fire after the refusal, not at the next round.
 //!
 //! # Cost
 //!
