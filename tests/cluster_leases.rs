@@ -926,3 +926,155 @@ fn a_fenced_write_drops_its_partition_at_once_not_at_the_lease_s_deadline() {
     node.join().expect("the loop's thread");
     engine.shutdown().expect("engine stops");
 }
+
+/// `GET` of `key` on its slot's master.
+async fn get(c: &mut ClusterClient, key: &str) -> Value {
+    c.query(Routed::new(key, redis::cmd("GET").arg(key).clone()))
+        .await
+        .expect("GET")
+}
+
+/// One HSET of partition `p` fenced by `holder`, as a store sends it.
+fn fenced_hset(p: u32, holder: &str) -> Routed {
+    let key = layout::timers_key(p);
+    let hset = redis::cmd("HSET")
+        .arg(&key)
+        .arg("t/k")
+        .arg("1 2 {}")
+        .clone();
+    fence::fenced(p, holder, &[&key], &[hset]).expect("one slot")
+}
+
+/// With replicas to wait for and none to confirm (every replica killed), an acquisition is
+/// applied on the master but never confirmed: the call gives up (bounded) and nothing is held.
+/// Asked again by the same incarnation, as a retry does, it recognises its own lease and takes
+/// it under a new epoch (not "taken" by itself, so it need not wait for it to lapse); another
+/// incarnation of the same node id finds it taken; a write fenced by the unconfirmed value is
+/// refused.
+#[test]
+fn an_unconfirmed_acquisition_is_not_held_and_asked_again_it_recognises_its_own_lease() {
+    let mut cluster = RedisCluster::start();
+    let masters = cluster.masters();
+    for n in cluster
+        .nodes
+        .iter_mut()
+        .filter(|n| !masters.contains(&n.port))
+    {
+        n.kill();
+    }
+    let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
+    on_executor(async {
+        let mut waiting = ClusterClient::connect(punctual::store::redis::cluster::ClusterConfig {
+            wait_replicas: 1,
+            retry_for: Duration::from_secs(2),
+            ..cfg.clone()
+        })
+        .await
+        .expect("a slot map");
+        let mut plain = ClusterClient::connect(cfg.clone())
+            .await
+            .expect("a slot map");
+        let p = 23;
+        let me = lease::incarnation("127.0.0.1:17006");
+        let started = Instant::now();
+        let unconfirmed = lease::acquire(&mut waiting, &me, &[p], LeaseConfig::default()).await;
+        assert!(
+            matches!(unconfirmed, Err(LeaseError::Cluster(_))),
+            "not confirmed, not held: {unconfirmed:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "gave up, bounded"
+        );
+        let Value::BulkString(first) = get(&mut plain, &layout::lease_key(p)).await else {
+            panic!("the master applied the acquisition");
+        };
+        let first = String::from_utf8(first).expect("UTF-8");
+        let first_epoch: u64 = first
+            .strip_prefix(&format!("{me}:"))
+            .and_then(|e| e.parse().ok())
+            .expect("this incarnation's value");
+
+        let again = lease::incarnation("127.0.0.1:17006");
+        assert_ne!(again, me);
+        assert_eq!(
+            lease::acquire(&mut plain, &again, &[p], LeaseConfig::default())
+                .await
+                .expect("answered"),
+            [Acquired::Taken(first.clone())],
+            "another incarnation of the node does not take it"
+        );
+        let mine = match &lease::acquire(&mut plain, &me, &[p], LeaseConfig::default())
+            .await
+            .expect("answered")[..]
+        {
+            [Acquired::Held(l)] => l.clone(),
+            other => panic!("its own lease not recognised: {other:?}"),
+        };
+        assert!(mine.epoch > first_epoch, "under a new epoch: {mine:?}");
+        assert_eq!(mine.holder(), format!("{me}:{}", mine.epoch));
+        assert_eq!(
+            get(&mut plain, &layout::lease_key(p)).await,
+            Value::BulkString(mine.holder().as_bytes().to_vec())
+        );
+        let refused = plain.query(fenced_hset(p, &first)).await.expect("answered");
+        assert!(fence::is_fenced(&refused), "{refused:?}");
+        let landed = plain
+            .query(fenced_hset(p, mine.holder()))
+            .await
+            .expect("answered");
+        assert_eq!(landed, Value::Array(vec![Value::Int(1)]));
+    });
+}
+
+/// An epoch handed out twice (a failover lost the acquisition and its `INCR`, here played by
+/// deleting the lease and setting the epoch counter back) still gives two incarnations of one
+/// node id two lease values: a write fenced by the first is refused under the second's lease.
+#[test]
+fn two_incarnations_of_one_node_never_share_a_lease_value_even_under_one_epoch() {
+    let cluster = RedisCluster::start();
+    on_executor(async {
+        let mut c = client(&cluster).await;
+        let node = "127.0.0.1:17007";
+        let (old, new) = (lease::incarnation(node), lease::incarnation(node));
+        let p = 29;
+        let first = match &lease::acquire(&mut c, &old, &[p], LeaseConfig::default())
+            .await
+            .expect("answered")[..]
+        {
+            [Acquired::Held(l)] => l.clone(),
+            other => panic!("{other:?}"),
+        };
+        let (lease_key, epoch_key) = (layout::lease_key(p), layout::epoch_key(p));
+        let lost = [
+            Routed::new(&lease_key, redis::cmd("DEL").arg(&lease_key).clone()),
+            Routed::new(
+                &epoch_key,
+                redis::cmd("SET")
+                    .arg(&epoch_key)
+                    .arg(first.epoch - 1)
+                    .clone(),
+            ),
+        ];
+        c.pipeline(&lost).await.expect("DEL, SET");
+        let second = match &lease::acquire(&mut c, &new, &[p], LeaseConfig::default())
+            .await
+            .expect("answered")[..]
+        {
+            [Acquired::Held(l)] => l.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(second.epoch, first.epoch, "the epoch handed out twice");
+        assert_ne!(second.holder(), first.holder());
+        let refused = c
+            .query(fenced_hset(p, first.holder()))
+            .await
+            .expect("answered");
+        assert!(fence::is_fenced(&refused), "{refused:?}");
+        let landed = c
+            .query(fenced_hset(p, second.holder()))
+            .await
+            .expect("answered");
+        assert_eq!(landed, Value::Array(vec![Value::Int(1)]));
+    });
+}

@@ -87,6 +87,9 @@ use std::time::{Duration, Instant};
 pub struct NodeConfig {
     /// This node's record (its id is its advertised address).
     pub me: NodeRecord,
+    /// This process incarnation's lease values' prefix, `<id>/<nonce>` (`lease::incarnation`):
+    /// the leases it acquires are `<holder>:<epoch>`.
+    pub holder: String,
     /// Time between the starts of two rounds.
     pub round: Duration,
     /// How long this node's heartbeat lasts without another.
@@ -98,6 +101,7 @@ impl NodeConfig {
     /// One round a second, a 3 s heartbeat and 3 s leases (a tenth of it as drift margin).
     pub fn new(me: NodeRecord) -> NodeConfig {
         NodeConfig {
+            holder: lease::incarnation(&me.id),
             me,
             round: Duration::from_secs(1),
             member_ttl: Duration::from_secs(3),
@@ -534,7 +538,7 @@ async fn round(
         }
     }
     if !plan.acquire.is_empty() {
-        match lease::acquire(client, &cfg.me.id, &plan.acquire, cfg.lease).await {
+        match lease::acquire(client, &cfg.holder, &plan.acquire, cfg.lease).await {
             Ok(answers) => {
                 for answer in answers {
                     if let Acquired::Held(l) = answer {
