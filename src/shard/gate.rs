@@ -134,6 +134,17 @@ impl Gate {
         self.set(partition, true);
     }
 
+    /// `partition`'s purge began: it is not acted on, and may still hold timers until the
+    /// purge ends ([`Gate::dropped`] or [`Gate::loaded`]).
+    pub fn closing(&mut self, partition: u32) {
+        if let Some(l) = self.loaded.get_mut(partition as usize) {
+            if *l {
+                *l = false;
+                self.count = self.count.saturating_sub(1);
+            }
+        }
+    }
+
     /// `partition` was purged and is not acted on.
     pub fn dropped(&mut self, partition: u32) {
         self.set(partition, false);
