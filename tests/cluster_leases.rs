@@ -26,6 +26,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The loop's configuration of a node advertised at `id`, with the default rounds and leases.
+fn node_config(id: &str) -> NodeConfig {
+    NodeConfig::new(NodeRecord {
+        id: id.into(),
+        advertise: id.into(),
+        started_at_us: 1,
+    })
+}
+
 async fn client(cluster: &RedisCluster) -> ClusterClient {
     let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
     ClusterClient::connect(cfg).await.expect("a slot map")
@@ -423,14 +432,10 @@ impl Partitions for Told {
 fn two_node_loops_split_the_partitions_and_the_survivor_takes_over_a_killed_node() {
     let cluster = RedisCluster::start();
     let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
-    let node = |id: &str| {
-        NodeConfig::new(NodeRecord {
-            id: id.into(),
-            advertise: id.into(),
-            started_at_us: 1,
-        })
-    };
-    let (na, nb) = (node("127.0.0.1:17001"), node("127.0.0.1:17002"));
+    let (na, nb) = (
+        node_config("127.0.0.1:17001"),
+        node_config("127.0.0.1:17002"),
+    );
     let (ha, hb) = (Holdings::default(), Holdings::default());
     let (ta, tb) = (Told::new(), Told::new());
     let stop = AtomicBool::new(false);
@@ -670,11 +675,7 @@ impl Shards for Handed {
 fn a_node_hands_its_shards_each_gained_partition_s_records_and_then_its_drop() {
     let cluster = RedisCluster::start();
     let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
-    let me = NodeConfig::new(NodeRecord {
-        id: "127.0.0.1:17003".into(),
-        advertise: "127.0.0.1:17003".into(),
-        started_at_us: 1,
-    });
+    let me = node_config("127.0.0.1:17003");
     let holdings = Holdings::default();
     let handed = Handed::default();
     let stop = AtomicBool::new(false);
@@ -745,11 +746,7 @@ fn a_node_hands_its_shards_each_gained_partition_s_records_and_then_its_drop() {
 fn a_lease_that_lapses_locally_is_acquired_again_under_a_new_epoch_not_renewed() {
     let cluster = RedisCluster::start();
     let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
-    let mut me = NodeConfig::new(NodeRecord {
-        id: "127.0.0.1:17004".into(),
-        advertise: "127.0.0.1:17004".into(),
-        started_at_us: 1,
-    });
+    let mut me = node_config("127.0.0.1:17004");
     me.lease = LeaseConfig {
         ttl: Duration::from_secs(3),
         drift: Duration::from_millis(2_600),
@@ -815,11 +812,7 @@ fn a_fenced_write_drops_its_partition_at_once_not_at_the_lease_s_deadline() {
 
     let cluster = RedisCluster::start();
     let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
-    let mut me = NodeConfig::new(NodeRecord {
-        id: "127.0.0.1:17005".into(),
-        advertise: "127.0.0.1:17005".into(),
-        started_at_us: 1,
-    });
+    let mut me = node_config("127.0.0.1:17005");
     me.round = Duration::from_secs(30);
     me.member_ttl = Duration::from_secs(60);
     me.lease = LeaseConfig::with_ttl(Duration::from_secs(60));
@@ -945,6 +938,24 @@ fn fenced_hset(p: u32, holder: &str) -> Routed {
     fence::fenced(p, holder, &[&key], &[hset]).expect("one slot")
 }
 
+/// Sends a write of partition `p` fenced by `stale` and one fenced by `holder`: the first is
+/// refused, the second lands.
+async fn only_the_holder_writes(c: &mut ClusterClient, p: u32, stale: &str, holder: &str) {
+    let refused = c.query(fenced_hset(p, stale)).await.expect("answered");
+    assert!(fence::is_fenced(&refused), "{refused:?}");
+    let landed = c.query(fenced_hset(p, holder)).await.expect("answered");
+    assert_eq!(landed, Value::Array(vec![Value::Int(1)]));
+}
+
+/// `holder`'s acquisition of `p` alone, with the default leases.
+async fn acquire_one(c: &mut ClusterClient, holder: &str, p: u32) -> Acquired {
+    let mut answers = lease::acquire(c, holder, &[p], LeaseConfig::default())
+        .await
+        .expect("answered");
+    assert_eq!(answers.len(), 1);
+    answers.remove(0)
+}
+
 /// With replicas to wait for and none to confirm (every replica killed), an acquisition is
 /// applied on the master but never confirmed: the call gives up (bounded) and nothing is held.
 /// Asked again by the same incarnation, as a retry does, it recognises its own lease and takes
@@ -998,17 +1009,12 @@ fn an_unconfirmed_acquisition_is_not_held_and_asked_again_it_recognises_its_own_
         let again = lease::incarnation("127.0.0.1:17006");
         assert_ne!(again, me);
         assert_eq!(
-            lease::acquire(&mut plain, &again, &[p], LeaseConfig::default())
-                .await
-                .expect("answered"),
-            [Acquired::Taken(first.clone())],
+            acquire_one(&mut plain, &again, p).await,
+            Acquired::Taken(first.clone()),
             "another incarnation of the node does not take it"
         );
-        let mine = match &lease::acquire(&mut plain, &me, &[p], LeaseConfig::default())
-            .await
-            .expect("answered")[..]
-        {
-            [Acquired::Held(l)] => l.clone(),
+        let mine = match acquire_one(&mut plain, &me, p).await {
+            Acquired::Held(l) => l,
             other => panic!("its own lease not recognised: {other:?}"),
         };
         assert!(mine.epoch > first_epoch, "under a new epoch: {mine:?}");
@@ -1017,13 +1023,7 @@ fn an_unconfirmed_acquisition_is_not_held_and_asked_again_it_recognises_its_own_
             get(&mut plain, &layout::lease_key(p)).await,
             Value::BulkString(mine.holder().as_bytes().to_vec())
         );
-        let refused = plain.query(fenced_hset(p, &first)).await.expect("answered");
-        assert!(fence::is_fenced(&refused), "{refused:?}");
-        let landed = plain
-            .query(fenced_hset(p, mine.holder()))
-            .await
-            .expect("answered");
-        assert_eq!(landed, Value::Array(vec![Value::Int(1)]));
+        only_the_holder_writes(&mut plain, p, &first, mine.holder()).await;
     });
 }
 
@@ -1038,12 +1038,8 @@ fn two_incarnations_of_one_node_never_share_a_lease_value_even_under_one_epoch()
         let node = "127.0.0.1:17007";
         let (old, new) = (lease::incarnation(node), lease::incarnation(node));
         let p = 29;
-        let first = match &lease::acquire(&mut c, &old, &[p], LeaseConfig::default())
-            .await
-            .expect("answered")[..]
-        {
-            [Acquired::Held(l)] => l.clone(),
-            other => panic!("{other:?}"),
+        let Acquired::Held(first) = acquire_one(&mut c, &old, p).await else {
+            panic!("a free partition is acquired");
         };
         let (lease_key, epoch_key) = (layout::lease_key(p), layout::epoch_key(p));
         let lost = [
@@ -1057,24 +1053,11 @@ fn two_incarnations_of_one_node_never_share_a_lease_value_even_under_one_epoch()
             ),
         ];
         c.pipeline(&lost).await.expect("DEL, SET");
-        let second = match &lease::acquire(&mut c, &new, &[p], LeaseConfig::default())
-            .await
-            .expect("answered")[..]
-        {
-            [Acquired::Held(l)] => l.clone(),
-            other => panic!("{other:?}"),
+        let Acquired::Held(second) = acquire_one(&mut c, &new, p).await else {
+            panic!("a free partition is acquired");
         };
         assert_eq!(second.epoch, first.epoch, "the epoch handed out twice");
         assert_ne!(second.holder(), first.holder());
-        let refused = c
-            .query(fenced_hset(p, first.holder()))
-            .await
-            .expect("answered");
-        assert!(fence::is_fenced(&refused), "{refused:?}");
-        let landed = c
-            .query(fenced_hset(p, second.holder()))
-            .await
-            .expect("answered");
-        assert_eq!(landed, Value::Array(vec![Value::Int(1)]));
+        only_the_holder_writes(&mut c, p, first.holder(), second.holder()).await;
     });
 }

@@ -23,10 +23,10 @@
 //! sent, a lease that lapsed locally is told lost at the next round (at most one round late:
 //! whoever acts on a partition checks [`Holdings::valid`] too). A store whose write was refused
 //! with `FENCED` cuts the lease it was fenced by to now (`Holders::fenced`, only if the slot
-//! still holds that very holder value), which the next round sees as a lapse. A lease that lapsed locally is
-//! never renewed or put back under its epoch, even when a renewal lands just after the lapse:
-//! it is released, and acquired again (in the same round, or the next) under a new epoch, then
-//! gained and loaded afresh. Writes are fenced by the holder they were queued under
+//! still holds that very holder value), which the next round sees as a lapse. A lease that
+//! lapsed locally is never renewed or put back under its epoch, even when a renewal lands just
+//! after the lapse: it is released, and acquired again (in the same round, or the next) under
+//! a new epoch, then gained and loaded afresh. Writes are fenced by the holder they were queued under
 //! (`store::redis::clustered`), so one queued under the lapsed lease is refused rather than
 //! landing behind the new load's back.
 //!
