@@ -801,9 +801,10 @@ fn a_lease_that_lapses_locally_is_acquired_again_under_a_new_epoch_not_renewed()
 /// A write answered `FENCED` drops its partition at once: the lease key of a partition this
 /// node holds is overwritten behind the loop's back (as another node would after a lapse this
 /// node did not see), and the next write for it is refused by the fence. From then on the node
-/// does not act on the partition: `Holdings` names no valid lease of it and the shard answers
-/// its ops 503 naming it, long before the lease's local deadline (54 s) or the loop's next
-/// round (30 s) would have said so. Another partition is untouched.
+/// does not act on the partition: `Holdings` names no valid lease of it, the shard answers its
+/// ops 503 naming it, and the loop tells the shards to drop it, long before the lease's local
+/// deadline (54 s) or the loop's next round (30 s) would have said so. Another partition is
+/// untouched.
 #[test]
 fn a_fenced_write_drops_its_partition_at_once_not_at_the_lease_s_deadline() {
     use punctual::engine::{EngineBuilder, Pinning, RedisConfig};
@@ -871,6 +872,13 @@ fn a_fenced_write_drops_its_partition_at_once_not_at_the_lease_s_deadline() {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+    while h.partitions_loaded() < u64::from(PARTITIONS) {
+        assert!(
+            Instant::now() < give_up,
+            "not every partition loaded in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let deadline = holdings.valid(p, Instant::now()).expect("held").deadline();
 
     // Another holder takes p's lease behind the loop's back.
@@ -915,6 +923,14 @@ fn a_fenced_write_drops_its_partition_at_once_not_at_the_lease_s_deadline() {
     assert_eq!(holdings.stats.fenced_drops_total.load(Ordering::Relaxed), 1);
     assert!(holdings.valid(q, Instant::now()).is_some(), "q still held");
     assert!(h.get("shop", other).expect("q answered").is_some());
+    // The loop, woken by the cut, told the shards at once: the partition is dropped there.
+    while h.partitions_loaded() != u64::from(PARTITIONS) - 1 {
+        assert!(
+            Instant::now() < give_up,
+            "partition {p} still loaded 10 s after a write was fenced"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     kill.store(true, Ordering::Release);
     node.join().expect("the loop's thread");
     engine.shutdown().expect("engine stops");

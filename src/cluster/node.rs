@@ -23,7 +23,8 @@
 //! sent, a lease that lapsed locally is told lost at the next round (at most one round late:
 //! whoever acts on a partition checks [`Holdings::valid`] too). A store whose write was refused
 //! with `FENCED` cuts the lease it was fenced by to now (`Holders::fenced`, only if the slot
-//! still holds that very holder value), which the next round sees as a lapse. A lease that
+//! still holds that very holder value) and wakes the loop, which tells it lost at once and at
+//! its next round releases it as a lapse. A lease that
 //! lapsed locally is never renewed or put back under its epoch, even when a renewal lands just
 //! after the lapse: it is released, and acquired again (in the same round, or the next) under
 //! a new epoch, then gained and loaded afresh. Writes are fenced by the holder they were queued under
@@ -132,6 +133,9 @@ pub struct NodeStats {
 pub struct Holdings {
     slots: Vec<Mutex<Option<Lease>>>,
     pub stats: NodeStats,
+    /// Notified when a fenced write cut a lease (`Holders::fenced`): the loop, waiting for its
+    /// next round, tells the loss at once.
+    cut: event_listener::Event,
 }
 
 impl Default for Holdings {
@@ -139,6 +143,7 @@ impl Default for Holdings {
         Holdings {
             slots: (0..PARTITIONS).map(|_| Mutex::new(None)).collect(),
             stats: NodeStats::default(),
+            cut: event_listener::Event::new(),
         }
     }
 }
@@ -218,27 +223,32 @@ impl Holders for Holdings {
     }
 
     /// The lease `holder` of `partition` is lost (a write fenced by it was refused): it is cut
-    /// to now, so no one acts on it from here; the loop finds it lapsed at its next round,
-    /// tells it lost and releases it like any lapse. A lease of the partition under another
+    /// to now, so no one acts on it from here, and the loop is woken to tell it lost at once;
+    /// at its next round it finds it lapsed and releases it like any lapse. A lease of the partition under another
     /// value (acquired since, under a later epoch) is left alone.
     fn fenced(&self, partition: u32, holder: &str) {
         let Some(mut slot) = self.slot(partition) else {
             return;
         };
         let now = Instant::now();
-        if let Some(lease) = slot.as_mut().filter(|l| l.holder() == holder) {
-            if lease.valid_at(now) {
-                lease.lost_at(now);
-                self.stats
-                    .fenced_drops_total
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    partition,
-                    epoch = lease.epoch,
-                    "node: a write was fenced: the lease is held elsewhere; the partition is dropped now"
-                );
-            }
-        }
+        let Some(lease) = slot
+            .as_mut()
+            .filter(|l| l.holder() == holder && l.valid_at(now))
+        else {
+            return;
+        };
+        lease.lost_at(now);
+        let epoch = lease.epoch;
+        drop(slot);
+        self.stats
+            .fenced_drops_total
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            partition,
+            epoch,
+            "node: a write was fenced: the lease is held elsewhere; the partition is dropped now"
+        );
+        self.cut.notify(usize::MAX);
     }
 }
 
@@ -405,9 +415,16 @@ pub async fn run(
             tracing::warn!(%reason, "node: a round of heartbeat and leases did not complete");
         }
         let next = started + cfg.round;
-        let now = Instant::now();
-        if next > now {
-            glommio::timer::sleep(next - now).await;
+        // Until the next round, a lease that a fenced write cut is told lost at once (the
+        // shards then drop the partition), not up to a round later.
+        loop {
+            let cut = holdings.cut.listen();
+            told.tell(holdings, partitions, Instant::now());
+            let now = Instant::now();
+            if next <= now || stop.load(Ordering::Acquire) {
+                break;
+            }
+            futures_lite::future::or(glommio::timer::sleep(next - now), cut).await;
         }
     }
     leave(&mut client, cfg, holdings, partitions, &mut told).await;
