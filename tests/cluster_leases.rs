@@ -26,6 +26,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The loop's configuration of a node advertised at `id`, with the default rounds and leases.
+fn node_config(id: &str) -> NodeConfig {
+    NodeConfig::new(NodeRecord {
+        id: id.into(),
+        advertise: id.into(),
+        started_at_us: 1,
+    })
+}
+
 async fn client(cluster: &RedisCluster) -> ClusterClient {
     let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
     ClusterClient::connect(cfg).await.expect("a slot map")
@@ -423,14 +432,10 @@ impl Partitions for Told {
 fn two_node_loops_split_the_partitions_and_the_survivor_takes_over_a_killed_node() {
     let cluster = RedisCluster::start();
     let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
-    let node = |id: &str| {
-        NodeConfig::new(NodeRecord {
-            id: id.into(),
-            advertise: id.into(),
-            started_at_us: 1,
-        })
-    };
-    let (na, nb) = (node("127.0.0.1:17001"), node("127.0.0.1:17002"));
+    let (na, nb) = (
+        node_config("127.0.0.1:17001"),
+        node_config("127.0.0.1:17002"),
+    );
     let (ha, hb) = (Holdings::default(), Holdings::default());
     let (ta, tb) = (Told::new(), Told::new());
     let stop = AtomicBool::new(false);
@@ -670,11 +675,7 @@ impl Shards for Handed {
 fn a_node_hands_its_shards_each_gained_partition_s_records_and_then_its_drop() {
     let cluster = RedisCluster::start();
     let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
-    let me = NodeConfig::new(NodeRecord {
-        id: "127.0.0.1:17003".into(),
-        advertise: "127.0.0.1:17003".into(),
-        started_at_us: 1,
-    });
+    let me = node_config("127.0.0.1:17003");
     let holdings = Holdings::default();
     let handed = Handed::default();
     let stop = AtomicBool::new(false);
@@ -745,11 +746,7 @@ fn a_node_hands_its_shards_each_gained_partition_s_records_and_then_its_drop() {
 fn a_lease_that_lapses_locally_is_acquired_again_under_a_new_epoch_not_renewed() {
     let cluster = RedisCluster::start();
     let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
-    let mut me = NodeConfig::new(NodeRecord {
-        id: "127.0.0.1:17004".into(),
-        advertise: "127.0.0.1:17004".into(),
-        started_at_us: 1,
-    });
+    let mut me = node_config("127.0.0.1:17004");
     me.lease = LeaseConfig {
         ttl: Duration::from_secs(3),
         drift: Duration::from_millis(2_600),
@@ -799,4 +796,284 @@ fn a_lease_that_lapses_locally_is_acquired_again_under_a_new_epoch_not_renewed()
         holdings.stats.losses_total.load(Ordering::Relaxed) >= 2,
         "each lapse counted as a loss"
     );
+}
+
+/// A write answered `FENCED` drops its partition at once: the lease key of a partition this
+/// node holds is overwritten behind the loop's back (as another node would after a lapse this
+/// node did not see), and the next write for it is refused by the fence. From then on the node
+/// does not act on the partition: `Holdings` names no valid lease of it, the shard answers its
+/// ops 503 naming it, and the loop tells the shards to drop it, long before the lease's local
+/// deadline (54 s) or the loop's next round (30 s) would have said so. Another partition is
+/// untouched.
+#[test]
+fn a_fenced_write_drops_its_partition_at_once_not_at_the_lease_s_deadline() {
+    use punctual::engine::{EngineBuilder, Pinning, RedisConfig};
+    use punctual::{Error, UtcMicros};
+    use std::sync::Arc;
+
+    let cluster = RedisCluster::start();
+    let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
+    let mut me = node_config("127.0.0.1:17005");
+    me.round = Duration::from_secs(30);
+    me.member_ttl = Duration::from_secs(60);
+    me.lease = LeaseConfig::with_ttl(Duration::from_secs(60));
+    let holdings = Arc::new(Holdings::default());
+    let engine = EngineBuilder::new()
+        .shards(1)
+        .pinning(Pinning::None)
+        .spin(Duration::ZERO)
+        .shard_capacity(10_000)
+        .redis_config(RedisConfig::new(cluster.url()))
+        .partition_holders(holdings.clone())
+        .build()
+        .expect("engine starts");
+    let h = engine.handle();
+    let keys: Vec<String> = (0..).map(|i| format!("order-{i}")).take(64).collect();
+    let p = partition_of("shop", &keys[0]);
+    let in_p: Vec<&String> = keys
+        .iter()
+        .filter(|k| partition_of("shop", k) == p)
+        .collect();
+    let other = keys
+        .iter()
+        .find(|k| partition_of("shop", k) != p)
+        .expect("a key of another partition");
+    let q = partition_of("shop", other);
+    // The loop on a thread of its own, killed (dropped mid-sleep) at the end.
+    let kill = Arc::new(AtomicBool::new(false));
+    let node = {
+        let (cfg, holdings, shards, kill) =
+            (cfg.clone(), holdings.clone(), h.partitions(), kill.clone());
+        std::thread::spawn(move || {
+            on_executor(async {
+                let (reader, queue) = Reader::new(&*shards);
+                let killed = async {
+                    while !kill.load(Ordering::Acquire) {
+                        glommio::timer::sleep(Duration::from_millis(20)).await;
+                    }
+                };
+                futures_lite::future::or(
+                    futures_lite::future::or(
+                        node::run(cfg.clone(), &me, &holdings, &reader, &kill),
+                        reader.serve(cfg.clone(), queue),
+                    ),
+                    killed,
+                )
+                .await;
+            })
+        })
+    };
+    let far = UtcMicros(h.now().0 + 3_600_000_000);
+    // Both partitions loaded: a write for each is acknowledged.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    for k in [in_p[0], other] {
+        while h.schedule("shop", k, far, b"").is_err() {
+            assert!(Instant::now() < give_up, "{k} not loaded in 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    while h.partitions_loaded() < u64::from(PARTITIONS) {
+        assert!(
+            Instant::now() < give_up,
+            "not every partition loaded in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = holdings.valid(p, Instant::now()).expect("held").deadline();
+
+    // Another holder takes p's lease behind the loop's back.
+    on_executor(async {
+        let mut c = client(&cluster).await;
+        let key = layout::lease_key(p);
+        let set = redis::cmd("SET")
+            .arg(&key)
+            .arg("thief:99")
+            .arg("PX")
+            .arg(60_000)
+            .clone();
+        assert_eq!(
+            c.query(Routed::new(&key, set)).await.expect("SET"),
+            Value::Okay
+        );
+    });
+    assert!(
+        h.schedule("shop", in_p[0], far, b"").is_err(),
+        "the write is fenced and answered 503"
+    );
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while holdings.valid(p, Instant::now()).is_some() {
+        assert!(
+            Instant::now() < give_up,
+            "partition {p} still acted on 10 s after a write was fenced"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        Instant::now() < deadline,
+        "dropped before its local deadline"
+    );
+    assert!(!holdings.holds(p));
+    for k in &in_p {
+        assert_eq!(
+            h.get("shop", k).map(|_| ()),
+            Err(Error::PartitionNotHeld { partition: p }),
+            "{k}: not acted on"
+        );
+    }
+    assert_eq!(holdings.stats.fenced_drops_total.load(Ordering::Relaxed), 1);
+    assert!(holdings.valid(q, Instant::now()).is_some(), "q still held");
+    assert!(h.get("shop", other).expect("q answered").is_some());
+    // The loop, woken by the cut, told the shards at once: the partition is dropped there.
+    while h.partitions_loaded() != u64::from(PARTITIONS) - 1 {
+        assert!(
+            Instant::now() < give_up,
+            "partition {p} still loaded 10 s after a write was fenced"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill.store(true, Ordering::Release);
+    node.join().expect("the loop's thread");
+    engine.shutdown().expect("engine stops");
+}
+
+/// `GET` of `key` on its slot's master.
+async fn get(c: &mut ClusterClient, key: &str) -> Value {
+    c.query(Routed::new(key, redis::cmd("GET").arg(key).clone()))
+        .await
+        .expect("GET")
+}
+
+/// One HSET of partition `p` fenced by `holder`, as a store sends it.
+fn fenced_hset(p: u32, holder: &str) -> Routed {
+    let key = layout::timers_key(p);
+    let hset = redis::cmd("HSET")
+        .arg(&key)
+        .arg("t/k")
+        .arg("1 2 {}")
+        .clone();
+    fence::fenced(p, holder, &[&key], &[hset]).expect("one slot")
+}
+
+/// Sends a write of partition `p` fenced by `stale` and one fenced by `holder`: the first is
+/// refused, the second lands.
+async fn only_the_holder_writes(c: &mut ClusterClient, p: u32, stale: &str, holder: &str) {
+    let refused = c.query(fenced_hset(p, stale)).await.expect("answered");
+    assert!(fence::is_fenced(&refused), "{refused:?}");
+    let landed = c.query(fenced_hset(p, holder)).await.expect("answered");
+    assert_eq!(landed, Value::Array(vec![Value::Int(1)]));
+}
+
+/// `holder`'s acquisition of `p` alone, with the default leases.
+async fn acquire_one(c: &mut ClusterClient, holder: &str, p: u32) -> Acquired {
+    let mut answers = lease::acquire(c, holder, &[p], LeaseConfig::default())
+        .await
+        .expect("answered");
+    assert_eq!(answers.len(), 1);
+    answers.remove(0)
+}
+
+/// With replicas to wait for and none to confirm (every replica killed), an acquisition is
+/// applied on the master but never confirmed: the call gives up (bounded) and nothing is held.
+/// Asked again by the same incarnation, as a retry does, it recognises its own lease and takes
+/// it under a new epoch (not "taken" by itself, so it need not wait for it to lapse); another
+/// incarnation of the same node id finds it taken; a write fenced by the unconfirmed value is
+/// refused.
+#[test]
+fn an_unconfirmed_acquisition_is_not_held_and_asked_again_it_recognises_its_own_lease() {
+    let mut cluster = RedisCluster::start();
+    let masters = cluster.masters();
+    for n in cluster
+        .nodes
+        .iter_mut()
+        .filter(|n| !masters.contains(&n.port))
+    {
+        n.kill();
+    }
+    let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
+    on_executor(async {
+        let mut waiting = ClusterClient::connect(punctual::store::redis::cluster::ClusterConfig {
+            wait_replicas: 1,
+            retry_for: Duration::from_secs(2),
+            ..cfg.clone()
+        })
+        .await
+        .expect("a slot map");
+        let mut plain = ClusterClient::connect(cfg.clone())
+            .await
+            .expect("a slot map");
+        let p = 23;
+        let me = lease::incarnation("127.0.0.1:17006");
+        let started = Instant::now();
+        let unconfirmed = lease::acquire(&mut waiting, &me, &[p], LeaseConfig::default()).await;
+        assert!(
+            matches!(unconfirmed, Err(LeaseError::Cluster(_))),
+            "not confirmed, not held: {unconfirmed:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "gave up, bounded"
+        );
+        let Value::BulkString(first) = get(&mut plain, &layout::lease_key(p)).await else {
+            panic!("the master applied the acquisition");
+        };
+        let first = String::from_utf8(first).expect("UTF-8");
+        let first_epoch: u64 = first
+            .strip_prefix(&format!("{me}:"))
+            .and_then(|e| e.parse().ok())
+            .expect("this incarnation's value");
+
+        let again = lease::incarnation("127.0.0.1:17006");
+        assert_ne!(again, me);
+        assert_eq!(
+            acquire_one(&mut plain, &again, p).await,
+            Acquired::Taken(first.clone()),
+            "another incarnation of the node does not take it"
+        );
+        let mine = match acquire_one(&mut plain, &me, p).await {
+            Acquired::Held(l) => l,
+            other => panic!("its own lease not recognised: {other:?}"),
+        };
+        assert!(mine.epoch > first_epoch, "under a new epoch: {mine:?}");
+        assert_eq!(mine.holder(), format!("{me}:{}", mine.epoch));
+        assert_eq!(
+            get(&mut plain, &layout::lease_key(p)).await,
+            Value::BulkString(mine.holder().as_bytes().to_vec())
+        );
+        only_the_holder_writes(&mut plain, p, &first, mine.holder()).await;
+    });
+}
+
+/// An epoch handed out twice (a failover lost the acquisition and its `INCR`, here played by
+/// deleting the lease and setting the epoch counter back) still gives two incarnations of one
+/// node id two lease values: a write fenced by the first is refused under the second's lease.
+#[test]
+fn two_incarnations_of_one_node_never_share_a_lease_value_even_under_one_epoch() {
+    let cluster = RedisCluster::start();
+    on_executor(async {
+        let mut c = client(&cluster).await;
+        let node = "127.0.0.1:17007";
+        let (old, new) = (lease::incarnation(node), lease::incarnation(node));
+        let p = 29;
+        let Acquired::Held(first) = acquire_one(&mut c, &old, p).await else {
+            panic!("a free partition is acquired");
+        };
+        let (lease_key, epoch_key) = (layout::lease_key(p), layout::epoch_key(p));
+        let lost = [
+            Routed::new(&lease_key, redis::cmd("DEL").arg(&lease_key).clone()),
+            Routed::new(
+                &epoch_key,
+                redis::cmd("SET")
+                    .arg(&epoch_key)
+                    .arg(first.epoch - 1)
+                    .clone(),
+            ),
+        ];
+        c.pipeline(&lost).await.expect("DEL, SET");
+        let Acquired::Held(second) = acquire_one(&mut c, &new, p).await else {
+            panic!("a free partition is acquired");
+        };
+        assert_eq!(second.epoch, first.epoch, "the epoch handed out twice");
+        assert_ne!(second.holder(), first.holder());
+        only_the_holder_writes(&mut c, p, first.holder(), second.holder()).await;
+    });
 }

@@ -2,13 +2,26 @@
 //!
 //! # In Redis
 //!
-//! Partition p's lease is the key `punctual:{pN}:lease` holding `<node>:<epoch>` with a TTL
-//! (3 s by default), in p's own slot beside its data. An acquisition is a script that, only
-//! if the key is absent, `INCR`s `punctual:{pN}:epoch` (never deleted, so an epoch is never
-//! handed out twice) and sets the lease to `<node>:<new epoch>` with the TTL. A renewal
-//! (about every second) resets the TTL only if the value is still the renewer's; a release
-//! deletes it only if it is. Every write for p is wrapped in the fence
+//! Partition p's lease is the key `punctual:{pN}:lease` holding `<node>/<nonce>:<epoch>` with
+//! a TTL (3 s by default), in p's own slot beside its data. `<node>/<nonce>` names the process
+//! incarnation ([`incarnation`]): a restarted node writes under another nonce. An acquisition
+//! is a script that, only if the key is absent or holds this incarnation's own value,
+//! `INCR`s `punctual:{pN}:epoch` (never deleted, so an epoch is never handed out twice while
+//! the key survives) and sets the lease to `<node>/<nonce>:<new epoch>` with the TTL. A
+//! renewal (about every second) resets the TTL only if the value is still the renewer's; a
+//! release deletes it only if it is. Every write for p is wrapped in the fence
 //! (`store::redis::cluster::fence`), which checks the same value on the same master.
+//!
+//! # Through a failover
+//!
+//! Redis replicates asynchronously: an acquisition acknowledged by a master that dies before
+//! its replica read it is lost with the `INCR`, and the promoted replica could hand the same
+//! epoch out again. Two guards: with `--redis-wait-replicas` ≥ 1 the client ends each
+//! pipeline with `WAIT` and asks an unconfirmed acquisition again (it then finds its own
+//! value and takes a new epoch; it is never answered "taken" by itself), so an acquisition
+//! counts only once a replica has it; and the nonce makes the values of two incarnations
+//! differ even under one epoch, so a write fenced by one is never accepted under the other's
+//! lease.
 //!
 //! # On the node
 //!
@@ -76,7 +89,7 @@ impl LeaseConfig {
 pub struct Lease {
     pub partition: u32,
     pub epoch: u64,
-    /// `<node>:<epoch>`: the lease key's value while this node holds it.
+    /// `<node>/<nonce>:<epoch>`: the lease key's value while this node holds it.
     holder: Arc<str>,
     deadline: Instant,
 }
@@ -101,10 +114,16 @@ impl Lease {
     /// leases.
     #[cfg(test)]
     pub(crate) fn until(partition: u32, deadline: Instant) -> Lease {
+        Lease::under(partition, 1, deadline)
+    }
+
+    /// [`Lease::until`] under `epoch` (holder `n:<epoch>`).
+    #[cfg(test)]
+    pub(crate) fn under(partition: u32, epoch: u64, deadline: Instant) -> Lease {
         Lease {
             partition,
-            epoch: 1,
-            holder: "n:1".into(),
+            epoch,
+            holder: format!("n:{epoch}").into(),
             deadline,
         }
     }
@@ -112,6 +131,12 @@ impl Lease {
     /// Whether the node may still act on the partition at `now`.
     pub fn valid_at(&self, now: Instant) -> bool {
         now < self.deadline
+    }
+
+    /// The lease is known lost at `at` (a renewal or a fenced write found another value in
+    /// Redis): whatever the local deadline said, it is not acted on from then on.
+    pub(crate) fn lost_at(&mut self, at: Instant) {
+        self.deadline = at.min(self.deadline);
     }
 
     /// `commands` (touching `keys`, all in the partition's slot) as one fenced write, or
@@ -136,7 +161,7 @@ impl Lease {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Acquired {
     Held(Lease),
-    /// Another holder's value (`<node>:<epoch>`).
+    /// Another holder's value (`<node>/<nonce>:<epoch>`).
     Taken(String),
 }
 
@@ -153,16 +178,39 @@ pub enum LeaseError {
     Fence(#[from] FenceError),
 }
 
+/// Takes the lease if the key is absent, or if it holds this incarnation's own value under
+/// some epoch (an acquisition asked again after its `WAIT` went unconfirmed or its reply was
+/// lost, or a lease of ours whose release did not get through): then under a new epoch, never
+/// the one found, since writes may still be queued under that one.
 const ACQUIRE: &str = r"
+local mine = ARGV[1] .. ':'
 local held = redis.call('GET', KEYS[1])
-if held then
+if held and not (string.sub(held, 1, #mine) == mine and string.match(string.sub(held, #mine + 1), '^%d+$')) then
   return {0, held}
 end
 local epoch = redis.call('INCR', KEYS[2])
-local value = ARGV[1] .. ':' .. epoch
+local value = mine .. epoch
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return {epoch, value}
 ";
+
+/// The prefix of every lease value this process incarnation writes for `node`:
+/// `<node>/<nonce>`, the nonce (16 hex digits) drawn from the process's random hash keys
+/// (seeded by the operating system), the wall clock and the process id. A restarted process
+/// with the same node id draws another, so the lease values of two incarnations never
+/// coincide, even under an epoch handed out twice (an `INCR` lost in a failover): a write
+/// queued by one is never accepted under the other's lease, and an acquisition recognises
+/// only its own incarnation's lease.
+pub fn incarnation(node: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(since_epoch);
+    h.write_u32(std::process::id());
+    format!("{node}/{:016x}", h.finish())
+}
 
 const RENEW: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -180,10 +228,14 @@ end
 return 0
 ";
 
-/// Tries to acquire each of `partitions` for `node`, in one pipeline per master.
+/// Tries to acquire each of `partitions` for the incarnation `holder` (its lease values are
+/// `<holder>:<epoch>`; a node passes [`incarnation`]), in one pipeline per master. With a
+/// client that waits for replicas (`wait_replicas` ≥ 1) an acquisition counts only once the
+/// replicas confirmed it: unconfirmed, it is asked again (and recognises its own lease, taken
+/// under a new epoch) until the client gives up, and then the call fails and nothing is held.
 pub async fn acquire(
     client: &mut ClusterClient,
-    node: &str,
+    holder: &str,
     partitions: &[u32],
     cfg: LeaseConfig,
 ) -> Result<Vec<Acquired>, LeaseError> {
@@ -195,7 +247,7 @@ pub async fn acquire(
                 .arg(2)
                 .arg(lease_key(p))
                 .arg(epoch_key(p))
-                .arg(node)
+                .arg(holder)
                 .arg(cfg.ttl_ms())
                 .clone();
             Routed::new(lease_key(p), cmd)
@@ -248,7 +300,7 @@ pub async fn renew(
             lease.deadline = cfg.deadline(sent);
         } else {
             // Whatever the local deadline said, the lease is gone: act on nothing more.
-            lease.deadline = sent.min(lease.deadline);
+            lease.lost_at(sent);
         }
         out.push(held);
     }
@@ -320,5 +372,20 @@ mod tests {
                 epoch: 7
             })
         ));
+    }
+
+    #[test]
+    fn two_incarnations_of_one_node_never_share_a_prefix() {
+        let node = "10.0.0.5:7480";
+        let mut seen: Vec<String> = (0..1_000).map(|_| incarnation(node)).collect();
+        for i in &seen {
+            let nonce = i
+                .strip_prefix("10.0.0.5:7480/")
+                .expect("the node's id first");
+            assert!(nonce.len() == 16 && nonce.bytes().all(|b| b.is_ascii_hexdigit()));
+        }
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 1_000, "each incarnation its own nonce");
     }
 }

@@ -21,10 +21,13 @@
 //! a partition valid now and not told is `gained`; one told and no longer valid (released,
 //! lost at renewal, or past its local deadline) is `lost`. So a release is told before it is
 //! sent, a lease that lapsed locally is told lost at the next round (at most one round late:
-//! whoever acts on a partition checks [`Holdings::valid`] too). A lease that lapsed locally is
-//! never renewed or put back under its epoch, even when a renewal lands just after the lapse:
-//! it is released, and acquired again (in the same round, or the next) under a new epoch, then
-//! gained and loaded afresh. Writes are fenced by the holder they were queued under
+//! whoever acts on a partition checks [`Holdings::valid`] too). A store whose write was refused
+//! with `FENCED` cuts the lease it was fenced by to now (`Holders::fenced`, only if the slot
+//! still holds that very holder value) and wakes the loop, which tells it lost at once and at
+//! its next round releases it as a lapse. A lease that
+//! lapsed locally is never renewed or put back under its epoch, even when a renewal lands just
+//! after the lapse: it is released, and acquired again (in the same round, or the next) under
+//! a new epoch, then gained and loaded afresh. Writes are fenced by the holder they were queued under
 //! (`store::redis::clustered`), so one queued under the lapsed lease is refused rather than
 //! landing behind the new load's back.
 //!
@@ -90,6 +93,9 @@ use std::time::{Duration, Instant};
 pub struct NodeConfig {
     /// This node's record (its id is its advertised address).
     pub me: NodeRecord,
+    /// This process incarnation's lease values' prefix, `<id>/<nonce>` (`lease::incarnation`):
+    /// the leases it acquires are `<holder>:<epoch>`.
+    pub holder: String,
     /// Time between the starts of two rounds.
     pub round: Duration,
     /// How long this node's heartbeat lasts without another.
@@ -101,6 +107,7 @@ impl NodeConfig {
     /// One round a second, a 3 s heartbeat and 3 s leases (a tenth of it as drift margin).
     pub fn new(me: NodeRecord) -> NodeConfig {
         NodeConfig {
+            holder: lease::incarnation(&me.id),
             me,
             round: Duration::from_secs(1),
             member_ttl: Duration::from_secs(3),
@@ -117,6 +124,9 @@ pub struct NodeStats {
     /// Leases found lost at renewal (another value, or gone).
     pub losses_total: AtomicU64,
     pub releases_total: AtomicU64,
+    /// Partitions dropped at once because a write fenced by their lease was answered `FENCED`
+    /// (another value in the lease key), before the lease's local deadline or next renewal.
+    pub fenced_drops_total: AtomicU64,
     /// Rounds whose heartbeat or lease calls failed.
     pub round_errors_total: AtomicU64,
     /// Live nodes at the last good heartbeat.
@@ -131,6 +141,9 @@ pub struct Holdings {
     /// Where each partition's requests go, by the live set of the last good heartbeat
     /// (`routing`): published by the loop, read by the API to forward.
     pub routing: RoutingTable,
+    /// Notified when a fenced write cut a lease (`Holders::fenced`): the loop, waiting for its
+    /// next round, tells the loss at once.
+    cut: event_listener::Event,
 }
 
 impl Default for Holdings {
@@ -139,6 +152,7 @@ impl Default for Holdings {
             slots: (0..PARTITIONS).map(|_| Mutex::new(None)).collect(),
             stats: NodeStats::default(),
             routing: RoutingTable::default(),
+            cut: event_listener::Event::new(),
         }
     }
 }
@@ -215,6 +229,35 @@ impl Holders for Holdings {
         let now = Instant::now();
         self.slot(partition)
             .is_some_and(|s| s.as_ref().is_some_and(|l| l.valid_at(now)))
+    }
+
+    /// The lease `holder` of `partition` is lost (a write fenced by it was refused): it is cut
+    /// to now, so no one acts on it from here, and the loop is woken to tell it lost at once;
+    /// at its next round it finds it lapsed and releases it like any lapse. A lease of the partition under another
+    /// value (acquired since, under a later epoch) is left alone.
+    fn fenced(&self, partition: u32, holder: &str) {
+        let Some(mut slot) = self.slot(partition) else {
+            return;
+        };
+        let now = Instant::now();
+        let Some(lease) = slot
+            .as_mut()
+            .filter(|l| l.holder() == holder && l.valid_at(now))
+        else {
+            return;
+        };
+        lease.lost_at(now);
+        let epoch = lease.epoch;
+        drop(slot);
+        self.stats
+            .fenced_drops_total
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            partition,
+            epoch,
+            "node: a write was fenced: the lease is held elsewhere; the partition is dropped now"
+        );
+        self.cut.notify(usize::MAX);
     }
 }
 
@@ -381,9 +424,16 @@ pub async fn run(
             tracing::warn!(%reason, "node: a round of heartbeat and leases did not complete");
         }
         let next = started + cfg.round;
-        let now = Instant::now();
-        if next > now {
-            glommio::timer::sleep(next - now).await;
+        // Until the next round, a lease that a fenced write cut is told lost at once (the
+        // shards then drop the partition), not up to a round later.
+        loop {
+            let cut = holdings.cut.listen();
+            told.tell(holdings, partitions, Instant::now());
+            let now = Instant::now();
+            if next <= now || stop.load(Ordering::Acquire) {
+                break;
+            }
+            futures_lite::future::or(glommio::timer::sleep(next - now), cut).await;
         }
     }
     leave(&mut client, cfg, holdings, partitions, &mut told).await;
@@ -515,7 +565,7 @@ async fn round(
         }
     }
     if !plan.acquire.is_empty() {
-        match lease::acquire(client, &cfg.me.id, &plan.acquire, cfg.lease).await {
+        match lease::acquire(client, &cfg.holder, &plan.acquire, cfg.lease).await {
             Ok(answers) => {
                 for answer in answers {
                     if let Acquired::Held(l) = answer {
@@ -586,6 +636,35 @@ mod tests {
         told.tell(&h, &heard, Instant::now());
         assert_eq!(*heard.0.borrow(), ["gained 3", "gained 4", "lost 4"]);
         assert!(!h.renewed(Lease::until(PARTITIONS, later)), "out of range");
+    }
+
+    #[test]
+    fn a_fenced_write_drops_its_own_lease_at_once_and_never_a_later_one() {
+        let h = Holdings::default();
+        let heard = Heard::default();
+        let mut told = Told::new();
+        let later = Instant::now() + Duration::from_secs(60);
+        h.put(Lease::under(3, 7, later));
+        h.put(Lease::under(4, 9, later));
+        told.tell(&h, &heard, Instant::now());
+        // A write queued under epoch 8 of partition 4 was refused: epoch 9 is another lease.
+        h.fenced(4, "n:8");
+        assert!(h.holds(4) && h.valid(4, Instant::now()).is_some());
+        h.fenced(3, "n:7");
+        assert!(!h.holds(3) && h.holder(3).is_none());
+        assert!(h.valid(3, Instant::now()).is_none(), "dropped now");
+        assert!(h.holds(4), "the other partition is untouched");
+        h.fenced(3, "n:7");
+        h.fenced(PARTITIONS, "n:7");
+        assert_eq!(
+            h.stats.fenced_drops_total.load(Ordering::Relaxed),
+            1,
+            "counted once"
+        );
+        // Its renewal, answered held before the fence, does not bring it back.
+        assert!(!h.renewed(Lease::under(3, 7, later)));
+        told.tell(&h, &heard, Instant::now());
+        assert_eq!(*heard.0.borrow(), ["gained 3", "gained 4", "lost 3"]);
     }
 
     #[test]

@@ -221,6 +221,7 @@ async fn run_shard(seed: ShardSeed) {
         },
         spent: Default::default(),
         gate: Gate::new(holders),
+        purging: None,
     };
     shard.publish_initial();
     if let Some(hook) = hook {

@@ -15,6 +15,7 @@ use crate::clock::TimeSource;
 use crate::error::Error;
 use crate::metrics::DeliveryMetrics;
 use crate::op::{Cancelled, DeadInfo, Reply, Scheduled};
+use crate::partition::partition_of;
 use crate::sink::webhook::redriven;
 use crate::sink::{Followup, Followups, Next};
 use crate::store::Ack;
@@ -93,7 +94,15 @@ impl<S: TimeSource> Shard<S> {
     fn apply_followup(&mut self, f: Followup) {
         let identity = f.timer.identity();
         let current = self.table.get(identity);
-        if !current.is_some_and(|v| v.version == f.version && v.timer.meta() == f.timer.meta()) {
+        // A timer of a partition being purged is gone already, or about to be: a re-armed
+        // entry could land below the purge's cursor and escape it (`partitions.rs`).
+        let purged = self
+            .purging
+            .as_ref()
+            .is_some_and(|p| p.covers(partition_of(f.timer.tenant(), f.timer.key())));
+        if purged
+            || !current.is_some_and(|v| v.version == f.version && v.timer.meta() == f.timer.meta())
+        {
             // Cancelled, replaced or moved on since: not ours to change. A wake it leaves
             // unused is passed on, so the slot it stood for is not left idle.
             if f.next == Next::Wake {

@@ -20,7 +20,9 @@
 //! the loop, which tells the lease lost and acquires it again under a new epoch, hands the
 //! shard a fresh load.
 //! Why both: the loop tells a lapse at its next round, up to a second late, while the local
-//! deadline is exact; and a lease may be valid before its records arrive.
+//! deadline is exact; and a lease may be valid before its records arrive. A write refused with
+//! `FENCED` cuts its lease in the holders at once (`Holders::fenced`), so the gate closes
+//! on the next op or fire after the refusal, not at the next round.
 //!
 //! # Cost
 //!
@@ -130,6 +132,17 @@ impl Gate {
     /// `partition`'s records were just loaded: it is open while its lease holds.
     pub fn loaded(&mut self, partition: u32) {
         self.set(partition, true);
+    }
+
+    /// `partition`'s purge began: it is not acted on, and may still hold timers until the
+    /// purge ends ([`Gate::dropped`] or [`Gate::loaded`]).
+    pub fn closing(&mut self, partition: u32) {
+        if let Some(l) = self.loaded.get_mut(partition as usize) {
+            if *l {
+                *l = false;
+                self.count = self.count.saturating_sub(1);
+            }
+        }
     }
 
     /// `partition` was purged and is not acted on.

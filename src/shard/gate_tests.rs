@@ -90,7 +90,7 @@ fn load(s: &mut Shard<FakeSource>, p: u32, keys: &[&str], at: UtcMicros) {
         })
         .collect();
     s.ring.control(p, Control::Load(records));
-    assert_eq!(s.take_controls(), 1);
+    assert_eq!(s.take_controls(None), 1);
 }
 
 /// Loads `keys` into `p` and `other` into `q`, all due at `at`.
@@ -243,7 +243,7 @@ fn a_load_replaces_the_partition_and_a_drop_forgets_it_without_firing_or_writing
     load(&mut s, p, &[&keys[0]], later);
     assert_eq!((s.table.len(), quota.pending()), (2, 2));
     s.ring.control(p, Control::Drop);
-    assert_eq!(s.take_controls(), 1);
+    assert_eq!(s.take_controls(None), 1);
     assert_eq!((s.table.len(), quota.pending()), (1, 1));
     assert!(get(&mut s, &keys[0]).is_err() && get(&mut s, &other) == Ok(true));
     src.advance(Duration::from_secs(61));
@@ -265,7 +265,7 @@ fn a_shard_without_holders_ignores_loads_and_drops() {
     let later = UtcMicros(s.clock.now().as_micros().0 + 60_000_000);
     assert_eq!(schedule(&mut s, "a", later), Ok(()));
     s.ring.control(partition_of("t", "a"), Control::Drop);
-    assert_eq!(s.take_controls(), 0);
+    assert_eq!(s.take_controls(None), 0);
     assert_eq!(get(&mut s, "a"), Ok(true));
 }
 
@@ -299,7 +299,7 @@ fn a_loaded_dead_letter_is_listed_and_a_drop_takes_it_out_of_the_listing_and_the
         deadline: UtcMicros(1),
     };
     s.ring.control(p, Control::Load(vec![loaded]));
-    assert_eq!(s.take_controls(), 1);
+    assert_eq!(s.take_controls(None), 1);
     assert_eq!(dead_keys(&mut s), [keys[0].clone()]);
     assert_eq!(
         (s.table.len(), quota.pending()),
@@ -307,8 +307,63 @@ fn a_loaded_dead_letter_is_listed_and_a_drop_takes_it_out_of_the_listing_and_the
         "a letter, not a timer"
     );
     s.ring.control(p, Control::Drop);
-    assert_eq!(s.take_controls(), 1);
+    assert_eq!(s.take_controls(None), 1);
     assert!(dead_keys(&mut s).is_empty());
     assert_eq!(quota.pending(), 0);
     assert!(store.0.borrow().is_empty(), "nothing written");
+}
+
+/// A purge stopped by its slice goes on at the next pass; meanwhile the partition is closed
+/// (no op admitted, no follow-up applied, which could re-arm one of its timers out of the
+/// purge's reach), the other partition is served, and the load waiting on it applies only once
+/// every old timer is gone.
+#[test]
+fn a_purge_goes_on_in_slices_and_its_partition_stays_closed_until_it_ends() {
+    use crate::cooperate::Slice;
+    use crate::sink::{Followup, Next};
+    use crate::wheel::PURGE_CHECK;
+    let n = 3 * PURGE_CHECK as usize;
+    let (src, held, (p, keys), (q, other)) = two(n);
+    let (mut s, store, quota) = gated(&src, &held);
+    let later = UtcMicros(s.clock.now().as_micros().0 + 60_000_000);
+    load_two(&mut s, (p, &keys), (q, &other), later);
+    assert_eq!(quota.pending(), n as i64 + 1);
+    let over = || {
+        let slice = Slice::begin();
+        while !slice.is_over() {
+            std::hint::spin_loop();
+        }
+        Some(slice)
+    };
+    s.ring.control(p, Control::Load(Vec::new()));
+    assert_eq!(s.take_controls(over()), 1, "under way");
+    assert!(s.purging.is_some());
+    let left = s.table.len();
+    assert!(left > 1 && left < n + 1, "stopped part way: {left} left");
+    assert_eq!(
+        get(&mut s, &keys[n - 1]),
+        Err(Error::PartitionNotHeld { partition: p })
+    );
+    assert!(schedule(&mut s, &keys[0], later).is_err());
+    assert_eq!(get(&mut s, &other), Ok(true), "q is served meanwhile");
+    s.deliveries.inbox.send(Followup {
+        timer: timer(&keys[n - 1]),
+        version: 5,
+        next: Next::Reschedule {
+            after: Duration::from_secs(1),
+            meta: Vec::new(),
+        },
+    });
+    assert_eq!(s.follow_up(), 1);
+    assert!(store.0.borrow().is_empty(), "the follow-up was not applied");
+    let mut passes = 1;
+    while s.purging.is_some() {
+        s.take_controls(over());
+        passes += 1;
+        assert!(passes <= n, "the purge ends");
+    }
+    assert!(passes >= 3, "{passes} passes");
+    assert_eq!((s.table.len(), quota.pending()), (1, 1));
+    assert_eq!(get(&mut s, &keys[0]), Ok(false), "loaded (empty) and open");
+    assert_eq!(schedule(&mut s, &keys[0], later), Ok(()));
 }

@@ -194,6 +194,9 @@ pub(crate) struct Shard<S: TimeSource> {
     /// Which partitions the shard may act on (`gate.rs`): all of them, but on a cluster of
     /// nodes.
     pub gate: gate::Gate,
+    /// The purge of partitions being loaded or dropped, while it goes on in slices
+    /// (`partitions.rs`).
+    pub purging: Option<partitions::Purge>,
 }
 
 impl<S: TimeSource> Shard<S> {
@@ -210,7 +213,7 @@ impl<S: TimeSource> Shard<S> {
         if self.recover().await {
             let fire_budget = if cooperative { FIRE_BATCH } else { usize::MAX };
             while !self.stop.load(Ordering::Acquire) {
-                let drained = self.take_controls()
+                let drained = self.take_controls(cooperative.then(Slice::begin))
                     + self.drain(cooperative.then(Slice::begin))
                     + self.follow_up();
                 let t = self.clock.source().ticks_now();

@@ -19,40 +19,88 @@
 //!
 //! The shard takes every control waiting (`Ring::take_controls`, at most one per partition)
 //! at the start of a pass, before the ring's ops, so an op that arrived after a load is applied
-//! after it. Every partition of the pass that may hold something is purged in one look at the
-//! table's slab and one at the dead letters, however many partitions change at once: O(slab),
-//! each live entry's key hashed to its partition (a read of the timer's bytes, often a cache
-//! miss), in one go on the shard's thread, not in slices as the fire pass is; at millions of
-//! timers on a shard that holds the thread for a noticeable pause. It happens only when a
-//! partition that was loaded is dropped or reloaded (a lost lease, a rebalance), once per pass
-//! for all of them; a partition never loaded is not looked for. The
-//! inserts cost what recovery's cost (a table insert each); the records' bytes were packed on
-//! the loop's thread. A load of a large partition holds the shard's thread for its inserts: a
-//! partition holds about 1/1,024 of the cluster's timers.
+//! after it. Every partition of the pass that may hold something is purged in one walk over
+//! the table's slab: O(slab), each live entry's key hashed to its partition (a read of the
+//! timer's bytes, often a cache miss). On a cooperative shard the walk goes in slices of about
+//! `cooperate::SLICE` (200 µs), one a pass, as the fire pass does, so the shard's other tasks
+//! and its ops of other partitions wait at most about a slice; without cooperation it goes in
+//! one go. While it goes on ([`Purge`]):
+//!
+//! - the purged partitions are closed in the gate (`Gate::closing`): their ops are refused and
+//!   their due timers leave unfired, so none of their timers enters the table behind the
+//!   walk's cursor;
+//! - a sink's follow-up of one of their timers is ignored (`delivery.rs`): a re-armed entry
+//!   could land below the cursor and escape the purge;
+//! - no other control is taken off the ring: they wait there (their partitions closed by the
+//!   ring's waiting bit), and the controls of the purge are applied once it ends (the loads'
+//!   inserts, then the gate opens them).
+//!
+//! The dead letters of the purged partitions leave in one look at the listing when the walk
+//! ends (not sliced). It happens only when a partition that was loaded is dropped or reloaded
+//! (a lost lease, a rebalance), once for every control taken together; a partition never
+//! loaded is not looked for. The inserts cost what recovery's cost (a table insert each); the
+//! records' bytes were packed on the loop's thread. A load of a large partition holds the
+//! shard's thread for its inserts (not sliced): a partition holds about 1/1,024 of the
+//! cluster's timers.
 
 use super::recover::Loader;
 use super::Shard;
 use crate::clock::TimeSource;
+use crate::cooperate::Slice;
 use crate::metrics::DeliveryMetrics;
 use crate::op::Control;
 use crate::partition::{partition_of, PARTITIONS};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
+/// A purge under way: the controls taken off the ring, applied once every timer of the
+/// partitions they purge has left the table.
+pub(crate) struct Purge {
+    /// Per partition: its timers leave (it may hold some and a control names it).
+    picked: Vec<bool>,
+    /// The slab index to go on from, and the bound it goes to (the slab's at the start: an
+    /// entry above it was inserted since, and is not of a picked partition).
+    next: u32,
+    bound: u32,
+    controls: BTreeMap<u32, Control>,
+    /// Timers removed so far.
+    timers: usize,
+}
+
+impl Purge {
+    /// Whether `partition`'s timers are being purged: nothing of it may enter the table.
+    pub(crate) fn covers(&self, partition: u32) -> bool {
+        self.picked
+            .get(partition as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+}
+
 impl<S: TimeSource> Shard<S> {
-    /// Applies the loads and drops waiting on the ring; how many.
-    pub(super) fn take_controls(&mut self) -> usize {
-        let controls = self.ring.take_controls();
-        if controls.is_empty() {
-            return 0;
+    /// Goes on with the purge under way, or takes the loads and drops waiting on the ring and
+    /// starts theirs; once the purge is done, applies them. With a `slice`, returns when it is
+    /// over (the purge goes on at the next pass); without one, in one go. How many controls
+    /// were applied, or 1 while a purge is still under way (the pass did work).
+    pub(super) fn take_controls(&mut self, slice: Option<Slice>) -> usize {
+        let mut purge = match self.purging.take() {
+            Some(p) => p,
+            None => {
+                let controls = self.ring.take_controls();
+                if controls.is_empty() || !self.gate.is_closed() {
+                    // Only a shard with the lease holders acts on partitions one by one.
+                    return 0;
+                }
+                self.begin_purge(controls)
+            }
+        };
+        if !self.purge_slice(&mut purge, slice) {
+            self.purging = Some(purge);
+            return 1;
         }
-        if !self.gate.is_closed() {
-            // Only a shard with the lease holders acts on partitions one by one.
-            return 0;
-        }
-        self.purge(&controls);
-        let n = controls.len();
-        for (partition, control) in controls {
+        self.finish_purge(&purge);
+        let n = purge.controls.len();
+        for (partition, control) in purge.controls {
             match control {
                 Control::Drop => self.gate.dropped(partition),
                 Control::Load(records) => {
@@ -96,24 +144,39 @@ impl<S: TimeSource> Shard<S> {
         n
     }
 
-    /// Forgets every timer and dead letter of the partitions in `controls` that may hold some,
-    /// in one look at each table.
-    fn purge(&mut self, controls: &BTreeMap<u32, Control>) {
+    /// The purge of the partitions in `controls` that may hold something: each is closed now
+    /// (no op admitted, no timer fired, no follow-up applied) until the purge ends.
+    fn begin_purge(&mut self, controls: BTreeMap<u32, Control>) -> Purge {
         let mut picked = vec![false; PARTITIONS as usize];
         let mut any = false;
         for &p in controls.keys() {
             if self.gate.is_filled(p) {
                 picked[p as usize] = true;
+                self.gate.closing(p);
                 any = true;
             }
         }
-        if !any {
-            return;
+        Purge {
+            picked,
+            next: 0,
+            bound: if any { self.table.slab_bound() } else { 0 },
+            controls,
+            timers: 0,
         }
-        let pick = |tenant: &str, key: &str| picked[partition_of(tenant, key) as usize];
+    }
+
+    /// Removes the picked partitions' timers from the table until `slice` is over; whether
+    /// the table is done.
+    fn purge_slice(&mut self, purge: &mut Purge, slice: Option<Slice>) -> bool {
+        if purge.next >= purge.bound {
+            return true;
+        }
+        let picked = &purge.picked;
         let (sinks, quotas) = (&mut self.sinks, &self.quotas);
-        let timers = self.table.purge(
-            |t| pick(t.tenant(), t.key()),
+        let next = self.table.purge_from(
+            purge.next,
+            purge.bound,
+            |t| picked[partition_of(t.tenant(), t.key()) as usize],
             |_, record| {
                 for sink in sinks.iter_mut() {
                     sink.forget(&record.timer);
@@ -122,7 +185,30 @@ impl<S: TimeSource> Shard<S> {
                     q.release();
                 }
             },
+            &mut purge.timers,
+            || slice.as_ref().is_some_and(Slice::is_over),
         );
+        match next {
+            Some(i) => {
+                purge.next = i;
+                false
+            }
+            None => {
+                purge.next = purge.bound;
+                true
+            }
+        }
+    }
+
+    /// The picked partitions' dead letters leave the listing, in one go (not sliced: one look
+    /// at the dead letters, usually far fewer than the pending timers).
+    fn finish_purge(&mut self, purge: &Purge) {
+        if !purge.picked.contains(&true) {
+            return;
+        }
+        let picked = &purge.picked;
+        let pick = |tenant: &str, key: &str| picked[partition_of(tenant, key) as usize];
+        let quotas = &self.quotas;
         let mut letters = 0usize;
         let metrics = &self.metrics;
         self.deliveries.dead.purge(pick, |letter| {
@@ -133,6 +219,11 @@ impl<S: TimeSource> Shard<S> {
             }
             DeliveryMetrics::add(&metrics.webhooks.tenant(tenant).dead, -1);
         });
-        tracing::debug!(shard = self.id, timers, letters, "partitions purged");
+        tracing::debug!(
+            shard = self.id,
+            timers = purge.timers,
+            letters,
+            "partitions purged"
+        );
     }
 }

@@ -56,6 +56,7 @@ fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<S>, Seen) {
         deliveries: Default::default(),
         spent: Default::default(),
         gate: Default::default(),
+        purging: None,
     };
     (shard, seen)
 }

@@ -87,7 +87,7 @@ use slab::Slab;
 
 pub use rearm::Fate;
 pub use slab::EntryRef;
-pub use table::{TimerRecord, TimerTable, TimerView, UpsertError, Upserted};
+pub use table::{TimerRecord, TimerTable, TimerView, UpsertError, Upserted, PURGE_CHECK};
 
 /// Number of levels; 9 levels of 6 bits cover 2^54 µs, about 571 years.
 pub const LEVELS: usize = 9;

@@ -77,6 +77,11 @@ pub struct TimerTable {
     record_min: usize,
 }
 
+/// Slab entries a sliced purge looks at between two asks whether to stop
+/// ([`TimerTable::purge_from`]): a few nanoseconds each, a few microseconds between asks, so
+/// the ask (a clock read, about 20 ns) costs about 1%.
+pub const PURGE_CHECK: u32 = 256;
+
 /// A poll removes its fired timers' index entries one by one (a random probe each, about
 /// 100 ns at a million timers) up to `pending / SWEEP_RATIO` of them; past that, one
 /// sequential sweep of the index's buckets (a bit test each, a few ns) is cheaper.
@@ -255,15 +260,43 @@ impl TimerTable {
     /// Removes every pending timer that `pick` picks, handing each to `removed` with its
     /// deadline; how many. One look at every slab entry handed out so far (O(slab), a few
     /// nanoseconds an entry), so it is for rare events (a partition dropped or reloaded), never
-    /// for the firing path; a caller purges many groups of timers in one call.
+    /// for the firing path; a caller purges many groups of timers in one call, or in slices
+    /// with [`TimerTable::purge_from`].
     pub fn purge(
         &mut self,
+        pick: impl FnMut(&PackedTimer) -> bool,
+        removed: impl FnMut(UtcMicros, TimerRecord),
+    ) -> usize {
+        let mut n = 0;
+        self.purge_from(0, self.slab_bound(), pick, removed, &mut n, || false);
+        n
+    }
+
+    /// Slab entries handed out so far: a purge looks at the indexes below it.
+    pub fn slab_bound(&self) -> u32 {
+        u32::try_from(self.wheel.index_bound()).unwrap_or(u32::MAX)
+    }
+
+    /// [`TimerTable::purge`] of the slab entries from index `from` up to `bound`, adding how
+    /// many it removed to `n`, and stopping once `stop` answers true (asked every
+    /// [`PURGE_CHECK`] entries): the index to go on from, or `None` once `bound` is reached.
+    /// Indexes are stable, so a purge may go on later from where it stopped; an entry
+    /// inserted meanwhile below that index is not looked at (the caller keeps the picked
+    /// timers out of the table until the purge ends).
+    pub fn purge_from(
+        &mut self,
+        from: u32,
+        bound: u32,
         mut pick: impl FnMut(&PackedTimer) -> bool,
         mut removed: impl FnMut(UtcMicros, TimerRecord),
-    ) -> usize {
-        let bound = u32::try_from(self.wheel.index_bound()).unwrap_or(u32::MAX);
-        let mut n = 0;
-        for i in 0..bound {
+        n: &mut usize,
+        mut stop: impl FnMut() -> bool,
+    ) -> Option<u32> {
+        let bound = bound.min(self.slab_bound());
+        for i in from..bound {
+            if i > from && (i - from) % PURGE_CHECK == 0 && stop() {
+                return Some(i);
+            }
             let hash = match self.wheel.get_index(i) {
                 Some((_, r)) if pick(&r.timer) => self.hash(r.timer.identity()),
                 _ => continue,
@@ -271,10 +304,10 @@ impl TimerTable {
             self.index.remove(hash, |j| j == i);
             if let Some((deadline, _)) = self.wheel.get_index(i) {
                 removed(deadline, self.wheel.remove_index(i));
-                n += 1;
+                *n += 1;
             }
         }
-        n
+        None
     }
 
     /// The pending timer in `slot` (from [`Upserted::slot`]), without a lookup by key.
@@ -507,6 +540,40 @@ mod tests {
         assert_eq!(fired.len(), 33);
         assert!(fired.iter().any(|k| k == "k3") && !fired.iter().any(|k| k == "k7"));
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_purge_in_slices_stops_when_told_and_goes_on_to_remove_what_one_purge_would() {
+        let n = 3 * PURGE_CHECK as u64 + 10;
+        let mut t = TimerTable::new(UtcMicros(0), n as usize);
+        for i in 0..n {
+            t.upsert(packed(&format!("k{i}")), UtcMicros(10 + i), UtcMicros(0))
+                .expect("room");
+        }
+        let bound = t.slab_bound();
+        let (mut from, mut steps, mut removed) = (0, 0, 0);
+        loop {
+            steps += 1;
+            let next = t.purge_from(
+                from,
+                bound,
+                |timer| timer.key().ends_with('3'),
+                |_, _| {},
+                &mut removed,
+                || true,
+            );
+            match next {
+                Some(i) => {
+                    assert_eq!(i, from + PURGE_CHECK, "one check's worth a step");
+                    from = i;
+                }
+                None => break,
+            }
+        }
+        assert_eq!(steps, 4);
+        let threes = (0..n).filter(|i| i % 10 == 3).count();
+        assert_eq!((removed, t.len()), (threes, n as usize - threes));
+        assert_eq!(t.purge(|timer| timer.key().ends_with('3'), |_, _| {}), 0);
     }
 
     #[test]

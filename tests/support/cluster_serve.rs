@@ -233,7 +233,7 @@ impl<'a> Reader<'a> {
 
     /// The partitions whose lease key names `node` as its holder now.
     pub fn leases_of(&mut self, node: &str) -> Vec<u32> {
-        let prefix = format!("{node}:");
+        let prefix = format!("{node}/");
         (0..PARTITIONS)
             .filter(|&p| {
                 let v: Option<String> = redis::cmd("GET")

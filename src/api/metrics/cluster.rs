@@ -64,6 +64,11 @@ pub(super) fn encode_cluster(
             &s.releases_total,
         ),
         (
+            "punctual_cluster_fenced_drops",
+            "Partitions dropped at once because a write under their lease was answered FENCED (the lease key held another value)",
+            &s.fenced_drops_total,
+        ),
+        (
             "punctual_cluster_round_errors",
             "Rounds of heartbeat and leases that did not complete",
             &s.round_errors_total,

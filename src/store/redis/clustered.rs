@@ -40,7 +40,10 @@
 //!
 //! A script answered `FENCED` (another node holds the partition's lease) applies nothing; its
 //! entries are answered `StoreUnavailable` and dropped from the outbox, not sent again: the
-//! partition's new owner has its records and fires them. With a holder source but no holder
+//! partition's new owner has its records and fires them. The holder source is told which
+//! lease was refused (`Holders::fenced`, with the holder the script was fenced by), so the
+//! node stops acting on the partition at once rather than at that lease's local deadline; a
+//! later lease of the partition, under another value, is not touched. With a holder source but no holder
 //! for a partition, nothing is sent for it, with the same outcome.
 //!
 //! # What runs where, and what grows
@@ -77,7 +80,7 @@ use std::time::{Duration, Instant};
 
 const BACKOFF_START: Duration = Duration::from_millis(10);
 
-/// Who holds each partition's lease, for fenced writes: `<node>:<epoch>`, or `None` when this
+/// Who holds each partition's lease, for fenced writes: `<node>/<nonce>:<epoch>`, or `None` when this
 /// node does not hold the partition (its writes are then not sent). Given by the node's lease
 /// loop; a store without one (a single node, which owns every partition) writes unfenced.
 pub trait Holders: Send + Sync {
@@ -88,6 +91,13 @@ pub trait Holders: Send + Sync {
     fn holds(&self, partition: u32) -> bool {
         self.holder(partition).is_some()
     }
+
+    /// A write for `partition` fenced by `holder` was answered `FENCED`: the lease key holds
+    /// another value, so the lease `holder` names is lost, whatever its local deadline says.
+    /// From this call on, [`Holders::holder`] and [`Holders::holds`] must not name `holder`
+    /// for `partition` (a later lease of it, under another value, is left alone). Called on a
+    /// shard's thread, once per refused script: it must return at once.
+    fn fenced(&self, _partition: u32, _holder: &str) {}
 }
 
 pub(crate) async fn run(shared: Rc<RedisLink>, mut client: ClusterClient) {
@@ -249,6 +259,11 @@ fn settle_script(
                 group,
                 "FENCED: another node holds the partition's lease",
             );
+            // The lease this group was fenced by is lost: the node stops acting on the
+            // partition now, not at the lease's local deadline.
+            if let (Some(holders), Some(holder)) = (&shared.holders, &group.holder) {
+                holders.fenced(group.partition, holder);
+            }
             for &owner in &group.owners {
                 outcomes[owner] = Err(shared.unavailable());
             }
@@ -295,6 +310,8 @@ fn refuse(shared: &RedisLink, group: &Group, why: &str) {
 struct Group {
     partition: u32,
     owners: Vec<usize>,
+    /// The lease holder the commands were queued under (fenced writes only).
+    holder: Option<Arc<str>>,
 }
 
 /// A partition's part of a batch being planned: whose commands (entry indexes), the keys they
@@ -355,14 +372,20 @@ impl Plan {
         }
         for ((partition, holder), (owners, keys, cmds)) in parts {
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            let group = Group { partition, owners };
             // Fenced by the holder each entry was queued under, not by today's: a write queued
             // before this node lost and re-acquired the partition is refused, as it must be,
             // since the partition's new load did not see it (`docs/SCALING.md`).
             let script = if fenced {
-                holder.and_then(|holder| fence::fenced(partition, &holder, &keys, &cmds).ok())
+                holder
+                    .as_deref()
+                    .and_then(|holder| fence::fenced(partition, holder, &keys, &cmds).ok())
             } else {
                 fence::ordered(partition, &keys, &cmds).ok()
+            };
+            let group = Group {
+                partition,
+                owners,
+                holder,
             };
             match script {
                 Some(s) => {
@@ -515,12 +538,30 @@ mod tests {
         assert!(plan.unsent.is_empty());
     }
 
+    /// Records each `fenced` call: (partition, holder).
+    #[derive(Default)]
+    struct Told(std::sync::Mutex<Vec<(u32, String)>>);
+
+    impl Holders for Told {
+        fn holder(&self, _: u32) -> Option<Arc<str>> {
+            Some("n:1".into())
+        }
+        fn fenced(&self, partition: u32, holder: &str) {
+            if let Ok(mut t) = self.0.lock() {
+                t.push((partition, holder.to_string()));
+            }
+        }
+    }
+
     #[test]
-    fn a_script_reply_settles_each_entry_and_fenced_refuses_them_all() {
-        let shared = crate::store::redis::detached_link();
+    fn a_script_reply_settles_each_entry_and_fenced_refuses_them_all_and_tells_the_holders() {
+        let told = Arc::new(Told::default());
+        let mut shared = crate::store::redis::detached_link();
+        shared.holders = Some(told.clone());
         let group = Group {
             partition: 7,
             owners: vec![0, 1],
+            holder: Some("n:1".into()),
         };
         let mut out: Vec<Result<(), Error>> = vec![Ok(()), Ok(())];
         let wrongtype = redis::parse_redis_value(b"-WRONGTYPE no\r\n").expect("RESP");
@@ -537,6 +578,11 @@ mod tests {
             .expect("RESP");
         settle_script(&shared, &group, fenced, &mut out).expect("settled");
         assert!(out.iter().all(Result::is_err));
+        assert_eq!(
+            *told.0.lock().expect("not poisoned"),
+            [(7, "n:1".to_string())],
+            "the lease the writes were fenced by is told lost, once"
+        );
         let oom = redis::parse_redis_value(b"-OOM full\r\n").expect("RESP");
         assert!(
             settle_script(&shared, &group, oom, &mut out).is_err(),
@@ -544,5 +590,10 @@ mod tests {
         );
         let short = Value::Array(vec![Value::Int(1)]);
         assert!(settle_script(&shared, &group, short, &mut out).is_err());
+        assert_eq!(
+            told.0.lock().expect("not poisoned").len(),
+            1,
+            "only FENCED tells"
+        );
     }
 }
