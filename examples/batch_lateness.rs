@@ -8,7 +8,12 @@
 //! ```sh
 //! cargo build --release
 //! cargo run --release --example batch_lateness -- target/release/punctual
+//! cargo run --release --example batch_lateness -- target/release/punctual pinned
 //! ```
+//!
+//! `pinned` runs it as deployed: the shard pinned to the host's last core (`--cores`), and
+//! the client that posts (with its kernel side of loopback TCP) pinned to the others, so that
+//! it does not take the shard's core.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -87,14 +92,23 @@ fn quantile(h: &[(f64, u64)], q: f64) -> f64 {
     h.iter().find(|b| b.1 >= want).map_or(f64::NAN, |b| b.0)
 }
 
-fn run(bin: &str, loaded: bool) {
+fn run(bin: &str, loaded: bool, shard_core: Option<usize>, client_cores: &[usize]) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_or(18_080, |a| a.port());
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     let mut child = Command::new(bin)
         .args(["serve", "--listen", &addr.to_string(), "--store", "memory"])
-        .args(["--shards", "1", "--pinning", "none"])
+        .args(["--shards", "1"])
+        .args(match shard_core {
+            Some(c) => vec![
+                "--pinning".to_string(),
+                "auto".into(),
+                "--cores".into(),
+                c.to_string(),
+            ],
+            None => vec!["--pinning".to_string(), "none".into()],
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -123,7 +137,11 @@ fn run(bin: &str, loaded: bool) {
     let posted = Arc::new(AtomicU64::new(0));
     let poster = loaded.then(|| {
         let (stop, posted) = (stop.clone(), posted.clone());
+        let client_cores = client_cores.to_vec();
         std::thread::spawn(move || {
+            if !client_cores.is_empty() {
+                punctual::cpus::pin_current_thread(&client_cores).expect("pin the client");
+            }
             let pad = "x".repeat(1_560);
             let items: Vec<String> = (0..10_000)
                 .map(|i| {
@@ -168,6 +186,13 @@ fn main() {
     let bin = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "target/release/punctual".into());
-    run(&bin, false);
-    run(&bin, true);
+    let pinned = std::env::args().nth(2).as_deref() == Some("pinned");
+    let cores = punctual::cpus::available_cores();
+    let (shard_core, client_cores) = match (pinned, cores.split_last()) {
+        (true, Some((&last, rest))) if !rest.is_empty() => (Some(last), rest.to_vec()),
+        (true, _) => panic!("pinned needs at least two cores"),
+        (false, _) => (None, Vec::new()),
+    };
+    run(&bin, false, shard_core, &client_cores);
+    run(&bin, true, shard_core, &client_cores);
 }
