@@ -1,8 +1,8 @@
 //! How long work on a shard's thread may hold it: slices of about [`SLICE`], with a yield to
 //! the executor between them. One rule for every long piece of work there (a batch's parse
-//! and pushes in `api::batch`, a shard's fire pass in `shard::fire`), so that the shard's
-//! other tasks (its loop, HTTP connections, the store's I/O) never wait for more than about
-//! one slice behind any of them.
+//! and pushes in `api::batch`, a shard's fire pass in `shard::fire`, a large answer's writes
+//! in `hyperio`), so that the shard's other tasks (its loop, HTTP connections, the store's
+//! I/O) never wait for more than about one slice behind any of them.
 //!
 //! ```text
 //!   let mut slice = Slice::begin();

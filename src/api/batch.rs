@@ -57,27 +57,27 @@ pub async fn run(
     // On a node among others, the items other nodes own are on their way to them first.
     let (remote, sent) = send_remote(app, tenant, &items, owners).await;
     let quota = app.handle.quota(tenant);
-    let mut slice = Slice::begin();
-    let mut out = Vec::with_capacity(items.len());
-    let mut slots: Vec<Slot> = Vec::with_capacity(CHUNK.min(items.len()));
+    let mut c = Collect {
+        slots: Vec::with_capacity(CHUNK.min(items.len())),
+        out: Vec::with_capacity(items.len()),
+        slice: Slice::begin(),
+    };
     for (i, item) in items.iter().enumerate() {
-        if i % CHECK_EVERY == CHECK_EVERY - 1 && slice.is_over() {
-            slice.next().await;
+        if i % CHECK_EVERY == CHECK_EVERY - 1 && c.slice.is_over() {
+            c.slice.next().await;
         }
         let slot = if remote.get(i).copied().unwrap_or(false) {
             // Answered by its owner, below; this stands only if that answer were lost.
             Slot::Done(BatchItem::failed(None, &not_answered()))
         } else {
-            local(
-                app, tenant, item, now, quota, &mut slots, &mut out, &mut slice,
-            )
-            .await
+            local(app, tenant, item, now, quota, &mut c).await
         };
-        slots.push(slot);
-        if slots.len() == CHUNK || i + 1 == items.len() {
-            finish_chunk(&mut slots, &mut out, &mut slice).await;
+        c.slots.push(slot);
+        if c.slots.len() == CHUNK || i + 1 == items.len() {
+            c.finish_chunk().await;
         }
     }
+    let mut out = c.out;
     for (positions, task) in sent {
         let answers = task.await;
         split::place(&mut out, &positions, answers);
@@ -141,9 +141,7 @@ async fn local(
     item: &RawValue,
     now: crate::units::UtcMicros,
     quota: Option<&Arc<Quota>>,
-    slots: &mut Vec<Slot>,
-    out: &mut Vec<BatchItem>,
-    slice: &mut Slice,
+    c: &mut Collect,
 ) -> Slot {
     match parse_item(item, now) {
         Err((key, e)) => Slot::Done(BatchItem::failed(key, &e)),
@@ -157,8 +155,8 @@ async fn local(
                     // theirs back). Without a slot the shard still takes the item if it
                     // replaces a pending timer, and refuses it otherwise.
                     let mut held = quota.and_then(QuotaSlot::reserve);
-                    if quota.is_some() && held.is_none() && !slots.is_empty() {
-                        finish_chunk(slots, out, slice).await;
+                    if quota.is_some() && held.is_none() && !c.slots.is_empty() {
+                        c.finish_chunk().await;
                         held = quota.and_then(QuotaSlot::reserve);
                     }
                     let fut = Box::pin(app.handle.schedule_with_meta(
@@ -216,21 +214,31 @@ async fn scan(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
     }
 }
 
-/// Collects a chunk's answers in order. The shard may have applied hundreds of them by the
-/// time this task runs again, so their collection (a future's poll and drop each) looks at
-/// the slice too.
-async fn finish_chunk(slots: &mut Vec<Slot>, out: &mut Vec<BatchItem>, slice: &mut Slice) {
-    for (i, slot) in slots.drain(..).enumerate() {
-        if i % CHECK_EVERY == CHECK_EVERY - 1 && slice.is_over() {
-            slice.next().await;
+/// The items pushed and awaiting their answers (`slots`), the answers collected in order
+/// (`out`), and the slice the batch's task runs in.
+struct Collect {
+    slots: Vec<Slot>,
+    out: Vec<BatchItem>,
+    slice: Slice,
+}
+
+impl Collect {
+    /// Collects a chunk's answers in order. The shard may have applied hundreds of them by
+    /// the time this task runs again, so their collection (a future's poll and drop each)
+    /// looks at the slice too.
+    async fn finish_chunk(&mut self) {
+        for (i, slot) in self.slots.drain(..).enumerate() {
+            if i % CHECK_EVERY == CHECK_EVERY - 1 && self.slice.is_over() {
+                self.slice.next().await;
+            }
+            self.out.push(match slot {
+                Slot::Done(item) => item,
+                Slot::Waiting { key, fut } => match fut.await {
+                    Ok(s) => BatchItem::scheduled(key, &s),
+                    Err(e) => BatchItem::failed(Some(key), &ApiError::from(e)),
+                },
+            });
         }
-        out.push(match slot {
-            Slot::Done(item) => item,
-            Slot::Waiting { key, fut } => match fut.await {
-                Ok(s) => BatchItem::scheduled(key, &s),
-                Err(e) => BatchItem::failed(Some(key), &ApiError::from(e)),
-            },
-        });
     }
 }
 
