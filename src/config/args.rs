@@ -57,8 +57,9 @@ pub struct ServeArgs {
     #[arg(long, env = "PUNCTUAL_REDIS", value_name = "URL")]
     pub redis: Option<String>,
     /// With a `redis+cluster://` store, the `host:port` other nodes reach this one's HTTP at,
-    /// and its id in the cluster. Checked and kept; in this build a node still owns every
-    /// partition, so run one node per cluster.
+    /// and its id in the cluster. With it, the node joins the others on that cluster: it holds
+    /// leases for its share of the partitions and forwards requests for the rest to their
+    /// owners. Without it, a node owns every partition: run one such node per cluster.
     #[arg(long, env = "PUNCTUAL_ADVERTISE", value_name = "HOST:PORT")]
     pub advertise: Option<String>,
     /// Redis replicas that must hold a write before it is acknowledged (WAIT N after each
