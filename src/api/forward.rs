@@ -37,6 +37,9 @@
 //! forwards to that peer stay at [`MAX_IN_FLIGHT`] per shard and the rest are refused.
 //! Memory: a forward's body is a copy of (part of) the caller's body, held as long as the
 //! caller's request, so what `max_connections` × the body limits bound today at most doubles.
+//! The map of peers forgets a peer once nothing is in flight to it and no connection to it is
+//! kept, and sweeps those whose kept connections all closed or went stale once it knows more
+//! than [`SWEEP_ABOVE`]: nodes replaced under new addresses do not grow it.
 //!
 //! Addresses are `host:port`. An IP literal is connected to directly; a host name is
 //! resolved by the process's resolver threads (`crate::resolve`), never on the shard's
@@ -80,6 +83,10 @@ pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Forwards in flight per shard and peer (and idle connections kept to it).
 pub const MAX_IN_FLIGHT: usize = 64;
+
+/// Peers known to a shard past which a forward first forgets those with nothing in flight
+/// and no connection left open and fresh: the map stays about as large as the live set.
+const SWEEP_ABOVE: usize = 16;
 
 /// An idle connection older than this is closed rather than reused: well under the peer's
 /// idle timeout (30 s by default), so the peer never closes one as it is reused.
@@ -228,9 +235,15 @@ struct InFlight<'a> {
 }
 
 impl Drop for InFlight<'_> {
+    /// Gives the place back, and forgets the peer once nothing is in flight to it and no
+    /// connection to it is kept (a peer that failed, or an address no longer routed to).
     fn drop(&mut self) {
-        if let Some(p) = self.peers.peers.borrow_mut().get_mut(self.peer) {
+        let mut peers = self.peers.peers.borrow_mut();
+        if let Some(p) = peers.get_mut(self.peer) {
             p.in_flight = p.in_flight.saturating_sub(1);
+            if p.in_flight == 0 && p.idle.is_empty() {
+                peers.remove(self.peer);
+            }
         }
     }
 }
@@ -278,6 +291,17 @@ impl Peers {
 
     fn enter<'a>(&'a self, peer: &'a Arc<str>) -> Option<InFlight<'a>> {
         let mut peers = self.peers.borrow_mut();
+        if peers.len() > SWEEP_ABOVE {
+            // Addresses that changed (nodes replaced) leave entries that only kept idle
+            // connections: drop the stale and closed ones, and the peers left with none.
+            let now = Instant::now();
+            peers.retain(|_, p| {
+                p.idle.retain(|c| {
+                    now.saturating_duration_since(c.since) < IDLE_MAX && !c.sender.is_closed()
+                });
+                p.in_flight > 0 || !p.idle.is_empty()
+            });
+        }
         let p = peers.entry(peer.clone()).or_default();
         if p.in_flight >= MAX_IN_FLIGHT {
             return None;

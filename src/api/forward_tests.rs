@@ -187,3 +187,40 @@ fn forwards_reuse_a_kept_alive_connection_and_relay_the_answer() {
         assert!(head.contains("authorization: bearer t0ken"), "{head}");
     }
 }
+
+/// A peer a forward failed to reach is forgotten once nothing is in flight to it, and past
+/// a handful of known peers, those with nothing in flight and no open connection are swept:
+/// forwarding to ever new addresses (nodes replaced) does not grow a shard's map.
+#[test]
+fn peers_with_nothing_in_flight_and_no_connection_are_forgotten() {
+    let peers = Peers::new("me:1", Arc::new(ForwardStats::default()));
+    for _ in 0..20 {
+        // A port nobody listens on: refused at once.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let addr: Arc<str> = Arc::from(closed.local_addr().expect("bound").to_string());
+        drop(closed);
+        let answer = on_executor(peers.forward(&addr, get("/v1/timers/t/k")));
+        assert!(
+            matches!(answer, Err(ForwardError::Unreachable { .. })),
+            "{answer:?}"
+        );
+        assert!(peers.peers.borrow().is_empty(), "{addr} still known");
+    }
+    // Entries left without a place given back (as a peer's idle connections all closed):
+    // the next forward past the bound sweeps them.
+    for i in 0..=SWEEP_ABOVE {
+        peers
+            .peers
+            .borrow_mut()
+            .insert(Arc::from(format!("10.0.0.{i}:7480")), Peer::default());
+    }
+    let next: Arc<str> = Arc::from("127.0.0.1:9");
+    let held = peers.enter(&next).expect("room");
+    assert_eq!(
+        peers.peers.borrow().len(),
+        1,
+        "only the peer in flight is left"
+    );
+    drop(held);
+    assert!(peers.peers.borrow().is_empty());
+}
