@@ -157,16 +157,17 @@ impl<S: AsyncWrite + Unpin> hyper::rt::Write for Io<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let mut parts = bufs.iter().filter(|b| !b.is_empty());
+        let mut parts = bufs.iter().filter(|b| !b.is_empty()).peekable();
         let Some(first) = parts.next() else {
             return Poll::Ready(Ok(0));
         };
-        if first.len() >= GATHER_BELOW || bufs.iter().filter(|b| !b.is_empty()).count() == 1 {
+        if first.len() >= GATHER_BELOW || parts.peek().is_none() {
             return Pin::new(this).poll_write(cx, first);
         }
         let mut gather = std::mem::take(&mut this.gather);
         gather.clear();
-        for part in bufs.iter().filter(|b| !b.is_empty()) {
+        gather.extend_from_slice(first);
+        for part in parts {
             let room = MAX_WRITE - gather.len();
             gather.extend_from_slice(&part[..part.len().min(room)]);
             if gather.len() == MAX_WRITE {

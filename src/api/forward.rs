@@ -215,6 +215,13 @@ struct Conn {
     since: Instant,
 }
 
+impl Conn {
+    /// Still open, and idle for less than [`IDLE_MAX`]: worth keeping for reuse.
+    fn fresh(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.since) < IDLE_MAX && !self.sender.is_closed()
+    }
+}
+
 #[derive(Default)]
 struct Peer {
     idle: Vec<Conn>,
@@ -296,9 +303,7 @@ impl Peers {
             // connections: drop the stale and closed ones, and the peers left with none.
             let now = Instant::now();
             peers.retain(|_, p| {
-                p.idle.retain(|c| {
-                    now.saturating_duration_since(c.since) < IDLE_MAX && !c.sender.is_closed()
-                });
+                p.idle.retain(|c| c.fresh(now));
                 p.in_flight > 0 || !p.idle.is_empty()
             });
         }
@@ -374,7 +379,7 @@ impl Peers {
         let mut peers = self.peers.borrow_mut();
         let idle = &mut peers.get_mut(peer)?.idle;
         let now = Instant::now();
-        idle.retain(|c| now.saturating_duration_since(c.since) < IDLE_MAX && !c.sender.is_closed());
+        idle.retain(|c| c.fresh(now));
         while let Some(c) = idle.pop() {
             if c.sender.is_ready() {
                 return Some(c);
