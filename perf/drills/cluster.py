@@ -1,0 +1,859 @@
+#!/usr/bin/env python3
+"""Cluster drill: punctual nodes on a Redis Cluster, under a mixed load, through every way a
+node or a master leaves. Python standard library only (the RESP client and the helpers are
+failover.py's).
+
+Usage:  perf/drills/cluster.py --bin target/release/punctual [--runs N] [--out DIR]
+        (perf/drills/cluster.sh builds the binary and calls this; read that first.)
+
+One run, on loopback and free ports, in a fresh directory:
+
+ 1. A Redis Cluster of 3 masters with 1 replica each (`cluster-node-timeout 1000`, no RDB, no
+    AOF: a write outlives its master only through the replica), created with
+    `redis-cli --cluster create … --cluster-replicas 1`.
+ 2. Three nodes A, B, C: `punctual serve --shards 2 --redis redis+cluster://… --advertise
+    127.0.0.1:<port> --redis-wait-replicas 1`. The drill waits until each node has loaded
+    exactly the partitions rendezvous hashing gives it (computed here with the same weights
+    as src/cluster/rendezvous.rs) and their sum is 1,024.
+ 3. Load from LOAD_THREADS keep-alive connections, each request to a node picked at random
+    among those a load balancer would send to: batch POSTs of new keys, single PUTs of new
+    keys, re-PUTs (replace) and DELETEs of the thread's own pending keys whose deadline is at
+    least 2 s away, deadlines 1-12 s ahead. Every answer is recorded: acknowledged versions,
+    cancels, and "unsure" (no answer: the write may or may not have applied).
+ 4. The events, one after another, each waited out until the partitions settled again (every
+    live node has loaded exactly its rendezvous share, and the share is over 0):
+    - kill -9 C; then start C again on the same port (a join);
+    - SIGSTOP B for 2 × the lease TTL, then SIGCONT (its leases lapse; it stays in the load
+      balancer, so requests wait for it and what it had queued meets the fence);
+    - start a fourth node D (a join);
+    - SIGTERM A (a planned leave; it is taken out of the load balancer first);
+    - kill -9 a Redis master (its replica is promoted); the old master is started again 3 s
+      after the promotion and rejoins as the new master's replica, so that WAIT 1 can be met.
+    For each: the time until the partitions settled, and the lateness of the timers due in
+    its window, all of them and those of the partitions that changed owner.
+ 5. Load stops; once every deadline has passed, the drill reads every tenant's fired stream
+    and every partition's pending records (at the master that serves each slot) and checks
+    them against what the clients were told.
+
+Checks (exit 1 if one fails):
+  - nothing acknowledged is lost: a key's last acknowledged version (no unsure request on it)
+    is in its stream; a re-PUT or DELETE of a pending timer never finds it gone;
+  - nothing fires early; no version that a replace or cancel acknowledged before its deadline
+    fires; no version is delivered more than twice (one repeat near a lease loss is allowed
+    and counted);
+  - the killed node's timers fire within TTL + 1 s of their deadline;
+  - the partitions settle within 5 s of the fourth node's join and of the planned leave, and
+    within SETTLE_LIMIT_S of the other events;
+  - fenced writes during the pause are counted in B's /metrics;
+  - no request hangs past CLIENT_TIMEOUT_S, SIGTERM exits 0 within 30 s.
+Reported against targets (not an exit status): planned handoffs (the join of D, the SIGTERM of
+A) with no timer later than 100 ms; the lateness of timers due during each event as a
+distribution.
+
+Environment (defaults in brackets): RATE [300 timers/s], LOAD_THREADS [6], BATCH [10],
+SETTLE_LIMIT_S [20], GAP_S [4] (load between events), PAUSE_S [6] (2 × TTL), LEASE_TTL_S [3].
+"""
+
+import argparse
+import http.client
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from failover import (  # noqa: E402  (the drills share one RESP client and helpers)
+    Resp, RespError, env_float, env_int, free_port, http_get, log, now, text, try_cmd, wait_for,
+)
+
+RATE = env_float("RATE", 300)
+LOAD_THREADS = env_int("LOAD_THREADS", 6)
+BATCH = env_int("BATCH", 10)
+SETTLE_LIMIT_S = env_float("SETTLE_LIMIT_S", 20)
+GAP_S = env_float("GAP_S", 4)
+LEASE_TTL_S = env_float("LEASE_TTL_S", 3)
+PAUSE_S = env_float("PAUSE_S", 2 * LEASE_TTL_S)
+REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+TENANTS = ["shop", "ledger", "coupons", "stock"]
+PARTITIONS = 1024
+DELAY_MS = (1000, 12000)
+TOUCH_MIN_AHEAD_S = 2.0      # a replace or cancel only of a timer due at least this far ahead
+CLIENT_TIMEOUT_S = 10
+PLANNED_TARGET_MS = 100
+JOIN_LIMIT_S = 5
+
+
+# ---------------------------------------------------------------------------------------------
+# The hashes of src/partition.rs and src/cluster/rendezvous.rs
+# ---------------------------------------------------------------------------------------------
+
+M64 = (1 << 64) - 1
+
+
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h ^= b
+        h = (h * 0x100000001b3) & M64
+    return h
+
+
+def partition_of(tenant, key):
+    return fnv1a64(tenant.encode() + b"\xff" + key.encode()) % PARTITIONS
+
+
+def splitmix64(z):
+    z = (z + 0x9e3779b97f4a7c15) & M64
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+    return z ^ (z >> 31)
+
+
+def weight(node, p):
+    return splitmix64(fnv1a64(node.encode() + b"\xff" + p.to_bytes(4, "little")))
+
+
+def assignment(nodes):
+    """partition -> node id, by highest weight (ties are astronomically rare)."""
+    return {p: max(nodes, key=lambda n: weight(n, p)) for p in range(PARTITIONS)}
+
+
+def shares(nodes):
+    return Counter(assignment(nodes).values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Redis Cluster
+# ---------------------------------------------------------------------------------------------
+
+class RedisNode:
+    def __init__(self, d, port):
+        self.port = port
+        self.conf = os.path.join(d, f"redis-{port}.conf")
+        lines = [
+            f"port {port}", "bind 127.0.0.1", "protected-mode no", f"dir {d}",
+            f"logfile {os.path.join(d, f'redis-{port}.log')}",
+            "cluster-enabled yes", f"cluster-config-file nodes-{port}.conf",
+            "cluster-node-timeout 1000", "cluster-replica-validity-factor 0",
+            "cluster-allow-replica-migration no", 'save ""', "appendonly no",
+            f"dbfilename dump-{port}.rdb", "repl-diskless-sync yes",
+            "repl-diskless-sync-delay 0",
+        ]
+        with open(self.conf, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen([REDIS_SERVER, self.conf], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for(f"redis :{self.port} to answer PING",
+                 lambda: try_cmd(self.port, "PING") == "PONG", 20)
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+class Cluster:
+    def __init__(self, d):
+        self.nodes = [RedisNode(d, free_port()) for _ in range(6)]
+        try:
+            for n in self.nodes:
+                n.start()
+            cmd = ["redis-cli", "--cluster", "create"]
+            cmd += [f"127.0.0.1:{n.port}" for n in self.nodes]
+            cmd += ["--cluster-replicas", "1", "--cluster-yes"]
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+            if r.returncode != 0:
+                raise RuntimeError("redis-cli --cluster create failed: "
+                                   + r.stdout.decode()[-2000:])
+            wait_for("the cluster to be ok with every replica in sync", self.healthy, 60)
+        except BaseException:
+            for n in self.nodes:
+                n.kill()
+            raise
+
+    def running(self):
+        return [n for n in self.nodes if n.proc is not None]
+
+    def url(self):
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:3]) + "/"
+
+    def slots(self):
+        """[(first, last, master port)] as a running node sees them."""
+        for n in self.running():
+            r = try_cmd(n.port, "CLUSTER", "SLOTS")
+            if isinstance(r, list):
+                return [(int(s[0]), int(s[1]), int(s[2][1])) for s in r]
+        return []
+
+    def masters(self):
+        return sorted({p for _, _, p in self.slots()})
+
+    def healthy(self):
+        for n in self.running():
+            i = text(try_cmd(n.port, "CLUSTER", "INFO") or b"")
+            if "cluster_state:ok" not in i:
+                return False
+        masters = self.masters()
+        if len(masters) != 3:
+            return False
+        replicas = len(self.running()) - 3
+        for m in masters:
+            r = text(try_cmd(m, "INFO", "replication") or b"")
+            if r.count("state=online") < min(1, replicas):
+                return False
+        return True
+
+    def cmd(self, key_slot_port_hint, *args):
+        """One command at the master serving its key, following MOVED (and ASK) replies."""
+        port = key_slot_port_hint
+        for _ in range(5):
+            c = Resp(port, timeout=10)
+            try:
+                r = c.cmd(*args)
+                return r
+            except RespError as e:
+                msg = str(e)
+                if msg.startswith(("MOVED", "ASK")):
+                    port = int(msg.split()[2].rsplit(":", 1)[1])
+                    continue
+                raise
+            finally:
+                c.close()
+        raise RuntimeError(f"no master answered {args[:2]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# punctual nodes
+# ---------------------------------------------------------------------------------------------
+
+class Punctual:
+    def __init__(self, binary, d, name, url):
+        self.name, self.binary, self.url = name, binary, url
+        self.port = free_port()
+        self.id = f"127.0.0.1:{self.port}"
+        self.d = d
+        self.proc = None
+        self.starts = 0
+
+    def start(self):
+        self.starts += 1
+        log_path = os.path.join(self.d, f"{self.name}-{self.starts}.log")
+        cmd = [self.binary, "serve", "--listen", self.id, "--advertise", self.id,
+               "--redis", self.url, "--redis-wait-replicas", "1", "--shards", "2",
+               "--pinning", "none", "--spin-us", "0", "--shard-capacity", "200000"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCTUAL_")}
+        env["RUST_LOG"] = os.environ.get("RUST_LOG", "info")
+        self.logf = open(log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+
+    def signal(self, sig):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self):
+        self.signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+        self.proc = None
+
+    def term(self):
+        """SIGTERM; (exit status or None if killed after 30 s, seconds it took)."""
+        t0 = now()
+        self.signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            rc = None
+        self.proc = None
+        return rc, now() - t0
+
+    def loaded(self):
+        try:
+            status, body = http_get(self.port, "/healthz")
+            return json.loads(body).get("partitions") if status == 200 else None
+        except (OSError, http.client.HTTPException, ValueError):
+            return None
+
+    def metrics(self):
+        try:
+            status, body = http_get(self.port, "/metrics")
+        except (OSError, http.client.HTTPException):
+            return {}
+        out = defaultdict(float)
+        for line in text(body).splitlines():
+            if line.startswith("#") or " " not in line:
+                continue
+            name, _, v = line.rpartition(" ")
+            base = name.split("{", 1)[0]
+            try:
+                out[base] += float(v)
+                out[name] = float(v)
+            except ValueError:
+                pass
+        return out
+
+
+def settled(live):
+    """Every live node has loaded exactly its rendezvous share of the partitions."""
+    want = shares([n.id for n in live])
+    return all(n.loaded() == want[n.id] for n in live)
+
+
+def wait_settled(live, since, limit):
+    """Seconds from `since` until settled, or None after `limit` seconds."""
+    give_up = since + limit
+    while now() < give_up:
+        if settled(live):
+            return now() - since
+        time.sleep(0.05)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Load
+# ---------------------------------------------------------------------------------------------
+
+class Targets:
+    """The nodes a load balancer sends to now."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.ports = []
+
+    def set(self, ports):
+        with self.lock:
+            self.ports = list(ports)
+
+    def pick(self, rnd):
+        with self.lock:
+            return rnd.choice(self.ports) if self.ports else None
+
+
+class KeyLog:
+    """What one key was told, in order: ("put", version, fire_at_us, t_ack_us, status),
+    ("del", None, None, t_ack_us, status), ("unsure", …)."""
+
+    def __init__(self):
+        self.ops = []
+        self.pending = None      # (version, fire_at_us) as last acknowledged, or None
+
+    def unsure(self):
+        return any(o[0] == "unsure" for o in self.ops)
+
+
+def load_thread(idx, targets, stop, keys, stats, seed):
+    rnd = random.Random(f"{seed}-{idx}")
+    period = BATCH / (RATE / LOAD_THREADS) / 2   # half the requests carry BATCH, half one
+    conns = {}
+    seq = 0
+    nxt = now()
+    mine = []          # (tenant, key) this thread created, for replaces and cancels
+
+    def call(port, method, path, body):
+        c = conns.get(port)
+        try:
+            if c is None:
+                c = conns[port] = http.client.HTTPConnection("127.0.0.1", port,
+                                                            timeout=CLIENT_TIMEOUT_S)
+            t0 = now()
+            c.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            if now() - t0 >= CLIENT_TIMEOUT_S:
+                stats["hung requests"] += 1
+            if r.will_close:
+                c.close()
+                conns.pop(port, None)
+            return r.status, data
+        except (OSError, http.client.HTTPException) as e:
+            if isinstance(e, TimeoutError) or "timed out" in str(e):
+                stats["hung requests"] += 1
+            if c is not None:
+                c.close()
+            conns.pop(port, None)
+            return None, type(e).__name__
+
+    while not stop.is_set():
+        d = nxt - now()
+        if d > 0:
+            time.sleep(d)
+        elif d < -1:
+            nxt = now()
+        nxt += period
+        port = targets.pick(rnd)
+        if port is None:
+            continue
+        roll = rnd.random()
+        wall_us = int(time.time() * 1e6)
+        touchable = [k for k in mine[-400:]
+                     if keys[k].pending and keys[k].pending[1] - wall_us > TOUCH_MIN_AHEAD_S * 1e6]
+        if roll < 0.15 and touchable:
+            tk = rnd.choice(touchable)
+            tenant, key = tk
+            delay = rnd.randint(*DELAY_MS)
+            status, data = call(port, "PUT", f"/v1/timers/{tenant}/{key}",
+                                json.dumps({"delay_ms": delay, "payload": {"k": key}}))
+            record_put(keys[tk], status, data, stats, "replace")
+            continue
+        if roll < 0.25 and touchable:
+            tk = rnd.choice(touchable)
+            tenant, key = tk
+            status, data = call(port, "DELETE", f"/v1/timers/{tenant}/{key}", None)
+            kl = keys[tk]
+            t_us = int(time.time() * 1e6)
+            if status is None or status >= 500:
+                stats[f"DELETE {status or data}"] += 1
+                kl.ops.append(("unsure", None, None, t_us, status))
+            elif status == 204:
+                stats["DELETE 204"] += 1
+                kl.ops.append(("del", None, None, t_us, status))
+                kl.pending = None
+            else:
+                stats[f"DELETE {status} (found nothing pending: lost?)"] += 1
+                kl.ops.append(("del", None, None, t_us, status))
+                kl.pending = None
+            continue
+        tenant = rnd.choice(TENANTS)
+        if roll < 0.6:
+            names = [f"t{idx}-{seq + i}" for i in range(BATCH)]
+            seq += BATCH
+            items = [{"key": k, "delay_ms": rnd.randint(*DELAY_MS), "payload": {"k": k}}
+                     for k in names]
+            for k in names:
+                keys[(tenant, k)] = KeyLog()
+                mine.append((tenant, k))
+            status, data = call(port, "POST", f"/v1/timers/{tenant}", json.dumps({"timers": items}))
+            if status is None or status >= 500 or status < 200 or status >= 300:
+                stats[f"POST {status or data}"] += 1
+                t_us = int(time.time() * 1e6)
+                for k in names:
+                    keys[(tenant, k)].ops.append(("unsure" if status is None or status >= 500
+                                                  else "refused", None, None, t_us, status))
+                continue
+            stats[f"POST {status}"] += 1
+            results = json.loads(data).get("results", [])
+            for k, it in zip(names, results):
+                record_item(keys[(tenant, k)], it, stats)
+        else:
+            k = f"t{idx}-{seq}"
+            seq += 1
+            keys[(tenant, k)] = KeyLog()
+            mine.append((tenant, k))
+            status, data = call(port, "PUT", f"/v1/timers/{tenant}/{k}",
+                                json.dumps({"delay_ms": rnd.randint(*DELAY_MS), "payload": {"k": k}}))
+            record_put(keys[(tenant, k)], status, data, stats, "new")
+    for c in conns.values():
+        c.close()
+
+
+def record_put(kl, status, data, stats, what):
+    t_us = int(time.time() * 1e6)
+    if status in (200, 201):
+        j = json.loads(data)
+        if what == "replace" and status == 201:
+            stats["replace answered 201 (found nothing pending: lost?)"] += 1
+        stats[f"PUT {what} {status}"] += 1
+        kl.ops.append(("put", j["version"], j["fire_at_us"], t_us, status))
+        kl.pending = (j["version"], j["fire_at_us"])
+        return
+    stats[f"PUT {what} {status or data}"] += 1
+    kl.ops.append(("unsure" if status is None or status >= 500 else "refused",
+                   None, None, t_us, status))
+
+
+def record_item(kl, it, stats):
+    t_us = int(time.time() * 1e6)
+    st = it.get("status")
+    if st in (200, 201):
+        stats[f"item {st}"] += 1
+        kl.ops.append(("put", it["version"], it["fire_at_us"], t_us, st))
+        kl.pending = (it["version"], it["fire_at_us"])
+    else:
+        code = (it.get("error") or {}).get("code", "?")
+        stats[f"item {st} {code}"] += 1
+        kl.ops.append(("unsure" if (st or 500) >= 500 else "refused", None, None, t_us, st))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading back and checking
+# ---------------------------------------------------------------------------------------------
+
+def read_streams(cluster):
+    """(tenant, key) -> [(version, fire_at_us, fired_at_us)]"""
+    out = defaultdict(list)
+    hint = cluster.masters()[0]
+    for tenant in TENANTS:
+        start = "-"
+        while True:
+            page = cluster.cmd(hint, "XRANGE", f"punctual:fired:{{{tenant}}}", start, "+",
+                               "COUNT", 10000)
+            for _eid, fields in page:
+                f = {text(fields[i]): text(fields[i + 1]) for i in range(0, len(fields) - 1, 2)}
+                out[(tenant, f.get("key", ""))].append(
+                    (int(f.get("version", 0)), int(f.get("fire_at_us", 0)),
+                     int(f.get("fired_at_us", 0))))
+            if len(page) < 10000:
+                break
+            start = "(" + text(page[-1][0])
+    return out
+
+
+def read_pending(cluster):
+    out = {}
+    hint = cluster.masters()[0]
+    for n in range(PARTITIONS):
+        cursor = "0"
+        while True:
+            cursor, flat = cluster.cmd(hint, "HSCAN", f"punctual:{{p{n}}}:timers", cursor,
+                                       "COUNT", 1000)
+            cursor = text(cursor)
+            for i in range(0, len(flat) - 1, 2):
+                tenant, _, key = text(flat[i]).partition("/")
+                out[(tenant, key)] = text(flat[i + 1])[:40]
+            if cursor == "0":
+                break
+    return out
+
+
+def pct(xs, p):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def dist(xs):
+    if not xs:
+        return "none due"
+    return (f"n={len(xs)} p50={pct(xs, 50):.1f} p99={pct(xs, 99):.1f} "
+            f"p99.9={pct(xs, 99.9):.1f} max={max(xs):.1f} ms")
+
+
+def check(keys, fired, pending, fails, stats):
+    """Holds every key's answers against the streams. Returns [(fire_at_us, lateness_ms,
+    partition)] of every expected fire found."""
+    fires = []
+    for tk, kl in keys.items():
+        got = fired.get(tk, [])
+        for v, fire_at, fired_at in got:
+            if fired_at < fire_at:
+                fails.append(f"early: {tk} v{v} fired {(fire_at - fired_at) / 1000:.1f} ms early")
+        by_version = Counter(v for v, _, _ in got)
+        for v, c in by_version.items():
+            if c > 1:
+                stats["repeats (same key and version delivered again)"] += c - 1
+            if c > 2:
+                fails.append(f"{tk} v{v} delivered {c} times")
+        if kl.unsure():
+            continue
+        acked = [o for o in kl.ops if o[0] in ("put", "del")]
+        if not acked:
+            continue
+        # A version replaced or cancelled by an answer that came before its deadline never fires.
+        for i, o in enumerate(acked[:-1]):
+            if o[0] != "put":
+                continue
+            nxt_ack = acked[i + 1][3]
+            if o[2] > nxt_ack and o[1] in by_version:
+                fails.append(f"{tk} v{o[1]} fired though replaced or cancelled before its deadline")
+        last = acked[-1]
+        if last[0] == "del":
+            continue
+        v, fire_at = last[1], last[2]
+        hit = [f for f in got if f[0] == v]
+        if not hit:
+            where = "still pending" if tk in pending else "neither fired nor pending"
+            fails.append(f"lost: {tk} v{v} due {fire_at} acknowledged, {where}")
+            stats["lost"] += 1
+            continue
+        first = min(hit, key=lambda f: f[2])
+        fires.append((fire_at, (first[2] - fire_at) / 1000, partition_of(*tk)))
+    return fires
+
+
+# ---------------------------------------------------------------------------------------------
+# One run
+# ---------------------------------------------------------------------------------------------
+
+def one_run(binary, d, run_id, seed):
+    res = {"run": run_id, "dir": d, "fails": [], "events": [], "stats": Counter()}
+    fails, events = res["fails"], res["events"]
+    log(f"run {run_id}: {d}")
+    cluster = Cluster(d)
+    url = cluster.url()
+    nodes = {name: Punctual(binary, d, name, url) for name in "ABCD"}
+    A, B, C, D = (nodes[n] for n in "ABCD")
+    targets = Targets()
+    stop = threading.Event()
+    keys = {}
+    threads = []
+    try:
+        for n in (A, B, C):
+            n.start()
+        live = [A, B, C]
+        took = wait_settled(live, now(), 60)
+        if took is None:
+            raise RuntimeError("three nodes did not settle their partitions within 60 s")
+        log(f"  3 nodes settled in {took:.1f} s")
+        targets.set([n.port for n in live])
+        for i in range(LOAD_THREADS):
+            keys_i, stats_i = {}, Counter()
+            t = threading.Thread(target=load_thread,
+                                 args=(i, targets, stop, keys_i, stats_i, seed), daemon=True)
+            t.keys, t.stats = keys_i, stats_i
+            threads.append(t)
+            t.start()
+        time.sleep(GAP_S + 2)
+
+        def event(name, planned, live_after, act, limit, moved_of=None):
+            before = assignment([n.id for n in live])
+            t_wall = time.time()
+            t0 = now()
+            act()
+            took = wait_settled(live_after, t0, limit)
+            after = assignment([n.id for n in live_after])
+            moved = {p for p in range(PARTITIONS) if before[p] != after[p]}
+            if moved_of is not None:
+                moved = {p for p in range(PARTITIONS) if before[p] == moved_of.id}
+            ev = {"name": name, "planned": planned, "start_us": int(t_wall * 1e6),
+                  "settled_s": took, "limit_s": limit, "moved": len(moved),
+                  "moved_set": moved}
+            events.append(ev)
+            log(f"  {name}: {len(moved)} partitions moved, settled in "
+                + (f"{took:.2f} s" if took is not None else f"more than {limit:.0f} s"))
+            if took is None:
+                fails.append(f"{name}: partitions not settled within {limit:.0f} s")
+            ev["end_us"] = int(time.time() * 1e6)
+            time.sleep(GAP_S)
+            return took
+
+        # kill -9 C, then C again on the same port (a join).
+        def kill_c():
+            targets.set([A.port, B.port])
+            C.kill()
+        event("kill -9 node C", False, [A, B], kill_c, SETTLE_LIMIT_S)
+        live = [A, B]
+
+        def restart_c():
+            C.start()
+        event("node C started again (join)", True, [A, B, C], restart_c, SETTLE_LIMIT_S)
+        live = [A, B, C]
+        targets.set([n.port for n in live])
+
+        # SIGSTOP B past its leases, then SIGCONT. B stays in the load balancer: requests sent
+        # to it wait in its accept queue and socket buffers, and what it had queued when it
+        # stopped meets the fence when it wakes.
+        def pause_b():
+            B.signal(signal.SIGSTOP)
+            time.sleep(PAUSE_S)
+            B.signal(signal.SIGCONT)
+        m0 = B.metrics()
+        event(f"SIGSTOP node B for {PAUSE_S:.0f} s, then SIGCONT", False, [A, B, C], pause_b,
+              SETTLE_LIMIT_S, moved_of=B)
+        m1 = B.metrics()
+        res["paused"] = {
+            "fenced writes": m1.get("punctual_store_fenced_total", 0) - m0.get("punctual_store_fenced_total", 0),
+            "fenced drops": m1.get("punctual_cluster_fenced_drops_total", 0) - m0.get("punctual_cluster_fenced_drops_total", 0),
+            "lease losses": m1.get("punctual_cluster_lease_losses_total", 0) - m0.get("punctual_cluster_lease_losses_total", 0),
+        }
+        targets.set([n.port for n in live])
+
+        # A fourth node joins.
+        event("node D joins", True, [A, B, C, D], D.start, JOIN_LIMIT_S)
+        live = [A, B, C, D]
+        targets.set([n.port for n in live])
+
+        # SIGTERM A (out of the load balancer first).
+        def term_a():
+            targets.set([B.port, C.port, D.port])
+            time.sleep(0.2)
+            rc, secs = A.term()
+            res["sigterm"] = (rc, secs)
+            if rc != 0:
+                fails.append(f"SIGTERM of A: exit status {rc} after {secs:.1f} s")
+        event("SIGTERM node A (planned leave)", True, [B, C, D], term_a, JOIN_LIMIT_S)
+        live = [B, C, D]
+
+        # kill -9 a Redis master; start it again once its replica took over.
+        victim = cluster.masters()[0]
+        t_kill = now()
+        t_wall = time.time()
+        next(n for n in cluster.nodes if n.port == victim).kill()
+        promoted = wait_for("a replica to take over the killed master's slots",
+                            lambda: victim not in cluster.masters() and len(cluster.masters()) == 3
+                            and all("cluster_state:ok" in text(try_cmd(n.port, "CLUSTER", "INFO") or b"")
+                                    for n in cluster.running()), 60)
+        t_promoted = now() - t_kill
+        time.sleep(3)
+        next(n for n in cluster.nodes if n.port == victim).start()
+        wait_for("the old master to rejoin as a replica", cluster.healthy, 60)
+        t_back = now() - t_kill
+        events.append({"name": "kill -9 a Redis master", "planned": False,
+                       "start_us": int(t_wall * 1e6), "settled_s": t_back, "limit_s": None,
+                       "moved": 0, "moved_set": set(), "end_us": int(time.time() * 1e6),
+                       "promoted_s": t_promoted})
+        log(f"  kill -9 Redis master :{victim}: replica promoted in {t_promoted:.1f} s, "
+            f"old master back as replica at {t_back:.1f} s")
+        time.sleep(GAP_S + 2)
+    except BaseException:
+        stop.set()
+        for n in list(nodes.values()):
+            n.kill()
+        for n in cluster.nodes:
+            n.kill()
+        raise
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(CLIENT_TIMEOUT_S + 5)
+    for t in threads:
+        keys.update(t.keys)
+        res["stats"].update(t.stats)
+    last_due = max((o[2] for kl in keys.values() for o in kl.ops if o[0] == "put"), default=0)
+    wait_s = max(0, last_due / 1e6 - time.time()) + 3
+    log(f"  load stopped; {len(keys)} keys; waiting {wait_s:.0f} s for the last deadline")
+    time.sleep(wait_s)
+    # Stragglers: at most 30 s more until every acknowledged last version is in a stream.
+    give_up = now() + 30
+    while True:
+        fired = read_streams(cluster)
+        missing = sum(1 for tk, kl in keys.items() if not kl.unsure() and kl.pending
+                      and not any(f[0] == kl.pending[0] for f in fired.get(tk, [])))
+        if missing == 0 or now() > give_up:
+            break
+        time.sleep(1)
+    pending = read_pending(cluster)
+    res["metrics"] = {n.name: n.metrics() for n in (B, C, D)}
+    fires = check(keys, fired, pending, fails, res["stats"])
+    res["keys"] = len(keys)
+    res["acked_versions"] = sum(1 for kl in keys.values() for o in kl.ops if o[0] == "put")
+    res["fires"] = len(fires)
+    res["pending_left"] = len(pending)
+    if pending:
+        fails.append(f"{len(pending)} records still pending after every deadline")
+    if res["stats"].get("hung requests"):
+        fails.append(f"{res['stats']['hung requests']} requests hung past {CLIENT_TIMEOUT_S} s")
+    for k, v in res["stats"].items():
+        if "lost?" in k and v:
+            fails.append(f"{v} × {k}")
+    if res.get("paused", {}).get("lease losses", 0) + res.get("paused", {}).get("fenced writes", 0) == 0:
+        fails.append("the pause lapsed no lease of B's and fenced nothing: the drill did not pause it")
+    # Lateness by window: a timer is in an event's window when due between its start and the
+    # end of its settling (plus one round).
+    res["windows"] = []
+    all_late = [l for _, l, _ in fires]
+    res["windows"].append(("all timers", dist(all_late), None))
+    spans = [(ev["start_us"], ev["end_us"] + 1_000_000) for ev in events]
+    quiet = [l for f, l, _ in fires if not any(lo <= f <= hi for lo, hi in spans)]
+    res["windows"].append(("due outside every event", dist(quiet), None))
+    for ev in events:
+        lo, hi = ev["start_us"], ev["end_us"] + 1_000_000
+        inside = [(l, p) for f, l, p in fires if lo <= f <= hi]
+        moved = [l for l, p in inside if p in ev["moved_set"]]
+        ev["late_all"] = [l for l, _ in inside]
+        ev["late_moved"] = moved
+        res["windows"].append((ev["name"], dist(ev["late_all"]), dist(moved) if ev["moved"] else None))
+        if ev["name"] == "kill -9 node C" and moved and max(moved) > (LEASE_TTL_S + 1) * 1000:
+            fails.append(f"kill -9: a timer of the killed node's partitions fired "
+                         f"{max(moved):.0f} ms late (bound: TTL + 1 s)")
+    for n in nodes.values():
+        if n.proc is not None:
+            rc, secs = n.term()
+            if rc != 0:
+                fails.append(f"SIGTERM of {n.name} at the end: exit {rc} after {secs:.1f} s")
+    for n in cluster.nodes:
+        n.kill()
+    with open(os.path.join(d, "result.json"), "w") as f:
+        json.dump({k: v for k, v in res.items() if k not in ("events",)}, f, indent=1,
+                  default=str)
+    return res
+
+
+def report(res):
+    lines = [f"run {res['run']}: {res['keys']} keys, {res['acked_versions']} acknowledged "
+             f"versions, {res['fires']} expected fires found, {res['stats'].get('lost', 0)} lost, "
+             f"{res['stats'].get('repeats (same key and version delivered again)', 0)} repeats, "
+             f"{res['pending_left']} left pending"]
+    for ev in res["events"]:
+        s = ev["settled_s"]
+        lines.append(f"  {ev['name']}: {ev['moved']} partitions moved; settled "
+                     + (f"{s:.2f} s" if s is not None else "NOT") + " after it"
+                     + (f" (replica promoted at {ev['promoted_s']:.1f} s)" if "promoted_s" in ev else ""))
+    lines.append("  lateness (fired_at - fire_at, by deadline window; 'moved' = partitions that changed owner):")
+    for name, all_d, moved_d in res["windows"]:
+        lines.append(f"    {name}: {all_d}" + (f"; moved: {moved_d}" if moved_d else ""))
+    for ev in res["events"]:
+        if ev["planned"] and ev["late_all"]:
+            worst = max(ev["late_all"])
+            verdict = "met" if worst <= PLANNED_TARGET_MS else "MISSED"
+            lines.append(f"  target {PLANNED_TARGET_MS} ms during '{ev['name']}': worst "
+                         f"{worst:.1f} ms: {verdict}")
+    if "paused" in res:
+        lines.append("  B during its pause: " + ", ".join(f"{k} {v:.0f}" for k, v in res["paused"].items()))
+    st = res["stats"]
+    lines.append("  answers: " + ", ".join(f"{k} {v}" for k, v in sorted(st.items())
+                                          if k not in ("lost",)))
+    for name, m in res.get("metrics", {}).items():
+        fw = {k.split("outcome=\"", 1)[1].split("\"", 1)[0]: int(v) for k, v in m.items()
+              if k.startswith("punctual_cluster_forwards_total{")}
+        lines.append(f"  node {name}: acquisitions {m.get('punctual_cluster_lease_acquisitions_total', 0):.0f}, "
+                     f"releases {m.get('punctual_cluster_lease_releases_total', 0):.0f}, "
+                     f"losses {m.get('punctual_cluster_lease_losses_total', 0):.0f}, "
+                     f"fenced writes {m.get('punctual_store_fenced_total', 0):.0f}, forwards {fw}")
+    for f in res["fails"][:30]:
+        lines.append(f"  FAIL {f}")
+    if len(res["fails"]) > 30:
+        lines.append(f"  FAIL … and {len(res['fails']) - 30} more (result.json)")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--out")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    if not os.access(a.bin, os.X_OK):
+        print(f"no punctual binary at {a.bin}", file=sys.stderr)
+        return 2
+    out = a.out or tempfile.mkdtemp(prefix="punctual-cluster-drill-")
+    os.makedirs(out, exist_ok=True)
+    summaries, failed, ran = [], False, 0
+    for r in range(a.runs):
+        d = os.path.join(out, f"run-{r + 1}")
+        os.makedirs(d, exist_ok=True)
+        try:
+            res = one_run(a.bin, d, r + 1, a.seed + r)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            log(f"run {r + 1} could not run: {e}")
+            summaries.append(f"run {r + 1}: could not run: {e}")
+            continue
+        ran += 1
+        s = report(res)
+        log(s)
+        summaries.append(s)
+        failed |= bool(res["fails"])
+    with open(os.path.join(out, "summary.txt"), "w") as f:
+        f.write("\n".join(summaries) + "\n")
+    log(f"outputs in {out}")
+    if ran == 0:
+        return 2
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
