@@ -8,7 +8,9 @@
 mod redis_cluster;
 
 use punctual::store::redis::cluster::slot::{partition_slot, slot_of};
-use punctual::store::redis::cluster::{parse_url, ClusterClient, ClusterConfig, Routed};
+use punctual::store::redis::cluster::{
+    parse_url, ClusterClient, ClusterConfig, ClusterError, Routed, Sent,
+};
 use punctual::store::redis::layout;
 use redis::Value;
 use redis_cluster::{on_executor, RedisCluster};
@@ -424,4 +426,111 @@ fn nodes_that_bounce_a_slot_between_them_make_a_call_give_up_not_spin() {
     // within a second that is a handful of rounds. A tight loop would send thousands.
     let total = sent.load(Ordering::SeqCst);
     assert!(total < 200, "{total} commands sent in a second: {text}");
+}
+
+/// `XLEN` of each of `keys`, through a client that waits for no replica.
+async fn lengths(cfg: &ClusterConfig, keys: &[String]) -> Vec<i64> {
+    let plain = ClusterConfig {
+        wait_replicas: 0,
+        ..cfg.clone()
+    };
+    let mut client = ClusterClient::connect(plain).await.expect("a slot map");
+    let xlens: Vec<Routed> = keys
+        .iter()
+        .map(|k| Routed::new(k, redis::cmd("XLEN").arg(k).clone()))
+        .collect();
+    let replies = client.pipeline(&xlens).await.expect("every XLEN answered");
+    replies
+        .iter()
+        .map(|v| match v {
+            Value::Int(n) => *n,
+            other => panic!("XLEN answered {other:?}"),
+        })
+        .collect()
+}
+
+/// A write that its master applied but too few replicas confirmed (`WAIT`) is not written
+/// again: an `XADD` is not idempotent, and while a replica is down or resynchronising each
+/// round of the call used to add one more entry. It is confirmed by a later `WAIT` on the
+/// connection it went by, within the call and across calls (`pipeline_resume`, as the store
+/// sends a batch again after a call gave up).
+#[test]
+fn a_write_applied_but_not_yet_confirmed_is_confirmed_later_never_written_twice() {
+    let mut cluster = RedisCluster::start();
+    let masters = cluster.masters();
+    for n in cluster
+        .nodes
+        .iter_mut()
+        .filter(|n| !masters.contains(&n.port))
+    {
+        n.kill();
+    }
+    let mut cfg = config(&cluster);
+    cfg.wait_replicas = 1;
+    // Each master's `WAIT` holds a round for half the I/O timeout (1 s), one master after
+    // another: 4 s is room for a second round.
+    cfg.retry_for = Duration::from_secs(4);
+    // Streams in several slots, on every master.
+    let keys: Vec<String> = (0..9).map(|i| format!("punctual:fired:{{t{i}}}")).collect();
+    let xadds: Vec<Routed> = keys
+        .iter()
+        .map(|k| {
+            let xadd = redis::cmd("XADD")
+                .arg(k)
+                .arg("*")
+                .arg("key")
+                .arg("a")
+                .clone();
+            Routed::new(k, xadd)
+        })
+        .collect();
+    on_executor(async {
+        let mut client = ClusterClient::connect(cfg.clone())
+            .await
+            .expect("a slot map");
+        // No replica to confirm: every master applies its XADDs, and the call goes on asking
+        // for `retry_for`, then gives up.
+        let gave_up = client.pipeline(&xadds).await;
+        assert!(
+            matches!(gave_up, Err(ClusterError::GaveUp { .. })),
+            "nothing confirmed: {gave_up:?}"
+        );
+        assert_eq!(
+            lengths(&cfg, &keys).await,
+            vec![1; keys.len()],
+            "each XADD applied once during the call"
+        );
+
+        // Across calls: the second call confirms what the first left landed, once the
+        // replicas are back, and adds nothing.
+        let mut state = vec![Sent::Unsent; xadds.len()];
+        let first = client.pipeline_resume(&xadds, &mut state).await;
+        assert!(
+            matches!(first, Err(ClusterError::GaveUp { .. })),
+            "{first:?}"
+        );
+        assert!(
+            state.iter().all(|s| matches!(s, Sent::Landed { .. })),
+            "applied, not confirmed: {state:?}"
+        );
+        for n in cluster.nodes.iter_mut().filter(|n| !n.running()) {
+            n.start();
+        }
+        cluster.wait_healthy("the replicas back and in sync");
+        client
+            .pipeline_resume(&xadds, &mut state)
+            .await
+            .unwrap_or_else(|e| panic!("confirmed once the replicas are back: {e}"));
+        assert!(
+            state
+                .iter()
+                .all(|s| matches!(s, Sent::Answered(Value::BulkString(_)))),
+            "each answered with its entry's id: {state:?}"
+        );
+        assert_eq!(
+            lengths(&cfg, &keys).await,
+            vec![2; keys.len()],
+            "the second batch's XADDs applied once each, the first's not again"
+        );
+    });
 }

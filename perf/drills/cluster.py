@@ -60,6 +60,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 
+sys.dont_write_bytecode = True   # no __pycache__ beside the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from failover import (  # noqa: E402  (the drills share one RESP client and helpers)
     Resp, RespError, env_float, env_int, free_port, http_get, log, now, text, try_cmd, wait_for,
@@ -132,6 +134,22 @@ def shares(nodes):
 # Redis Cluster
 # ---------------------------------------------------------------------------------------------
 
+def cluster_port():
+    """A free port whose bus port (+10,000) is free too: Redis refuses a cluster port over
+    55,535, and the kernel's ephemeral range goes higher."""
+    rnd = random.Random()
+    for _ in range(1000):
+        p = rnd.randint(20000, 45000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 10000))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a Redis Cluster node")
+
+
 class RedisNode:
     def __init__(self, d, port):
         self.port = port
@@ -164,7 +182,7 @@ class RedisNode:
 
 class Cluster:
     def __init__(self, d):
-        self.nodes = [RedisNode(d, free_port()) for _ in range(6)]
+        self.nodes = [RedisNode(d, cluster_port()) for _ in range(6)]
         try:
             for n in self.nodes:
                 n.start()
@@ -504,7 +522,7 @@ def read_streams(cluster):
                 f = {text(fields[i]): text(fields[i + 1]) for i in range(0, len(fields) - 1, 2)}
                 out[(tenant, f.get("key", ""))].append(
                     (int(f.get("version", 0)), int(f.get("fire_at_us", 0)),
-                     int(f.get("fired_at_us", 0))))
+                     int(f.get("fired_at_us", 0)), text(_eid)))
             if len(page) < 10000:
                 break
             start = "(" + text(page[-1][0])
@@ -548,15 +566,17 @@ def check(keys, fired, pending, fails, stats):
     fires = []
     for tk, kl in keys.items():
         got = fired.get(tk, [])
-        for v, fire_at, fired_at in got:
+        for v, fire_at, fired_at, _ in got:
             if fired_at < fire_at:
                 fails.append(f"early: {tk} v{v} fired {(fire_at - fired_at) / 1000:.1f} ms early")
-        by_version = Counter(v for v, _, _ in got)
+        by_version = Counter(f[0] for f in got)
         for v, c in by_version.items():
             if c > 1:
                 stats["repeats (same key and version delivered again)"] += c - 1
             if c > 2:
-                fails.append(f"{tk} v{v} delivered {c} times")
+                copies = [(f[2], f[3]) for f in got if f[0] == v]
+                fails.append(f"{tk} (partition {partition_of(*tk)}) v{v} due {got[0][1]} "
+                             f"delivered {c} times: (fired_at_us, stream id) {copies}")
         if kl.unsure():
             continue
         acked = [o for o in kl.ops if o[0] in ("put", "del")]
@@ -777,8 +797,8 @@ def one_run(binary, d, run_id, seed):
     for n in cluster.nodes:
         n.kill()
     with open(os.path.join(d, "result.json"), "w") as f:
-        json.dump({k: v for k, v in res.items() if k not in ("events",)}, f, indent=1,
-                  default=str)
+        json.dump({**res, "events": [{k: v for k, v in ev.items() if k != "moved_set"}
+                                     for ev in events]}, f, indent=1, default=str)
     return res
 
 

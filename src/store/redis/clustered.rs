@@ -34,9 +34,14 @@
 //! (same key and version, which consumers de-duplicate on), never go missing. A failed call
 //! (the client gave up after its `retry_for`, about an ack timeout) keeps the whole batch
 //! queued, and the task backs off and sends it again: `HSET` of a whole record and `HDEL` are
-//! assignments, so a script applied twice leaves what it left once. Stream entries that Redis
-//! took in step 1 are not sent again when only step 2 failed (the task remembers how many head
-//! entries are streamed), so an outage of one master does not add an entry per retry.
+//! assignments, so a script applied twice leaves what it left once. An `XADD` is not: sent
+//! twice, it adds two entries. So the task keeps where each of the batch's stream entries
+//! stands across its sends (`Streamed`, [`ClusterClient::pipeline_resume`]): one that a master
+//! answered is not sent again when another master, or step 2, failed; one that a master
+//! applied but too few replicas confirmed (`WAIT`) is confirmed by a later `WAIT` on the
+//! same connection, not sent again. Only one whose connection was lost meanwhile (its master
+//! may have died with it) is sent again, so a repeat needs a master's loss, not a slow
+//! replica; an outage of one master adds no entry per retry.
 //!
 //! A script answered `FENCED` (another node holds the partition's lease) applies nothing; its
 //! entries are answered `StoreUnavailable` and dropped from the outbox, not sent again: the
@@ -64,7 +69,7 @@
 //! look at its first two arguments to find its partition.
 
 use super::cluster::fence::{self, is_fenced};
-use super::cluster::{ClusterClient, ClusterStats, Routed};
+use super::cluster::{ClusterClient, ClusterStats, Routed, Sent};
 use super::flush::{due, pause, Due};
 use super::layout::partition_of_key;
 use super::outbox::Entry;
@@ -104,9 +109,9 @@ pub(crate) async fn run(shared: Rc<RedisLink>, mut client: ClusterClient) {
     let mut backoff = BACKOFF_START;
     let mut failing = false;
     let mut seen = client.stats();
-    // Entries at the head of the outbox whose stream entries Redis already took: a batch sent
-    // again after its scripts failed does not add them again.
-    let mut streamed = 0;
+    // Where the stream entries of the batch at the head of the outbox stand, kept across its
+    // sends: a batch sent again does not add again what Redis already took.
+    let mut streamed = Streamed::default();
     loop {
         match due(&shared).await {
             Due::Stop => return,
@@ -156,13 +161,12 @@ fn publish(shared: &RedisLink, seen: ClusterStats, now: ClusterStats) -> Cluster
 }
 
 /// Sends the batch at the head of the outbox (both steps) and pops it, answering its callers;
-/// `Err` keeps it queued to be sent again. `streamed`: how many head entries' stream entries
-/// are already in Redis (skipped; set once step 1 is answered, cleared once the batch is
-/// popped).
+/// `Err` keeps it queued to be sent again. `streamed`: where the batch's stream entries stand
+/// from its earlier sends (cleared once the batch is popped).
 async fn send_batch(
     shared: &RedisLink,
     client: &mut ClusterClient,
-    streamed: &mut usize,
+    streamed: &mut Streamed,
 ) -> Result<(), String> {
     let started = Instant::now();
     let plan = {
@@ -170,7 +174,6 @@ async fn send_batch(
         Plan::of(
             outbox.batch(0, shared.cfg.flush_max_commands),
             shared.holders.is_some(),
-            *streamed,
         )
     };
     if plan.entries == 0 {
@@ -178,15 +181,17 @@ async fn send_batch(
     }
     let mut outcomes: Vec<Result<(), Error>> = (0..plan.entries).map(|_| Ok(())).collect();
     if !plan.streams.is_empty() {
-        let replies = client
-            .pipeline(&plan.streams)
+        streamed.follow(&plan.stream_owners);
+        client
+            .pipeline_resume(&plan.streams, &mut streamed.state)
             .await
             .map_err(|e| e.to_string())?;
-        for (&owner, reply) in plan.stream_owners.iter().zip(replies) {
-            settle(shared, owner, reply, &mut outcomes)?;
+        for (&owner, sent) in plan.stream_owners.iter().zip(&streamed.state) {
+            if let Sent::Answered(reply) = sent {
+                settle(shared, owner, reply.clone(), &mut outcomes)?;
+            }
         }
     }
-    *streamed = (*streamed).max(plan.entries);
     if !plan.scripts.is_empty() {
         let replies = client
             .pipeline(&plan.scripts)
@@ -205,7 +210,7 @@ async fn send_batch(
     let m = shared.m();
     m.flush_seconds.observe(started.elapsed().as_nanos() as u64);
     m.batch_commands.observe(plan.commands as u64);
-    *streamed = 0;
+    *streamed = Streamed::default();
     let mut outbox = shared.outbox.borrow_mut();
     outbox.complete(outcomes);
     m.pending_writes
@@ -304,6 +309,31 @@ fn refuse(shared: &RedisLink, group: &Group, why: &str) {
     );
 }
 
+/// Step 1's progress on the batch at the head of the outbox, across its sends: the entry
+/// (index in the batch) of each stream command sent, and where each stands
+/// ([`ClusterClient::pipeline_resume`]). The head of the outbox stays put until the batch is
+/// popped, and a batch sent again only grows at its tail.
+#[derive(Debug, Default)]
+struct Streamed {
+    owners: Vec<usize>,
+    state: Vec<Sent>,
+}
+
+impl Streamed {
+    /// Lines the state up with a plan's stream commands (`owners`): the commands planned before
+    /// keep where they stand, and new ones are unsent. Were the plan ever to differ in what it
+    /// planned before, everything is sent again: a stream entry may then repeat (same key and
+    /// version), as after a crash, but none is left out.
+    fn follow(&mut self, owners: &[usize]) {
+        if !owners.starts_with(&self.owners) {
+            self.state.clear();
+            self.owners.clear();
+        }
+        self.state.resize(owners.len(), Sent::Unsent);
+        self.owners = owners.to_vec();
+    }
+}
+
 /// A partition's commands of a batch: which outbox entry (index within the batch) each
 /// belongs to, in order.
 #[derive(Debug, Default)]
@@ -336,10 +366,10 @@ struct Plan {
 }
 
 impl Plan {
-    /// The plan of `batch`, leaving out the stream entries of its first `streamed` entries.
+    /// The plan of `batch`.
     /// `fenced`: the store writes for a cluster of nodes, each entry under the holder it was
     /// queued with (`Entry::holder`).
-    fn of<'a>(batch: impl Iterator<Item = &'a Entry>, fenced: bool, streamed: usize) -> Plan {
+    fn of<'a>(batch: impl Iterator<Item = &'a Entry>, fenced: bool) -> Plan {
         let mut plan = Plan::default();
         // (partition, holder the entries were queued under) → (owners, keys, commands), in the
         // order of the outbox. Entries of one partition queued under two leases go in two
@@ -361,7 +391,6 @@ impl Plan {
                         }
                         cmds.push(cmd.clone());
                     }
-                    _ if i < streamed => {}
                     _ => {
                         plan.streams
                             .push(Routed::new(key.unwrap_or(&[]), cmd.clone()));
@@ -460,7 +489,7 @@ mod tests {
     #[test]
     fn stream_entries_go_first_and_each_partition_gets_one_ordered_script() {
         let o = outbox();
-        let plan = Plan::of(o.batch(0, 100), false, 0);
+        let plan = Plan::of(o.batch(0, 100), false);
         assert_eq!((plan.entries, plan.commands), (4, 5));
         assert_eq!(plan.streams.len(), 1);
         assert_eq!(plan.stream_owners, [1]);
@@ -485,16 +514,39 @@ mod tests {
         assert_eq!(names, ["HSET", "HDEL", "HDEL"]);
         assert!(!a[1].contains("FENCED"), "no lease check without holders");
         assert!(plan.unsent.is_empty());
-        // Sent again after its scripts failed: the stream entries Redis took are not repeated.
-        let again = Plan::of(o.batch(0, 100), false, 4);
-        assert!(again.streams.is_empty());
-        assert_eq!((again.entries, again.scripts.len()), (4, 2));
+    }
+
+    /// A batch sent again keeps where its stream entries stood: what was answered or landed
+    /// stays so (not sent again), entries queued since are added unsent; a plan that no
+    /// longer starts with what was sent starts over (a repeat, never a gap).
+    #[test]
+    fn stream_progress_follows_a_batch_that_grows_and_starts_over_when_it_differs() {
+        let at = crate::store::redis::cluster::Addr {
+            host: "127.0.0.1".into(),
+            port: 7000,
+        };
+        let mut s = Streamed::default();
+        s.follow(&[1, 3]);
+        assert!(matches!(s.state[..], [Sent::Unsent, Sent::Unsent]));
+        s.state[0] = Sent::Answered(Value::Okay);
+        s.state[1] = Sent::Landed {
+            at,
+            reply: Value::Okay,
+        };
+        s.follow(&[1, 3, 4]);
+        assert!(matches!(
+            s.state[..],
+            [Sent::Answered(_), Sent::Landed { .. }, Sent::Unsent]
+        ));
+        s.follow(&[0, 3, 4]);
+        assert!(s.state.iter().all(|x| matches!(x, Sent::Unsent)));
+        assert_eq!(s.owners, [0, 3, 4]);
     }
 
     #[test]
     fn with_holders_a_partition_is_fenced_by_its_holder_and_an_unheld_one_is_not_sent() {
         let o = outbox_under(|p| (p == 7).then(|| Arc::from(format!("node-a:{p}"))));
-        let plan = Plan::of(o.batch(0, 100), true, 0);
+        let plan = Plan::of(o.batch(0, 100), true);
         assert_eq!(plan.groups.len(), 1);
         let a = args(&plan.scripts[0]);
         assert!(a[1].contains("FENCED"), "the fenced script");
@@ -519,7 +571,7 @@ mod tests {
             "shop",
             Some(Arc::from("node-a:4")),
         );
-        let plan = Plan::of(o.batch(0, 100), true, 0);
+        let plan = Plan::of(o.batch(0, 100), true);
         let mut scripts: Vec<(u32, String, Vec<usize>)> = plan
             .groups
             .iter()

@@ -31,10 +31,16 @@
 //!   before the failure: it is asked again, so commands must be idempotent (an `HSET` of the
 //!   whole record, a fenced script that checks a version) for the exactly-once that the store
 //!   needs. The store's own writes are.
-//! - With `wait_replicas` = n > 0, each group ends with `WAIT n <io_timeout/2>`; a group that
-//!   fewer replicas confirmed is asked again whole (hence, again, idempotent writes). This is
-//!   what keeps an acknowledged write through a master's loss: Redis replicates
-//!   asynchronously, and a master killed before its replica read a write takes it along.
+//! - With `wait_replicas` = n > 0, each group ends with `WAIT n <io_timeout/2>`. This is what
+//!   keeps an acknowledged write through a master's loss: Redis replicates asynchronously,
+//!   and a master killed before its replica read a write takes it along. A group that fewer
+//!   replicas confirmed was applied all the same: it is not sent again (an `XADD` would add
+//!   a second entry per round while a replica resynchronises) but kept as landed
+//!   ([`Sent::Landed`]), and the next round first sends a lone `WAIT` on the connection it
+//!   went by, which covers every earlier write of that connection. Only when that connection
+//!   is gone (lost, or closed because its node is no longer a master) is the write sent
+//!   again. [`ClusterClient::pipeline_resume`] keeps this across calls for a caller that
+//!   sends the same commands again after a call gave up.
 //! - Commands for one slot keep their order within a round; a redirect can put a later
 //!   command of the same slot ahead of an earlier one only across rounds, so a caller that
 //!   needs two writes ordered sends them as one script (which runs on one slot, atomically).
@@ -142,6 +148,28 @@ pub enum ClusterError {
     },
 }
 
+/// Where one command of [`ClusterClient::pipeline_resume`] stands.
+#[derive(Clone, Debug, Default)]
+pub enum Sent {
+    /// Not sent yet, or to be sent again.
+    #[default]
+    Unsent,
+    /// Applied by the master at `at`, which fewer replicas than `wait_replicas` confirmed:
+    /// confirmed later by a `WAIT` on the connection it went by, not sent again (an `XADD`
+    /// sent again would add a second entry).
+    Landed { at: Addr, reply: Value },
+    /// Answered (and, with `wait_replicas`, confirmed): not sent again.
+    Answered(Value),
+}
+
+/// What [`ClusterClient::confirm`] found.
+enum Confirmed {
+    /// Every landed write whose master still has its connection was confirmed: how many.
+    All(usize),
+    /// Some were not: why.
+    Short(String),
+}
+
 /// How one reply is taken.
 enum Verdict {
     Answer(Value),
@@ -194,9 +222,29 @@ impl ClusterClient {
 
     /// Every command's answer, in the order given (see the module doc for the rounds).
     pub async fn pipeline(&mut self, commands: &[Routed]) -> Result<Vec<Value>, ClusterError> {
+        let mut state = vec![Sent::Unsent; commands.len()];
+        self.pipeline_resume(commands, &mut state).await?;
+        Ok(state
+            .into_iter()
+            .map(|s| match s {
+                Sent::Answered(v) => v,
+                _ => Value::Nil,
+            })
+            .collect())
+    }
+
+    /// [`ClusterClient::pipeline`] that leaves where each command stands in `state` (one entry
+    /// per command), also when it gives up: a caller that sends the same commands again with
+    /// the same `state` does not send again what was answered, and has what landed
+    /// unconfirmed confirmed rather than applied twice. Entries already
+    /// [`Sent::Answered`] are not sent.
+    pub async fn pipeline_resume(
+        &mut self,
+        commands: &[Routed],
+        state: &mut [Sent],
+    ) -> Result<(), ClusterError> {
         let started = Instant::now();
         let deadline = started + self.cfg.retry_for;
-        let mut answers: Vec<Option<Value>> = vec![None; commands.len()];
         let mut ask: Vec<Option<Addr>> = vec![None; commands.len()];
         let mut backoff = MIN_BACKOFF;
         let mut rounds = 0;
@@ -209,9 +257,19 @@ impl ClusterClient {
             }
             let mut hindered = false;
             let mut answered = 0;
+            // What landed unconfirmed in an earlier round: a `WAIT` on the connection that
+            // carried it, first thing, before anything else goes to that master (a `WAIT`
+            // covers every earlier write of its connection, and only of its connection).
+            match self.confirm(state).await {
+                Confirmed::All(n) => answered += n,
+                Confirmed::Short(why) => {
+                    hindered = true;
+                    last = why;
+                }
+            }
             let mut groups: BTreeMap<Addr, Vec<(usize, bool)>> = BTreeMap::new();
             for (i, c) in commands.iter().enumerate() {
-                if answers[i].is_some() {
+                if !matches!(state[i], Sent::Unsent) {
                     continue;
                 }
                 match ask[i].take() {
@@ -227,7 +285,7 @@ impl ClusterClient {
                 }
             }
             for (at, members) in groups {
-                let replies = match self.round_trip(&at, commands, &members).await {
+                let (replies, confirmed) = match self.round_trip(&at, commands, &members).await {
                     Ok(r) => r,
                     Err(e) => {
                         self.stats.lost_connections += 1;
@@ -237,11 +295,21 @@ impl ClusterClient {
                         continue;
                     }
                 };
+                if !confirmed {
+                    hindered = true;
+                    last = format!("{at}: WAIT: fewer than {} replicas", self.cfg.wait_replicas);
+                }
                 for (&(i, _), reply) in members.iter().zip(replies) {
                     match self.judge(reply, &at) {
-                        Verdict::Answer(v) => {
-                            answers[i] = Some(v);
+                        Verdict::Answer(v) if confirmed || matches!(v, Value::ServerError(_)) => {
+                            state[i] = Sent::Answered(v);
                             answered += 1;
+                        }
+                        Verdict::Answer(v) => {
+                            state[i] = Sent::Landed {
+                                at: at.clone(),
+                                reply: v,
+                            }
                         }
                         Verdict::Again(why) => last = why,
                         Verdict::AskAt(to) => ask[i] = Some(to),
@@ -252,8 +320,8 @@ impl ClusterClient {
                     }
                 }
             }
-            if answers.iter().all(Option::is_some) {
-                return Ok(answers.into_iter().flatten().collect());
+            if state.iter().all(|s| matches!(s, Sent::Answered(_))) {
+                return Ok(());
             }
             rounds += 1;
             if answered == 0 && rounds > 2 {
@@ -265,7 +333,10 @@ impl ClusterClient {
             let now = Instant::now();
             if now >= deadline {
                 return Err(ClusterError::GaveUp {
-                    pending: answers.iter().filter(|a| a.is_none()).count(),
+                    pending: state
+                        .iter()
+                        .filter(|s| !matches!(s, Sent::Answered(_)))
+                        .count(),
                     total: commands.len(),
                     rounds,
                     spent: now - started,
@@ -279,15 +350,87 @@ impl ClusterClient {
         }
     }
 
+    /// One `WAIT` per master that holds writes [`Sent::Landed`] in `state`, on the connection
+    /// they went by: confirmed, they are answered; short, they stay landed; with the
+    /// connection gone (lost, or closed by a refresh that found its node no longer a master)
+    /// they are sent again, since a master that went away may have taken them along.
+    async fn confirm(&mut self, state: &mut [Sent]) -> Confirmed {
+        let mut at_masters: BTreeMap<Addr, Vec<usize>> = BTreeMap::new();
+        for (i, s) in state.iter().enumerate() {
+            if let Sent::Landed { at, .. } = s {
+                at_masters.entry(at.clone()).or_default().push(i);
+            }
+        }
+        let (mut done, mut short) = (0, None);
+        for (at, members) in at_masters {
+            let confirmed = match self.conns.remove(&at) {
+                None => None,
+                Some(mut conn) => {
+                    self.wait_command().write_packed_command(conn.out());
+                    match conn.round_trip(1).await {
+                        Ok(r) => {
+                            self.conns.insert(at.clone(), conn);
+                            Some(self.enough(r.first()))
+                        }
+                        Err(e) => {
+                            self.stats.lost_connections += 1;
+                            self.stale = true;
+                            short = Some(format!("{at}: {e}"));
+                            None
+                        }
+                    }
+                }
+            };
+            for i in members {
+                let Sent::Landed { reply, .. } = std::mem::take(&mut state[i]) else {
+                    continue;
+                };
+                state[i] = match confirmed {
+                    Some(true) => {
+                        done += 1;
+                        Sent::Answered(reply)
+                    }
+                    Some(false) => Sent::Landed {
+                        at: at.clone(),
+                        reply,
+                    },
+                    None => Sent::Unsent,
+                };
+            }
+            if confirmed == Some(false) {
+                short = Some(format!(
+                    "{at}: WAIT: fewer than {} replicas",
+                    self.cfg.wait_replicas
+                ));
+            }
+        }
+        match short {
+            Some(why) => Confirmed::Short(why),
+            None => Confirmed::All(done),
+        }
+    }
+
+    fn wait_command(&self) -> redis::Cmd {
+        redis::cmd("WAIT")
+            .arg(self.cfg.wait_replicas)
+            .arg((self.cfg.io_timeout / 2).as_millis() as u64)
+            .clone()
+    }
+
+    /// Whether a `WAIT`'s reply counts enough replicas.
+    fn enough(&self, reply: Option<&Value>) -> bool {
+        matches!(reply, Some(Value::Int(n)) if *n >= i64::from(self.cfg.wait_replicas))
+    }
+
     /// Writes `members` of `commands` to `at` as one pipeline (each asked one after
     /// `ASKING`, a `WAIT` at the end when replicas must confirm) and returns their replies,
-    /// one per member: a success that too few replicas confirmed comes back as `TRYAGAIN`.
+    /// one per member, and whether enough replicas confirmed them (always, without `WAIT`).
     async fn round_trip(
         &mut self,
         at: &Addr,
         commands: &[Routed],
         members: &[(usize, bool)],
-    ) -> Result<Vec<Value>, ConnError> {
+    ) -> Result<(Vec<Value>, bool), ConnError> {
         let mut conn = match self.conns.remove(at) {
             Some(c) => c,
             None => Conn::connect(&self.info(at), self.cfg.io_timeout).await?,
@@ -301,12 +444,9 @@ impl ClusterClient {
             commands[i].cmd.write_packed_command(conn.out());
             expected += 1;
         }
-        let wait = self.cfg.wait_replicas;
-        if wait > 0 {
-            redis::cmd("WAIT")
-                .arg(wait)
-                .arg((self.cfg.io_timeout / 2).as_millis() as u64)
-                .write_packed_command(conn.out());
+        let wait = self.cfg.wait_replicas > 0;
+        if wait {
+            self.wait_command().write_packed_command(conn.out());
             expected += 1;
         }
         let mut replies = conn.round_trip(expected).await?.into_iter();
@@ -319,21 +459,8 @@ impl ClusterClient {
             }
             out.push(replies.next().unwrap_or(Value::Nil));
         }
-        if wait > 0 {
-            let confirmed = match replies.next() {
-                Some(Value::Int(n)) => n,
-                _ => 0,
-            };
-            if confirmed < i64::from(wait) {
-                let unconfirmed = format!("TRYAGAIN WAIT: {confirmed} of {wait} replicas");
-                for v in &mut out {
-                    if !matches!(v, Value::ServerError(_)) {
-                        *v = tryagain(&unconfirmed);
-                    }
-                }
-            }
-        }
-        Ok(out)
+        let confirmed = !wait || self.enough(replies.next().as_ref());
+        Ok((out, confirmed))
     }
 
     fn judge(&mut self, reply: Value, from: &Addr) -> Verdict {
@@ -422,10 +549,4 @@ impl ClusterClient {
             redis: self.cfg.redis.clone(),
         }
     }
-}
-
-/// A `TRYAGAIN` error reply carrying `why`.
-fn tryagain(why: &str) -> Value {
-    let wire = format!("-{why}\r\n");
-    redis::parse_redis_value(wire.as_bytes()).unwrap_or(Value::Nil)
 }

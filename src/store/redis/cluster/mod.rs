@@ -22,7 +22,7 @@ pub mod map;
 pub mod redirect;
 pub mod slot;
 
-pub use client::{ClusterClient, ClusterConfig, ClusterError, ClusterStats, Routed};
+pub use client::{ClusterClient, ClusterConfig, ClusterError, ClusterStats, Routed, Sent};
 pub use map::{Addr, SlotMap};
 
 /// The URL scheme for a Redis Cluster.
