@@ -96,6 +96,7 @@ fn cli(args: &[&str]) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!("punctual cluster status {args:?} still running after 20 s");
 }
 

@@ -16,24 +16,13 @@
 //! One pass over the 1,024 lease values and one over [`Holdings`] (1,024 uncontended mutex
 //! locks) per answer; a few small allocations per holder. Nothing is kept between answers.
 
-use super::membership::NodeRecord;
 use super::node::Holdings;
 use super::routing::Owner;
+use super::status::Snapshot;
 use crate::partition::PARTITIONS;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
-
-/// One read of the cluster's state, as Redis answered it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Snapshot {
-    /// The live nodes' records, sorted by id.
-    pub live: Vec<NodeRecord>,
-    /// Per partition, the lease key's value (`<node>/<nonce>:<epoch>`), if the key exists.
-    pub leases: Vec<Option<String>>,
-    /// When the read started (UTC microseconds).
-    pub read_at_us: u64,
-}
 
 /// A set of partitions: how many, and their ranges (`"0-12,15"`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,6 +214,7 @@ fn holder(id: &str, of: &[(u32, u64)]) -> Holder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::membership::NodeRecord;
 
     #[test]
     fn ranges_join_runs_and_keep_singles() {
@@ -292,13 +282,14 @@ mod tests {
 
     #[test]
     fn a_report_groups_leases_by_holder_and_names_the_rest() {
-        let mut leases = vec![None; PARTITIONS as usize];
-        for p in 0..600 {
-            leases[p] = Some(format!("a:1/n1:{}", if p < 10 { 2 } else { 1 }));
-        }
-        for p in 600..1000 {
-            leases[p] = Some("b:1/n2:3".into());
-        }
+        let mut leases: Vec<Option<String>> = (0..PARTITIONS)
+            .map(|p| match p {
+                0..10 => Some("a:1/n1:2".into()),
+                10..600 => Some("a:1/n1:1".into()),
+                600..1000 => Some("b:1/n2:3".into()),
+                _ => None,
+            })
+            .collect();
         leases[1000] = Some("gone:1/n3:9".into());
         leases[1001] = Some("garbage".into());
         let snapshot = Snapshot {

@@ -30,8 +30,7 @@
 //! Per ask: two uncontended mutex locks and an event listener. Per read: the script, 1,024
 //! `GET`s, and the snapshot (1,024 short strings) shared by every ask it answers.
 
-use super::membership;
-use super::report::Snapshot;
+use super::membership::{self, NodeRecord};
 use crate::partition::PARTITIONS;
 use crate::store::redis::cluster::{ClusterClient, ClusterConfig, Routed};
 use crate::store::redis::layout::lease_key;
@@ -56,6 +55,17 @@ pub enum StatusError {
     Timeout,
     #[error("the read of the cluster's state from Redis failed: {0}")]
     Read(String),
+}
+
+/// One read of the cluster's state, as Redis answered it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The live nodes' records, sorted by id.
+    pub live: Vec<NodeRecord>,
+    /// Per partition, the lease key's value (`<node>/<nonce>:<epoch>`), if the key exists.
+    pub leases: Vec<Option<String>>,
+    /// When the read started (UTC microseconds).
+    pub read_at_us: u64,
 }
 
 type Answer = Result<Arc<Snapshot>, StatusError>;
