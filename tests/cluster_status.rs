@@ -9,6 +9,7 @@
 mod api_support;
 #[path = "support/cluster_serve.rs"]
 mod cluster_serve;
+mod openapi_support;
 #[path = "support/redis_cluster.rs"]
 mod redis_cluster;
 #[path = "support/redis_server.rs"]
@@ -25,14 +26,22 @@ use std::net::SocketAddr;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// `GET /cluster` at `addr`, read as a report; `Err` with the status and body otherwise.
+/// `GET /cluster` at `addr`, checked against `docs/openapi.yaml` and read as a report; `Err`
+/// with the status and body otherwise.
 fn status_of(addr: SocketAddr) -> Result<Report, String> {
     let r = try_request(addr, "GET", "/cluster", &[], b"").map_err(|e| e.to_string())?;
+    spec().check("GET", "/cluster", &r);
     let body = String::from_utf8_lossy(&r.body).into_owned();
     if r.status != 200 {
         return Err(format!("{}: {body}", r.status));
     }
     serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))
+}
+
+/// The API's document, loaded once.
+fn spec() -> &'static openapi_support::Spec {
+    static SPEC: std::sync::OnceLock<openapi_support::Spec> = std::sync::OnceLock::new();
+    SPEC.get_or_init(openapi_support::Spec::load)
 }
 
 /// Partition ranges (`"0-12,15"`) back to the partitions.
