@@ -176,6 +176,7 @@ fn two_nodes_report_every_partition_held_once_and_the_survivor_takes_all_after_a
         assert!(text.contains(id.as_str()), "{id} in:\n{text}");
     }
     assert!(text.contains("unowned partitions: 0"), "{text}");
+    eprintln!("punctual cluster status --url {url}:\n{text}");
     let out = cli(&["--url", &url, "--json"]);
     assert!(out.status.success());
     let r: Report = serde_json::from_slice(&out.stdout).expect("--json prints the report");

@@ -244,18 +244,32 @@ pub fn table(r: &Report) -> String {
 }
 
 fn ranges_of(out: &mut String, h: &Holder) {
-    let _ = writeln!(
-        out,
-        "  {} partitions: {}",
-        h.id,
-        or_none(&h.partitions.ranges)
-    );
+    let _ = writeln!(out, "\n{} partitions:", h.id);
+    wrapped(out, "    ", or_none(&h.partitions.ranges));
     if let Some(e) = h.epochs.as_ref().filter(|e| e.partitions.len() > 1) {
         for (epoch, ranges) in &e.partitions {
-            let _ = writeln!(out, "    epoch {epoch}: {ranges}");
+            let _ = writeln!(out, "  under epoch {epoch}:");
+            wrapped(out, "    ", ranges);
         }
     }
 }
+
+/// Writes `ranges` in lines of at most [`WIDTH`] characters, each after `indent`, broken after
+/// a comma.
+fn wrapped(out: &mut String, indent: &str, ranges: &str) {
+    let mut line = String::new();
+    for part in ranges.split_inclusive(',') {
+        if !line.is_empty() && indent.len() + line.len() + part.len() > WIDTH {
+            let _ = writeln!(out, "{indent}{line}");
+            line.clear();
+        }
+        line.push_str(part);
+    }
+    let _ = writeln!(out, "{indent}{line}");
+}
+
+/// The widest line of partition ranges.
+const WIDTH: usize = 96;
 
 fn epochs(e: Option<&Epochs>) -> String {
     match e {
@@ -320,6 +334,23 @@ mod tests {
         );
         let text = refusal("http://x:1", StatusCode::BAD_GATEWAY, b"\xff garbage");
         assert!(text.contains("502"), "{text}");
+    }
+
+    #[test]
+    fn long_ranges_wrap_after_a_comma_and_lose_nothing() {
+        let ranges = crate::cluster::report::ranges(&(0..1024).step_by(2).collect::<Vec<_>>());
+        let mut out = String::new();
+        wrapped(&mut out, "  ", &ranges);
+        assert!(out.lines().count() > 10, "{out}");
+        assert!(
+            out.lines().all(|l| l.len() <= WIDTH && l.starts_with("  ")),
+            "{out}"
+        );
+        let joined: String = out.lines().map(str::trim_start).collect();
+        assert_eq!(joined, ranges);
+        let mut out = String::new();
+        wrapped(&mut out, "  ", "none");
+        assert_eq!(out, "  none\n");
     }
 
     #[test]
