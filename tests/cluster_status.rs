@@ -4,7 +4,8 @@
 //! epoch of 1 or more, agreeing with each node's own count in `/healthz`; after one node is
 //! SIGKILLed, the survivor's answer shows it holding all 1,024. The CLI (the real binary)
 //! prints both nodes and exits 0, and exits nonzero, saying why, against a port where nothing
-//! listens and against a node not in cluster mode. Every wait is bounded.
+//! listens and against a node not in cluster mode. With Redis gone, the endpoint answers a
+//! bounded `503 store_unavailable`. Every wait is bounded.
 
 mod api_support;
 #[path = "support/cluster_serve.rs"]
@@ -191,6 +192,31 @@ fn two_nodes_report_every_partition_held_once_and_the_survivor_takes_all_after_a
     let e = r.live[0].epochs.as_ref().expect("epochs");
     assert!(e.min >= 1, "{e:?}");
     procs[0].wait_partitions(addrs[0], PARTITIONS as u64);
+    // Redis gone: the answer is a bounded 503 that says Redis did not answer, never a hang.
+    let mut cluster = cluster;
+    for n in &mut cluster.nodes {
+        n.kill();
+    }
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let asked = Instant::now();
+        let r = try_request(addrs[0], "GET", "/cluster", &[], b"").expect("answered");
+        let took = asked.elapsed();
+        assert!(took < Duration::from_secs(10), "answered after {took:?}");
+        if r.status == 503 {
+            spec().check("GET", "/cluster", &r);
+            assert_eq!(r.code(), "store_unavailable");
+            let text = String::from_utf8_lossy(&r.body);
+            assert!(text.contains("Redis"), "{text}");
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "still {} with Redis gone",
+            r.status
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]

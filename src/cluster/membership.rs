@@ -33,9 +33,33 @@ pub struct NodeRecord {
     pub started_at_us: u64,
 }
 
-const BEAT: &str = r"
+/// The master's clock in ms, as `now`: every expiry is judged on it (see the module doc).
+macro_rules! master_now {
+    () => {
+        r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"
+    };
+}
+
+/// The records of the nodes whose expiry is after `now`, as the script's answer.
+macro_rules! live_records {
+    () => {
+        r"
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+local out = {}
+for i, id in ipairs(live) do
+  out[i] = redis.call('HGET', KEYS[2], id) or ''
+end
+return out
+"
+    };
+}
+
+const BEAT: &str = concat!(
+    master_now!(),
+    r"
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -43,26 +67,13 @@ if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   redis.call('HDEL', KEYS[2], unpack(gone))
 end
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
-local out = {}
-for i, id in ipairs(live) do
-  out[i] = redis.call('HGET', KEYS[2], id) or ''
-end
-return out
-";
+",
+    live_records!()
+);
 
 /// The records of the nodes whose heartbeat has not expired by the master's clock; writes
 /// nothing.
-const LIVE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
-local out = {}
-for i, id in ipairs(live) do
-  out[i] = redis.call('HGET', KEYS[2], id) or ''
-end
-return out
-";
+const LIVE: &str = concat!(master_now!(), live_records!());
 
 const LEAVE: &str = r"
 redis.call('ZREM', KEYS[1], ARGV[1])
