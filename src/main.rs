@@ -1,5 +1,6 @@
 //! The `punctual` binary: `serve` runs the service, `doctor` checks the host, `journal`
-//! checks and dumps a journal's data directory offline.
+//! checks and dumps a journal's data directory offline, `cluster status` asks a node sharing a
+//! Redis Cluster what it sees of the others.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -28,6 +29,8 @@ enum Command {
     Doctor(punctual::doctor::DoctorArgs),
     /// Check or dump a journal's data directory offline (stop the server on it first).
     Journal(punctual::config::JournalArgs),
+    /// Ask a node sharing a Redis Cluster which nodes are live and which partitions each holds.
+    Cluster(punctual::config::ClusterArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(&args),
         Command::Doctor(args) => ExitCode::from(punctual::doctor::run(&args).clamp(0, 255) as u8),
         Command::Journal(args) => journal(&args),
+        Command::Cluster(args) => punctual::api::cli::run(&args),
     }
 }
 

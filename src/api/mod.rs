@@ -15,13 +15,16 @@
 //!   Redis Cluster shared with others) and relays its answer; `split` splits a batch by owner
 //!   and merges the answers in the items' order.
 //! - `tenants` owns bearer tokens and quotas; `metrics` owns `/metrics`; `webhooks` owns the
-//!   callbacks of registrations and the dead-letter routes.
+//!   callbacks of registrations and the dead-letter routes; `cluster` owns `/cluster`, and
+//!   `cli` the `punctual cluster status` command that asks a node for it.
 //!
 //! Cost model: a request is parsed on the shard that accepted it, then one ring push and one
 //! reply travel to and from the shard that owns the key (possibly the same one).
 
 mod batch;
 pub mod body;
+pub mod cli;
+mod cluster;
 mod drain;
 pub mod error;
 mod forward;

@@ -17,6 +17,7 @@
 
 use crate::cluster::node::{self, Holdings};
 use crate::cluster::reader::Shards;
+use crate::cluster::status::Status;
 use crate::engine::RedisConfig;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,14 +34,16 @@ pub struct NodeLoop {
 }
 
 /// Starts the loop for the node advertised at `advertise` on the cluster of `redis`.
+/// `status` is served on the loop's thread (`cluster::status`) until the loop stops.
 pub fn start(
     redis: &RedisConfig,
     advertise: &str,
     holdings: Arc<Holdings>,
     shards: Arc<dyn Shards>,
+    status: Arc<Status>,
 ) -> Result<NodeLoop, String> {
     let stop = Arc::new(AtomicBool::new(false));
-    let thread = node::spawn_for(redis, advertise, holdings, shards, stop.clone())?;
+    let thread = node::spawn_for(redis, advertise, holdings, shards, status, stop.clone())?;
     Ok(NodeLoop { stop, thread })
 }
 

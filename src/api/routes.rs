@@ -30,6 +30,7 @@ enum Route<'a> {
     Dead(&'a str, Option<&'a str>, bool),
     Metrics,
     Healthz,
+    Cluster,
     NotFound,
 }
 
@@ -38,6 +39,7 @@ fn route(path: &str) -> Route<'_> {
     match (it.next(), it.next(), it.next(), it.next(), it.next()) {
         (Some("metrics"), None, ..) => Route::Metrics,
         (Some("healthz"), None, ..) => Route::Healthz,
+        (Some("cluster"), None, ..) => Route::Cluster,
         (Some("v1"), Some("timers"), Some(t), None, _) if !t.is_empty() => Route::Batch(t),
         (Some("v1"), Some("dead"), Some(t), None, _) => dead_route(t, None, false),
         (Some("v1"), Some("dead"), Some(t), Some(k), None) => dead_route(t, Some(k), false),
@@ -85,6 +87,7 @@ impl App {
             }
             Route::Metrics => ("metrics", self.metrics(&req)),
             Route::Healthz => ("healthz", self.healthz(&req)),
+            Route::Cluster => ("cluster", self.cluster(&req).await),
             Route::NotFound => (
                 "other",
                 Err(ApiError::NotFound(format!("no route for {path:?}"))),
@@ -216,14 +219,25 @@ impl App {
         })
     }
 
-    fn metrics(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
+    /// An operator's `GET` (`/metrics`, `/cluster`): with `metrics_token` set, it needs that
+    /// token.
+    pub(super) fn operator_get(
+        &self,
+        req: &Request<Incoming>,
+        route: &'static str,
+    ) -> Result<(), ApiError> {
         get_only(req)?;
         if let Some(token) = &self.shared.config.metrics_token {
             let auth = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
             if !super::tenants::bearer_matches(auth, token) {
-                return Err(ApiError::MetricsUnauthorized("/metrics"));
+                return Err(ApiError::MetricsUnauthorized(route));
             }
         }
+        Ok(())
+    }
+
+    fn metrics(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
+        self.operator_get(req, "/metrics")?;
         let text = self
             .shared
             .metrics

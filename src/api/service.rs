@@ -12,6 +12,7 @@ use super::node;
 use super::state::Servers;
 use super::tenants::Tenants;
 use crate::cluster::node::Holdings;
+use crate::cluster::status::Status;
 use crate::config::{Config, FsyncMode, PinningMode, StoreChoice};
 use crate::engine::{EngineBuilder, Fsync, JournalConfig, Pinning, RedisConfig};
 use crate::sink::webhook::address::parse_networks;
@@ -52,11 +53,17 @@ pub fn serve(config: Config) -> Result<(), String> {
         }
         _ => None,
     };
+    // Its `GET /cluster` reads the cluster's state through the node's thread.
+    let status = node
+        .as_ref()
+        .and(config.advertise.as_deref())
+        .map(|me| Arc::new(Status::new(me)));
     let shared = Arc::new(Servers::new(
         config.clone(),
         tenants.clone(),
         webhooks.clone(),
         node.clone(),
+        status.clone(),
     ));
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let hook_shared = shared.clone();
@@ -134,13 +141,14 @@ pub fn serve(config: Config) -> Result<(), String> {
             }
         }
     }
-    let node_loop = match (&node, &redis, &config.advertise) {
-        (Some(holdings), Some(redis), Some(advertise)) => {
+    let node_loop = match (&node, &redis, &config.advertise, &status) {
+        (Some(holdings), Some(redis), Some(advertise), Some(status)) => {
             let started = node::start(
                 redis,
                 advertise,
                 holdings.clone(),
                 engine.handle().partitions(),
+                status.clone(),
             );
             match started {
                 Ok(l) => {

@@ -7,6 +7,7 @@ use super::forward::{ForwardStats, Peers};
 use super::metrics::Metrics;
 use super::tenants::Tenants;
 use crate::cluster::node::Holdings;
+use crate::cluster::status::Status;
 use crate::config::Config;
 use crate::engine::Handle;
 use crate::sink::webhook::settings::WebhookSettings;
@@ -25,6 +26,8 @@ pub struct Servers {
     pub metrics: OnceLock<Metrics>,
     /// On a node that shares a Redis Cluster with others: the leases it holds.
     pub node: Option<Arc<Holdings>>,
+    /// On such a node: the read of the cluster's state that `GET /cluster` answers with.
+    pub status: Option<Arc<Status>>,
     /// Forwards to the other nodes, all shards together.
     pub forwards: Arc<ForwardStats>,
     pub(super) connections: AtomicUsize,
@@ -39,6 +42,7 @@ impl Servers {
         tenants: Tenants,
         webhooks: Arc<WebhookSettings>,
         node: Option<Arc<Holdings>>,
+        status: Option<Arc<Status>>,
     ) -> Self {
         Servers {
             config,
@@ -46,6 +50,7 @@ impl Servers {
             webhooks,
             metrics: OnceLock::new(),
             node,
+            status,
             forwards: Arc::default(),
             connections: AtomicUsize::new(0),
             listeners: AtomicUsize::new(0),

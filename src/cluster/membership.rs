@@ -33,9 +33,33 @@ pub struct NodeRecord {
     pub started_at_us: u64,
 }
 
-const BEAT: &str = r"
+/// The master's clock in ms, as `now`: every expiry is judged on it (see the module doc).
+macro_rules! master_now {
+    () => {
+        r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"
+    };
+}
+
+/// The records of the nodes whose expiry is after `now`, as the script's answer.
+macro_rules! live_records {
+    () => {
+        r"
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+local out = {}
+for i, id in ipairs(live) do
+  out[i] = redis.call('HGET', KEYS[2], id) or ''
+end
+return out
+"
+    };
+}
+
+const BEAT: &str = concat!(
+    master_now!(),
+    r"
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -43,13 +67,13 @@ if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   redis.call('HDEL', KEYS[2], unpack(gone))
 end
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
-local out = {}
-for i, id in ipairs(live) do
-  out[i] = redis.call('HGET', KEYS[2], id) or ''
-end
-return out
-";
+",
+    live_records!()
+);
+
+/// The records of the nodes whose heartbeat has not expired by the master's clock; writes
+/// nothing.
+const LIVE: &str = concat!(master_now!(), live_records!());
 
 const LEAVE: &str = r"
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -89,6 +113,24 @@ pub async fn beat(
     cmd.arg(serde_json::to_string(me)?)
         .arg(ttl.as_millis().max(1) as u64);
     let reply = client.query(Routed::new(MEMBERS_KEY, cmd)).await?;
+    records(reply)
+}
+
+/// Every live node's record, sorted by id, as [`beat`] answers but without beating or
+/// dropping anything: a read, for `punctual cluster status`.
+pub async fn live(client: &mut ClusterClient) -> Result<Vec<NodeRecord>, MembershipError> {
+    let cmd = redis::cmd("EVAL")
+        .arg(LIVE)
+        .arg(2)
+        .arg(MEMBERS_KEY)
+        .arg(MEMBER_RECORDS_KEY)
+        .clone();
+    let reply = client.query(Routed::new(MEMBERS_KEY, cmd)).await?;
+    records(reply)
+}
+
+/// The records a script answered, sorted by id; those that do not parse are skipped.
+fn records(reply: Value) -> Result<Vec<NodeRecord>, MembershipError> {
     let Value::Array(records) = reply else {
         return Err(MembershipError::Reply(format!("{reply:?}")));
     };

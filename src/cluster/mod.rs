@@ -1,7 +1,8 @@
 //! Many punctual nodes over one Redis Cluster: who is alive (`membership`), who should own
 //! each partition (`rendezvous`), who may write for it (`lease`), the loop that keeps this
 //! node's heartbeat and leases (`node`), the read of a partition it gains (`load`) for the
-//! shards (`reader`), and the routing view the API forwards requests by (`routing`).
+//! shards (`reader`), the routing view the API forwards requests by (`routing`), and the
+//! read of the whole cluster's state that `GET /cluster` answers with (`status`, `report`).
 //!
 //! # What this part owns
 //!
@@ -33,4 +34,6 @@ pub mod membership;
 pub mod node;
 pub mod reader;
 pub mod rendezvous;
+pub mod report;
 pub mod routing;
+pub mod status;

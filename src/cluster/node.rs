@@ -80,6 +80,7 @@ use super::membership::{self, NodeRecord};
 use super::reader::{Partitions, Reader, Shards};
 use super::rendezvous;
 use super::routing::RoutingTable;
+use super::status::Status;
 use crate::partition::PARTITIONS;
 use crate::store::redis::cluster::{parse_url, ClusterClient, ClusterConfig};
 use crate::store::redis::clustered::Holders;
@@ -326,13 +327,15 @@ pub fn plan(held: &[u32], want: &[u32]) -> Plan {
 
 /// Starts the loop on a thread of its own (see the module doc) with a cluster client made
 /// from `cluster` (its `retry_for` set to one round), and beside it the reader that loads
-/// gained partitions into `shards` (`reader`). On `stop` it releases what it holds and leaves
-/// the live set, so the others need not wait a TTL.
+/// gained partitions into `shards` (`reader`) and the service that reads the cluster's state
+/// for `GET /cluster` (`status`, its own client). On `stop` it releases what it holds and
+/// leaves the live set, so the others need not wait a TTL.
 pub fn spawn(
     cluster: ClusterConfig,
     cfg: NodeConfig,
     holdings: Arc<Holdings>,
     shards: Arc<dyn Shards>,
+    status: Arc<Status>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -352,10 +355,14 @@ pub fn spawn(
                     retry_for: cfg.round,
                     ..cluster.clone()
                 };
-                // The loop ends at `stop` (after telling every loss); the reader goes with it.
+                // The loop ends at `stop` (after telling every loss); the reader and the status
+                // service go with it.
                 futures_lite::future::or(
                     run(rounds, &cfg, &holdings, &reader, &stop),
-                    reader.serve(cluster, queue),
+                    futures_lite::future::or(
+                        reader.serve(cluster.clone(), queue),
+                        status.serve(cluster),
+                    ),
                 )
                 .await;
             });
@@ -371,6 +378,7 @@ pub fn spawn_for(
     advertise: &str,
     holdings: Arc<Holdings>,
     shards: Arc<dyn Shards>,
+    status: Arc<Status>,
     stop: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let seeds = parse_url(&redis.url).map_err(|e| format!("redis URL: {e}"))?;
@@ -387,6 +395,7 @@ pub fn spawn_for(
         NodeConfig::new(me),
         holdings,
         shards,
+        status,
         stop,
     )
     .map_err(|e| format!("cannot start the node's loop: {e}"))

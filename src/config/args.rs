@@ -164,3 +164,33 @@ pub enum JournalCommand {
         shard: Option<usize>,
     },
 }
+
+/// `punctual cluster`: what the nodes sharing a Redis Cluster say of it.
+#[derive(Args, Debug, Clone)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    pub command: ClusterCommand,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum ClusterCommand {
+    /// Ask one node (any) which nodes are live, which partitions each holds the lease of and
+    /// under which epochs, and what that node itself holds. Exit 0 when the node answered; 1
+    /// when it could not be reached, is not in cluster mode, or Redis did not answer it.
+    Status {
+        /// The node's HTTP address (serve's --listen).
+        #[arg(long, env = "PUNCTUAL_URL", default_value = "http://127.0.0.1:7480")]
+        url: String,
+        /// Print the node's JSON answer as it came, instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// The node's metrics_token, when it has one (GET /cluster then needs it).
+        #[arg(
+            long,
+            env = "PUNCTUAL_METRICS_TOKEN",
+            value_name = "TOKEN",
+            hide_env_values = true
+        )]
+        token: Option<String>,
+    },
+}

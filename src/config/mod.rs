@@ -6,7 +6,7 @@
 mod args;
 mod webhooks;
 
-pub use args::{JournalArgs, JournalCommand, ServeArgs};
+pub use args::{ClusterArgs, ClusterCommand, JournalArgs, JournalCommand, ServeArgs};
 pub use webhooks::WebhookConfig;
 
 use serde::{Deserialize, Serialize};
