@@ -981,14 +981,7 @@ async fn acquire_one(c: &mut ClusterClient, holder: &str, p: u32) -> Acquired {
 #[test]
 fn an_unconfirmed_acquisition_is_not_held_and_asked_again_it_recognises_its_own_lease() {
     let mut cluster = RedisCluster::start();
-    let masters = cluster.masters();
-    for n in cluster
-        .nodes
-        .iter_mut()
-        .filter(|n| !masters.contains(&n.port))
-    {
-        n.kill();
-    }
+    cluster.kill_replicas();
     let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
     on_executor(async {
         let mut waiting = ClusterClient::connect(punctual::store::redis::cluster::ClusterConfig {

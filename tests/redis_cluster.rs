@@ -457,14 +457,7 @@ async fn lengths(cfg: &ClusterConfig, keys: &[String]) -> Vec<i64> {
 #[test]
 fn a_write_applied_but_not_yet_confirmed_is_confirmed_later_never_written_twice() {
     let mut cluster = RedisCluster::start();
-    let masters = cluster.masters();
-    for n in cluster
-        .nodes
-        .iter_mut()
-        .filter(|n| !masters.contains(&n.port))
-    {
-        n.kill();
-    }
+    cluster.kill_replicas();
     let mut cfg = config(&cluster);
     cfg.wait_replicas = 1;
     // Each master's `WAIT` holds a round for half the I/O timeout (1 s), one master after

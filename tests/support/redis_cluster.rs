@@ -255,6 +255,14 @@ impl RedisCluster {
         self.master_of(*first.start())
     }
 
+    /// SIGKILLs every node that is not a master: writes then find no replica to confirm them.
+    pub fn kill_replicas(&mut self) {
+        let masters = self.masters();
+        for n in self.nodes.iter_mut().filter(|n| !masters.contains(&n.port)) {
+            n.kill();
+        }
+    }
+
     /// Starts a killed node again from its configuration: it rejoins as a replica of the
     /// master that replaced it. Returns once the cluster is healthy again.
     pub fn restart(&mut self, port: u16) {
