@@ -440,7 +440,8 @@ def load_thread(idx, targets, stop, keys, stats, seed):
                 kl.ops.append(("del", None, None, t_us, status))
                 kl.pending = None
             else:
-                stats[f"DELETE {status} (found nothing pending: lost?)"] += 1
+                stats[f"DELETE {status} after an unsure answer" if kl.unsure()
+                      else f"DELETE {status} (found nothing pending: lost?)"] += 1
                 kl.ops.append(("del", None, None, t_us, status))
                 kl.pending = None
             continue
@@ -482,7 +483,10 @@ def record_put(kl, status, data, stats, what):
     if status in (200, 201):
         j = json.loads(data)
         if what == "replace" and status == 201:
-            stats["replace answered 201 (found nothing pending: lost?)"] += 1
+            # Found nothing pending: lost, unless an earlier request on the key went unanswered
+            # or was answered 503 (it may have applied: a cancel, or a replace due sooner).
+            stats["replace answered 201 after an unsure answer" if kl.unsure()
+                  else "replace answered 201 (found nothing pending: lost?)"] += 1
         stats[f"PUT {what} {status}"] += 1
         kl.ops.append(("put", j["version"], j["fire_at_us"], t_us, status))
         kl.pending = (j["version"], j["fire_at_us"])
