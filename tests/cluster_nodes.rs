@@ -11,6 +11,8 @@
 mod api_support;
 #[path = "support/cluster_serve.rs"]
 mod cluster_serve;
+#[path = "support/receiver.rs"]
+mod receiver;
 #[path = "support/redis_cluster.rs"]
 mod redis_cluster;
 #[path = "support/redis_server.rs"]
@@ -470,5 +472,94 @@ fn forwards_to_a_killed_node_answer_a_clear_error_and_nothing_unstored_is_report
             "{key} was refused, so not stored: {:?}",
             r.json()
         );
+    }
+}
+
+/// Dead letters are listed whole through either node: each node's page merged, by key, with
+/// the other's asked for the same page, so paging through one node (`limit`, `after`) gives
+/// every letter of the cluster once, in key order, whichever node holds it. A request that
+/// came forwarded is answered from the node's own partitions alone.
+#[test]
+fn the_dead_letter_list_is_the_whole_cluster_s_through_either_node_page_by_page() {
+    // 410 is a permanent failure: each timer becomes a dead letter at its first attempt.
+    let rx = receiver::Receiver::start(|_, _| receiver::Reply::status(410));
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("tenants.toml");
+    std::fs::write(
+        &config,
+        format!("open_tenants = true\ncallback_allow = [{:?}]\n", rx.base()),
+    )
+    .expect("config");
+    let extra = ["--config", config.to_str().expect("a UTF-8 path")];
+    let nodes = two_nodes_with(&cluster.url(), dir.path(), &extra);
+    let keys: Vec<String> = (0..40).map(|i| format!("dl-{i:02}")).collect();
+    for key in &keys {
+        let at = owner(&nodes, "shop", key).0.addr;
+        let body = format!(r#"{{"delay_ms":0,"callback":{{"url":"{}"}}}}"#, rx.url("hook"));
+        let path = format!("/v1/timers/shop/{key}");
+        let r = try_request(at, "PUT", &path, &[], body.as_bytes()).expect("answered");
+        assert_eq!(r.status, 201, "PUT {path}: {:?}", r.json());
+    }
+    let on = |n: &Node| -> Vec<String> {
+        let mut k: Vec<String> = keys
+            .iter()
+            .filter(|k| n.share.contains(&partition_of("shop", k)))
+            .cloned()
+            .collect();
+        k.sort();
+        k
+    };
+    let (on_a, on_b) = (on(&nodes[0]), on(&nodes[1]));
+    assert!(
+        !on_a.is_empty() && !on_b.is_empty(),
+        "the letters lie on both nodes"
+    );
+    let list = |at: SocketAddr, query: &str, headers: &[(&str, &str)]| -> Vec<String> {
+        let r = try_request(at, "GET", &format!("/v1/dead/shop?{query}"), headers, b"")
+            .expect("answered");
+        assert_eq!(r.status, 200, "GET /v1/dead/shop?{query}: {:?}", r.json());
+        r.json()["dead"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|d| d["key"].as_str().expect("a key").to_string())
+            .collect()
+    };
+    // Each node's own letters, once every delivery has failed (bounded).
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let own = [&nodes[0], &nodes[1]].map(|n| list(n.addr, "limit=1000", &[FORWARDED]));
+        if own == [on_a.clone(), on_b.clone()] {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "dead letters never settled: {own:?}; receiver got {}",
+            rx.received().len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut all = keys.clone();
+    all.sort();
+    for n in &nodes {
+        assert_eq!(
+            list(n.addr, "limit=1000", &[]),
+            all,
+            "one page, through {}",
+            n.addr
+        );
+        let mut paged = Vec::new();
+        let mut query = "limit=7".to_string();
+        loop {
+            let page = list(n.addr, &query, &[]);
+            assert!(page.len() <= 7, "a page holds at most its limit");
+            let Some(last) = page.last().cloned() else {
+                break;
+            };
+            paged.extend(page);
+            query = format!("limit=7&after={last}");
+        }
+        assert_eq!(paged, all, "pages of 7 through {}", n.addr);
     }
 }

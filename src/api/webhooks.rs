@@ -10,14 +10,16 @@
 
 use super::body::Registration;
 use super::error::ApiError;
-use super::forward::Here;
+use super::forward::{self, Here};
 use super::respond::{self, CallbackView, DeliveryView, Resp, RetryView, TimerBody};
 use super::state::App;
 use crate::engine::{Cancelled, DeadInfo, TimerInfo};
 use crate::error::{validate_name, NameKind};
 use crate::sink::webhook::settings::CallbackError;
 use crate::sink::webhook::{describe, new_meta};
+use bytes::Bytes;
 use hyper::body::Incoming;
+use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -83,15 +85,7 @@ impl App {
         }
         self.check(tenant, &req)?;
         let Some(key) = key else {
-            let (limit, after) = list_query(req.uri().query())?;
-            let dead = self
-                .handle
-                .dead_letters_async(tenant, after.as_deref(), limit)
-                .await?;
-            let body = DeadList {
-                dead: dead.iter().map(DeadBody::new).collect(),
-            };
-            return Ok(respond::json_of(StatusCode::OK, &body));
+            return self.list_dead(tenant, req).await;
         };
         validate_name(NameKind::Key, key)?;
         let req = match self.route_keyed(tenant, key, req).await? {
@@ -112,6 +106,119 @@ impl App {
             ))),
         }
     }
+}
+
+impl App {
+    /// `GET /v1/dead/{tenant}`: this node's first `limit` letters after `after`, merged by key
+    /// with every other live node's, asked for the same page at once (on a node among others;
+    /// a request that came forwarded is answered from this node's partitions alone). A page
+    /// of the merged lists is the page of the whole cluster's list: each node's letters come
+    /// sorted by key, and a node's first `limit` are all it can give to the first `limit` of
+    /// the whole. A node that does not answer fails the list (`503 peer_unavailable`) rather
+    /// than leave its letters out; a key listed by two nodes (one loading a partition the
+    /// other has not dropped yet) is listed once.
+    async fn list_dead(&self, tenant: &str, req: Request<Incoming>) -> Result<Resp, ApiError> {
+        let (limit, after) = list_query(req.uri().query())?;
+        let others = forward::view(self.shared.node.as_ref(), req.headers())
+            .map(|v| v.others())
+            .unwrap_or_default();
+        let auth = req.headers().get(AUTHORIZATION).cloned();
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
+        // One task per peer on this shard, so the asks go out together.
+        let asks: Vec<glommio::Task<_>> = others
+            .iter()
+            .map(|peer| {
+                let (peers, peer, path, auth) =
+                    (self.peers.clone(), peer.clone(), path.clone(), auth.clone());
+                glommio::spawn_local(async move {
+                    let out = forward::Outgoing {
+                        method: Method::GET,
+                        path: &path,
+                        auth: auth.as_ref(),
+                        body: Bytes::new(),
+                    };
+                    peers.forward(&peer, out).await
+                })
+            })
+            .collect();
+        let mine = self
+            .handle
+            .dead_letters_async(tenant, after.as_deref(), limit)
+            .await?;
+        let mut theirs = Vec::with_capacity(asks.len());
+        for ask in asks {
+            theirs.push(ask.await);
+        }
+        if others.is_empty() {
+            let body = DeadList {
+                dead: mine.iter().map(DeadBody::new).collect(),
+            };
+            return Ok(respond::json_of(StatusCode::OK, &body));
+        }
+        let mut all: Vec<(String, Box<RawValue>)> = Vec::with_capacity(limit * (1 + others.len()));
+        for d in &mine {
+            let raw = serde_json::value::to_raw_value(&DeadBody::new(d))
+                .map_err(|e| ApiError::Internal(format!("a dead letter: {e}")))?;
+            all.push((d.key.clone(), raw));
+        }
+        for (peer, answer) in others.iter().zip(theirs) {
+            let answer = answer?;
+            all.extend(peer_page(peer, answer.status, &answer.body)?);
+        }
+        Ok(respond::json_of(StatusCode::OK, &merge_pages(all, limit)))
+    }
+}
+
+/// One peer's page of dead letters, each with its key; an answer that is not a page fails
+/// the list, saying which node gave it.
+fn peer_page(
+    peer: &str,
+    status: StatusCode,
+    body: &[u8],
+) -> Result<Vec<(String, Box<RawValue>)>, ApiError> {
+    #[derive(serde::Deserialize)]
+    struct Page {
+        dead: Vec<Box<RawValue>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Keyed {
+        key: String,
+    }
+    let unusable = |why: String| {
+        ApiError::PeerUnavailable(format!(
+            "the node {peer} did not give its dead letters ({why}); the list needs every node's"
+        ))
+    };
+    if status != StatusCode::OK {
+        return Err(unusable(format!("it answered {status}")));
+    }
+    let page: Page = serde_json::from_slice(body).map_err(|e| unusable(e.to_string()))?;
+    page.dead
+        .into_iter()
+        .map(|raw| {
+            let k: Keyed = serde_json::from_str(raw.get()).map_err(|e| unusable(e.to_string()))?;
+            Ok((k.key, raw))
+        })
+        .collect()
+}
+
+/// The first `limit` of the nodes' pages, by key, each key once.
+fn merge_pages(mut all: Vec<(String, Box<RawValue>)>, limit: usize) -> MergedList {
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all.dedup_by(|a, b| a.0 == b.0);
+    all.truncate(limit);
+    MergedList {
+        dead: all.into_iter().map(|(_, raw)| raw).collect(),
+    }
+}
+
+/// `{"dead": [...]}` merged from several nodes' pages.
+#[derive(Serialize)]
+struct MergedList {
+    dead: Vec<Box<RawValue>>,
 }
 
 /// `limit` and `after` of a dead-letter list.
@@ -216,6 +323,63 @@ mod tests {
         );
         for bad in ["limit=0", "limit=1001", "limit=x", "after=a/b", "sort=key"] {
             assert!(list_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    fn raw(key: &str, from: &str) -> (String, Box<RawValue>) {
+        let json = serde_json::json!({"key": key, "from": from}).to_string();
+        (key.into(), RawValue::from_string(json).expect("JSON"))
+    }
+
+    #[test]
+    fn pages_merge_by_key_each_key_once_up_to_the_limit() {
+        let all = vec![
+            raw("c", "a"),
+            raw("a", "a"),
+            raw("e", "a"),
+            raw("b", "b"),
+            raw("c", "b"),
+            raw("d", "b"),
+        ];
+        let merged = merge_pages(all, 4);
+        let keys: Vec<String> = merged
+            .dead
+            .iter()
+            .map(|r| {
+                serde_json::from_str::<serde_json::Value>(r.get()).expect("JSON")["key"].to_string()
+            })
+            .collect();
+        assert_eq!(keys, [r#""a""#, r#""b""#, r#""c""#, r#""d""#]);
+        assert_eq!(
+            serde_json::to_string(&merged).expect("JSON"),
+            r#"{"dead":[{"from":"a","key":"a"},{"from":"b","key":"b"},{"from":"a","key":"c"},{"from":"b","key":"d"}]}"#
+        );
+    }
+
+    #[test]
+    fn a_peer_page_that_is_not_a_page_fails_the_list_naming_the_peer() {
+        let ok = peer_page(
+            "10.0.0.2:7480",
+            StatusCode::OK,
+            br#"{"dead":[{"key":"k1","x":1}]}"#,
+        )
+        .expect("a page");
+        assert_eq!(ok.len(), 1);
+        assert_eq!(ok[0].0, "k1");
+        assert_eq!(ok[0].1.get(), r#"{"key":"k1","x":1}"#);
+        for (status, body) in [
+            (StatusCode::SERVICE_UNAVAILABLE, &br#"{"dead":[]}"#[..]),
+            (StatusCode::OK, b"not json"),
+            (StatusCode::OK, br#"{"dead":[{"nokey":1}]}"#),
+            (StatusCode::OK, br#"{"dead":[{"key":7}]}"#),
+            (StatusCode::OK, br#"{"other":[]}"#),
+        ] {
+            match peer_page("10.0.0.2:7480", status, body) {
+                Err(ApiError::PeerUnavailable(why)) => {
+                    assert!(why.contains("10.0.0.2:7480"), "{why}")
+                }
+                other => panic!("{status} {:?}: {other:?}", String::from_utf8_lossy(body)),
+            }
         }
     }
 }

@@ -86,6 +86,17 @@ impl Routing {
         }
     }
 
+    /// The advertised addresses of the other live nodes, each once.
+    pub fn others(&self) -> Vec<Arc<str>> {
+        let mut out: Vec<Arc<str>> = Vec::with_capacity(self.live.len());
+        for (i, (_, addr)) in self.live.iter().enumerate() {
+            if self.me != Some(i) && !out.contains(addr) {
+                out.push(addr.clone());
+            }
+        }
+        out
+    }
+
     /// Whether this view was computed from exactly `live` (sorted by id, as `beat` answers).
     fn is_of(&self, live: &[NodeRecord]) -> bool {
         self.live.len() == live.len()
