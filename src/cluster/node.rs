@@ -98,6 +98,9 @@ pub struct NodeConfig {
     pub holder: String,
     /// Time between the starts of two rounds.
     pub round: Duration,
+    /// Time between two ticks between rounds: each asks again for the partitions the round
+    /// found "taken" and reads the live-set change counter (see the module doc).
+    pub tick: Duration,
     /// How long this node's heartbeat lasts without another.
     pub member_ttl: Duration,
     pub lease: LeaseConfig,
@@ -110,6 +113,7 @@ impl NodeConfig {
             holder: lease::incarnation(&me.id),
             me,
             round: Duration::from_secs(1),
+            tick: Duration::from_millis(50),
             member_ttl: Duration::from_secs(3),
             lease: LeaseConfig::default(),
         }
@@ -129,6 +133,8 @@ pub struct NodeStats {
     pub fenced_drops_total: AtomicU64,
     /// Rounds whose heartbeat or lease calls failed.
     pub round_errors_total: AtomicU64,
+    /// Rounds started before their time because a tick saw the live set change.
+    pub early_rounds_total: AtomicU64,
     /// Live nodes at the last good heartbeat.
     pub live_nodes: AtomicU64,
 }
@@ -414,9 +420,19 @@ pub async fn run(
         }
     };
     let mut told = Told::new();
+    let mut pending = Pending::default();
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
-        if let Err(reason) = round(&mut client, cfg, holdings, partitions, &mut told).await {
+        if let Err(reason) = round(
+            &mut client,
+            cfg,
+            holdings,
+            partitions,
+            &mut told,
+            &mut pending,
+        )
+        .await
+        {
             holdings
                 .stats
                 .round_errors_total
@@ -424,8 +440,10 @@ pub async fn run(
             tracing::warn!(%reason, "node: a round of heartbeat and leases did not complete");
         }
         let next = started + cfg.round;
+        let mut tick_at = Instant::now() + cfg.tick;
         // Until the next round, a lease that a fenced write cut is told lost at once (the
-        // shards then drop the partition), not up to a round later.
+        // shards then drop the partition), not up to a round later; each tick asks again for
+        // what the round found taken, and a changed live set starts the next round at once.
         loop {
             let cut = holdings.cut.listen();
             told.tell(holdings, partitions, Instant::now());
@@ -433,13 +451,96 @@ pub async fn run(
             if next <= now || stop.load(Ordering::Acquire) {
                 break;
             }
-            futures_lite::future::or(glommio::timer::sleep(next - now), cut).await;
+            if tick_at <= now {
+                let early = tick(&mut client, cfg, holdings, &mut pending).await;
+                told.tell(holdings, partitions, Instant::now());
+                if early {
+                    let early_rounds = &holdings.stats.early_rounds_total;
+                    early_rounds.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                tick_at = Instant::now() + cfg.tick;
+                continue;
+            }
+            let wake = next.min(tick_at);
+            futures_lite::future::or(glommio::timer::sleep(wake - now), cut).await;
         }
     }
     leave(&mut client, cfg, holdings, partitions, &mut told).await;
 }
 
-/// A planned stop: every lease out of [`Holdings`], then released, then the record removed.
+/// What a round leaves for the ticks after it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Pending {
+    /// Partitions the round's view assigns this node and it does not hold (answered "taken",
+    /// or not answered), increasing: asked again each tick until held or the next round.
+    acquire: Vec<u32>,
+    /// The live-set change counter the round's beat left; `None` when the beat failed (then
+    /// no tick starts a round early).
+    version: Option<u64>,
+}
+
+impl Pending {
+    /// Whether the counter read at a tick says the live set changed since the round's beat.
+    fn changed(&self, now: u64) -> bool {
+        self.version.is_some_and(|seen| seen != now)
+    }
+
+    /// `held` (increasing) were acquired: no longer asked for.
+    fn acquired(&mut self, held: &[u32]) {
+        self.acquire.retain(|p| held.binary_search(p).is_err());
+    }
+}
+
+/// One tick between rounds: asks again, in one pipelined call per master, for the partitions
+/// still pending, puts what it gets in [`Holdings`], then reads the live-set change counter.
+/// Answers whether the live set changed (start the next round now). A failed call is left to
+/// the next tick or round.
+async fn tick(
+    client: &mut ClusterClient,
+    cfg: &NodeConfig,
+    holdings: &Holdings,
+    pending: &mut Pending,
+) -> bool {
+    if !pending.acquire.is_empty() {
+        match lease::acquire(client, &cfg.holder, &pending.acquire, cfg.lease).await {
+            Ok(answers) => {
+                let held = hold(holdings, answers);
+                pending.acquired(&held);
+            }
+            Err(e) => tracing::debug!(error = %e, "node: a tick's acquisitions failed"),
+        }
+    }
+    match membership::version(client).await {
+        Ok(now) => pending.changed(now),
+        Err(e) => {
+            tracing::debug!(error = %e, "node: a tick's read of the live-set counter failed");
+            false
+        }
+    }
+}
+
+/// Puts each lease answered held in [`Holdings`]; answers their partitions (increasing, as
+/// asked).
+fn hold(holdings: &Holdings, answers: Vec<Acquired>) -> Vec<u32> {
+    let mut held = Vec::new();
+    for answer in answers {
+        if let Acquired::Held(l) = answer {
+            holdings
+                .stats
+                .acquisitions_total
+                .fetch_add(1, Ordering::Relaxed);
+            held.push(l.partition);
+            holdings.put(l);
+        }
+    }
+    held
+}
+
+/// A planned stop (the shards' stores have flushed): the record removed first, which moves
+/// the live-set counter so the others plan without this node at their next tick and ask for
+/// its partitions every tick; then every lease out of [`Holdings`] and released, which their
+/// next tick then acquires.
 async fn leave(
     client: &mut ClusterClient,
     cfg: &NodeConfig,
@@ -447,6 +548,9 @@ async fn leave(
     partitions: &dyn Partitions,
     told: &mut Told,
 ) {
+    if let Err(e) = membership::leave(client, &cfg.me).await {
+        tracing::warn!(error = %e, "node: record not removed at stop; it lapses within a TTL");
+    }
     let held = holdings.held();
     for l in &held {
         holdings.remove(l.partition);
@@ -459,9 +563,6 @@ async fn leave(
         .stats
         .releases_total
         .fetch_add(held.len() as u64, Ordering::Relaxed);
-    if let Err(e) = membership::leave(client, &cfg.me).await {
-        tracing::warn!(error = %e, "node: record not removed at stop; it lapses within a TTL");
-    }
 }
 
 /// One round (see the module doc).
@@ -471,11 +572,20 @@ async fn round(
     holdings: &Holdings,
     partitions: &dyn Partitions,
     told: &mut Told,
+    pending: &mut Pending,
 ) -> Result<(), String> {
     let stats = &holdings.stats;
     // Leases that lapsed since the last round are lost before anything is sent.
     told.tell(holdings, partitions, Instant::now());
-    let live = membership::beat(client, &cfg.me, cfg.member_ttl).await;
+    let live = membership::beat_seen(client, &cfg.me, cfg.member_ttl)
+        .await
+        .map(|b| {
+            pending.version = Some(b.version);
+            b.live
+        });
+    if live.is_err() {
+        pending.version = None;
+    }
     // A lease past its local deadline is released, not renewed, and acquired again below
     // under a new epoch if this node should still own it (see `Holdings::renewed`).
     let now = Instant::now();
@@ -564,15 +674,12 @@ async fn round(
             }
         }
     }
-    if !plan.acquire.is_empty() {
-        match lease::acquire(client, &cfg.holder, &plan.acquire, cfg.lease).await {
+    pending.acquire = plan.acquire;
+    if !pending.acquire.is_empty() {
+        match lease::acquire(client, &cfg.holder, &pending.acquire, cfg.lease).await {
             Ok(answers) => {
-                for answer in answers {
-                    if let Acquired::Held(l) = answer {
-                        stats.acquisitions_total.fetch_add(1, Ordering::Relaxed);
-                        holdings.put(l);
-                    }
-                }
+                let held = hold(holdings, answers);
+                pending.acquired(&held);
             }
             Err(e) => {
                 failure.get_or_insert(format!("acquire: {e}"));
@@ -665,6 +772,28 @@ mod tests {
         assert!(!h.renewed(Lease::under(3, 7, later)));
         told.tell(&h, &heard, Instant::now());
         assert_eq!(*heard.0.borrow(), ["gained 3", "gained 4", "lost 3"]);
+    }
+
+    #[test]
+    fn a_tick_asks_only_for_what_is_still_pending_and_starts_a_round_only_on_a_change() {
+        let mut p = Pending {
+            acquire: vec![2, 5, 9, 700],
+            version: Some(4),
+        };
+        p.acquired(&[5, 700, 1_000]);
+        assert_eq!(p.acquire, [2, 9], "what was held is asked for no more");
+        p.acquired(&[]);
+        assert_eq!(p.acquire, [2, 9]);
+        assert!(!p.changed(4), "the counter the round saw: no early round");
+        assert!(
+            p.changed(5) && p.changed(0),
+            "any other value: the live set changed"
+        );
+        let failed_beat = Pending::default();
+        assert!(
+            !failed_beat.changed(7),
+            "no beat, no baseline: the round comes at its time"
+        );
     }
 
     #[test]

@@ -1,0 +1,191 @@
+//! Planned handoffs between real `punctual serve` nodes on a real Redis Cluster (three masters,
+//! a replica each): a node joins two others, then one of the three is stopped with SIGTERM,
+//! while one timer per partition comes due, spread over the whole time. Every acknowledged
+//! timer fires once, with the version and deadline it was acknowledged with, never early, and
+//! none later than [`LATE`]: a handoff that waited for the next round on either side (a second
+//! each) and then for the load would exceed it. The nodes' `/metrics` count the acquisitions,
+//! releases and early rounds the moves took. Every wait is bounded.
+
+mod api_support;
+#[path = "support/cluster_serve.rs"]
+mod cluster_serve;
+#[path = "support/redis_cluster.rs"]
+mod redis_cluster;
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use api_support::free_port;
+use cluster_serve::{check, counter, metrics, wait_all_fired, Book, Proc, Reader};
+use punctual::cluster::rendezvous::owned_by;
+use punctual::partition::{partition_of, PARTITIONS};
+use redis_cluster::RedisCluster;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// The latest a timer may fire through a planned handoff: a correctness bound, far above the
+/// ~100 ms a handoff takes, far below the one to two rounds (1–2 s) it took when each side
+/// waited for its next round.
+const LATE: Duration = Duration::from_millis(600);
+
+/// The tenants the timers are spread over.
+const TENANTS: u32 = 4;
+
+/// A node's address, as its id.
+fn addr() -> SocketAddr {
+    format!("127.0.0.1:{}", free_port())
+        .parse()
+        .expect("an address")
+}
+
+/// How many partitions `me` owns among `all` by rendezvous hashing.
+fn share(me: SocketAddr, all: &[SocketAddr]) -> u64 {
+    let ids: Vec<String> = all.iter().map(ToString::to_string).collect();
+    owned_by(&me.to_string(), &ids).len() as u64
+}
+
+/// One key per partition: `(tenant, key)` with `partition_of(tenant, key) == p` for each p.
+fn one_key_per_partition() -> Vec<(String, String)> {
+    let mut out: Vec<Option<(String, String)>> = vec![None; PARTITIONS as usize];
+    let mut left = PARTITIONS;
+    for i in 0u64.. {
+        let tenant = format!("shop{}", i % u64::from(TENANTS));
+        let key = format!("order-{i}");
+        let p = partition_of(&tenant, &key) as usize;
+        if out[p].is_none() {
+            out[p] = Some((tenant, key));
+            left -= 1;
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    out.into_iter().flatten().collect()
+}
+
+/// An unlabelled sample of `/metrics` text.
+fn value(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The lease events `addr` counted.
+fn lease_events(addr: SocketAddr) -> [u64; 3] {
+    let text = metrics(addr);
+    [
+        "punctual_cluster_lease_acquisitions_total",
+        "punctual_cluster_lease_releases_total",
+        "punctual_cluster_early_rounds_total",
+    ]
+    .map(|name| value(&text, name))
+}
+
+/// Sleeps until `at` (at once if it passed).
+fn sleep_until(at: Instant) {
+    std::thread::sleep(at.saturating_duration_since(Instant::now()));
+}
+
+#[test]
+fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = cluster.url();
+    let [a, b, c] = [addr(), addr(), addr()];
+    let mut pa = Proc::spawn(a, &url, dir.path(), "a");
+    let mut pb = Proc::spawn(b, &url, dir.path(), "b");
+    pa.wait_partitions(a, share(a, &[a, b]));
+    pb.wait_partitions(b, share(b, &[a, b]));
+
+    // One timer per partition, due one after another from `first` on, over `spread`; all sent
+    // through A, which forwards each to its owner.
+    let keys = one_key_per_partition();
+    let first = Instant::now() + Duration::from_secs(8);
+    let spread = Duration::from_secs(8);
+    let step = spread / PARTITIONS;
+    let mut book = Book::default();
+    for (i, (tenant, key)) in keys.iter().enumerate() {
+        let due = first + step * i as u32;
+        let delay = due.saturating_duration_since(Instant::now()).as_millis() as u64;
+        assert!(delay > 500, "scheduling took too long to keep the plan");
+        book.put(a, tenant, key, delay, "v1");
+    }
+
+    // C joins a second after the first timer came due; B is stopped four seconds later, once
+    // C holds and has loaded its share.
+    sleep_until(first + Duration::from_secs(1));
+    let joined = Instant::now();
+    let mut pc = Proc::spawn(c, &url, dir.path(), "c");
+    pc.wait_partitions(c, share(c, &[a, b, c]));
+    pa.wait_partitions(a, share(a, &[a, b, c]));
+    pb.wait_partitions(b, share(b, &[a, b, c]));
+    let settled = joined.elapsed();
+    let before_stop = [a, b, c].map(lease_events);
+    sleep_until(first + Duration::from_secs(5));
+    let stopped = Instant::now();
+    let status = pb.sigterm();
+    assert_eq!(status.code(), Some(0), "{}", pb.stderr_text());
+    pa.wait_partitions(a, share(a, &[a, c]));
+    pc.wait_partitions(c, share(c, &[a, c]));
+    let rebalanced = stopped.elapsed();
+
+    let mut reader = Reader::new(&cluster);
+    let streams = wait_all_fired(&mut reader, &book);
+    let repeats = check(&book, &streams);
+    assert_eq!(repeats, 0, "no crash, so no timer fires twice");
+    assert_eq!(reader.pending_records(), 0, "records left after every fire");
+    let mut late: Vec<u64> = streams
+        .values()
+        .flatten()
+        .map(|e| e.fired_at_us.saturating_sub(e.fire_at_us))
+        .collect();
+    late.sort_unstable();
+    let worst = late.last().copied().unwrap_or(0);
+    let over_100ms = late.iter().filter(|&&l| l > 100_000).count();
+    let events = [a, c].map(lease_events);
+    eprintln!(
+        "{} timers fired; join settled in {} ms, SIGTERM rebalanced in {} ms; late: median {} µs, \
+         worst {} µs, {} over 100 ms; [acquisitions, releases, early rounds] at C's join: \
+         A {:?} B {:?} C {:?}, at the end: A {:?} C {:?}",
+        late.len(),
+        settled.as_millis(),
+        rebalanced.as_millis(),
+        late.get(late.len() / 2).copied().unwrap_or(0),
+        worst,
+        over_100ms,
+        before_stop[0],
+        before_stop[1],
+        before_stop[2],
+        events[0],
+        events[1],
+    );
+    assert!(
+        worst < LATE.as_micros() as u64,
+        "a timer fired {worst} µs late through a planned handoff ({over_100ms} over 100 ms)"
+    );
+    assert!(
+        settled < Duration::from_secs(5) && rebalanced < Duration::from_secs(5),
+        "rebalanced within 5 s: join {settled:?}, SIGTERM {rebalanced:?}"
+    );
+    // The join moved partitions from A and B to C (released there, acquired by C); the stop
+    // moved B's to A and C. Each move was seen at a tick, not a round later.
+    let [ea, eb, ec] = before_stop;
+    assert!(
+        ea[1] > 0 && eb[1] > 0,
+        "A and B released to C: {ea:?} {eb:?}"
+    );
+    assert!(
+        ec[0] >= share(c, &[a, b, c]),
+        "C acquired its share: {ec:?}"
+    );
+    assert!(
+        ea[2] > 0 && eb[2] > 0,
+        "A and B saw the join early: {ea:?} {eb:?}"
+    );
+    let [end_a, end_c] = events;
+    assert!(
+        end_a[0] > ea[0] && end_c[0] > ec[0],
+        "A and C acquired B's partitions: {end_a:?} {end_c:?}"
+    );
+    let fired = [a, c].map(|n| counter(&metrics(n), "punctual_timers_fired"));
+    assert!(fired.iter().all(|&f| f > 0), "A and C fired: {fired:?}");
+}
