@@ -80,6 +80,13 @@ fn lease_events(addr: SocketAddr) -> [u64; 3] {
     .map(|name| value(&text, name))
 }
 
+/// The wall clock in UTC microseconds, as the fired stream's entries write it.
+fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 /// Sleeps until `at` (at once if it passed).
 fn sleep_until(at: Instant) {
     std::thread::sleep(at.saturating_duration_since(Instant::now()));
@@ -114,6 +121,7 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     // C holds and has loaded its share.
     sleep_until(first + Duration::from_secs(1));
     let joined = Instant::now();
+    let joined_us = wall_us();
     let mut pc = Proc::spawn(c, &url, dir.path(), "c");
     pc.wait_partitions(c, share(c, &[a, b, c]));
     pa.wait_partitions(a, share(a, &[a, b, c]));
@@ -122,6 +130,7 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     let before_stop = [a, b, c].map(lease_events);
     sleep_until(first + Duration::from_secs(5));
     let stopped = Instant::now();
+    let stopped_us = wall_us();
     let status = pb.sigterm();
     assert_eq!(status.code(), Some(0), "{}", pb.stderr_text());
     pa.wait_partitions(a, share(a, &[a, c]));
@@ -139,6 +148,22 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
         .map(|e| e.fired_at_us.saturating_sub(e.fire_at_us))
         .collect();
     late.sort_unstable();
+    // The latest ones, with when they were due against the join's and the stop's start.
+    let mut latest: Vec<(u64, i64, i64)> = streams
+        .values()
+        .flatten()
+        .map(|e| {
+            let since = |t: u64| (e.fire_at_us as i64 - t as i64) / 1_000;
+            (
+                e.fired_at_us.saturating_sub(e.fire_at_us) / 1_000,
+                since(joined_us),
+                since(stopped_us),
+            )
+        })
+        .collect();
+    latest.sort_unstable_by(|x, y| y.cmp(x));
+    latest.truncate(5);
+    eprintln!("latest (ms late, ms due after the join, ms due after the stop): {latest:?}");
     let worst = late.last().copied().unwrap_or(0);
     let over_100ms = late.iter().filter(|&&l| l > 100_000).count();
     let events = [a, c].map(lease_events);

@@ -18,7 +18,9 @@
 //! # Cost
 //!
 //! Per partition: one round trip per page of `page` records of each hash, and every record's
-//! bytes copied once into its [`Stored`]. A caller that reads many partitions does so beside
+//! bytes copied once into its [`Stored`]. [`read_many`] reads several partitions' pages in one
+//! pipeline (one call per master per page), so a handoff that gains a few hundred small
+//! partitions reads them in a few round trips rather than one or more each. A caller that reads many partitions does so beside
 //! the node's loop, not in it, so a large partition never makes a renewal late.
 
 use crate::partition::partition_of;
@@ -64,16 +66,34 @@ pub async fn read(
     partition: u32,
     page: usize,
 ) -> Result<Read, LoadError> {
-    let mut out = Read::default();
-    // (hash, cursor); a hash whose cursor came back 0 is done and leaves the list.
-    let mut scans: Vec<(String, Vec<u8>)> = vec![
-        (timers_key(partition), b"0".to_vec()),
-        (dead_key(partition), b"0".to_vec()),
-    ];
+    let mut reads = read_many(client, &[partition], page).await?;
+    Ok(reads.pop().unwrap_or_default())
+}
+
+/// [`read`] of each of `partitions` at once, their pages in one pipeline: the answer has one
+/// [`Read`] per partition, in order. One failed call fails all (read them again).
+pub async fn read_many(
+    client: &mut ClusterClient,
+    partitions: &[u32],
+    page: usize,
+) -> Result<Vec<Read>, LoadError> {
+    let mut out: Vec<Read> = partitions.iter().map(|_| Read::default()).collect();
+    // (index in `partitions`, hash, cursor); a hash whose cursor came back 0 is done and
+    // leaves the list.
+    let mut scans: Vec<(usize, String, Vec<u8>)> = partitions
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &p)| {
+            [
+                (i, timers_key(p), b"0".to_vec()),
+                (i, dead_key(p), b"0".to_vec()),
+            ]
+        })
+        .collect();
     while !scans.is_empty() {
         let commands: Vec<Routed> = scans
             .iter()
-            .map(|(hash, cursor)| {
+            .map(|(_, hash, cursor)| {
                 let mut scan = redis::cmd("HSCAN");
                 scan.arg(hash)
                     .arg(&cursor[..])
@@ -84,7 +104,11 @@ pub async fn read(
             .collect();
         let replies = client.pipeline(&commands).await?;
         let mut next = Vec::with_capacity(scans.len());
-        for ((hash, _), reply) in scans.into_iter().zip(replies) {
+        for ((i, hash, _), reply) in scans.into_iter().zip(replies) {
+            let (partition, out) = match (partitions.get(i), out.get_mut(i)) {
+                (Some(&p), Some(o)) => (p, o),
+                _ => continue,
+            };
             let (cursor, items) = match reply {
                 Value::Array(parts) => match <[Value; 2]>::try_from(parts) {
                     Ok([cursor, items]) => (cursor, items),
@@ -101,7 +125,7 @@ pub async fn read(
                 }
             }
             match cursor {
-                Value::BulkString(c) if c != b"0" => next.push((hash, c)),
+                Value::BulkString(c) if c != b"0" => next.push((i, hash, c)),
                 _ => {}
             }
         }
