@@ -13,9 +13,32 @@
 //!   want = rendezvous::owned_by(me, live)
 //!   release = held − want          dropped from Holdings first, then released in Redis
 //!   renew   = held ∩ want          pipelined by master; "lost" drops it from Holdings
-//!   acquire = want − held          pipelined by master; "taken" leaves it (next round again)
-//!   sleep until the next round (rounds never overlap)
+//!   acquire = want − held          pipelined by master; "taken" leaves it pending
+//!   until the next round, every tick (50 ms):
+//!     pending acquisitions          asked again, pipelined by master; held ones leave the list
+//!     GET the live-set counter      changed since the beat: the next round starts now
+//!   (rounds never overlap; a round started early sets the next one a round after it)
 //! ```
+//!
+//! # Ticks: why a planned move takes about 100 ms, not two rounds
+//!
+//! A join, a planned leave and an expiry move the live-set counter (`membership`). Without the
+//! ticks a join took two rounds: the old owner released at its next round, the newcomer,
+//! answered "taken" at its first, acquired at its second; a SIGTERM left the partitions
+//! unowned until the others' next round. With them, walk partition p from A to a newcomer C:
+//!
+//! ```text
+//!   C: first round: beat (counter n → n+1), want p, acquire → "taken by A"; p pending
+//!   A: next tick (≤ 50 ms): counter n+1 ≠ n → round now: beat, the view now routes p to C
+//!      (requests for p are forwarded there from here), p told lost (its shards drop it), release
+//!   C: next tick (≤ 50 ms): acquire p → held; told gained; the reader loads it (a batch of
+//!      gained partitions a pipeline, `reader`); p fires from C
+//! ```
+//!
+//! A SIGTERM: the stopping node's shards flush their stores, then it releases every lease and
+//! removes its record (counter moved); at their next tick the others start a round and acquire
+//! what the view now gives them, already released. A death at any step leaves what a death
+//! leaves anyway: leases that lapse within a TTL, a record that lapses within a member TTL.
 //!
 //! Between the steps the loop compares [`Holdings`] with what it last told its [`Partitions`]:
 //! a partition valid now and not told is `gained`; one told and no longer valid (released,
@@ -35,11 +58,11 @@
 //! ([`Holdings::routing`], `routing`): who should own each partition, which the API forwards
 //! requests by. Without a live set (the heartbeat failed) the last view stays.
 //!
-//! A partition another node still holds is answered "taken"; that node releases it at its next
-//! round once it sees the newcomer, and the newcomer acquires it at the round after: a join
-//! settles in about two rounds. A node that dies (kill -9) releases nothing: its leases lapse
-//! one TTL after its last renewal and its heartbeat one member TTL after its last beat; the
-//! others acquire its partitions at their first round after both.
+//! A partition another node still holds is answered "taken"; that node releases it at its
+//! first tick after the newcomer's beat, and the newcomer acquires it at its first tick after
+//! that (see Ticks). A node that dies (kill -9) releases nothing: its leases lapse one TTL after
+//! its last renewal and its heartbeat one member TTL after its last beat; the others acquire its
+//! partitions at their first tick after both (the expiry moves the counter too).
 //!
 //! # Order, and what a death in between leaves
 //!
@@ -60,8 +83,11 @@
 //! It costs one mostly idle thread and one connection per master (two: the reader beside it
 //! has its own). `serve` starts it with `--advertise` on a cluster URL ([`spawn_for`]).
 //!
-//! The client's calls give up after `retry_for` (the round's interval by default, not the
-//! store's 10 s), so a master that stops answering holds one round for about a second; that
+//! The ticks run in the same loop, between rounds, one call at a time, on glommio timers with a
+//! bounded sleep (never a wake that could be lost: a stop or a cut also wakes the wait, and a
+//! missed wake costs at most a tick). The client's calls give up after `retry_for` (the round's
+//! interval by default, not the store's 10 s), so a master that stops answering holds one round
+//! for about a second; that
 //! master's leases then lapse at their local deadlines (the shards stop acting on those
 //! partitions) while the others are renewed at the next round. Nothing queues: rounds do not
 //! overlap, and a round that ran long starts the next at once rather than catching up.
@@ -72,7 +98,11 @@
 //! Per round: one heartbeat script, one rendezvous computation (1,024 × N weights: tens of
 //! microseconds for a few nodes), one pipelined call per master for the renewals (a few
 //! hundred `EVAL`s of a few dozen bytes each), and acquisitions and releases only when the
-//! assignment changed. Per store batch, one mutex (uncontended but for the loop's per-round
+//! assignment changed. Per tick (20 a second): one `GET` on the members' master; while some
+//! wanted partition is held elsewhere (a join's first ~100 ms; a dead node's leases until they
+//! lapse, at most a TTL), one pipelined call per master with only those partitions' `EVAL`s.
+//! A change of the live set costs each node one early round. Nothing queues: a tick that
+//! waits on a slow master delays the next tick or round, never stacks behind it. Per store batch, one mutex (uncontended but for the loop's per-round
 //! update) and one `String` copy per partition written.
 
 use super::lease::{self, Acquired, Lease, LeaseConfig};
@@ -148,7 +178,7 @@ pub struct Holdings {
     /// (`routing`): published by the loop, read by the API to forward.
     pub routing: RoutingTable,
     /// Notified when a fenced write cut a lease (`Holders::fenced`): the loop, waiting for its
-    /// next round, tells the loss at once.
+    /// next round, tells the loss at once; and at a stop ([`Holdings::wake`]).
     cut: event_listener::Event,
 }
 
@@ -213,6 +243,12 @@ impl Holdings {
         let was_valid = s.as_ref().is_some_and(|l| l.valid_at(now));
         *s = was_valid.then_some(lease);
         was_valid
+    }
+
+    /// Wakes the loop from its wait between rounds (a stop was asked): it looks at its stop
+    /// flag now rather than at its next tick.
+    pub fn wake(&self) {
+        self.cut.notify(usize::MAX);
     }
 
     fn remove(&self, partition: u32) {
@@ -407,7 +443,7 @@ pub async fn run(
     partitions: &dyn Partitions,
     stop: &AtomicBool,
 ) {
-    let mut client = loop {
+    let client = loop {
         match ClusterClient::connect(cluster.clone()).await {
             Ok(c) => break c,
             Err(e) => {
@@ -419,20 +455,17 @@ pub async fn run(
             }
         }
     };
-    let mut told = Told::new();
-    let mut pending = Pending::default();
+    let mut at = Looping {
+        client,
+        cfg,
+        holdings,
+        partitions,
+        told: Told::new(),
+        pending: Pending::default(),
+    };
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
-        if let Err(reason) = round(
-            &mut client,
-            cfg,
-            holdings,
-            partitions,
-            &mut told,
-            &mut pending,
-        )
-        .await
-        {
+        if let Err(reason) = round(&mut at).await {
             holdings
                 .stats
                 .round_errors_total
@@ -446,15 +479,13 @@ pub async fn run(
         // what the round found taken, and a changed live set starts the next round at once.
         loop {
             let cut = holdings.cut.listen();
-            told.tell(holdings, partitions, Instant::now());
+            at.told.tell(holdings, partitions, Instant::now());
             let now = Instant::now();
             if next <= now || stop.load(Ordering::Acquire) {
                 break;
             }
             if tick_at <= now {
-                let early = tick(&mut client, cfg, holdings, &mut pending).await;
-                told.tell(holdings, partitions, Instant::now());
-                if early {
+                if tick(&mut at).await {
                     let early_rounds = &holdings.stats.early_rounds_total;
                     early_rounds.fetch_add(1, Ordering::Relaxed);
                     break;
@@ -466,7 +497,40 @@ pub async fn run(
             futures_lite::future::or(glommio::timer::sleep(wake - now), cut).await;
         }
     }
-    leave(&mut client, cfg, holdings, partitions, &mut told).await;
+    leave(&mut at).await;
+}
+
+/// What the loop works with and keeps from one round or tick to the next.
+struct Looping<'a> {
+    client: ClusterClient,
+    cfg: &'a NodeConfig,
+    holdings: &'a Holdings,
+    partitions: &'a dyn Partitions,
+    told: Told,
+    pending: Pending,
+}
+
+/// A [`Looping`]'s parts, borrowed apart: what each step reads and what it changes.
+type Parts<'b, 'a> = (
+    &'b mut ClusterClient,
+    &'a NodeConfig,
+    &'a Holdings,
+    &'a dyn Partitions,
+    &'b mut Told,
+    &'b mut Pending,
+);
+
+impl<'a> Looping<'a> {
+    fn parts(&mut self) -> Parts<'_, 'a> {
+        (
+            &mut self.client,
+            self.cfg,
+            self.holdings,
+            self.partitions,
+            &mut self.told,
+            &mut self.pending,
+        )
+    }
 }
 
 /// What a round leaves for the ticks after it.
@@ -493,20 +557,17 @@ impl Pending {
 }
 
 /// One tick between rounds: asks again, in one pipelined call per master, for the partitions
-/// still pending, puts what it gets in [`Holdings`], then reads the live-set change counter.
-/// Answers whether the live set changed (start the next round now). A failed call is left to
-/// the next tick or round.
-async fn tick(
-    client: &mut ClusterClient,
-    cfg: &NodeConfig,
-    holdings: &Holdings,
-    pending: &mut Pending,
-) -> bool {
+/// still pending, puts what it gets in [`Holdings`] and tells it gained, then reads the
+/// live-set change counter. Answers whether the live set changed (start the next round now).
+/// A failed call is left to the next tick or round.
+async fn tick(at: &mut Looping<'_>) -> bool {
+    let (client, cfg, holdings, partitions, told, pending) = at.parts();
     if !pending.acquire.is_empty() {
         match lease::acquire(client, &cfg.holder, &pending.acquire, cfg.lease).await {
             Ok(answers) => {
                 let held = hold(holdings, answers);
                 pending.acquired(&held);
+                told.tell(holdings, partitions, Instant::now());
             }
             Err(e) => tracing::debug!(error = %e, "node: a tick's acquisitions failed"),
         }
@@ -537,20 +598,12 @@ fn hold(holdings: &Holdings, answers: Vec<Acquired>) -> Vec<u32> {
     held
 }
 
-/// A planned stop (the shards' stores have flushed): the record removed first, which moves
-/// the live-set counter so the others plan without this node at their next tick and ask for
-/// its partitions every tick; then every lease out of [`Holdings`] and released, which their
-/// next tick then acquires.
-async fn leave(
-    client: &mut ClusterClient,
-    cfg: &NodeConfig,
-    holdings: &Holdings,
-    partitions: &dyn Partitions,
-    told: &mut Told,
-) {
-    if let Err(e) = membership::leave(client, &cfg.me).await {
-        tracing::warn!(error = %e, "node: record not removed at stop; it lapses within a TTL");
-    }
+/// A planned stop (the shards' stores have flushed): every lease out of [`Holdings`] and
+/// released, then the record removed, which moves the live-set counter: the others see it at
+/// their next tick, start a round, and acquire the partitions then, already released (with
+/// the record first, their round would find them still held and wait for a tick more).
+async fn leave(at: &mut Looping<'_>) {
+    let (client, cfg, holdings, partitions, told, _) = at.parts();
     let held = holdings.held();
     for l in &held {
         holdings.remove(l.partition);
@@ -563,17 +616,14 @@ async fn leave(
         .stats
         .releases_total
         .fetch_add(held.len() as u64, Ordering::Relaxed);
+    if let Err(e) = membership::leave(client, &cfg.me).await {
+        tracing::warn!(error = %e, "node: record not removed at stop; it lapses within a TTL");
+    }
 }
 
 /// One round (see the module doc).
-async fn round(
-    client: &mut ClusterClient,
-    cfg: &NodeConfig,
-    holdings: &Holdings,
-    partitions: &dyn Partitions,
-    told: &mut Told,
-    pending: &mut Pending,
-) -> Result<(), String> {
+async fn round(at: &mut Looping<'_>) -> Result<(), String> {
+    let (client, cfg, holdings, partitions, told, pending) = at.parts();
     let stats = &holdings.stats;
     // Leases that lapsed since the last round are lost before anything is sent.
     told.tell(holdings, partitions, Instant::now());
