@@ -4,7 +4,9 @@
 //! timer fires once, with the version and deadline it was acknowledged with, never early, and
 //! none later than [`LATE`]: a handoff that waited for the next round on either side (a second
 //! each) and then for the load would exceed it. The nodes' `/metrics` count the acquisitions,
-//! releases and early rounds the moves took. Every wait is bounded.
+//! releases and early rounds the moves took. Timers written through one node all along are
+//! either acknowledged, and then fire as promised, or refused (503) as their partition moves.
+//! Every wait is bounded.
 
 mod api_support;
 #[path = "support/cluster_serve.rs"]
@@ -20,6 +22,8 @@ use punctual::cluster::rendezvous::owned_by;
 use punctual::partition::{partition_of, PARTITIONS};
 use redis_cluster::RedisCluster;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The latest a timer may fire through a planned handoff: a correctness bound, far above the
@@ -87,6 +91,31 @@ fn wall_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
+/// PUTs timers through `at`, one every 5 ms (about 200 a second: a steady load, not a flood
+/// that would make the timing the host's) until `stop`, each due 1.5 to 3 s out, under
+/// keys `live-{i}` of the test's tenants: the acknowledged ones booked, and the answers that
+/// were not an acknowledgement (a write queued for a partition as it moved, or one that
+/// arrived at its new owner before the load: 503), counted.
+fn write_while(at: SocketAddr, stop: &AtomicBool) -> (Book, u64) {
+    let mut book = Book::default();
+    let mut refused = 0;
+    for i in 0u64.. {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let tenant = format!("shop{}", i % u64::from(TENANTS));
+        let delay = 1_500 + (i * 37) % 1_500;
+        if book
+            .try_put(at, &tenant, &format!("live-{i}"), delay, "live")
+            .is_err()
+        {
+            refused += 1;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (book, refused)
+}
+
 /// Sleeps until `at` (at once if it passed).
 fn sleep_until(at: Instant) {
     std::thread::sleep(at.saturating_duration_since(Instant::now()));
@@ -104,7 +133,8 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     pb.wait_partitions(b, share(b, &[a, b]));
 
     // One timer per partition, due one after another from `first` on, over `spread`; all sent
-    // through A, which forwards each to its owner.
+    // through A, which forwards each to its owner (so the lateness below is of these: the
+    // timers written during the moves are due after them).
     let keys = one_key_per_partition();
     let first = Instant::now() + Duration::from_secs(8);
     let spread = Duration::from_secs(8);
@@ -118,7 +148,13 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     }
 
     // C joins a second after the first timer came due; B is stopped four seconds later, once
-    // C holds and has loaded its share.
+    // C holds and has loaded its share. Writes go on through A from before the join to after
+    // the stop.
+    let stop_writing = Arc::new(AtomicBool::new(false));
+    let writer = std::thread::spawn({
+        let stop = stop_writing.clone();
+        move || write_while(a, &stop)
+    });
     sleep_until(first + Duration::from_secs(1));
     let joined = Instant::now();
     let joined_us = wall_us();
@@ -136,6 +172,14 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     pa.wait_partitions(a, share(a, &[a, c]));
     pc.wait_partitions(c, share(c, &[a, c]));
     let rebalanced = stopped.elapsed();
+    stop_writing.store(true, Ordering::Relaxed);
+    let (written, refused) = writer.join().expect("the writer");
+    let acknowledged = written.promises.len();
+    assert!(
+        acknowledged > 100,
+        "{acknowledged} writes acknowledged during the moves"
+    );
+    book.promises.extend(written.promises);
 
     let mut reader = Reader::new(&cluster);
     let streams = wait_all_fired(&mut reader, &book);
@@ -169,7 +213,8 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     let events = [a, c].map(lease_events);
     eprintln!(
         "{} timers fired; join settled in {} ms, SIGTERM rebalanced in {} ms; late: median {} µs, \
-         worst {} µs, {} over 100 ms; [acquisitions, releases, early rounds] at C's join: \
+         worst {} µs, {} over 100 ms; {acknowledged} writes acknowledged during the moves, \
+         {refused} refused; [acquisitions, releases, early rounds] at C's join: \
          A {:?} B {:?} C {:?}, at the end: A {:?} C {:?}",
         late.len(),
         settled.as_millis(),

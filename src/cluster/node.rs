@@ -11,7 +11,8 @@
 //!   beat (membership)              → the live set, or an error (then: renew only)
 //!   lapsed = held past its local deadline: dropped from Holdings, released in Redis
 //!   want = rendezvous::owned_by(me, live)
-//!   release = held − want          dropped from Holdings first, then released in Redis
+//!   release = held − want          dropped from Holdings now; released in Redis at the end
+//!                                  of the round, `settle` (20 ms) after the drop at least
 //!   renew   = held ∩ want          pipelined by master; "lost" drops it from Holdings
 //!   acquire = want − held          pipelined by master; "taken" leaves it pending
 //!   until the next round, every tick (50 ms):
@@ -30,7 +31,8 @@
 //! ```text
 //!   C: first round: beat (counter n → n+1), want p, acquire → "taken by A"; p pending
 //!   A: next tick (≤ 50 ms): counter n+1 ≠ n → round now: beat, the view now routes p to C
-//!      (requests for p are forwarded there from here), p told lost (its shards drop it), release
+//!      (requests for p are forwarded there from here), p told lost (its shards drop it);
+//!      20 ms later (`settle`: the writes queued for p under the lease land), release
 //!   C: next tick (≤ 50 ms): acquire p → held; told gained; the reader loads it (a batch of
 //!      gained partitions a pipeline, `reader`); p fires from C
 //! ```
@@ -131,6 +133,10 @@ pub struct NodeConfig {
     /// Time between two ticks between rounds: each asks again for the partitions the round
     /// found "taken" and reads the live-set change counter (see the module doc).
     pub tick: Duration,
+    /// How long a partition that moves to another node is dropped here before its lease is
+    /// released: the writes its shards queued under the lease land meanwhile rather than being
+    /// refused by the fence (see the module doc).
+    pub settle: Duration,
     /// How long this node's heartbeat lasts without another.
     pub member_ttl: Duration,
     pub lease: LeaseConfig,
@@ -144,6 +150,7 @@ impl NodeConfig {
             me,
             round: Duration::from_secs(1),
             tick: Duration::from_millis(50),
+            settle: Duration::from_millis(20),
             member_ttl: Duration::from_secs(3),
             lease: LeaseConfig::default(),
         }
@@ -672,6 +679,10 @@ async fn round(at: &mut Looping<'_>) -> Result<(), String> {
             failure.get_or_insert(format!("release of lapsed leases: {e}"));
         }
     }
+    // Moved partitions stop here (the shards drop them now; the view already routes them to
+    // their new owners) and are released after the renewals and acquisitions, at least
+    // `settle` later: until then the lease in Redis still accepts the writes queued under it.
+    let dropped_at = Instant::now();
     if !release.is_empty() {
         for l in &release {
             holdings.remove(l.partition);
@@ -680,9 +691,6 @@ async fn round(at: &mut Looping<'_>) -> Result<(), String> {
         stats
             .releases_total
             .fetch_add(release.len() as u64, Ordering::Relaxed);
-        if let Err(e) = lease::release(client, &release).await {
-            failure.get_or_insert(format!("release: {e}"));
-        }
     }
     if !renew.is_empty() {
         let answered = lease::renew(client, &mut renew, cfg.lease).await;
@@ -737,6 +745,15 @@ async fn round(at: &mut Looping<'_>) -> Result<(), String> {
         }
     }
     told.tell(holdings, partitions, Instant::now());
+    if !release.is_empty() {
+        let wait = (dropped_at + cfg.settle).saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            glommio::timer::sleep(wait).await;
+        }
+        if let Err(e) = lease::release(client, &release).await {
+            failure.get_or_insert(format!("release: {e}"));
+        }
+    }
     failure.map_or(Ok(()), Err)
 }
 
