@@ -30,6 +30,9 @@ use crate::store::redis::layout::{decode_record, parse_field, timers_key};
 use crate::units::UtcMicros;
 use redis::Value;
 
+/// The least `COUNT` a scan of a batch asks for.
+const MIN_COUNT: usize = 8;
+
 /// A record of a gained partition: a pending timer, or a dead letter (its metadata says which,
 /// as at recovery).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,7 +74,11 @@ pub async fn read(
 }
 
 /// [`read`] of each of `partitions` at once, their pages in one pipeline: the answer has one
-/// [`Read`] per partition, in order. One failed call fails all (read them again).
+/// [`Read`] per partition, in order. One failed call fails all (read them again). A call asks
+/// for `2 × page` records in all, shared among the hashes still being read (at least
+/// [`MIN_COUNT`] each), so a batch's replies stay about as large as one partition's page
+/// (`COUNT` is a hint: a small hash answers whole), and a large partition left alone is read
+/// at the full page again.
 pub async fn read_many(
     client: &mut ClusterClient,
     partitions: &[u32],
@@ -91,14 +98,12 @@ pub async fn read_many(
         })
         .collect();
     while !scans.is_empty() {
+        let each = (page.max(1) * 2 / scans.len()).max(MIN_COUNT);
         let commands: Vec<Routed> = scans
             .iter()
             .map(|(_, hash, cursor)| {
                 let mut scan = redis::cmd("HSCAN");
-                scan.arg(hash)
-                    .arg(&cursor[..])
-                    .arg("COUNT")
-                    .arg(page.max(1));
+                scan.arg(hash).arg(&cursor[..]).arg("COUNT").arg(each);
                 Routed::new(hash, scan)
             })
             .collect();

@@ -37,9 +37,9 @@ const PAGE: usize = 512;
 const RETRY: Duration = Duration::from_secs(1);
 
 /// The most gained partitions read in one go (`load::read_many`): a handoff's few hundred
-/// are read a batch per round trip, and one call's replies stay bounded (this many partitions'
-/// pages of [`PAGE`] records of each hash).
-const BATCH: usize = 32;
+/// are read a batch per round trip, and one call's replies stay bounded (about 2 × [`PAGE`]
+/// records: 128 hashes asked for 8 each).
+const BATCH: usize = 64;
 
 /// Who is told when this node may start or must stop acting on a partition: called on the
 /// loop's thread, in order, `gained` and `lost` alternating for each partition (starting with
