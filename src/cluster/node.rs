@@ -68,8 +68,9 @@
 //!
 //! # Order, and what a death in between leaves
 //!
-//! A partition leaves [`Holdings`] *before* its release is sent, so no write is fenced with a
-//! lease already given up; it enters [`Holdings`] only once its acquisition is answered, with
+//! A partition leaves [`Holdings`] *before* its release is sent (a moved one `settle` before,
+//! so that the writes queued under its lease land first), so no write is fenced with a lease
+//! already given up; it enters [`Holdings`] only once its acquisition is answered, with
 //! the local deadline counted from the *send* (`lease`). A process that dies anywhere in a
 //! round leaves leases that lapse within a TTL and writes that are fenced: nothing of a round
 //! needs undoing.
