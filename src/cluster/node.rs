@@ -16,8 +16,8 @@
 //!   renew   = held ∩ want          pipelined by master; "lost" drops it from Holdings
 //!   acquire = want − held          pipelined by master; "taken" leaves it pending
 //!   until the next round, every tick (50 ms):
-//!     pending acquisitions          asked again, pipelined by master; held ones leave the list
 //!     GET the live-set counter      changed since the beat: the next round starts now
+//!     pending acquisitions          asked again, pipelined by master; held ones leave the list
 //!   (rounds never overlap; a round started early sets the next one a round after it)
 //! ```
 //!
@@ -90,8 +90,7 @@
 //! bounded sleep (never a wake that could be lost: a stop or a cut also wakes the wait, and a
 //! missed wake costs at most a tick). The client's calls give up after `retry_for` (the round's
 //! interval by default, not the store's 10 s), so a master that stops answering holds one round
-//! for about a second; that
-//! master's leases then lapse at their local deadlines (the shards stop acting on those
+//! for about a second; that master's leases then lapse at their local deadlines (the shards stop acting on those
 //! partitions) while the others are renewed at the next round. Nothing queues: rounds do not
 //! overlap, and a round that ran long starts the next at once rather than catching up.
 //! Tenants do not appear here: a lease covers a partition, whichever tenants' timers it holds.
@@ -105,8 +104,9 @@
 //! wanted partition is held elsewhere (a join's first ~100 ms; a dead node's leases until they
 //! lapse, at most a TTL), one pipelined call per master with only those partitions' `EVAL`s.
 //! A change of the live set costs each node one early round. Nothing queues: a tick that
-//! waits on a slow master delays the next tick or round, never stacks behind it. Per store batch, one mutex (uncontended but for the loop's per-round
-//! update) and one `String` copy per partition written.
+//! waits on a slow master delays the next tick or round, never stacks behind it. Per store
+//! batch, one mutex (uncontended but for the loop's updates) and one `String` copy per
+//! partition written.
 
 use super::lease::{self, Acquired, Lease, LeaseConfig};
 use super::membership::{self, NodeRecord};
@@ -564,12 +564,17 @@ impl Pending {
     }
 }
 
-/// One tick between rounds: asks again, in one pipelined call per master, for the partitions
-/// still pending, puts what it gets in [`Holdings`] and tells it gained, then reads the
-/// live-set change counter. Answers whether the live set changed (start the next round now).
-/// A failed call is left to the next tick or round.
+/// One tick between rounds: reads the live-set change counter and answers `true` if it moved
+/// (start the next round now, which plans with the new live set); else asks again, in one
+/// pipelined call per master, for the partitions still pending, puts what it gets in
+/// [`Holdings`] and tells it gained. A failed call is left to the next tick or round.
 async fn tick(at: &mut Looping<'_>) -> bool {
     let (client, cfg, holdings, partitions, told, pending) = at.parts();
+    match membership::version(client).await {
+        Ok(now) if pending.changed(now) => return true,
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "node: a tick's read of the live-set counter failed"),
+    }
     if !pending.acquire.is_empty() {
         match lease::acquire(client, &cfg.holder, &pending.acquire, cfg.lease).await {
             Ok(answers) => {
@@ -580,13 +585,7 @@ async fn tick(at: &mut Looping<'_>) -> bool {
             Err(e) => tracing::debug!(error = %e, "node: a tick's acquisitions failed"),
         }
     }
-    match membership::version(client).await {
-        Ok(now) => pending.changed(now),
-        Err(e) => {
-            tracing::debug!(error = %e, "node: a tick's read of the live-set counter failed");
-            false
-        }
-    }
+    false
 }
 
 /// Puts each lease answered held in [`Holdings`]; answers their partitions (increasing, as
