@@ -18,9 +18,11 @@ mod redis_server;
 
 use api_support::free_port;
 use cluster_serve::{check, counter, metrics, wait_all_fired, Book, Proc, Reader};
+use punctual::cluster::membership::{self, NodeRecord};
 use punctual::cluster::rendezvous::owned_by;
 use punctual::partition::{partition_of, PARTITIONS};
-use redis_cluster::RedisCluster;
+use punctual::store::redis::cluster::{parse_url, ClusterClient};
+use redis_cluster::{on_executor, RedisCluster};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -283,4 +285,57 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     );
     let fired = [a, c].map(|n| counter(&metrics(n), "punctual_timers_fired"));
     assert!(fired.iter().all(|&f| f > 0), "A and C fired: {fired:?}");
+}
+
+#[test]
+fn the_live_set_counter_moves_on_a_join_a_leave_and_an_expiry_and_never_on_a_beat() {
+    let cluster = RedisCluster::start();
+    let cfg = parse_url(&cluster.url()).expect("the harness's URL parses");
+    on_executor(async {
+        let connect = || async {
+            ClusterClient::connect(cfg.clone())
+                .await
+                .expect("a slot map")
+        };
+        let (mut a, mut b) = (connect().await, connect().await);
+        let record = |id: &str| NodeRecord {
+            id: id.into(),
+            advertise: id.into(),
+            started_at_us: 1,
+        };
+        let (ra, rb) = (record("10.0.0.1:7480"), record("10.0.0.2:7480"));
+        let long = Duration::from_secs(60);
+        assert_eq!(membership::version(&mut a).await.expect("GET"), 0);
+        let first = membership::beat_seen(&mut a, &ra, long)
+            .await
+            .expect("a beats");
+        assert_eq!((first.version, first.live.len()), (1, 1), "a joined");
+        let again = membership::beat_seen(&mut a, &ra, long)
+            .await
+            .expect("a beats");
+        assert_eq!(again.version, 1, "a beat of a live node is no change");
+        // b joins: a, polling the counter alone, sees it move.
+        let joined = membership::beat_seen(&mut b, &rb, Duration::from_millis(300))
+            .await
+            .expect("b beats");
+        assert_eq!((joined.version, joined.live.len()), (2, 2));
+        assert_eq!(membership::version(&mut a).await.expect("GET"), 2);
+        // b falls silent: the beat that drops it moves the counter.
+        glommio::timer::sleep(Duration::from_millis(400)).await;
+        let expired = membership::beat_seen(&mut a, &ra, long)
+            .await
+            .expect("a beats");
+        assert_eq!((expired.version, expired.live), (3, vec![ra.clone()]));
+        // b comes back (a join) and leaves on purpose (a change); leaving twice is one change.
+        membership::beat(&mut b, &rb, long).await.expect("b beats");
+        membership::leave(&mut b, &rb).await.expect("b leaves");
+        membership::leave(&mut b, &rb)
+            .await
+            .expect("b leaves again");
+        assert_eq!(membership::version(&mut a).await.expect("GET"), 5);
+        let after = membership::beat_seen(&mut a, &ra, long)
+            .await
+            .expect("a beats");
+        assert_eq!((after.version, after.live), (5, vec![ra]));
+    });
 }

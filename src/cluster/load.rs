@@ -98,7 +98,7 @@ pub async fn read_many(
         })
         .collect();
     while !scans.is_empty() {
-        let each = (page.max(1) * 2 / scans.len()).max(MIN_COUNT);
+        let each = count_each(page, scans.len());
         let commands: Vec<Routed> = scans
             .iter()
             .map(|(_, hash, cursor)| {
@@ -139,6 +139,12 @@ pub async fn read_many(
     Ok(out)
 }
 
+/// The `COUNT` each of `open` scans asks for in one call: `2 × page` shared, at least
+/// [`MIN_COUNT`] (one partition's two hashes: `page` each).
+fn count_each(page: usize, open: usize) -> usize {
+    (page.max(1).saturating_mul(2) / open.max(1)).max(MIN_COUNT)
+}
+
 fn unexpected(partition: u32, reply: &dyn std::fmt::Debug) -> LoadError {
     LoadError::Reply {
         partition,
@@ -173,6 +179,27 @@ mod tests {
 
     fn bulk(b: impl Into<Vec<u8>>) -> Value {
         Value::BulkString(b.into())
+    }
+
+    #[test]
+    fn a_batch_shares_one_page_among_its_open_scans_and_asks_for_eight_at_least() {
+        assert_eq!(
+            count_each(512, 2),
+            512,
+            "one partition: a page of each hash"
+        );
+        assert_eq!(
+            count_each(512, 128),
+            8,
+            "64 partitions: 1,024 records in all"
+        );
+        assert_eq!(
+            count_each(512, 1),
+            1_024,
+            "a large hash left alone: the whole budget"
+        );
+        assert_eq!(count_each(512, 1_000), MIN_COUNT);
+        assert_eq!(count_each(0, 0), MIN_COUNT, "no panic on zeros");
     }
 
     #[test]
