@@ -102,7 +102,8 @@
 //! hundred `EVAL`s of a few dozen bytes each), and acquisitions and releases only when the
 //! assignment changed. Per tick (20 a second): one `GET` on the members' master; while some
 //! wanted partition is held elsewhere (a join's first ~100 ms; a dead node's leases until they
-//! lapse, at most a TTL), one pipelined call per master with only those partitions' `EVAL`s.
+//! lapse, at most a TTL; a node whose beats fail while its renewals go through, for as long as
+//! that lasts), one pipelined call per master with only those partitions' `EVAL`s.
 //! A change of the live set costs each node one early round. Nothing queues: a tick that
 //! waits on a slow master delays the next tick or round, never stacks behind it. Per store
 //! batch, one mutex (uncontended but for the loop's updates) and one `String` copy per
