@@ -496,7 +496,10 @@ fn the_dead_letter_list_is_the_whole_cluster_s_through_either_node_page_by_page(
     let keys: Vec<String> = (0..40).map(|i| format!("dl-{i:02}")).collect();
     for key in &keys {
         let at = owner(&nodes, "shop", key).0.addr;
-        let body = format!(r#"{{"delay_ms":0,"callback":{{"url":"{}"}}}}"#, rx.url("hook"));
+        let body = format!(
+            r#"{{"delay_ms":0,"callback":{{"url":"{}"}}}}"#,
+            rx.url("hook")
+        );
         let path = format!("/v1/timers/shop/{key}");
         let r = try_request(at, "PUT", &path, &[], body.as_bytes()).expect("answered");
         assert_eq!(r.status, 201, "PUT {path}: {:?}", r.json());

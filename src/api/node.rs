@@ -10,8 +10,9 @@
 //! every keyed request is answered 503 until the loop's first round has acquired and the
 //! reader has loaded the partition. The loop starts once every shard listens. At a stop the
 //! engine stops first, while the leases are still renewed, so that the shards' stores flush
-//! what they queued under them; then the loop releases every lease and leaves the live set,
-//! so the other nodes take over at their next round rather than a TTL later. The wait for
+//! what they queued under them; then the loop (woken at once) releases every lease and leaves
+//! the live set, which the other nodes see at their next tick (50 ms) and take over, rather
+//! than at their next round or a TTL later (`cluster::node`). The wait for
 //! that is bounded ([`NodeLoop::stop`]); a node killed instead releases nothing, and its leases
 //! lapse within a TTL.
 
@@ -30,6 +31,8 @@ const STOP_WAIT: Duration = Duration::from_secs(5);
 /// The running loop.
 pub struct NodeLoop {
     stop: Arc<AtomicBool>,
+    /// To wake the loop at the stop.
+    holdings: Arc<Holdings>,
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -43,8 +46,19 @@ pub fn start(
     status: Arc<Status>,
 ) -> Result<NodeLoop, String> {
     let stop = Arc::new(AtomicBool::new(false));
-    let thread = node::spawn_for(redis, advertise, holdings, shards, status, stop.clone())?;
-    Ok(NodeLoop { stop, thread })
+    let thread = node::spawn_for(
+        redis,
+        advertise,
+        holdings.clone(),
+        shards,
+        status,
+        stop.clone(),
+    )?;
+    Ok(NodeLoop {
+        stop,
+        holdings,
+        thread,
+    })
 }
 
 impl NodeLoop {
@@ -52,6 +66,7 @@ impl NodeLoop {
     /// [`STOP_WAIT`] for it.
     pub fn stop(self) {
         self.stop.store(true, Ordering::Release);
+        self.holdings.wake();
         let until = Instant::now() + STOP_WAIT;
         while !self.thread.is_finished() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(10));

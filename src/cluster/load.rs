@@ -18,7 +18,9 @@
 //! # Cost
 //!
 //! Per partition: one round trip per page of `page` records of each hash, and every record's
-//! bytes copied once into its [`Stored`]. A caller that reads many partitions does so beside
+//! bytes copied once into its [`Stored`]. [`read_many`] reads several partitions' pages in one
+//! pipeline (one call per master per page), so a handoff that gains a few hundred small
+//! partitions reads them in a few round trips rather than one or more each. A caller that reads many partitions does so beside
 //! the node's loop, not in it, so a large partition never makes a renewal late.
 
 use crate::partition::partition_of;
@@ -27,6 +29,9 @@ use crate::store::redis::dead::dead_key;
 use crate::store::redis::layout::{decode_record, parse_field, timers_key};
 use crate::units::UtcMicros;
 use redis::Value;
+
+/// The least `COUNT` a scan of a batch asks for.
+const MIN_COUNT: usize = 8;
 
 /// A record of a gained partition: a pending timer, or a dead letter (its metadata says which,
 /// as at recovery).
@@ -64,27 +69,51 @@ pub async fn read(
     partition: u32,
     page: usize,
 ) -> Result<Read, LoadError> {
-    let mut out = Read::default();
-    // (hash, cursor); a hash whose cursor came back 0 is done and leaves the list.
-    let mut scans: Vec<(String, Vec<u8>)> = vec![
-        (timers_key(partition), b"0".to_vec()),
-        (dead_key(partition), b"0".to_vec()),
-    ];
+    let mut reads = read_many(client, &[partition], page).await?;
+    Ok(reads.pop().unwrap_or_default())
+}
+
+/// [`read`] of each of `partitions` at once, their pages in one pipeline: the answer has one
+/// [`Read`] per partition, in order. One failed call fails all (read them again). A call asks
+/// for `2 × page` records in all, shared among the hashes still being read (at least
+/// [`MIN_COUNT`] each), so a batch's replies stay about as large as one partition's page
+/// (`COUNT` is a hint: a small hash answers whole), and a large partition left alone is read
+/// at the full page again.
+pub async fn read_many(
+    client: &mut ClusterClient,
+    partitions: &[u32],
+    page: usize,
+) -> Result<Vec<Read>, LoadError> {
+    let mut out: Vec<Read> = partitions.iter().map(|_| Read::default()).collect();
+    // (index in `partitions`, hash, cursor); a hash whose cursor came back 0 is done and
+    // leaves the list.
+    let mut scans: Vec<(usize, String, Vec<u8>)> = partitions
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &p)| {
+            [
+                (i, timers_key(p), b"0".to_vec()),
+                (i, dead_key(p), b"0".to_vec()),
+            ]
+        })
+        .collect();
     while !scans.is_empty() {
+        let each = count_each(page, scans.len());
         let commands: Vec<Routed> = scans
             .iter()
-            .map(|(hash, cursor)| {
+            .map(|(_, hash, cursor)| {
                 let mut scan = redis::cmd("HSCAN");
-                scan.arg(hash)
-                    .arg(&cursor[..])
-                    .arg("COUNT")
-                    .arg(page.max(1));
+                scan.arg(hash).arg(&cursor[..]).arg("COUNT").arg(each);
                 Routed::new(hash, scan)
             })
             .collect();
         let replies = client.pipeline(&commands).await?;
         let mut next = Vec::with_capacity(scans.len());
-        for ((hash, _), reply) in scans.into_iter().zip(replies) {
+        for ((i, hash, _), reply) in scans.into_iter().zip(replies) {
+            let (partition, out) = match (partitions.get(i), out.get_mut(i)) {
+                (Some(&p), Some(o)) => (p, o),
+                _ => continue,
+            };
             let (cursor, items) = match reply {
                 Value::Array(parts) => match <[Value; 2]>::try_from(parts) {
                     Ok([cursor, items]) => (cursor, items),
@@ -101,13 +130,19 @@ pub async fn read(
                 }
             }
             match cursor {
-                Value::BulkString(c) if c != b"0" => next.push((hash, c)),
+                Value::BulkString(c) if c != b"0" => next.push((i, hash, c)),
                 _ => {}
             }
         }
         scans = next;
     }
     Ok(out)
+}
+
+/// The `COUNT` each of `open` scans asks for in one call: `2 × page` shared, at least
+/// [`MIN_COUNT`] (one partition's two hashes: `page` each).
+fn count_each(page: usize, open: usize) -> usize {
+    (page.max(1).saturating_mul(2) / open.max(1)).max(MIN_COUNT)
 }
 
 fn unexpected(partition: u32, reply: &dyn std::fmt::Debug) -> LoadError {
@@ -144,6 +179,27 @@ mod tests {
 
     fn bulk(b: impl Into<Vec<u8>>) -> Value {
         Value::BulkString(b.into())
+    }
+
+    #[test]
+    fn a_batch_shares_one_page_among_its_open_scans_and_asks_for_eight_at_least() {
+        assert_eq!(
+            count_each(512, 2),
+            512,
+            "one partition: a page of each hash"
+        );
+        assert_eq!(
+            count_each(512, 128),
+            8,
+            "64 partitions: 1,024 records in all"
+        );
+        assert_eq!(
+            count_each(512, 1),
+            1_024,
+            "a large hash left alone: the whole budget"
+        );
+        assert_eq!(count_each(512, 1_000), MIN_COUNT);
+        assert_eq!(count_each(0, 0), MIN_COUNT, "no panic on zeros");
     }
 
     #[test]

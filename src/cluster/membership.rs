@@ -18,7 +18,7 @@
 //! live sets at worst wait for a lease, never both write.
 
 use crate::store::redis::cluster::{ClusterClient, ClusterError, Routed};
-use crate::store::redis::layout::{MEMBERS_KEY, MEMBER_RECORDS_KEY};
+use crate::store::redis::layout::{MEMBERS_KEY, MEMBERS_VERSION_KEY, MEMBER_RECORDS_KEY};
 use redis::Value;
 use std::time::Duration;
 
@@ -43,43 +43,58 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     };
 }
 
-/// The records of the nodes whose expiry is after `now`, as the script's answer.
+/// Appends the records of the nodes whose expiry is after `now` to `out`, and answers `out`.
 macro_rules! live_records {
     () => {
         r"
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
-local out = {}
-for i, id in ipairs(live) do
-  out[i] = redis.call('HGET', KEYS[2], id) or ''
+for _, id in ipairs(live) do
+  out[#out + 1] = redis.call('HGET', KEYS[2], id) or ''
 end
 return out
 "
     };
 }
 
+/// Answers `{version, record, record, …}`.
 const BEAT: &str = concat!(
     master_now!(),
     r"
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   redis.call('HDEL', KEYS[2], unpack(gone))
 end
+local added = redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+if added == 1 or #gone > 0 then
+  redis.call('INCR', KEYS[3])
+end
+local out = {tonumber(redis.call('GET', KEYS[3]) or '0')}
 ",
     live_records!()
 );
 
 /// The records of the nodes whose heartbeat has not expired by the master's clock; writes
 /// nothing.
-const LIVE: &str = concat!(master_now!(), live_records!());
+const LIVE: &str = concat!(master_now!(), "local out = {}\n", live_records!());
 
 const LEAVE: &str = r"
-redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('INCR', KEYS[3])
+end
 redis.call('HDEL', KEYS[2], ARGV[1])
 return 1
 ";
+
+/// What a heartbeat found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Beat {
+    /// The live-set change counter after this beat (see the module doc).
+    pub version: u64,
+    /// Every live node's record (this one included), sorted by id.
+    pub live: Vec<NodeRecord>,
+}
 
 /// Why a heartbeat failed.
 #[derive(Debug, thiserror::Error)]
@@ -95,9 +110,10 @@ pub enum MembershipError {
 fn script(body: &str, me: &str) -> redis::Cmd {
     redis::cmd("EVAL")
         .arg(body)
-        .arg(2)
+        .arg(3)
         .arg(MEMBERS_KEY)
         .arg(MEMBER_RECORDS_KEY)
+        .arg(MEMBERS_VERSION_KEY)
         .arg(me)
         .clone()
 }
@@ -109,11 +125,29 @@ pub async fn beat(
     me: &NodeRecord,
     ttl: Duration,
 ) -> Result<Vec<NodeRecord>, MembershipError> {
+    Ok(beat_seen(client, me, ttl).await?.live)
+}
+
+/// [`beat`], with the live-set change counter it left.
+pub async fn beat_seen(
+    client: &mut ClusterClient,
+    me: &NodeRecord,
+    ttl: Duration,
+) -> Result<Beat, MembershipError> {
     let mut cmd = script(BEAT, &me.id);
     cmd.arg(serde_json::to_string(me)?)
         .arg(ttl.as_millis().max(1) as u64);
     let reply = client.query(Routed::new(MEMBERS_KEY, cmd)).await?;
-    records(reply)
+    match &reply {
+        Value::Array(items) => match items.split_first() {
+            Some((Value::Int(v), rest)) => Ok(Beat {
+                version: u64::try_from(*v).unwrap_or(0),
+                live: records(rest),
+            }),
+            _ => Err(MembershipError::Reply(format!("{reply:?}"))),
+        },
+        _ => Err(MembershipError::Reply(format!("{reply:?}"))),
+    }
 }
 
 /// Every live node's record, sorted by id, as [`beat`] answers but without beating or
@@ -125,16 +159,16 @@ pub async fn live(client: &mut ClusterClient) -> Result<Vec<NodeRecord>, Members
         .arg(MEMBERS_KEY)
         .arg(MEMBER_RECORDS_KEY)
         .clone();
-    let reply = client.query(Routed::new(MEMBERS_KEY, cmd)).await?;
-    records(reply)
+    match client.query(Routed::new(MEMBERS_KEY, cmd)).await? {
+        Value::Array(items) => Ok(records(&items)),
+        other => Err(MembershipError::Reply(format!("{other:?}"))),
+    }
 }
 
-/// The records a script answered, sorted by id; those that do not parse are skipped.
-fn records(reply: Value) -> Result<Vec<NodeRecord>, MembershipError> {
-    let Value::Array(records) = reply else {
-        return Err(MembershipError::Reply(format!("{reply:?}")));
-    };
-    let mut live: Vec<NodeRecord> = records
+/// The records a script answered, sorted by id; those that do not parse are skipped (a newer
+/// node's format).
+fn records(values: &[Value]) -> Vec<NodeRecord> {
+    let mut live: Vec<NodeRecord> = values
         .iter()
         .filter_map(|r| match r {
             Value::BulkString(b) => serde_json::from_slice(b).ok(),
@@ -142,7 +176,27 @@ fn records(reply: Value) -> Result<Vec<NodeRecord>, MembershipError> {
         })
         .collect();
     live.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(live)
+    live
+}
+
+/// The live-set change counter now (0 before any change): one `GET`, for a node to tell
+/// between its beats whether the live set changed.
+pub async fn version(client: &mut ClusterClient) -> Result<u64, MembershipError> {
+    let reply = client
+        .query(Routed::new(
+            MEMBERS_VERSION_KEY,
+            redis::cmd("GET").arg(MEMBERS_VERSION_KEY).clone(),
+        ))
+        .await?;
+    match reply {
+        Value::Nil => Ok(0),
+        Value::BulkString(b) => std::str::from_utf8(&b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| MembershipError::Reply(String::from_utf8_lossy(&b).into_owned())),
+        Value::Int(v) => Ok(u64::try_from(v).unwrap_or(0)),
+        other => Err(MembershipError::Reply(format!("{other:?}"))),
+    }
 }
 
 /// Removes this node's record at once (a planned stop), rather than one TTL later.

@@ -11,11 +11,36 @@
 //!   beat (membership)              → the live set, or an error (then: renew only)
 //!   lapsed = held past its local deadline: dropped from Holdings, released in Redis
 //!   want = rendezvous::owned_by(me, live)
-//!   release = held − want          dropped from Holdings first, then released in Redis
+//!   release = held − want          dropped from Holdings now; released in Redis at the end
+//!                                  of the round, `settle` (20 ms) after the drop at least
 //!   renew   = held ∩ want          pipelined by master; "lost" drops it from Holdings
-//!   acquire = want − held          pipelined by master; "taken" leaves it (next round again)
-//!   sleep until the next round (rounds never overlap)
+//!   acquire = want − held          pipelined by master; "taken" leaves it pending
+//!   until the next round, every tick (50 ms):
+//!     GET the live-set counter      changed since the beat: the next round starts now
+//!     pending acquisitions          asked again, pipelined by master; held ones leave the list
+//!   (rounds never overlap; a round started early sets the next one a round after it)
 //! ```
+//!
+//! # Ticks: why a planned move takes about 100 ms, not two rounds
+//!
+//! A join, a planned leave and an expiry move the live-set counter (`membership`). Without the
+//! ticks a join took two rounds: the old owner released at its next round, the newcomer,
+//! answered "taken" at its first, acquired at its second; a SIGTERM left the partitions
+//! unowned until the others' next round. With them, walk partition p from A to a newcomer C:
+//!
+//! ```text
+//!   C: first round: beat (counter n → n+1), want p, acquire → "taken by A"; p pending
+//!   A: next tick (≤ 50 ms): counter n+1 ≠ n → round now: beat, the view now routes p to C
+//!      (requests for p are forwarded there from here), p told lost (its shards drop it);
+//!      20 ms later (`settle`: the writes queued for p under the lease land), release
+//!   C: next tick (≤ 50 ms): acquire p → held; told gained; the reader loads it (a batch of
+//!      gained partitions a pipeline, `reader`); p fires from C
+//! ```
+//!
+//! A SIGTERM: the stopping node's shards flush their stores, then it releases every lease and
+//! removes its record (counter moved); at their next tick the others start a round and acquire
+//! what the view now gives them, already released. A death at any step leaves what a death
+//! leaves anyway: leases that lapse within a TTL, a record that lapses within a member TTL.
 //!
 //! Between the steps the loop compares [`Holdings`] with what it last told its [`Partitions`]:
 //! a partition valid now and not told is `gained`; one told and no longer valid (released,
@@ -35,16 +60,17 @@
 //! ([`Holdings::routing`], `routing`): who should own each partition, which the API forwards
 //! requests by. Without a live set (the heartbeat failed) the last view stays.
 //!
-//! A partition another node still holds is answered "taken"; that node releases it at its next
-//! round once it sees the newcomer, and the newcomer acquires it at the round after: a join
-//! settles in about two rounds. A node that dies (kill -9) releases nothing: its leases lapse
-//! one TTL after its last renewal and its heartbeat one member TTL after its last beat; the
-//! others acquire its partitions at their first round after both.
+//! A partition another node still holds is answered "taken"; that node releases it at its
+//! first tick after the newcomer's beat, and the newcomer acquires it at its first tick after
+//! that (see Ticks). A node that dies (kill -9) releases nothing: its leases lapse one TTL after
+//! its last renewal and its heartbeat one member TTL after its last beat; the others acquire its
+//! partitions at their first tick after both (the expiry moves the counter too).
 //!
 //! # Order, and what a death in between leaves
 //!
-//! A partition leaves [`Holdings`] *before* its release is sent, so no write is fenced with a
-//! lease already given up; it enters [`Holdings`] only once its acquisition is answered, with
+//! A partition leaves [`Holdings`] *before* its release is sent (a moved one `settle` before,
+//! so that the writes queued under its lease land first), so no write is fenced with a lease
+//! already given up; it enters [`Holdings`] only once its acquisition is answered, with
 //! the local deadline counted from the *send* (`lease`). A process that dies anywhere in a
 //! round leaves leases that lapse within a TTL and writes that are fenced: nothing of a round
 //! needs undoing.
@@ -57,12 +83,15 @@
 //! the TTL: a round that waits behind a shard's work or its store's writes is a renewal that
 //! comes late, and a lease that lapses drops a partition for every shard. On its own thread,
 //! a busy shard delays no renewal, and the loop's waits (one call at a time) delay no shard.
-//! It costs one mostly idle thread and one connection per master (two: the reader beside it
-//! has its own). `serve` starts it with `--advertise` on a cluster URL ([`spawn_for`]).
+//! It costs one mostly idle thread and one connection per master (three: the reader beside it
+//! has its own, and so has the status service once `GET /cluster` is first asked). `serve`
+//! starts it with `--advertise` on a cluster URL ([`spawn_for`]).
 //!
-//! The client's calls give up after `retry_for` (the round's interval by default, not the
-//! store's 10 s), so a master that stops answering holds one round for about a second; that
-//! master's leases then lapse at their local deadlines (the shards stop acting on those
+//! The ticks run in the same loop, between rounds, one call at a time, on glommio timers with a
+//! bounded sleep (never a wake that could be lost: a stop or a cut also wakes the wait, and a
+//! missed wake costs at most a tick). The client's calls give up after `retry_for` (the round's
+//! interval by default, not the store's 10 s), so a master that stops answering holds one round
+//! for about a second; that master's leases then lapse at their local deadlines (the shards stop acting on those
 //! partitions) while the others are renewed at the next round. Nothing queues: rounds do not
 //! overlap, and a round that ran long starts the next at once rather than catching up.
 //! Tenants do not appear here: a lease covers a partition, whichever tenants' timers it holds.
@@ -72,8 +101,14 @@
 //! Per round: one heartbeat script, one rendezvous computation (1,024 × N weights: tens of
 //! microseconds for a few nodes), one pipelined call per master for the renewals (a few
 //! hundred `EVAL`s of a few dozen bytes each), and acquisitions and releases only when the
-//! assignment changed. Per store batch, one mutex (uncontended but for the loop's per-round
-//! update) and one `String` copy per partition written.
+//! assignment changed. Per tick (20 a second): one `GET` on the members' master; while some
+//! wanted partition is held elsewhere (a join's first ~100 ms; a dead node's leases until they
+//! lapse, at most a TTL; a node whose beats fail while its renewals go through, for as long as
+//! that lasts), one pipelined call per master with only those partitions' `EVAL`s.
+//! A change of the live set costs each node one early round. Nothing queues: a tick that
+//! waits on a slow master delays the next tick or round, never stacks behind it. Per store
+//! batch, one mutex (uncontended but for the loop's updates) and one `String` copy per
+//! partition written.
 
 use super::lease::{self, Acquired, Lease, LeaseConfig};
 use super::membership::{self, NodeRecord};
@@ -99,6 +134,13 @@ pub struct NodeConfig {
     pub holder: String,
     /// Time between the starts of two rounds.
     pub round: Duration,
+    /// Time between two ticks between rounds: each asks again for the partitions the round
+    /// found "taken" and reads the live-set change counter (see the module doc).
+    pub tick: Duration,
+    /// How long a partition that moves to another node is dropped here before its lease is
+    /// released: the writes its shards queued under the lease land meanwhile rather than being
+    /// refused by the fence (see the module doc).
+    pub settle: Duration,
     /// How long this node's heartbeat lasts without another.
     pub member_ttl: Duration,
     pub lease: LeaseConfig,
@@ -111,6 +153,8 @@ impl NodeConfig {
             holder: lease::incarnation(&me.id),
             me,
             round: Duration::from_secs(1),
+            tick: Duration::from_millis(50),
+            settle: Duration::from_millis(20),
             member_ttl: Duration::from_secs(3),
             lease: LeaseConfig::default(),
         }
@@ -130,6 +174,8 @@ pub struct NodeStats {
     pub fenced_drops_total: AtomicU64,
     /// Rounds whose heartbeat or lease calls failed.
     pub round_errors_total: AtomicU64,
+    /// Rounds started before their time because a tick saw the live set change.
+    pub early_rounds_total: AtomicU64,
     /// Live nodes at the last good heartbeat.
     pub live_nodes: AtomicU64,
 }
@@ -143,7 +189,7 @@ pub struct Holdings {
     /// (`routing`): published by the loop, read by the API to forward.
     pub routing: RoutingTable,
     /// Notified when a fenced write cut a lease (`Holders::fenced`): the loop, waiting for its
-    /// next round, tells the loss at once.
+    /// next round, tells the loss at once; and at a stop ([`Holdings::wake`]).
     cut: event_listener::Event,
 }
 
@@ -208,6 +254,12 @@ impl Holdings {
         let was_valid = s.as_ref().is_some_and(|l| l.valid_at(now));
         *s = was_valid.then_some(lease);
         was_valid
+    }
+
+    /// Wakes the loop from its wait between rounds (a stop was asked): it looks at its stop
+    /// flag now rather than at its next tick.
+    pub fn wake(&self) {
+        self.cut.notify(usize::MAX);
     }
 
     fn remove(&self, partition: u32) {
@@ -410,7 +462,7 @@ pub async fn run(
     partitions: &dyn Partitions,
     stop: &AtomicBool,
 ) {
-    let mut client = loop {
+    let client = loop {
         match ClusterClient::connect(cluster.clone()).await {
             Ok(c) => break c,
             Err(e) => {
@@ -422,10 +474,17 @@ pub async fn run(
             }
         }
     };
-    let mut told = Told::new();
+    let mut at = Looping {
+        client,
+        cfg,
+        holdings,
+        partitions,
+        told: Told::new(),
+        pending: Pending::default(),
+    };
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
-        if let Err(reason) = round(&mut client, cfg, holdings, partitions, &mut told).await {
+        if let Err(reason) = round(&mut at).await {
             holdings
                 .stats
                 .round_errors_total
@@ -433,29 +492,136 @@ pub async fn run(
             tracing::warn!(%reason, "node: a round of heartbeat and leases did not complete");
         }
         let next = started + cfg.round;
+        let mut tick_at = Instant::now() + cfg.tick;
         // Until the next round, a lease that a fenced write cut is told lost at once (the
-        // shards then drop the partition), not up to a round later.
+        // shards then drop the partition), not up to a round later; each tick asks again for
+        // what the round found taken, and a changed live set starts the next round at once.
         loop {
             let cut = holdings.cut.listen();
-            told.tell(holdings, partitions, Instant::now());
+            at.told.tell(holdings, partitions, Instant::now());
             let now = Instant::now();
             if next <= now || stop.load(Ordering::Acquire) {
                 break;
             }
-            futures_lite::future::or(glommio::timer::sleep(next - now), cut).await;
+            if tick_at <= now {
+                if tick(&mut at).await {
+                    let early_rounds = &holdings.stats.early_rounds_total;
+                    early_rounds.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                tick_at = Instant::now() + cfg.tick;
+                continue;
+            }
+            let wake = next.min(tick_at);
+            futures_lite::future::or(glommio::timer::sleep(wake - now), cut).await;
         }
     }
-    leave(&mut client, cfg, holdings, partitions, &mut told).await;
+    leave(&mut at).await;
 }
 
-/// A planned stop: every lease out of [`Holdings`], then released, then the record removed.
-async fn leave(
-    client: &mut ClusterClient,
-    cfg: &NodeConfig,
-    holdings: &Holdings,
-    partitions: &dyn Partitions,
-    told: &mut Told,
-) {
+/// What the loop works with and keeps from one round or tick to the next.
+struct Looping<'a> {
+    client: ClusterClient,
+    cfg: &'a NodeConfig,
+    holdings: &'a Holdings,
+    partitions: &'a dyn Partitions,
+    told: Told,
+    pending: Pending,
+}
+
+/// A [`Looping`]'s parts, borrowed apart: what each step reads and what it changes.
+type Parts<'b, 'a> = (
+    &'b mut ClusterClient,
+    &'a NodeConfig,
+    &'a Holdings,
+    &'a dyn Partitions,
+    &'b mut Told,
+    &'b mut Pending,
+);
+
+impl<'a> Looping<'a> {
+    fn parts(&mut self) -> Parts<'_, 'a> {
+        (
+            &mut self.client,
+            self.cfg,
+            self.holdings,
+            self.partitions,
+            &mut self.told,
+            &mut self.pending,
+        )
+    }
+}
+
+/// What a round leaves for the ticks after it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Pending {
+    /// Partitions the round's view assigns this node and it does not hold (answered "taken",
+    /// or not answered), increasing: asked again each tick until held or the next round.
+    acquire: Vec<u32>,
+    /// The live-set change counter the round's beat left; `None` when the beat failed (then
+    /// no tick starts a round early).
+    version: Option<u64>,
+}
+
+impl Pending {
+    /// Whether the counter read at a tick says the live set changed since the round's beat.
+    fn changed(&self, now: u64) -> bool {
+        self.version.is_some_and(|seen| seen != now)
+    }
+
+    /// `held` (increasing) were acquired: no longer asked for.
+    fn acquired(&mut self, held: &[u32]) {
+        self.acquire.retain(|p| held.binary_search(p).is_err());
+    }
+}
+
+/// One tick between rounds: reads the live-set change counter and answers `true` if it moved
+/// (start the next round now, which plans with the new live set); else asks again, in one
+/// pipelined call per master, for the partitions still pending, puts what it gets in
+/// [`Holdings`] and tells it gained. A failed call is left to the next tick or round.
+async fn tick(at: &mut Looping<'_>) -> bool {
+    let (client, cfg, holdings, partitions, told, pending) = at.parts();
+    match membership::version(client).await {
+        Ok(now) if pending.changed(now) => return true,
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "node: a tick's read of the live-set counter failed"),
+    }
+    if !pending.acquire.is_empty() {
+        match lease::acquire(client, &cfg.holder, &pending.acquire, cfg.lease).await {
+            Ok(answers) => {
+                let held = hold(holdings, answers);
+                pending.acquired(&held);
+                told.tell(holdings, partitions, Instant::now());
+            }
+            Err(e) => tracing::debug!(error = %e, "node: a tick's acquisitions failed"),
+        }
+    }
+    false
+}
+
+/// Puts each lease answered held in [`Holdings`]; answers their partitions (increasing, as
+/// asked).
+fn hold(holdings: &Holdings, answers: Vec<Acquired>) -> Vec<u32> {
+    let mut held = Vec::new();
+    for answer in answers {
+        if let Acquired::Held(l) = answer {
+            holdings
+                .stats
+                .acquisitions_total
+                .fetch_add(1, Ordering::Relaxed);
+            held.push(l.partition);
+            holdings.put(l);
+        }
+    }
+    held
+}
+
+/// A planned stop (the shards' stores have flushed): every lease out of [`Holdings`] and
+/// released, then the record removed, which moves the live-set counter: the others see it at
+/// their next tick, start a round, and acquire the partitions then, already released (with
+/// the record first, their round would find them still held and wait for a tick more).
+async fn leave(at: &mut Looping<'_>) {
+    let (client, cfg, holdings, partitions, told, _) = at.parts();
     let held = holdings.held();
     for l in &held {
         holdings.remove(l.partition);
@@ -474,17 +640,20 @@ async fn leave(
 }
 
 /// One round (see the module doc).
-async fn round(
-    client: &mut ClusterClient,
-    cfg: &NodeConfig,
-    holdings: &Holdings,
-    partitions: &dyn Partitions,
-    told: &mut Told,
-) -> Result<(), String> {
+async fn round(at: &mut Looping<'_>) -> Result<(), String> {
+    let (client, cfg, holdings, partitions, told, pending) = at.parts();
     let stats = &holdings.stats;
     // Leases that lapsed since the last round are lost before anything is sent.
     told.tell(holdings, partitions, Instant::now());
-    let live = membership::beat(client, &cfg.me, cfg.member_ttl).await;
+    let live = membership::beat_seen(client, &cfg.me, cfg.member_ttl)
+        .await
+        .map(|b| {
+            pending.version = Some(b.version);
+            b.live
+        });
+    if live.is_err() {
+        pending.version = None;
+    }
     // A lease past its local deadline is released, not renewed, and acquired again below
     // under a new epoch if this node should still own it (see `Holdings::renewed`).
     let now = Instant::now();
@@ -521,6 +690,10 @@ async fn round(
             failure.get_or_insert(format!("release of lapsed leases: {e}"));
         }
     }
+    // Moved partitions stop here (the shards drop them now; the view already routes them to
+    // their new owners) and are released after the renewals and acquisitions, at least
+    // `settle` later: until then the lease in Redis still accepts the writes queued under it.
+    let dropped_at = Instant::now();
     if !release.is_empty() {
         for l in &release {
             holdings.remove(l.partition);
@@ -529,9 +702,6 @@ async fn round(
         stats
             .releases_total
             .fetch_add(release.len() as u64, Ordering::Relaxed);
-        if let Err(e) = lease::release(client, &release).await {
-            failure.get_or_insert(format!("release: {e}"));
-        }
     }
     if !renew.is_empty() {
         let answered = lease::renew(client, &mut renew, cfg.lease).await;
@@ -573,15 +743,12 @@ async fn round(
             }
         }
     }
-    if !plan.acquire.is_empty() {
-        match lease::acquire(client, &cfg.holder, &plan.acquire, cfg.lease).await {
+    pending.acquire = plan.acquire;
+    if !pending.acquire.is_empty() {
+        match lease::acquire(client, &cfg.holder, &pending.acquire, cfg.lease).await {
             Ok(answers) => {
-                for answer in answers {
-                    if let Acquired::Held(l) = answer {
-                        stats.acquisitions_total.fetch_add(1, Ordering::Relaxed);
-                        holdings.put(l);
-                    }
-                }
+                let held = hold(holdings, answers);
+                pending.acquired(&held);
             }
             Err(e) => {
                 failure.get_or_insert(format!("acquire: {e}"));
@@ -589,6 +756,15 @@ async fn round(
         }
     }
     told.tell(holdings, partitions, Instant::now());
+    if !release.is_empty() {
+        let wait = (dropped_at + cfg.settle).saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            glommio::timer::sleep(wait).await;
+        }
+        if let Err(e) = lease::release(client, &release).await {
+            failure.get_or_insert(format!("release: {e}"));
+        }
+    }
     failure.map_or(Ok(()), Err)
 }
 
@@ -674,6 +850,28 @@ mod tests {
         assert!(!h.renewed(Lease::under(3, 7, later)));
         told.tell(&h, &heard, Instant::now());
         assert_eq!(*heard.0.borrow(), ["gained 3", "gained 4", "lost 3"]);
+    }
+
+    #[test]
+    fn a_tick_asks_only_for_what_is_still_pending_and_starts_a_round_only_on_a_change() {
+        let mut p = Pending {
+            acquire: vec![2, 5, 9, 700],
+            version: Some(4),
+        };
+        p.acquired(&[5, 700, 1_000]);
+        assert_eq!(p.acquire, [2, 9], "what was held is asked for no more");
+        p.acquired(&[]);
+        assert_eq!(p.acquire, [2, 9]);
+        assert!(!p.changed(4), "the counter the round saw: no early round");
+        assert!(
+            p.changed(5) && p.changed(0),
+            "any other value: the live set changed"
+        );
+        let failed_beat = Pending::default();
+        assert!(
+            !failed_beat.changed(7),
+            "no beat, no baseline: the round comes at its time"
+        );
     }
 
     #[test]

@@ -16,9 +16,11 @@
 //!
 //! The reads run in a task of their own with a cluster client of their own, beside the loop's
 //! rounds: reading a large partition (or 500 of them after a takeover) never makes a renewal
-//! late. They go one partition at a time, so the queue of gained partitions grows by at most
-//! the 1,024 partitions; a read that fails is tried again a second later while the partition is
-//! still gained (its shard refuses its ops meanwhile: it is not loaded).
+//! late. They take up to [`BATCH`] queued partitions at a time, read in one pipeline per
+//! master and page (`load::read_many`), so a handoff's few hundred partitions load in a few
+//! round trips and the queue of gained partitions grows by at most the 1,024 partitions; a
+//! read that fails is tried again a second later for those of its partitions still gained
+//! (their shards refuse their ops meanwhile: they are not loaded).
 
 use super::load::{self, Read};
 use crate::partition::PARTITIONS;
@@ -33,6 +35,11 @@ const PAGE: usize = 512;
 
 /// Pause before a failed read is tried again.
 const RETRY: Duration = Duration::from_secs(1);
+
+/// The most gained partitions read in one go (`load::read_many`): a handoff's few hundred
+/// are read a batch per round trip, and one call's replies stay bounded (about 2 × [`PAGE`]
+/// records: 128 hashes asked for 8 each).
+const BATCH: usize = 64;
 
 /// Who is told when this node may start or must stop acting on a partition: called on the
 /// loop's thread, in order, `gained` and `lost` alternating for each partition (starting with
@@ -100,17 +107,31 @@ impl<'a> Reader<'a> {
                 }
             }
         };
-        while let Some((partition, generation)) = queue.next().await {
-            while self.still(partition, generation) {
-                match load::read(&mut client, partition, PAGE).await {
-                    Ok(read) => {
-                        if self.still(partition, generation) {
-                            self.shards.load(partition, read);
+        while let Some(first) = queue.next().await {
+            let mut batch = vec![first];
+            while batch.len() < BATCH {
+                match queue.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            loop {
+                batch.retain(|&(p, g)| self.still(p, g));
+                if batch.is_empty() {
+                    break;
+                }
+                let partitions: Vec<u32> = batch.iter().map(|&(p, _)| p).collect();
+                match load::read_many(&mut client, &partitions, PAGE).await {
+                    Ok(reads) => {
+                        for (&(p, g), read) in batch.iter().zip(reads) {
+                            if self.still(p, g) {
+                                self.shards.load(p, read);
+                            }
                         }
                         break;
                     }
                     Err(e) => {
-                        tracing::warn!(partition, error = %e, "node: a gained partition could not be read; trying again");
+                        tracing::warn!(?partitions, error = %e, "node: gained partitions could not be read; trying again");
                         glommio::timer::sleep(RETRY).await;
                     }
                 }

@@ -131,15 +131,28 @@ pub struct Book {
 impl Book {
     /// PUTs a timer; panics unless it is acknowledged (200 or 201).
     pub fn put(&mut self, addr: SocketAddr, tenant: &str, key: &str, delay_ms: u64, payload: &str) {
+        if let Err(answer) = self.try_put(addr, tenant, key, delay_ms, payload) {
+            panic!("PUT /v1/timers/{tenant}/{key}: {answer}");
+        }
+    }
+
+    /// PUTs a timer and books it if it is acknowledged (200 or 201); else answers the status
+    /// and body (0: no answer).
+    pub fn try_put(
+        &mut self,
+        addr: SocketAddr,
+        tenant: &str,
+        key: &str,
+        delay_ms: u64,
+        payload: &str,
+    ) -> Result<(), String> {
         let body = format!(r#"{{"delay_ms":{delay_ms},"payload":"{payload}"}}"#);
         let path = format!("/v1/timers/{tenant}/{key}");
-        let r = try_request(addr, "PUT", &path, &[], body.as_bytes()).expect("PUT answered");
-        assert!(
-            matches!(r.status, 200 | 201),
-            "PUT {path}: {} {}",
-            r.status,
-            String::from_utf8_lossy(&r.body)
-        );
+        let r =
+            try_request(addr, "PUT", &path, &[], body.as_bytes()).map_err(|e| format!("0 {e}"))?;
+        if !matches!(r.status, 200 | 201) {
+            return Err(format!("{} {}", r.status, String::from_utf8_lossy(&r.body)));
+        }
         let j = r.json();
         let (Some(version), Some(fire_at_us)) = (j["version"].as_u64(), j["fire_at_us"].as_u64())
         else {
@@ -163,6 +176,7 @@ impl Book {
                 replaced,
             },
         );
+        Ok(())
     }
 
     /// DELETEs a pending timer; panics unless it is acknowledged (204).

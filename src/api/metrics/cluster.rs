@@ -64,6 +64,11 @@ pub(super) fn encode_cluster(
             &s.releases_total,
         ),
         (
+            "punctual_cluster_early_rounds",
+            "Rounds started before their time because the live set changed (a join, a leave, an expiry)",
+            &s.early_rounds_total,
+        ),
+        (
             "punctual_cluster_fenced_drops",
             "Partitions dropped at once because a write under their lease was answered FENCED (the lease key held another value)",
             &s.fenced_drops_total,

@@ -49,6 +49,10 @@ pub const MEMBERS_KEY: &str = "punctual:{members}:live";
 /// Each node's record (JSON), by node id; in [`MEMBERS_KEY`]'s slot.
 pub const MEMBER_RECORDS_KEY: &str = "punctual:{members}:records";
 
+/// How many times the live set changed (a join, a leave, an expiry): a counter in
+/// [`MEMBERS_KEY`]'s slot that nodes poll between beats (see `cluster::membership`).
+pub const MEMBERS_VERSION_KEY: &str = "punctual:{members}:version";
+
 /// A command argument written straight into the command's buffer from its parts: the field
 /// (`<tenant>/<key>`) or a record, without an intermediate allocation.
 pub enum Arg<'a> {
