@@ -17,7 +17,7 @@ mod redis_cluster;
 mod redis_server;
 
 use api_support::free_port;
-use cluster_serve::{check, counter, metrics, wait_all_fired, Book, Proc, Reader};
+use cluster_serve::{check, counter, metrics, sample, wait_all_fired, Book, Proc, Reader};
 use punctual::cluster::membership::{self, NodeRecord};
 use punctual::cluster::rendezvous::owned_by;
 use punctual::partition::{partition_of, PARTITIONS};
@@ -68,39 +68,6 @@ fn one_key_per_partition() -> Vec<(String, String)> {
     out.into_iter().flatten().collect()
 }
 
-/// An unlabelled sample of `/metrics` text.
-fn value(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Waits until the node at `addr` holds and has loaded exactly `share` partitions and sees
-/// `live` nodes, all in one `/metrics` read: a node still loading everything it took alone
-/// passes through `share` loaded on its way up, but holds more. Panics after 30 s.
-fn wait_settled(node: &mut Proc, addr: SocketAddr, share: u64, live: u64) {
-    node.wait_partitions(addr, share);
-    let give_up = Instant::now() + Duration::from_secs(30);
-    let mut seen = [0; 3];
-    while Instant::now() < give_up {
-        let text = metrics(addr);
-        seen = [
-            "punctual_cluster_partitions_owned",
-            "punctual_cluster_partitions_loaded",
-            "punctual_cluster_live_nodes",
-        ]
-        .map(|name| value(&text, name));
-        if seen == [share, share, live] {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!(
-        "{addr}: [owned, loaded, live] {seen:?}, not [{share}, {share}, {live}] after 30 s: {}",
-        node.stderr_text()
-    );
-}
-
 /// The lease events `addr` counted.
 fn lease_events(addr: SocketAddr) -> [u64; 3] {
     let text = metrics(addr);
@@ -109,7 +76,7 @@ fn lease_events(addr: SocketAddr) -> [u64; 3] {
         "punctual_cluster_lease_releases_total",
         "punctual_cluster_early_rounds_total",
     ]
-    .map(|name| value(&text, name))
+    .map(|name| sample(&text, name))
 }
 
 /// The wall clock in UTC microseconds, as the fired stream's entries write it.
@@ -154,8 +121,8 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     let [a, b, c] = [addr(), addr(), addr()];
     let mut pa = Proc::spawn(a, &url, dir.path(), "a");
     let mut pb = Proc::spawn(b, &url, dir.path(), "b");
-    wait_settled(&mut pa, a, share(a, &[a, b]), 2);
-    wait_settled(&mut pb, b, share(b, &[a, b]), 2);
+    pa.wait_settled(a, share(a, &[a, b]), 2);
+    pb.wait_settled(b, share(b, &[a, b]), 2);
 
     // One timer per partition, due one after another from `first` on, over `spread`; all sent
     // through A, which forwards each to its owner (so the lateness below is of these: the
@@ -184,9 +151,9 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     let joined = Instant::now();
     let joined_us = wall_us();
     let mut pc = Proc::spawn(c, &url, dir.path(), "c");
-    wait_settled(&mut pc, c, share(c, &[a, b, c]), 3);
-    wait_settled(&mut pa, a, share(a, &[a, b, c]), 3);
-    wait_settled(&mut pb, b, share(b, &[a, b, c]), 3);
+    pc.wait_settled(c, share(c, &[a, b, c]), 3);
+    pa.wait_settled(a, share(a, &[a, b, c]), 3);
+    pb.wait_settled(b, share(b, &[a, b, c]), 3);
     let settled = joined.elapsed();
     let before_stop = [a, b, c].map(lease_events);
     sleep_until(first + Duration::from_secs(5));
@@ -194,8 +161,8 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     let stopped_us = wall_us();
     let status = pb.sigterm();
     assert_eq!(status.code(), Some(0), "{}", pb.stderr_text());
-    wait_settled(&mut pa, a, share(a, &[a, c]), 2);
-    wait_settled(&mut pc, c, share(c, &[a, c]), 2);
+    pa.wait_settled(a, share(a, &[a, c]), 2);
+    pc.wait_settled(c, share(c, &[a, c]), 2);
     let rebalanced = stopped.elapsed();
     stop_writing.store(true, Ordering::Relaxed);
     let (written, refused) = writer.join().expect("the writer");

@@ -37,7 +37,8 @@ struct Node {
     share: BTreeSet<u32>,
 }
 
-/// Two nodes on `url`, each waited for until it has loaded exactly its share.
+/// Two nodes on `url`, each waited for until it holds and has loaded exactly its share and
+/// sees both.
 fn two_nodes(url: &str, dir: &std::path::Path) -> [Node; 2] {
     two_nodes_with(url, dir, &[])
 }
@@ -56,7 +57,7 @@ fn two_nodes_with(url: &str, dir: &std::path::Path, extra: &[&str]) -> [Node; 2]
         share: owned_by(&ids[i], &ids).into_iter().collect(),
     });
     for n in &mut nodes {
-        n.proc.wait_partitions(n.addr, n.share.len() as u64);
+        n.proc.wait_settled(n.addr, n.share.len() as u64, 2);
     }
     nodes
 }

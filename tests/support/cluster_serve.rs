@@ -83,6 +83,33 @@ impl Proc {
         );
     }
 
+    /// Waits until the node at `addr` holds and has loaded exactly `share` partitions and sees
+    /// `live` nodes, all in one `/metrics` read: a node still loading everything it took alone
+    /// passes through `share` loaded on its way up, but holds more, and a node that holds its
+    /// share may still route by an older view. Panics after 30 s.
+    pub fn wait_settled(&mut self, addr: SocketAddr, share: u64, live: u64) {
+        self.wait_partitions(addr, share);
+        let give_up = Instant::now() + Duration::from_secs(30);
+        let mut seen = [0; 3];
+        while Instant::now() < give_up {
+            let text = metrics(addr);
+            seen = [
+                "punctual_cluster_partitions_owned",
+                "punctual_cluster_partitions_loaded",
+                "punctual_cluster_live_nodes",
+            ]
+            .map(|name| sample(&text, name));
+            if seen == [share, share, live] {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!(
+            "{addr}: [owned, loaded, live] {seen:?}, not [{share}, {share}, {live}] after 30 s: {}",
+            self.stderr_text()
+        );
+    }
+
     /// SIGTERM, and the exit status; panics if it has not exited 30 s later.
     pub fn sigterm(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id() as i32;
@@ -341,6 +368,13 @@ pub fn metrics(addr: SocketAddr) -> String {
     try_request(addr, "GET", "/metrics", &[], b"")
         .map(|r| String::from_utf8_lossy(&r.body).into_owned())
         .unwrap_or_default()
+}
+
+/// An unlabelled sample of `/metrics` text (0 when absent).
+pub fn sample(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The sum over shards of a per-shard counter in `/metrics`.
