@@ -350,6 +350,8 @@ class Targets:
     def __init__(self):
         self.lock = threading.Lock()
         self.ports = []
+        # The port of a node paused now (SIGSTOP): what it is sent meanwhile is counted apart.
+        self.paused = None
 
     def set(self, ports):
         with self.lock:
@@ -387,11 +389,14 @@ def load_thread(idx, targets, stop, keys, stats, seed):
                 c = conns[port] = http.client.HTTPConnection("127.0.0.1", port,
                                                             timeout=CLIENT_TIMEOUT_S)
             t0 = now()
+            to_paused = port == targets.paused
             c.request(method, path, body=body, headers={"Content-Type": "application/json"})
             r = c.getresponse()
             data = r.read()
             if now() - t0 >= CLIENT_TIMEOUT_S:
                 stats["hung requests"] += 1
+            if to_paused:
+                stats[f"sent to B while paused: {method} {r.status}"] += 1
             if r.will_close:
                 c.close()
                 conns.pop(port, None)
@@ -440,8 +445,7 @@ def load_thread(idx, targets, stop, keys, stats, seed):
                 kl.ops.append(("del", None, None, t_us, status))
                 kl.pending = None
             else:
-                stats[f"DELETE {status} after an unsure answer" if kl.unsure()
-                      else f"DELETE {status} (found nothing pending: lost?)"] += 1
+                stats[f"DELETE {status} {nothing_pending_why(kl, t_us)}"] += 1
                 kl.ops.append(("del", None, None, t_us, status))
                 kl.pending = None
             continue
@@ -478,15 +482,24 @@ def load_thread(idx, targets, stop, keys, stats, seed):
         c.close()
 
 
+def nothing_pending_why(kl, answered_us):
+    """Why a re-PUT or DELETE of a key believed pending found nothing: lost, unless an earlier
+    request on the key went unanswered or was answered 503 (it may have applied: a cancel, or
+    a replace due sooner), or the answer came after the deadline (the request waited, for a
+    paused node say, and the timer fired meanwhile)."""
+    if kl.unsure():
+        return "after an unsure answer"
+    if kl.pending is None or kl.pending[1] <= answered_us:
+        return "answered after the deadline"
+    return "(found nothing pending: lost?)"
+
+
 def record_put(kl, status, data, stats, what):
     t_us = int(time.time() * 1e6)
     if status in (200, 201):
         j = json.loads(data)
         if what == "replace" and status == 201:
-            # Found nothing pending: lost, unless an earlier request on the key went unanswered
-            # or was answered 503 (it may have applied: a cancel, or a replace due sooner).
-            stats["replace answered 201 after an unsure answer" if kl.unsure()
-                  else "replace answered 201 (found nothing pending: lost?)"] += 1
+            stats[f"replace answered 201 {nothing_pending_why(kl, t_us)}"] += 1
         stats[f"PUT {what} {status}"] += 1
         kl.ops.append(("put", j["version"], j["fire_at_us"], t_us, status))
         kl.pending = (j["version"], j["fire_at_us"])
@@ -682,8 +695,10 @@ def one_run(binary, d, run_id, seed):
         # stopped meets the fence when it wakes.
         def pause_b():
             B.signal(signal.SIGSTOP)
+            targets.paused = B.port
             time.sleep(PAUSE_S)
             B.signal(signal.SIGCONT)
+            targets.paused = None
         m0 = B.metrics()
         event(f"SIGSTOP node B for {PAUSE_S:.0f} s, then SIGCONT", False, [A, B, C], pause_b,
               SETTLE_LIMIT_S, moved_of=B)
