@@ -71,7 +71,8 @@ from collections import Counter, defaultdict
 sys.dont_write_bytecode = True   # no __pycache__ beside the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from failover import (  # noqa: E402  (the drills share one RESP client and helpers)
-    Resp, RespError, env_float, env_int, free_port, http_get, log, now, text, try_cmd, wait_for,
+    Node, Resp, RespError, env_float, env_int, free_port, http_get, log, now, text, try_cmd,
+    wait_for,
 )
 
 RATE = env_float("RATE", 300)
@@ -81,7 +82,6 @@ SETTLE_LIMIT_S = env_float("SETTLE_LIMIT_S", 20)
 GAP_S = env_float("GAP_S", 4)
 LEASE_TTL_S = env_float("LEASE_TTL_S", 3)
 PAUSE_S = env_float("PAUSE_S", 2 * LEASE_TTL_S)
-REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 TENANTS = ["shop", "ledger", "coupons", "stock"]
 PARTITIONS = 1024
 DELAY_MS = (1000, 12000)
@@ -150,39 +150,26 @@ def cluster_port():
     raise RuntimeError("no free port pair for a Redis Cluster node")
 
 
-class RedisNode:
-    def __init__(self, d, port):
-        self.port = port
-        self.conf = os.path.join(d, f"redis-{port}.conf")
-        lines = [
-            f"port {port}", "bind 127.0.0.1", "protected-mode no", f"dir {d}",
-            f"logfile {os.path.join(d, f'redis-{port}.log')}",
-            "cluster-enabled yes", f"cluster-config-file nodes-{port}.conf",
-            "cluster-node-timeout 1000", "cluster-replica-validity-factor 0",
-            "cluster-allow-replica-migration no", 'save ""', "appendonly no",
-            f"dbfilename dump-{port}.rdb", "repl-diskless-sync yes",
-            "repl-diskless-sync-delay 0",
-        ]
-        with open(self.conf, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen([REDIS_SERVER, self.conf], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
-        wait_for(f"redis :{self.port} to answer PING",
-                 lambda: try_cmd(self.port, "PING") == "PONG", 20)
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+def cluster_node(d, port):
+    """A restartable redis-server (failover.py's `Node`) with a cluster node's configuration."""
+    conf = os.path.join(d, f"redis-{port}.conf")
+    lines = [
+        f"port {port}", "bind 127.0.0.1", "protected-mode no", f"dir {d}",
+        f"logfile {os.path.join(d, f'redis-{port}.log')}",
+        "cluster-enabled yes", f"cluster-config-file nodes-{port}.conf",
+        "cluster-node-timeout 1000", "cluster-replica-validity-factor 0",
+        "cluster-allow-replica-migration no", 'save ""', "appendonly no",
+        f"dbfilename dump-{port}.rdb", "repl-diskless-sync yes",
+        "repl-diskless-sync-delay 0",
+    ]
+    with open(conf, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return Node(f"redis-{port}", port, conf)
 
 
 class Cluster:
     def __init__(self, d):
-        self.nodes = [RedisNode(d, cluster_port()) for _ in range(6)]
+        self.nodes = [cluster_node(d, cluster_port()) for _ in range(6)]
         try:
             for n in self.nodes:
                 n.start()
@@ -861,12 +848,21 @@ def report(res):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bin", required=True)
+    ap.add_argument("--bin")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--out")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--balance", action="store_true",
+                    help="print how evenly rendezvous hashing spreads the partitions over "
+                         "2 to 64 nodes (ids 10.0.0.<i>:7480), and run nothing")
     a = ap.parse_args()
-    if not os.access(a.bin, os.X_OK):
+    if a.balance:
+        print("nodes  fewest  most  fullest/mean")
+        for n in (2, 3, 4, 8, 16, 32, 64):
+            counts = sorted(shares([f"10.0.0.{i + 1}:7480" for i in range(n)]).values())
+            print(f"{n:>5}  {counts[0]:>6}  {counts[-1]:>4}  {counts[-1] / (PARTITIONS / n):.2f}")
+        return 0
+    if not a.bin or not os.access(a.bin, os.X_OK):
         print(f"no punctual binary at {a.bin}", file=sys.stderr)
         return 2
     out = a.out or tempfile.mkdtemp(prefix="punctual-cluster-drill-")

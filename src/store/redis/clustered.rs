@@ -188,7 +188,7 @@ async fn send_batch(
             .map_err(|e| e.to_string())?;
         for (&owner, sent) in plan.stream_owners.iter().zip(&streamed.state) {
             if let Sent::Answered(reply) = sent {
-                settle(shared, owner, reply.clone(), &mut outcomes)?;
+                settle(shared, owner, reply, &mut outcomes)?;
             }
         }
     }
@@ -224,7 +224,7 @@ async fn send_batch(
 fn settle(
     shared: &RedisLink,
     owner: usize,
-    reply: Value,
+    reply: &Value,
     outcomes: &mut [Result<(), Error>],
 ) -> Result<(), String> {
     let Value::ServerError(e) = reply else {
@@ -253,7 +253,7 @@ fn settle_script(
     match reply {
         Value::Array(items) if items.len() == group.owners.len() => {
             for (&owner, item) in group.owners.iter().zip(items) {
-                settle(shared, owner, item, outcomes)?;
+                settle(shared, owner, &item, outcomes)?;
             }
             Ok(())
         }

@@ -355,6 +355,10 @@ impl ClusterClient {
     /// connection gone (lost, or closed by a refresh that found its node no longer a master)
     /// they are sent again, since a master that went away may have taken them along.
     async fn confirm(&mut self, state: &mut [Sent]) -> Confirmed {
+        if self.cfg.wait_replicas == 0 {
+            // Nothing lands unconfirmed without `WAIT`.
+            return Confirmed::All(0);
+        }
         let mut at_masters: BTreeMap<Addr, Vec<usize>> = BTreeMap::new();
         for (i, s) in state.iter().enumerate() {
             if let Sent::Landed { at, .. } = s {
