@@ -15,22 +15,43 @@
 //! every few pieces, sized so that a check costs about 1% of the work between two checks and
 //! the work between two checks stays well under a slice.
 //!
+//! A slice also ends early when the thread's shard is due: a shard that parks on a thread it
+//! shares says when its park ends ([`ShardAway`]), and every slice that is running then
+//! ends at its next check. Without it, a timer that fell due during a slice waited for the
+//! rest of that slice and of every other task's slice that ran before the executor looked at
+//! its timers again (`SLICE` each), which is most of the lateness while large batches are
+//! posted. With it, the wait is the work between two checks.
+//!
 //! The yield is a short glommio timer, not `yield_now`: a task left runnable keeps glommio
 //! from reaping I/O completions until its preemption timer expires (100 ms), so the other
 //! tasks' replies would wait. A task waiting on a timer is not runnable: the executor runs the
 //! others, polls io_uring, fires the timer, and the task resumes a few microseconds later.
 //!
-//! But a glommio timer already due when it is first polled is ready at once (`Timer::poll`
-//! compares its deadline with the clock), and the task then goes on without yielding at all.
+//! A glommio timer is ready whenever it is polled after its deadline (`Timer::poll` compares
+//! the deadline with the clock), whether or not the executor has been back to its reactor. A
+//! yield polled again by its own task before that does not yield at all, and hyper does just
+//! that: its connection task polls the request's handler up to 16 times a turn and then wakes
+//! itself (`yield_now`), so a handler that "yields" while reading a large body was polled
+//! again a microsecond later, found its timer due and went on, and the connection read and
+//! copied the body for milliseconds while the executor never reached its reactor, nor the
+//! shard whose park had ended. So a [`Yield`] is ready only once the reactor has fired its
+//! timer (it passes the timer a waker of its own, which notes the firing): however often its
+//! task polls it, the task's other work waits behind one reactor pass.
+//!
+//! And a glommio timer already due when it is first polled is ready at once, and the task
+//! then goes on without yielding at all.
 //! Between making a 1 µs timer and polling it, a thread that the kernel preempts, or code
 //! under a sanitizer, easily loses a microsecond: under AddressSanitizer every such yield was
 //! skipped, and a burst's passes ran back to back for 100 ms with the shard's other tasks
 //! waiting. So [`yield_to_reactor`] makes its timer again, twice as long each time, until the
 //! first poll finds it pending: the task always waits at least once.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 /// The longest a piece of work holds its shard's thread before it yields, give or take the
@@ -42,7 +63,39 @@ pub const SLICE: Duration = Duration::from_micros(200);
 /// the others.
 const YIELD_TIMER: Duration = Duration::from_micros(1);
 
-/// One slice of a shard's thread: from [`Slice::begin`] until [`SLICE`] has passed.
+thread_local! {
+    /// When this thread's shard next wants the thread (its park ends), while it is parked on
+    /// a thread it shares; `None` while it runs, and on every other thread.
+    static SHARD_DUE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// While it lives, this thread's shard is away until the instant it was made with: slices on
+/// this thread end at their next check once that instant has passed. Dropped (the shard runs
+/// again, or its wait was given up), the thread is the shard's again.
+#[must_use = "the shard counts as away only while this lives"]
+pub struct ShardAway(());
+
+impl ShardAway {
+    /// The thread's shard parks, or yields, until `at`.
+    pub fn until(at: Instant) -> ShardAway {
+        SHARD_DUE.with(|d| d.set(Some(at)));
+        ShardAway(())
+    }
+}
+
+impl Drop for ShardAway {
+    fn drop(&mut self) {
+        SHARD_DUE.with(|d| d.set(None));
+    }
+}
+
+/// Whether this thread's shard is due (its park has ended) at `now`.
+fn shard_due(now: Instant) -> bool {
+    SHARD_DUE.with(|d| d.get().is_some_and(|at| now >= at))
+}
+
+/// One slice of a shard's thread: from [`Slice::begin`] until [`SLICE`] has passed, or until
+/// the thread's shard is due, whichever comes first.
 #[derive(Clone, Copy, Debug)]
 pub struct Slice {
     end: Instant,
@@ -56,14 +109,10 @@ impl Slice {
         }
     }
 
-    /// When this slice ends.
-    pub fn end(&self) -> Instant {
-        self.end
-    }
-
-    /// Whether this slice is used up (one clock read).
+    /// Whether this slice is used up, or the thread's shard is due (one clock read).
     pub fn is_over(&self) -> bool {
-        Instant::now() >= self.end
+        let now = Instant::now();
+        now >= self.end || shard_due(now)
     }
 
     /// Yields to the executor, then begins the next slice.
@@ -86,22 +135,63 @@ pub fn yield_to_reactor() -> Yield {
 pub struct Yield {
     /// The first timer's length.
     first: Duration,
-    /// The timer waited on, once one was pending at its first poll.
-    timer: Option<glommio::timer::Timer>,
+    /// The timer waited on, once one was pending at its first poll, and the note of its
+    /// firing.
+    timer: Option<(glommio::timer::Timer, Arc<Fired>)>,
+}
+
+/// The waker a yield's timer is polled with: notes that the reactor fired the timer, then
+/// wakes the task that last polled the yield.
+struct Fired {
+    fired: AtomicBool,
+    task: Mutex<Option<Waker>>,
+}
+
+impl Fired {
+    fn task(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+        // Nothing panics while holding it; a poisoned lock still holds a waker.
+        self.task.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Wake for Fired {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        if let Some(task) = self.task().take() {
+            task.wake();
+        }
+    }
 }
 
 impl Future for Yield {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if let Some(timer) = self.timer.as_mut() {
-            return Pin::new(timer).poll(cx).map(|_| ());
+        if let Some((_, fired)) = self.timer.as_ref() {
+            // Ready once the reactor fired the timer, never merely because its deadline
+            // passed (see the module doc). The timer is not polled again: it keeps the
+            // waker that notes its firing.
+            if fired.fired.load(Ordering::Acquire) {
+                return Poll::Ready(());
+            }
+            *fired.task() = Some(cx.waker().clone());
+            return Poll::Pending;
         }
+        let fired = Arc::new(Fired {
+            fired: AtomicBool::new(false),
+            task: Mutex::new(Some(cx.waker().clone())),
+        });
+        let waker = Waker::from(fired.clone());
+        let mut own = Context::from_waker(&waker);
         let mut wait = self.first;
         loop {
             let mut timer = glommio::timer::Timer::new(wait);
-            if Pin::new(&mut timer).poll(cx).is_pending() {
-                self.timer = Some(timer);
+            if Pin::new(&mut timer).poll(&mut own).is_pending() {
+                self.timer = Some((timer, fired));
                 return Poll::Pending;
             }
             // Due before its first poll: longer, so that this one is not.
@@ -113,6 +203,56 @@ impl Future for Yield {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A slice ends once the thread's shard is due, however much of it is left, and the
+    /// shard's return ends that: a slice begun now is not over while the shard is away until
+    /// an hour from now, is over at once when it was due a moment ago, and the shard's
+    /// away-marker is gone once dropped.
+    #[test]
+    fn a_slice_ends_when_the_thread_s_shard_is_due() {
+        let slice = Slice {
+            end: Instant::now() + Duration::from_secs(3600),
+        };
+        assert!(!slice.is_over());
+        {
+            let _away = ShardAway::until(Instant::now() + Duration::from_secs(3600));
+            assert!(!slice.is_over(), "the shard is not due for an hour");
+        }
+        {
+            let _away = ShardAway::until(Instant::now());
+            assert!(slice.is_over(), "the shard is due: the slice must end");
+        }
+        assert!(
+            !slice.is_over(),
+            "the shard is back: its marker must be gone"
+        );
+        assert!(!shard_due(Instant::now() + Duration::from_secs(3600 * 24)));
+    }
+
+    /// A yield that its own task polls again and again without going back to the executor
+    /// (as hyper's connection task polls a handler up to 16 times a turn, then wakes itself)
+    /// stays pending, however long past its timer's deadline, until the executor's reactor
+    /// fires the timer; then it is ready.
+    #[test]
+    fn a_yield_polled_again_by_its_own_task_waits_for_the_reactor() {
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("an executor");
+        ex.run(async {
+            let mut y = yield_to_reactor();
+            let spun = Instant::now();
+            while spun.elapsed() < Duration::from_millis(2) {
+                let polled = futures_lite::future::poll_once(&mut y).await;
+                assert!(
+                    polled.is_none(),
+                    "the yield was ready {:?} after it began, without a pass of the reactor",
+                    spun.elapsed()
+                );
+                std::hint::spin_loop();
+            }
+            y.await;
+        });
+    }
 
     /// A yield whose first timer is due before it is polled (as when the thread loses the
     /// microsecond between making and polling it) still waits: its first poll is pending, so

@@ -206,7 +206,7 @@ async fn scan(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
     let mut scan = BatchScan::new(body);
     let mut slice = Slice::begin();
     loop {
-        match scan.step(slice.end()) {
+        match scan.step(|| slice.is_over()) {
             Step::Done(items) => return Ok(items),
             Step::More => slice.next().await,
             Step::GiveUp => return parse_batch(body),

@@ -11,9 +11,10 @@
 
 use super::Shard;
 use crate::clock::TimeSource;
+use crate::cooperate::ShardAway;
 use crate::units::UtcNanos;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest a shard that shares its thread spins without yielding to its other tasks: a slice.
 const MAX_UNYIELDED: Duration = crate::cooperate::SLICE;
@@ -50,8 +51,11 @@ impl<S: TimeSource> Shard<S> {
                 self.spin.parked(intended, self.clock.now().0);
             }
         } else if wakee.cooperative() {
-            // Spin for at most MAX_UNYIELDED, then let the other tasks run and come back.
+            // Spin for at most MAX_UNYIELDED, then let the other tasks run and come back,
+            // asking them to hand the thread back by the deadline.
             if !self.spin_until(next, MAX_UNYIELDED) {
+                let left = next.0.saturating_sub(self.clock.now().0);
+                let _away = ShardAway::until(Instant::now() + Duration::from_nanos(left));
                 self.yield_now().await;
             }
         } else {
@@ -62,6 +66,10 @@ impl<S: TimeSource> Shard<S> {
     /// Parks for `nap` or until a ring wake-up (unless work arrived meanwhile).
     pub(super) async fn nap(&self, wakee: &mut Wakee, nap: Duration, buf: &mut [u8]) {
         if self.ring.prepare_park() {
+            // The other tasks' slices end once the nap is over (`cooperate`).
+            let _away = wakee
+                .cooperative()
+                .then(|| ShardAway::until(Instant::now() + nap));
             if wakee.cooperative() {
                 self.pulse.expect_by(nap);
             }
