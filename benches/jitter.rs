@@ -26,6 +26,8 @@
 //! - `floor-spin`: one thread pinned to core 1 spinning on CLOCK_REALTIME to each deadline.
 //!
 //! `--only S` runs the systems whose name contains `S` (e.g. `--only punctual`); `--workload W1`.
+//! Transparent huge pages are off for the bench's process, as `punctual serve` turns them off
+//! for its own; `--thp` keeps the host's setting.
 //!
 //! Registration runs on core 0 and ends before the first deadline (stderr says how long before).
 //! After the table, the targets as ratios against this run's baselines (`floor-spin`, tokio's
@@ -540,6 +542,16 @@ fn main() {
             .and_then(|i| args.get(i + 1))
             .cloned()
     };
+    if !args.iter().any(|a| a == "--thp") {
+        // As `punctual serve` does by default (`transparent_huge_pages`): a first touch of a
+        // 2 MiB page clears the whole page on the thread that touches it, inside a burst.
+        // SAFETY: PR_SET_THP_DISABLE takes one integer argument and zeros for the rest; it
+        // changes only this process's THP policy.
+        let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        if rc != 0 {
+            eprintln!("could not turn transparent huge pages off; measuring with them");
+        }
+    }
     let only = value("--only");
     let only_workload = value("--workload");
     let workloads = if quick {

@@ -9,11 +9,14 @@
 //! cargo build --release
 //! cargo run --release --example batch_lateness -- target/release/punctual
 //! cargo run --release --example batch_lateness -- target/release/punctual pinned
+//! cargo run --release --example batch_lateness -- target/release/punctual pinned journal
 //! ```
 //!
 //! `pinned` runs it as deployed: the shard pinned to the host's last core (`--cores`), and
 //! the client that posts (with its kernel side of loopback TCP) pinned to the others, so that
-//! it does not take the shard's core.
+//! it does not take the shard's core. `journal` runs it on the service's default store (a
+//! journal in a fresh directory under the system's temporary one, `--fsync always`) instead of
+//! the memory store: each batch is then also 16 MiB written and synced by the journal.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -92,13 +95,30 @@ fn quantile(h: &[(f64, u64)], q: f64) -> f64 {
     h.iter().find(|b| b.1 >= want).map_or(f64::NAN, |b| b.0)
 }
 
-fn run(bin: &str, loaded: bool, shard_core: Option<usize>, client_cores: &[usize]) {
+fn run(bin: &str, loaded: bool, journal: bool, shard_core: Option<usize>, client_cores: &[usize]) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_or(18_080, |a| a.port());
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let data = std::env::temp_dir().join(format!(
+        "punctual-batch-lateness-{}-{port}",
+        std::process::id()
+    ));
+    let store = if journal {
+        vec![
+            "--store".to_string(),
+            "journal".into(),
+            "--fsync".into(),
+            "always".into(),
+            "--data-dir".into(),
+            data.display().to_string(),
+        ]
+    } else {
+        vec!["--store".to_string(), "memory".into()]
+    };
     let mut child = Command::new(bin)
-        .args(["serve", "--listen", &addr.to_string(), "--store", "memory"])
+        .args(["serve", "--listen", &addr.to_string()])
+        .args(store)
         .args(["--shards", "1"])
         .args(match shard_core {
             Some(c) => vec![
@@ -180,19 +200,21 @@ fn run(bin: &str, loaded: bool, shard_core: Option<usize>, client_cores: &[usize
     );
     let _ = child.kill();
     let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&data);
 }
 
 fn main() {
     let bin = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "target/release/punctual".into());
-    let pinned = std::env::args().nth(2).as_deref() == Some("pinned");
+    let pinned = std::env::args().skip(2).any(|a| a == "pinned");
+    let journal = std::env::args().skip(2).any(|a| a == "journal");
     let cores = punctual::cpus::available_cores();
     let (shard_core, client_cores) = match (pinned, cores.split_last()) {
         (true, Some((&last, rest))) if !rest.is_empty() => (Some(last), rest.to_vec()),
         (true, _) => panic!("pinned needs at least two cores"),
         (false, _) => (None, Vec::new()),
     };
-    run(&bin, false, shard_core, &client_cores);
-    run(&bin, true, shard_core, &client_cores);
+    run(&bin, false, journal, shard_core, &client_cores);
+    run(&bin, true, journal, shard_core, &client_cores);
 }

@@ -52,6 +52,18 @@
 //! not `yield_now`: only a task that is *not* runnable lets glommio reap I/O completions before
 //! its preemption timer.
 //!
+//! The other tasks on the thread give it back by the same rules, and two more:
+//!
+//! - a glommio `Timer` is ready whenever it is polled after its deadline, reactor or not, and
+//!   hyper's connection task polls a handler up to 16 times a turn and then wakes itself: a
+//!   handler's yield on a plain timer was no yield, and a 16 MiB body was read and copied for
+//!   1–10 ms with the shard's park long over. A `cooperate::Yield` is ready only once the
+//!   reactor fired its timer (guarded by
+//!   `cooperate::tests::a_yield_polled_again_by_its_own_task_waits_for_the_reactor`);
+//! - a parked shard says when its park ends (`cooperate::ShardAway`), and every slice on the
+//!   thread ends at its next check after that instant, not at its own end
+//!   (`cooperate::tests::a_slice_ends_when_the_thread_s_shard_is_due`).
+//!
 //! ## The glommio behaviours this design avoids
 //!
 //! glommio 0.9 can put its thread to sleep while a task is runnable. Its `LocalExecutor::run`

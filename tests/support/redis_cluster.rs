@@ -21,6 +21,34 @@ use std::time::{Duration, Instant};
 /// How long the cluster may take to form, fail over or finish a reshard before a test fails.
 const FORM_WITHIN: Duration = Duration::from_secs(40);
 
+/// Ports a cluster node may take: 20,000–22,767, whose bus ports (+10,000: 30,000–32,767)
+/// lie below Linux's ephemeral range too, so no outgoing connection takes either meanwhile.
+/// A free port from the ephemeral range could be handed out twice (two nodes on one port,
+/// and a cluster that never forms), and one above 55,535 has no bus port at all.
+const CLUSTER_PORTS: std::ops::Range<u16> = 20_000..22_768;
+
+/// A port for a cluster node: in [`CLUSTER_PORTS`], free with its bus port right now, and
+/// never one this process handed out before.
+pub fn cluster_port() -> u16 {
+    static HANDED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed = HANDED.lock().unwrap_or_else(|e| e.into_inner());
+    let span = u32::from(CLUSTER_PORTS.end - CLUSTER_PORTS.start);
+    // Test binaries of one run start at different places, so two never race for a port.
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    for i in 0..span {
+        let port = CLUSTER_PORTS.start + ((seed.wrapping_add(i.wrapping_mul(7_919))) % span) as u16;
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if !handed.contains(&port) && free(port) && free(port + 10_000) {
+            handed.push(port);
+            return port;
+        }
+    }
+    panic!("no free cluster port left in {CLUSTER_PORTS:?}");
+}
+
 /// A TCP port nothing listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -130,7 +158,8 @@ impl RedisCluster {
     pub fn start() -> RedisCluster {
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut nodes: Vec<ClusterNode> = (0..6).map(|_| node(dir.path(), free_port())).collect();
+        let mut nodes: Vec<ClusterNode> =
+            (0..6).map(|_| node(dir.path(), cluster_port())).collect();
         for n in &mut nodes {
             n.start();
         }
