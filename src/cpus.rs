@@ -1,8 +1,37 @@
 //! The CPUs this process may run on: what the engine pins shards to, what the configuration
 //! checks `cores` and `shards` against, and where a thread that a pinned shard starts (the
-//! journal's I/O thread) is moved back to.
+//! journal's I/O thread, a name lookup's) is moved to: off the shards' cores when the process
+//! has others.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+
+/// The cores shards of this process are pinned to (every engine's).
+static SHARD_CORES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Notes that shards are pinned to `cores`, before any of them starts.
+pub fn note_shard_cores(cores: &[usize]) {
+    let mut noted = SHARD_CORES.lock().unwrap_or_else(|e| e.into_inner());
+    for &c in cores {
+        if !noted.contains(&c) {
+            noted.push(c);
+        }
+    }
+}
+
+/// The cores a helper thread of a shard should run on: those of the process that no shard is
+/// pinned to, or all of them when the shards take every one. A helper on a shard's core takes
+/// that core from its shard whenever both are busy: the journal's `pwrite` of a 16 MiB batch
+/// shared the pinned shard's core under the kernel's scheduler and held fires back by 1–2 ms.
+pub fn off_shard_cores() -> Vec<usize> {
+    let all = available_cores();
+    let noted = SHARD_CORES.lock().unwrap_or_else(|e| e.into_inner());
+    let off: Vec<usize> = all.iter().copied().filter(|c| !noted.contains(c)).collect();
+    if off.is_empty() {
+        all
+    } else {
+        off
+    }
+}
 
 /// The CPU ids this process may run on: the affinity mask of the first thread that asks
 /// (which a process started under `taskset` or systemd's `CPUAffinity` inherits), read once.

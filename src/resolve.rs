@@ -536,12 +536,13 @@ fn work(shared: &Pool, lane: usize) {
     }
 }
 
-/// Moves the calling thread onto every CPU the process may use (`cpus::available_cores`: the
-/// mask it started with, `taskset`'s included): a thread started from a pinned shard inherits
-/// that shard's one core, and a resolver thread has no business there. A failure leaves the
+/// Moves the calling thread onto the CPUs the process may use that no shard is pinned to
+/// (`cpus::off_shard_cores`: all of them when the shards take every one; the mask the process
+/// started with, `taskset`'s included): a thread started from a pinned shard inherits that
+/// shard's one core, and a resolver thread has no business there. A failure leaves the
 /// inherited mask, which still works.
 fn unpin_current_thread() {
-    if let Err(e) = crate::cpus::pin_current_thread(&crate::cpus::available_cores()) {
+    if let Err(e) = crate::cpus::pin_current_thread(&crate::cpus::off_shard_cores()) {
         tracing::warn!(error = %e, "resolver: a resolver thread keeps the CPUs it inherited");
     }
 }

@@ -260,3 +260,73 @@ fn resolver_threads_run_on_the_processs_cpus_not_a_shards_core_nor_every_cpu() {
     .expect("test thread");
     assert_eq!(seen, host[..host.len() - 1]);
 }
+
+/// The CPUs a thread of process `pid` named `name` may run on
+/// (`/proc/PID/task/TID/status`, `Cpus_allowed_list`), if there is one.
+fn thread_cpus(pid: u32, name: &str) -> Option<Vec<usize>> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+        let list = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
+            .trim()
+            .to_string();
+        let mut cpus = Vec::new();
+        for part in list.split(',') {
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+            cpus.extend(a..=b);
+        }
+        return Some(cpus);
+    }
+    None
+}
+
+/// A shard pinned to the host's last CPU: the journal's I/O thread it starts runs on the
+/// process's other CPUs, never on the shard's. On its core it took the core from the shard
+/// whenever both were busy (a 16 MiB batch's `pwrite` held fires back by milliseconds).
+#[test]
+fn the_journal_s_io_thread_keeps_off_a_pinned_shard_s_core() {
+    let host = punctual::cpus::current_thread_cores();
+    if host.len() < 2 {
+        eprintln!("skipped: one CPU, so a shard's core is every core");
+        return;
+    }
+    let last = *host.last().expect("a CPU");
+    let data = tempfile::tempdir().expect("data dir");
+    let s = bare::serve(
+        &[],
+        &bare::os(&[
+            "--shards",
+            "1",
+            "--pinning",
+            "auto",
+            "--cores",
+            &last.to_string(),
+            "--data-dir",
+            &data.path().display().to_string(),
+        ]),
+    );
+    let pid = s.child.id();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    // The thread starts with the shard's one core and moves itself at once.
+    let io = loop {
+        if let Some(cpus) = thread_cpus(pid, "journal-io-0").filter(|c| *c != [last]) {
+            break cpus;
+        }
+        assert!(Instant::now() < give_up, "no journal-io-0 thread in {pid}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        io,
+        host[..host.len() - 1],
+        "the journal's I/O thread's CPUs"
+    );
+}

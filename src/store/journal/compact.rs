@@ -244,8 +244,10 @@ async fn write(
     // compaction of this run was deleted when it failed.
     let mut w = SnapshotWriter::create(&shared.io, tmp, shared.shard, shared.shards, out).await?;
     let mut pace = Pace::new();
-    for (_, frame) in replay.live() {
-        w.put(frame).await?;
+    for step in replay.live_steps() {
+        if let Some((_, frame)) = step {
+            w.put(frame).await?;
+        }
         pace.step().await;
     }
     let timers = w.entries();

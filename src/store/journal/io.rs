@@ -67,8 +67,9 @@ impl IoThread {
         std::thread::Builder::new().name(name).spawn(move || {
             // Started from the shard's thread, this one inherits its single core, and a
             // commit would wait for the shard's passes (and its spinning) to give the
-            // core up. It runs wherever the process may run instead.
-            if let Err(e) = crate::cpus::pin_current_thread(&crate::cpus::available_cores()) {
+            // core up. It runs off the shards' cores instead, or anywhere when they take
+            // every core (`cpus::off_shard_cores`).
+            if let Err(e) = crate::cpus::pin_current_thread(&crate::cpus::off_shard_cores()) {
                 tracing::warn!(error = %e, "journal: its I/O thread stays on the shard's core");
             }
             while let Ok(job) = rx.recv() {

@@ -274,23 +274,33 @@ impl Replay {
     /// [`Replay::check_snapshot`] first; damage they passed is skipped here). A dead letter's
     /// metadata says what it is (`sink::webhook::is_dead`, read by `shard::recover`).
     pub fn live(&self) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
+        self.live_steps().flatten()
+    }
+
+    /// [`Replay::live`], one item per record looked at: `None` for one that is not live (a
+    /// snapshot's entry that a later record replaced, an index entry that is gone). A caller
+    /// that shares its thread paces on these (`Pace::step`): a snapshot whose every entry was
+    /// replaced since yields nothing live, and skipping it whole (a CRC and a lookup per
+    /// entry, 16 MiB of 1.6 KiB timers) held a compacting shard for 3.5 ms in one go.
+    pub fn live_steps(&self) -> impl Iterator<Item = Option<(Timer<'_>, &[u8])>> + '_ {
         let from_snapshot = self
             .snapshot
             .iter()
             .flat_map(|s| self.snapshot_scan(s))
-            .filter_map(|item| {
+            .map(|item| {
                 let (record, frame, _) = item.ok()?;
                 let set = matches!(record, Record::DeadLetter(_));
-                Some((set, record.entry()?, frame))
-            })
-            .filter(|(set, t, _)| {
-                let hash = self.hasher.hash_one((*set, t.identity));
+                let t = record.entry()?;
+                let hash = self.hasher.hash_one((set, t.identity));
                 self.index
-                    .find(hash, |l| l.key(&self.segments) == (*set, t.identity))
+                    .find(hash, |l| l.key(&self.segments) == (set, t.identity))
                     .is_none()
-            })
-            .map(|(_, t, frame)| (t, frame));
-        let from_segments = self.index.iter().filter(|l| l.live).filter_map(|l| {
+                    .then_some((t, frame))
+            });
+        let from_segments = self.index.iter().map(|l| {
+            if !l.live {
+                return None;
+            }
             let src = self.segments.get(l.src as usize)?;
             let block = src.header.block as usize;
             match super::record::decode_at(&src.buf, l.off as usize, block) {

@@ -82,6 +82,47 @@ fn indexing_small_padded_commits_lets_the_shards_other_tasks_run() {
     );
 }
 
+/// A snapshot whose every entry a later segment replaced leaves nothing live of its own, and
+/// a compaction that paces on live entries alone skipped it whole in one stretch of the
+/// shard's thread. `live_steps` gives one step per record looked at: the snapshot's records
+/// and the index's entries, while `live` still gives each live entry once, the segment's.
+#[test]
+fn every_record_looked_at_is_a_step_even_one_that_is_not_live() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let n = 1000u64;
+    let old: Vec<Frame> = (0..n).map(|i| schedule(&format!("k{i}"), i + 1)).collect();
+    snapshot(tmp.path(), 2, &old, 1, n);
+    let new: Vec<Vec<Frame>> = (0..n)
+        .map(|i| vec![schedule(&format!("k{i}"), n + i + 1)])
+        .collect();
+    segment(tmp.path(), 2, 2, &new);
+    let source = |name: String| {
+        let path = tmp.path().join(name);
+        let buf = super::Buf::map(&path).expect("map");
+        let header = super::super::file::Header::decode(&buf).expect("a header");
+        super::Source { path, buf, header }
+    };
+    let snap = source(snapshot_name(2));
+    let seg = source(segment_name(2));
+    on_executor(async move {
+        let mut replay = super::Replay::new(Some(snap), vec![seg], false, false);
+        replay.check_snapshot().await.expect("a clean snapshot");
+        replay.index().await.expect("a clean segment");
+        let live: Vec<u64> = replay.live().map(|(t, _)| t.version).collect();
+        assert_eq!(live.len() as u64, n, "each key once");
+        assert!(
+            live.iter().all(|&v| v > n),
+            "only the segment's versions are live"
+        );
+        let steps = replay.live_steps().count() as u64;
+        assert_eq!(
+            steps,
+            2 * n + 1,
+            "one step per snapshot record (its end record too) and per index entry"
+        );
+    });
+}
+
 #[test]
 fn a_dead_letter_and_a_pending_timer_of_one_key_coexist_in_either_order() {
     // Dead letter, then a new timer under its key.
