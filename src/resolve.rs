@@ -67,7 +67,8 @@
 //!   evicted).
 //! - The threads are started on first use and are not pinned to a shard's core: they run on
 //!   the CPUs the process was given (`cpus::available_cores`, which respects a `taskset` or
-//!   `CPUAffinity` mask), never on others (they mostly sleep in `poll`).
+//!   `CPUAffinity` mask) that no shard is pinned to, or on all of them when the shards take
+//!   every one (`cpus::off_shard_cores`), never on others (they mostly sleep in `poll`).
 //!
 //! Cost of a cached lookup: one mutex lock and a hash lookup. IP literals skip the resolver.
 
