@@ -13,8 +13,9 @@
 # What runs: the tests whose threads share memory through the code's own handshakes and
 # wakers: the reply channel races (op.rs), the doorbell, the watchdog, the resolver's threads
 # and their waiters (resolve), the engine's start, shutdown and panic paths
-# (tests/liveness.rs), the engine's calls, which go through the ring (tests/engine.rs), and the
-# shards' cooperation (tests/shard_cooperation.rs).
+# (tests/liveness.rs), the engine's calls, which go through the ring (tests/engine.rs), the
+# shards' cooperation (tests/shard_cooperation.rs), and the yield's own waker, which notes its
+# timer's firing (cooperate).
 #
 # Left out: shards_keep_firing_when_glommio_preempts_before_every_round. It sets glommio's
 # preemption timer to 20 µs so that glommio's park bug (an executor that finds its timer
@@ -50,7 +51,7 @@ for san in "${sanitizers[@]}"; do
       timeout 3600 cargo +nightly test -Zbuild-std --target "$target" \
         --target-dir "target/sanitize-$san" "$@"
   }
-  run --lib -- op::tests doorbell:: shard::watchdog:: resolve::
+  run --lib -- op::tests doorbell:: shard::watchdog:: resolve:: cooperate::
   run --test liveness --test engine --test shard_cooperation -- \
     --skip shards_keep_firing_when_glommio_preempts_before_every_round
   echo "$san sanitizer: $(( $(date +%s) - start )) s"
