@@ -228,11 +228,9 @@ fn a_black_holed_name_server_for_one_tenant_never_stalls_another_tenants_writes(
 #[test]
 fn resolver_threads_run_on_the_processs_cpus_not_a_shards_core_nor_every_cpu() {
     use punctual::resolve::{Caller, Limits, Lookup, Resolver};
-    let host = punctual::cpus::current_thread_cores();
-    if host.len() < 2 {
-        eprintln!("skipped: one CPU, so no mask can leave one out");
+    let Some(host) = several_cpus("no mask can leave one out") else {
         return;
-    }
+    };
     let given = host[..host.len() - 1].to_vec();
     let seen = std::thread::spawn(move || {
         punctual::cpus::pin_current_thread(&given).expect("a taskset-like mask");
@@ -259,6 +257,17 @@ fn resolver_threads_run_on_the_processs_cpus_not_a_shards_core_nor_every_cpu() {
     .join()
     .expect("test thread");
     assert_eq!(seen, host[..host.len() - 1]);
+}
+
+/// This thread's CPUs when there are at least two; with one, says the test is skipped and
+/// `why`.
+fn several_cpus(why: &str) -> Option<Vec<usize>> {
+    let host = punctual::cpus::current_thread_cores();
+    if host.len() < 2 {
+        eprintln!("skipped: one CPU, so {why}");
+        return None;
+    }
+    Some(host)
 }
 
 /// The CPUs a thread of process `pid` named `name` may run on
@@ -294,11 +303,9 @@ fn thread_cpus(pid: u32, name: &str) -> Option<Vec<usize>> {
 /// whenever both were busy (a 16 MiB batch's `pwrite` held fires back by milliseconds).
 #[test]
 fn the_journal_s_io_thread_keeps_off_a_pinned_shard_s_core() {
-    let host = punctual::cpus::current_thread_cores();
-    if host.len() < 2 {
-        eprintln!("skipped: one CPU, so a shard's core is every core");
+    let Some(host) = several_cpus("a shard's core is every core") else {
         return;
-    }
+    };
     let last = *host.last().expect("a CPU");
     let data = tempfile::tempdir().expect("data dir");
     let s = bare::serve(

@@ -307,7 +307,8 @@ impl EngineBuilder {
             )));
         }
         let cores = placement::resolve(&self.pinning, self.shards)?;
-        // Before any shard starts: the helper threads they start keep off these cores.
+        // Every shard's core is known before any shard starts a helper thread, which keeps off
+        // them (`cpus::off_shard_cores`).
         crate::cpus::note_shard_cores(&cores);
         let store = self.store_seed()?;
         let stop = Arc::new(AtomicBool::new(false));

@@ -66,13 +66,12 @@ impl<S: TimeSource> Shard<S> {
     /// Parks for `nap` or until a ring wake-up (unless work arrived meanwhile).
     pub(super) async fn nap(&self, wakee: &mut Wakee, nap: Duration, buf: &mut [u8]) {
         if self.ring.prepare_park() {
-            // The other tasks' slices end once the nap is over (`cooperate`).
-            let _away = wakee
-                .cooperative()
-                .then(|| ShardAway::until(Instant::now() + nap));
-            if wakee.cooperative() {
+            // On a shared thread the other tasks' slices end once the nap is over
+            // (`cooperate`).
+            let _away = wakee.cooperative().then(|| {
                 self.pulse.expect_by(nap);
-            }
+                ShardAway::until(Instant::now() + nap)
+            });
             let park = std::pin::pin!(wakee.park(nap, buf));
             self.pulse.noted(park).await;
             self.pulse.running();
