@@ -7,7 +7,9 @@
 //!    per registration; prints the ratio HTTP / store (`http/batch.rs`);
 //! 2. **put**: single-timer PUTs at the peak on 2 shards (memory store), from wrk, a keep-alive
 //!    hyper client and a pipelined client, each with the server's and the client's CPU per PUT
-//!    (`http/put.rs`).
+//!    (`http/put.rs`);
+//! 3. **scale**, only when named (`-- scale`): the same pipelined client against 1, 2, 4, 8
+//!    and 12 shards, as many as the host's CPUs hold beside the client (`http/put.rs`).
 //!
 //! Everything shares the host's CPUs: every line says how loaded the host was. Figures are
 //! printed, never judged pass or fail. Every wait is bounded, and the servers this bench starts
@@ -56,9 +58,10 @@ fn main() {
     }
     let parts: Vec<String> = std::env::args()
         .skip(1)
-        .filter(|a| a == "batch" || a == "put")
+        .filter(|a| a == "batch" || a == "put" || a == "scale")
         .collect();
     let wants = |p: &str| parts.is_empty() || parts.iter().any(|a| a == p);
+    let named = |p: &str| parts.iter().any(|a| a == p);
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "host: {cpus} CPUs shared by Redis, the server and the clients; {}",
@@ -69,5 +72,8 @@ fn main() {
     }
     if wants("put") && !stopped() {
         put::run((10.0 * scale()).max(1.0));
+    }
+    if named("scale") && !stopped() {
+        put::scale((10.0 * scale()).max(1.0));
     }
 }

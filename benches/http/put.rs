@@ -68,27 +68,97 @@ pub fn run(seconds: f64) {
         }
         let name = format!("pipelined, {conns} connections × {depth} in flight, 1 client thread");
         let meter = Meter::start(&[("server", pid), ("client", std::process::id())]);
-        let end = Instant::now() + dur;
-        let body = body();
-        let counts = clients(1, conns, move |_, c| {
-            let body = body.clone();
-            async move {
-                pipelined(addr, depth, end, |k| {
-                    let mut req = format!(
-                        "PUT /v1/timers/bench/p{conns}-{c}-{} HTTP/1.1\r\nhost: punctual\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-                        k % 1_000_000,
-                        body.len()
-                    )
-                    .into_bytes();
-                    req.extend_from_slice(&body);
-                    req
-                })
-                .await
-            }
-        });
+        let counts = pipelined_clients(addr, 1, conns, depth, dur);
         report(&name, counts, meter);
     }
     println!("host after the PUTs: {}", cpu::host_load());
+}
+
+/// Shard scaling (`cargo bench --bench http -- scale`): for each shard count, a fresh
+/// `serve --store memory --shards N` with the service's pinning and spin, and the same
+/// pipelined client every time (`CLIENT_THREADS` threads × 32 connections × 4 in flight), so
+/// that only the server changes from row to row. Shard counts above one that the host's CPUs
+/// cannot hold apart from the client's threads are skipped: a shard sharing its core with the
+/// client measures the client.
+pub fn scale(seconds: f64) {
+    const CLIENT_THREADS: usize = 4;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let dur = Duration::from_secs_f64(seconds);
+    println!(
+        "== shard scaling: serve --store memory --shards N (pinning auto, spin 100 µs), pipelined client {CLIENT_THREADS} threads × 32 connections × 4, {seconds:.0} s each; {}",
+        cpu::host_load()
+    );
+    let mut one = None;
+    for shards in [1usize, 2, 4, 8, 12] {
+        if super::stopped() {
+            return;
+        }
+        if shards > 1 && shards + CLIENT_THREADS > cpus {
+            println!("  {shards} shards: skipped, {cpus} CPUs cannot hold them and the client's {CLIENT_THREADS} threads apart");
+            continue;
+        }
+        if shards + CLIENT_THREADS > cpus {
+            println!("  (the shard shares the host's {cpus} CPUs with the client's {CLIENT_THREADS} threads: this row measures both)");
+        }
+        let n = shards.to_string();
+        let server = Server::start(&[
+            "--store",
+            "memory",
+            "--shards",
+            &n,
+            "--pinning",
+            "auto",
+            "--spin-us",
+            "100",
+            "--shard-capacity",
+            "10000000",
+        ]);
+        let meter = Meter::start(&[
+            ("server", server.child.id()),
+            ("client", std::process::id()),
+        ]);
+        let (counts, secs) = pipelined_clients(server.addr, CLIENT_THREADS, 32, 4, dur);
+        let used = meter.stop();
+        let rate = counts.ok as f64 / secs;
+        let base = *one.get_or_insert(rate);
+        println!(
+            "  {shards:>2} shards {rate:>10.0} PUT/s ({} non-2xx), {:.2}x one shard's, {:.2} per shard; {}",
+            counts.other,
+            rate / base,
+            rate / base / shards as f64,
+            used.line(counts.ok, "PUT")
+        );
+    }
+    println!("host after the scaling: {}", cpu::host_load());
+}
+
+/// `threads` client threads, each with `conns` pipelined connections of `depth` requests in
+/// flight, sending PUTs of fresh keys until `dur` has passed.
+fn pipelined_clients(
+    addr: SocketAddr,
+    threads: usize,
+    conns: usize,
+    depth: usize,
+    dur: Duration,
+) -> (Counts, f64) {
+    let end = Instant::now() + dur;
+    let body = body();
+    clients(threads, conns, move |t, c| {
+        let body = body.clone();
+        async move {
+            pipelined(addr, depth, end, |k| {
+                let mut req = format!(
+                    "PUT /v1/timers/bench/p{conns}-{t}-{c}-{} HTTP/1.1\r\nhost: punctual\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                    k % 1_000_000,
+                    body.len()
+                )
+                .into_bytes();
+                req.extend_from_slice(&body);
+                req
+            })
+            .await
+        }
+    })
 }
 
 /// Runs `per_thread` connection tasks (`task(thread, connection)`) on each of `threads`
