@@ -60,7 +60,7 @@ use crate::quota::Quotas;
 use crate::sink::{webhook, Next};
 use crate::store::{Ack, Store};
 use crate::timer::{FiredTimer, Firing, PackedTimer};
-use crate::units::UtcMicros;
+use crate::units::{UtcMicros, UtcNanos};
 use crate::wheel::Fate;
 use std::sync::atomic::Ordering;
 
@@ -86,7 +86,7 @@ impl<S: TimeSource> Shard<S> {
     /// Fires up to `budget` due timers (fewer when the store has less room for fires), ending
     /// early once `slice` is over; how many fired, and what is left.
     pub(super) fn fire_due(&mut self, budget: usize, slice: Option<Slice>) -> (u64, More) {
-        let now = self.fire_time();
+        let (now, trailing) = self.fire_time();
         let room = self.store.fire_room();
         let budget = budget.min(room);
         let chunk = if slice.is_some() {
@@ -97,7 +97,12 @@ impl<S: TimeSource> Shard<S> {
         let (mut fired, mut own_firings, mut left) = (0u64, 0u64, budget);
         let more = loop {
             let before = fired;
-            let more = self.fire_chunk(now, left.min(chunk), &mut fired, &mut own_firings);
+            let more = self.fire_chunk(
+                (now, trailing),
+                left.min(chunk),
+                &mut fired,
+                &mut own_firings,
+            );
             left = left.saturating_sub((fired - before) as usize);
             if !more || left == 0 || slice.as_ref().is_some_and(Slice::is_over) {
                 break more;
@@ -122,34 +127,43 @@ impl<S: TimeSource> Shard<S> {
         (fired, more)
     }
 
-    /// The time a pass fires by: the mapped clock's, never ahead of the system clock.
-    fn fire_time(&mut self) -> UtcMicros {
-        let mut now = self.clock.now();
-        if self
+    /// The time a pass fires by, and how far the mapped clock trails it (added to every
+    /// `fired_at` of the pass).
+    ///
+    /// While nothing is due within [`Clock::lag_allowance`] of the mapped clock, the pass
+    /// fires by the mapping (it fires nothing then, or only what the mapping has passed), with
+    /// no system call. Once something is, the pass reads the system clock after the mapping
+    /// and fires by that reading: never early, since deadlines are CLOCK_REALTIME instants,
+    /// and not late by the mapping's lag (about 1.4 µs, `clock`). A mapping found ahead of the
+    /// system clock is set back first (counted as a set-back).
+    fn fire_time(&mut self) -> (UtcMicros, u64) {
+        let mut mapped = self.clock.now();
+        let allowance = self.clock.lag_allowance().as_nanos() as u64;
+        let near = self
             .table
             .next_deadline()
-            .is_some_and(|d| d <= now.as_micros())
-            && self.clock.ahead_of_system(now)
-        {
-            // Something is due by the mapped clock, which leads the system clock: set the
-            // lead back (counted as a set-back) before firing anything.
+            .is_some_and(|d| d.as_nanos().0 <= mapped.0.saturating_add(allowance));
+        if !near {
+            return (mapped.as_micros(), 0);
+        }
+        let mut system = self.clock.source().realtime();
+        if mapped > system {
             self.clock.anchor();
             self.publish_gauges();
-            now = self.clock.now();
-            // Fire only what the system clock has reached, even when the anchor did not
-            // remove the whole lead (the system clock moved back again since its sample).
-            if self.clock.ahead_of_system(now) {
-                now = now.min(self.clock.source().realtime());
-            }
+            mapped = self.clock.now();
+            // Read again after the anchor: the system clock may have moved back again since
+            // its sample; the pass fires by this reading whatever the mapping says.
+            system = self.clock.source().realtime();
         }
-        now.as_micros()
+        (system.as_micros(), system.0.saturating_sub(mapped.0))
     }
 
     /// Fires up to `n` timers due by `now`, counting them into `fired` (and their own firings
-    /// into `own_firings`), each settled at its fire; whether more are due.
+    /// into `own_firings`), each settled at its fire; whether more are due. `trailing` is how
+    /// far the mapped clock trails the time the pass fires by (`fire_time`).
     fn fire_chunk(
         &mut self,
-        now: UtcMicros,
+        (now, trailing): (UtcMicros, u64),
         n: usize,
         fired: &mut u64,
         own_firings: &mut u64,
@@ -187,7 +201,9 @@ impl<S: TimeSource> Shard<S> {
                     metrics.unfired_total.fetch_add(1, Ordering::Relaxed);
                     return Fate::Done;
                 }
-                let fired_at = clock.now();
+                // The mapping, moved up to the reading the pass fires by: never before it, so
+                // never before the deadline.
+                let fired_at = UtcNanos(clock.now().0.saturating_add(trailing));
                 metrics
                     .lateness
                     .observe(fired_at.0.saturating_sub(deadline.as_nanos().0));

@@ -34,7 +34,7 @@ impl<S: TimeSource> Shard<S> {
     pub(super) async fn wait(&mut self, wakee: &mut Wakee, buf: &mut [u8]) {
         let now = self.clock.now();
         let next = self.next_wake();
-        let wait = Duration::from_nanos(next.0.saturating_sub(now.0));
+        let wait = Duration::from_nanos(next.mapped.0.saturating_sub(now.0));
         let spin = self.spin.window();
         if wait > spin {
             let mut nap = wait - spin;
@@ -54,7 +54,7 @@ impl<S: TimeSource> Shard<S> {
             // Spin for at most MAX_UNYIELDED, then let the other tasks run and come back,
             // asking them to hand the thread back by the deadline.
             if !self.spin_until(next, MAX_UNYIELDED) {
-                let left = next.0.saturating_sub(self.clock.now().0);
+                let left = next.mapped.0.saturating_sub(self.clock.now().0);
                 let _away = ShardAway::until(Instant::now() + Duration::from_nanos(left));
                 self.yield_now().await;
             }
@@ -86,21 +86,39 @@ impl<S: TimeSource> Shard<S> {
         self.pulse.running();
     }
 
-    /// The earlier of the next deadline and the next anchor, in UTC ns.
-    fn next_wake(&self) -> UtcNanos {
+    /// When to stop waiting, as [`Wake`]: the next deadline less the clock's lag allowance,
+    /// or the next anchor if that is earlier.
+    fn next_wake(&self) -> Wake {
         let anchor = self.clock.next_anchor_at();
+        let allowance = self.clock.lag_allowance().as_nanos() as u64;
         match self.table.next_deadline() {
-            Some(d) => anchor.min(d.as_nanos()),
-            None => anchor,
+            Some(d) if d.as_nanos().0.saturating_sub(allowance) < anchor.0 => Wake {
+                mapped: UtcNanos(d.as_nanos().0.saturating_sub(allowance)),
+                deadline: Some(d.as_nanos()),
+            },
+            _ => Wake {
+                mapped: anchor,
+                deadline: None,
+            },
         }
     }
 
-    /// Spins until the clock reaches `target` (true), or until the ring has work, the shard is
-    /// stopping, or `limit` has passed (false).
-    fn spin_until(&self, target: UtcNanos, limit: Duration) -> bool {
+    /// Spins until the mapped clock reaches `wake.mapped` and then, for a deadline, the system
+    /// clock reaches the deadline (true); or until the ring has work, the shard is stopping, or
+    /// `limit` has passed (false). The last stretch reads CLOCK_REALTIME (a vDSO call, tens of
+    /// nanoseconds, for about [`crate::clock::Clock::lag_allowance`]), so the pass that follows
+    /// starts as the deadline passes, not when the mapping, which trails, catches up.
+    fn spin_until(&self, wake: Wake, limit: Duration) -> bool {
         let give_up = std::time::Instant::now().checked_add(limit);
         let mut turns = 0u32;
-        while self.clock.now() < target {
+        let reached = || {
+            if self.clock.now() < wake.mapped {
+                return false;
+            }
+            wake.deadline
+                .is_none_or(|d| self.clock.source().realtime() >= d)
+        };
+        while !reached() {
             if self.ring.has_work() || self.stop.load(Ordering::Relaxed) {
                 return false;
             }
@@ -114,6 +132,14 @@ impl<S: TimeSource> Shard<S> {
         }
         true
     }
+}
+
+/// When a shard's wait ends: once the mapped clock reaches `mapped` and, for a deadline, the
+/// system clock reaches `deadline` (`Shard::spin_until`).
+#[derive(Clone, Copy, Debug)]
+struct Wake {
+    mapped: UtcNanos,
+    deadline: Option<UtcNanos>,
 }
 
 /// How a parked shard waits for its ring.
