@@ -26,6 +26,8 @@
 //! - `floor-spin`: one thread pinned to core 1 spinning on CLOCK_REALTIME to each deadline.
 //!
 //! `--only S` runs the systems whose name contains `S` (e.g. `--only punctual`); `--workload W1`.
+//! `JITTER_DUMP=DIR` also writes each system's per-timer deadlines and lateness to
+//! `DIR/<system>-<workload>.csv`.
 //! Transparent huge pages are off for the bench's process, as `punctual serve` turns them off
 //! for its own; `--thp` keeps the host's setting.
 //!
@@ -202,8 +204,36 @@ struct Row {
     cpu_s: f64,
 }
 
+/// Writes `<dir>/<system>-<workload>.csv`: each timer's deadline and lateness in ns (lateness
+/// empty for a timer that never fired), in deadline order, for looking at which timers were
+/// late (`JITTER_DUMP=DIR`).
+fn dump(dir: &std::path::Path, system: &str, w: &Workload, rec: &Recorder, late: &[i64]) {
+    let mut rows: Vec<(i64, i64)> = rec
+        .deadlines_ns
+        .iter()
+        .copied()
+        .zip(late.iter().copied())
+        .collect();
+    rows.sort_unstable();
+    let mut out = String::from("deadline_ns,late_ns\n");
+    for (d, l) in rows {
+        if l == NOT_FIRED {
+            out.push_str(&format!("{d},\n"));
+        } else {
+            out.push_str(&format!("{d},{l}\n"));
+        }
+    }
+    let path = dir.join(format!("{system}-{}.csv", w.name()));
+    if let Err(e) = std::fs::write(&path, out) {
+        eprintln!("could not write {}: {e}", path.display());
+    }
+}
+
 fn summarize(system: &'static str, w: &Workload, rec: &Recorder, cpu_s: f64) -> Row {
     let (late, duplicates) = rec.merged();
+    if let Some(dir) = std::env::var_os("JITTER_DUMP") {
+        dump(std::path::Path::new(&dir), system, w, rec, &late);
+    }
     let mut late: Vec<i64> = late.into_iter().filter(|&l| l != NOT_FIRED).collect();
     late.sort_unstable();
     let pct = |p: f64| -> f64 {
