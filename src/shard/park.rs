@@ -88,7 +88,7 @@ impl<S: TimeSource> Shard<S> {
 
     /// When to stop waiting, as [`Wake`]: the next deadline less the clock's lag allowance,
     /// or the next anchor if that is earlier.
-    fn next_wake(&self) -> Wake {
+    pub(super) fn next_wake(&self) -> Wake {
         let anchor = self.clock.next_anchor_at();
         let allowance = self.clock.lag_allowance().as_nanos() as u64;
         match self.table.next_deadline() {
@@ -108,7 +108,7 @@ impl<S: TimeSource> Shard<S> {
     /// `limit` has passed (false). The last stretch reads CLOCK_REALTIME (a vDSO call, tens of
     /// nanoseconds, for about [`crate::clock::Clock::lag_allowance`]), so the pass that follows
     /// starts as the deadline passes, not when the mapping, which trails, catches up.
-    fn spin_until(&self, wake: Wake, limit: Duration) -> bool {
+    pub(super) fn spin_until(&self, wake: Wake, limit: Duration) -> bool {
         let give_up = std::time::Instant::now().checked_add(limit);
         let mut turns = 0u32;
         let reached = || {
@@ -136,10 +136,10 @@ impl<S: TimeSource> Shard<S> {
 
 /// When a shard's wait ends: once the mapped clock reaches `mapped` and, for a deadline, the
 /// system clock reaches `deadline` (`Shard::spin_until`).
-#[derive(Clone, Copy, Debug)]
-struct Wake {
-    mapped: UtcNanos,
-    deadline: Option<UtcNanos>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Wake {
+    pub mapped: UtcNanos,
+    pub deadline: Option<UtcNanos>,
 }
 
 /// How a parked shard waits for its ring.

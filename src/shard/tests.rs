@@ -221,6 +221,48 @@ fn a_timer_fires_when_the_system_clock_reaches_it_not_the_trailing_mapping() {
     );
 }
 
+/// The wait before a deadline ends on the mapping 2 µs (the lag allowance) early, and then on
+/// the system clock at the deadline itself: a spin whose system clock has not reached the
+/// deadline goes on (bounded by its limit), one whose has ends at once.
+#[test]
+fn the_wait_ends_on_the_system_clock_at_the_deadline() {
+    let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, _) = shard(&src);
+    let due = UtcMicros(src.realtime().0 / 1_000 + 1_000);
+    insert_timers(&mut s.table, 1, due, 0);
+    // 1 µs before it, the passes have cascaded the timer down to the lowest level, where the
+    // wheel reports its own deadline, not the start of a higher level's slot.
+    src.advance(Duration::from_nanos(
+        due.as_nanos().0 - src.realtime().0 - 1_000,
+    ));
+    for _ in 0..10 {
+        assert_eq!(s.fire_due(usize::MAX, None).0, 0, "not due yet");
+    }
+    let wake = s.next_wake();
+    assert_eq!(
+        wake,
+        super::park::Wake {
+            mapped: UtcNanos(due.as_nanos().0 - 2_000),
+            deadline: Some(due.as_nanos()),
+        }
+    );
+    // The mapping is past its part, the system clock 1 ns short of the deadline: the spin
+    // does not end by itself, only at its limit.
+    src.advance(Duration::from_nanos(
+        due.as_nanos().0 - src.realtime().0 - 1,
+    ));
+    assert!(s.clock.now() >= wake.mapped);
+    assert!(
+        !s.spin_until(wake, Duration::from_millis(5)),
+        "ended by its limit"
+    );
+    src.advance(Duration::from_nanos(1));
+    assert!(
+        s.spin_until(wake, Duration::from_secs(60)),
+        "at the deadline"
+    );
+}
+
 /// A burst's fired timers are held for freeing after it, but never more than SPENT_MAX of
 /// them, and the ones held are freed once nothing more is due.
 #[test]
