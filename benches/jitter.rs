@@ -217,11 +217,12 @@ fn dump(dir: &std::path::Path, system: &str, w: &Workload, rec: &Recorder, late:
     rows.sort_unstable();
     let mut out = String::from("deadline_ns,late_ns\n");
     for (d, l) in rows {
-        if l == NOT_FIRED {
-            out.push_str(&format!("{d},\n"));
+        let late = if l == NOT_FIRED {
+            String::new()
         } else {
-            out.push_str(&format!("{d},{l}\n"));
-        }
+            l.to_string()
+        };
+        out.push_str(&format!("{d},{late}\n"));
     }
     let path = dir.join(format!("{system}-{}.csv", w.name()));
     if let Err(e) = std::fs::write(&path, out) {

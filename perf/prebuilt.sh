@@ -10,9 +10,9 @@
 #
 # Each part runs under its own time limit, so one that hangs or fails leaves the others' figures.
 # JITTER_ARGS (e.g. --quick), SCALE (the HTTP bench's PUNCTUAL_BENCH_SCALE, default 0.5) and
-# OPENLOOP_S (default 10) shorten a trial run. The bench binaries start `punctual` from the absolute path it had when they were built (cargo's
-# CARGO_BIN_EXE_punctual), so `run` puts it back at that path. Needs python3 (standard library)
-# on the bigger host for the cluster drill.
+# OPENLOOP_S (default 10) shorten a trial run. The bench binaries start `punctual` from the
+# absolute path it had when they were built (cargo's CARGO_BIN_EXE_punctual), so `run` puts it
+# back at that path. Needs python3 (standard library) on the bigger host for the cluster drill.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?usage: perf/prebuilt.sh pack DIR | run DIR OUT}
@@ -54,14 +54,10 @@ run() {
     out=${3:?usage: perf/prebuilt.sh run DIR OUT}
     mkdir -p "$out" "$(dirname "$(cat "$dir/punctual.path")")"
     cp "$dir/punctual" "$(cat "$dir/punctual.path")"
-    mkdir -p /tmp/prebuilt-bin
-    cp "$dir/redis-server" "$dir/redis-cli" /tmp/prebuilt-bin/
-    cat >/tmp/prebuilt-bin/env.sh <<EOF
-export PATH=/tmp/prebuilt-bin:\$PATH
-export LD_LIBRARY_PATH=$(readlink -f "$dir/lib")
-EOF
-    # shellcheck disable=SC1091
-    . /tmp/prebuilt-bin/env.sh
+    # The drills and benches start redis-server and redis-cli by name.
+    PATH=$(readlink -f "$dir"):$PATH
+    LD_LIBRARY_PATH=$(readlink -f "$dir/lib")
+    export PATH LD_LIBRARY_PATH
     {
         echo "host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(uname -r)"
         grep -E 'MemTotal' /proc/meminfo

@@ -31,19 +31,25 @@ fn body() -> Bytes {
     Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
 }
 
-pub fn run(seconds: f64) {
-    let server = Server::start(&[
+/// `serve --store memory --shards N` with the service's own pinning and spin, room for every
+/// PUT of a run.
+fn serve(shards: usize) -> Server {
+    Server::start(&[
         "--store",
         "memory",
         "--shards",
-        "2",
+        &shards.to_string(),
         "--pinning",
         "auto",
         "--spin-us",
         "100",
         "--shard-capacity",
         "10000000",
-    ]);
+    ])
+}
+
+pub fn run(seconds: f64) {
+    let server = serve(2);
     println!(
         "== single PUTs: serve --store memory --shards 2 (pinning auto, spin 100 µs), {seconds:.0} s per client; {}",
         cpu::host_load()
@@ -100,19 +106,7 @@ pub fn scale(seconds: f64) {
         if shards + CLIENT_THREADS > cpus {
             println!("  (the shard shares the host's {cpus} CPUs with the client's {CLIENT_THREADS} threads: this row measures both)");
         }
-        let n = shards.to_string();
-        let server = Server::start(&[
-            "--store",
-            "memory",
-            "--shards",
-            &n,
-            "--pinning",
-            "auto",
-            "--spin-us",
-            "100",
-            "--shard-capacity",
-            "10000000",
-        ]);
+        let server = serve(shards);
         let meter = Meter::start(&[
             ("server", server.child.id()),
             ("client", std::process::id()),

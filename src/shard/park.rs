@@ -91,11 +91,9 @@ impl<S: TimeSource> Shard<S> {
     pub(super) fn next_wake(&self) -> Wake {
         let anchor = self.clock.next_anchor_at();
         let allowance = self.clock.lag_allowance().as_nanos() as u64;
-        match self.table.next_deadline() {
-            Some(d) if d.as_nanos().0.saturating_sub(allowance) < anchor.0 => Wake {
-                mapped: UtcNanos(d.as_nanos().0.saturating_sub(allowance)),
-                deadline: Some(d.as_nanos()),
-            },
+        let deadline = self.table.next_deadline().map(|d| d.as_nanos());
+        match deadline.map(|d| UtcNanos(d.0.saturating_sub(allowance))) {
+            Some(mapped) if mapped < anchor => Wake { mapped, deadline },
             _ => Wake {
                 mapped: anchor,
                 deadline: None,
