@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// by an exact power of ten keeps `le` labels such as `1e-6` exact).
 pub struct Histogram {
     bounds: &'static [u64],
+    /// For each bit length `L` of an observation (0 for 0, 64 for `u64::MAX`): how many bounds
+    /// lie below the smallest value of that length, where `observe`'s search starts.
+    below: [u16; 65],
     per_unit: f64,
     /// Non-cumulative counts; the last is +Inf.
     counts: Box<[AtomicU64]>,
@@ -30,8 +33,15 @@ pub struct HistogramSnapshot {
 
 impl Histogram {
     pub fn new(bounds: &'static [u64], per_unit: f64) -> Histogram {
+        let mut below = [0u16; 65];
+        for (len, b) in below.iter_mut().enumerate().skip(1) {
+            let smallest = 1u64 << (len - 1);
+            let n = bounds.partition_point(|&x| x < smallest);
+            *b = u16::try_from(n).unwrap_or(u16::MAX);
+        }
         Histogram {
             bounds,
+            below,
             per_unit,
             counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
             sum: AtomicU64::new(0),
@@ -39,9 +49,18 @@ impl Histogram {
     }
 
     /// Records one observation. Call only from the owning shard's thread.
+    ///
+    /// The bucket is the first whose bound is `>= v`. The search starts at the bounds below
+    /// `v`'s power of two and steps up: with bounds at least 2× apart (every histogram here)
+    /// that is one comparison, where a binary search over 22 bounds made 5 dependent ones,
+    /// about a tenth of a plain fire's cost in a burst.
     #[inline]
     pub fn observe(&self, v: u64) {
-        let i = self.bounds.partition_point(|&b| b < v);
+        let len = (u64::BITS - v.leading_zeros()) as usize;
+        let mut i = self.below.get(len).map_or(0, |&n| usize::from(n));
+        while self.bounds.get(i).is_some_and(|&b| b < v) {
+            i += 1;
+        }
         if let Some(c) = self.counts.get(i) {
             single_writer_add(c, 1);
         }
@@ -99,10 +118,11 @@ const fn next_one_two_five(v: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::one_two_five;
+    use super::{one_two_five, Histogram};
     use crate::metrics::{
         ShardMetrics, StoreMetrics, DELIVERY_BOUNDS_NS, FLUSH_BOUNDS_NS, LATENESS_BOUNDS_NS,
     };
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn bounds_follow_the_one_two_five_series_then_their_tail() {
@@ -123,6 +143,43 @@ mod tests {
                 600_000_000_000
             ]
         );
+    }
+
+    /// Every value near a bound, a power of two or either end lands where a plain search of
+    /// the bounds puts it, for every histogram's bounds and for bounds closer than 2× apart.
+    #[test]
+    fn observe_finds_the_bucket_a_search_of_the_bounds_finds() {
+        static CLOSE: [u64; 6] = [3, 4, 5, 6, 1_000, 1_001];
+        let sets: [&'static [u64]; 5] = [
+            &LATENESS_BOUNDS_NS,
+            &FLUSH_BOUNDS_NS,
+            &DELIVERY_BOUNDS_NS,
+            &crate::metrics::BATCH_BOUNDS,
+            &CLOSE,
+        ];
+        for bounds in sets {
+            let mut values = vec![0, 1, u64::MAX, u64::MAX - 1];
+            for &b in bounds {
+                values.extend([b.saturating_sub(1), b, b.saturating_add(1)]);
+            }
+            for k in 0..64 {
+                values.extend([(1u64 << k) - 1, 1u64 << k, (1u64 << k) + 1]);
+            }
+            let mut x = 0x9E37_79B9_7F4A_7C15u64;
+            for _ in 0..10_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                values.push(x >> (x % 64));
+            }
+            for v in values {
+                let h = Histogram::new(bounds, 1.0);
+                h.observe(v);
+                let want = bounds.partition_point(|&b| b < v);
+                let got = h.counts.iter().position(|c| c.load(Ordering::Relaxed) == 1);
+                assert_eq!(got, Some(want), "value {v} in bounds {bounds:?}");
+            }
+        }
     }
 
     #[test]
