@@ -30,7 +30,7 @@ pub(crate) struct Entry<T> {
 }
 
 const CHUNK_BITS: u32 = 16;
-/// Entries per chunk: 3 MiB of 48-byte entries.
+/// Entries per chunk: 2.5 MiB of 40-byte entries.
 pub(crate) const CHUNK: usize = 1 << CHUNK_BITS;
 const CHUNK_MASK: u32 = (CHUNK as u32) - 1;
 

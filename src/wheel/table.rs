@@ -15,8 +15,8 @@
 //! timer of the same identity, and the timer stays in its slab entry, under its version and
 //! its index entry; only its deadline and its bytes change. No lookup, no removal, no insert.
 //!
-//! Memory per pending timer: one slab entry (48 bytes: deadline, links, generation, position,
-//! version and the packed pointer) plus one index bucket (8 bytes and a control byte, 7/16 to
+//! Memory per pending timer: one slab entry (40 bytes: deadline, links, generation, position,
+//! version and the packed timer's one pointer) plus one index bucket (8 bytes and a control byte, 7/16 to
 //! 7/8 full), besides the packed bytes themselves; and one bit per slab entry, to sweep the
 //! index after a poll that fired many.
 
