@@ -27,7 +27,8 @@ pub struct PackedTimer {
 }
 
 impl PackedTimer {
-    /// `None` when the tenant or key is longer than 255 bytes (validation caps them at 128).
+    /// `None` when the tenant or key is longer than 255 bytes (validation caps them at 128), or
+    /// the whole is longer than `u32::MAX` bytes (a payload is capped far below).
     pub fn new(tenant: &str, key: &str, payload: &[u8]) -> Option<PackedTimer> {
         PackedTimer::with_meta(tenant, key, &[], payload)
     }
