@@ -1,0 +1,198 @@
+//! Many pending timers on one node, far in the future: how fast they are registered, the
+//! resident memory and disk they take, and how long a restart takes to recover them.
+//!
+//! ```text
+//! cargo bench --bench pending                       # 100,000,000 timers (needs about 26 GiB of RAM)
+//! cargo bench --bench pending -- --timers 50000000
+//! ```
+//!
+//! The engine runs as `punctual serve` does: 2 shards, the journal store (`fsync always`),
+//! mimalloc. Timers have 32-byte keys and 100-byte payloads and are spread evenly over 7 days,
+//! from one hour ahead; two client threads register them through the library API, each keeping
+//! 4,096 acknowledged schedules in flight. The data goes under `$PUNCTUAL_BENCH_DIR` or
+//! `./target/pending-bench`. Printed:
+//!
+//! - registrations per second, acknowledged (durable);
+//! - resident memory (VmRSS) before and after, and per pending timer;
+//! - disk: bytes the journal wrote, and blocks allocated, per pending timer;
+//! - recovery: a fresh process starts an engine on the data directory; seconds until every
+//!   shard has recovered, the timers recovered, and that process's VmRSS.
+//!
+//! Registration and recovery each run in a process of their own (this executable again, with
+//! `--register DIR` or `--recover DIR`), so neither holds the other's memory.
+
+use punctual::engine::Pinning;
+use punctual::store::journal::JournalConfig;
+use punctual::{EngineBuilder, UtcMicros};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const PAYLOAD: [u8; 100] = [b'p'; 100];
+const HOUR_US: u64 = 3_600_000_000;
+const SPAN_US: u64 = 7 * 24 * HOUR_US;
+const IN_FLIGHT: usize = 4_096;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+    };
+    let n: usize =
+        value("--timers").map_or(100_000_000, |v| v.parse().expect("--timers takes a count"));
+    if let Some(dir) = value("--register") {
+        register(Path::new(dir), n);
+        return;
+    }
+    if let Some(dir) = value("--recover") {
+        recover(Path::new(dir), n);
+        return;
+    }
+    let root = std::env::var_os("PUNCTUAL_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/pending-bench"));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("bench dir");
+    let dir = root.join("data");
+    // Each part in a process of its own, so that neither holds the other's memory.
+    for part in ["--register", "--recover"] {
+        let out = std::process::Command::new(std::env::current_exe().expect("own path"))
+            .args([part, &dir.to_string_lossy(), "--timers", &n.to_string()])
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("bench process");
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        assert!(out.status.success(), "{part} failed: {}", out.status);
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Registers `n` timers into a fresh engine on `dir` and prints the rate, memory and disk.
+fn register(dir: &Path, n: usize) {
+    let e = engine(dir, n);
+    let rss0 = rss_bytes();
+    let started = Instant::now();
+    schedule_all(&e.handle(), n);
+    let secs = started.elapsed().as_secs_f64();
+    let rss = rss_bytes();
+    let written: u64 = e
+        .handle()
+        .store_metrics()
+        .iter()
+        .map(|m| m.store.journal_disk_bytes.load(Ordering::Relaxed))
+        .sum();
+    e.shutdown().expect("shutdown");
+    let allocated = allocated_bytes(dir);
+    println!(
+        "registered {n} timers (32 B keys, 100 B payloads, over 7 days) in {secs:.1} s: {:.0}/s",
+        n as f64 / secs
+    );
+    println!(
+        "  RSS {:.2} GiB at {n} pending ({:.2} GiB with none, the engine started): {:.0} B per pending timer",
+        gib(rss),
+        gib(rss0),
+        (rss - rss0) as f64 / n as f64
+    );
+    println!(
+        "  disk: {:.2} GiB written ({:.0} B per timer), {:.2} GiB allocated ({:.0} B per timer)",
+        gib(written),
+        written as f64 / n as f64,
+        gib(allocated),
+        allocated as f64 / n as f64
+    );
+}
+
+/// Starts an engine with room for `n` timers on `dir`, waits for every shard to recover and
+/// prints how long it took.
+fn recover(dir: &Path, n: usize) {
+    let started = Instant::now();
+    let e = engine(dir, n);
+    let secs = started.elapsed().as_secs_f64();
+    let timers: u64 = e
+        .handle()
+        .store_metrics()
+        .iter()
+        .map(|m| m.store.recovered_timers.load(Ordering::Relaxed))
+        .sum();
+    println!(
+        "  recovery: {timers} timers in {secs:.1} s in a fresh process, RSS {:.2} GiB",
+        gib(rss_bytes())
+    );
+    assert_eq!(timers, n as u64, "every registered timer is recovered");
+    e.shutdown().expect("shutdown");
+}
+
+fn engine(dir: &Path, capacity: usize) -> punctual::Engine {
+    let mut cfg = JournalConfig::new(dir);
+    cfg.ack_timeout = Duration::from_secs(60);
+    let e = EngineBuilder::new()
+        .shards(2)
+        .pinning(Pinning::Auto)
+        .spin(Duration::ZERO)
+        .shard_capacity(capacity)
+        .journal_config(cfg)
+        .build()
+        .expect("engine");
+    assert!(e.handle().wait_store_ready(Duration::from_secs(3_600)));
+    e
+}
+
+/// `n` timers from two threads, each with `IN_FLIGHT` schedules awaiting their acks.
+fn schedule_all(h: &punctual::Handle, n: usize) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let threads = 2;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let h = h.clone();
+            s.spawn(move || {
+                let mut i = t;
+                while i < n {
+                    let mut calls = Vec::with_capacity(IN_FLIGHT);
+                    while calls.len() < IN_FLIGHT && i < n {
+                        let due = now + HOUR_US + (i as u64 * SPAN_US) / n as u64;
+                        let key = format!("order-{i:026}"); // 32 bytes
+                        calls.push(h.schedule_async("shop", &key, UtcMicros(due), &PAYLOAD));
+                        i += threads;
+                    }
+                    for r in futures_lite::future::block_on(futures_util::future::join_all(calls)) {
+                        r.expect("acknowledged");
+                    }
+                }
+            });
+        }
+    });
+}
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Disk blocks allocated under `dir`, as `du` counts them.
+fn allocated_bytes(dir: &Path) -> u64 {
+    let out = std::process::Command::new("du")
+        .args(["-s", "-B1"])
+        .arg(dir)
+        .output()
+        .expect("du");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
