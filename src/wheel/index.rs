@@ -1,42 +1,68 @@
 //! The timer table's (tenant, key) index: slab indices found by the identity's hash.
 //!
-//! It grows with the table, in small steps, never all at once. The index is split into
-//! [`PARTS`] hash tables by 12 bits of the hash; a part that fills up doubles alone, so a
-//! growth step rehashes 1/4096 of the index: about 2,400 entries at ten million timers, each
-//! rehashed through its slab entry and key bytes. The longest insert while a table grew to ten
-//! million timers was 0.6 ms (`cargo run --release --example table_growth -- 10000000`; one
-//! table growing whole would stop the shard for as long as it takes to rehash everything).
+//! It grows with the table, in small steps, never all at once. The index is split into parts,
+//! hash tables chosen by bits of the hash; a part that fills up doubles alone, so a growth step
+//! rehashes one part, each entry through its slab entry and key bytes (one table growing whole
+//! would stop the shard for as long as it takes to rehash everything). The number of parts
+//! follows the table's capacity ([`parts_for`]), so that a part holds about 1,024 entries when
+//! the table is full. With 4,096 parts for every capacity, a part held 2,400 entries at ten
+//! million timers, and 414 and 1,123 inserts took over 1 ms while a table grew to ten million
+//! (2 runs on a 2-vCPU guest); with the 16,384 parts of that capacity now, 1 and 2 did
+//! (`cargo run --release --example table_growth -- 10000000`). 65,536 parts did no better
+//! there, and made inserts at ten million timers 25–50% slower: their 2 MiB of table headers
+//! miss the cache where 16,384's 512 KiB mostly do not (`cargo bench --bench wheel --
+//! table/10M`).
 //!
 //! A variant that kept 32 bits of the hash in each bucket (8-byte buckets, rehashed without
 //! touching the slab) made inserts of new keys 20 ns faster but cancels 40–60 ns slower at a
 //! million timers (`cargo bench --bench wheel -- table/1M`), and took 6 bytes more per timer;
 //! the 4-byte buckets stayed.
 //!
-//! Memory: 4 bytes and a control byte per bucket, 7/16 to 7/8 full, and 4096 small tables
-//! (128 KiB of headers when empty).
+//! Memory: 4 bytes and a control byte per bucket, 7/16 to 7/8 full, and one small table header
+//! per part (32 bytes: 128 KiB for 4,096 parts, 2 MiB for 65,536).
 
 use hashbrown::HashTable;
 
-/// Parts, chosen by 12 bits from the middle of the hash. hashbrown places a bucket by the
-/// hash's low bits and filters probes with its top 7 bits, so the part's bits must be neither.
-pub(crate) const PARTS: usize = 4096;
+/// The fewest parts, whatever the capacity.
+pub(crate) const MIN_PARTS: usize = 4096;
 
-#[inline]
-fn part_of(hash: u64) -> usize {
-    ((hash >> 40) as usize) & (PARTS - 1)
+/// The most parts: 16 bits of the hash, bits 40 to 55. hashbrown places a bucket by the hash's
+/// low bits and filters probes with its top 7 bits, so the part's bits must be neither.
+pub(crate) const MAX_PARTS: usize = 1 << 16;
+
+/// Entries a part holds when the table is at its capacity, about.
+const PART_ENTRIES: usize = 1024;
+
+/// Parts for a table of at most `capacity` timers: a power of two from [`MIN_PARTS`] to
+/// [`MAX_PARTS`], about `capacity / 1024` (16,384 for the default capacity of ten million).
+pub(crate) fn parts_for(capacity: usize) -> usize {
+    (capacity / PART_ENTRIES)
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_PARTS)
+        .clamp(MIN_PARTS, MAX_PARTS)
 }
 
 pub(crate) struct Index {
     parts: Box<[HashTable<u32>]>,
+    /// `parts.len() - 1`: the parts are a power of two.
+    mask: usize,
     len: usize,
 }
 
 impl Index {
-    pub fn new() -> Index {
+    /// An empty index for a table of at most `capacity` timers.
+    pub fn new(capacity: usize) -> Index {
+        let parts = parts_for(capacity);
         Index {
-            parts: (0..PARTS).map(|_| HashTable::new()).collect(),
+            parts: (0..parts).map(|_| HashTable::new()).collect(),
+            mask: parts - 1,
             len: 0,
         }
+    }
+
+    #[inline]
+    fn part_of(&self, hash: u64) -> usize {
+        ((hash >> 40) as usize) & self.mask
     }
 
     /// Entries in the index (the table's tests compare it with the pending count).
@@ -50,13 +76,13 @@ impl Index {
             .iter()
             .map(HashTable::allocation_size)
             .sum::<usize>()
-            + PARTS * std::mem::size_of::<HashTable<u32>>()
+            + self.parts.len() * std::mem::size_of::<HashTable<u32>>()
     }
 
     /// The slot stored under `hash` for which `is` says yes.
     #[inline]
     pub fn find(&self, hash: u64, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
-        self.parts[part_of(hash)]
+        self.parts[self.part_of(hash)]
             .find(hash, |&slot| is(slot))
             .copied()
     }
@@ -65,14 +91,14 @@ impl Index {
     /// hash of a slot already in the index, for when its part grows.
     #[inline]
     pub fn insert(&mut self, hash: u64, slot: u32, hash_of: impl Fn(u32) -> u64) {
-        self.parts[part_of(hash)].insert_unique(hash, slot, |&s| hash_of(s));
+        self.parts[self.part_of(hash)].insert_unique(hash, slot, |&s| hash_of(s));
         self.len += 1;
     }
 
     /// Points the entry for `old` under `hash` at `new`; false when there is none.
     #[inline]
     pub fn replace(&mut self, hash: u64, old: u32, new: u32) -> bool {
-        match self.parts[part_of(hash)].find_mut(hash, |&s| s == old) {
+        match self.parts[self.part_of(hash)].find_mut(hash, |&s| s == old) {
             Some(slot) => {
                 *slot = new;
                 true
@@ -84,7 +110,7 @@ impl Index {
     /// Removes the entry under `hash` for which `is` says yes; its slot.
     #[inline]
     pub fn remove(&mut self, hash: u64, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
-        let (slot, _) = self.parts[part_of(hash)]
+        let (slot, _) = self.parts[self.part_of(hash)]
             .find_entry(hash, |&s| is(s))
             .ok()?
             .remove();
@@ -108,8 +134,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_parts_follow_the_capacity_within_their_bounds() {
+        assert_eq!(parts_for(0), MIN_PARTS);
+        assert_eq!(parts_for(1_000_000), MIN_PARTS);
+        assert_eq!(parts_for(8_000_000), 8_192);
+        assert_eq!(parts_for(10_000_000), 16_384);
+        assert_eq!(parts_for(100_000_000), MAX_PARTS);
+        assert_eq!(parts_for(usize::MAX), MAX_PARTS);
+        assert_eq!(Index::new(10_000_000).parts.len(), 16_384);
+        // What the module's memory note counts per part.
+        assert_eq!(std::mem::size_of::<HashTable<u32>>(), 32);
+        // The part's bits lie below hashbrown's top 7 (57..64): bits 40..56 at most.
+        assert!(MAX_PARTS.trailing_zeros() + 40 <= 57);
+    }
+
+    #[test]
     fn entries_are_found_by_hash_and_predicate_and_survive_growth() {
-        let mut index = Index::new();
+        for capacity in [0, 10_000_000] {
+            entries_survive_growth_with_parts_for(capacity);
+        }
+    }
+
+    fn entries_survive_growth_with_parts_for(capacity: usize) {
+        let mut index = Index::new(capacity);
         let hash = |i: u32| {
             u64::from(i)
                 .wrapping_mul(0xd6e8_feb8_6659_fd93)
@@ -140,7 +187,7 @@ mod tests {
 
     #[test]
     fn one_hash_value_for_two_slots_keeps_both() {
-        let mut index = Index::new();
+        let mut index = Index::new(0);
         index.insert(42, 1, |_| 42);
         index.insert(42, 2, |_| 42);
         assert_eq!(index.find(42, |s| s == 2), Some(2));

@@ -96,7 +96,7 @@ impl TimerTable {
     pub fn new(now: UtcMicros, capacity: usize) -> TimerTable {
         TimerTable {
             wheel: Wheel::new(now, 0),
-            index: Index::new(),
+            index: Index::new(capacity),
             hasher: foldhash::fast::RandomState::default(),
             last_version: 0,
             capacity,
