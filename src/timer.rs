@@ -108,8 +108,10 @@ impl PackedTimer {
 }
 
 /// An immutable byte string behind one pointer: `[len: u32 LE][bytes]` in one allocation of
-/// alignment 1. Alignment 1 matters: the allocator serves a larger alignment through its
-/// aligned path, which rounds a 150-byte block up a size class.
+/// alignment 1. Alignment 1 matters: Rust's global allocator asks mimalloc for every block by
+/// `mi_malloc_aligned`, which serves a larger alignment from its plain path only while the
+/// size class's current page has a free block, and otherwise over-allocates into the next
+/// class up (a `ThinVec`'s 8-aligned 157 bytes landed in 192-byte blocks).
 struct ThinBytes {
     ptr: NonNull<u8>,
     _owns: PhantomData<Box<[u8]>>,
@@ -153,6 +155,13 @@ impl ThinBytes {
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), prefix.as_mut_ptr(), THIN_LEN) };
         u32::from_le_bytes(prefix) as usize
     }
+
+    /// The layout `concat` allocated `self` with.
+    fn layout(&self) -> Layout {
+        // SAFETY: `concat` made this very layout with `Layout::from_size_align`, which
+        // checked it (size `THIN_LEN + len()`, alignment 1).
+        unsafe { Layout::from_size_align_unchecked(THIN_LEN + self.len(), 1) }
+    }
 }
 
 impl std::ops::Deref for ThinBytes {
@@ -162,15 +171,6 @@ impl std::ops::Deref for ThinBytes {
         // SAFETY: `concat` wrote `len()` initialised bytes after the prefix, and nothing
         // writes them again while `self` lives (the type hands out only shared borrows).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(THIN_LEN), self.len()) }
-    }
-}
-
-impl ThinBytes {
-    /// The layout `concat` allocated `self` with.
-    fn layout(&self) -> Layout {
-        // SAFETY: `concat` made this very layout with `Layout::from_size_align`, which
-        // checked it (size `THIN_LEN + len()`, alignment 1).
-        unsafe { Layout::from_size_align_unchecked(THIN_LEN + self.len(), 1) }
     }
 }
 

@@ -52,8 +52,8 @@ impl Histogram {
     ///
     /// The bucket is the first whose bound is `>= v`. The search starts at the bounds below
     /// `v`'s power of two and steps up: with bounds at least 2× apart (every histogram here)
-    /// that is one comparison, where a binary search over 22 bounds made 5 dependent ones,
-    /// about a tenth of a plain fire's cost in a burst.
+    /// that is one comparison, where a binary search over 22 bounds made 5 dependent ones
+    /// (1.6–1.8 against 2.8–2.9 ns per observation, `benches/metrics.rs`).
     #[inline]
     pub fn observe(&self, v: u64) {
         let len = (u64::BITS - v.leading_zeros()) as usize;

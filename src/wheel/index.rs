@@ -4,8 +4,8 @@
 //! hash tables chosen by bits of the hash; a part that fills up doubles alone, so a growth step
 //! rehashes one part, each entry through its slab entry and key bytes (one table growing whole
 //! would stop the shard for as long as it takes to rehash everything). The number of parts
-//! follows the table's capacity ([`parts_for`]), so that a part holds about 1,024 entries when
-//! the table is full. With 4,096 parts for every capacity, a part held 2,400 entries at ten
+//! follows the table's capacity ([`parts_for`]), so that a part holds at most about 1,024
+//! entries when the table is full (610 at the default capacity of ten million). With 4,096 parts for every capacity, a part held 2,400 entries at ten
 //! million timers, and 414 and 1,123 inserts took over 1 ms while a table grew to ten million
 //! (2 runs on a 2-vCPU guest); with the 16,384 parts of that capacity now, 1 and 2 did
 //! (`cargo run --release --example table_growth -- 10000000`). 65,536 parts did no better
