@@ -217,12 +217,11 @@ fn dump(dir: &std::path::Path, system: &str, w: &Workload, rec: &Recorder, late:
     rows.sort_unstable();
     let mut out = String::from("deadline_ns,late_ns\n");
     for (d, l) in rows {
-        let late = if l == NOT_FIRED {
-            String::new()
-        } else {
-            l.to_string()
+        use std::fmt::Write;
+        let _ = match l {
+            NOT_FIRED => writeln!(out, "{d},"),
+            l => writeln!(out, "{d},{l}"),
         };
-        out.push_str(&format!("{d},{late}\n"));
     }
     let path = dir.join(format!("{system}-{}.csv", w.name()));
     if let Err(e) = std::fs::write(&path, out) {

@@ -11,6 +11,10 @@
 //! The data goes under `$PUNCTUAL_BENCH_DIR` or `./target/journal-bench` (a real disk: on
 //! tmpfs `fdatasync` costs nothing).
 
+#[path = "journal/measure.rs"]
+mod measure;
+
+use measure::{allocated_bytes, store_sum};
 use punctual::engine::Pinning;
 use punctual::store::journal::JournalConfig;
 use punctual::{EngineBuilder, UtcMicros};
@@ -191,16 +195,7 @@ fn throughput(dir: &Path, n: usize) -> (f64, f64, f64) {
     let started = Instant::now();
     schedule_all(&e.handle(), 0, n);
     let rate = n as f64 / started.elapsed().as_secs_f64();
-    let written: u64 = e
-        .handle()
-        .store_metrics()
-        .iter()
-        .map(|m| {
-            m.store
-                .journal_disk_bytes
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
-        .sum();
+    let written = store_sum(&e.handle(), |s| &s.journal_disk_bytes);
     let allocated = allocated_bytes(dir);
     e.shutdown().expect("shutdown");
     (rate, written as f64 / n as f64, allocated as f64 / n as f64)
@@ -283,33 +278,7 @@ fn recover(dir: &Path, n: usize) -> (f64, u64) {
     let started = Instant::now();
     let e = engine(dir, n);
     let secs = started.elapsed().as_secs_f64();
-    let timers = e
-        .handle()
-        .store_metrics()
-        .iter()
-        .map(|m| {
-            m.store
-                .recovered_timers
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
-        .sum();
+    let timers = store_sum(&e.handle(), |s| &s.recovered_timers);
     e.shutdown().expect("shutdown");
     (secs, timers)
-}
-
-fn allocated_bytes(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if let Ok(m) = e.metadata() {
-                total += m.blocks() * 512;
-            }
-        }
-    }
-    total
 }

@@ -21,11 +21,14 @@
 //! Registration and recovery each run in a process of their own (this executable again, with
 //! `--register DIR` or `--recover DIR`), so neither holds the other's memory.
 
+#[path = "journal/measure.rs"]
+mod measure;
+
+use measure::{allocated_bytes, store_sum};
 use punctual::engine::Pinning;
 use punctual::store::journal::JournalConfig;
 use punctual::{EngineBuilder, UtcMicros};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 #[global_allocator]
@@ -80,12 +83,7 @@ fn register(dir: &Path, n: usize) {
     schedule_all(&e.handle(), n);
     let secs = started.elapsed().as_secs_f64();
     let rss = rss_bytes();
-    let written: u64 = e
-        .handle()
-        .store_metrics()
-        .iter()
-        .map(|m| m.store.journal_disk_bytes.load(Ordering::Relaxed))
-        .sum();
+    let written = store_sum(&e.handle(), |s| &s.journal_disk_bytes);
     e.shutdown().expect("shutdown");
     let allocated = allocated_bytes(dir);
     println!(
@@ -113,12 +111,7 @@ fn recover(dir: &Path, n: usize) {
     let started = Instant::now();
     let e = engine(dir, n);
     let secs = started.elapsed().as_secs_f64();
-    let timers: u64 = e
-        .handle()
-        .store_metrics()
-        .iter()
-        .map(|m| m.store.recovered_timers.load(Ordering::Relaxed))
-        .sum();
+    let timers = store_sum(&e.handle(), |s| &s.recovered_timers);
     println!(
         "  recovery: {timers} timers in {secs:.1} s in a fresh process, RSS {:.2} GiB",
         gib(rss_bytes())
@@ -177,20 +170,6 @@ fn rss_bytes() -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kib| kib * 1024)
-}
-
-/// Disk blocks allocated under `dir`, as `du` counts them.
-fn allocated_bytes(dir: &Path) -> u64 {
-    let out = std::process::Command::new("du")
-        .args(["-s", "-B1"])
-        .arg(dir)
-        .output()
-        .expect("du");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 fn gib(bytes: u64) -> f64 {

@@ -131,10 +131,10 @@ impl<S: TimeSource> Shard<S> {
     /// `fired_at` of the pass).
     ///
     /// While nothing is due within [`Clock::lag_allowance`] of the mapped clock, the pass
-    /// fires nothing and makes no system call. Once something is, the pass reads the system clock after the mapping
-    /// and fires by that reading: never early, since deadlines are CLOCK_REALTIME instants,
-    /// and not late by the mapping's lag (about 1.4 µs, `clock`). A mapping found ahead of the
-    /// system clock is set back first (counted as a set-back).
+    /// fires nothing and makes no system call. Once something is, the pass reads the system
+    /// clock after the mapping and fires by that reading: never early, since deadlines are
+    /// CLOCK_REALTIME instants, and not late by the mapping's lag (about 1.4 µs, `clock`). A
+    /// mapping found ahead of the system clock is set back first (counted as a set-back).
     fn fire_time(&mut self) -> (UtcMicros, u64) {
         let mut mapped = self.clock.now();
         let allowance = self.clock.lag_allowance().as_nanos() as u64;

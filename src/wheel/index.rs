@@ -43,26 +43,23 @@ pub(crate) fn parts_for(capacity: usize) -> usize {
 }
 
 pub(crate) struct Index {
+    /// A power of two of them, so a part is chosen by a mask.
     parts: Box<[HashTable<u32>]>,
-    /// `parts.len() - 1`: the parts are a power of two.
-    mask: usize,
     len: usize,
 }
 
 impl Index {
     /// An empty index for a table of at most `capacity` timers.
     pub fn new(capacity: usize) -> Index {
-        let parts = parts_for(capacity);
         Index {
-            parts: (0..parts).map(|_| HashTable::new()).collect(),
-            mask: parts - 1,
+            parts: (0..parts_for(capacity)).map(|_| HashTable::new()).collect(),
             len: 0,
         }
     }
 
     #[inline]
     fn part_of(&self, hash: u64) -> usize {
-        ((hash >> 40) as usize) & self.mask
+        ((hash >> 40) as usize) & (self.parts.len() - 1)
     }
 
     /// Entries in the index (the table's tests compare it with the pending count).
