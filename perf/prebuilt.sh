@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole-host measurements, from binaries built elsewhere, for a bigger host that has no Rust
 # toolchain (and no network): the jitter bench, shard scaling and single PUTs over HTTP, the
-# open loop at 20,000 and 50,000 PUTs/s, and the cluster drill (3 Redis masters, a replica each).
+# open loop at 20,000 and 50,000 PUTs/s, and the cluster drill (3 Redis masters, a replica each);
+# on request, tens of millions of far-future timers on the journal (the pending bench).
 #
 #   perf/prebuilt.sh pack DIR        # here: builds, then copies the binaries, redis-server,
 #                                    # redis-cli and their libraries into DIR
@@ -10,7 +11,9 @@
 #
 # Each part runs under its own time limit, so one that hangs or fails leaves the others' figures.
 # JITTER_ARGS (e.g. --quick), SCALE (the HTTP bench's PUNCTUAL_BENCH_SCALE, default 0.5) and
-# OPENLOOP_S (default 10) shorten a trial run. The bench binaries start `punctual` from the
+# OPENLOOP_S (default 10) shorten a trial run. PARTS picks the parts, in order (default
+# "jitter scale openloop cluster"; "pending" runs `benches/pending.rs` with PENDING_TIMERS,
+# default 100,000,000, its data under target/pending-bench). The bench binaries start `punctual` from the
 # absolute path it had when they were built (cargo's CARGO_BIN_EXE_punctual), so `run` puts it
 # back at that path. Needs python3 (standard library) on the bigger host for the cluster drill.
 set -euo pipefail
@@ -22,7 +25,7 @@ pack() {
     mkdir -p "$dir/lib"
     cargo build --release --locked --bin punctual --example put_openloop
     local benches
-    benches=$(cargo bench --locked --no-run --bench jitter --bench http --message-format=json 2>/dev/null |
+    benches=$(cargo bench --locked --no-run --bench jitter --bench http --bench pending --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
@@ -38,7 +41,7 @@ for l in sys.stdin:
     cp "$(readlink -f "$(command -v redis-cli)")" "$dir/redis-cli"
     ldd "$dir/redis-server" "$dir/redis-cli" | awk '/=> \// {print $3}' | sort -u |
         grep -v -E '/(libc|libm|libpthread|libdl|librt)\.so' | xargs -I{} cp -L {} "$dir/lib/"
-    strip "$dir"/jitter "$dir"/http "$dir"/punctual "$dir"/put_openloop
+    strip "$dir"/jitter "$dir"/http "$dir"/pending "$dir"/punctual "$dir"/put_openloop
     du -sh "$dir"
 }
 
@@ -63,18 +66,29 @@ run() {
         grep -E 'MemTotal' /proc/meminfo
         redis-server --version
     } | tee "$out/host.txt"
-    # shellcheck disable=SC2086
-    part jitter 240 "$dir/jitter" ${JITTER_ARGS:-}
-    PUNCTUAL_BENCH_SCALE=${SCALE:-0.5} part scale 90 "$dir/http" scale
-    part openloop 60 bash -c "
-        \"$dir/punctual\" serve --listen 127.0.0.1:7599 --shards 2 --store memory 2>/dev/null & pid=\$!
-        for _ in \$(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/7599) 2>/dev/null && break; sleep 0.1; done
-        for rate in 20000 50000 80000; do
-            echo \"== open loop: \$rate PUTs/s, 64 connections\"
-            \"$dir/put_openloop\" --addr 127.0.0.1:7599 --rate \$rate --connections 64 --seconds \${OPENLOOP_S:-10}
-        done
-        kill -TERM \$pid; wait \$pid"
-    PUNCTUAL_BIN=$(readlink -f "$dir/punctual") part cluster 170 perf/drills/cluster.sh 1
+    for name in ${PARTS:-jitter scale openloop cluster}; do
+        case $name in
+        # shellcheck disable=SC2086
+        jitter) part jitter 240 "$dir/jitter" ${JITTER_ARGS:-} ;;
+        scale) PUNCTUAL_BENCH_SCALE=${SCALE:-0.5} part scale 90 "$dir/http" scale ;;
+        openloop) part openloop 60 bash -c "
+            \"$dir/punctual\" serve --listen 127.0.0.1:7599 --shards 2 --store memory 2>/dev/null & pid=\$!
+            for _ in \$(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/7599) 2>/dev/null && break; sleep 0.1; done
+            for rate in 20000 50000 80000; do
+                echo \"== open loop: \$rate PUTs/s, 64 connections\"
+                \"$dir/put_openloop\" --addr 127.0.0.1:7599 --rate \$rate --connections 64 --seconds \${OPENLOOP_S:-10}
+            done
+            kill -TERM \$pid; wait \$pid" ;;
+        cluster) PUNCTUAL_BIN=$(readlink -f "$dir/punctual") part cluster 170 perf/drills/cluster.sh 1 ;;
+        # The pending bench's data goes under target/pending-bench, on the disk, not under OUT.
+        pending) part pending "${PENDING_LIMIT:-570}" \
+            "$dir/pending" --timers "${PENDING_TIMERS:-100000000}" ;;
+        *)
+            echo "unknown part: $name" >&2
+            exit 2
+            ;;
+        esac
+    done
 }
 
 case $mode in

@@ -27,6 +27,7 @@ impl<S: TimeSource> Shard<S> {
         let limit = self.store.ack_timeout();
         let refusal = self.store.refusal();
         let mut held: Vec<(Instant, Op)> = Vec::new();
+        self.table.reserve(self.store.to_recover());
         let (ring, stop, store) = (&self.ring, &self.stop, &mut self.store);
         let mut loader = Loader {
             table: &mut self.table,

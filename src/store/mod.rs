@@ -136,6 +136,13 @@ pub trait Store {
         stop: &'a AtomicBool,
     ) -> LocalFuture<'a, bool>;
 
+    /// At most how many records the next [`Store::recover`] hands over, when the store knows
+    /// before it begins (0 when it does not): the shard makes room for them in one step
+    /// rather than growing its index as they come.
+    fn to_recover(&self) -> usize {
+        0
+    }
+
     /// After [`Store::recover`]: a version at least as high as every version the store ever
     /// held, including those of timers since cancelled, fired or compacted away; the shard's
     /// next versions stay above it even when the clock has stepped back. 0 when the store

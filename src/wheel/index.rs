@@ -92,6 +92,22 @@ impl Index {
         self.len += 1;
     }
 
+    /// Room for `additional` more entries, so that adding them grows no part, or hardly any:
+    /// each part reserves its share and four standard deviations more (a part's share is
+    /// binomial), which hashbrown's power-of-two buckets mostly hold anyway. Too few to fill
+    /// every part's smallest table are left to grow as they come. `hash_of` as for
+    /// [`Index::insert`].
+    pub fn reserve(&mut self, additional: usize, hash_of: impl Fn(u32) -> u64) {
+        let share = additional / self.parts.len();
+        if share < 4 {
+            return;
+        }
+        let each = share + 4 * share.isqrt();
+        for part in self.parts.iter_mut() {
+            part.reserve(each, |&s| hash_of(s));
+        }
+    }
+
     /// Points the entry for `old` under `hash` at `new`; false when there is none.
     #[inline]
     pub fn replace(&mut self, hash: u64, old: u32, new: u32) -> bool {
@@ -180,6 +196,42 @@ mod tests {
         );
         assert_eq!(index.find(hash(11), |s| s == 11), None);
         assert_eq!(index.find(hash(12), |s| s == 12), Some(12));
+    }
+
+    #[test]
+    fn a_reserve_of_what_is_then_inserted_grows_hardly_a_part() {
+        let hash = |i: u32| u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5555;
+        let mut index = Index::new(0);
+        let n = (MIN_PARTS * 300) as u32;
+        index.reserve(n as usize, hash);
+        let reserved = index.allocation_size();
+        let headers = MIN_PARTS * std::mem::size_of::<HashTable<u32>>();
+        assert!(reserved > headers + n as usize * 5, "room for every entry");
+        let grown = |index: &Index| {
+            index
+                .parts
+                .iter()
+                .filter(|p| p.capacity() < 300 + 4 * 17)
+                .count()
+        };
+        assert_eq!(grown(&index), 0, "every part has its share and more");
+        for i in 0..n {
+            index.insert(hash(i), i, hash);
+        }
+        assert_eq!(index.len(), n as usize);
+        assert_eq!(index.allocation_size(), reserved, "no part grew");
+        for i in (0..n).step_by(101) {
+            assert_eq!(index.find(hash(i), |s| s == i), Some(i));
+        }
+        // A reserve on a filled index rehashes what it holds without losing it.
+        index.reserve(n as usize, hash);
+        for i in (0..n).step_by(97) {
+            assert_eq!(index.find(hash(i), |s| s == i), Some(i));
+        }
+        // Too few to share out: nothing reserved.
+        let mut small = Index::new(0);
+        small.reserve(MIN_PARTS * 3, hash);
+        assert_eq!(small.allocation_size(), headers);
     }
 
     #[test]

@@ -224,6 +224,10 @@ impl Store for JournalStore {
         self.version_floor
     }
 
+    fn to_recover(&self) -> usize {
+        self.opened.as_ref().map_or(0, open::Opened::live_bound)
+    }
+
     /// `Ok` when the journal can write and one more write of `tenant` fits in the outbox;
     /// else the refusal, counted.
     fn admit(&self, tenant: &str) -> Result<()> {

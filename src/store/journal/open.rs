@@ -34,6 +34,11 @@ impl Opened {
     pub fn version_floor(&self) -> u64 {
         self.replay.report.version_floor
     }
+
+    /// At most how many timers and dead letters `hand_over` hands the shard.
+    pub fn live_bound(&self) -> usize {
+        self.replay.live_bound()
+    }
 }
 
 pub(crate) async fn open(shared: &ShardJournal) -> Result<Opened, String> {

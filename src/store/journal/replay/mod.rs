@@ -13,9 +13,12 @@
 //! snapshot's end record holds that of the records it replaced), so that the shard never
 //! hands out a version again even when the clock has stepped back.
 //!
-//! The index stores 12 bytes per entry (file, offset, set, live) in a `hashbrown::HashTable`; the
-//! identity it hashes and compares is read from the frame in the loaded file, so nothing is
-//! copied. Snapshots hold each identity once, so they are streamed, not indexed. Recovery
+//! The index stores 12 bytes per entry (32 bits of the identity's hash, file, offset, set, live)
+//! in a `hashbrown::HashTable`; the identity it compares is read from the frame in the loaded
+//! file, so nothing is copied. The kept hash bits are what the table hashes by, so growing the
+//! index reads no frame: with only the location kept, each doubling reread every identity
+//! from the files, and that rehashing was 15% of recovering ten million timers (`cargo bench
+//! --bench pending -- --timers 10000000`, profiled). Snapshots hold each identity once, so they are streamed, not indexed. Recovery
 //! hands the live timers to the shard; compaction copies their frames, verbatim, into the
 //! next snapshot; a change of shard count sends each to its new owner.
 //!
@@ -50,23 +53,66 @@ pub const YIELD_EVERY: usize = 4096;
 /// Where an identity's last record in one set lies.
 #[derive(Clone, Copy)]
 struct Loc {
+    /// The identity's hash, 32 bits of it ([`hash_of`]).
+    hash: u32,
+    /// The file's place in the segments, with [`DEAD`] and [`LIVE`] in its top bits.
     src: u32,
     off: u32,
-    /// The set: dead letters (true) or pending timers.
-    dead: bool,
-    live: bool,
 }
 
+/// [`Loc::src`]'s bit for the set: dead letters (set) or pending timers.
+const DEAD: u32 = 1 << 31;
+/// [`Loc::src`]'s bit for a live entry (a gone one is not).
+const LIVE: u32 = 1 << 30;
+/// The most segments one replay reads: the files' places stay below the two flag bits.
+const MAX_SEGMENTS: usize = 1 << 30;
+
 impl Loc {
-    fn key<'a>(&self, segments: &'a [Source]) -> (bool, &'a [u8]) {
-        (self.dead, identity_at(segments, *self))
+    fn new(hash: u32, src: usize, off: usize, dead: bool, live: bool) -> Loc {
+        let flags = if dead { DEAD } else { 0 } | if live { LIVE } else { 0 };
+        Loc {
+            hash,
+            src: src as u32 | flags,
+            off: off as u32,
+        }
     }
+
+    fn src(&self) -> usize {
+        (self.src & !(DEAD | LIVE)) as usize
+    }
+
+    fn dead(&self) -> bool {
+        self.src & DEAD != 0
+    }
+
+    fn live(&self) -> bool {
+        self.src & LIVE != 0
+    }
+
+    fn key<'a>(&self, segments: &'a [Source]) -> (bool, &'a [u8]) {
+        (self.dead(), identity_at(segments, *self))
+    }
+
+    /// Whether this entry is (set, id)'s, whose hash is `hash`: the kept bits first, so that a
+    /// frame is read only for a likely match.
+    fn is(&self, hash: u32, key: (bool, &[u8]), segments: &[Source]) -> bool {
+        self.hash == hash && self.key(segments) == key
+    }
+}
+
+/// The table's 64-bit hash from the 32 bits an entry keeps: a multiply spreads them over the
+/// high bits, which hashbrown's probe filter reads, and keeps the low bits, which place the
+/// bucket, as random as the bits are.
+fn widen(hash: u32) -> u64 {
+    u64::from(hash).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 pub struct Replay {
     snapshot: Option<Source>,
     segments: Vec<Source>,
     index: HashTable<Loc>,
+    /// Entries of the index that are live.
+    index_live: usize,
     hasher: foldhash::fast::FixedState,
     skip_corrupt: bool,
     /// The snapshot's end record, once [`Replay::check_snapshot`] read it.
@@ -90,6 +136,7 @@ impl Replay {
             snapshot,
             segments,
             index: HashTable::new(),
+            index_live: 0,
             hasher: foldhash::fast::FixedState::with_seed(0x7075_6e63),
             skip_corrupt,
             snapshot_end: End::default(),
@@ -113,10 +160,17 @@ impl Replay {
         let Replay {
             segments,
             index,
+            index_live,
             hasher,
             report,
             ..
         } = self;
+        if segments.len() > MAX_SEGMENTS {
+            return Err(format!(
+                "{} segments after the snapshot: one replay reads at most {MAX_SEGMENTS}",
+                segments.len()
+            ));
+        }
         let last = segments.len().saturating_sub(1);
         let mut pace = Pace::new();
         for (i, src) in segments.iter().enumerate() {
@@ -170,19 +224,18 @@ impl Replay {
                     let Some(effect) = effect else {
                         continue;
                     };
-                    let loc = Loc {
-                        src: i as u32,
-                        off: off as u32,
-                        dead: set,
-                        live: effect == Effect::Live,
-                    };
-                    let hash = hasher.hash_one((set, id));
-                    match index.find_mut(hash, |l| l.key(segments) == (set, id)) {
-                        Some(l) => *l = loc,
+                    let hash = hash_of(hasher, (set, id));
+                    let loc = Loc::new(hash, i, off, set, effect == Effect::Live);
+                    match index.find_mut(widen(hash), |l| l.is(hash, (set, id), segments)) {
+                        Some(l) => {
+                            *index_live -= usize::from(l.live());
+                            *l = loc;
+                        }
                         None => {
-                            index.insert_unique(hash, loc, |l| hasher.hash_one(l.key(segments)));
+                            index.insert_unique(widen(hash), loc, |l| widen(l.hash));
                         }
                     }
+                    *index_live += usize::from(loc.live());
                 }
             }
             report.corrupt += scan.corrupt;
@@ -270,6 +323,12 @@ impl Replay {
         Scan::new(&snap.buf, block, block, Role::Snapshot, self.skip_corrupt)
     }
 
+    /// At most how many entries [`Replay::live`] yields (after [`Replay::index`]): the
+    /// snapshot's, some of which later records may have replaced, and the index's live ones.
+    pub fn live_bound(&self) -> usize {
+        self.snapshot_entries.unwrap_or(0) as usize + self.index_live
+    }
+
     /// Step 2: every live timer and dead letter with its frame (run [`Replay::index`] and
     /// [`Replay::check_snapshot`] first; damage they passed is skipped here). A dead letter's
     /// metadata says what it is (`sink::webhook::is_dead`, read by `shard::recover`).
@@ -291,17 +350,19 @@ impl Replay {
                 let (record, frame, _) = item.ok()?;
                 let set = matches!(record, Record::DeadLetter(_));
                 let t = record.entry()?;
-                let hash = self.hasher.hash_one((set, t.identity));
+                let hash = hash_of(&self.hasher, (set, t.identity));
                 self.index
-                    .find(hash, |l| l.key(&self.segments) == (set, t.identity))
+                    .find(widen(hash), |l| {
+                        l.is(hash, (set, t.identity), &self.segments)
+                    })
                     .is_none()
                     .then_some((t, frame))
             });
         let from_segments = self.index.iter().map(|l| {
-            if !l.live {
+            if !l.live() {
                 return None;
             }
-            let src = self.segments.get(l.src as usize)?;
+            let src = self.segments.get(l.src())?;
             let block = src.header.block as usize;
             match super::record::decode_at(&src.buf, l.off as usize, block) {
                 super::record::Step::Record { record, frame, .. } => Some((record.entry()?, frame)),
@@ -362,10 +423,15 @@ impl Replay {
     }
 }
 
+/// The 32 bits of (set, identity)'s hash that an index entry keeps.
+fn hash_of(hasher: &foldhash::fast::FixedState, key: (bool, &[u8])) -> u32 {
+    (hasher.hash_one(key) >> 32) as u32
+}
+
 /// The identity of the record at `l`, read without checking its CRC again (it was checked
 /// when it was indexed); empty if the bytes are not there.
 fn identity_at(segments: &[Source], l: Loc) -> &[u8] {
-    let Some(src) = segments.get(l.src as usize) else {
+    let Some(src) = segments.get(l.src()) else {
         return &[];
     };
     let at = l.off as usize;

@@ -444,3 +444,77 @@ fn the_largest_sequence_numbers_on_disk_are_refused_without_overflow() {
         "a gap up to u64::MAX"
     );
 }
+
+/// Two keys whose identities share the 32 hash bits an index entry keeps (found by search).
+fn keys_sharing_the_kept_hash_bits() -> (String, String) {
+    let replay = super::Replay::new(None, Vec::new(), false, false);
+    let identity = |k: &str| [&[1, k.len() as u8][..], b"t", k.as_bytes()].concat();
+    let mut seen = std::collections::HashMap::new();
+    for i in 0..2_000_000u32 {
+        let k = format!("k{i}");
+        let h = super::hash_of(&replay.hasher, (false, &identity(&k)));
+        if let Some(other) = seen.insert(h, k.clone()) {
+            return (other, k);
+        }
+    }
+    unreachable!("two million keys over 32 bits always share a hash")
+}
+
+/// The index keeps 32 bits of each identity's hash and rehashes by them alone, so keys that
+/// share those bits must still be told apart by their identities: in the segments' index, and
+/// when a snapshot's entry is looked up in it.
+#[test]
+fn identities_that_share_the_kept_hash_bits_stay_apart() {
+    let (a, b) = keys_sharing_the_kept_hash_bits();
+    assert_ne!(a, b);
+    let fillers: Vec<Frame> = (0..300)
+        .map(|i| schedule(&format!("f{i}"), 100 + i))
+        .collect();
+    let mut expect: Vec<(String, u64, bool)> = (0..300)
+        .map(|i| (format!("f{i}"), 100 + i, false))
+        .collect();
+
+    // In the segments alone: a's cancel leaves b, through the index's growth (the fillers).
+    let tmp = tempfile::tempdir().expect("tempdir");
+    segment(
+        tmp.path(),
+        1,
+        1,
+        &[
+            vec![schedule(&a, 1), schedule(&b, 2)],
+            fillers.clone(),
+            vec![cancel(&a)],
+        ],
+    );
+    let mut want = expect.clone();
+    want.push((b.clone(), 2, false));
+    want.sort();
+    assert_eq!(live(tmp.path()), want);
+
+    // A snapshot holding both, a segment replacing a and cancelling b.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    snapshot(tmp.path(), 1, &[schedule(&a, 1), schedule(&b, 2)], 0, 2);
+    segment(
+        tmp.path(),
+        1,
+        1,
+        &[fillers, vec![schedule(&a, 3)], vec![cancel(&b)]],
+    );
+    expect.push((a, 3, false));
+    expect.sort();
+    assert_eq!(live(tmp.path()), expect);
+}
+
+/// What the module doc counts per index entry: the hash bits, the file and the offset, with
+/// the set and the liveness in the file's top bits.
+#[test]
+fn an_index_entry_is_twelve_bytes_and_keeps_its_flags_apart() {
+    assert_eq!(std::mem::size_of::<super::Loc>(), 12);
+    for (dead, live) in [(false, false), (false, true), (true, false), (true, true)] {
+        let l = super::Loc::new(7, super::MAX_SEGMENTS - 1, u32::MAX as usize, dead, live);
+        assert_eq!(
+            (l.src(), l.off, l.dead(), l.live()),
+            (super::MAX_SEGMENTS - 1, u32::MAX, dead, live)
+        );
+    }
+}
