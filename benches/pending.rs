@@ -4,12 +4,13 @@
 //! ```text
 //! cargo bench --bench pending                       # 100,000,000 timers (needs about 26 GiB of RAM)
 //! cargo bench --bench pending -- --timers 50000000
+//! cargo bench --bench pending -- --timers 100000000 --shards 8   # a host with 16 cores
 //! ```
 //!
-//! The engine runs as `punctual serve` does: 2 shards, the journal store (`fsync always`),
-//! mimalloc. Timers have 32-byte keys and 100-byte payloads and are spread evenly over 7 days,
-//! from one hour ahead; two client threads register them through the library API, each keeping
-//! 4,096 acknowledged schedules in flight. The data goes under `$PUNCTUAL_BENCH_DIR` or
+//! The engine runs as `punctual serve` does: 2 shards (`--shards N`), the journal store (`fsync
+//! always`), mimalloc. Timers have 32-byte keys and 100-byte payloads and are spread evenly over
+//! 7 days, from one hour ahead; one client thread per shard registers them through the library
+//! API, each keeping 4,096 acknowledged schedules in flight. The data goes under `$PUNCTUAL_BENCH_DIR` or
 //! `./target/pending-bench`. Printed:
 //!
 //! - registrations per second, acknowledged (durable);
@@ -48,12 +49,13 @@ fn main() {
     };
     let n: usize =
         value("--timers").map_or(100_000_000, |v| v.parse().expect("--timers takes a count"));
+    let shards: usize = value("--shards").map_or(2, |v| v.parse().expect("--shards takes a count"));
     if let Some(dir) = value("--register") {
-        register(Path::new(dir), n);
+        register(Path::new(dir), n, shards);
         return;
     }
     if let Some(dir) = value("--recover") {
-        recover(Path::new(dir), n);
+        recover(Path::new(dir), n, shards);
         return;
     }
     let root = std::env::var_os("PUNCTUAL_BENCH_DIR")
@@ -65,7 +67,8 @@ fn main() {
     // Each part in a process of its own, so that neither holds the other's memory.
     for part in ["--register", "--recover"] {
         let out = std::process::Command::new(std::env::current_exe().expect("own path"))
-            .args([part, &dir.to_string_lossy(), "--timers", &n.to_string()])
+            .args([part, &dir.to_string_lossy()])
+            .args(["--timers", &n.to_string(), "--shards", &shards.to_string()])
             .stderr(std::process::Stdio::inherit())
             .output()
             .expect("bench process");
@@ -76,18 +79,18 @@ fn main() {
 }
 
 /// Registers `n` timers into a fresh engine on `dir` and prints the rate, memory and disk.
-fn register(dir: &Path, n: usize) {
-    let e = engine(dir, n);
+fn register(dir: &Path, n: usize, shards: usize) {
+    let e = engine(dir, n, shards);
     let rss0 = rss_bytes();
     let started = Instant::now();
-    schedule_all(&e.handle(), n);
+    schedule_all(&e.handle(), n, shards);
     let secs = started.elapsed().as_secs_f64();
     let rss = rss_bytes();
     let written = store_sum(&e.handle(), |s| &s.journal_disk_bytes);
     e.shutdown().expect("shutdown");
     let allocated = allocated_bytes(dir);
     println!(
-        "registered {n} timers (32 B keys, 100 B payloads, over 7 days) in {secs:.1} s: {:.0}/s",
+        "registered {n} timers on {shards} shards (32 B keys, 100 B payloads, over 7 days) in {secs:.1} s: {:.0}/s",
         n as f64 / secs
     );
     println!(
@@ -107,9 +110,9 @@ fn register(dir: &Path, n: usize) {
 
 /// Starts an engine with room for `n` timers on `dir`, waits for every shard to recover and
 /// prints how long it took.
-fn recover(dir: &Path, n: usize) {
+fn recover(dir: &Path, n: usize, shards: usize) {
     let started = Instant::now();
-    let e = engine(dir, n);
+    let e = engine(dir, n, shards);
     let secs = started.elapsed().as_secs_f64();
     let timers = store_sum(&e.handle(), |s| &s.recovered_timers);
     println!(
@@ -120,11 +123,11 @@ fn recover(dir: &Path, n: usize) {
     e.shutdown().expect("shutdown");
 }
 
-fn engine(dir: &Path, capacity: usize) -> punctual::Engine {
+fn engine(dir: &Path, capacity: usize, shards: usize) -> punctual::Engine {
     let mut cfg = JournalConfig::new(dir);
     cfg.ack_timeout = Duration::from_secs(60);
     let e = EngineBuilder::new()
-        .shards(2)
+        .shards(shards)
         .pinning(Pinning::Auto)
         .spin(Duration::ZERO)
         .shard_capacity(capacity)
@@ -135,12 +138,11 @@ fn engine(dir: &Path, capacity: usize) -> punctual::Engine {
     e
 }
 
-/// `n` timers from two threads, each with `IN_FLIGHT` schedules awaiting their acks.
-fn schedule_all(h: &punctual::Handle, n: usize) {
+/// `n` timers from `threads` threads, each with `IN_FLIGHT` schedules awaiting their acks.
+fn schedule_all(h: &punctual::Handle, n: usize, threads: usize) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);
-    let threads = 2;
     std::thread::scope(|s| {
         for t in 0..threads {
             let h = h.clone();

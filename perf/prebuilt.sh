@@ -13,7 +13,8 @@
 # JITTER_ARGS (e.g. --quick), SCALE (the HTTP bench's PUNCTUAL_BENCH_SCALE, default 0.5) and
 # OPENLOOP_S (default 10) shorten a trial run. PARTS picks the parts, in order (default
 # "jitter scale openloop cluster"; "pending" runs `benches/pending.rs` with PENDING_TIMERS,
-# default 100,000,000, its data under target/pending-bench). The bench binaries start `punctual` from the
+# default 100,000,000, on PENDING_SHARDS shards, default 2; its data under
+# target/pending-bench). The bench binaries start `punctual` from the
 # absolute path it had when they were built (cargo's CARGO_BIN_EXE_punctual), so `run` puts it
 # back at that path. Needs python3 (standard library) on the bigger host for the cluster drill.
 set -euo pipefail
@@ -82,7 +83,7 @@ run() {
         cluster) PUNCTUAL_BIN=$(readlink -f "$dir/punctual") part cluster 170 perf/drills/cluster.sh 1 ;;
         # The pending bench's data goes under target/pending-bench, on the disk, not under OUT.
         pending) part pending "${PENDING_LIMIT:-570}" \
-            "$dir/pending" --timers "${PENDING_TIMERS:-100000000}" ;;
+            "$dir/pending" --timers "${PENDING_TIMERS:-100000000}" --shards "${PENDING_SHARDS:-2}" ;;
         *)
             echo "unknown part: $name" >&2
             exit 2
