@@ -5,12 +5,15 @@
 //! cargo bench --bench pending                       # 100,000,000 timers (needs about 26 GiB of RAM)
 //! cargo bench --bench pending -- --timers 50000000
 //! cargo bench --bench pending -- --timers 100000000 --shards 8   # a host with 16 cores
+//! cargo bench --bench pending -- --timers 10000000 --thp-off      # as `punctual serve` runs
 //! ```
 //!
 //! The engine runs as `punctual serve` does: 2 shards (`--shards N`), the journal store (`fsync
 //! always`), mimalloc. Timers have 32-byte keys and 100-byte payloads and are spread evenly over
 //! 7 days, from one hour ahead; one client thread per shard registers them through the library
-//! API, each keeping 4,096 acknowledged schedules in flight. The data goes under `$PUNCTUAL_BENCH_DIR` or
+//! API, each keeping 4,096 acknowledged schedules in flight. Transparent huge pages are as the
+//! host has them (with `madvise`, mimalloc asks for them); `--thp-off` turns them off for the
+//! bench's processes, as `punctual serve` does by default. The data goes under `$PUNCTUAL_BENCH_DIR` or
 //! `./target/pending-bench`. Printed:
 //!
 //! - registrations per second, acknowledged (durable);
@@ -50,6 +53,21 @@ fn main() {
     let n: usize =
         value("--timers").map_or(100_000_000, |v| v.parse().expect("--timers takes a count"));
     let shards: usize = value("--shards").map_or(2, |v| v.parse().expect("--shards takes a count"));
+    let thp_off = args.iter().any(|a| a == "--thp-off");
+    if thp_off {
+        // SAFETY: PR_SET_THP_DISABLE takes one integer argument (the rest must be zero) and
+        // only sets a flag on this process's memory map (inherited by the parts it starts).
+        let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        assert_eq!(
+            rc,
+            0,
+            "PR_SET_THP_DISABLE: {}",
+            std::io::Error::last_os_error()
+        );
+        if value("--register").is_none() && value("--recover").is_none() {
+            println!("transparent huge pages off for these processes (--thp-off)");
+        }
+    }
     if let Some(dir) = value("--register") {
         register(Path::new(dir), n, shards);
         return;
