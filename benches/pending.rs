@@ -13,8 +13,8 @@
 //! 7 days, from one hour ahead; one client thread per shard registers them through the library
 //! API, each keeping 4,096 acknowledged schedules in flight. Transparent huge pages are as the
 //! host has them (with `madvise`, mimalloc asks for them); `--thp-off` turns them off for the
-//! bench's processes, as `punctual serve` does by default. The data goes under `$PUNCTUAL_BENCH_DIR` or
-//! `./target/pending-bench`. Printed:
+//! bench's processes, as `punctual serve` does by default. The data goes under
+//! `$PUNCTUAL_BENCH_DIR` or `./target/pending-bench`. Printed:
 //!
 //! - registrations per second, acknowledged (durable);
 //! - resident memory (VmRSS) before and after, and per pending timer;

@@ -5,9 +5,10 @@
 //! rehashes one part, each entry through its slab entry and key bytes (one table growing whole
 //! would stop the shard for as long as it takes to rehash everything). The number of parts
 //! follows the table's capacity ([`parts_for`]), so that a part holds at most about 1,024
-//! entries when the table is full (610 at the default capacity of ten million). With 4,096 parts for every capacity, a part held 2,400 entries at ten
-//! million timers, and 414 and 1,123 inserts took over 1 ms while a table grew to ten million
-//! (2 runs on a 2-vCPU guest); with the 16,384 parts of that capacity now, 1 and 2 did
+//! entries when the table is full (610 at the default capacity of ten million). With 4,096
+//! parts for every capacity, a part held 2,400 entries at ten million timers, and 414 and 1,123
+//! inserts took over 1 ms while a table grew to ten million (2 runs on a 2-vCPU guest); with
+//! the 16,384 parts of that capacity now, 1 and 2 did
 //! (`cargo run --release --example table_growth -- 10000000`). 65,536 parts did no better
 //! there, and made inserts at ten million timers 25–50% slower: their 2 MiB of table headers
 //! miss the cache where 16,384's 512 KiB mostly do not (`cargo bench --bench wheel --

@@ -2,9 +2,9 @@
 //! upsert semantics, and the version counter.
 //!
 //! A timer's tenant, key and payload travel as one [`PackedTimer`] allocation (`crate::timer`),
-//! made by the caller's thread and moved (not copied) into the wheel. The index (`index.rs`) holds slab
-//! indices and 32 bits of each key's hash; it stores no key bytes of its own, and compares
-//! against the bytes in the slab entry.
+//! made by the caller's thread and moved (not copied) into the wheel. The index (`index.rs`)
+//! holds slab indices, 4 bytes a bucket; it stores no key bytes and no hash of its own, and
+//! compares against the bytes in the slab entry.
 //!
 //! Versions: each table hands out `max(now in µs, previous + 1)`, so a version is positive,
 //! increases strictly on every (re)schedule, and keeps increasing across restarts (the clock

@@ -18,9 +18,10 @@
 //! file, so nothing is copied. The kept hash bits are what the table hashes by, so growing the
 //! index reads no frame: with only the location kept, each doubling reread every identity
 //! from the files, and that rehashing was 15% of recovering ten million timers (`cargo bench
-//! --bench pending -- --timers 10000000`, profiled). Snapshots hold each identity once, so they are streamed, not indexed. Recovery
-//! hands the live timers to the shard; compaction copies their frames, verbatim, into the
-//! next snapshot; a change of shard count sends each to its new owner.
+//! --bench pending -- --timers 10000000`, profiled). Snapshots hold each identity once, so
+//! they are streamed, not indexed. Recovery hands the live timers to the shard; compaction
+//! copies their frames, verbatim, into the next snapshot; a change of shard count sends each
+//! to its new owner.
 //!
 //! Cost: one hash and one probe per segment record, one lookup per snapshot record; memory
 //! is the index plus the pages of the files that replay touches. Files are mapped, not read
@@ -169,6 +170,15 @@ impl Replay {
             return Err(format!(
                 "{} segments after the snapshot: one replay reads at most {MAX_SEGMENTS}",
                 segments.len()
+            ));
+        }
+        // An entry keeps a record's offset in 32 bits; the journal never writes a segment
+        // over 1 GiB (`segment_bytes`), so a bigger file is not one of its segments.
+        if let Some(big) = segments.iter().find(|s| s.buf.len() > u32::MAX as usize) {
+            return Err(format!(
+                "{}: {} bytes, more than a segment can hold (4 GiB)",
+                big.path.display(),
+                big.buf.len()
             ));
         }
         let last = segments.len().saturating_sub(1);
