@@ -518,3 +518,21 @@ fn an_index_entry_is_twelve_bytes_and_keeps_its_flags_apart() {
         );
     }
 }
+
+/// An index entry keeps a record's offset in 32 bits: a file over 4 GiB in a segment's name
+/// (the journal writes at most 1 GiB) is refused, not read with its offsets cut short.
+#[test]
+fn a_segment_too_big_for_the_index_offsets_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    segment(d, 1, 1, &[vec![schedule("a", 1)]]);
+    let path = d.join(segment_name(1));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    f.set_len(u64::from(u32::MAX) + 1).expect("a sparse tail");
+    let e = refused(d);
+    assert!(e.contains("more than a segment can hold"), "{e}");
+    assert!(e.contains(&segment_name(1)), "names the file: {e}");
+}
