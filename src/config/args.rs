@@ -91,8 +91,8 @@ pub struct ServeArgs {
     /// Requests each shard's ring holds before callers get 503 overloaded [default: 65536].
     #[arg(long, env = "PUNCTUAL_RING_CAPACITY", value_name = "N")]
     pub ring_capacity: Option<String>,
-    /// Pending timers one shard may hold; memory is reserved for them at start
-    /// [default: 10000000].
+    /// Pending timers one shard may hold; past it new keys get 503 capacity_exceeded. Nothing
+    /// is reserved for them: a shard's table grows with its timers [default: 10000000].
     #[arg(long, env = "PUNCTUAL_SHARD_CAPACITY", value_name = "N")]
     pub shard_capacity: Option<String>,
     /// Open HTTP connections, all shards together; more are answered 503 and closed
