@@ -55,15 +55,7 @@ fn main() {
     let shards: usize = value("--shards").map_or(2, |v| v.parse().expect("--shards takes a count"));
     let thp_off = args.iter().any(|a| a == "--thp-off");
     if thp_off {
-        // SAFETY: PR_SET_THP_DISABLE takes one integer argument (the rest must be zero) and
-        // only sets a flag on this process's memory map (inherited by the parts it starts).
-        let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-        assert_eq!(
-            rc,
-            0,
-            "PR_SET_THP_DISABLE: {}",
-            std::io::Error::last_os_error()
-        );
+        punctual::engine::transparent_huge_pages_off().expect("PR_SET_THP_DISABLE");
         if value("--register").is_none() && value("--recover").is_none() {
             println!("transparent huge pages off for these processes (--thp-off)");
         }

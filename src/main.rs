@@ -81,13 +81,9 @@ fn serve(args: &punctual::config::ServeArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if !config.transparent_huge_pages {
-        // SAFETY: PR_SET_THP_DISABLE takes one integer argument (the rest must be zero) and
-        // only sets a flag on this process's memory map.
-        let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-        if rc != 0 {
+        if let Err(e) = punctual::engine::transparent_huge_pages_off() {
             eprintln!(
-                "punctual: could not turn transparent huge pages off for this process ({}); page faults may stall a shard for milliseconds",
-                std::io::Error::last_os_error()
+                "punctual: could not turn transparent huge pages off for this process ({e}); page faults may stall a shard for milliseconds"
             );
         }
     }

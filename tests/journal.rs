@@ -3,8 +3,12 @@
 //! recovers every commit that lies whole before the cut, and nothing of the one it cuts; a flipped bit stops the start with the
 //! file and offset, or is skipped and counted; compaction keeps the disk bounded.
 
+#[path = "support/disk.rs"]
+mod disk;
 #[path = "support/loopfs.rs"]
 mod loopfs;
+
+use disk::{allocated_bytes, files_under};
 
 use loopfs::LoopFs;
 use punctual::engine::Pinning;
@@ -91,23 +95,6 @@ fn pending(e: &punctual::Engine) -> u64 {
         std::thread::sleep(Duration::from_millis(5));
     }
     count()
-}
-
-fn segment_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]
@@ -232,9 +219,9 @@ fn compaction_keeps_the_disk_bounded_while_ten_times_the_live_set_churns() {
             for r in futures_lite::future::block_on(futures_util::future::join_all(cancels)) {
                 r.expect("cancel");
             }
-            worst = worst.max(dir_bytes(tmp.path()));
+            worst = worst.max(allocated_bytes(tmp.path()));
         }
-        let disk = dir_bytes(tmp.path());
+        let disk = allocated_bytes(tmp.path());
         snapshots = e.handle().store_metrics()[0]
             .store
             .journal_snapshots_total
@@ -249,14 +236,14 @@ fn compaction_keeps_the_disk_bounded_while_ten_times_the_live_set_churns() {
         "disk {worst} B over 2 × live {live_bytes} + 2 segments {seg}, plus one snapshot in writing"
     );
     e.shutdown().expect("shutdown");
-    for f in segment_files(tmp.path()) {
+    for f in files_under(tmp.path()) {
         eprintln!(
             "{} {:?}",
             f.display(),
             std::fs::metadata(&f).map(|m| m.len())
         );
     }
-    let settled = dir_bytes(tmp.path());
+    let settled = allocated_bytes(tmp.path());
     assert!(
         settled <= bound,
         "disk {settled} B over the bound {bound} B"
@@ -264,24 +251,6 @@ fn compaction_keeps_the_disk_bounded_while_ten_times_the_live_set_churns() {
     let (e, _) = start(1, cfg).expect("restarts");
     assert_eq!(pending(&e), live as u64);
     e.shutdown().expect("shutdown");
-}
-
-/// Bytes the files under `dir` take on disk (allocated blocks).
-fn dir_bytes(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if let Ok(m) = e.metadata() {
-                total += m.blocks() * 512;
-            }
-        }
-    }
-    total
 }
 
 /// The one shard directory of a one-shard journal under `root`.
@@ -344,7 +313,7 @@ fn a_journal_cut_at_any_offset_recovers_every_record_before_the_cut() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let versions = fill(tmp.path(), 600);
     let dir = shard_dir(tmp.path());
-    let seg = segment_files(&dir)
+    let seg = files_under(&dir)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "log"))
         .find(|p| {
@@ -400,7 +369,7 @@ fn a_flipped_bit_stops_the_start_naming_the_file_and_offset_or_is_skipped() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let versions = fill(tmp.path(), 300);
     let dir = shard_dir(tmp.path());
-    let seg = segment_files(&dir)
+    let seg = files_under(&dir)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "log"))
         .find(|p| {

@@ -203,9 +203,14 @@ mod tests {
         assert_eq!(index.find(hash(12), |s| s == 12), Some(12));
     }
 
+    /// A test hash of slot `i`: spread over all 64 bits, as the table's are.
+    fn spread(i: u32) -> u64 {
+        u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5555
+    }
+
     #[test]
     fn a_reserve_of_what_is_then_inserted_grows_hardly_a_part() {
-        let hash = |i: u32| u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5555;
+        let hash = spread;
         let mut index = Index::new(0);
         let n = (MIN_PARTS * 300) as u32;
         index.reserve(n as usize, hash);
@@ -239,7 +244,7 @@ mod tests {
     /// at 25 M timers over 65,536 parts) must not reserve the next power of two.
     #[test]
     fn a_reserve_takes_no_more_memory_than_growing() {
-        let hash = |i: u32| u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5555;
+        let hash = spread;
         let n = (MIN_PARTS * 381) as u32;
         let mut grown = Index::new(0);
         let mut reserved = Index::new(0);
