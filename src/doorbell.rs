@@ -337,20 +337,32 @@ mod tests {
                         _ => {}
                     }
                     let (tx, rx) = futures_channel::oneshot::channel::<usize>();
-                    let mut tx = Some(tx);
-                    while let Some(t) = tx.take() {
+                    if i % 4 == 0 {
+                        hand_over(&handoff, tx).await;
+                        drop(glommio::spawn_local(async move { relay(rx).await.is_ok() }));
+                        continue;
+                    }
+                    // The reply is handed to the sender only once the task waits for it, and
+                    // the task is not polled again until a wake: so each reply's wake comes
+                    // from the other thread (a reply sent before the first poll, or racing a
+                    // second one, needs no wake and would test nothing).
+                    let handoff = handoff.clone();
+                    let (mut reply, mut tx) = (relay(rx), Some(tx));
+                    let task = glommio::spawn_local(std::future::poll_fn(move |cx| {
+                        let Some(t) = tx.take() else {
+                            return Pin::new(&mut reply).poll(cx).map(|r| r.is_ok());
+                        };
+                        if let Poll::Ready(r) = Pin::new(&mut reply).poll(cx) {
+                            return Poll::Ready(r.is_ok());
+                        }
                         if let Err(t) = handoff.push(t) {
                             tx = Some(t);
-                            glommio::timer::sleep(Duration::from_micros(10)).await;
+                            cx.waker().wake_by_ref();
                         }
-                    }
-                    let task = glommio::spawn_local(async move { relay(rx).await.is_ok() });
-                    if i % 4 == 0 {
-                        drop(task);
-                    } else {
-                        awaited += 1;
-                        answered += usize::from(task.await);
-                    }
+                        Poll::Pending
+                    }));
+                    awaited += 1;
+                    answered += usize::from(task.await);
                 }
                 drop(broken_now);
                 stop.store(true, Ordering::Release);
@@ -382,6 +394,20 @@ mod tests {
         receiver.join().expect("receiver ran");
         sender.join().expect("sender thread");
         Some(seen)
+    }
+
+    /// Gives `tx` to the sender thread, waiting while its queue is full.
+    async fn hand_over(
+        handoff: &crossbeam_queue::ArrayQueue<futures_channel::oneshot::Sender<usize>>,
+        tx: futures_channel::oneshot::Sender<usize>,
+    ) {
+        let mut tx = Some(tx);
+        while let Some(t) = tx.take() {
+            if let Err(t) = handoff.push(t) {
+                tx = Some(t);
+                glommio::timer::sleep(Duration::from_micros(10)).await;
+            }
+        }
     }
 
     /// Every write of the bell fails (`EBADF`) while it lives, its socket still open (so the
@@ -425,8 +451,8 @@ mod tests {
         let seen = replies(20_000, |_| false).expect("no reply stranded");
         assert_eq!(seen.answered, seen.awaited, "every awaited reply arrived");
         assert!(
-            seen.relayed > 0,
-            "the replies' wakes came through the doorbell"
+            seen.relayed >= seen.awaited as u64,
+            "every awaited reply's wake came through the doorbell: {seen:?}"
         );
         assert_eq!(seen.fallbacks, 0, "{seen:?}");
     }
@@ -441,6 +467,10 @@ mod tests {
         })
         .expect("no reply stranded behind a failed ring");
         assert_eq!(seen.answered, seen.awaited, "every awaited reply arrived");
+        assert!(
+            seen.relayed >= seen.awaited as u64,
+            "every awaited reply was woken from the other thread: {seen:?}"
+        );
         assert!(seen.fallbacks > 0, "the failed rings fell back: {seen:?}");
         assert!(seen.relayed > seen.fallbacks, "{seen:?}");
     }
