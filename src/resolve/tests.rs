@@ -155,7 +155,7 @@ fn resolve_on_an_executor_gives_up_at_the_deadline_while_the_lookup_hangs() {
 /// can leave the executor asleep with the task runnable (the shard module's doc).
 #[test]
 fn an_answer_from_the_resolver_thread_wakes_the_caller_through_the_doorbell() {
-    let (r, _calls, answer) = gated(Limits::default());
+    let (r, calls, answer) = gated(Limits::default());
     let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .make()
         .expect("an executor");
@@ -163,7 +163,13 @@ fn an_answer_from_the_resolver_thread_wakes_the_caller_through_the_doorbell() {
         let metrics = Arc::new(crate::metrics::ShardMetrics::default());
         let doorbell = crate::doorbell::Doorbell::install(metrics).expect("a doorbell");
         let release = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
+            // Answers once the lookup is under way (the caller waits for it by then), not
+            // after a fixed sleep that a slow host could outlast before the caller's poll.
+            let asked = std::time::Instant::now();
+            while calls.load(Ordering::SeqCst) == 0 && asked.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(20));
             let _ = answer.send(Ok(vec![local()]));
         });
         let got = r.resolve("slow.example", 8080, T).await;
