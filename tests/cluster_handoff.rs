@@ -231,7 +231,7 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
         "rebalanced within 5 s: join {settled:?}, SIGTERM {rebalanced:?}"
     );
     // The join moved partitions from A and B to C (released there, acquired by C); the stop
-    // moved B's to A and C. Each move was seen at a tick, not a round later.
+    // moved B's to A and C.
     let [ea, eb, ec] = before_stop;
     assert!(
         ea[1] > 0 && eb[1] > 0,
@@ -241,9 +241,13 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
         ec[0] >= share(c, &[a, b, c]),
         "C acquired its share: {ec:?}"
     );
+    // A node whose own round happens to start within a tick of the join sees it in that
+    // round, not a tick (one chance in round / tick = 20 for each node), and counts no early
+    // round: so at least one of the two saw it at a tick. That neither waited a round for it
+    // is what the lateness bound above proves.
     assert!(
-        ea[2] > 0 && eb[2] > 0,
-        "A and B saw the join early: {ea:?} {eb:?}"
+        ea[2] + eb[2] > 0,
+        "A or B saw the join early: {ea:?} {eb:?}"
     );
     let [end_a, end_c] = events;
     assert!(

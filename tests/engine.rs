@@ -115,7 +115,9 @@ fn fire_spread_timers(engine: punctual::Engine, rx: mpsc::Receiver<Fire>, span_u
 fn upsert_replaces_the_pending_timer_and_only_the_latest_fires() {
     let (engine, rx) = collecting_engine(1);
     let h = engine.handle();
-    let soon = h.now().0 + 50_000;
+    // Far enough that the replace and the GET (two round trips to the shard, slow under a
+    // sanitizer on a loaded host) come before the fire.
+    let soon = h.now().0 + 2_000_000;
     let first = h
         .schedule("shop", "o1", UtcMicros(soon), b"first")
         .expect("scheduled");
@@ -150,11 +152,13 @@ fn upsert_replaces_the_pending_timer_and_only_the_latest_fires() {
 fn cancel_before_fire_prevents_it_and_cancel_after_fire_returns_not_found() {
     let (engine, rx) = collecting_engine(2);
     let h = engine.handle();
+    // Due in 2 s: the cancel (a round trip to the shard) must come before the fire however
+    // slow the host; a 30 ms margin was not enough under a sanitizer.
     let s = h
-        .schedule("shop", "keep", UtcMicros(h.now().0 + 30_000), b"")
+        .schedule("shop", "keep", UtcMicros(h.now().0 + 2_000_000), b"")
         .expect("scheduled");
     let c = h
-        .schedule("shop", "drop", UtcMicros(h.now().0 + 30_000), b"")
+        .schedule("shop", "drop", UtcMicros(h.now().0 + 2_000_000), b"")
         .expect("scheduled");
     assert_eq!(
         h.cancel("shop", "drop").expect("cancel"),
@@ -247,6 +251,8 @@ fn blocked_engine(
 ) -> (punctual::Engine, mpsc::Sender<()>, Arc<Mutex<Vec<String>>>) {
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let release_rx = Mutex::new(release_rx);
+    let (entered_tx, entered_rx) = mpsc::channel::<()>();
+    let entered_tx = Mutex::new(entered_tx);
     let fired = Arc::new(Mutex::new(Vec::new()));
     let fired_in = fired.clone();
     let engine = EngineBuilder::new()
@@ -255,6 +261,7 @@ fn blocked_engine(
         .ring_capacity(capacity)
         .on_fire(move |f| {
             if f.key == "blocker" {
+                let _ = entered_tx.lock().map(|tx| tx.send(()));
                 let _ = release_rx
                     .lock()
                     .map(|rx| rx.recv_timeout(Duration::from_secs(20)));
@@ -266,7 +273,9 @@ fn blocked_engine(
     let h = engine.handle();
     h.schedule("t", "blocker", h.now(), b"").expect("scheduled");
     // Wait until the shard is inside the handler (the ring is then no longer drained).
-    std::thread::sleep(Duration::from_millis(200));
+    entered_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the shard entered the blocking handler");
     (engine, release_tx, fired)
 }
 

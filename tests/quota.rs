@@ -131,7 +131,9 @@ fn quota_stays_exact_across_a_store_timeout_and_a_restart() {
     );
     assert_eq!(put(&s, "k1"), 200, "a replacement is not refused");
     assert_eq!(s.req("DELETE", "/v1/timers/acme/k1", "").status, 204);
-    let (st, _) = s.json("PUT", "/v1/timers/acme/soon", r#"{"delay_ms": 50}"#);
+    // Due in 2 s, so that it still holds its slot when k5 asks (a 50 ms delay could pass
+    // within one fsync'd write on a slow host); its fire then gives the slot back.
+    let (st, _) = s.json("PUT", "/v1/timers/acme/soon", r#"{"delay_ms": 2000}"#);
     assert_eq!(st, 201);
     assert_eq!(put(&s, "k5"), 429);
     let mut con = redis.client().expect("client");

@@ -29,6 +29,9 @@ fn metric_sum(s: &Server, name: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// Timers each writer of the SIGKILL test puts at most.
+const PER_WRITER: u64 = 1_000;
+
 #[test]
 fn sigkill_under_write_load_keeps_every_acknowledged_timer_and_fires_each_once() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -45,7 +48,9 @@ fn sigkill_under_write_load_keeps_every_acknowledged_timer_and_fires_each_once()
             let (acked, stop) = (acked.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut n = 0;
-                while !stop.load(Ordering::Relaxed) {
+                // At most `PER_WRITER` each: the checks after the restart read every key
+                // back before the timers fall due, however fast this host writes.
+                while !stop.load(Ordering::Relaxed) && n < PER_WRITER {
                     let key = format!("k-{w}-{n}");
                     n += 1;
                     let body = format!("{{\"fire_at_ms\": {fire_at_ms}, \"payload\": {n}}}");
@@ -63,7 +68,13 @@ fn sigkill_under_write_load_keeps_every_acknowledged_timer_and_fires_each_once()
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1500));
+    // The kill comes in the middle of the load: once a tenth of it is acknowledged.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while acked.lock().map(|a| a.len()).unwrap_or(0) < PER_WRITER as usize * 4 / 10
+        && Instant::now() < give_up
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     first.child.kill().expect("SIGKILL");
     let _ = first.child.wait();
     stop.store(true, Ordering::Relaxed);
@@ -106,8 +117,11 @@ fn sigkill_under_write_load_keeps_every_acknowledged_timer_and_fires_each_once()
             404
         );
     }
-    // Give the fires' records a moment to be committed, then crash again.
-    std::thread::sleep(Duration::from_millis(500));
+    // Once the fires' records are committed, crash again.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while metric_sum(&second, "punctual_store_pending_writes") > 0 && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     second.child.kill().expect("SIGKILL");
     let _ = second.child.wait();
 

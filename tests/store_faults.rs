@@ -252,7 +252,8 @@ fn fires_during_an_outage_are_bounded_in_memory_and_none_is_lost() {
     cfg.max_buffered_fires = 50;
     let e = engine(1, cfg);
     let h = e.handle();
-    let due = h.now().0 + 1_500_000;
+    // Due well after the 500 acknowledgements (fsync'd by Redis), however slow the host.
+    let due = h.now().0 + 5_000_000;
     let keys: Vec<_> = (0..500u64).map(|i| (format!("k{i}"), due + i)).collect();
     let acked: HashMap<String, u64> = keys
         .iter()
@@ -260,9 +261,15 @@ fn fires_during_an_outage_are_bounded_in_memory_and_none_is_lost() {
         .filter_map(|((k, _), r)| r.ok().map(|s| (k.clone(), s.version)))
         .collect();
     assert_eq!(acked.len(), 500);
+    assert!(
+        h.now().0 < due,
+        "the writes took longer than the plan allows"
+    );
     redis.kill();
     // All 500 fall due while Redis is down.
-    std::thread::sleep(Duration::from_millis(2_500));
+    std::thread::sleep(Duration::from_micros(
+        (due + 1_000_000).saturating_sub(h.now().0),
+    ));
     let m = &h.store_metrics()[0].store;
     let buffered = m.pending_writes.load(Ordering::Relaxed);
     let held = m.fires_held.load(Ordering::Relaxed);

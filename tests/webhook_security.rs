@@ -207,6 +207,14 @@ fn a_kept_alive_connection_closed_under_a_request_is_replaced_within_the_attempt
     let cb = |p: &str| json!({"delay_ms": 1, "callback": {"url": format!("{base}{p}")}});
     assert_eq!(put(&s, "t", "a", cb("a")).0, 201);
     wait_for("a delivered", &|l| l.len() == 1);
+    // The receiver logs a request before it answers, and the connection is pooled once the
+    // answer is read, before the delivery's outcome is written: a's timer leaving (404) says
+    // the connection is kept.
+    let give_up = Instant::now() + Duration::from_secs(20);
+    while s.json("GET", "/v1/timers/t/a", "").0 != 404 {
+        assert!(Instant::now() < give_up, "a's delivery never completed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // Within the pool's idle limit: the kept-alive connection is reused, and the receiver
     // closes it under the request.
     assert_eq!(put(&s, "t", "b", cb("b")).0, 201);

@@ -482,7 +482,10 @@ fn a_callback_outside_the_allow_list_is_refused() {
 
 #[test]
 fn a_slow_endpoint_of_one_tenant_does_not_slow_another() {
-    let slow = Receiver::start(|_, _| Reply::status(200).after(Duration::from_secs(1)));
+    // Each of A's deliveries holds its slot 4 s: long enough that none frees before the
+    // checks of B's deliveries and of A's cap below end, on a slow host too; three rounds of
+    // 8 still end within `LONG`.
+    let slow = Receiver::start(|_, _| Reply::status(200).after(Duration::from_secs(4)));
     let fast = Receiver::ok();
     let s = start(
         &format!(
@@ -505,7 +508,7 @@ fn a_slow_endpoint_of_one_tenant_does_not_slow_another() {
     );
     assert_eq!(st, 200);
     std::thread::sleep(Duration::from_millis(300));
-    // A's deliveries now fill its cap, each for 1 s; B's go out on time.
+    // A's deliveries now fill its cap, each for 4 s; B's go out on time.
     let mut deadlines = Vec::new();
     for i in 0..20 {
         let (st, r) = put(

@@ -1,4 +1,5 @@
 use super::*;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
@@ -155,24 +156,35 @@ fn resolve_on_an_executor_gives_up_at_the_deadline_while_the_lookup_hangs() {
 /// can leave the executor asleep with the task runnable (the shard module's doc).
 #[test]
 fn an_answer_from_the_resolver_thread_wakes_the_caller_through_the_doorbell() {
-    let (r, calls, answer) = gated(Limits::default());
+    let (r, _calls, answer) = gated(Limits::default());
     let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .make()
         .expect("an executor");
     let (got, relayed) = ex.run(async {
         let metrics = Arc::new(crate::metrics::ShardMetrics::default());
         let doorbell = crate::doorbell::Doorbell::install(metrics).expect("a doorbell");
-        let release = std::thread::spawn(move || {
-            // Answers once the lookup is under way (the caller waits for it by then), not
-            // after a fixed sleep that a slow host could outlast before the caller's poll.
-            let asked = std::time::Instant::now();
-            while calls.load(Ordering::SeqCst) == 0 && asked.elapsed() < Duration::from_secs(20) {
-                std::thread::sleep(Duration::from_millis(1));
+        // The answer is sent only once the caller waits for it (its first poll came back
+        // pending), so its wake comes from the other thread however the threads are timed.
+        let waiting = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let release = {
+            let waiting = waiting.clone();
+            std::thread::spawn(move || {
+                let asked = std::time::Instant::now();
+                while !waiting.load(Ordering::SeqCst) && asked.elapsed() < Duration::from_secs(20) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let _ = answer.send(Ok(vec![local()]));
+            })
+        };
+        let mut lookup = std::pin::pin!(r.resolve("slow.example", 8080, T));
+        let got = std::future::poll_fn(|cx| {
+            let polled = lookup.as_mut().poll(cx);
+            if polled.is_pending() {
+                waiting.store(true, Ordering::SeqCst);
             }
-            std::thread::sleep(Duration::from_millis(20));
-            let _ = answer.send(Ok(vec![local()]));
-        });
-        let got = r.resolve("slow.example", 8080, T).await;
+            polled
+        })
+        .await;
         release.join().expect("the answering thread");
         (got, doorbell.relayed())
     });

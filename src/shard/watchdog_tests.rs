@@ -177,10 +177,12 @@ fn a_stall_is_runnable_only_when_the_shards_wait_had_woken_it_a_grace_before() {
     // Woken less than a grace before the look: not counted as runnable.
     let (tx, _wait) = wait_on(&pulse, &mut cx);
     std::thread::sleep(Duration::from_millis(3));
+    // Read before the send: the wake is noted no earlier, so half a grace from here is less
+    // than a grace after it, however long the thread is preempted around the send.
+    let before = monotonic_ns();
     tx.send(()).expect("the wait listens");
-    let woken = monotonic_ns();
     assert_eq!(
-        pulse.check(woken + grace.as_nanos() as u64 / 2, grace, asleep),
+        pulse.check(before + grace.as_nanos() as u64 / 2, grace, asleep),
         Look::Stalled { runnable: false }
     );
     pulse.running();
