@@ -73,7 +73,7 @@
 //! tail, count). `poll`: O(fired + cascaded), plus a sort of the
 //! expired list when it holds anything due.
 
-mod bitmap;
+mod fired;
 mod index;
 mod level;
 mod list;

@@ -20,7 +20,7 @@
 //! 7/8 full), besides the packed bytes themselves; and one bit per slab entry, to sweep the
 //! index after a poll that fired many.
 
-use super::bitmap::FiredBits;
+use super::fired::{FiredBits, FiredList};
 use super::index::Index;
 use super::{Fate, InsertError, Wheel};
 use crate::timer::PackedTimer;
@@ -69,8 +69,9 @@ pub struct TimerTable {
     last_version: u64,
     capacity: usize,
     /// (hash, slab index) of the timers one `poll` fired, for their index removal one by one;
-    /// reused. Holds at most `record_max()` during a poll; kept afterwards only while small.
-    fired: Vec<(u64, u32)>,
+    /// reused. Holds at most `record_max()` during a poll, in chunks (`fired.rs`); a little
+    /// room is kept afterwards.
+    fired: FiredList,
     /// One bit per slab index, set for the timers the current `poll` fired: a poll that fires
     /// more than `fired` may hold sweeps the index once with it. All clear between polls.
     fired_bits: FiredBits,
@@ -108,7 +109,7 @@ impl TimerTable {
             hasher: foldhash::fast::RandomState::default(),
             last_version: 0,
             capacity,
-            fired: Vec::new(),
+            fired: FiredList::default(),
             fired_bits: FiredBits::default(),
             record_min: RECORD_MIN,
         }
@@ -168,7 +169,7 @@ impl TimerTable {
     pub fn heap_bytes(&self) -> usize {
         self.wheel.heap_bytes()
             + self.index.allocation_size()
-            + self.fired.capacity() * std::mem::size_of::<(u64, u32)>()
+            + self.fired.heap_bytes()
             + self.fired_bits.heap_bytes()
     }
 
@@ -411,7 +412,6 @@ impl TimerTable {
         let record_max = (self.len() / SWEEP_RATIO).max(self.record_min);
         debug_assert!(self.fired_bits.covered() >= self.wheel.index_bound());
         let mut fired = std::mem::take(&mut self.fired);
-        fired.clear();
         let mut fired_count = 0usize;
         let (hasher, bits) = (&self.hasher, &mut self.fired_bits);
         let more = self
@@ -435,15 +435,13 @@ impl TimerTable {
             self.index.retain(|i| !bits.get(i));
             self.fired_bits.clear_all();
         } else {
-            for &(hash, slab_index) in &fired {
+            for &(hash, slab_index) in fired.iter() {
                 self.index.remove(hash, |i| i == slab_index);
                 self.fired_bits.clear(slab_index);
             }
         }
-        // Keep a small scratch for the next poll; a burst's big one is given back.
-        if fired.capacity() <= 65_536 {
-            self.fired = fired;
-        }
+        fired.clear();
+        self.fired = fired;
         more
     }
 }
