@@ -14,8 +14,9 @@
 //! hands out a version again even when the clock has stepped back.
 //!
 //! The index stores 12 bytes per entry (32 bits of the identity's hash, file, offset, set, live)
-//! in a `hashbrown::HashTable`; the identity it compares is read from the frame in the loaded
-//! file, so nothing is copied. The kept hash bits are what the table hashes by, so growing the
+//! in 4,096 `hashbrown::HashTable`s chosen by hash bits (`parts.rs`: compaction builds the index
+//! on the shard's thread, where one table's doubling was a stop the pacing could not cut); the
+//! identity it compares is read from the frame in the loaded file, so nothing is copied. The kept hash bits are what the table hashes by, so growing the
 //! index reads no frame: with only the location kept, each doubling reread every identity
 //! from the files, and that rehashing was 15% of recovering ten million timers (`cargo bench
 //! --bench pending -- --timers 10000000`, profiled). Snapshots hold each identity once, so
@@ -33,6 +34,7 @@
 //! and the two steps are here.
 
 mod pace;
+mod parts;
 mod report;
 mod source;
 #[cfg(test)]
@@ -44,7 +46,7 @@ pub use source::{Buf, Source};
 
 use super::record::{kind, Effect, End, Record, Timer};
 use super::scan::{Damage, Region, Role, Scan};
-use hashbrown::HashTable;
+use parts::Parts;
 use report::gap;
 use std::hash::BuildHasher;
 
@@ -111,7 +113,7 @@ fn widen(hash: u32) -> u64 {
 pub struct Replay {
     snapshot: Option<Source>,
     segments: Vec<Source>,
-    index: HashTable<Loc>,
+    index: Parts,
     /// Entries of the index that are live.
     index_live: usize,
     hasher: foldhash::fast::FixedState,
@@ -136,7 +138,7 @@ impl Replay {
         Replay {
             snapshot,
             segments,
-            index: HashTable::new(),
+            index: Parts::new(),
             index_live: 0,
             hasher: foldhash::fast::FixedState::with_seed(0x7075_6e63),
             skip_corrupt,
@@ -236,13 +238,13 @@ impl Replay {
                     };
                     let hash = hash_of(hasher, (set, id));
                     let loc = Loc::new(hash, i, off, set, effect == Effect::Live);
-                    match index.find_mut(widen(hash), |l| l.is(hash, (set, id), segments)) {
+                    match index.find_mut(hash, |l| l.is(hash, (set, id), segments)) {
                         Some(l) => {
                             *index_live -= usize::from(l.live());
                             *l = loc;
                         }
                         None => {
-                            index.insert_unique(widen(hash), loc, |l| widen(l.hash));
+                            index.insert_unique(loc);
                         }
                     }
                     *index_live += usize::from(loc.live());
@@ -362,9 +364,7 @@ impl Replay {
                 let t = record.entry()?;
                 let hash = hash_of(&self.hasher, (set, t.identity));
                 self.index
-                    .find(widen(hash), |l| {
-                        l.is(hash, (set, t.identity), &self.segments)
-                    })
+                    .find(hash, |l| l.is(hash, (set, t.identity), &self.segments))
                     .is_none()
                     .then_some((t, frame))
             });
