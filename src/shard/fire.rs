@@ -382,9 +382,11 @@ pub(super) enum More {
 pub(crate) struct Spent(pub(super) Vec<PackedTimer>);
 
 impl Default for Spent {
-    /// Room for one pass of fires from the start, so a first burst does not wait for it.
+    /// Room for all it may hold from the start (512 KiB of address space, its pages touched
+    /// as a burst fills them): grown by doubling, the first long burst waited between two
+    /// fires while up to 256 KiB was copied.
     fn default() -> Spent {
-        Spent(Vec::with_capacity(FIRE_BATCH))
+        Spent(Vec::with_capacity(SPENT_MAX))
     }
 }
 
