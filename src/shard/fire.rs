@@ -72,9 +72,9 @@ pub(super) const FIRE_BATCH: usize = 4096;
 /// Fired timers' memory freed per pass once a burst is over (see [`Spent`]).
 pub(super) const FREE_BATCH: usize = 4096;
 
-/// Fired timers held for freeing at most (512 KiB of one-pointer handles, kept once grown:
-/// growing it in the middle of a burst would cost more in page faults than it saves). Past
-/// it, a fired timer is freed at once, and a pass frees some even while more is due.
+/// Fired timers held for freeing at most (512 KiB of one-pointer handles, reserved when the
+/// shard starts: growing the hold in the middle of a burst would copy it between two fires).
+/// Past it, a fired timer is freed at once, and a pass frees some even while more is due.
 pub(super) const SPENT_MAX: usize = 65_536;
 
 /// Fires between two looks at the pass's slice: 32 webhook fires (a few microseconds each)
