@@ -245,10 +245,12 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
         let mut head = Vec::with_capacity(BATCH_RECORD);
         put_batch(&mut head, seq, batch.records as u32);
         let outbox = shared.outbox.borrow();
-        let records = outbox.bytes(batch);
-        let body_end = BATCH_RECORD + records.len();
+        let (front, back) = outbox.bytes(batch);
+        let split = BATCH_RECORD + front.len();
+        let body_end = split + back.len();
         b[..BATCH_RECORD].copy_from_slice(&head);
-        b[BATCH_RECORD..body_end].copy_from_slice(records);
+        b[BATCH_RECORD..split].copy_from_slice(front);
+        b[split..body_end].copy_from_slice(back);
         b[body_end..].fill(0);
     }
     let started = Instant::now();

@@ -1,7 +1,7 @@
 //! The outbox: records the shard encoded and the commit task has not yet made durable, in the
 //! order the shard made them, with the acknowledgement each one owes.
 //!
-//! The shard appends a record's frame to one byte buffer and a mark (where the frame ends,
+//! The shard appends a record's frame to a ring of bytes and a mark (where the frame ends,
 //! its ack, when it was queued) to a queue. The commit task takes a prefix of whole records,
 //! writes it, and pops that prefix only once it is durable; on a failure nothing is popped, so
 //! the same prefix is written again.
@@ -15,8 +15,11 @@
 //! already in flight report when they end (at most two records each, bounded by the
 //! webhook's in-flight caps). Once the journal failed nothing more is queued (`ShardJournal::push`).
 //!
-//! Cost: one `Vec` append (the frame) and one `VecDeque` push per write, no allocation once
-//! the buffers have grown; a commit's pop moves only the bytes queued after it.
+//! Cost: the frame encoded into a scratch buffer and copied onto the ring, and one `VecDeque`
+//! push per write, no allocation once the buffers have grown; a commit's pop moves no byte.
+//! (The bytes were one `Vec` whose front each commit drained, moving everything queued after
+//! the commit to the front: tens of megabytes a commit, on the shard's thread, once the disk
+//! fell far behind.)
 
 use crate::error::Error;
 use crate::store::acks::Acks;
@@ -25,7 +28,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 pub struct Outbox {
-    bytes: Vec<u8>,
+    bytes: VecDeque<u8>,
+    /// Where a record is encoded before it joins `bytes`.
+    scratch: Vec<u8>,
     /// The stream position of `bytes[0]`.
     base: u64,
     /// Where each queued record's frame ends in `bytes`, counted from the outbox's first byte
@@ -45,7 +50,8 @@ pub struct Batch {
 impl Outbox {
     pub fn new(limit: usize, fire_limit: usize, ack_timeout: Duration) -> Outbox {
         Outbox {
-            bytes: Vec::new(),
+            bytes: VecDeque::new(),
+            scratch: Vec::new(),
             base: 0,
             ends: VecDeque::new(),
             acks: Acks::new(limit, fire_limit, ack_timeout),
@@ -66,7 +72,9 @@ impl Outbox {
     /// cannot take them (see the invariants above).
     /// `tenant` is whose write it is (counted against its share when a caller waits).
     pub fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize, ack: Ack, tenant: &str) {
-        encode(&mut self.bytes);
+        self.scratch.clear();
+        encode(&mut self.scratch);
+        self.bytes.extend(&self.scratch);
         self.ends.push_back(self.end());
         let detached = !ack.is_waiting();
         self.acks.push(ack, detached, tenant);
@@ -103,9 +111,14 @@ impl Outbox {
         b
     }
 
-    /// The bytes of `batch`.
-    pub fn bytes(&self, batch: Batch) -> &[u8] {
-        self.bytes.get(..batch.bytes).unwrap_or_default()
+    /// The bytes of `batch`, in two pieces (the ring may wrap within it; either may be empty).
+    pub fn bytes(&self, batch: Batch) -> (&[u8], &[u8]) {
+        let (front, back) = self.bytes.as_slices();
+        let n = batch.bytes;
+        match n.checked_sub(front.len()) {
+            None => (&front[..n], &[]),
+            Some(rest) => (front, &back[..rest.min(back.len())]),
+        }
     }
 
     /// Pops `batch` (durable now, or never to be), answering each ack with `outcome`.
@@ -184,6 +197,55 @@ mod tests {
                 bytes: 30
             }
         );
-        assert_eq!(o.bytes(o.batch(10, 1000)).len(), 30);
+        let (front, back) = o.bytes(o.batch(10, 1000));
+        assert_eq!(front.len() + back.len(), 30);
+    }
+
+    /// A commit's pop leaves the records queued after it where they are: with one buffer
+    /// drained from the front, every commit moved the whole backlog behind it.
+    #[test]
+    fn a_pop_moves_none_of_the_bytes_queued_after_it() {
+        let mut o = Outbox::new(10, 10, Duration::from_secs(2));
+        push(&mut o, 1_000);
+        push(&mut o, 100_000);
+        let all = o.batch(2, usize::MAX);
+        let second_at = o.bytes(all).0[1_000..].as_ptr();
+        let first = o.batch(1, usize::MAX);
+        o.complete(first, Ok(()));
+        let (front, back) = o.bytes(o.batch(1, usize::MAX));
+        assert_eq!(front.len() + back.len(), 100_000);
+        assert_eq!(front.as_ptr(), second_at, "the queued record was moved");
+    }
+
+    /// A batch's bytes are the records' frames in order, whether or not the ring wraps
+    /// within them, and a commit's pop leaves the rest as it was.
+    #[test]
+    fn a_batch_shows_its_frames_in_order_across_the_ring_s_wrap() {
+        let mut o = Outbox::new(1_000, 1_000, Duration::from_secs(2));
+        let mut queued: VecDeque<u8> = VecDeque::new();
+        let mut next = 0u8;
+        for round in 0..200usize {
+            for _ in 0..(round % 7 + 1) {
+                let len = (usize::from(next) * 13) % 50 + 1;
+                let frame: Vec<u8> = (0..len).map(|i| next.wrapping_add(i as u8)).collect();
+                queued.extend(&frame);
+                o.push(
+                    |b| {
+                        b.extend_from_slice(&frame);
+                        len
+                    },
+                    Ack::None,
+                    "",
+                );
+                next = next.wrapping_add(1);
+            }
+            let batch = o.batch(round % 5 + 1, 64);
+            let (front, back) = o.bytes(batch);
+            let got: Vec<u8> = front.iter().chain(back).copied().collect();
+            let want: Vec<u8> = queued.drain(..batch.bytes).collect();
+            assert_eq!(got, want, "round {round}");
+            o.complete(batch, Ok(()));
+            assert_eq!(o.end() - o.committed(), queued.len() as u64);
+        }
     }
 }
