@@ -44,22 +44,30 @@ impl FiredBits {
         self.chunks.len() * CHUNK
     }
 
-    fn word(&mut self, index: u32) -> &mut u64 {
+    /// Bit `index`'s chunk, word in it, and mask.
+    fn locate(index: u32) -> (usize, usize, u64) {
         let i = index as usize;
-        &mut self.chunks[i / CHUNK][(i % CHUNK) / 64]
+        (i / CHUNK, (i % CHUNK) / 64, 1 << (index % 64))
+    }
+
+    fn word(&mut self, index: u32) -> (&mut u64, u64) {
+        let (chunk, word, mask) = Self::locate(index);
+        (&mut self.chunks[chunk][word], mask)
     }
 
     pub fn set(&mut self, index: u32) {
-        *self.word(index) |= 1 << (index % 64);
+        let (word, mask) = self.word(index);
+        *word |= mask;
     }
 
     pub fn clear(&mut self, index: u32) {
-        *self.word(index) &= !(1 << (index % 64));
+        let (word, mask) = self.word(index);
+        *word &= !mask;
     }
 
     pub fn get(&self, index: u32) -> bool {
-        let i = index as usize;
-        self.chunks[i / CHUNK][(i % CHUNK) / 64] & (1 << (index % 64)) != 0
+        let (chunk, word, mask) = Self::locate(index);
+        self.chunks[chunk][word] & mask != 0
     }
 
     /// Clears every bit.
@@ -76,7 +84,7 @@ impl FiredBits {
 }
 
 /// Entries of one [`FiredList`] chunk: 64 KiB of (hash, slab index).
-pub(crate) const LIST_CHUNK: usize = 4096;
+const LIST_CHUNK: usize = 4096;
 
 /// Chunks a list keeps between polls: 65,536 entries, 1 MiB.
 const LIST_KEPT: usize = 16;

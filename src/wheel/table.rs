@@ -411,7 +411,7 @@ impl TimerTable {
         // counting the parts' buckets would cost more than a small poll.
         let record_max = (self.len() / SWEEP_RATIO).max(self.record_min);
         debug_assert!(self.fired_bits.covered() >= self.wheel.index_bound());
-        let mut fired = std::mem::take(&mut self.fired);
+        let fired = &mut self.fired;
         let mut fired_count = 0usize;
         let (hasher, bits) = (&self.hasher, &mut self.fired_bits);
         let more = self
@@ -435,13 +435,12 @@ impl TimerTable {
             self.index.retain(|i| !bits.get(i));
             self.fired_bits.clear_all();
         } else {
-            for &(hash, slab_index) in fired.iter() {
+            for &(hash, slab_index) in self.fired.iter() {
                 self.index.remove(hash, |i| i == slab_index);
                 self.fired_bits.clear(slab_index);
             }
         }
-        fired.clear();
-        self.fired = fired;
+        self.fired.clear();
         more
     }
 }
