@@ -158,13 +158,15 @@ impl Queues {
         }
     }
 
-    /// Holds `held` back on `cap`. `true` when it was not held before (a new entry); `false`
-    /// also when the shard holds `u32::MAX - 1` timers already, and this one waits for its
-    /// safety net instead.
+    /// Holds `held` back on `cap`. `true` when it was not held before (one more timer held);
+    /// `false` when it was, in this queue or moved to the back of another (as many held as
+    /// before), and when the shard holds `u32::MAX - 1` timers already and this one waits for
+    /// its safety net instead.
     pub fn hold(&mut self, cap: Cap, held: HeldBack) -> bool {
         let id = held.timer.identity();
         let hash = self.hasher.hash_one(id);
-        if let Some(ix) = self.find(hash, id) {
+        let found = self.find(hash, id);
+        if let Some(ix) = found {
             let fifo = self.fifo_of(&cap, held.timer.tenant());
             let slot = self.slot_mut(ix.slot);
             if Some(slot.fifo) == fifo
@@ -198,7 +200,7 @@ impl Queues {
         let lo = hash as u32;
         self.index[part(hash)].insert_unique(widen(lo), Ix { hash: lo, slot }, |ix| widen(ix.hash));
         self.len += 1;
-        true
+        found.is_none()
     }
 
     /// The next timer waiting on `cap`, out of the queue: for a host, the first of the tenant
@@ -559,13 +561,19 @@ mod tests {
         let tenant = Cap::Tenant("t".into());
         q.hold(host(), held("a", 1));
         q.hold(host(), held("b", 1));
-        q.hold(host(), held("a", 2));
+        assert!(
+            !q.hold(host(), held("a", 2)),
+            "a new version: still one held"
+        );
         assert_eq!(q.len(), 2);
         assert_eq!(q.pop(&host()).map(|h| h.version), Some(1));
         let a = q.pop(&host()).expect("a");
         assert_eq!((a.timer.key(), a.version), ("a", 2));
         q.hold(host(), held("c", 1));
-        q.hold(tenant.clone(), held("c", 1));
+        assert!(
+            !q.hold(tenant.clone(), held("c", 1)),
+            "moved: still one held"
+        );
         assert!(q.pop(&host()).is_none());
         assert_eq!(
             q.pop(&tenant).map(|h| h.timer.key().to_string()).as_deref(),
@@ -609,11 +617,12 @@ mod tests {
 
         fn hold(&mut self, cap: Option<u8>, tenant: &str, key: &str, version: u64) -> bool {
             let f = Self::key(cap, tenant);
-            if let Some((at, i, v)) = self.find(tenant, key) {
-                if at == f && v == version {
+            let found = self.find(tenant, key);
+            if let Some((at, i, v)) = &found {
+                if *at == f && *v == version {
                     return false;
                 }
-                self.remove(&at, i);
+                self.remove(at, *i);
             }
             self.fifos
                 .entry(f)
@@ -625,7 +634,7 @@ mod tests {
                     turn.push_back(tenant.to_string());
                 }
             }
-            true
+            found.is_none()
         }
 
         fn pop(&mut self, cap: Option<u8>, tenant: &str) -> Option<(String, String, u64)> {

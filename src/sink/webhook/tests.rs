@@ -88,6 +88,38 @@ fn a_cancelled_or_replaced_held_timer_leaves_its_queue() {
     );
 }
 
+/// A held timer whose safety net fires while the other cap is the full one moves to that
+/// cap's queue: still one timer held back, in the queues and in the tenant's gauge.
+#[test]
+fn a_held_timer_moved_to_the_other_cap_is_still_counted_once() {
+    let (mut sink, metrics) = held_sink();
+    let m = match sink.fired(&fire("t", "a", 1, &meta())) {
+        Next::Reschedule { meta, .. } => meta,
+        other => panic!("not held back: {other:?}"),
+    };
+    let gauge = || {
+        metrics
+            .webhooks
+            .tenant("t")
+            .held_back
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(gauge(), 1);
+    // The host has room now, and the tenant is at its cap when a's safety net fires.
+    sink.ctx.per_host.borrow_mut().remove(&target());
+    let tenant_cap = sink.ctx.settings.max_in_flight_per_tenant;
+    sink.ctx
+        .per_tenant
+        .borrow_mut()
+        .insert("t".into(), tenant_cap);
+    held_again(&mut sink, "t", "a", &m);
+    let q = sink.ctx.queues.borrow();
+    assert_eq!(q.len(), 1);
+    assert_eq!(q.waiting(&Cap::Tenant("t".into())), 1);
+    assert_eq!(q.waiting(&Cap::Host(target())), 0);
+    assert_eq!(gauge(), 1, "one timer held back, counted once");
+}
+
 /// The keys of the wakes the sink has gathered.
 fn woken(sink: &mut WebhookSink) -> Vec<String> {
     let mut out = Vec::new();
