@@ -18,12 +18,13 @@
 //! - a caller that waited past the ack timeout is answered `StoreUnavailable` and its write
 //!   stays queued: "not acknowledged" allows either outcome ([`Acks::expire`]).
 //!
-//! Cost: one `VecDeque` push per write; the queue time is stamped once per shard pass.
+//! Cost: one push per write, onto fixed chunks that never move (`store::deque`); the queue
+//! time is stamped once per shard pass.
 
 use super::Ack;
 use crate::error::Error;
 use crate::metrics::StoreMetrics;
-use std::collections::VecDeque;
+use crate::store::deque::Deque;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -46,7 +47,7 @@ pub enum Room {
 }
 
 pub struct Acks {
-    owed: VecDeque<Owed>,
+    owed: Deque<Owed>,
     limit: usize,
     /// Waited-for writes per share bucket, and how many one bucket may hold.
     shares: Box<[u32]>,
@@ -64,7 +65,7 @@ pub struct Acks {
 impl Acks {
     pub fn new(limit: usize, fire_limit: usize, ack_timeout: Duration) -> Acks {
         Acks {
-            owed: VecDeque::new(),
+            owed: Deque::new(),
             limit,
             shares: vec![0; crate::quota::SHARE_BUCKETS].into_boxed_slice(),
             share: (limit / 4).max(1),

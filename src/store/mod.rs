@@ -44,6 +44,7 @@
 //! A store never imports the shard, the engine or the API: it sees ops only as these calls.
 
 pub mod acks;
+pub mod deque;
 pub(crate) mod durable;
 pub mod journal;
 pub mod memory;

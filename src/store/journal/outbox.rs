@@ -15,14 +15,16 @@
 //! already in flight report when they end (at most two records each, bounded by the
 //! webhook's in-flight caps). Once the journal failed nothing more is queued (`ShardJournal::push`).
 //!
-//! Cost: the frame encoded into a scratch buffer and copied onto the ring, and one `VecDeque`
-//! push per write, no allocation once the buffers have grown; a commit's pop moves no byte.
-//! (The bytes were one `Vec` whose front each commit drained, moving everything queued after
-//! the commit to the front: tens of megabytes a commit, on the shard's thread, once the disk
-//! fell far behind.)
+//! Cost: the frame encoded into a scratch buffer and copied onto the ring, and one push of its
+//! end (onto fixed chunks, `store::deque`) per write, no allocation once the ring has grown; a
+//! commit's pop moves no byte. (The bytes were one `Vec` whose front each commit drained,
+//! moving everything queued after the commit to the front: tens of megabytes a commit, on the
+//! shard's thread, once the disk fell far behind.) The ring of bytes itself still doubles, in
+//! one step, at each new peak of the backlog.
 
 use crate::error::Error;
 use crate::store::acks::Acks;
+use crate::store::deque::Deque;
 use crate::store::Ack;
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -35,7 +37,7 @@ pub struct Outbox {
     base: u64,
     /// Where each queued record's frame ends in `bytes`, counted from the outbox's first byte
     /// ever.
-    ends: VecDeque<u64>,
+    ends: Deque<u64>,
     /// The callers' acks, one per record, in the same order.
     pub acks: Acks,
 }
@@ -53,7 +55,7 @@ impl Outbox {
             bytes: VecDeque::new(),
             scratch: Vec::new(),
             base: 0,
-            ends: VecDeque::new(),
+            ends: Deque::new(),
             acks: Acks::new(limit, fire_limit, ack_timeout),
         }
     }

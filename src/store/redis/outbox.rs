@@ -13,13 +13,16 @@
 //! admitted), but the shard stops firing while `fires == fire_limit` (`fire_room`), so the
 //! outbox holds at most `limit + fire_limit` entries.
 //!
-//! Cost: one `VecDeque` push per write; the caller's reply channel rides in the entry.
+//! Cost: one push per write; the caller's reply channel rides in the entry. The entries are
+//! kept in fixed chunks (`store::deque`): a doubling `VecDeque` of up to `limit + fire_limit`
+//! 232-byte entries copied 30 MB in one push, in the fire pass, the first time a burst filled
+//! it.
 
 use crate::error::Error;
 use crate::store::acks::Acks;
+use crate::store::deque::Deque;
 use crate::store::Ack;
 use redis::Cmd;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,7 +56,7 @@ impl Entry {
 }
 
 pub struct Outbox {
-    entries: VecDeque<Entry>,
+    entries: Deque<Entry>,
     /// The callers' acks, one per entry, in the same order (`store::acks`).
     pub acks: Acks,
 }
@@ -61,7 +64,7 @@ pub struct Outbox {
 impl Outbox {
     pub fn new(limit: usize, fire_limit: usize, ack_timeout: Duration) -> Outbox {
         Outbox {
-            entries: VecDeque::new(),
+            entries: Deque::new(),
             acks: Acks::new(limit, fire_limit, ack_timeout),
         }
     }

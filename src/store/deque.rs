@@ -1,0 +1,229 @@
+//! A FIFO in fixed chunks: the queues a durable store keeps on the shard's thread (the writes
+//! waiting for Redis, the acks they owe, where each journal record ends), which grow to their
+//! bound whenever the store falls behind.
+//!
+//! A `VecDeque` grows by doubling, and its doubling copies everything queued into fresh pages
+//! in one step: with 200,000 Redis writes of 232 bytes queued, 30 MB at once, between two
+//! fires. Here a push adds at most one chunk of about 64 KiB, nothing queued ever moves, and a
+//! chunk emptied at the front is kept (one) for the next push at the back, so a queue that
+//! holds steady allocates nothing.
+//!
+//! Every chunk but the first and the last is full; so the `i`-th element is found by
+//! arithmetic, in O(1).
+
+use std::collections::VecDeque;
+
+/// Bytes per chunk, roughly: 64 KiB, and never fewer than 16 elements.
+const CHUNK_BYTES: usize = 64 << 10;
+
+pub struct Deque<T> {
+    chunks: VecDeque<VecDeque<T>>,
+    /// An emptied chunk kept for the next one needed.
+    spare: Option<VecDeque<T>>,
+    len: usize,
+}
+
+impl<T> Default for Deque<T> {
+    fn default() -> Deque<T> {
+        Deque {
+            chunks: VecDeque::new(),
+            spare: None,
+            len: 0,
+        }
+    }
+}
+
+impl<T> Deque<T> {
+    /// Elements per chunk.
+    const CHUNK: usize = {
+        let n = CHUNK_BYTES
+            / (if size_of::<T>() == 0 {
+                1
+            } else {
+                size_of::<T>()
+            });
+        if n < 16 {
+            16
+        } else {
+            n
+        }
+    };
+
+    pub fn new() -> Deque<T> {
+        Deque::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn push_back(&mut self, value: T) {
+        if self.chunks.back().is_none_or(|c| c.len() == Self::CHUNK) {
+            let chunk = self
+                .spare
+                .take()
+                .unwrap_or_else(|| VecDeque::with_capacity(Self::CHUNK));
+            self.chunks.push_back(chunk);
+        }
+        if let Some(last) = self.chunks.back_mut() {
+            last.push_back(value);
+            self.len += 1;
+        }
+    }
+
+    pub fn pop_front(&mut self) -> Option<T> {
+        let first = self.chunks.front_mut()?;
+        let value = first.pop_front()?;
+        self.len -= 1;
+        if first.is_empty() {
+            // An emptied chunk: the next push at the back takes it again.
+            self.spare = self.chunks.pop_front();
+        }
+        Some(value)
+    }
+
+    pub fn back(&self) -> Option<&T> {
+        self.chunks.back()?.back()
+    }
+
+    /// Where the `i`-th element is: its chunk and its place in it.
+    fn locate(&self, i: usize) -> Option<(usize, usize)> {
+        if i >= self.len {
+            return None;
+        }
+        let first = self.chunks.front()?.len();
+        if i < first {
+            return Some((0, i));
+        }
+        let rest = i - first;
+        Some((1 + rest / Self::CHUNK, rest % Self::CHUNK))
+    }
+
+    pub fn get(&self, i: usize) -> Option<&T> {
+        let (c, at) = self.locate(i)?;
+        self.chunks.get(c)?.get(at)
+    }
+
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        let (c, at) = self.locate(i)?;
+        self.chunks.get_mut(c)?.get_mut(at)
+    }
+
+    /// From the front, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.chunks.iter().flatten()
+    }
+
+    /// Heap bytes of the chunks (not the list of chunks).
+    #[cfg(test)]
+    fn chunk_bytes(&self) -> usize {
+        (self.chunks.iter().map(VecDeque::capacity).sum::<usize>()
+            + self.spare.as_ref().map_or(0, VecDeque::capacity))
+            * size_of::<T>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A 232-byte element, the size of a Redis outbox entry.
+    #[derive(Clone, Debug, PartialEq)]
+    struct Wide([u64; 29]);
+
+    /// No push adds more than one chunk, however long the queue: a `VecDeque` of 200,000
+    /// such elements doubled by 30 MB in one push.
+    #[test]
+    fn a_push_adds_at_most_one_chunk_and_moves_nothing_queued() {
+        let mut q = Deque::new();
+        let mut largest = 0;
+        for i in 0..200_000u64 {
+            let before = q.chunk_bytes();
+            q.push_back(Wide([i; 29]));
+            largest = largest.max(q.chunk_bytes() - before);
+        }
+        assert!(
+            largest <= 72 << 10,
+            "one push grew the queue {largest} bytes"
+        );
+        assert!(q.chunk_bytes() > 40 << 20);
+        // The first element stays where it was put while the rest is pushed.
+        let first: *const Wide = q.get(0).expect("queued");
+        for i in 0..100_000u64 {
+            q.push_back(Wide([i; 29]));
+        }
+        assert_eq!(q.get(0).map(|w| w as *const Wide), Some(first));
+        assert_eq!(q.len(), 300_000);
+    }
+
+    /// A queue that holds steady takes its emptied chunk again instead of allocating.
+    #[test]
+    fn a_steady_queue_reuses_its_emptied_chunk() {
+        let mut q = Deque::new();
+        let chunk = Deque::<u64>::CHUNK;
+        for i in 0..chunk as u64 {
+            q.push_back(i);
+        }
+        let bytes = q.chunk_bytes();
+        for i in 0..10 * chunk as u64 {
+            q.push_back(i);
+            assert!(q.pop_front().is_some());
+            assert!(q.chunk_bytes() <= 2 * bytes, "{}", q.chunk_bytes());
+        }
+        assert_eq!(q.len(), chunk);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Push(u32),
+        Pop,
+        Get(usize),
+        Set(usize, u32),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => any::<u32>().prop_map(Op::Push),
+            3 => Just(Op::Pop),
+            1 => (0usize..800).prop_map(Op::Get),
+            1 => (0usize..800, any::<u32>()).prop_map(|(i, v)| Op::Set(i, v)),
+        ]
+    }
+
+    proptest! {
+        /// Pushes, pops and indexing give what a `VecDeque` gives, across chunk boundaries
+        /// (a chunk of `u64` holds 8,192; of `[u64; 512]`, 16).
+        #[test]
+        fn the_deque_does_what_a_vecdeque_does(ops in proptest::collection::vec(op(), 1..1000)) {
+            let mut q: Deque<[u64; 512]> = Deque::new();
+            let mut m: VecDeque<[u64; 512]> = VecDeque::new();
+            let wide = |v: u32| [u64::from(v); 512];
+            for o in ops {
+                match o {
+                    Op::Push(v) => {
+                        q.push_back(wide(v));
+                        m.push_back(wide(v));
+                    }
+                    Op::Pop => prop_assert_eq!(q.pop_front(), m.pop_front()),
+                    Op::Get(i) => prop_assert_eq!(q.get(i), m.get(i)),
+                    Op::Set(i, v) => {
+                        if let (Some(a), Some(b)) = (q.get_mut(i), m.get_mut(i)) {
+                            *a = wide(v);
+                            *b = wide(v);
+                        } else {
+                            prop_assert!(q.get(i).is_none() && m.get(i).is_none());
+                        }
+                    }
+                }
+                prop_assert_eq!(q.len(), m.len());
+                prop_assert_eq!(q.back(), m.back());
+                prop_assert!(q.iter().map(|a| a[0]).eq(m.iter().map(|a| a[0])));
+            }
+        }
+    }
+}
