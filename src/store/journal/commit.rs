@@ -245,13 +245,18 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
         let mut head = Vec::with_capacity(BATCH_RECORD);
         put_batch(&mut head, seq, batch.records as u32);
         let outbox = shared.outbox.borrow();
-        let (front, back) = outbox.bytes(batch);
-        let split = BATCH_RECORD + front.len();
-        let body_end = split + back.len();
         b[..BATCH_RECORD].copy_from_slice(&head);
-        b[BATCH_RECORD..split].copy_from_slice(front);
-        b[split..body_end].copy_from_slice(back);
-        b[body_end..].fill(0);
+        let mut at = BATCH_RECORD;
+        for piece in outbox.bytes(batch) {
+            b[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+        }
+        debug_assert_eq!(
+            at,
+            BATCH_RECORD + batch.bytes,
+            "the batch's bytes are queued"
+        );
+        b[at..].fill(0);
     }
     let started = Instant::now();
     match active.file.write_at(buf, active.pos).await {

@@ -15,12 +15,14 @@
 //! already in flight report when they end (at most two records each, bounded by the
 //! webhook's in-flight caps). Once the journal failed nothing more is queued (`ShardJournal::push`).
 //!
-//! Cost: the frame encoded into a scratch buffer and copied onto the ring, and one push of its
-//! end (onto fixed chunks, `store::deque`) per write, no allocation once the ring has grown; a
-//! commit's pop moves no byte. (The bytes were one `Vec` whose front each commit drained,
-//! moving everything queued after the commit to the front: tens of megabytes a commit, on the
-//! shard's thread, once the disk fell far behind.) The ring of bytes itself still doubles, in
-//! one step, at each new peak of the backlog.
+//! Cost: the frame encoded into a scratch buffer and copied on, and one push of its end, per
+//! write. The bytes and the ends are kept in fixed chunks that never move (1 MiB of bytes;
+//! `store::deque` for the ends), and a chunk a commit emptied is taken again by the next, so a
+//! backlog that holds steady allocates nothing and a growing one adds a chunk at a time. (The
+//! bytes were one `Vec` whose front each commit drained, moving everything queued after the
+//! commit to the front, tens of megabytes a commit on the shard's thread once the disk fell
+//! far behind; then a `VecDeque`, which copied the whole backlog in one step at each new
+//! peak.)
 
 use crate::error::Error;
 use crate::store::acks::Acks;
@@ -30,7 +32,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 pub struct Outbox {
-    bytes: VecDeque<u8>,
+    bytes: Bytes,
     /// Where a record is encoded before it joins `bytes`.
     scratch: Vec<u8>,
     /// The stream position of `bytes[0]`.
@@ -52,7 +54,7 @@ pub struct Batch {
 impl Outbox {
     pub fn new(limit: usize, fire_limit: usize, ack_timeout: Duration) -> Outbox {
         Outbox {
-            bytes: VecDeque::new(),
+            bytes: Bytes::default(),
             scratch: Vec::new(),
             base: 0,
             ends: Deque::new(),
@@ -76,7 +78,7 @@ impl Outbox {
     pub fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize, ack: Ack, tenant: &str) {
         self.scratch.clear();
         encode(&mut self.scratch);
-        self.bytes.extend(&self.scratch);
+        self.bytes.push(&self.scratch);
         self.ends.push_back(self.end());
         let detached = !ack.is_waiting();
         self.acks.push(ack, detached, tenant);
@@ -85,7 +87,7 @@ impl Outbox {
 
     /// The stream position after the last record queued.
     pub fn end(&self) -> u64 {
-        self.base + self.bytes.len() as u64
+        self.base + self.bytes.len as u64
     }
 
     /// The stream position up to which records left as durable (or given up).
@@ -113,14 +115,9 @@ impl Outbox {
         b
     }
 
-    /// The bytes of `batch`, in two pieces (the ring may wrap within it; either may be empty).
-    pub fn bytes(&self, batch: Batch) -> (&[u8], &[u8]) {
-        let (front, back) = self.bytes.as_slices();
-        let n = batch.bytes;
-        match n.checked_sub(front.len()) {
-            None => (&front[..n], &[]),
-            Some(rest) => (front, &back[..rest.min(back.len())]),
-        }
+    /// The bytes of `batch`, in order, in pieces (one per chunk it spans).
+    pub fn bytes(&self, batch: Batch) -> impl Iterator<Item = &[u8]> {
+        self.bytes.first(batch.bytes)
     }
 
     /// Pops `batch` (durable now, or never to be), answering each ack with `outcome`.
@@ -143,8 +140,8 @@ impl Outbox {
             "a batch is a prefix of whole records"
         );
         debug_assert_eq!(self.ends.len(), self.acks.len(), "one ack per record");
-        let n = batch.bytes.min(self.bytes.len());
-        self.bytes.drain(..n);
+        let n = batch.bytes.min(self.bytes.len);
+        self.bytes.pop(n);
         self.base += n as u64;
     }
 
@@ -152,9 +149,85 @@ impl Outbox {
     pub fn abandon(&mut self, outcome: Result<(), Error>) {
         let all = Batch {
             records: self.ends.len(),
-            bytes: self.bytes.len(),
+            bytes: self.bytes.len,
         };
         self.complete(all, outcome);
+    }
+}
+
+/// Bytes per chunk of the outbox's bytes.
+const BYTES_CHUNK: usize = 1 << 20;
+
+/// A FIFO of bytes in chunks of [`BYTES_CHUNK`]: pushed at the back, popped at the front, read
+/// in pieces. Every chunk but the last is full; the first is read from `head`.
+#[derive(Default)]
+struct Bytes {
+    chunks: VecDeque<Vec<u8>>,
+    /// Bytes of the first chunk already popped.
+    head: usize,
+    len: usize,
+    /// A chunk emptied by a pop, for the next push that needs one.
+    spare: Option<Vec<u8>>,
+}
+
+impl Bytes {
+    fn push(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.chunks.back().is_none_or(|c| c.len() == BYTES_CHUNK) {
+                let mut chunk = self
+                    .spare
+                    .take()
+                    .unwrap_or_else(|| Vec::with_capacity(BYTES_CHUNK));
+                chunk.clear();
+                self.chunks.push_back(chunk);
+            }
+            let Some(last) = self.chunks.back_mut() else {
+                return;
+            };
+            let n = (BYTES_CHUNK - last.len()).min(data.len());
+            last.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            self.len += n;
+        }
+    }
+
+    /// Drops the first `n` bytes.
+    fn pop(&mut self, n: usize) {
+        let mut n = n.min(self.len);
+        self.len -= n;
+        while let Some(first) = self.chunks.front() {
+            let left = first.len() - self.head;
+            if n < left {
+                self.head += n;
+                return;
+            }
+            n -= left;
+            self.spare = self.chunks.pop_front();
+            self.head = 0;
+        }
+    }
+
+    /// The first `n` bytes, in pieces.
+    fn first(&self, n: usize) -> impl Iterator<Item = &[u8]> {
+        let mut left = n.min(self.len);
+        let mut head = self.head;
+        self.chunks.iter().map_while(move |chunk| {
+            if left == 0 {
+                return None;
+            }
+            let piece = &chunk[head.min(chunk.len())..];
+            head = 0;
+            let take = piece.len().min(left);
+            left -= take;
+            Some(&piece[..take])
+        })
+    }
+
+    /// Heap bytes of the chunks.
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.chunks.iter().map(Vec::capacity).sum::<usize>()
+            + self.spare.as_ref().map_or(0, Vec::capacity)
     }
 }
 
@@ -199,8 +272,10 @@ mod tests {
                 bytes: 30
             }
         );
-        let (front, back) = o.bytes(o.batch(10, 1000));
-        assert_eq!(front.len() + back.len(), 30);
+        assert_eq!(
+            o.bytes(o.batch(10, 1000)).map(<[u8]>::len).sum::<usize>(),
+            30
+        );
     }
 
     /// A commit's pop leaves the records queued after it where they are: with one buffer
@@ -211,25 +286,30 @@ mod tests {
         push(&mut o, 1_000);
         push(&mut o, 100_000);
         let all = o.batch(2, usize::MAX);
-        let second_at = o.bytes(all).0[1_000..].as_ptr();
+        let second_at = o.bytes(all).next().expect("bytes")[1_000..].as_ptr();
         let first = o.batch(1, usize::MAX);
         o.complete(first, Ok(()));
-        let (front, back) = o.bytes(o.batch(1, usize::MAX));
-        assert_eq!(front.len() + back.len(), 100_000);
-        assert_eq!(front.as_ptr(), second_at, "the queued record was moved");
+        let rest = o.batch(1, usize::MAX);
+        assert_eq!(o.bytes(rest).map(<[u8]>::len).sum::<usize>(), 100_000);
+        let now_at = o.bytes(rest).next().expect("bytes").as_ptr();
+        assert_eq!(now_at, second_at, "the queued record was moved");
     }
 
-    /// A batch's bytes are the records' frames in order, whether or not the ring wraps
-    /// within them, and a commit's pop leaves the rest as it was.
+    /// A batch's bytes are its records' frames in order: small frames inside a chunk, frames
+    /// that straddle two, frames larger than a chunk. A commit's pop leaves the rest as it
+    /// was, and the chunks held stay those the backlog needs, plus one spare.
     #[test]
-    fn a_batch_shows_its_frames_in_order_across_the_ring_s_wrap() {
+    fn a_batch_shows_its_frames_in_order_across_chunks_and_chunks_are_reused() {
         let mut o = Outbox::new(1_000, 1_000, Duration::from_secs(2));
         let mut queued: VecDeque<u8> = VecDeque::new();
-        let mut next = 0u8;
-        for round in 0..200usize {
+        let mut next = 1u32;
+        for round in 0..120usize {
             for _ in 0..(round % 7 + 1) {
-                let len = (usize::from(next) * 13) % 50 + 1;
-                let frame: Vec<u8> = (0..len).map(|i| next.wrapping_add(i as u8)).collect();
+                let len = match next % 3 {
+                    0 => (next as usize * 104_729) % (BYTES_CHUNK * 3 / 2) + 1,
+                    _ => (next as usize * 13) % 50 + 1,
+                };
+                let frame: Vec<u8> = (0..len).map(|i| (i as u32 ^ next) as u8).collect();
                 queued.extend(&frame);
                 o.push(
                     |b| {
@@ -239,15 +319,39 @@ mod tests {
                     Ack::None,
                     "",
                 );
-                next = next.wrapping_add(1);
+                next += 1;
             }
-            let batch = o.batch(round % 5 + 1, 64);
-            let (front, back) = o.bytes(batch);
-            let got: Vec<u8> = front.iter().chain(back).copied().collect();
+            let batch = o.batch(round % 5 + 1, BYTES_CHUNK);
+            let got: Vec<u8> = o.bytes(batch).flatten().copied().collect();
             let want: Vec<u8> = queued.drain(..batch.bytes).collect();
-            assert_eq!(got, want, "round {round}");
+            assert!(got == want, "round {round}: the batch's bytes differ");
             o.complete(batch, Ok(()));
-            assert_eq!(o.end() - o.committed(), queued.len() as u64);
+            let backlog = queued.len();
+            assert_eq!(o.end() - o.committed(), backlog as u64);
+            let most = (backlog.div_ceil(BYTES_CHUNK) + 2) * BYTES_CHUNK;
+            assert!(
+                o.bytes.capacity() <= most,
+                "round {round}: {}",
+                o.bytes.capacity()
+            );
         }
+    }
+
+    /// Behind a 64 MiB backlog, no push adds more than a chunk: a `VecDeque` doubled the
+    /// whole backlog into fresh pages in one push.
+    #[test]
+    fn a_push_behind_a_long_backlog_adds_at_most_one_chunk() {
+        let mut o = Outbox::new(1_000_000, 1_000_000, Duration::from_secs(2));
+        let mut largest = 0;
+        for _ in 0..(64 << 10) {
+            let before = o.bytes.capacity();
+            push(&mut o, 1_024);
+            largest = largest.max(o.bytes.capacity() - before);
+        }
+        assert!(
+            largest <= BYTES_CHUNK,
+            "one push grew the outbox {largest} bytes"
+        );
+        assert!(o.end() - o.committed() >= 64 << 20);
     }
 }
