@@ -117,7 +117,7 @@ pub struct Wheel<T> {
     occupancy: [u32; LEVELS + 1],
     slab: Slab<T>,
     /// Reused to sort the expired list; no allocation once it has grown.
-    scratch: Vec<(u64, u32)>,
+    scratch: Vec<(u64, u32, u32)>,
     /// Cost of moving one entry down one level, in ns: how far ahead of its start a slot is
     /// cascaded (see "Cascading ahead").
     move_ns: u64,
@@ -392,6 +392,11 @@ impl<T> Wheel<T> {
         budget: &mut usize,
         fire: &mut impl FnMut(u32, UtcMicros, T) -> Fate<T>,
     ) {
+        if *budget == 0 {
+            // Nothing may fire (the store has no room for fires): a sort now would be done
+            // again at every pass while the shard holds its fires back.
+            return;
+        }
         if !self.expired_sorted {
             self.sort_expired();
         }
@@ -422,22 +427,25 @@ impl<T> Wheel<T> {
     }
 
     /// Relinks the expired list in deadline order. Stable: entries with the same deadline keep
-    /// the order they were inserted in.
+    /// the order they were inserted in (their place in the list breaks the tie, so the sort
+    /// needs no buffer of its own, as a stable sort's half-length one).
     fn sort_expired(&mut self) {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let mut index = self.expired.head;
+        let mut place = 0u32;
         while index != NIL {
             let entry = self.slab.get(index);
-            scratch.push((entry.deadline, index));
+            scratch.push((entry.deadline, place, index));
+            place = place.wrapping_add(1);
             index = entry.next;
         }
-        scratch.sort_by_key(|&(deadline, _)| deadline);
+        scratch.sort_unstable_by_key(|&(deadline, place, _)| (deadline, place));
         self.expired = SlotList::EMPTY;
         self.expired_min = u64::MAX;
         self.expired_sorted = true;
         self.occupancy[LEVELS] = 0;
-        for &(_, index) in &scratch {
+        for &(_, _, index) in &scratch {
             self.push_expired(index);
         }
         self.scratch = scratch;

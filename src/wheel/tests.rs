@@ -575,3 +575,32 @@ fn a_re_arm_due_at_once_waits_for_the_next_poll() {
     assert_eq!(table.next_deadline(), Some(UtcMicros(2_000)));
     assert_eq!(poll_all(&mut table, 2_000, usize::MAX).len(), 1);
 }
+
+/// While nothing may fire (a budget of 0: the store has no room for fires), a poll leaves an
+/// unsorted expired list alone: with out-of-order arrivals between such polls, each one
+/// sorted the whole list again. Once fires may go, the list fires in deadline order, ties in
+/// the order they arrived.
+#[test]
+fn a_poll_that_may_fire_nothing_does_not_sort_and_ties_keep_their_arrival_order() {
+    let now = UtcMicros(1_000_000);
+    let mut wheel: Wheel<u32> = Wheel::new(now, 1024);
+    for k in 0..500u32 {
+        // 50 deadlines in the past, out of order, each ten times.
+        let deadline = 1_000 + u64::from(k.wrapping_mul(7919) % 50) * 10;
+        wheel.insert(UtcMicros(deadline), k).expect("room");
+        let more = wheel.poll_at_most(now, 0, |_, _, _| panic!("fired with no budget"));
+        assert!(more);
+    }
+    assert_eq!(
+        wheel.scratch.capacity(),
+        0,
+        "sorted while nothing could fire"
+    );
+    let mut fired = Vec::new();
+    while wheel.poll_at_most(now, 64, |_, d, k| fired.push((d.0, k))) {}
+    assert_eq!(fired.len(), 500);
+    assert!(
+        fired.windows(2).all(|w| w[0] < w[1]),
+        "deadline order, ties in arrival order: {fired:?}"
+    );
+}
