@@ -161,9 +161,11 @@ mod tests {
         assert_eq!(q.len(), 300_000);
     }
 
-    /// A queue that holds steady takes its emptied chunk again instead of allocating.
+    /// A queue that holds steady keeps at most its chunks' worth plus one: an emptied chunk
+    /// is dropped or kept as the spare, never left behind. (Whether the spare is the chunk
+    /// taken again, rather than a fresh one of the same size, this does not see.)
     #[test]
-    fn a_steady_queue_reuses_its_emptied_chunk() {
+    fn a_steady_queue_holds_no_more_than_one_chunk_beyond_its_length() {
         let mut q = Deque::new();
         let chunk = Deque::<u64>::CHUNK;
         for i in 0..chunk as u64 {
