@@ -178,6 +178,51 @@ pub struct DeadInfo {
     /// Its final delivery metadata, verbatim.
     pub meta: Vec<u8>,
     pub payload: Vec<u8>,
+    /// The bytes a listing with bodies copies for this letter (metadata, payload, error and
+    /// callback), given with or without the body, so that a listing can ask for bodies in
+    /// parts of bounded size.
+    pub body_bytes: usize,
+}
+
+impl DeadInfo {
+    /// A letter as a listing of keys shows it: everything after `fire_at` empty.
+    pub(crate) fn without_body(
+        key: &str,
+        version: u64,
+        fire_at: UtcMicros,
+        body_bytes: usize,
+    ) -> DeadInfo {
+        DeadInfo {
+            key: key.to_string(),
+            version,
+            fire_at,
+            attempts: 0,
+            last_status: None,
+            last_error: None,
+            callback: None,
+            meta: Vec::new(),
+            payload: Vec::new(),
+            body_bytes,
+        }
+    }
+
+    /// The page cut into consecutive runs of letters whose bodies take at most `budget` bytes
+    /// together; a letter larger than `budget` is a run of its own.
+    pub(crate) fn parts(page: &[DeadInfo], budget: usize) -> Vec<&[DeadInfo]> {
+        let mut parts = Vec::new();
+        let (mut start, mut bytes) = (0, 0usize);
+        for (i, letter) in page.iter().enumerate() {
+            if i > start && bytes.saturating_add(letter.body_bytes) > budget {
+                parts.push(&page[start..i]);
+                (start, bytes) = (i, 0);
+            }
+            bytes = bytes.saturating_add(letter.body_bytes);
+        }
+        if start < page.len() {
+            parts.push(&page[start..]);
+        }
+        parts
+    }
 }
 
 #[cfg(test)]
@@ -343,5 +388,48 @@ mod tests {
         let sent = sender.join().expect("sender executor ran");
         assert_eq!(sent as usize, ROUNDS);
         assert!(answered <= ROUNDS / 2);
+    }
+
+    fn letter(key: &str, body_bytes: usize) -> DeadInfo {
+        DeadInfo::without_body(key, 1, UtcMicros(1), body_bytes)
+    }
+
+    /// The parts cover the page in order, each letter once; every part keeps within the
+    /// budget, except a part of one letter larger than it; and a part ends only where its
+    /// next letter would not have fitted.
+    #[test]
+    fn a_page_is_cut_into_runs_within_the_budget_each_letter_once() {
+        let sizes = [0, 300, 700, 1, 1_500, 999, 1_000, 0, 0, 200, 800, 1];
+        let page: Vec<DeadInfo> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| letter(&format!("k{i:02}"), b))
+            .collect();
+        let parts = DeadInfo::parts(&page, 1_000);
+        let joined: Vec<&str> = parts
+            .iter()
+            .flat_map(|p| p.iter().map(|l| l.key.as_str()))
+            .collect();
+        let keys: Vec<&str> = page.iter().map(|l| l.key.as_str()).collect();
+        assert_eq!(joined, keys);
+        let bytes = |p: &[DeadInfo]| p.iter().map(|l| l.body_bytes).sum::<usize>();
+        for (i, p) in parts.iter().enumerate() {
+            assert!(!p.is_empty());
+            assert!(
+                bytes(p) <= 1_000 || p.len() == 1,
+                "part {i}: {} bytes",
+                bytes(p)
+            );
+            if let Some(next) = parts.get(i + 1) {
+                assert!(
+                    bytes(p) + next[0].body_bytes > 1_000,
+                    "part {i} ended early"
+                );
+            }
+        }
+        let lens: Vec<usize> = parts.iter().map(|p| p.len()).collect();
+        assert_eq!(lens, [3, 1, 1, 1, 3, 2, 1]);
+        assert!(DeadInfo::parts(&[], 1_000).is_empty());
+        assert_eq!(DeadInfo::parts(&page, usize::MAX).len(), 1);
     }
 }

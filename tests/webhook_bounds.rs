@@ -135,6 +135,20 @@ fn dead_letters_count_against_the_shard_capacity_and_are_never_dropped_for_room(
 
 #[test]
 fn dead_letters_page_by_key_across_shards_each_once_with_its_payload() {
+    forty_dead_letters_each_listed_once(0, &[1, 7, 40]);
+}
+
+/// Letters of about 60 KiB each: a page of 40 is asked for its bodies in parts of at most
+/// 1 MiB (`engine::BODIES_PER_ASK`), three across three shards; each key comes back once,
+/// in order, with its own payload whole, whatever the page's limit.
+#[test]
+fn a_page_of_large_dead_letters_is_gathered_in_parts_each_once_with_its_payload() {
+    forty_dead_letters_each_listed_once(60_000, &[40, 17, 1000]);
+}
+
+/// 40 dead letters across three shards, each with a payload padded by `pad` bytes: listed
+/// page by page at each of `limits`, every key comes back once, in order, with its payload.
+fn forty_dead_letters_each_listed_once(pad: usize, limits: &[usize]) {
     let rx = Receiver::start(|_, _| Reply::status(404));
     let dir = tempfile::tempdir().expect("temp dir");
     let s = start(
@@ -142,20 +156,26 @@ fn dead_letters_page_by_key_across_shards_each_once_with_its_payload() {
         &format!("callback_allow = [{:?}]\n", rx.base()),
         &["--store", "memory", "--shards", "3"],
     );
-    let timers: Vec<Value> = (0..40)
-        .map(|i| json!({"key": format!("k{i:02}"), "delay_ms": 1, "callback": {"url": rx.url("h")}, "payload": {"i": i}}))
-        .collect();
-    post_batch(&s, "t", timers);
+    let pad = |i: usize| char::from(b'a' + (i % 26) as u8).to_string().repeat(pad);
+    for chunk in (0..40).collect::<Vec<usize>>().chunks(10) {
+        let timers: Vec<Value> = chunk
+            .iter()
+            .map(|&i| json!({"key": format!("k{i:02}"), "delay_ms": 1, "callback": {"url": rx.url("h")}, "payload": {"i": i, "pad": pad(i)}}))
+            .collect();
+        post_batch(&s, "t", timers);
+    }
     eventually("40 dead letters", || {
         (all_dead(&s, "t", 1000).len() == 40).then_some(())
     });
-    for limit in [1, 7, 40] {
+    for &limit in limits {
         let dead = all_dead(&s, "t", limit);
         let keys: Vec<&str> = dead.iter().filter_map(|d| d["key"].as_str()).collect();
         let want: Vec<String> = (0..40).map(|i| format!("k{i:02}")).collect();
         assert_eq!(keys, want, "limit {limit}");
         for (i, d) in dead.iter().enumerate() {
             assert_eq!(d["payload"]["i"], i, "limit {limit}");
+            let padded = d["payload"]["pad"].as_str();
+            assert_eq!(padded, Some(pad(i).as_str()), "limit {limit}");
         }
     }
 }

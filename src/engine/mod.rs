@@ -27,7 +27,7 @@ pub use crate::op::{Cancelled, DeadInfo, Scheduled, TimerInfo};
 pub use crate::store::journal::{Fsync, JournalConfig, OnFailure};
 pub use crate::store::redis::RedisConfig;
 pub use builder::{ClockChoice, EngineBuilder, ShardStartHook, StoreKind};
-pub use handle::{Handle, MAX_PAYLOAD};
+pub use handle::{Handle, BODIES_PER_ASK, MAX_PAYLOAD};
 pub use placement::{available_cores, Pinning};
 pub use running::Engine;
 pub use stats::ShardStats;
