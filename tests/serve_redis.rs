@@ -77,6 +77,55 @@ fn timers_put_over_http_arrive_in_the_stream_after_their_deadline_with_their_pay
     }
 }
 
+/// Writes of about 60 KiB, a batch of 100 due together: the pipelines stop at their byte
+/// bound (2 MiB, `store::redis::outbox::PIPELINE_BYTES`), so the registrations and the fires
+/// (each an atomic XADD and HDEL) go in many pipelines, and each timer still arrives once,
+/// with its payload whole, and none stays pending.
+#[test]
+fn large_writes_go_in_pipelines_of_bounded_size_and_each_arrives_once_whole() {
+    let redis = RedisServer::start();
+    let s = Server::start(&["--redis", &redis.url(), "--shards", "2"]);
+    let pad = |i: usize| char::from(b'a' + (i % 26) as u8).to_string().repeat(60_000);
+    for part in 0..4 {
+        let timers: Vec<serde_json::Value> = (part * 25..part * 25 + 25)
+            .map(|i| json!({"key": format!("big-{i:03}"), "delay_ms": 400, "payload": {"i": i, "pad": pad(i)}}))
+            .collect();
+        let (st, r) = s.json(
+            "POST",
+            "/v1/timers/shop",
+            &json!({ "timers": timers }).to_string(),
+        );
+        assert_eq!(st, 200, "{r}");
+    }
+    let mut con = redis.client().expect("redis client");
+    let entries = wait_stream(&mut con, "shop", |e| e.len() >= 100);
+    assert_eq!(entries.len(), 100);
+    let mut keys: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), 100, "each timer once");
+    for e in &entries {
+        let got: serde_json::Value = serde_json::from_str(&e.payload).expect("payload is JSON");
+        let i = got["i"].as_u64().expect("i") as usize;
+        assert_eq!(e.key, format!("big-{i:03}"));
+        assert_eq!(
+            got["pad"].as_str(),
+            Some(pad(i).as_str()),
+            "{} whole",
+            e.key
+        );
+        assert!(e.fired_at_us >= e.fire_at_us, "{} fired early", e.key);
+    }
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while s.json("GET", "/v1/timers/shop/big-000", "").0 != 404 {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "still pending after its fire"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_store_that_is_down_answers_503_store_unavailable_with_retry_after() {
     let down = RedisServer::stopped(redis_server::free_port());

@@ -72,7 +72,7 @@ use super::cluster::fence::{self, is_fenced};
 use super::cluster::{ClusterClient, ClusterStats, Routed, Sent};
 use super::flush::{due, pause, Due};
 use super::layout::partition_of_key;
-use super::outbox::Entry;
+use super::outbox::{Entry, PIPELINE_BYTES};
 use super::replies::transient;
 use super::RedisLink;
 use crate::error::Error;
@@ -172,7 +172,7 @@ async fn send_batch(
     let plan = {
         let outbox = shared.outbox.borrow();
         Plan::of(
-            outbox.batch(0, shared.cfg.flush_max_commands),
+            outbox.batch(0, shared.cfg.flush_max_commands, PIPELINE_BYTES),
             shared.holders.is_some(),
         )
     };
@@ -489,7 +489,7 @@ mod tests {
     #[test]
     fn stream_entries_go_first_and_each_partition_gets_one_ordered_script() {
         let o = outbox();
-        let plan = Plan::of(o.batch(0, 100), false);
+        let plan = Plan::of(o.batch(0, 100, usize::MAX), false);
         assert_eq!((plan.entries, plan.commands), (4, 5));
         assert_eq!(plan.streams.len(), 1);
         assert_eq!(plan.stream_owners, [1]);
@@ -546,7 +546,7 @@ mod tests {
     #[test]
     fn with_holders_a_partition_is_fenced_by_its_holder_and_an_unheld_one_is_not_sent() {
         let o = outbox_under(|p| (p == 7).then(|| Arc::from(format!("node-a:{p}"))));
-        let plan = Plan::of(o.batch(0, 100), true);
+        let plan = Plan::of(o.batch(0, 100, usize::MAX), true);
         assert_eq!(plan.groups.len(), 1);
         let a = args(&plan.scripts[0]);
         assert!(a[1].contains("FENCED"), "the fenced script");
@@ -571,7 +571,7 @@ mod tests {
             "shop",
             Some(Arc::from("node-a:4")),
         );
-        let plan = Plan::of(o.batch(0, 100), true);
+        let plan = Plan::of(o.batch(0, 100, usize::MAX), true);
         let mut scripts: Vec<(u32, String, Vec<usize>)> = plan
             .groups
             .iter()

@@ -31,6 +31,7 @@
 //! How replies are judged (which error replies are transient) is `replies`.
 
 use super::conn::{Conn, ConnError};
+use super::outbox::PIPELINE_BYTES;
 use super::replies::{judge, Shape};
 use super::RedisLink;
 use crate::metrics::{StoreMetrics, StoreState};
@@ -196,7 +197,9 @@ async fn pump(shared: &RedisLink, conn: &mut Conn) -> Result<(), String> {
 /// Encodes the batch after the first `skip` entries into `out`; its shape (empty: nothing).
 fn encode(shared: &RedisLink, skip: usize, out: &mut Vec<u8>) -> Shape {
     let outbox = shared.outbox.borrow();
-    let batch: Vec<_> = outbox.batch(skip, shared.cfg.flush_max_commands).collect();
+    let batch: Vec<_> = outbox
+        .batch(skip, shared.cfg.flush_max_commands, PIPELINE_BYTES)
+        .collect();
     let atomic = batch.iter().any(|e| e.is_atomic());
     let wait = shared.cfg.wait_replicas > 0;
     if batch.is_empty() {

@@ -58,8 +58,10 @@
 //! # Cost model
 //!
 //! Per registration on the shard: one `redis::Cmd` built (the record is copied once into the
-//! command's buffer) and one `VecDeque` push; per fire, two commands. The store task writes a
-//! batch (up to `flush_max_commands`) as soon as a fire waits, N writes wait, or the oldest
+//! command's buffer) and one push onto the outbox's chunks; per fire, two commands. The store
+//! task writes a batch (up to `flush_max_commands`, and about `outbox::PIPELINE_BYTES`, so
+//! that large payloads are not encoded hundreds of megabytes at a time) as soon as a fire
+//! waits, N writes wait, or the oldest
 //! has waited `flush_interval`; up to four batches are in flight on the connection. The
 //! shard's passes are shortened (512 ops) on durable shards, and the shard yields to its
 //! executor after every pass that did work (see `shard`), so that Redis's replies are read
