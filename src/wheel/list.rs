@@ -10,7 +10,7 @@ pub(crate) const SLOTS: usize = 1 << SLOT_BITS;
 /// "No entry": the end of a list, or an empty free list.
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// Where an entry lives. Fits in 16 bits: 9 levels × 64 slots, plus two markers.
+/// Where an entry lives. Fits in 16 bits: 9 levels × 64 slots, plus five markers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Pos(pub u16);
 
@@ -21,6 +21,11 @@ impl Pos {
     pub const FREE: Pos = Pos(u16::MAX);
     /// Fired and re-armed by the poll under way: linked when it ends.
     pub const REARMED: Pos = Pos(u16::MAX - 2);
+    /// The head of a sorted run of expired entries; its `prev` holds the run's id
+    /// (`expired.rs`).
+    pub const RUN_HEAD: Pos = Pos(u16::MAX - 3);
+    /// In a sorted run of expired entries, after its head.
+    pub const RUN: Pos = Pos(u16::MAX - 4);
 
     pub fn slot(level: u32, slot: usize) -> Pos {
         Pos((level as usize * SLOTS + slot) as u16)

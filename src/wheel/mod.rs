@@ -63,16 +63,20 @@
 //! - Entries inserted with a deadline before `elapsed` go to the *expired* list. They fire
 //!   at the next `poll` whose `now` reaches their deadline: normally the very next one, but
 //!   after the clock stepped backwards, or while a cascade ahead has put `elapsed` past the
-//!   clock (`now < elapsed`), they wait, so nothing fires early.
+//!   clock (`now < elapsed`), they wait, so nothing fires early. Arrivals out of deadline
+//!   order are sorted first, [`SORT_STEP`] per poll (`expired.rs`): more than that wait for
+//!   the polls that sort them, each of which reports more due, with `next_deadline` at or
+//!   before its `now`, so the caller polls again at once instead of parking.
 //!
 //! # Cost model
 //!
-//! insert, remove and re-arm: O(1), no allocation once the slab has grown to its peak.
-//! `next_deadline`:
-//! O(levels), one `trailing_zeros` per level. Memory: 64 slots × 9 levels × 12 bytes (head,
-//! tail, count). `poll`: O(fired + cascaded), plus a sort of the
-//! expired list when it holds anything due.
+//! insert, remove and re-arm: O(1), no allocation once the slab and the expired list's runs
+//! have grown to their peak. `next_deadline`: O(levels), one `trailing_zeros` per level.
+//! Memory: 64 slots × 9 levels × 12 bytes (head, tail, count). `poll`: O(fired + cascaded),
+//! plus the sorting of at most [`SORT_STEP`] expired entries that arrived out of order, and
+//! O(log runs) per fire while the expired list is sorted into more than one run.
 
+mod expired;
 mod fired;
 mod index;
 mod level;
@@ -82,10 +86,12 @@ mod slab;
 mod table;
 
 use crate::units::UtcMicros;
+use expired::Runs;
 use level::{level_for, slot_for, Level};
 use list::{Pos, SlotList, NIL};
 use slab::Slab;
 
+pub use expired::SORT_STEP;
 pub use rearm::Fate;
 pub use slab::EntryRef;
 pub use table::{TimerRecord, TimerTable, TimerView, UpsertError, Upserted, PURGE_CHECK};
@@ -105,19 +111,21 @@ pub enum InsertError {
 pub struct Wheel<T> {
     elapsed: u64,
     levels: Box<[Level; LEVELS]>,
+    /// Expired entries not sorted into a run yet, in arrival order (`expired.rs`).
     expired: SlotList,
-    /// Earliest deadline on the expired list (`u64::MAX` when it is empty).
+    /// A lower bound on the earliest deadline on the expired list and its runs, exact after
+    /// a poll that fired from them (`u64::MAX` when they are empty).
     expired_min: u64,
     /// The expired list is in deadline order (pushes in order keep it so; one out of order
-    /// clears it, and the next poll sorts once).
+    /// clears it, and the polls that follow sort it into runs, a step at a time).
     expired_sorted: bool,
+    /// The sorted runs of expired entries, and the heap of their heads.
+    runs: Runs,
     /// Entries re-armed by the poll under way, linked when it ends.
     rearmed: SlotList,
     /// Entries on each level, and on the expired list (the last), for the occupancy gauges.
     occupancy: [u32; LEVELS + 1],
     slab: Slab<T>,
-    /// Reused to sort the expired list; no allocation once it has grown.
-    scratch: Vec<(u64, u32, u32)>,
     /// Cost of moving one entry down one level, in ns: how far ahead of its start a slot is
     /// cascaded (see "Cascading ahead").
     move_ns: u64,
@@ -140,10 +148,10 @@ impl<T> Wheel<T> {
             expired: SlotList::EMPTY,
             expired_min: u64::MAX,
             expired_sorted: true,
+            runs: Runs::new(),
             rearmed: SlotList::EMPTY,
             occupancy: [0; LEVELS + 1],
             slab: Slab::with_capacity(capacity),
-            scratch: Vec::new(),
             move_ns: MOVE_NS,
         }
     }
@@ -153,6 +161,13 @@ impl<T> Wheel<T> {
     #[cfg(test)]
     pub(crate) fn set_move_ns(&mut self, ns: u64) {
         self.move_ns = ns;
+    }
+
+    /// Sets how many expired entries one poll sorts at most (tests use a few, so that small
+    /// lists take many steps).
+    #[cfg(test)]
+    pub(crate) fn set_sort_step(&mut self, step: usize) {
+        self.runs.set_step(step);
     }
 
     pub fn len(&self) -> usize {
@@ -173,12 +188,10 @@ impl<T> Wheel<T> {
         UtcMicros(self.elapsed)
     }
 
-    /// Heap bytes of the wheel's own structures (slab and level arrays), not the values'
-    /// heap data.
+    /// Heap bytes of the wheel's own structures (slab, level arrays, the expired list's
+    /// runs), not the values' heap data.
     pub fn heap_bytes(&self) -> usize {
-        self.slab.heap_bytes()
-            + std::mem::size_of::<[Level; LEVELS]>()
-            + self.scratch.capacity() * std::mem::size_of::<(u64, u32)>()
+        self.slab.heap_bytes() + std::mem::size_of::<[Level; LEVELS]>() + self.runs.heap_bytes()
     }
 
     /// Entries on each level (0 to 8), then on the expired list: where the pending timers sit.
@@ -226,9 +239,11 @@ impl<T> Wheel<T> {
         entry.value.as_ref().map(|v| (UtcMicros(entry.deadline), v))
     }
 
-    /// A lower bound on the earliest pending deadline: exact for level-0 entries and the
-    /// expired list, the start of the slot for entries further out (the shard wakes there,
-    /// cascades, and asks again). `None` when the wheel is empty. O(levels).
+    /// A lower bound on the earliest pending deadline: exact for level-0 entries and, after a
+    /// poll that fired from it, the expired list; the start of the slot for entries further
+    /// out (the shard wakes there, cascades, and asks again). While a poll has stopped with
+    /// expired entries left to sort, at or before that poll's `now`, so the shard polls again
+    /// at once. `None` when the wheel is empty. O(levels).
     pub fn next_deadline(&self) -> Option<UtcMicros> {
         let wheel_next = self.next_slot().map(|s| s.due_at);
         match (wheel_next, self.expired_min) {
@@ -241,16 +256,18 @@ impl<T> Wheel<T> {
     /// Fires every entry due at or before `now`, in deadline order, and moves the wheel's time
     /// to `now`. `fire` gets the slab index the entry had, its deadline and its value.
     /// A `now` before `elapsed` (the clock stepped back) fires only expired-list entries that
-    /// are due by `now`, and leaves `elapsed` where it is.
-    pub fn poll(&mut self, now: UtcMicros, fire: impl FnMut(u32, UtcMicros, T)) {
-        let more = self.poll_at_most(now, usize::MAX, fire);
-        debug_assert!(!more, "an unbounded poll left entries due");
+    /// are due by `now`, and leaves `elapsed` where it is. Unbounded: it sorts the whole
+    /// expired list if it must ([`Wheel::poll_at_most`] is the bounded step).
+    pub fn poll(&mut self, now: UtcMicros, mut fire: impl FnMut(u32, UtcMicros, T)) {
+        while self.poll_at_most(now, usize::MAX, &mut fire) {}
     }
 
-    /// Like [`Wheel::poll`], but fires at most `budget` entries. Returns true when it stopped
-    /// because the budget ran out while more entries were due; the next call resumes where this
-    /// one stopped, in deadline order (the rest of a level-0 slot stays in its slot, and the
-    /// expired list stays sorted). Cascades are not counted against the budget.
+    /// Like [`Wheel::poll`], but fires at most `budget` entries and sorts at most
+    /// [`SORT_STEP`] expired ones. Returns true when it stopped with more due: the budget ran
+    /// out, or expired entries are left to sort (then it fired nothing, and
+    /// [`Wheel::next_deadline`] is at or before `now`). The next call resumes where this one
+    /// stopped, in deadline order (the rest of a level-0 slot stays in its slot, the expired
+    /// list's sorted runs stay sorted). Cascades are not counted against the budget.
     pub fn poll_at_most(
         &mut self,
         now: UtcMicros,
@@ -273,7 +290,10 @@ impl<T> Wheel<T> {
     ) -> bool {
         let mut budget = budget;
         if self.expired_min <= now {
-            self.fire_expired(now, &mut budget, fire);
+            if self.fire_expired(now, &mut budget, fire) {
+                // Sorting left: the levels' entries are all due later than the expired list's.
+                return true;
+            }
             if budget == 0 && self.expired_min <= now {
                 return true;
             }
@@ -383,74 +403,6 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Fires the expired list's entries due by `now`, earliest first, until `budget` runs out.
-    /// The list is sorted by deadline first if pushes left it unsorted; what stays on it stays
-    /// sorted, so a burst spread over many bounded polls is sorted once.
-    fn fire_expired(
-        &mut self,
-        now: u64,
-        budget: &mut usize,
-        fire: &mut impl FnMut(u32, UtcMicros, T) -> Fate<T>,
-    ) {
-        if *budget == 0 {
-            // Nothing may fire (the store has no room for fires): a sort now would be done
-            // again at every pass while the shard holds its fires back.
-            return;
-        }
-        if !self.expired_sorted {
-            self.sort_expired();
-        }
-        let mut index = self.expired.head;
-        while index != NIL && *budget > 0 {
-            let (deadline, next) = {
-                let e = self.slab.get(index);
-                (e.deadline, e.next)
-            };
-            if deadline > now {
-                break;
-            }
-            let value = self.slab.take(index);
-            self.occupancy[LEVELS] -= 1;
-            *budget -= 1;
-            let fate = fire(index, UtcMicros(deadline), value);
-            self.settle(index, fate);
-            index = next;
-        }
-        self.expired.head = index;
-        if index == NIL {
-            self.expired.tail = NIL;
-            self.expired_min = u64::MAX;
-        } else {
-            self.slab.get_mut(index).prev = NIL;
-            self.expired_min = self.slab.get(index).deadline;
-        }
-    }
-
-    /// Relinks the expired list in deadline order. Stable: entries with the same deadline keep
-    /// the order they were inserted in (their place in the list breaks the tie, so the sort
-    /// needs no buffer of its own, as a stable sort's half-length one).
-    fn sort_expired(&mut self) {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        let mut index = self.expired.head;
-        let mut place = 0u32;
-        while index != NIL {
-            let entry = self.slab.get(index);
-            scratch.push((entry.deadline, place, index));
-            place = place.wrapping_add(1);
-            index = entry.next;
-        }
-        scratch.sort_unstable_by_key(|&(deadline, place, _)| (deadline, place));
-        self.expired = SlotList::EMPTY;
-        self.expired_min = u64::MAX;
-        self.expired_sorted = true;
-        self.occupancy[LEVELS] = 0;
-        for &(_, _, index) in &scratch {
-            self.push_expired(index);
-        }
-        self.scratch = scratch;
-    }
-
     /// Puts the (unlinked) entry `index` on the list its deadline calls for.
     fn link(&mut self, index: u32) {
         let when = self.slab.get(index).deadline;
@@ -473,17 +425,6 @@ impl<T> Wheel<T> {
         self.levels[level as usize].mark_occupied(slot);
         self.levels[level as usize].add_count(slot, 1);
         self.occupancy[level as usize] += 1;
-    }
-
-    fn push_expired(&mut self, index: u32) {
-        let deadline = self.slab.get(index).deadline;
-        let tail = self.expired.tail;
-        if tail != NIL && self.slab.get(tail).deadline > deadline {
-            self.expired_sorted = false;
-        }
-        self.expired = self.append(self.expired, index, Pos::EXPIRED);
-        self.expired_min = self.expired_min.min(deadline);
-        self.occupancy[LEVELS] += 1;
     }
 
     /// Appends `index` to `list` and returns the new list.
@@ -512,6 +453,10 @@ impl<T> Wheel<T> {
             let e = self.slab.get(index);
             (e.prev, e.next, e.pos)
         };
+        if pos == Pos::RUN_HEAD || pos == Pos::RUN {
+            self.unlink_from_run(pos, prev, next);
+            return;
+        }
         if prev != NIL {
             self.slab.get_mut(prev).next = next;
         }
@@ -539,11 +484,7 @@ impl<T> Wheel<T> {
         }
         let now_empty = list.head == NIL;
         if pos == Pos::EXPIRED {
-            if now_empty {
-                self.expired_min = u64::MAX;
-                self.expired_sorted = true;
-            }
-            // Otherwise expired_min stays a lower bound; fire_expired recomputes it.
+            self.expired_left();
         } else if now_empty {
             let (level, slot) = pos.level_and_slot();
             self.levels[level as usize].mark_empty(slot);
@@ -560,5 +501,7 @@ struct NextSlot {
     due_at: u64,
 }
 
+#[cfg(test)]
+mod expired_tests;
 #[cfg(test)]
 mod tests;

@@ -142,6 +142,12 @@ impl TimerTable {
         self.wheel.set_move_ns(ns);
     }
 
+    /// See `Wheel::set_sort_step`.
+    #[cfg(test)]
+    pub(crate) fn set_sort_step(&mut self, step: usize) {
+        self.wheel.set_sort_step(step);
+    }
+
     /// Lowers the number of fired timers a poll removes from the index one by one before it
     /// sweeps instead.
     #[cfg(test)]
@@ -339,14 +345,15 @@ impl TimerTable {
         })
     }
 
-    /// Fires every timer due at or before `now`, in deadline order.
-    pub fn poll(&mut self, now: UtcMicros, fire: impl FnMut(UtcMicros, TimerRecord)) {
-        let more = self.poll_at_most(now, usize::MAX, fire);
-        debug_assert!(!more, "an unbounded poll left timers due");
+    /// Fires every timer due at or before `now`, in deadline order; unbounded, as
+    /// `Wheel::poll`.
+    pub fn poll(&mut self, now: UtcMicros, mut fire: impl FnMut(UtcMicros, TimerRecord)) {
+        while self.poll_at_most(now, usize::MAX, &mut fire) {}
     }
 
-    /// Fires at most `budget` timers due at or before `now`, in deadline order; true when more
-    /// are due (call again to go on: see `Wheel::poll_at_most`).
+    /// Fires at most `budget` timers due at or before `now`, in deadline order, sorting at
+    /// most a step of overdue ones; true when more are due (call again to go on: see
+    /// `Wheel::poll_at_most`).
     pub fn poll_at_most(
         &mut self,
         now: UtcMicros,

@@ -157,16 +157,19 @@ fn poll_keeping_all(
 /// (large values make a handful of entries cascade milliseconds ahead of their slot).
 /// `sweep`: fired timers leave the index by a sweep whenever a poll fires more than two.
 /// `rearm`: the fired timers [`keeps`] names are re-armed this many µs after their fire.
+/// `sort_step`: expired timers one poll sorts at most (a few, so that the expired list is
+/// sorted over many polls, in runs merged as they fire).
 fn run(
     start: u64,
     ops: &[Op],
-    budget: usize,
+    (budget, sort_step): (usize, usize),
     (move_ns, sweep): (u64, bool),
     rearm: Option<u64>,
 ) -> Result<(), TestCaseError> {
     let mut now = start;
     let mut table = TimerTable::new(UtcMicros(now), 64);
     table.set_move_ns(move_ns);
+    table.set_sort_step(sort_step);
     if sweep {
         table.set_record_min(0);
     }
@@ -262,7 +265,7 @@ proptest! {
     /// Half the cases re-arm every third key at its fire (three times, `rearm` µs later),
     /// keeping its version and its slab entry: it fires again exactly at its new deadline,
     /// with the metadata it was re-armed with, and the index, the occupancy and
-    /// `next_deadline` stay exact.
+    /// `next_deadline` stay exact. Most cases sort the expired list a few timers per poll.
     #[test]
     fn table_fires_and_re_arms_exactly_as_a_btreemap_model_does(
         start in prop_oneof![Just(0u64), 1_000_000u64..2_000_000_000_000_000],
@@ -271,8 +274,9 @@ proptest! {
         move_ns in prop_oneof![Just(super::MOVE_NS), Just(0), 1_000u64..50_000_000],
         sweep in any::<bool>(),
         rearm in prop::option::weighted(0.5, scale().prop_map(|a| a + 1)),
+        sort_step in prop_oneof![1 => Just(super::SORT_STEP), 3 => 1usize..5],
     ) {
-        run(start, &ops, budget, (move_ns, sweep), rearm)?;
+        run(start, &ops, (budget, sort_step), (move_ns, sweep), rearm)?;
     }
 }
 
@@ -592,7 +596,7 @@ fn a_poll_that_may_fire_nothing_does_not_sort_and_ties_keep_their_arrival_order(
         assert!(more);
     }
     assert_eq!(
-        wheel.scratch.capacity(),
+        wheel.runs.scratch_capacity(),
         0,
         "sorted while nothing could fire"
     );
