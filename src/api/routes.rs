@@ -6,13 +6,14 @@
 //! handle calls, whose replies come back through the owning shard's ring without blocking
 //! this shard's other connections.
 
+use super::batch;
 use super::body::{parse_put, Registration};
 use super::error::ApiError;
 use super::forward::{self, Here};
+use super::metrics::{RequestLabels, ScrapeRefused, WAITING_SCRAPES};
 use super::respond::{self, Resp};
 use super::split::Owners;
 use super::state::App;
-use super::{batch, metrics::RequestLabels};
 use crate::cooperate::Slice;
 use crate::engine::{Cancelled, Scheduled};
 use crate::error::{validate_name, NameKind};
@@ -85,7 +86,7 @@ impl App {
                 };
                 (name, self.dead(t, k, retry, req).await)
             }
-            Route::Metrics => ("metrics", self.metrics(&req)),
+            Route::Metrics => ("metrics", self.metrics(&req).await),
             Route::Healthz => ("healthz", self.healthz(&req)),
             Route::Cluster => ("cluster", self.cluster(&req).await),
             Route::NotFound => (
@@ -236,14 +237,19 @@ impl App {
         Ok(())
     }
 
-    fn metrics(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
+    async fn metrics(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
         self.operator_get(req, "/metrics")?;
-        let text = self
-            .shared
-            .metrics
-            .get()
-            .map(|m| m.render())
-            .unwrap_or_default();
+        let text = match self.shared.metrics.get() {
+            Some(m) => m.scrape().await.map_err(|why| match why {
+                ScrapeRefused::Busy => ApiError::Overloaded(format!(
+                    "{WAITING_SCRAPES} scrapes of /metrics are waiting already; retry"
+                )),
+                ScrapeRefused::Gone => {
+                    ApiError::Internal("the metrics render thread is not running".into())
+                }
+            })?,
+            None => String::new(),
+        };
         Ok(respond::with_body(
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",

@@ -6,6 +6,15 @@
 //! count and latency are per shard, route and status; each shard only touches its own label
 //! sets, so the counters do not bounce between cores.
 //!
+//! A scrape is rendered on a thread of its own (`punctual-metrics`, on the cores no shard is
+//! pinned to when there are any), not on the shard whose connection asked: the exposition
+//! grows with shards and tenants (the webhook families are per shard and tenant, up to 64
+//! tenants a shard), and its encoding was one step of milliseconds on that shard's thread at
+//! every scrape, holding back every timer due there. The shard hands the thread a reply
+//! channel and waits for the text like any other answer. At most [`WAITING_SCRAPES`] wait at
+//! once; beyond them a scrape is answered `503 overloaded`, so a flood of scrapes cannot
+//! queue without bound.
+//!
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | the registry and the HTTP request metrics |
@@ -42,12 +51,25 @@ pub struct RequestLabels {
 
 type LatencyFamily = Family<RequestLabels, Histogram, fn() -> Histogram>;
 
+/// Scrapes that may wait for the render thread at once, the one being rendered included.
+pub const WAITING_SCRAPES: usize = 4;
+
 /// Everything `/metrics` serves. Cheap to clone.
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
     requests: Family<RequestLabels, Counter>,
     latency: LatencyFamily,
+    renderer: Renderer,
+}
+
+/// Why a scrape got no text.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ScrapeRefused {
+    /// [`WAITING_SCRAPES`] are waiting already.
+    Busy,
+    /// The render thread is gone (it could not start, or it panicked).
+    Gone,
 }
 
 fn latency_histogram() -> Histogram {
@@ -91,8 +113,10 @@ impl Metrics {
             node,
             forwards,
         }));
+        let registry = Arc::new(registry);
         Metrics {
-            registry: Arc::new(registry),
+            renderer: Renderer::start(registry.clone()),
+            registry,
             requests,
             latency,
         }
@@ -105,12 +129,152 @@ impl Metrics {
         self.requests.get_or_create(&labels).inc();
     }
 
-    /// The text exposition.
+    /// The text exposition, rendered here, on the caller's thread.
     pub fn render(&self) -> String {
-        let mut out = String::with_capacity(16 * 1024);
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::error!("rendering metrics failed: {e}");
+        render(&self.registry)
+    }
+
+    /// The text exposition, rendered on the render thread; the caller's thread only waits
+    /// (through its executor's doorbell, when it has one).
+    pub async fn scrape(&self) -> Result<String, ScrapeRefused> {
+        self.renderer.scrape().await
+    }
+}
+
+/// The thread that renders scrapes, and the way to it. The thread ends once every clone of
+/// this is gone.
+#[derive(Clone)]
+struct Renderer {
+    /// Where to send each scrape's text.
+    scrapes: std::sync::mpsc::SyncSender<futures_channel::oneshot::Sender<String>>,
+}
+
+impl Renderer {
+    /// Starts the thread, on the cores no shard is pinned to (a thread started from a pinned
+    /// shard would inherit that shard's core). A thread that cannot start is logged, and every
+    /// scrape is then refused.
+    fn start(registry: Arc<Registry>) -> Renderer {
+        let (scrapes, rx) = std::sync::mpsc::sync_channel::<futures_channel::oneshot::Sender<String>>(
+            WAITING_SCRAPES - 1,
+        );
+        let started = std::thread::Builder::new()
+            .name("punctual-metrics".into())
+            .spawn(move || {
+                let cores = crate::cpus::off_shard_cores();
+                if let Err(e) = crate::cpus::pin_current_thread(&cores) {
+                    tracing::warn!(error = %e, "metrics: could not move the render thread off the shards' cores");
+                }
+                for reply in rx {
+                    if !reply.is_canceled() {
+                        let _ = reply.send(render(&registry));
+                    }
+                }
+            });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "metrics: the render thread did not start; /metrics answers 500");
         }
-        out
+        Renderer { scrapes }
+    }
+
+    async fn scrape(&self) -> Result<String, ScrapeRefused> {
+        use std::sync::mpsc::TrySendError;
+        let (tx, rx) = futures_channel::oneshot::channel();
+        match self.scrapes.try_send(tx) {
+            Ok(()) => crate::doorbell::relay(rx)
+                .await
+                .map_err(|_| ScrapeRefused::Gone),
+            Err(TrySendError::Full(_)) => Err(ScrapeRefused::Busy),
+            Err(TrySendError::Disconnected(_)) => Err(ScrapeRefused::Gone),
+        }
+    }
+}
+
+fn render(registry: &Registry) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, registry) {
+        tracing::error!("rendering metrics failed: {e}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::collector::Collector;
+    use prometheus_client::encoding::DescriptorEncoder;
+    use prometheus_client::metrics::MetricType;
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+
+    /// A gauge whose encoding names the thread it runs on, and first waits for a go from the
+    /// test (when `gate` holds a receiver).
+    #[derive(Debug)]
+    struct Probe {
+        gate: Mutex<Option<mpsc::Receiver<()>>>,
+        started: Mutex<mpsc::Sender<()>>,
+    }
+
+    impl Collector for Probe {
+        fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            let _ = self.started.lock().map(|s| s.send(()));
+            if let Some(gate) = self.gate.lock().ok().and_then(|mut g| g.take()) {
+                let _ = gate.recv();
+            }
+            let name = std::thread::current().name().unwrap_or("").to_string();
+            let id: i64 = if name == "punctual-metrics" { 1 } else { 0 };
+            encoder
+                .encode_descriptor(
+                    "probe_on_render_thread",
+                    "1 on the render thread",
+                    None,
+                    MetricType::Gauge,
+                )?
+                .encode_gauge(&id)
+        }
+    }
+
+    fn probe(gate: Option<mpsc::Receiver<()>>) -> (Renderer, mpsc::Receiver<()>) {
+        let (started, encodings) = mpsc::channel();
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Probe {
+            gate: Mutex::new(gate),
+            started: Mutex::new(started),
+        }));
+        (Renderer::start(Arc::new(registry)), encodings)
+    }
+
+    /// A scrape is encoded on the render thread, not on the thread that asked (a shard's).
+    #[test]
+    fn a_scrape_is_rendered_on_the_render_thread() {
+        let (r, _) = probe(None);
+        let text = futures_lite::future::block_on(r.scrape()).expect("rendered");
+        assert!(text.contains("probe_on_render_thread 1"), "{text}");
+        assert!(render(&Registry::default()).contains("# EOF"));
+    }
+
+    /// While one scrape is being rendered, `WAITING_SCRAPES - 1` more may wait; the next is
+    /// refused at once, and every one that waited gets its text.
+    #[test]
+    fn scrapes_past_the_bound_are_refused_and_the_waiting_ones_answered() {
+        let (go, gate) = mpsc::channel();
+        let (r, encodings) = probe(Some(gate));
+        let mut waiting = Vec::new();
+        for i in 0..WAITING_SCRAPES {
+            let (tx, rx) = futures_channel::oneshot::channel();
+            r.scrapes.try_send(tx).expect("room to wait");
+            waiting.push(rx);
+            if i == 0 {
+                encodings
+                    .recv_timeout(std::time::Duration::from_secs(10))
+                    .expect("the first scrape's rendering began");
+            }
+        }
+        let refused = futures_lite::future::block_on(r.scrape());
+        assert_eq!(refused, Err(ScrapeRefused::Busy));
+        go.send(()).expect("the render thread waits");
+        for rx in waiting {
+            let text = futures_lite::future::block_on(rx).expect("answered");
+            assert!(text.contains("probe_on_render_thread 1"), "{text}");
+        }
     }
 }
