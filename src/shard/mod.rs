@@ -10,7 +10,8 @@
 //!     the sinks' follow-ups
 //!     re-anchor the clock if 100 ms have passed (and let the sinks do their periodic chores)
 //!     fire what is due, in deadline order (sharing its thread: at most FIRE_BATCH and ~200 µs)
-//!     if it did any work and shares its thread: yield to the executor, go round
+//!     if it did any work or left more due, and shares its thread: yield to the executor, go
+//!     round (a pass that only sorted overdue timers fired nothing, and still took ~1 ms)
 //!     if the ring has more or more is due: go round
 //!     next = min(next deadline, next anchor)
 //!     if next - now > spin window: park until `next - spin window` or a ring wake-up
@@ -240,7 +241,7 @@ impl<S: TimeSource> Shard<S> {
                 let (fired, more) = self.fire_due(fire_budget, cooperative.then(Slice::begin));
                 self.store.after_pass();
                 let freed = self.spent.after_pass(more);
-                if cooperative && (drained > 0 || fired > 0 || freed > 0) {
+                if cooperative && worked(drained, fired, freed, more) {
                     self.yield_now().await;
                     continue;
                 }
@@ -293,6 +294,15 @@ impl<S: TimeSource> Shard<S> {
             .clock_fallback
             .store(u64::from(fallback), Ordering::Relaxed);
     }
+}
+
+/// Whether a pass did work, so that a shard sharing its thread yields before the next: it
+/// drained ops, fired, freed fired timers' memory, or left more due. A pass can leave more due
+/// having fired nothing: the wheel sorted a step of overdue timers that arrived out of order
+/// (a millisecond each, dozens of them for a million), and the thread's other tasks must get
+/// their turn between those steps too.
+fn worked(drained: usize, fired: u64, freed: usize, more: More) -> bool {
+    drained > 0 || fired > 0 || freed > 0 || more == More::Due
 }
 
 #[cfg(test)]
