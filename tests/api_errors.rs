@@ -196,6 +196,47 @@ fn oversized_bodies_and_payloads_are_413() {
     expect(&s, "PUT", "/v1/timers/t/k", &over, 413, "payload_too_large");
 }
 
+/// A batch item longer than any valid one (256 KiB, four times the payload limit) inside a
+/// body the server accepts (16 MiB): the whole batch is 413 `payload_too_large`, naming the
+/// item, without the item being parsed; an item at the payload limit in the same batch shape
+/// is still taken, and one refused for an unknown field still names its key.
+#[test]
+fn a_batch_item_past_any_valid_size_is_413_for_the_batch() {
+    let s = Server::start(&[]);
+    let item = |key: &str, n: usize| {
+        format!(
+            r#"{{"key":"{key}","delay_ms":600000,"payload":"{}"}}"#,
+            "x".repeat(n)
+        )
+    };
+    let body = format!(
+        r#"{{"timers":[{},{},{}]}}"#,
+        item("a", 10),
+        item("h", 8 << 20),
+        item("b", 10)
+    );
+    let r = s.req("POST", "/v1/timers/t", &body);
+    assert_eq!((r.status, r.code().as_str()), (413, "payload_too_large"));
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("batch item 1"),
+        "{r:?}"
+    );
+    assert_eq!(
+        s.req("GET", "/v1/timers/t/a", "").status,
+        404,
+        "nothing of the batch applied"
+    );
+    let body = format!(
+        r#"{{"timers":[{},{{"key":"z","zz":1,"payload":[1]}}]}}"#,
+        item("a", 65_534)
+    );
+    let (st, r) = s.json("POST", "/v1/timers/t", &body);
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["results"][0]["status"], 201, "{r}");
+    assert_eq!(r["results"][1]["key"], "z", "{r}");
+    assert_eq!(r["results"][1]["error"]["code"], "invalid_field", "{r}");
+}
+
 const TENANTS: &str = r#"
 open_tenants = true
 [tenants.locked]

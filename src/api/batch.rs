@@ -11,7 +11,7 @@
 //! the executor, whose shard loop and I/O then run. A 16 MiB batch delays the shard's timers
 //! by a slice, not by the whole parse.
 
-use super::body::{parse_batch, parse_item};
+use super::body::{item_too_large, parse_batch, parse_item};
 use super::error::ApiError;
 use super::respond::{BatchBody, BatchItem};
 use super::scan::{BatchScan, Step};
@@ -210,6 +210,7 @@ async fn scan(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
             Step::Done(items) => return Ok(items),
             Step::More => slice.next().await,
             Step::GiveUp => return parse_batch(body),
+            Step::TooLarge(i) => return Err(item_too_large(&format!("batch item {i}"))),
         }
     }
 }

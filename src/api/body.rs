@@ -12,6 +12,7 @@ use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Number;
+use std::borrow::Cow;
 
 /// Most timers in one batch (docs/API.md).
 pub const MAX_BATCH_ITEMS: usize = 10_000;
@@ -61,6 +62,25 @@ struct PutBody<'a> {
     callback: Option<CallbackBody>,
     #[serde(default)]
     retry: Option<RetryBody>,
+}
+
+/// The most bytes of JSON one batch item may take: its payload at most [`MAX_PAYLOAD`], and
+/// room to spare for its key, callback, retry policy and deadline. An item past it is refused
+/// before it is parsed.
+pub const MAX_ITEM_BYTES: usize = 4 * MAX_PAYLOAD;
+
+/// The refusal of `what` (an item), longer than [`MAX_ITEM_BYTES`].
+pub fn item_too_large(what: &str) -> ApiError {
+    ApiError::PayloadTooLarge(format!(
+        "{what} is longer than {MAX_ITEM_BYTES} bytes of JSON, more than any valid item needs (its payload may take {MAX_PAYLOAD})"
+    ))
+}
+
+/// An item's key, when it cannot be read whole.
+#[derive(Deserialize)]
+struct KeyOnly<'a> {
+    #[serde(default, borrow)]
+    key: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -175,14 +195,19 @@ pub fn parse_item(
     item: &RawValue,
     now: UtcMicros,
 ) -> Result<(String, Registration<'_>), (Option<String>, ApiError)> {
+    if item.get().len() > MAX_ITEM_BYTES {
+        return Err((None, item_too_large("the item")));
+    }
     let parsed = expect_object(item.get().as_bytes(), "a batch item")
         .and_then(|()| serde_json::from_str::<ItemBody>(item.get()).map_err(json_error));
     let b = match parsed {
         Ok(b) => b,
         Err(e) => {
-            let key = serde_json::from_str::<serde_json::Value>(item.get())
+            // The key alone, every other field skipped: no tree of the item is built.
+            let key = serde_json::from_str::<KeyOnly>(item.get())
                 .ok()
-                .and_then(|v| v.get("key").and_then(|k| k.as_str()).map(str::to_owned));
+                .and_then(|k| k.key)
+                .map(Cow::into_owned);
             return Err((key, e));
         }
     };

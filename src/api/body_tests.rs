@@ -174,3 +174,24 @@ proptest! {
         prop_assert_eq!(r.deadline.0, secs as u64 * 1_000_000 + u64::from(nanos / 1000));
     }
 }
+
+/// An item past `MAX_ITEM_BYTES` is refused without being parsed; an item refused for a
+/// field still names its key, read without building the item's tree.
+#[test]
+fn an_item_past_the_bound_is_refused_and_a_refused_item_keeps_its_key() {
+    let now = UtcMicros(1_750_000_000_000_000);
+    let long = format!(r#"{{"key":"k","payload":"{}"}}"#, "x".repeat(MAX_ITEM_BYTES));
+    let raw = RawValue::from_string(long).expect("json");
+    let Err((key, e)) = parse_item(&raw, now) else {
+        panic!("accepted an item past the bound");
+    };
+    assert_eq!(key, None);
+    assert_eq!(e.code(), "payload_too_large");
+    let odd = r#"{"payload":[1,{"a":2}],"zz":1,"key":"k\u0031"}"#;
+    let odd = RawValue::from_string(odd.into()).expect("json");
+    let Err((key, e)) = parse_item(&odd, now) else {
+        panic!("accepted an unknown field");
+    };
+    assert_eq!(key.as_deref(), Some("k1"));
+    assert_eq!(e.code(), "invalid_field");
+}

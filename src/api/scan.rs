@@ -9,9 +9,12 @@
 //! one that counts. So the split never changes what a body means, only when its work runs.
 //!
 //! Cost: one serde_json pass over each item (as the whole-body parse makes), a few bytes of
-//! punctuation between them. An item is scanned whole: a single huge item is one slice.
+//! punctuation between them. An item is scanned whole, and at most [`MAX_ITEM_BYTES`] of it:
+//! an item that does not end within them is refused (`Step::TooLarge`) without parsing more,
+//! since no valid item is that long (a 16 MiB item was 45 ms of one step, and as much again
+//! for each later parse of it).
 
-use super::body::MAX_BATCH_ITEMS;
+use super::body::{MAX_BATCH_ITEMS, MAX_ITEM_BYTES};
 use serde_json::value::RawValue;
 
 /// Where a scan stands.
@@ -22,6 +25,9 @@ pub enum Step<'a> {
     More,
     /// Not the plain shape: parse the body whole instead.
     GiveUp,
+    /// The item at this index does not end within [`MAX_ITEM_BYTES`]: no valid item is that
+    /// long, and parsing it (or the whole body) would be one step of tens of milliseconds.
+    TooLarge(usize),
 }
 
 pub struct BatchScan<'a> {
@@ -58,8 +64,10 @@ impl<'a> BatchScan<'a> {
             }
         }
         loop {
-            let Some(item) = self.item() else {
-                return Step::GiveUp;
+            let item = match self.item() {
+                Ok(item) => item,
+                Err(Unscanned::TooLarge) => return Step::TooLarge(self.items.len()),
+                Err(Unscanned::NotPlain) => return Step::GiveUp,
             };
             self.items.push(item);
             if self.items.len() > MAX_BATCH_ITEMS {
@@ -115,16 +123,30 @@ impl<'a> BatchScan<'a> {
     }
 
     /// The next item's JSON text (an object, as the items must be; anything else gives up).
-    fn item(&mut self) -> Option<&'a RawValue> {
+    /// At most [`MAX_ITEM_BYTES`] are read for it, so one item costs at most that much
+    /// parsing, whatever the body holds.
+    fn item(&mut self) -> Result<&'a RawValue, Unscanned> {
         if self.peek() != Some(b'{') {
-            return None;
+            return Err(Unscanned::NotPlain);
         }
         let rest: &'a [u8] = &self.body[self.pos..];
-        let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<&'a RawValue>();
-        let item = values.next()?.ok()?;
-        self.pos += values.byte_offset();
-        Some(item)
+        let window = &rest[..rest.len().min(MAX_ITEM_BYTES)];
+        let mut values = serde_json::Deserializer::from_slice(window).into_iter::<&'a RawValue>();
+        match values.next() {
+            Some(Ok(item)) => {
+                self.pos += values.byte_offset();
+                Ok(item)
+            }
+            Some(Err(e)) if e.is_eof() && rest.len() > window.len() => Err(Unscanned::TooLarge),
+            _ => Err(Unscanned::NotPlain),
+        }
     }
+}
+
+/// Why an item was not scanned.
+enum Unscanned {
+    NotPlain,
+    TooLarge,
 }
 
 #[cfg(test)]
@@ -140,9 +162,53 @@ mod tests {
                     return Some(items.iter().map(|i| i.get().to_string()).collect())
                 }
                 Step::More => continue,
-                Step::GiveUp => return None,
+                Step::GiveUp | Step::TooLarge(_) => return None,
             }
         }
+    }
+
+    /// The step the scan ends with.
+    fn last_step(body: &[u8]) -> Step<'_> {
+        let mut s = BatchScan::new(body);
+        loop {
+            match s.step(|| false) {
+                Step::More => continue,
+                end => return end,
+            }
+        }
+    }
+
+    fn batch(items: &[String]) -> Vec<u8> {
+        format!(r#"{{"timers":[{}]}}"#, items.join(",")).into_bytes()
+    }
+
+    fn item(key: &str, payload_bytes: usize) -> String {
+        format!(
+            r#"{{"key":"{key}","delay_ms":1,"payload":"{}"}}"#,
+            "x".repeat(payload_bytes)
+        )
+    }
+
+    /// An item that does not end within `MAX_ITEM_BYTES` is refused by its index, however
+    /// long the rest of the body; one that ends within it is scanned, and a malformed one
+    /// within it still goes to the whole-body parse for its documented error.
+    #[test]
+    fn an_item_longer_than_the_bound_is_refused_by_its_index_without_reading_it_all() {
+        let huge = item("h", 8 << 20);
+        let body = batch(&[item("a", 10), item("b", 10), huge.clone(), item("c", 10)]);
+        assert!(matches!(last_step(&body), Step::TooLarge(2)));
+        assert!(matches!(last_step(&batch(&[huge])), Step::TooLarge(0)));
+        let fits = item("f", MAX_ITEM_BYTES - 64);
+        assert!(fits.len() <= MAX_ITEM_BYTES);
+        match last_step(&batch(&[item("a", 1), fits.clone()])) {
+            Step::Done(items) => assert_eq!(items[1].get(), fits),
+            _ => panic!("an item within the bound is scanned"),
+        }
+        let broken = format!(r#"{{"timers":[{{"key":"a",}}, {}]}}"#, item("b", 1));
+        assert!(matches!(last_step(broken.as_bytes()), Step::GiveUp));
+        // Cut short inside the bound: malformed, not too large.
+        let cut = r#"{"timers":[{"key":"a","payload":"xx"#;
+        assert!(matches!(last_step(cut.as_bytes()), Step::GiveUp));
     }
 
     #[test]
