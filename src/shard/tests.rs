@@ -610,3 +610,65 @@ fn a_pass_that_only_sorted_overdue_timers_counts_as_work_and_all_fire_in_order()
         "in deadline order"
     );
 }
+
+/// A sink whose fires cost by their payload's size, as a webhook's do (its body is the
+/// payload, read again, copied and signed): 2 ns a byte.
+struct BySize {
+    fired: Rc<RefCell<Vec<String>>>,
+}
+
+impl Sink for BySize {
+    fn fired(&mut self, t: &FiredTimer<'_>) -> Next {
+        let cost = Duration::from_nanos(2 * t.payload.len() as u64);
+        let start = std::time::Instant::now();
+        while start.elapsed() < cost {
+            std::hint::spin_loop();
+        }
+        self.fired.borrow_mut().push(t.key.to_string());
+        Next::Done
+    }
+}
+
+/// Timers with 64 KiB payloads on a shared thread: a chunk of 32 of them was about 4 ms
+/// before the pass first looked at its 200 µs slice. Chunks are now sized by the bytes
+/// fired, so a pass ends after a few of them; every timer still fires once, in order.
+#[test]
+fn a_pass_of_large_payloads_looks_at_its_slice_after_a_few_of_them() {
+    use super::fire::{chunk_after, CHECK_BYTES, CHECK_EVERY, FIRE_BATCH};
+    assert_eq!(
+        chunk_after(32, 32 * 100),
+        CHECK_EVERY,
+        "small timers: whole chunks"
+    );
+    assert_eq!(chunk_after(4, 4 * 65_536), 1);
+    assert_eq!(chunk_after(1, 16_384), CHECK_BYTES / 16_384);
+    assert_eq!(chunk_after(0, 0), CHECK_EVERY);
+    let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, _) = shard(&src);
+    let fired = Rc::new(RefCell::new(Vec::new()));
+    s.sinks = vec![Box::new(BySize {
+        fired: fired.clone(),
+    })];
+    s.table = TimerTable::new(s.clock.now().as_micros(), 1024);
+    let base = src.realtime().0 / 1_000 + 1_000;
+    let n = 64;
+    for i in 0..n as u64 {
+        let timer = PackedTimer::new("t", &format!("k{i:05}"), &[b'x'; 65_536]).expect("fits");
+        s.table
+            .insert_with_version(timer, UtcMicros(base + i), i + 1)
+            .expect("in range");
+    }
+    src.advance(Duration::from_millis(20));
+    let (first, more) = s.fire_due(FIRE_BATCH, Some(Slice::begin()));
+    assert!(
+        first <= 4 && more == More::Due,
+        "one pass fired {first} timers of 64 KiB ({more:?}) before its slice ended"
+    );
+    let mut passes = 1;
+    while s.fire_due(FIRE_BATCH, Some(Slice::begin())).1 != More::No {
+        passes += 1;
+        assert!(passes <= n, "the passes never ended");
+    }
+    let expected: Vec<String> = (0..n).map(|i| format!("k{i:05}")).collect();
+    assert_eq!(*fired.borrow(), expected, "each once, in deadline order");
+}
