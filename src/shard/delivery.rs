@@ -12,6 +12,7 @@ use super::dead::DeadLetters;
 use super::fire::Settle;
 use super::Shard;
 use crate::clock::TimeSource;
+use crate::cooperate::Slice;
 use crate::error::Error;
 use crate::metrics::DeliveryMetrics;
 use crate::op::{Cancelled, DeadInfo, Reply, Scheduled};
@@ -29,8 +30,16 @@ pub(crate) struct Deliveries {
     pub dead: DeadLetters,
     /// Where the sinks hand their follow-ups (the shard's end of their [`Followups`]).
     pub inbox: Followups,
-    pub followups: Vec<Followup>,
+    /// Taken from the inbox, not yet applied, in the order they were sent.
+    pub followups: std::collections::VecDeque<Followup>,
+    /// Reused to take the inbox.
+    pub taken: Vec<Followup>,
 }
+
+/// Follow-ups applied between two looks at the pass's slice. One is a table lookup and, for
+/// a retry, a copy of the timer's payload (up to 64 KiB) and a store write: tens of
+/// microseconds at most, so 32 overrun a 200 µs slice by about its length at worst.
+pub(super) const FOLLOW_UP_CHECK: usize = 32;
 
 impl<S: TimeSource> Shard<S> {
     /// Tells the sinks that an op took the timer out of the table, or replaced it: what they
@@ -63,7 +72,7 @@ impl<S: TimeSource> Shard<S> {
             .unwrap_or_default();
         let until = std::time::Instant::now() + grace;
         loop {
-            self.follow_up();
+            self.follow_up(None);
             self.store.after_pass();
             let left = until.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() || self.sinks.iter().all(|s| s.in_flight() == 0) {
@@ -74,20 +83,30 @@ impl<S: TimeSource> Shard<S> {
             glommio::timer::sleep(nap).await;
             self.pulse.running();
         }
-        self.follow_up();
+        self.follow_up(None);
         self.store.after_pass();
     }
 
-    /// Applies the follow-ups the sinks handed over since the last pass; how many. One that
-    /// applying them hands over (a wake passed on) waits for the next pass.
-    pub(super) fn follow_up(&mut self) -> usize {
-        let mut buf = std::mem::take(&mut self.deliveries.followups);
-        self.deliveries.inbox.take(&mut buf);
-        let n = buf.len();
-        for f in buf.drain(..) {
+    /// Applies the follow-ups the sinks handed over, in the order they were sent; how many.
+    /// One that applying them hands over (a wake passed on) waits for the next pass. A shard
+    /// that shares its thread stops once `slice` is over, and the rest wait for the next pass
+    /// (which comes at once: a pass that applied some did work). Deliveries that end together
+    /// (a burst of attempts timing out at one instant, across tenants) hand over thousands,
+    /// each a retry copying its timer's payload: all of them in one go held the thread for
+    /// milliseconds.
+    pub(super) fn follow_up(&mut self, slice: Option<Slice>) -> usize {
+        let mut taken = std::mem::take(&mut self.deliveries.taken);
+        self.deliveries.inbox.take(&mut taken);
+        self.deliveries.followups.extend(taken.drain(..));
+        self.deliveries.taken = taken;
+        let mut n = 0;
+        while let Some(f) = self.deliveries.followups.pop_front() {
             self.apply_followup(f);
+            n += 1;
+            if n % FOLLOW_UP_CHECK == 0 && slice.as_ref().is_some_and(Slice::is_over) {
+                break;
+            }
         }
-        self.deliveries.followups = buf;
         n
     }
 

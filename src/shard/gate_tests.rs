@@ -354,7 +354,7 @@ fn a_purge_goes_on_in_slices_and_its_partition_stays_closed_until_it_ends() {
             meta: Vec::new(),
         },
     });
-    assert_eq!(s.follow_up(), 1);
+    assert_eq!(s.follow_up(None), 1);
     assert!(store.0.borrow().is_empty(), "the follow-up was not applied");
     let mut passes = 1;
     while s.purging.is_some() {

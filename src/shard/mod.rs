@@ -228,7 +228,7 @@ impl<S: TimeSource> Shard<S> {
             while !self.stop.load(Ordering::Acquire) {
                 let drained = self.take_controls(cooperative.then(Slice::begin))
                     + self.drain(cooperative.then(Slice::begin))
-                    + self.follow_up();
+                    + self.follow_up(cooperative.then(Slice::begin));
                 let t = self.clock.source().ticks_now();
                 if self.clock.anchor_due(t) {
                     self.clock.anchor();

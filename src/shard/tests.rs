@@ -381,7 +381,7 @@ fn a_wake_whose_timer_went_is_handed_back_to_its_sink() {
     for f in [wake("k00000", 1), wake("k00001", 1), wake("gone", 1)] {
         s.deliveries.inbox.send(f);
     }
-    assert_eq!(s.follow_up(), 3);
+    assert_eq!(s.follow_up(None), 3);
     assert_eq!(*unused.borrow(), ["k00001", "gone"]);
     let now = s.clock.now().as_micros();
     let woken = s.table.get(
@@ -671,4 +671,49 @@ fn a_pass_of_large_payloads_looks_at_its_slice_after_a_few_of_them() {
     }
     let expected: Vec<String> = (0..n).map(|i| format!("k{i:05}")).collect();
     assert_eq!(*fired.borrow(), expected, "each once, in deadline order");
+}
+
+/// Follow-ups handed over together (deliveries that ended at one instant) are applied a
+/// bounded number between looks at the slice: with the slice over, a pass applies one
+/// chunk, the first sent, and leaves the rest, in order, for the next passes.
+#[test]
+fn follow_ups_are_applied_in_order_a_chunk_at_a_time_once_the_slice_is_over() {
+    use super::delivery::FOLLOW_UP_CHECK;
+    use crate::cooperate::Slice;
+    let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, _) = shard(&src);
+    let far = UtcMicros(s.clock.now().as_micros().0 + 60_000_000);
+    let n = 300;
+    insert_timers(&mut s.table, n, far, 1);
+    for i in 0..n {
+        s.deliveries.inbox.send(crate::sink::Followup {
+            timer: PackedTimer::new("t", &format!("k{i:05}"), b"").expect("small"),
+            version: i as u64 + 1,
+            next: Next::Done,
+        });
+    }
+    let over = || {
+        let slice = Slice::begin();
+        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+        while !slice.is_over() && std::time::Instant::now() < give_up {
+            std::hint::spin_loop();
+        }
+        slice
+    };
+    assert_eq!(s.follow_up(Some(over())), FOLLOW_UP_CHECK);
+    assert_eq!(s.table.len(), n - FOLLOW_UP_CHECK);
+    let pending = |key: &str| {
+        let t = PackedTimer::new("t", key, b"").expect("small");
+        s.table.get(t.identity()).is_some()
+    };
+    assert!(
+        !pending("k00031") && pending("k00032"),
+        "the first sent, first"
+    );
+    let mut passes = 1;
+    while s.follow_up(Some(over())) > 0 {
+        passes += 1;
+    }
+    assert_eq!(passes, n.div_ceil(FOLLOW_UP_CHECK));
+    assert!(s.table.is_empty());
 }
