@@ -13,6 +13,7 @@ use super::error::ApiError;
 use super::forward::{self, Here};
 use super::respond::{self, CallbackView, DeliveryView, Resp, RetryView, TimerBody};
 use super::state::App;
+use crate::cooperate::Slice;
 use crate::engine::{Cancelled, DeadInfo, TimerInfo};
 use crate::error::{validate_name, NameKind};
 use crate::sink::webhook::settings::CallbackError;
@@ -153,22 +154,25 @@ impl App {
             theirs.push(ask.await);
         }
         if others.is_empty() {
-            let body = DeadList {
-                dead: mine.iter().map(DeadBody::new).collect(),
-            };
-            return Ok(respond::json_of(StatusCode::OK, &body));
+            let dead = mine.iter().map(DeadBody::new);
+            return Ok(respond::json_array_of(StatusCode::OK, "dead", dead).await);
         }
         let mut all: Vec<(String, Box<RawValue>)> = Vec::with_capacity(limit * (1 + others.len()));
+        let mut slice = Slice::begin();
         for d in &mine {
             let raw = serde_json::value::to_raw_value(&DeadBody::new(d))
                 .map_err(|e| ApiError::Internal(format!("a dead letter: {e}")))?;
             all.push((d.key.clone(), raw));
+            if slice.is_over() {
+                slice.next().await;
+            }
         }
         for (peer, answer) in others.iter().zip(theirs) {
             let answer = answer?;
             all.extend(peer_page(peer, answer.status, &answer.body)?);
         }
-        Ok(respond::json_of(StatusCode::OK, &merge_pages(all, limit)))
+        let merged = merge_pages(all, limit);
+        Ok(respond::json_array_of(StatusCode::OK, "dead", merged).await)
     }
 }
 
@@ -206,19 +210,11 @@ fn peer_page(
 }
 
 /// The first `limit` of the nodes' pages, by key, each key once.
-fn merge_pages(mut all: Vec<(String, Box<RawValue>)>, limit: usize) -> MergedList {
+fn merge_pages(mut all: Vec<(String, Box<RawValue>)>, limit: usize) -> Vec<Box<RawValue>> {
     all.sort_by(|a, b| a.0.cmp(&b.0));
     all.dedup_by(|a, b| a.0 == b.0);
     all.truncate(limit);
-    MergedList {
-        dead: all.into_iter().map(|(_, raw)| raw).collect(),
-    }
-}
-
-/// `{"dead": [...]}` merged from several nodes' pages.
-#[derive(Serialize)]
-struct MergedList {
-    dead: Vec<Box<RawValue>>,
+    all.into_iter().map(|(_, raw)| raw).collect()
 }
 
 /// `limit` and `after` of a dead-letter list.
@@ -248,12 +244,6 @@ fn list_query(query: Option<&str>) -> Result<(usize, Option<String>), ApiError> 
         }
     }
     Ok((limit, after))
-}
-
-/// `{"dead": [...]}`.
-#[derive(Serialize)]
-struct DeadList<'a> {
-    dead: Vec<DeadBody<'a>>,
 }
 
 /// One dead letter.
@@ -343,7 +333,6 @@ mod tests {
         ];
         let merged = merge_pages(all, 4);
         let keys: Vec<String> = merged
-            .dead
             .iter()
             .map(|r| {
                 serde_json::from_str::<serde_json::Value>(r.get()).expect("JSON")["key"].to_string()
@@ -352,7 +341,7 @@ mod tests {
         assert_eq!(keys, [r#""a""#, r#""b""#, r#""c""#, r#""d""#]);
         assert_eq!(
             serde_json::to_string(&merged).expect("JSON"),
-            r#"{"dead":[{"from":"a","key":"a"},{"from":"b","key":"b"},{"from":"a","key":"c"},{"from":"b","key":"d"}]}"#
+            r#"[{"from":"a","key":"a"},{"from":"b","key":"b"},{"from":"a","key":"c"},{"from":"b","key":"d"}]"#
         );
     }
 
