@@ -11,7 +11,7 @@
 //! the executor, whose shard loop and I/O then run. A 16 MiB batch delays the shard's timers
 //! by a slice, not by the whole parse.
 
-use super::body::{item_too_large, parse_batch, parse_item};
+use super::body::{item_too_large, parse_batch, parse_item, MAX_BATCH_ITEMS};
 use super::error::ApiError;
 use super::respond::{BatchBody, BatchItem};
 use super::scan::{BatchScan, Step};
@@ -211,6 +211,12 @@ async fn scan(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
             Step::More => slice.next().await,
             Step::GiveUp => return parse_batch(body),
             Step::TooLarge(i) => return Err(item_too_large(&format!("batch item {i}"))),
+            Step::TooMany(count) => {
+                return Err(ApiError::TooManyItems {
+                    count,
+                    limit: MAX_BATCH_ITEMS,
+                })
+            }
         }
     }
 }

@@ -4,9 +4,10 @@
 //!
 //! Only the well-formed shape is scanned here: `{`, the key `"timers"` written plainly, `:`,
 //! `[`, items separated by commas, `]`, `}`, with any whitespace. Anything else (another key,
-//! an escaped key, too many items, malformed JSON) gives up, and the caller parses the body
-//! whole with [`super::body::parse_batch`], whose answer (the error the API documents) is the
-//! one that counts. So the split never changes what a body means, only when its work runs.
+//! an escaped key, malformed JSON) gives up, and the caller parses the body whole with
+//! [`super::body::parse_batch`], whose answer (the error the API documents) is the one that
+//! counts. So the split never changes what a body means, only when its work runs. Too many
+//! items are counted here, in slices, as the whole-body parse counts them.
 //!
 //! Cost: one serde_json pass over each item (as the whole-body parse makes), a few bytes of
 //! punctuation between them. An item is scanned whole, and at most [`MAX_ITEM_BYTES`] of it:
@@ -25,6 +26,9 @@ pub enum Step<'a> {
     More,
     /// Not the plain shape: parse the body whole instead.
     GiveUp,
+    /// More than [`MAX_BATCH_ITEMS`] items, this many, each scanned as one would be (and
+    /// not kept past the bound), so the count comes in slices too.
+    TooMany(usize),
     /// The item at this index does not end within [`MAX_ITEM_BYTES`]: no valid item is that
     /// long, and parsing it (or the whole body) would be one step of tens of milliseconds.
     TooLarge(usize),
@@ -34,6 +38,8 @@ pub struct BatchScan<'a> {
     body: &'a [u8],
     pos: usize,
     items: Vec<&'a RawValue>,
+    /// Items scanned past the first [`MAX_BATCH_ITEMS`].
+    beyond: usize,
     started: bool,
 }
 
@@ -43,6 +49,7 @@ impl<'a> BatchScan<'a> {
             body,
             pos: 0,
             items: Vec::new(),
+            beyond: 0,
             started: false,
         }
     }
@@ -69,9 +76,10 @@ impl<'a> BatchScan<'a> {
                 Err(Unscanned::TooLarge) => return Step::TooLarge(self.items.len()),
                 Err(Unscanned::NotPlain) => return Step::GiveUp,
             };
-            self.items.push(item);
-            if self.items.len() > MAX_BATCH_ITEMS {
-                return Step::GiveUp;
+            if self.items.len() < MAX_BATCH_ITEMS {
+                self.items.push(item);
+            } else {
+                self.beyond += 1;
             }
             if self.punct(b',') {
                 if over() {
@@ -80,6 +88,9 @@ impl<'a> BatchScan<'a> {
                 continue;
             }
             if self.punct(b']') && self.punct(b'}') && self.at_end() {
+                if self.beyond > 0 {
+                    return Step::TooMany(MAX_BATCH_ITEMS + self.beyond);
+                }
                 return Step::Done(std::mem::take(&mut self.items));
             }
             return Step::GiveUp;
@@ -162,7 +173,7 @@ mod tests {
                     return Some(items.iter().map(|i| i.get().to_string()).collect())
                 }
                 Step::More => continue,
-                Step::GiveUp | Step::TooLarge(_) => return None,
+                Step::GiveUp | Step::TooLarge(_) | Step::TooMany(_) => return None,
             }
         }
     }
@@ -245,5 +256,41 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    /// Past `MAX_BATCH_ITEMS`, the items are counted a step at a time, to the count the
+    /// whole-body parse gives; at the bound exactly, the batch is scanned.
+    #[test]
+    fn too_many_items_are_counted_in_steps_as_the_whole_body_parse_counts_them() {
+        use crate::api::error::ApiError;
+        for n in [MAX_BATCH_ITEMS + 1, MAX_BATCH_ITEMS + 2_345] {
+            let body = batch(
+                &(0..n)
+                    .map(|i| item(&format!("k{i}"), 1))
+                    .collect::<Vec<_>>(),
+            );
+            let mut s = BatchScan::new(&body);
+            let mut steps = 0;
+            let count = loop {
+                steps += 1;
+                match s.step(|| true) {
+                    Step::More => continue,
+                    Step::TooMany(count) => break count,
+                    _ => panic!("{n} items: not counted"),
+                }
+            };
+            assert_eq!(count, n);
+            assert!(steps >= n, "one item a step when every slice is over");
+            match crate::api::body::parse_batch(&body) {
+                Err(ApiError::TooManyItems { count, .. }) => assert_eq!(count, n),
+                _ => panic!("the whole-body parse refuses {n} items"),
+            }
+        }
+        let at = batch(
+            &(0..MAX_BATCH_ITEMS)
+                .map(|i| item(&format!("k{i}"), 1))
+                .collect::<Vec<_>>(),
+        );
+        assert!(matches!(last_step(&at), Step::Done(items) if items.len() == MAX_BATCH_ITEMS));
     }
 }
