@@ -180,7 +180,10 @@ proptest! {
 #[test]
 fn an_item_past_the_bound_is_refused_and_a_refused_item_keeps_its_key() {
     let now = UtcMicros(1_750_000_000_000_000);
-    let long = format!(r#"{{"key":"k","payload":"{}"}}"#, "x".repeat(MAX_ITEM_BYTES));
+    let long = format!(
+        r#"{{"key":"k","payload":"{}"}}"#,
+        "x".repeat(MAX_ITEM_BYTES)
+    );
     let raw = RawValue::from_string(long).expect("json");
     let Err((key, e)) = parse_item(&raw, now) else {
         panic!("accepted an item past the bound");
