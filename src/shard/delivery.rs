@@ -32,8 +32,6 @@ pub(crate) struct Deliveries {
     pub inbox: Followups,
     /// Taken from the inbox, not yet applied, in the order they were sent.
     pub followups: std::collections::VecDeque<Followup>,
-    /// Reused to take the inbox.
-    pub taken: Vec<Followup>,
 }
 
 /// Follow-ups applied between two looks at the pass's slice. One is a table lookup and, for
@@ -95,10 +93,7 @@ impl<S: TimeSource> Shard<S> {
     /// each a retry copying its timer's payload: all of them in one go held the thread for
     /// milliseconds.
     pub(super) fn follow_up(&mut self, slice: Option<Slice>) -> usize {
-        let mut taken = std::mem::take(&mut self.deliveries.taken);
-        self.deliveries.inbox.take(&mut taken);
-        self.deliveries.followups.extend(taken.drain(..));
-        self.deliveries.taken = taken;
+        self.deliveries.inbox.take(&mut self.deliveries.followups);
         let mut n = 0;
         while let Some(f) = self.deliveries.followups.pop_front() {
             self.apply_followup(f);

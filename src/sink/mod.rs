@@ -88,9 +88,10 @@ impl Followups {
         (self.0.wake)();
     }
 
-    /// Moves what is queued into `out`, in the order it was sent (the shard, once per pass).
-    pub fn take(&self, out: &mut Vec<Followup>) {
-        out.append(&mut self.0.queued.borrow_mut());
+    /// Moves what is queued to the back of `out`, in the order it was sent (the shard, once
+    /// per pass).
+    pub fn take(&self, out: &mut std::collections::VecDeque<Followup>) {
+        out.extend(self.0.queued.borrow_mut().drain(..));
     }
 
     /// Whether nothing is queued.

@@ -167,8 +167,7 @@ impl<T> Wheel<T> {
         }
         while *budget > 0 {
             let run = self.run_top();
-            let list =
-                (self.expired.head != NIL).then(|| self.slab.get(self.expired.head).deadline);
+            let list = self.list_head_deadline();
             // Ties go to the runs: they hold the earlier arrivals.
             let (deadline, index) = match (run, list) {
                 (Some((d, r)), l) if l.is_none_or(|l| d <= l) => {
@@ -192,12 +191,7 @@ impl<T> Wheel<T> {
             self.settle(index, fate);
         }
         let run = self.run_top().map_or(u64::MAX, |(d, _)| d);
-        let list = if self.expired.head == NIL {
-            u64::MAX
-        } else {
-            self.slab.get(self.expired.head).deadline
-        };
-        self.expired_min = run.min(list);
+        self.expired_min = run.min(self.list_head_deadline().unwrap_or(u64::MAX));
         if self.occupancy[LEVELS] == 0 {
             self.runs.clear();
         }
@@ -218,12 +212,9 @@ impl<T> Wheel<T> {
             place = place.wrapping_add(1);
             index = entry.next;
         }
-        self.expired.head = index;
+        self.list_starts_at(index);
         if index == NIL {
-            self.expired.tail = NIL;
             self.expired_sorted = true;
-        } else {
-            self.slab.get_mut(index).prev = NIL;
         }
         // Unstable, with the place in the list breaking ties: no buffer of half the step, as
         // a stable sort's, and ties keep their arrival order all the same.
@@ -318,14 +309,23 @@ impl<T> Wheel<T> {
     /// Takes the first arrival off the list.
     fn take_list_head(&mut self) -> u32 {
         let index = self.expired.head;
-        let next = self.slab.get(index).next;
-        self.expired.head = next;
-        if next == NIL {
+        self.list_starts_at(self.slab.get(index).next);
+        index
+    }
+
+    /// Cuts the arrivals before `index` off the list (`NIL`: all of them).
+    fn list_starts_at(&mut self, index: u32) {
+        self.expired.head = index;
+        if index == NIL {
             self.expired.tail = NIL;
         } else {
-            self.slab.get_mut(next).prev = NIL;
+            self.slab.get_mut(index).prev = NIL;
         }
-        index
+    }
+
+    /// The first arrival's deadline, if any.
+    fn list_head_deadline(&self) -> Option<u64> {
+        (self.expired.head != NIL).then(|| self.slab.get(self.expired.head).deadline)
     }
 
     /// Takes an entry at `pos` on a run, between `prev` and `next`, off its run. A head's

@@ -57,7 +57,6 @@ pub const WAITING_SCRAPES: usize = 4;
 /// Everything `/metrics` serves. Cheap to clone.
 #[derive(Clone)]
 pub struct Metrics {
-    registry: Arc<Registry>,
     requests: Family<RequestLabels, Counter>,
     latency: LatencyFamily,
     renderer: Renderer,
@@ -113,10 +112,8 @@ impl Metrics {
             node,
             forwards,
         }));
-        let registry = Arc::new(registry);
         Metrics {
-            renderer: Renderer::start(registry.clone()),
-            registry,
+            renderer: Renderer::start(Arc::new(registry)),
             requests,
             latency,
         }
@@ -127,11 +124,6 @@ impl Metrics {
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
         self.requests.get_or_create(&labels).inc();
-    }
-
-    /// The text exposition, rendered here, on the caller's thread.
-    pub fn render(&self) -> String {
-        render(&self.registry)
     }
 
     /// The text exposition, rendered on the render thread; the caller's thread only waits

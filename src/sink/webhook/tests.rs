@@ -122,7 +122,7 @@ fn a_held_timer_moved_to_the_other_cap_is_still_counted_once() {
 
 /// The keys of the wakes the sink has gathered.
 fn woken(sink: &mut WebhookSink) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out = std::collections::VecDeque::new();
     sink.ctx.followups.take(&mut out);
     out.iter()
         .map(|f| {
@@ -296,10 +296,10 @@ async fn attempt_outcome(sink: &mut WebhookSink, meta: &[u8]) -> Next {
     while sink.ctx.followups.is_empty() && std::time::Instant::now() < give_up {
         glommio::timer::sleep(Duration::from_millis(1)).await;
     }
-    let mut out = Vec::new();
+    let mut out = std::collections::VecDeque::new();
     sink.ctx.followups.take(&mut out);
     assert_eq!(out.len(), 1, "the attempt reported within 10 s");
-    out.remove(0).next
+    out.pop_front().expect("one, as asserted").next
 }
 
 /// With a budget of one attempt, a delivery whose lookup our own resolver refuses is not
