@@ -237,6 +237,54 @@ fn a_batch_item_past_any_valid_size_is_413_for_the_batch() {
     assert_eq!(r["results"][1]["error"]["code"], "invalid_field", "{r}");
 }
 
+/// Batch bodies the scan used to leave to a whole-body parse on the shard (an escaped key, a
+/// field after the array, items that are not objects, millions of tiny values) get the
+/// answers the API documents, and a refused body applies nothing.
+#[test]
+fn every_shape_of_batch_body_gets_its_documented_answer() {
+    let s = Server::start(&[]);
+    let (st, r) = s.json(
+        "POST",
+        "/v1/timers/t",
+        r#"{"\u0074imers":[{"key":"e1","delay_ms":600000},{"key":"e2","delay_ms":600000}]}"#,
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["results"][1]["status"], 201, "{r}");
+    let (st, r) = s.json(
+        "POST",
+        "/v1/timers/t",
+        r#"{"timers":[1,{"key":"o1","delay_ms":600000},"x"]}"#,
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["results"][0]["error"]["code"], "invalid_field", "{r}");
+    assert_eq!(r["results"][1]["status"], 201, "{r}");
+    assert_eq!(r["results"][2]["error"]["code"], "invalid_field", "{r}");
+    let r = s.req(
+        "POST",
+        "/v1/timers/t",
+        "{\"timers\":[\n{\"key\":\"f1\",\"delay_ms\":600000}\n],\n \"x\":1}",
+    );
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_field"));
+    let text = String::from_utf8_lossy(&r.body);
+    assert!(
+        text.contains("unknown field `x`") && text.contains("at line 4 column 4"),
+        "{text}"
+    );
+    assert_eq!(
+        s.req("GET", "/v1/timers/t/f1", "").status,
+        404,
+        "nothing applied"
+    );
+    let numbers = format!(r#"{{"timers":[{}]}}"#, vec!["1"; 3_000_000].join(","));
+    let r = s.req("POST", "/v1/timers/t", &numbers);
+    assert_eq!((r.status, r.code().as_str()), (413, "too_many_items"));
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("3000000"),
+        "{r:?}"
+    );
+    assert_eq!(s.req("GET", "/v1/timers/t/e1", "").status, 200);
+}
+
 const TENANTS: &str = r#"
 open_tenants = true
 [tenants.locked]

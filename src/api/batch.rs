@@ -11,7 +11,7 @@
 //! the executor, whose shard loop and I/O then run. A 16 MiB batch delays the shard's timers
 //! by a slice, not by the whole parse.
 
-use super::body::{item_too_large, parse_batch, parse_item, MAX_BATCH_ITEMS};
+use super::body::parse_item;
 use super::error::ApiError;
 use super::respond::{BatchBody, BatchItem};
 use super::scan::{BatchScan, Step};
@@ -200,8 +200,8 @@ pub async fn encode(body: BatchBody) -> Result<Vec<u8>, serde_json::Error> {
     Ok(out)
 }
 
-/// The body's items, split a slice at a time; a body of another shape is parsed whole, for
-/// its documented error.
+/// The body's items, or the error the whole-body parse would give, scanned a slice at a time
+/// whatever the body holds (`scan.rs`).
 async fn scan(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
     let mut scan = BatchScan::new(body);
     let mut slice = Slice::begin();
@@ -209,14 +209,7 @@ async fn scan(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
         match scan.step(|| slice.is_over()) {
             Step::Done(items) => return Ok(items),
             Step::More => slice.next().await,
-            Step::GiveUp => return parse_batch(body),
-            Step::TooLarge(i) => return Err(item_too_large(&format!("batch item {i}"))),
-            Step::TooMany(count) => {
-                return Err(ApiError::TooManyItems {
-                    count,
-                    limit: MAX_BATCH_ITEMS,
-                })
-            }
+            Step::Refused(e) => return Err(e),
         }
     }
 }

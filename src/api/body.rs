@@ -142,12 +142,30 @@ impl<'de: 'a, 'a> Deserialize<'de> for Items<'a> {
     }
 }
 
-fn json_error(e: serde_json::Error) -> ApiError {
+/// serde's verdict on `text` as a batch body (the checks [`parse_batch`] makes after it, an
+/// empty or too long array, aside), for the scan, which parses only the part of a body where
+/// it stops being the plain shape.
+pub(super) fn batch_syntax(text: &[u8]) -> Result<(), serde_json::Error> {
+    serde_json::from_slice::<BatchBody>(text).map(drop)
+}
+
+/// The error the API gives for serde's `e`: syntax for `malformed_json`, the wrong shape or
+/// type for `invalid_field`; its message is `message` (serde's, without its position).
+pub(super) fn json_error_at(e: &serde_json::Error, message: String) -> ApiError {
     use serde_json::error::Category;
     match e.classify() {
-        Category::Data => ApiError::InvalidField(e.to_string()),
-        Category::Syntax | Category::Eof | Category::Io => ApiError::MalformedJson(e.to_string()),
+        Category::Data => ApiError::InvalidField(message),
+        Category::Syntax | Category::Eof | Category::Io => ApiError::MalformedJson(message),
     }
+}
+
+fn json_error(e: serde_json::Error) -> ApiError {
+    json_error_at(&e, e.to_string())
+}
+
+/// The refusal of `what`, well-formed JSON but not an object.
+pub(super) fn not_an_object(what: &str) -> ApiError {
+    ApiError::InvalidField(format!("{what} must be a JSON object"))
 }
 
 /// serde also reads a struct from a JSON array; the API takes objects only.
@@ -156,9 +174,7 @@ fn expect_object(bytes: &[u8], what: &str) -> Result<(), ApiError> {
         return Ok(());
     }
     match serde_json::from_slice::<IgnoredAny>(bytes) {
-        Ok(_) => Err(ApiError::InvalidField(format!(
-            "{what} must be a JSON object"
-        ))),
+        Ok(_) => Err(not_an_object(what)),
         Err(e) => Err(json_error(e)),
     }
 }
