@@ -13,7 +13,11 @@
 //! bodies in consecutive key ranges of at most `engine::BODIES_PER_ASK` bytes, so that no op
 //! copies more than about a megabyte on the shard's thread.
 //!
-//! Cost: a `HashMap` lookup by tenant and a `BTreeMap` operation by key per change; none of it
+//! A purge (a partition dropped or reloaded, `partitions.rs`) walks the letters by tenant, then
+//! by key, from a cursor ([`DeadLetters::purge_from`]), so that it can stop when its slice is
+//! over and go on at the next pass from the last (tenant, key) it looked at.
+//!
+//! Cost: a `BTreeMap` lookup by tenant and a `BTreeMap` operation by key per change; none of it
 //! on the firing path.
 
 use crate::op::DeadInfo;
@@ -21,7 +25,8 @@ use crate::sink::webhook;
 use crate::store::DeadLetter;
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::ops::Bound;
 
 /// One dead letter: its timer (tenant, key, final metadata, payload), version and deadline,
 /// and how its delivery ended, read from the metadata once, when the letter is made (or
@@ -93,10 +98,25 @@ impl Letter {
     }
 }
 
+/// Dead letters a sliced purge looks at between two asks whether to stop
+/// ([`DeadLetters::purge_from`]): a look hashes the letter's tenant and key to its partition
+/// (tens of nanoseconds), so 256 looks are a few microseconds and the ask (a clock read, about
+/// 20 ns) costs about 1%.
+pub(crate) const PURGE_CHECK: usize = 256;
+
 #[derive(Default)]
 pub(crate) struct DeadLetters {
-    by_tenant: HashMap<Box<str>, BTreeMap<Box<str>, Letter>>,
+    /// Ordered by tenant too, so that a purge can go on from a (tenant, key).
+    by_tenant: BTreeMap<Box<str>, BTreeMap<Box<str>, Letter>>,
     len: usize,
+}
+
+/// Where a purge of the dead letters goes on from ([`DeadLetters::purge_from`]).
+#[derive(Default)]
+pub(crate) struct PurgeCursor {
+    /// `None`: from the first tenant. `Some((tenant, Some(key)))`: after `key` in `tenant`, then
+    /// the tenants after it. `Some((tenant, None))`: the tenants after `tenant`.
+    at: Option<(Box<str>, Option<Box<str>>)>,
 }
 
 impl DeadLetters {
@@ -132,24 +152,77 @@ impl DeadLetters {
         Some(letter)
     }
 
-    /// Removes every dead letter whose (tenant, key) `pick` picks, handing each to `removed`.
-    /// One look at every letter: for rare events (a partition dropped or reloaded).
-    pub fn purge(
+    /// Removes the dead letters after `cursor` whose (tenant, key) `pick` picks, by tenant then
+    /// key, handing each to `removed`, and stops once `stop` answers true (asked every
+    /// [`PURGE_CHECK`] letters looked at); whether it reached the last letter. For rare events
+    /// (a partition dropped or reloaded): every letter is looked at.
+    ///
+    /// `cursor` is left after the last letter looked at, so a later call goes on from there:
+    /// a letter removed meanwhile is not found, one filed meanwhile behind the cursor is not
+    /// looked at (the caller keeps the picked ones from being filed until the purge ends).
+    /// Each picked letter is removed, and handed to `removed`, once.
+    pub fn purge_from(
         &mut self,
+        cursor: &mut PurgeCursor,
         mut pick: impl FnMut(&str, &str) -> bool,
         mut removed: impl FnMut(Letter),
-    ) {
-        let len = &mut self.len;
-        self.by_tenant.retain(|tenant, keys| {
-            let gone: Vec<Box<str>> = keys.keys().filter(|k| pick(tenant, k)).cloned().collect();
-            for k in gone {
-                if let Some(letter) = keys.remove(&k) {
-                    *len -= 1;
-                    removed(letter);
+        mut stop: impl FnMut() -> bool,
+    ) -> bool {
+        let mut looked = 0;
+        loop {
+            let Some((tenant, after)) = self.next_run(cursor) else {
+                return true;
+            };
+            let room = PURGE_CHECK - looked;
+            let mut gone: Vec<Box<str>> = Vec::new();
+            let (mut seen, mut last) = (0, None);
+            if let Some(keys) = self.by_tenant.get(&tenant) {
+                let from = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+                for (k, _) in keys.range::<str, _>((from, Bound::Unbounded)).take(room) {
+                    seen += 1;
+                    last = Some(k);
+                    if pick(&tenant, k) {
+                        gone.push(k.clone());
+                    }
                 }
             }
-            !keys.is_empty()
-        });
+            // A run shorter than its room reached the tenant's last key.
+            let key = if seen < room { None } else { last.cloned() };
+            self.remove_all(&tenant, gone, &mut removed);
+            cursor.at = Some((tenant, key));
+            looked += seen;
+            if looked >= PURGE_CHECK {
+                looked = 0;
+                if stop() {
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// The tenant a purge at `cursor` goes on in, and the key it goes on after (`None`: from
+    /// the tenant's first); `None` past the last tenant.
+    fn next_run(&self, cursor: &PurgeCursor) -> Option<(Box<str>, Option<Box<str>>)> {
+        let after_tenant = match &cursor.at {
+            None => Bound::Unbounded,
+            Some((tenant, Some(key))) if self.by_tenant.contains_key(tenant) => {
+                return Some((tenant.clone(), Some(key.clone())));
+            }
+            Some((tenant, _)) => Bound::Excluded(&**tenant),
+        };
+        self.by_tenant
+            .range::<str, _>((after_tenant, Bound::Unbounded))
+            .next()
+            .map(|(tenant, _)| (tenant.clone(), None))
+    }
+
+    /// Removes `tenant`'s letters under `keys`, handing each to `removed`.
+    fn remove_all(&mut self, tenant: &str, keys: Vec<Box<str>>, removed: &mut impl FnMut(Letter)) {
+        for k in keys {
+            if let Some(letter) = self.remove(tenant, &k) {
+                removed(letter);
+            }
+        }
     }
 
     /// Up to `limit` of the tenant's dead letters with a key in (after, through], by key;
@@ -217,12 +290,77 @@ mod tests {
         }
         d.insert(letter("u", "b", 1));
         let mut gone = Vec::new();
-        d.purge(|_, k| k == "b", |l| gone.push(l.timer.tenant().to_string()));
+        let all = d.purge_from(
+            &mut PurgeCursor::default(),
+            |_, k| k == "b",
+            |l| gone.push(l.timer.tenant().to_string()),
+            || false,
+        );
+        assert!(all);
         gone.sort();
         assert_eq!(gone, ["t", "u"]);
         assert_eq!(d.len(), 2);
         assert!(d.get("t", "b").is_none() && d.get("t", "a").is_some());
         assert!(d.list("u", (None, None), 10, false).is_empty());
+    }
+
+    /// A purge stopped at every ask goes on from its cursor: it looks at [`PURGE_CHECK`]
+    /// letters a call, and in the end every picked letter, across tenants, is removed once
+    /// and the others kept, including letters filed and removed between the calls (a picked
+    /// one removed meanwhile is not handed over again).
+    #[test]
+    fn a_purge_in_slices_goes_on_from_its_cursor_and_removes_each_picked_letter_once() {
+        let mut d = DeadLetters::default();
+        let tenants = ["a", "b", "c"];
+        for t in tenants {
+            for i in 0..PURGE_CHECK {
+                d.insert(letter(t, &format!("k{i:04}"), 1));
+            }
+        }
+        let picked = |k: &str| k.ends_with('0') || k.ends_with('5');
+        let (mut cursor, mut gone) = (PurgeCursor::default(), Vec::new());
+        let mut calls = 0;
+        loop {
+            let before = d.len();
+            let done = d.purge_from(
+                &mut cursor,
+                |_, k| picked(k),
+                |l| gone.push(format!("{}/{}", l.timer.tenant(), l.timer.key())),
+                || true,
+            );
+            calls += 1;
+            if done {
+                break;
+            }
+            assert!(d.len() < before, "each call removes some");
+            if calls == 1 {
+                // Between two slices: a letter filed behind the cursor and one ahead of it
+                // (neither picked), a picked one ahead removed by an op, and an unpicked one.
+                d.insert(letter("a", "k0000x", 1));
+                d.insert(letter("c", "k9999x", 1));
+                assert!(d.remove("b", "k0010").is_some());
+                assert!(d.remove("b", "k0011").is_some());
+            }
+            assert!(calls < 10, "the purge ends");
+        }
+        assert_eq!(
+            calls, 3,
+            "{PURGE_CHECK} letters looked at a call, and one call ends it"
+        );
+        let mut expected: Vec<String> = tenants
+            .iter()
+            .flat_map(|t| (0..PURGE_CHECK).map(move |i| format!("{t}/k{i:04}")))
+            .filter(|tk| picked(tk) && tk != "b/k0010")
+            .collect();
+        expected.sort();
+        let mut sorted = gone.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), gone.len(), "each handed over once");
+        assert_eq!(sorted, expected);
+        assert!(d.get("a", "k0000x").is_some() && d.get("c", "k9999x").is_some());
+        assert!(d.get("a", "k0001").is_some() && d.get("b", "k0010").is_none());
+        assert_eq!(d.len(), 3 * PURGE_CHECK + 2 - 2 - expected.len());
     }
 
     #[test]

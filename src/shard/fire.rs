@@ -34,7 +34,9 @@
 //! On a cluster of nodes, a due timer of a partition the shard may not act on now (its lease
 //! lapsed, or it is not loaded: `gate.rs`) is not fired: it leaves the wheel unfired, its
 //! quota slot goes back, the sinks forget it, and the store hears nothing (its record stays for
-//! the partition's holder). The partition is then not acted on until it is loaded again.
+//! the partition's holder). The partition is then not acted on until it is loaded again. One
+//! exception: a due timer of the partition whose load is under way is set aside by the load
+//! (`partitions.rs`), and goes in again, still unfired, as the partition opens.
 //!
 //! # Retiring a fired timer
 //!
@@ -199,11 +201,12 @@ impl<S: TimeSource> Shard<S> {
             dead: &mut self.deliveries.dead,
             horizon: self.table.horizon(),
         };
-        let (sinks, spent, gate, ring) = (
+        let (sinks, spent, gate, ring, purging) = (
             &mut self.sinks,
             &mut self.spent,
             &mut self.gate,
             &*self.ring,
+            &mut self.purging,
         );
         self.table.poll_keeping(
             now,
@@ -213,12 +216,24 @@ impl<S: TimeSource> Shard<S> {
                 *fired += 1;
                 *bytes += record.timer.payload().len() + record.timer.meta().len();
                 if !gate.may_fire(record.timer.tenant(), record.timer.key(), ring) {
+                    let tenant = record.timer.tenant();
+                    if purging
+                        .as_mut()
+                        .is_some_and(|p| p.set_aside(deadline, record))
+                    {
+                        // Of the partition being loaded: it goes in again, unfired, with the
+                        // load's last step (`partitions.rs`).
+                        if let Some(q) = settle.quotas.get(tenant) {
+                            q.release();
+                        }
+                        return Fate::Done;
+                    }
                     // Not this node's to fire now: it leaves unfired, its record stays in the
                     // store for the partition's holder (`gate.rs`).
                     for sink in sinks.iter_mut() {
                         sink.forget(&record.timer);
                     }
-                    if let Some(q) = settle.quotas.get(record.timer.tenant()) {
+                    if let Some(q) = settle.quotas.get(tenant) {
                         q.release();
                     }
                     metrics.unfired_total.fetch_add(1, Ordering::Relaxed);

@@ -31,30 +31,54 @@
 //!   walk's cursor;
 //! - a sink's follow-up of one of their timers is ignored (`delivery.rs`): a re-armed entry
 //!   could land below the cursor and escape the purge;
-//! - no other control is taken off the ring: they wait there (their partitions closed by the
-//!   ring's waiting bit), and the controls of the purge are applied once it ends (the loads'
-//!   inserts, then the gate opens them).
+//! - no other control is taken off the ring until the purge's own controls are all applied
+//!   (below): they wait there, in order, their partitions closed by the ring's waiting bit.
 //!
-//! The dead letters of the purged partitions leave in one look at the listing when the walk
-//! ends (not sliced). It happens only when a partition that was loaded is dropped or reloaded
-//! (a lost lease, a rebalance), once for every control taken together; a partition never
-//! loaded is not looked for. The inserts cost what recovery's cost (a table insert each); the
-//! records' bytes were packed on the loop's thread. A load of a large partition holds the
-//! shard's thread for its inserts (not sliced): a partition holds about 1/1,024 of the
-//! cluster's timers.
+//! The dead letters of the purged partitions leave the same way once the walk ends: a walk
+//! over the dead letters by tenant and key, in slices on a cooperative shard
+//! (`DeadLetters::purge_from`); no letter of a closed partition is filed meanwhile. It happens
+//! only when a partition that was loaded is dropped or reloaded (a lost lease, a rebalance),
+//! once for every control taken together; a partition never loaded is not looked for.
+//!
+//! Then the controls apply, by partition: a drop at once, a load's records a slice at a time
+//! ([`Load`]), one partition after the other. The inserts cost what recovery's cost (a table
+//! insert each, a few hundred nanoseconds at a million timers); the records' bytes were packed
+//! on the loop's thread. Until the last of a partition's records is in, the partition stays
+//! closed in the gate (its ops are refused, nothing of it fires) and its sinks' follow-ups
+//! are ignored. One of its records that is due meanwhile (on arrival, or since) is set aside,
+//! not fired and not dropped: it goes in with the load's last step, when the gate opens the
+//! partition, and fires at the next pass. So that last step costs a table insert per record
+//! of the partition that fell due while it loaded: few, unless the partition is taken over
+//! long after its timers fell due.
+//!
+//! A process that dies while a load goes on loses nothing: a load and a purge write nothing to
+//! the store, the records stay in Redis, and the next holder of the lease loads them.
 
+use super::dead::PurgeCursor;
 use super::recover::Loader;
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::cooperate::Slice;
 use crate::metrics::DeliveryMetrics;
-use crate::op::Control;
+use crate::op::{Control, Loaded};
 use crate::partition::{partition_of, PARTITIONS};
+use crate::sink::webhook;
+use crate::units::UtcMicros;
+use crate::wheel::TimerRecord;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-/// A purge under way: the controls taken off the ring, applied once every timer of the
-/// partitions they purge has left the table.
+/// Records a load inserts between two looks at the pass's slice, as many as the ring's drain
+/// applies ops between its looks: an insert is a few hundred nanoseconds (a hash, an index
+/// probe, a wheel link; a dead letter reads its metadata too), so 32 are about 10 µs and a
+/// look (a clock read, about 20 ns) costs well under 1%. A few inserts take far longer,
+/// read as the table's growth (a part of its index doubling, fresh pages): while a million
+/// records went in, the longest step took 0.35–0.59 ms of CPU with 32, 0.44–0.82 ms with 64
+/// (`gate_tests::load_steps_figure`, on a shared 2-vCPU host).
+pub(super) const LOAD_CHECK: usize = 32;
+
+/// A purge under way, and then the loads it holds: the controls taken off the ring, applied
+/// once every timer and dead letter of the partitions they purge has left the shard.
 pub(crate) struct Purge {
     /// Per partition: its timers leave (it may hold some and a control names it).
     picked: Vec<bool>,
@@ -62,26 +86,65 @@ pub(crate) struct Purge {
     /// entry above it was inserted since, and is not of a picked partition).
     next: u32,
     bound: u32,
+    /// Where the picked partitions' dead letters' walk goes on from; `None` once it is done
+    /// (or when nothing was picked).
+    letters: Option<PurgeCursor>,
+    /// The controls not applied yet, by partition.
     controls: BTreeMap<u32, Control>,
-    /// Timers removed so far.
+    /// The load being applied, once the purge is done.
+    load: Option<Load>,
+    /// Controls taken together.
+    taken: usize,
+    /// Timers and dead letters removed so far.
     timers: usize,
+    dead: usize,
+}
+
+/// A partition's load under way: the records not inserted yet, and those set aside because
+/// they are due.
+struct Load {
+    partition: u32,
+    records: std::vec::IntoIter<Loaded>,
+    /// Due records of the partition, out of the table until it opens: a due timer of a
+    /// partition that is not open would leave the wheel unfired.
+    due: Vec<Loaded>,
+    total: usize,
+    refused: usize,
 }
 
 impl Purge {
-    /// Whether `partition`'s timers are being purged: nothing of it may enter the table.
+    /// Whether `partition` is being purged or loaded: nothing of it may enter the table but
+    /// its load's records.
     pub(crate) fn covers(&self, partition: u32) -> bool {
-        self.picked
-            .get(partition as usize)
-            .copied()
-            .unwrap_or(false)
+        self.controls.contains_key(&partition)
+            || self.load.as_ref().is_some_and(|l| l.partition == partition)
+    }
+
+    /// A timer the fire pass found due and may not fire: when it is of the partition being
+    /// loaded, it is set aside to go in again as its load ends, and `true` (the caller gives
+    /// its quota slot back: that insert takes it again); otherwise `false`.
+    pub(crate) fn set_aside(&mut self, deadline: UtcMicros, record: &TimerRecord) -> bool {
+        let Some(load) = self.load.as_mut() else {
+            return false;
+        };
+        if partition_of(record.timer.tenant(), record.timer.key()) != load.partition {
+            return false;
+        }
+        load.due.push(Loaded {
+            timer: record.timer.clone(),
+            version: record.version,
+            deadline,
+        });
+        true
     }
 }
 
 impl<S: TimeSource> Shard<S> {
-    /// Goes on with the purge under way, or takes the loads and drops waiting on the ring and
-    /// starts theirs; once the purge is done, applies them. With a `slice`, returns when it is
-    /// over (the purge goes on at the next pass); without one, in one go. How many controls
-    /// were applied, or 1 while a purge is still under way (the pass did work).
+    /// Goes on with the purge or the loads under way, or takes the loads and drops waiting on
+    /// the ring and starts theirs: the purge, then each control in turn. With a `slice`,
+    /// returns when it is over (the rest goes on at the next pass); without one, in one go.
+    /// How many controls were applied, or 1 while some are still under way (the pass did
+    /// work).
     pub(super) fn take_controls(&mut self, slice: Option<Slice>) -> usize {
         let mut purge = match self.purging.take() {
             Some(p) => p,
@@ -94,46 +157,12 @@ impl<S: TimeSource> Shard<S> {
                 self.begin_purge(controls)
             }
         };
-        if !self.purge_slice(&mut purge, slice) {
+        let done = self.purge_slice(&mut purge, slice)
+            && self.purge_letters(&mut purge, slice)
+            && self.apply_controls(&mut purge, slice);
+        if !done {
             self.purging = Some(purge);
             return 1;
-        }
-        self.finish_purge(&purge);
-        let n = purge.controls.len();
-        for (partition, control) in purge.controls {
-            match control {
-                Control::Drop => self.gate.dropped(partition),
-                Control::Load(records) => {
-                    let (total, mut refused) = (records.len(), 0usize);
-                    let mut loader = Loader {
-                        table: &mut self.table,
-                        dead: &mut self.deliveries.dead,
-                        quotas: &self.quotas,
-                        metrics: &self.metrics,
-                    };
-                    for r in records {
-                        if !loader.insert(r.timer, r.version, r.deadline) {
-                            refused += 1;
-                        }
-                    }
-                    if refused > 0 {
-                        tracing::error!(
-                            shard = self.id,
-                            partition,
-                            refused,
-                            "timers of a loaded partition not taken (the shard is at capacity, \
-                             or a deadline is past the wheel's range); they stay in Redis"
-                        );
-                    }
-                    tracing::debug!(
-                        shard = self.id,
-                        partition,
-                        records = total,
-                        "partition loaded"
-                    );
-                    self.gate.loaded(partition);
-                }
-            }
         }
         self.metrics
             .pending
@@ -141,11 +170,11 @@ impl<S: TimeSource> Shard<S> {
         self.metrics
             .partitions_loaded
             .store(self.gate.loaded_count(), Ordering::Relaxed);
-        n
+        purge.taken
     }
 
     /// The purge of the partitions in `controls` that may hold something: each is closed now
-    /// (no op admitted, no timer fired, no follow-up applied) until the purge ends.
+    /// (no op admitted, no timer fired, no follow-up applied) until its control is applied.
     fn begin_purge(&mut self, controls: BTreeMap<u32, Control>) -> Purge {
         let mut picked = vec![false; PARTITIONS as usize];
         let mut any = false;
@@ -160,8 +189,12 @@ impl<S: TimeSource> Shard<S> {
             picked,
             next: 0,
             bound: if any { self.table.slab_bound() } else { 0 },
+            letters: any.then(PurgeCursor::default),
+            taken: controls.len(),
             controls,
+            load: None,
             timers: 0,
+            dead: 0,
         }
     }
 
@@ -200,30 +233,125 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 
-    /// The picked partitions' dead letters leave the listing, in one go (not sliced: one look
-    /// at the dead letters, usually far fewer than the pending timers).
-    fn finish_purge(&mut self, purge: &Purge) {
-        if !purge.picked.contains(&true) {
-            return;
-        }
+    /// Removes the picked partitions' dead letters until `slice` is over; whether they are
+    /// all gone.
+    fn purge_letters(&mut self, purge: &mut Purge, slice: Option<Slice>) -> bool {
+        let Some(cursor) = purge.letters.as_mut() else {
+            return true;
+        };
         let picked = &purge.picked;
         let pick = |tenant: &str, key: &str| picked[partition_of(tenant, key) as usize];
-        let quotas = &self.quotas;
-        let mut letters = 0usize;
-        let metrics = &self.metrics;
-        self.deliveries.dead.purge(pick, |letter| {
-            letters += 1;
-            let tenant = letter.timer.tenant();
-            if let Some(q) = quotas.get(tenant) {
-                q.release();
-            }
-            DeliveryMetrics::add(&metrics.webhooks.tenant(tenant).dead, -1);
-        });
+        let (quotas, metrics, dead) = (&self.quotas, &self.metrics, &mut purge.dead);
+        let done = self.deliveries.dead.purge_from(
+            cursor,
+            pick,
+            |letter| {
+                *dead += 1;
+                let tenant = letter.timer.tenant();
+                if let Some(q) = quotas.get(tenant) {
+                    q.release();
+                }
+                DeliveryMetrics::add(&metrics.webhooks.tenant(tenant).dead, -1);
+            },
+            || slice.as_ref().is_some_and(Slice::is_over),
+        );
+        if !done {
+            return false;
+        }
+        purge.letters = None;
         tracing::debug!(
             shard = self.id,
             timers = purge.timers,
-            letters,
+            letters = purge.dead,
             "partitions purged"
         );
+        true
+    }
+
+    /// Applies the purge's controls in turn, a load's records [`LOAD_CHECK`] at a time, until
+    /// `slice` is over; whether they are all applied.
+    fn apply_controls(&mut self, purge: &mut Purge, slice: Option<Slice>) -> bool {
+        let due_by = self.clock.now().as_micros();
+        loop {
+            let load = match purge.load.as_mut() {
+                Some(load) => load,
+                None => match purge.controls.pop_first() {
+                    None => return true,
+                    Some((partition, Control::Drop)) => {
+                        self.gate.dropped(partition);
+                        continue;
+                    }
+                    Some((partition, Control::Load(records))) => purge.load.insert(Load {
+                        partition,
+                        total: records.len(),
+                        records: records.into_iter(),
+                        due: Vec::new(),
+                        refused: 0,
+                    }),
+                },
+            };
+            if self.insert_some(load, due_by) {
+                if let Some(load) = purge.load.take() {
+                    self.finish_load(load);
+                }
+                if purge.controls.is_empty() {
+                    return true;
+                }
+            }
+            if slice.as_ref().is_some_and(Slice::is_over) {
+                return false;
+            }
+        }
+    }
+
+    /// Inserts up to [`LOAD_CHECK`] of `load`'s records, setting aside the timers due by
+    /// `due_by`; whether none is left.
+    fn insert_some(&mut self, load: &mut Load, due_by: UtcMicros) -> bool {
+        let mut loader = Loader {
+            table: &mut self.table,
+            dead: &mut self.deliveries.dead,
+            quotas: &self.quotas,
+            metrics: &self.metrics,
+        };
+        for r in load.records.by_ref().take(LOAD_CHECK) {
+            if r.deadline <= due_by && !webhook::is_dead(r.timer.meta()) {
+                load.due.push(r);
+            } else if !loader.insert(r.timer, r.version, r.deadline) {
+                load.refused += 1;
+            }
+        }
+        load.records.len() == 0
+    }
+
+    /// The last step of a load: its due records go in, and the gate opens the partition.
+    fn finish_load(&mut self, mut load: Load) {
+        let mut loader = Loader {
+            table: &mut self.table,
+            dead: &mut self.deliveries.dead,
+            quotas: &self.quotas,
+            metrics: &self.metrics,
+        };
+        for r in load.due {
+            if !loader.insert(r.timer, r.version, r.deadline) {
+                load.refused += 1;
+            }
+        }
+        let (partition, refused) = (load.partition, load.refused);
+        if refused > 0 {
+            tracing::error!(
+                shard = self.id,
+                partition,
+                refused,
+                "timers of a loaded partition not taken (the shard is at capacity, \
+                 or a deadline is past the wheel's range); they stay in Redis"
+            );
+        }
+        tracing::debug!(
+            shard = self.id,
+            partition,
+            records = load.total,
+            "partition loaded"
+        );
+        self.gate.loaded(partition);
     }
 }
