@@ -484,9 +484,13 @@ mod tests {
                 }
             }
         };
-        let small = (0..64).map(|i| item(&format!("k{i}"), 1)).collect::<Vec<_>>();
+        let small = (0..64)
+            .map(|i| item(&format!("k{i}"), 1))
+            .collect::<Vec<_>>();
         assert_eq!(steps(&batch(&small)), 64 / ASK_EVERY + 1);
-        let large = (0..5).map(|i| item(&format!("k{i}"), 64 << 10)).collect::<Vec<_>>();
+        let large = (0..5)
+            .map(|i| item(&format!("k{i}"), 64 << 10))
+            .collect::<Vec<_>>();
         assert_eq!(steps(&batch(&large)), 5 + 1);
     }
 
@@ -683,7 +687,10 @@ mod tests {
                 format!(r#"{{"timers":[{numbers}]}}"#),
             ),
             ("an array, not an object", format!("[{numbers}]")),
-            ("an unknown field name", format!(r#"{{"{}":1}}"#, "k".repeat(BODY))),
+            (
+                "an unknown field name",
+                format!(r#"{{"{}":1}}"#, "k".repeat(BODY)),
+            ),
         ];
         for round in 0..3 {
             for (name, body) in &shapes {
