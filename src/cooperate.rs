@@ -117,6 +117,13 @@ impl Slice {
 
     /// Yields to the executor, then begins the next slice.
     pub async fn next(&mut self) {
+        #[cfg(test)]
+        LONGEST.with(|l| {
+            l.set(
+                l.get()
+                    .max((Instant::now() + SLICE).saturating_duration_since(self.end)),
+            )
+        });
         yield_to_reactor().await;
         *self = Slice::begin();
     }
@@ -198,6 +205,20 @@ impl Future for Yield {
             wait = wait.saturating_mul(2).max(YIELD_TIMER);
         }
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The longest slice ended by [`Slice::next`] on this thread since [`longest_slice`].
+    static LONGEST: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+/// The longest slice that sliced work on this thread held it before yielding, since the
+/// last call (for the figures, which so measure the code itself, its buffers' growth and
+/// page faults included, rather than a copy of its loop).
+#[cfg(test)]
+pub(crate) fn longest_slice() -> Duration {
+    LONGEST.with(|l| l.replace(Duration::ZERO))
 }
 
 #[cfg(test)]

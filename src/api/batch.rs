@@ -128,7 +128,7 @@ async fn send_remote(
             }
         }
         let auth = owners.auth.clone();
-        let task = split::send(app.peers.clone(), peer, tenant, auth, &sub, sub_keys);
+        let task = split::send(app.peers.clone(), peer, tenant, auth, &sub, sub_keys).await;
         sent.push((positions, task));
     }
     (remote, sent)

@@ -21,6 +21,7 @@
 //! Cost model: a request is parsed on the shard that accepted it, then one ring push and one
 //! reply travel to and from the shard that owns the key (possibly the same one).
 
+mod array;
 mod batch;
 pub mod body;
 pub mod cli;

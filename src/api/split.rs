@@ -28,14 +28,15 @@
 //! a look at the routing view. Per owner: one sub-batch body (the items' JSON copied once)
 //! and one forward (`forward.rs`), all owners' in flight together.
 
+use super::array::read_array;
 use super::error::ApiError;
 use super::forward::{self, Outgoing, Peers};
-use super::respond::BatchItem;
+use super::respond::{encode_array_of, raw_bytes, BatchItem};
 use crate::cluster::routing::Routing;
 use crate::error::{validate_name, NameKind};
 use hyper::header::HeaderValue;
 use hyper::{Method, StatusCode};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -101,8 +102,10 @@ pub fn place<T>(out: &mut [T], positions: &[usize], answers: impl IntoIterator<I
 }
 
 /// Sends `items` (with their keys, for the results of a failure) to `peer` as one sub-batch
-/// of `tenant`, on a task of this shard's: one result per item, in order.
-pub fn send(
+/// of `tenant`, on a task of this shard's: one result per item, in order. The sub-batch is
+/// encoded, and its results read, an item at a time with looks at the slice (up to 16 MiB of
+/// items, and about 100 bytes of result each).
+pub async fn send(
     peers: Rc<Peers>,
     peer: Arc<str>,
     tenant: &str,
@@ -110,12 +113,9 @@ pub fn send(
     items: &[&RawValue],
     keys: Vec<Option<String>>,
 ) -> glommio::Task<Vec<BatchItem>> {
-    #[derive(Serialize)]
-    struct Sub<'a> {
-        timers: &'a [&'a RawValue],
-    }
     let path = format!("/v1/timers/{tenant}");
-    let body = serde_json::to_vec(&Sub { timers: items });
+    let bytes = raw_bytes(items.iter().copied());
+    let body = encode_array_of("timers", items, bytes).await;
     glommio::spawn_local(async move {
         let body = match body {
             Ok(b) => b,
@@ -128,39 +128,39 @@ pub fn send(
             body: body.into(),
         };
         match peers.forward(&peer, out).await {
-            Ok(answer) => results(answer.status, &answer.body, keys, &peer),
+            Ok(answer) => results(answer.status, &answer.body, keys, &peer).await,
             Err(e) => failed(keys, &ApiError::from(e)),
         }
     })
 }
 
 /// The results of a sub-batch of `keys.len()` items from its owner's answer.
-fn results(
+async fn results(
     status: StatusCode,
     body: &[u8],
     keys: Vec<Option<String>>,
     peer: &str,
 ) -> Vec<BatchItem> {
     #[derive(Deserialize)]
-    struct Results {
-        results: Vec<Box<RawValue>>,
-    }
-    #[derive(Deserialize)]
     struct Refused {
         error: Box<RawValue>,
     }
     if status == StatusCode::OK {
-        return match serde_json::from_slice::<Results>(body) {
-            Ok(r) if r.results.len() == keys.len() => {
-                r.results.into_iter().map(BatchItem::Relayed).collect()
-            }
-            _ => failed(
-                keys,
-                &ApiError::PeerUnavailable(format!(
-                    "the node {peer} that owns this partition did not answer one result per item"
-                )),
-            ),
-        };
+        let mut out = Vec::with_capacity(keys.len());
+        let read = read_array(body, "results", |r| {
+            out.push(BatchItem::Relayed(r));
+            Ok(())
+        })
+        .await;
+        if read.is_ok() && out.len() == keys.len() {
+            return out;
+        }
+        return failed(
+            keys,
+            &ApiError::PeerUnavailable(format!(
+                "the node {peer} that owns this partition did not answer one result per item"
+            )),
+        );
     }
     match serde_json::from_slice::<Refused>(body) {
         Ok(r) => keys
@@ -227,15 +227,22 @@ mod tests {
 
     #[test]
     fn an_owner_answer_is_relayed_item_by_item_and_nothing_else_passes_for_success() {
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("an executor");
+        ex.run(owner_answers());
+    }
+
+    async fn owner_answers() {
         let keys = || vec![Some("a".to_string()), Some("b".to_string())];
         let ok = br#"{"results":[{"key":"a","status":201,"fire_at_us":5,"version":1},{"key":"b","status":503,"error":{"code":"store_unavailable","message":"m"}}]}"#;
         assert_eq!(
-            json(&results(StatusCode::OK, ok, keys(), "p:1")),
+            json(&results(StatusCode::OK, ok, keys(), "p:1").await),
             r#"[{"key":"a","status":201,"fire_at_us":5,"version":1},{"key":"b","status":503,"error":{"code":"store_unavailable","message":"m"}}]"#
         );
         // One result short: no item is taken as applied.
         let short = br#"{"results":[{"key":"a","status":201,"fire_at_us":5,"version":1}]}"#;
-        let r = json(&results(StatusCode::OK, short, keys(), "p:1"));
+        let r = json(&results(StatusCode::OK, short, keys(), "p:1").await);
         assert_eq!(
             r.matches(r#""status":503,"error":{"code":"peer_unavailable""#)
                 .count(),
@@ -245,15 +252,110 @@ mod tests {
         // Refused whole: each item carries the owner's status and error.
         let refused = br#"{"error":{"code":"rate_limited","message":"slow down"}}"#;
         assert_eq!(
-            json(&results(
-                StatusCode::TOO_MANY_REQUESTS,
-                refused,
-                keys(),
-                "p:1"
-            )),
+            json(&results(StatusCode::TOO_MANY_REQUESTS, refused, keys(), "p:1").await),
             r#"[{"key":"a","status":429,"error":{"code":"rate_limited","message":"slow down"}},{"key":"b","status":429,"error":{"code":"rate_limited","message":"slow down"}}]"#
         );
-        let r = json(&results(StatusCode::BAD_GATEWAY, b"<html>", keys(), "p:1"));
+        let r = json(&results(StatusCode::BAD_GATEWAY, b"<html>", keys(), "p:1").await);
         assert_eq!(r.matches("peer_unavailable").count(), 2, "{r}");
+        // An answer of 200 that is not one result per item, whole: nothing passes.
+        for bad in [
+            &br#"{"results":[{"key":"a"},{"key":"b"}],"x":1}"#[..],
+            br#"{"results":[{"key":"a"},{"key":"b"},]}"#,
+            br#"{"results":[{"key":"a"},{"key":"b"}"#,
+            br#"{"results":[{"key":"a"},{"key":"b"},{"key":"c"}]}"#,
+            b"",
+        ] {
+            let r = json(&results(StatusCode::OK, bad, keys(), "p:1").await);
+            assert_eq!(r.matches("peer_unavailable").count(), 2, "{r}");
+        }
+    }
+
+    /// Prints what a sub-batch's two big steps took whole, as before: encoding 16 MB of items
+    /// for the owner, and reading 10,000 results back; against the longest step of each now,
+    /// with a 200 µs slice (the test binary runs on the system's allocator, not the
+    /// service's: `examples/buffer_growth.rs` shows what a growing buffer costs under it).
+    ///
+    /// `cargo test --release --lib sub_batch_figure -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn sub_batch_figure() {
+        use crate::api::array::ArrayScan;
+        use std::time::{Duration, Instant};
+        #[derive(serde::Serialize)]
+        struct Sub<'a> {
+            timers: &'a [&'a RawValue],
+        }
+        #[derive(Deserialize)]
+        struct Results {
+            results: Vec<Box<RawValue>>,
+        }
+        let texts: Vec<String> = (0..10_000)
+            .map(|i| {
+                format!(
+                    r#"{{"key":"order-{i:06}","delay_ms":1,"payload":"{}"}}"#,
+                    "x".repeat(1_600)
+                )
+            })
+            .collect();
+        let items: Vec<&RawValue> = texts
+            .iter()
+            .map(|t| serde_json::from_str(t).expect("JSON"))
+            .collect();
+        let answer = format!(
+            r#"{{"results":[{}]}}"#,
+            (0..10_000)
+                .map(|i| format!(r#"{{"key":"order-{i:06}","status":201,"version":{i},"fire_at_us":1700000000000000}}"#))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("an executor");
+        ex.run(async move {
+            for round in 0..3 {
+                let t = Instant::now();
+                let whole = serde_json::to_vec(&Sub { timers: &items }).expect("JSON");
+                let encode_whole = t.elapsed();
+                crate::cooperate::longest_slice();
+                let sliced = encode_array_of("timers", &items, raw_bytes(items.iter().copied()))
+                    .await
+                    .expect("JSON");
+                let longest_encode = crate::cooperate::longest_slice();
+                assert_eq!(sliced, whole);
+                let t = Instant::now();
+                let r: Results = serde_json::from_slice(answer.as_bytes()).expect("JSON");
+                let read_whole = t.elapsed();
+                let mut scan = ArrayScan::new(answer.as_bytes(), "results").expect("opens");
+                let (mut longest_read, mut n) = (Duration::ZERO, 0);
+                loop {
+                    let t = Instant::now();
+                    let done = scan
+                        .step(
+                            || t.elapsed() >= Duration::from_micros(200),
+                            |_| {
+                                n += 1;
+                                Ok(())
+                            },
+                        )
+                        .expect("results");
+                    longest_read = longest_read.max(t.elapsed());
+                    if done {
+                        break;
+                    }
+                }
+                assert_eq!(n, r.results.len());
+                println!(
+                    "round {round}: encoding {:.1} MB of items whole {:.2} ms, longest step now {:.0} µs; \
+                     reading {} results ({:.2} MB) whole {:.2} ms, longest step now {:.0} µs",
+                    whole.len() as f64 / 1e6,
+                    encode_whole.as_secs_f64() * 1e3,
+                    longest_encode.as_secs_f64() * 1e6,
+                    n,
+                    answer.len() as f64 / 1e6,
+                    read_whole.as_secs_f64() * 1e3,
+                    longest_read.as_secs_f64() * 1e6,
+                );
+            }
+        });
     }
 }

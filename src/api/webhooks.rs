@@ -8,6 +8,7 @@
 //! | `POST /v1/dead/{tenant}/{key}/retry` | 202 `{"tenant","key","version","fire_at_us"}`: delivered again now, a fresh attempt budget; 404 without a dead letter; 409 `timer_pending` while a timer is pending under the key |
 //! | `DELETE /v1/dead/{tenant}/{key}` | 204, or 404 |
 
+use super::array::read_array;
 use super::body::Registration;
 use super::error::ApiError;
 use super::forward::{self, Here};
@@ -154,8 +155,9 @@ impl App {
             theirs.push(ask.await);
         }
         if others.is_empty() {
+            let bytes = mine.iter().map(DeadBody::bytes).sum();
             let dead = mine.iter().map(DeadBody::new);
-            return Ok(respond::json_array_of(StatusCode::OK, "dead", dead).await);
+            return Ok(respond::json_array_of(StatusCode::OK, "dead", dead, bytes).await);
         }
         let mut all: Vec<(String, Box<RawValue>)> = Vec::with_capacity(limit * (1 + others.len()));
         let mut slice = Slice::begin();
@@ -169,23 +171,23 @@ impl App {
         }
         for (peer, answer) in others.iter().zip(theirs) {
             let answer = answer?;
-            all.extend(peer_page(peer, answer.status, &answer.body, &mut slice).await?);
+            all.extend(peer_page(peer, answer.status, &answer.body).await?);
         }
         let merged = merge_pages(all, limit);
-        Ok(respond::json_array_of(StatusCode::OK, "dead", merged).await)
+        let bytes = respond::raw_bytes(merged.iter().map(AsRef::as_ref));
+        Ok(respond::json_array_of(StatusCode::OK, "dead", merged, bytes).await)
     }
 }
 
-/// One peer's page of dead letters, each with its key, read a letter at a time with a look at
-/// `slice` after each: with their bodies, a page of 1,000 letters is tens of megabytes, and
-/// read whole it was one step of the shard answering the list. An answer that is not a page
-/// fails the list, saying which node gave it.
+/// One peer's page of dead letters, each with its key, read a letter at a time (`array.rs`):
+/// with their bodies, a page of 1,000 letters is tens of megabytes, and read whole it was one
+/// step of the shard answering the list. An answer that is not a page fails the list, saying
+/// which node gave it.
 async fn peer_page(
     peer: &str,
     status: StatusCode,
     body: &[u8],
-    slice: &mut Slice,
-) -> Result<Vec<KeyedLetter>, ApiError> {
+) -> Result<Vec<(String, Box<RawValue>)>, ApiError> {
     let unusable = |why: String| {
         ApiError::PeerUnavailable(format!(
             "the node {peer} did not give its dead letters ({why}); the list needs every node's"
@@ -194,77 +196,19 @@ async fn peer_page(
     if status != StatusCode::OK {
         return Err(unusable(format!("it answered {status}")));
     }
-    let mut page = PageScan::new(body);
-    loop {
-        match page.step(|| slice.is_over()) {
-            Ok(Some(letters)) => return Ok(letters),
-            Ok(None) => slice.next().await,
-            Err(why) => return Err(unusable(why)),
-        }
+    #[derive(serde::Deserialize)]
+    struct Keyed {
+        key: String,
     }
-}
-
-/// A dead letter's key and its JSON, as a peer gave it.
-type KeyedLetter = (String, Box<RawValue>);
-
-/// A peer's page as `respond::json_array_of` writes it, `{"dead":[…]}`, split into its
-/// letters (whitespace around them is let pass, anything else is not a page).
-struct PageScan<'a> {
-    rest: &'a [u8],
-    letters: Vec<KeyedLetter>,
-    started: bool,
-}
-
-impl<'a> PageScan<'a> {
-    fn new(body: &'a [u8]) -> Self {
-        PageScan {
-            rest: body.trim_ascii(),
-            letters: Vec::new(),
-            started: false,
-        }
-    }
-
-    /// Reads letters until the page ends (`Some`), or `over` says the slice is used up,
-    /// asked after each letter (`None`); why the answer is not a page.
-    fn step(&mut self, over: impl Fn() -> bool) -> Result<Option<Vec<KeyedLetter>>, String> {
-        #[derive(serde::Deserialize)]
-        struct Keyed {
-            key: String,
-        }
-        let not_a_page = || "not a page of dead letters".to_string();
-        if !self.started {
-            self.started = true;
-            self.rest = self
-                .rest
-                .strip_prefix(br#"{"dead":["#)
-                .ok_or_else(not_a_page)?;
-            if self.rest.trim_ascii_start() == b"]}" {
-                return Ok(Some(Vec::new()));
-            }
-        }
-        loop {
-            let mut values =
-                serde_json::Deserializer::from_slice(self.rest).into_iter::<Box<RawValue>>();
-            let raw = match values.next() {
-                Some(Ok(raw)) => raw,
-                Some(Err(e)) => return Err(e.to_string()),
-                None => return Err(not_a_page()),
-            };
-            let after = self.rest.get(values.byte_offset()..).unwrap_or_default();
-            let k: Keyed = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
-            self.letters.push((k.key, raw));
-            match after.trim_ascii_start() {
-                [b',', more @ ..] => self.rest = more,
-                [b']', end @ ..] if end.trim_ascii_start() == b"}" => {
-                    return Ok(Some(std::mem::take(&mut self.letters)))
-                }
-                _ => return Err(not_a_page()),
-            }
-            if over() {
-                return Ok(None);
-            }
-        }
-    }
+    let mut letters = Vec::new();
+    read_array(body, "dead", |raw| {
+        let k: Keyed = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
+        letters.push((k.key, raw));
+        Ok(())
+    })
+    .await
+    .map_err(unusable)?;
+    Ok(letters)
 }
 
 /// The first `limit` of the nodes' pages, by key, each key once.
@@ -320,6 +264,13 @@ struct DeadBody<'a> {
 }
 
 impl<'a> DeadBody<'a> {
+    /// About what a letter encodes to: its body's bytes (the payload is copied as it is), its
+    /// key and error twice over (a string that needs escaping takes up to twice its bytes, a
+    /// control character six times), and the field names and numbers around them.
+    fn bytes(d: &DeadInfo) -> usize {
+        2 * d.key.len() + d.body_bytes + d.last_error.as_ref().map_or(0, String::len) + 192
+    }
+
     fn new(d: &'a DeadInfo) -> Self {
         DeadBody {
             key: &d.key,
@@ -403,43 +354,40 @@ mod tests {
         );
     }
 
-    /// A peer's page, letter by letter: every step but the last one ends after one letter
-    /// when the slice is always over.
-    fn read_page(body: &[u8]) -> Result<(Vec<KeyedLetter>, usize), String> {
-        let mut page = PageScan::new(body);
-        let mut steps = 0;
-        loop {
-            steps += 1;
-            if let Some(letters) = page.step(|| true)? {
-                return Ok((letters, steps));
-            }
-        }
-    }
-
+    /// A letter's estimate covers its JSON, so that a page's buffer is not grown.
     #[test]
-    fn a_peer_page_is_read_a_letter_a_step_each_with_its_key() {
-        let letters: Vec<String> = (0..50)
-            .map(|i| {
-                format!(
-                    r#"{{"key":"k{i:02}","payload":[{}]}}"#,
-                    vec!["1"; i].join(",")
-                )
-            })
-            .collect();
-        let body = format!(r#"{{"dead":[{}]}}"#, letters.join(","));
-        let (read, steps) = read_page(body.as_bytes()).expect("a page");
-        assert_eq!(steps, 50);
-        assert_eq!(read.len(), 50);
-        for (i, (key, raw)) in read.iter().enumerate() {
-            assert_eq!(key, &format!("k{i:02}"));
-            assert_eq!(raw.get(), letters[i]);
+    fn a_letters_estimate_covers_its_json() {
+        for (payload, error) in [
+            (
+                &br#"{"order":"A-1","items":[1,2,3]}"#[..],
+                Some("refused: \"x\"\n".repeat(20)),
+            ),
+            (b"", None),
+            (br#""\u00e9\n""#, Some(String::new())),
+        ] {
+            let mut d = DeadInfo {
+                key: "order-1".repeat(20),
+                version: u64::MAX,
+                fire_at: crate::units::UtcMicros(u64::MAX),
+                attempts: u32::MAX,
+                last_status: Some(503),
+                last_error: error,
+                callback: Some("https://hooks.example.com/a?b=c&d=\"e\"".into()),
+                meta: Vec::new(),
+                payload: payload.to_vec(),
+                body_bytes: 0,
+            };
+            d.body_bytes = d.payload.len()
+                + d.last_error.as_ref().map_or(0, String::len)
+                + d.callback.as_ref().map_or(0, String::len);
+            let json = serde_json::to_vec(&DeadBody::new(&d)).expect("JSON");
+            assert!(
+                json.len() <= DeadBody::bytes(&d),
+                "{} > {}",
+                json.len(),
+                DeadBody::bytes(&d)
+            );
         }
-        assert_eq!(
-            read_page(br#"{"dead":[]}"#).expect("an empty page").0.len(),
-            0
-        );
-        let spaced = read_page(b" {\"dead\":[ {\"key\":\"a\"} , {\"key\":\"b\"} ] } ");
-        assert_eq!(spaced.expect("whitespace between letters").0.len(), 2);
     }
 
     #[test]
@@ -448,12 +396,10 @@ mod tests {
             .make()
             .expect("an executor");
         ex.run(async {
-            let mut slice = Slice::begin();
             let ok = peer_page(
                 "10.0.0.2:7480",
                 StatusCode::OK,
                 br#"{"dead":[{"key":"k1","x":1}]}"#,
-                &mut slice,
             )
             .await
             .expect("a page");
@@ -473,7 +419,7 @@ mod tests {
                 (StatusCode::OK, br#"{"dead":[{"key":"a"} {"key":"b"}]}"#),
                 (StatusCode::OK, b""),
             ] {
-                match peer_page("10.0.0.2:7480", status, body, &mut slice).await {
+                match peer_page("10.0.0.2:7480", status, body).await {
                     Err(ApiError::PeerUnavailable(why)) => {
                         assert!(why.contains("10.0.0.2:7480"), "{why}")
                     }
@@ -508,7 +454,7 @@ mod tests {
         for round in 0..3 {
             let t = Instant::now();
             let page: Page = serde_json::from_slice(body.as_bytes()).expect("a page");
-            let keyed: Vec<KeyedLetter> = page
+            let keyed: Vec<(String, Box<RawValue>)> = page
                 .dead
                 .into_iter()
                 .map(|raw| {
@@ -517,17 +463,29 @@ mod tests {
                 })
                 .collect();
             let whole = t.elapsed();
-            let mut scan = PageScan::new(body.as_bytes());
+            let mut scan =
+                super::super::array::ArrayScan::new(body.as_bytes(), "dead").expect("a page");
             let (mut longest, mut steps) = (Duration::ZERO, 0);
-            let read = loop {
+            let mut read = Vec::new();
+            loop {
                 let t = Instant::now();
-                let step = scan.step(|| true).expect("a page");
+                let done = scan
+                    .step(
+                        || true,
+                        |raw| {
+                            let k: Keyed =
+                                serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
+                            read.push((k.key, raw));
+                            Ok(())
+                        },
+                    )
+                    .expect("a page");
                 longest = longest.max(t.elapsed());
                 steps += 1;
-                if let Some(letters) = step {
-                    break letters;
+                if done {
+                    break;
                 }
-            };
+            }
             assert_eq!(read.len(), keyed.len());
             println!(
                 "round {round}: {:.1} MB, {} letters: whole in one step {:.1} ms; \
