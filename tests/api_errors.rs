@@ -283,6 +283,26 @@ fn every_shape_of_batch_body_gets_its_documented_answer() {
         "{r:?}"
     );
     assert_eq!(s.req("GET", "/v1/timers/t/e1", "").status, 200);
+    // Chunked, without a length: the frames are joined whole and in order.
+    let items: Vec<String> = (0..300)
+        .map(|i| format!(r#"{{"key":"c{i}","delay_ms":600000,"payload":"{}"}}"#, "p".repeat(i)))
+        .collect();
+    let body = format!(r#"{{"timers":[{}]}}"#, items.join(","));
+    let mut chunked =
+        b"POST /v1/timers/t HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    for piece in body.as_bytes().chunks(777) {
+        chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let r = raw_exchange(s.addr, &chunked).expect("answer");
+    assert_eq!(r.status, 200, "{r:?}");
+    let text = String::from_utf8_lossy(&r.body);
+    assert_eq!(text.matches(r#""status":201"#).count(), 300, "{text}");
+    let (st, got) = s.json("GET", "/v1/timers/t/c299", "");
+    assert_eq!(st, 200);
+    assert_eq!(got["payload"], "p".repeat(299));
 }
 
 const TENANTS: &str = r#"

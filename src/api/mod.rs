@@ -29,6 +29,7 @@ mod cluster;
 mod drain;
 pub mod error;
 mod forward;
+mod gather;
 mod http;
 mod listen;
 pub mod metrics;

@@ -1,0 +1,126 @@
+//! A request body gathered frame by frame into one buffer, without ever growing a buffer
+//! (each growth copies all it holds, in one step: under the service's allocator 1.7–2.4 ms
+//! for 32 MB, 71 ms on fresh memory, `examples/buffer_growth.rs`). A body of declared length
+//! goes straight into a buffer of that size; one without (chunked) keeps its frames as they
+//! come, and they are joined at the end into a buffer of their total, a frame at a time with
+//! a look at the slice between (a body of one frame is not copied at all).
+
+use crate::cooperate::Slice;
+use bytes::Bytes;
+
+pub struct Gather {
+    /// The buffer of a declared length, or the frames of a body without one.
+    sized: Vec<u8>,
+    frames: Vec<Bytes>,
+    total: usize,
+}
+
+impl Gather {
+    /// For a body of `declared` bytes (at most the route's limit), or of unknown length.
+    pub fn new(declared: Option<usize>) -> Self {
+        Gather {
+            sized: Vec::with_capacity(declared.unwrap_or(0)),
+            frames: Vec::new(),
+            total: 0,
+        }
+    }
+
+    /// One more frame of the body.
+    pub fn push(&mut self, data: Bytes) {
+        if self.frames.is_empty() && self.sized.len() + data.len() <= self.sized.capacity() {
+            self.sized.extend_from_slice(&data);
+        } else {
+            // No declared length (or a body longer than it said, which the HTTP layer
+            // refuses before this): kept as it came.
+            self.total += data.len();
+            self.frames.push(data);
+        }
+    }
+
+    /// The whole body, in one buffer.
+    pub async fn finish(self, slice: &mut Slice) -> Bytes {
+        if self.frames.is_empty() {
+            return Bytes::from(self.sized);
+        }
+        if self.sized.is_empty() && self.frames.len() == 1 {
+            return self.frames.into_iter().next().unwrap_or_default();
+        }
+        let mut out = Vec::with_capacity(self.sized.len() + self.total);
+        out.extend_from_slice(&self.sized);
+        for frame in self.frames {
+            out.extend_from_slice(&frame);
+            if slice.is_over() {
+                slice.next().await;
+            }
+        }
+        Bytes::from(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(n: usize) -> Vec<Bytes> {
+        (0..n)
+            .map(|i| Bytes::from(vec![b'a' + (i % 26) as u8; 1000 + i]))
+            .collect()
+    }
+
+    fn joined(frames: &[Bytes]) -> Vec<u8> {
+        frames.iter().flat_map(|f| f.iter().copied()).collect()
+    }
+
+    /// Declared or not, one frame or many, the body comes back whole and in order, in a
+    /// buffer never grown: one of its own size, or the single frame itself.
+    #[test]
+    fn a_body_is_gathered_whole_into_a_buffer_of_its_size() {
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("an executor");
+        ex.run(async {
+            let mut slice = Slice::begin();
+            for n in [0, 1, 2, 300] {
+                let fs = frames(n);
+                let whole = joined(&fs);
+                for declared in [Some(whole.len()), None] {
+                    let mut g = Gather::new(declared);
+                    for f in &fs {
+                        g.push(f.clone());
+                    }
+                    if declared.is_none() && n > 0 {
+                        assert!(g.sized.capacity() == 0, "nothing reserved without a length");
+                    }
+                    let body = g.finish(&mut slice).await;
+                    assert_eq!(body.as_ref(), whole.as_slice(), "{n} frames, {declared:?}");
+                }
+            }
+            // One frame without a declared length: that frame, not a copy.
+            let f = Bytes::from(vec![7u8; 10_000]);
+            let mut g = Gather::new(None);
+            g.push(f.clone());
+            assert_eq!(g.finish(&mut slice).await.as_ptr(), f.as_ptr());
+        });
+    }
+
+    /// A body longer than it declared (the HTTP layer refuses one, but the gathering does not
+    /// count on it) still comes back whole and in order.
+    #[test]
+    fn a_body_longer_than_declared_is_still_gathered_in_order() {
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("an executor");
+        ex.run(async {
+            let fs = frames(10);
+            let whole = joined(&fs);
+            let mut g = Gather::new(Some(whole.len() / 2));
+            for f in &fs {
+                g.push(f.clone());
+            }
+            assert_eq!(
+                g.finish(&mut Slice::begin()).await.as_ref(),
+                whole.as_slice()
+            );
+        });
+    }
+}
