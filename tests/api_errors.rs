@@ -285,7 +285,12 @@ fn every_shape_of_batch_body_gets_its_documented_answer() {
     assert_eq!(s.req("GET", "/v1/timers/t/e1", "").status, 200);
     // Chunked, without a length: the frames are joined whole and in order.
     let items: Vec<String> = (0..300)
-        .map(|i| format!(r#"{{"key":"c{i}","delay_ms":600000,"payload":"{}"}}"#, "p".repeat(i)))
+        .map(|i| {
+            format!(
+                r#"{{"key":"c{i}","delay_ms":600000,"payload":"{}"}}"#,
+                "p".repeat(i)
+            )
+        })
         .collect();
     let body = format!(r#"{{"timers":[{}]}}"#, items.join(","));
     let mut chunked =
