@@ -207,6 +207,15 @@ impl Future for Yield {
     }
 }
 
+/// Runs `f` to its end on a fresh executor of this thread (for tests of async code).
+#[cfg(test)]
+pub(crate) fn on_executor<T>(f: impl std::future::Future<Output = T>) -> T {
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .make()
+        .expect("an executor")
+        .run(f)
+}
+
 #[cfg(test)]
 thread_local! {
     /// The longest slice ended by [`Slice::next`] on this thread since [`longest_slice`].

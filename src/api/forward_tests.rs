@@ -1,6 +1,7 @@
 //! Unit tests of `forward.rs`: the bounds, the deadline, the header against loops.
 
 use super::*;
+use crate::cooperate::on_executor;
 
 #[test]
 fn addresses_split_into_host_and_port() {
@@ -29,13 +30,6 @@ fn get(path: &str) -> Outgoing<'_> {
         auth: None,
         body: Bytes::new(),
     }
-}
-
-fn on_executor<T>(f: impl std::future::Future<Output = T>) -> T {
-    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .make()
-        .expect("an executor")
-        .run(f)
 }
 
 /// Past [`MAX_IN_FLIGHT`] forwards to one peer, one more is refused at once (nothing is

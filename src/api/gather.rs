@@ -12,7 +12,6 @@ pub struct Gather {
     /// The buffer of a declared length, or the frames of a body without one.
     sized: Vec<u8>,
     frames: Vec<Bytes>,
-    total: usize,
 }
 
 impl Gather {
@@ -21,7 +20,6 @@ impl Gather {
         Gather {
             sized: Vec::with_capacity(declared.unwrap_or(0)),
             frames: Vec::new(),
-            total: 0,
         }
     }
 
@@ -32,7 +30,6 @@ impl Gather {
         } else {
             // No declared length (or a body longer than it said, which the HTTP layer
             // refuses before this): kept as it came.
-            self.total += data.len();
             self.frames.push(data);
         }
     }
@@ -45,7 +42,8 @@ impl Gather {
         if self.sized.is_empty() && self.frames.len() == 1 {
             return self.frames.into_iter().next().unwrap_or_default();
         }
-        let mut out = Vec::with_capacity(self.sized.len() + self.total);
+        let total: usize = self.frames.iter().map(Bytes::len).sum();
+        let mut out = Vec::with_capacity(self.sized.len() + total);
         out.extend_from_slice(&self.sized);
         for frame in self.frames {
             out.extend_from_slice(&frame);
@@ -75,10 +73,7 @@ mod tests {
     /// buffer never grown: one of its own size, or the single frame itself.
     #[test]
     fn a_body_is_gathered_whole_into_a_buffer_of_its_size() {
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .make()
-            .expect("an executor");
-        ex.run(async {
+        crate::cooperate::on_executor(async {
             let mut slice = Slice::begin();
             for n in [0, 1, 2, 300] {
                 let fs = frames(n);
@@ -107,10 +102,7 @@ mod tests {
     /// count on it) still comes back whole and in order.
     #[test]
     fn a_body_longer_than_declared_is_still_gathered_in_order() {
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .make()
-            .expect("an executor");
-        ex.run(async {
+        crate::cooperate::on_executor(async {
             let fs = frames(10);
             let whole = joined(&fs);
             let mut g = Gather::new(Some(whole.len() / 2));

@@ -327,10 +327,7 @@ mod tests {
                 })
                 .collect()
         };
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .make()
-            .expect("executor");
-        ex.run(async move {
+        crate::cooperate::on_executor(async move {
             for n in [0, 1, 3_000] {
                 let resp = json_array_of(StatusCode::OK, "dead", items(n), 0).await;
                 assert_eq!(resp.status(), StatusCode::OK);
@@ -352,10 +349,7 @@ mod tests {
             .iter()
             .map(|t| serde_json::from_str(t).expect("JSON"))
             .collect();
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .make()
-            .expect("executor");
-        ex.run(async move {
+        crate::cooperate::on_executor(async move {
             let bytes = raw_bytes(items.iter().copied());
             let out = encode_array_of("timers", &items, bytes)
                 .await
@@ -397,10 +391,7 @@ mod tests {
             .iter()
             .map(|l| l.key.len() + l.payload.len() + 32)
             .sum();
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .make()
-            .expect("executor");
-        ex.run(async move {
+        crate::cooperate::on_executor(async move {
             for round in 0..5 {
                 let t = Instant::now();
                 let whole = serde_json::to_vec(&Whole { dead: &page }).expect("JSON");

@@ -227,10 +227,7 @@ mod tests {
 
     #[test]
     fn an_owner_answer_is_relayed_item_by_item_and_nothing_else_passes_for_success() {
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .make()
-            .expect("an executor");
-        ex.run(owner_answers());
+        crate::cooperate::on_executor(owner_answers());
     }
 
     async fn owner_answers() {
@@ -308,10 +305,7 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(",")
         );
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .make()
-            .expect("an executor");
-        ex.run(async move {
+        crate::cooperate::on_executor(async move {
             for round in 0..3 {
                 let t = Instant::now();
                 let whole = serde_json::to_vec(&Sub { timers: &items }).expect("JSON");

@@ -438,10 +438,7 @@ mod tests {
 
     #[test]
     fn a_peer_page_that_is_not_a_page_fails_the_list_naming_the_peer() {
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .make()
-            .expect("an executor");
-        ex.run(async {
+        crate::cooperate::on_executor(async {
             let ok = peer_page(
                 "10.0.0.2:7480",
                 StatusCode::OK,

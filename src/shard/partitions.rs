@@ -304,15 +304,20 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 
-    /// Inserts up to [`LOAD_CHECK`] of `load`'s records, setting aside the timers due by
-    /// `due_by`; whether none is left.
-    fn insert_some(&mut self, load: &mut Load, due_by: UtcMicros) -> bool {
-        let mut loader = Loader {
+    /// What inserts a load's records, as recovery's (`recover.rs`).
+    fn loader(&mut self) -> Loader<'_> {
+        Loader {
             table: &mut self.table,
             dead: &mut self.deliveries.dead,
             quotas: &self.quotas,
             metrics: &self.metrics,
-        };
+        }
+    }
+
+    /// Inserts up to [`LOAD_CHECK`] of `load`'s records, setting aside the timers due by
+    /// `due_by`; whether none is left.
+    fn insert_some(&mut self, load: &mut Load, due_by: UtcMicros) -> bool {
+        let mut loader = self.loader();
         for r in load.records.by_ref().take(LOAD_CHECK) {
             if r.deadline <= due_by && !webhook::is_dead(r.timer.meta()) {
                 load.due.push(r);
@@ -325,12 +330,7 @@ impl<S: TimeSource> Shard<S> {
 
     /// The last step of a load: its due records go in, and the gate opens the partition.
     fn finish_load(&mut self, mut load: Load) {
-        let mut loader = Loader {
-            table: &mut self.table,
-            dead: &mut self.deliveries.dead,
-            quotas: &self.quotas,
-            metrics: &self.metrics,
-        };
+        let mut loader = self.loader();
         for r in load.due {
             if !loader.insert(r.timer, r.version, r.deadline) {
                 load.refused += 1;
