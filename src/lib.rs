@@ -51,6 +51,7 @@ pub mod error;
 pub(crate) mod hyperio;
 pub mod metrics;
 pub mod op;
+pub(crate) mod page;
 pub mod partition;
 pub mod quota;
 pub mod resolve;

@@ -55,6 +55,25 @@ impl PackedTimer {
         PackedTimer::with_meta(self.tenant(), self.key(), meta, self.payload())
     }
 
+    /// The timer's bytes as one string (tenant, key, metadata and payload with their
+    /// lengths): what a page file keeps, and [`PackedTimer::from_packed`] reads back.
+    pub fn packed(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// A timer from bytes [`PackedTimer::packed`] gave; `None` when they are not such bytes
+    /// (lengths that do not add up, a tenant or key that is not UTF-8).
+    pub fn from_packed(bytes: &[u8]) -> Option<PackedTimer> {
+        let (t, k) = (*bytes.first()? as usize, *bytes.get(1)? as usize);
+        let tenant = std::str::from_utf8(bytes.get(2..2 + t)?).ok()?;
+        let key = std::str::from_utf8(bytes.get(2 + t..2 + t + k)?).ok()?;
+        let at = 2 + t + k;
+        let m = u16::from_le_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]) as usize;
+        let meta = bytes.get(at + 2..at + 2 + m)?;
+        let payload = bytes.get(at + 2 + m..)?;
+        PackedTimer::with_meta(tenant, key, meta, payload)
+    }
+
     fn tenant_len(&self) -> usize {
         self.data[0] as usize
     }

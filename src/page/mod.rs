@@ -1,0 +1,386 @@
+//! Paging: timers due beyond a horizon kept on disk, not in memory, and loaded into the wheel
+//! ahead of their time. For the journal store only, and off unless `page_horizon` is set.
+//!
+//! ```text
+//!   schedule, due ≥ start of bucket `line`   index: 40 bytes (id, deadline, version, where)
+//!   (at least `horizon` ahead)               page file of its bucket: the whole record
+//!   schedule, due before                     the wheel, as without paging
+//!
+//!   buckets: `horizon` / 4 wide, numbered from the shard's start
+//!   ├── loaded ──┤├─ loading ─┤├── line ──▶ paged
+//!   now ........ now + horizon
+//!
+//!   each pass: once bucket `line` starts less than `horizon` ahead, its load begins (line + 1):
+//!     its file is read a chunk at a time on the page I/O thread, and the shard, in slices,
+//!     puts each record whose index entry still points at it into the wheel, under its
+//!     version, and removes the entry; then the file goes
+//! ```
+//!
+//! The journal stays what makes a timer durable: every record is written there as without
+//! paging, and a start rebuilds the pages from it (`Loader` pages what recovery hands over).
+//! The pages are a second copy in another order, written without `fsync`, and emptied at each
+//! start. So paging changes nothing in the journal's format, its replay, compaction or its
+//! tools, and nothing it does can lose an acknowledged timer: what the pages lose, a restart
+//! gives back.
+//!
+//! A paged timer is exact as a timer in the wheel is: a GET reads its record back (from
+//! memory while its bucket's appends are not yet written); a replace or a cancel finds it by
+//! its id; its tenant's quota and the shard's capacity count it; its version is the one the
+//! journal has. A load is `horizon` ahead of its bucket: with a one-hour horizon, a bucket of
+//! 15 minutes starts loading an hour before its first timer is due.
+//!
+//! # Files
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | [`Pager`]: which timers are paged, and the loads |
+//! | `index.rs` | the in-memory entries, by keyed hash |
+//! | `files.rs` | the page files, their writes, reads, and the loads' reads |
+//! | `record.rs` | a record's bytes |
+
+mod files;
+pub mod index;
+pub mod record;
+
+use crate::cooperate::Slice;
+use crate::store::journal::io::Disk;
+use crate::timer::PackedTimer;
+use crate::units::UtcMicros;
+use files::{Bytes, Files, Loaded};
+use index::{Far, FarIndex, Keyed};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Where a paged timer's record is: its bucket, and its offset in the bucket's file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loc {
+    pub bucket: u32,
+    pub offset: u32,
+}
+
+/// Records a load puts into the wheel between two looks at its slice.
+const LOAD_CHECK: usize = 32;
+
+/// A shard's paged timers (see the module doc).
+pub(crate) struct Pager {
+    horizon_us: u64,
+    width_us: u64,
+    /// Where bucket 0 starts.
+    origin: u64,
+    /// The first bucket that neither loaded nor is loading: a timer due in it or later is paged.
+    line: u32,
+    index: FarIndex,
+    keyed: Keyed,
+    files: Rc<Files>,
+    load: Option<Load>,
+    writer: Option<glommio::Task<()>>,
+}
+
+/// A bucket being loaded.
+struct Load {
+    bucket: u32,
+    loaded: Rc<Loaded>,
+    /// Bytes of the file not yet taken, starting at offset `pos`.
+    carry: Vec<u8>,
+    pos: u64,
+    _reader: glommio::Task<()>,
+}
+
+/// What a paged timer is, without its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Paged {
+    pub deadline: UtcMicros,
+    pub version: u64,
+}
+
+impl Pager {
+    /// Opens the pages of one shard in `dir` (emptied: see the module doc), starting at `now`.
+    /// `nudge` wakes the shard when a load has read more. On the shard's executor.
+    pub async fn open(
+        dir: PathBuf,
+        shard: usize,
+        horizon: Duration,
+        now: UtcMicros,
+        disk: Disk,
+        nudge: Box<dyn Fn()>,
+    ) -> std::io::Result<Pager> {
+        let files = Files::open(dir, shard, disk, nudge).await?;
+        let horizon_us = (horizon.as_micros() as u64).max(4);
+        let width_us = horizon_us / 4;
+        let origin = now.0 - now.0 % width_us;
+        let writer = glommio::spawn_local(Files::write_task(files.clone()));
+        let mut pager = Pager {
+            horizon_us,
+            width_us,
+            origin,
+            line: 0,
+            index: FarIndex::default(),
+            keyed: Keyed::new(),
+            files,
+            load: None,
+            writer: Some(writer),
+        };
+        pager.line = pager.first_unloaded(now);
+        Ok(pager)
+    }
+
+    /// The first bucket that starts at least `horizon` after `now`.
+    fn first_unloaded(&self, now: UtcMicros) -> u32 {
+        let ahead = (now.0 + self.horizon_us).saturating_sub(self.origin);
+        u32::try_from(ahead.div_ceil(self.width_us)).unwrap_or(u32::MAX)
+    }
+
+    /// The bucket of `deadline`, if it has one.
+    fn bucket(&self, deadline: UtcMicros) -> Option<u32> {
+        let from = deadline.0.checked_sub(self.origin)?;
+        u32::try_from(from / self.width_us).ok()
+    }
+
+    /// Paged timers.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether a timer due at `deadline` is paged.
+    pub fn is_far(&self, deadline: UtcMicros) -> bool {
+        self.bucket(deadline).is_some_and(|b| b >= self.line)
+    }
+
+    /// The paged timer `identity`, if there is one.
+    pub fn find(&self, identity: &[u8]) -> Option<Paged> {
+        self.index.get(self.keyed.id(identity)).map(|f| Paged {
+            deadline: f.deadline,
+            version: f.version,
+        })
+    }
+
+    /// Pages `timer` (its deadline is far: [`Pager::is_far`]). `Err(())` when it cannot be
+    /// (its bucket is full): nothing changed, and the caller keeps it in the wheel. Else
+    /// the paged timer it replaced, if any.
+    pub fn put(
+        &mut self,
+        timer: &PackedTimer,
+        deadline: UtcMicros,
+        version: u64,
+    ) -> Result<Option<Paged>, ()> {
+        let bucket = self
+            .bucket(deadline)
+            .filter(|b| *b >= self.line)
+            .ok_or(())?;
+        let at = self
+            .files
+            .append(bucket, |out| record::put(out, timer, deadline, version))
+            .ok_or(())?;
+        let id = self.keyed.id(timer.identity());
+        let old = self.index.insert(Far {
+            id,
+            deadline,
+            version,
+            at,
+        });
+        Ok(old.map(|f| Paged {
+            deadline: f.deadline,
+            version: f.version,
+        }))
+    }
+
+    /// Removes the paged timer `identity` (a cancel, or a replace into the wheel).
+    pub fn remove(&mut self, identity: &[u8]) -> Option<Paged> {
+        self.index.remove(self.keyed.id(identity)).map(|f| Paged {
+            deadline: f.deadline,
+            version: f.version,
+        })
+    }
+
+    /// Reads the paged timer `identity` back (a GET): its timer as it was paged, with its
+    /// deadline and version; `None` if there is no such timer. The future needs nothing of the
+    /// shard: spawn it, and answer from it.
+    pub fn read(
+        &self,
+        identity: &[u8],
+    ) -> Option<impl std::future::Future<Output = std::io::Result<record::Record>> + 'static> {
+        let far = *self.index.get(self.keyed.id(identity))?;
+        let bytes = self.files.record_at(far.at);
+        Some(async move {
+            match bytes {
+                Bytes::Here(r) => Ok(r),
+                Bytes::OnDisk(read) => read.run().await,
+                Bytes::Gone => Err(std::io::Error::other("the page holds no such record")),
+            }
+        })
+    }
+
+    /// One step of the loads: starts the next that is due, and puts what its reads brought
+    /// into the wheel through `insert` (deadline, version), until `slice` is over. How many
+    /// timers went in.
+    pub fn load_step(
+        &mut self,
+        now: UtcMicros,
+        slice: Option<Slice>,
+        mut insert: impl FnMut(PackedTimer, UtcMicros, u64),
+    ) -> usize {
+        let mut n = 0;
+        loop {
+            if self.load.is_none() && !self.begin_load(now) {
+                return n;
+            }
+            let Some(load) = self.load.as_mut() else {
+                return n;
+            };
+            match take_records(
+                load,
+                &mut self.index,
+                &self.keyed,
+                &self.files,
+                slice,
+                &mut insert,
+            ) {
+                Step::More(k) => return n + k,
+                Step::Done(k) => {
+                    n += k;
+                    let bucket = load.bucket;
+                    self.load = None;
+                    self.files.end_load(bucket);
+                }
+            }
+        }
+    }
+
+    /// Begins the load of the next bucket that holds anything and starts within `horizon` of
+    /// `now`; whether one began. Empty buckets are passed over.
+    fn begin_load(&mut self, now: UtcMicros) -> bool {
+        let due = self.first_unloaded(now);
+        if self.line >= due {
+            return false;
+        }
+        let Some(bucket) = self.files.next_bucket(self.line).filter(|b| *b < due) else {
+            self.line = due;
+            return false;
+        };
+        self.line = bucket + 1;
+        let loaded = self.files.begin_load(bucket);
+        let reader =
+            glommio::spawn_local(Files::read_task(self.files.clone(), bucket, loaded.clone()));
+        self.load = Some(Load {
+            bucket,
+            loaded,
+            carry: Vec::new(),
+            pos: 0,
+            _reader: reader,
+        });
+        true
+    }
+
+    /// Bytes of pages held in memory, not yet written.
+    pub fn buffered(&self) -> usize {
+        self.files.buffered()
+    }
+
+    /// Heap bytes of the index.
+    pub fn index_bytes(&self) -> usize {
+        self.index.heap_bytes()
+    }
+
+    /// (write errors, read errors, damaged records, bytes on disk).
+    pub fn stats(&self) -> (u64, u64, u64, u64) {
+        let s = &self.files.stats;
+        (
+            s.write_errors.get(),
+            s.read_errors.get(),
+            s.damaged.get(),
+            s.bytes_on_disk.get(),
+        )
+    }
+}
+
+impl Drop for Pager {
+    fn drop(&mut self) {
+        self.files.close();
+        self.writer.take();
+    }
+}
+
+enum Step {
+    /// The load goes on: the slice is over, or its read has not brought more yet.
+    More(usize),
+    Done(usize),
+}
+
+/// Puts the records of `load` that arrived into the wheel (see [`Pager::load_step`]).
+fn take_records(
+    load: &mut Load,
+    index: &mut FarIndex,
+    keyed: &Keyed,
+    files: &Files,
+    slice: Option<Slice>,
+    insert: &mut impl FnMut(PackedTimer, UtcMicros, u64),
+) -> Step {
+    let mut n = 0;
+    let mut at = 0;
+    let mut looked = 0usize;
+    let step = loop {
+        looked += 1;
+        if looked % LOAD_CHECK == 0 && slice.is_some_and(|s| s.is_over()) {
+            break Step::More(n);
+        }
+        match record::take(&load.carry[at..]) {
+            record::Taken::Record(r, len) => {
+                let offset = u32::try_from(load.pos + at as u64).unwrap_or(u32::MAX);
+                let where_ = Loc {
+                    bucket: load.bucket,
+                    offset,
+                };
+                if index
+                    .remove_at(keyed.id(r.timer.identity()), where_)
+                    .is_some()
+                {
+                    insert(r.timer, r.deadline, r.version);
+                    n += 1;
+                }
+                at += len;
+            }
+            record::Taken::Short => {
+                let chunk = load.loaded.chunks.borrow_mut().pop_front();
+                match chunk {
+                    Some(chunk) => {
+                        files.took_chunk();
+                        load.carry.drain(..at);
+                        load.pos += at as u64;
+                        at = 0;
+                        load.carry.extend_from_slice(&chunk);
+                    }
+                    None if load.loaded.done.get() => {
+                        if at < load.carry.len() {
+                            damaged(files, load, at);
+                        }
+                        break Step::Done(n);
+                    }
+                    None => break Step::More(n),
+                }
+            }
+            record::Taken::Damaged => {
+                damaged(files, load, at);
+                break Step::Done(n);
+            }
+        }
+    };
+    load.carry.drain(..at.min(load.carry.len()));
+    load.pos += at as u64;
+    step
+}
+
+/// A page that does not read back as records: the rest of its timers cannot be loaded from
+/// it. They are in the journal, which the next start loads.
+fn damaged(files: &Files, load: &Load, at: usize) {
+    let d = &files.stats.damaged;
+    d.set(d.get() + 1);
+    tracing::error!(
+        bucket = load.bucket,
+        offset = load.pos + at as u64,
+        "paging: a page is damaged; the timers after this offset cannot be loaded from it. They are safe in the journal: restart the service to load them from there"
+    );
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,126 @@
+//! A paged timer's record in its bucket's file: what a load reads back into the wheel.
+//!
+//! ```text
+//!   crc32c: u32 | len: u32 | deadline_us: u64 | version: u64 | packed timer (len − 16 bytes)
+//! ```
+//!
+//! The CRC covers everything after it. A page file is not durable (the journal is: the pages
+//! are rebuilt from it at every start), so a record needs no commit marker; the CRC is there
+//! so that a damaged page is reported, never read as another timer.
+
+use crate::timer::PackedTimer;
+use crate::units::UtcMicros;
+
+/// Bytes before the packed timer: CRC, length, deadline, version.
+pub const HEAD: usize = 24;
+
+/// Appends the record of `timer` to `out`; `None`, with `out` unchanged, when the timer is too
+/// long for one record (it cannot be: a packed timer is capped far below `u32::MAX`).
+pub fn put(
+    out: &mut Vec<u8>,
+    timer: &PackedTimer,
+    deadline: UtcMicros,
+    version: u64,
+) -> Option<()> {
+    let packed = timer.packed();
+    let len = u32::try_from(packed.len().checked_add(16)?).ok()?;
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&deadline.0.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(packed);
+    let crc = crc32c::crc32c(&out[start + 4..]);
+    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+    Some(())
+}
+
+/// A record read back.
+pub struct Record {
+    pub deadline: UtcMicros,
+    pub version: u64,
+    pub timer: PackedTimer,
+}
+
+/// What [`take`] found at the front of some bytes.
+pub enum Taken {
+    /// A whole record, and how many bytes it took.
+    Record(Record, usize),
+    /// The bytes end inside a record: read more.
+    Short,
+    /// Not a record: a bad CRC, an impossible length, or a timer that does not unpack.
+    Damaged,
+}
+
+/// Reads the record at the front of `bytes`.
+pub fn take(bytes: &[u8]) -> Taken {
+    let Some(head) = bytes.get(..HEAD) else {
+        return Taken::Short;
+    };
+    let word = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+    let long = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&head[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    let (crc, len) = (word(0), word(4) as usize);
+    if len < 16 {
+        return Taken::Damaged;
+    }
+    let Some(body) = bytes.get(4..8 + len) else {
+        return Taken::Short;
+    };
+    if crc32c::crc32c(body) != crc {
+        return Taken::Damaged;
+    }
+    match PackedTimer::from_packed(&bytes[HEAD..8 + len]) {
+        Some(timer) => Taken::Record(
+            Record {
+                deadline: UtcMicros(long(8)),
+                version: long(16),
+                timer,
+            },
+            8 + len,
+        ),
+        None => Taken::Damaged,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timer() -> PackedTimer {
+        PackedTimer::with_meta("acme", "order-17", b"\x01meta", b"{\"id\":17}").expect("small")
+    }
+
+    #[test]
+    fn a_record_reads_back_as_it_was_put() {
+        let mut out = b"before".to_vec();
+        put(&mut out, &timer(), UtcMicros(1_700_000_000_123_456), 42).expect("fits");
+        let Taken::Record(r, n) = take(&out[6..]) else {
+            panic!("a whole record");
+        };
+        assert_eq!(n, out.len() - 6);
+        assert_eq!(r.deadline, UtcMicros(1_700_000_000_123_456));
+        assert_eq!(r.version, 42);
+        assert!(r.timer == timer());
+    }
+
+    #[test]
+    fn a_cut_record_is_short_and_a_changed_byte_is_damage() {
+        let mut out = Vec::new();
+        put(&mut out, &timer(), UtcMicros(5), 1).expect("fits");
+        for cut in 0..out.len() {
+            assert!(matches!(take(&out[..cut]), Taken::Short), "cut at {cut}");
+        }
+        for at in 0..out.len() {
+            let mut bad = out.clone();
+            bad[at] ^= 0x40;
+            assert!(
+                !matches!(take(&bad), Taken::Record(..)),
+                "byte {at} changed, still read as a record"
+            );
+        }
+    }
+}

@@ -1,0 +1,221 @@
+use super::*;
+use crate::cooperate::on_executor;
+use crate::store::journal::faults::{Fault, Faults};
+use std::collections::BTreeMap;
+
+const SECOND: u64 = 1_000_000;
+const T0: u64 = 1_750_000_000 * SECOND;
+
+fn timer(key: &str, payload: &[u8]) -> PackedTimer {
+    PackedTimer::with_meta("acme", key, b"m", payload).expect("small")
+}
+
+async fn pager(dir: &std::path::Path, horizon_s: u64, disk: Disk) -> Pager {
+    Pager::open(
+        dir.join("pages"),
+        0,
+        Duration::from_secs(horizon_s),
+        UtcMicros(T0),
+        disk,
+        Box::new(|| {}),
+    )
+    .await
+    .expect("pages open")
+}
+
+/// What a test expects: key → (deadline, version, payload).
+type Model = BTreeMap<String, (UtcMicros, u64, Vec<u8>)>;
+
+/// Walks `now` from T0 to `until` in `step` steps, loading as the shard does, and returns
+/// what went into the wheel; each timer may go in only once.
+async fn walk(p: &mut Pager, until: u64, step: u64) -> Model {
+    let mut wheel = Model::new();
+    let mut now = T0;
+    while now <= until {
+        // Give the read task its turns, as the shard's passes do.
+        for _ in 0..50 {
+            let mut went = Vec::new();
+            p.load_step(UtcMicros(now), None, |t, d, v| went.push((t, d, v)));
+            for (t, d, v) in went {
+                assert!(
+                    d.0 >= now,
+                    "{} loaded at {now} after its deadline {}",
+                    t.key(),
+                    d.0
+                );
+                let old = wheel.insert(t.key().to_string(), (d, v, t.payload().to_vec()));
+                assert!(old.is_none(), "{} loaded twice", t.key());
+            }
+            if p.load.is_none() && p.line >= p.first_unloaded(UtcMicros(now)) {
+                break;
+            }
+            glommio::timer::sleep(Duration::from_micros(200)).await;
+        }
+        now += step;
+    }
+    wheel
+}
+
+/// Pages, replaces (into the pages and out of them) and cancels, then walks time past every
+/// deadline: exactly the timers left are loaded, each once, under its last version, none
+/// after its deadline, and the pages are empty and gone from disk.
+#[test]
+fn loads_exactly_the_paged_timers_each_once_under_its_last_version() {
+    let dir = tempfile::tempdir().expect("tmp");
+    on_executor(async {
+        let mut p = pager(dir.path(), 4, Disk::default()).await;
+        let mut model = Model::new();
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut version = 0;
+        for i in 0..20_000 {
+            let key = format!("k{}", rng.u32(0..8_000));
+            version += 1;
+            let d = UtcMicros(T0 + 4 * SECOND + rng.u64(0..16 * SECOND));
+            let payload = vec![b'x'; rng.usize(0..200)];
+            if i % 10 == 9 {
+                assert_eq!(
+                    p.remove(timer(&key, b"").identity()).is_some(),
+                    model.remove(&key).is_some()
+                );
+                continue;
+            }
+            assert!(p.is_far(d));
+            let old = p.put(&timer(&key, &payload), d, version).expect("paged");
+            assert_eq!(
+                old.map(|o| o.version),
+                model.get(&key).map(|m| m.1),
+                "{key}"
+            );
+            model.insert(key, (d, version, payload));
+        }
+        assert_eq!(p.len(), model.len());
+        // A timer due within the horizon is not paged.
+        assert!(!p.is_far(UtcMicros(T0 + 3 * SECOND)));
+        let wheel = walk(&mut p, T0 + 21 * SECOND, SECOND / 4).await;
+        assert_eq!(wheel, model, "exactly the paged timers, as last put");
+        assert_eq!(p.len(), 0);
+        // The files go on their I/O thread.
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+        let left = std::fs::read_dir(dir.path().join("pages"))
+            .expect("dir")
+            .count();
+        assert_eq!(left, 0, "every loaded page removed");
+    });
+}
+
+/// A GET reads a paged timer back, from memory before its page is written and from disk
+/// after.
+#[test]
+fn a_paged_timer_reads_back_from_memory_and_from_disk() {
+    let dir = tempfile::tempdir().expect("tmp");
+    on_executor(async {
+        let mut p = pager(dir.path(), 60, Disk::default()).await;
+        let d = UtcMicros(T0 + 3_600 * SECOND);
+        p.put(&timer("first", b"one"), d, 1).expect("paged");
+        let r = p
+            .read(timer("first", b"").identity())
+            .expect("there")
+            .await
+            .expect("read");
+        assert_eq!(
+            (r.timer.payload(), r.version, r.deadline),
+            (&b"one"[..], 1, d)
+        );
+        // Enough to fill the bucket's buffer: it goes to disk.
+        let big = vec![b'y'; 1_000];
+        for i in 0..200 {
+            p.put(&timer(&format!("fill{i}"), &big), d, 2 + i)
+                .expect("paged");
+        }
+        for _ in 0..200 {
+            if p.buffered() < files::WRITE_AT {
+                break;
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(p.stats().3 > 0, "a page was written");
+        let r = p
+            .read(timer("first", b"").identity())
+            .expect("there")
+            .await
+            .expect("read");
+        assert_eq!((r.timer.payload(), r.version), (&b"one"[..], 1));
+        assert!(p.read(timer("nobody", b"").identity()).is_none());
+    });
+}
+
+/// A write that fails loses nothing: the page is written again, and every timer loads.
+#[test]
+fn a_failed_page_write_is_tried_again_and_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let trash = dir.path().join("trash");
+    std::fs::create_dir(&trash).expect("trash");
+    on_executor(async {
+        let faults = Faults::new(&trash);
+        let mut p = pager(dir.path(), 4, Disk::faulty(faults.clone())).await;
+        // The next operation (the page's creation) fails.
+        faults.fail_at(faults.count(), Fault::Eio);
+        let mut model = Model::new();
+        let big = vec![b'z'; 700];
+        for i in 0..300u64 {
+            let d = UtcMicros(T0 + 5 * SECOND + i);
+            p.put(&timer(&format!("k{i}"), &big), d, i + 1)
+                .expect("paged");
+            model.insert(format!("k{i}"), (d, i + 1, big.clone()));
+        }
+        // The write fails, waits, and is made again.
+        for _ in 0..3_000 {
+            if p.stats().3 > 0 {
+                break;
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(p.stats().0, 1, "the write failed once");
+        assert!(p.stats().3 > 0, "and was made again");
+        let all = walk(&mut p, T0 + 6 * SECOND, SECOND / 4).await;
+        assert_eq!(all, model);
+    });
+}
+
+/// A page damaged on disk: the records before the damage load, the rest are counted and
+/// logged (the journal still holds them), and nothing is read as another timer.
+#[test]
+fn a_damaged_page_loads_what_precedes_the_damage_and_says_so() {
+    let dir = tempfile::tempdir().expect("tmp");
+    on_executor(async {
+        let mut p = pager(dir.path(), 4, Disk::default()).await;
+        let big = vec![b'q'; 1_000];
+        let d = UtcMicros(T0 + 5 * SECOND);
+        for i in 0..100u64 {
+            p.put(&timer(&format!("k{i:03}"), &big), d, i + 1)
+                .expect("paged");
+        }
+        for _ in 0..200 {
+            if p.stats().3 > 0 {
+                break;
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        let page = std::fs::read_dir(dir.path().join("pages"))
+            .expect("dir")
+            .next()
+            .expect("one page")
+            .expect("entry")
+            .path();
+        let mut bytes = std::fs::read(&page).expect("page");
+        let cut = bytes.len() / 2;
+        bytes[cut] ^= 0xff;
+        std::fs::write(&page, &bytes).expect("damaged");
+        let wheel = walk(&mut p, T0 + 2 * SECOND, SECOND / 4).await;
+        assert!(
+            !wheel.is_empty() && wheel.len() < 100,
+            "{} loaded",
+            wheel.len()
+        );
+        for (k, (_, v, payload)) in &wheel {
+            assert_eq!(format!("k{:03}", v - 1), *k, "each as it was put");
+            assert_eq!(payload, &big);
+        }
+        assert_eq!(p.stats().2, 1, "the damage counted");
+    });
+}
