@@ -109,6 +109,8 @@ pub fn serve(config: Config) -> Result<(), String> {
                 FsyncMode::Never => Fsync::Never,
             };
             j.skip_corrupt = config.journal_skip_corrupt;
+            j.page_horizon =
+                (config.page_horizon_s > 0).then(|| Duration::from_secs(config.page_horizon_s));
             j.on_failure = crate::engine::OnFailure::Exit;
             builder.journal_config(j)
         }

@@ -44,6 +44,12 @@ pub struct ServeArgs {
     /// an error that names the file and offset; the timers they held are lost [default: false].
     #[arg(long, env = "PUNCTUAL_JOURNAL_SKIP_CORRUPT", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]
     pub journal_skip_corrupt: Option<String>,
+    /// Page timers due more than this many seconds ahead: they are kept on disk beside the
+    /// journal, about 40 bytes each in memory instead of their whole record, and loaded into
+    /// the wheel this far ahead of their time. The journal store only; 0 keeps every timer
+    /// in memory [default: 0].
+    #[arg(long, env = "PUNCTUAL_PAGE_HORIZON_S", value_name = "SECONDS")]
+    pub page_horizon_s: Option<String>,
     /// Let the kernel back this process with transparent huge pages. Off by default: where the
     /// kernel allows them, the first touch of each 2 MiB page is a stall of 0.2–4 ms on the
     /// thread that touches it, a shard among them [default: false].

@@ -143,6 +143,21 @@ impl Config {
                 "applies to the Redis store only; set `redis` too",
             ));
         }
+        let page_horizon_s = u(
+            "page_horizon_s",
+            &args.page_horizon_s,
+            file.page_horizon_s,
+            d.page_horizon_s,
+            0,
+            366 * 86_400,
+        )?;
+        if page_horizon_s > 0 && store != StoreChoice::Journal {
+            return Err(invalid(
+                "page_horizon_s",
+                page_horizon_s,
+                "applies to the journal store only",
+            ));
+        }
         let data_dir = match pick::<String>("data_dir", &args.data_dir, file.data_dir)? {
             Some(d) if d.trim().is_empty() => {
                 return Err(invalid("data_dir", d, "must name a directory"))
@@ -242,6 +257,7 @@ impl Config {
             data_dir,
             fsync,
             journal_skip_corrupt,
+            page_horizon_s,
             transparent_huge_pages,
             redis,
             redis_wait_replicas,

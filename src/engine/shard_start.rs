@@ -10,6 +10,7 @@ use crate::clock::{Clock, ClockConfig, HostSource};
 use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
+use crate::page::Pager;
 use crate::quota::Quotas;
 use crate::ring::Ring;
 use crate::shard::delivery::Deliveries;
@@ -192,6 +193,13 @@ async fn run_shard(seed: ShardSeed) {
         // owns, so the stream made here becomes its sole owner.
         Wakee::Reactor(unsafe { glommio::net::UnixStream::from_raw_fd(fd) })
     };
+    let paging = match &store {
+        StoreSeed::Journal(cfg, _) => cfg.page_horizon.map(|h| {
+            let dir = cfg.dir.join("pages").join(format!("shard-{id}"));
+            (dir, h, cfg.disk.clone())
+        }),
+        _ => None,
+    };
     let store = match open_store(store, id, shards, holders.clone(), &metrics, &pulse).await {
         Ok(store) => store,
         Err(e) => {
@@ -203,6 +211,22 @@ async fn run_shard(seed: ShardSeed) {
     let waker = ring.clone();
     let inbox = Followups::new(Box::new(move || waker.nudge()));
     let sinks = make_sinks(id, handler, webhooks, &inbox, &metrics);
+    let pager = match paging {
+        Some((dir, horizon, disk)) => {
+            let waker = ring.clone();
+            let now = clock.now().as_micros();
+            let nudge = Box::new(move || waker.nudge());
+            match Pager::open(dir.clone(), id, horizon, now, disk, nudge).await {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    let reason = format!("paging: cannot open {}: {e}", dir.display());
+                    let _ = ready.send(Err(Error::ShardStart { shard: id, reason }));
+                    return;
+                }
+            }
+        }
+        None => None,
+    };
     let shard = Shard {
         id,
         ring,
@@ -222,6 +246,7 @@ async fn run_shard(seed: ShardSeed) {
         spent: Default::default(),
         gate: Gate::new(holders),
         purging: None,
+        pager,
     };
     shard.publish_initial();
     if let Some(hook) = hook {

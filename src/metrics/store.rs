@@ -102,6 +102,14 @@ pub struct StoreMetrics {
     pub journal_torn_total: AtomicU64,
     /// Journal: corrupt regions skipped (`--journal-skip-corrupt`).
     pub journal_corrupt_total: AtomicU64,
+    /// Paging (`page`): timers paged, bytes of pages held in memory and on disk, and the
+    /// pages' failed writes, failed reads and damaged records (sampled at every anchor).
+    pub page_timers: AtomicU64,
+    pub page_buffered_bytes: AtomicU64,
+    pub page_disk_bytes: AtomicU64,
+    pub page_write_errors_total: AtomicU64,
+    pub page_read_errors_total: AtomicU64,
+    pub page_damaged_total: AtomicU64,
     /// (tenant, length) of every fired stream, sampled by shard 0 (Redis only). Only the
     /// sampling task and a scrape take this lock, never a shard's loop.
     pub stream_lengths: std::sync::Mutex<Vec<(String, u64)>>,
@@ -137,6 +145,12 @@ impl Default for StoreMetrics {
             journal_snapshot_ns: AtomicU64::new(0),
             journal_torn_total: AtomicU64::new(0),
             journal_corrupt_total: AtomicU64::new(0),
+            page_timers: AtomicU64::new(0),
+            page_buffered_bytes: AtomicU64::new(0),
+            page_disk_bytes: AtomicU64::new(0),
+            page_write_errors_total: AtomicU64::new(0),
+            page_read_errors_total: AtomicU64::new(0),
+            page_damaged_total: AtomicU64::new(0),
             stream_lengths: std::sync::Mutex::new(Vec::new()),
         }
     }

@@ -124,14 +124,6 @@ impl FarIndex {
         self.len -= 1;
         Some(far)
     }
-
-    /// Heap bytes held, for the memory figures.
-    pub fn heap_bytes(&self) -> usize {
-        self.parts
-            .iter()
-            .map(|p| p.capacity() * (std::mem::size_of::<Far>() + 1))
-            .sum()
-    }
 }
 
 #[cfg(test)]

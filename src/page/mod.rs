@@ -277,11 +277,6 @@ impl Pager {
         self.files.buffered()
     }
 
-    /// Heap bytes of the index.
-    pub fn index_bytes(&self) -> usize {
-        self.index.heap_bytes()
-    }
-
     /// (write errors, read errors, damaged records, bytes on disk).
     pub fn stats(&self) -> (u64, u64, u64, u64) {
         let s = &self.files.stats;

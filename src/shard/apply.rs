@@ -58,7 +58,7 @@ impl<S: TimeSource> Shard<S> {
         if n > 0 {
             self.metrics
                 .pending
-                .store(self.table.len() as u64, Ordering::Relaxed);
+                .store(self.pending() as u64, Ordering::Relaxed);
         }
         n
     }
@@ -86,23 +86,17 @@ impl<S: TimeSource> Shard<S> {
                     .and_then(|()| self.admit_quota(&timer, slot))
                     .and_then(|slot| {
                         let version = self.table.next_version(self.clock.now().as_micros());
-                        match self.table.insert_with_version(timer, deadline, version) {
-                            Ok(u) => {
-                                settle_quota(slot, u.replaced);
-                                Ok((
-                                    u.slot,
-                                    Scheduled {
-                                        version,
-                                        deadline,
-                                        replaced: u.replaced,
-                                    },
-                                ))
-                            }
-                            Err(e) => Err(self.upsert_error(e, deadline)),
-                        }
+                        let (placed, replaced) = self.place(timer, deadline, version)?;
+                        settle_quota(slot, replaced);
+                        let s = Scheduled {
+                            version,
+                            deadline,
+                            replaced,
+                        };
+                        Ok((placed, s))
                     });
                 match scheduled {
-                    Ok((at, s)) => {
+                    Ok((Placed::Wheel(at), s)) => {
                         if s.replaced {
                             self.forget_replaced(at);
                         }
@@ -113,19 +107,39 @@ impl<S: TimeSource> Shard<S> {
                             None => ack.answer(Ok(())),
                         }
                     }
+                    Ok((Placed::Paged(timer), s)) => {
+                        let ack = reply.map_or(Ack::None, |tx| Ack::Schedule(tx, s));
+                        self.store.schedule(&timer, &s, ack);
+                    }
                     Err(e) => refuse_schedule(self.id, reply, e),
                 }
             }
             Op::Cancel { timer, reply } => {
-                if self.table.get(timer.identity()).is_none() {
-                    let _ = reply.send(Ok(Cancelled::NotFound));
-                    return;
-                }
+                let paged = match self.table.get(timer.identity()) {
+                    Some(_) => None,
+                    None => match self.pager.as_ref().and_then(|p| p.find(timer.identity())) {
+                        Some(p) => Some(p),
+                        None => {
+                            let _ = reply.send(Ok(Cancelled::NotFound));
+                            return;
+                        }
+                    },
+                };
                 if let Err(e) = self.store.admit(timer.tenant()) {
                     let _ = reply.send(Err(e));
                     return;
                 }
-                if let Some((deadline, record)) = self.table.cancel(timer.identity()) {
+                if paged.is_some() {
+                    if let Some(p) = self.pager.as_mut().and_then(|p| p.remove(timer.identity())) {
+                        self.release_quota(timer.tenant());
+                        let answer = Cancelled::Cancelled {
+                            version: p.version,
+                            deadline: p.deadline,
+                        };
+                        self.store
+                            .cancel(timer.tenant(), timer.key(), Ack::Cancel(reply, answer));
+                    }
+                } else if let Some((deadline, record)) = self.table.cancel(timer.identity()) {
                     self.forget_in_sinks(&record.timer);
                     self.release_quota(record.timer.tenant());
                     let answer = Cancelled::Cancelled {
@@ -146,7 +160,33 @@ impl<S: TimeSource> Shard<S> {
                     meta: v.timer.meta().to_vec(),
                     payload: v.timer.payload().to_vec(),
                 });
-                let _ = reply.send(Ok(info));
+                let read = match info {
+                    Some(_) => None,
+                    None => self.pager.as_ref().and_then(|p| p.read(timer.identity())),
+                };
+                let Some(read) = read else {
+                    let _ = reply.send(Ok(info));
+                    return;
+                };
+                // A paged timer is read back from its page on the page I/O thread; the shard
+                // goes on.
+                let shard = self.id;
+                glommio::spawn_local(async move {
+                    let answer = match read.await {
+                        Ok(r) => Ok(Some(TimerInfo {
+                            deadline: r.deadline,
+                            version: r.version,
+                            meta: r.timer.meta().to_vec(),
+                            payload: r.timer.payload().to_vec(),
+                        })),
+                        Err(e) => {
+                            tracing::error!(shard, error = %e, "paging: a paged timer could not be read back for a GET");
+                            Err(Error::StoreUnavailable { retry_after_s: 1 })
+                        }
+                    };
+                    let _ = reply.send(answer);
+                })
+                .detach();
             }
             Op::DeadList {
                 tenant,
@@ -164,6 +204,61 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 
+    /// Puts a timer being scheduled where it goes: paged when its deadline is far and the
+    /// shard pages, else into the wheel. Either way a copy of its key in the other place goes.
+    /// Whether it replaced a pending timer.
+    fn place(
+        &mut self,
+        timer: PackedTimer,
+        deadline: UtcMicros,
+        version: u64,
+    ) -> Result<(Placed, bool), Error> {
+        if self.pager.is_none() {
+            return match self.table.insert_with_version(timer, deadline, version) {
+                Ok(u) => Ok((Placed::Wheel(u.slot), u.replaced)),
+                Err(e) => Err(self.upsert_error(e, deadline)),
+            };
+        }
+        if !self.table.in_range(deadline) {
+            return Err(self.upsert_error(UpsertError::OutOfRange, deadline));
+        }
+        if !self.holds(timer.identity()) && self.pending() >= self.table.capacity() {
+            return Err(self.upsert_error(UpsertError::Capacity, deadline));
+        }
+        let mut paged = false;
+        if let Some(pager) = self.pager.as_mut() {
+            if pager.is_far(deadline) {
+                if let Ok(old) = pager.put(&timer, deadline, version) {
+                    let in_wheel = self.table.cancel(timer.identity());
+                    if let Some((_, record)) = &in_wheel {
+                        self.forget_in_sinks(&record.timer);
+                    }
+                    return Ok((Placed::Paged(timer), old.is_some() || in_wheel.is_some()));
+                }
+                // Its bucket is full: the wheel keeps it.
+            }
+            paged = pager.remove(timer.identity()).is_some();
+        }
+        match self.table.insert_loaded(timer, deadline, version) {
+            Ok(u) => Ok((Placed::Wheel(u.slot), u.replaced || paged)),
+            Err(e) => Err(self.upsert_error(e, deadline)),
+        }
+    }
+
+    /// Whether the shard holds a pending timer `identity`, in the wheel or paged.
+    pub(super) fn holds(&self, identity: &[u8]) -> bool {
+        self.table.get(identity).is_some()
+            || self
+                .pager
+                .as_ref()
+                .is_some_and(|p| p.find(identity).is_some())
+    }
+
+    /// Pending timers, in the wheel and paged.
+    pub(super) fn pending(&self) -> usize {
+        self.table.len() + self.pager.as_ref().map_or(0, |p| p.len())
+    }
+
     /// The quota slot a schedule of `timer` needs: the caller's, a fresh one for a new key of
     /// a tenant with a quota, or none (no quota, or a replacement). `QuotaExceeded` when a new
     /// key would pass the quota. Settle it with [`settle_quota`] once the table has answered;
@@ -176,15 +271,15 @@ impl<S: TimeSource> Shard<S> {
         let Some(quota) = self.quotas.get(timer.tenant()) else {
             let held = self.quotas.held_per_shard();
             if held > 0
-                && self.table.len() + held >= self.table.capacity()
-                && self.table.get(timer.identity()).is_none()
+                && self.pending() + held >= self.table.capacity()
+                && !self.holds(timer.identity())
             {
                 // The room left is held for tenants with a quota (`quota`).
                 return Err(self.upsert_error(UpsertError::Capacity, UtcMicros(0)));
             }
             return Ok(slot);
         };
-        if slot.is_some() || self.table.get(timer.identity()).is_some() {
+        if slot.is_some() || self.holds(timer.identity()) {
             return Ok(slot);
         }
         QuotaSlot::reserve(quota)
@@ -213,6 +308,12 @@ impl<S: TimeSource> Shard<S> {
             },
         }
     }
+}
+
+/// Where a scheduled timer went: the wheel's slot, or paged (the timer, for the store's record).
+enum Placed {
+    Wheel(u32),
+    Paged(PackedTimer),
 }
 
 /// Settles a schedule's quota slot once the table applied it: a new timer keeps it, a

@@ -175,10 +175,9 @@ impl<S: TimeSource> Shard<S> {
                 }
             }
         }
-        self.metrics.pending.store(
-            self.table.len() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.metrics
+            .pending
+            .store(self.pending() as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Files a dead letter (already out of the table) with the store, like a fired one
@@ -220,8 +219,8 @@ impl<S: TimeSource> Shard<S> {
         let dead = self.deliveries.dead.len();
         let capacity = self.table.capacity();
         if dead > 0
-            && self.table.len().saturating_add(dead) >= capacity
-            && self.table.get(timer.identity()).is_none()
+            && self.pending().saturating_add(dead) >= capacity
+            && !self.holds(timer.identity())
         {
             return Err(Error::CapacityExceeded {
                 shard: self.id,
@@ -245,7 +244,7 @@ impl<S: TimeSource> Shard<S> {
                 return;
             }
         };
-        if self.table.get(timer.identity()).is_some() {
+        if self.holds(timer.identity()) {
             let _ = reply.send(Err(Error::TimerPending {
                 tenant: tenant.to_string(),
                 key: key.to_string(),

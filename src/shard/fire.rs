@@ -137,7 +137,7 @@ impl<S: TimeSource> Shard<S> {
                 .fetch_add(own_firings, Ordering::Relaxed);
             self.metrics
                 .pending
-                .store(self.table.len() as u64, Ordering::Relaxed);
+                .store(self.pending() as u64, Ordering::Relaxed);
         }
         // Held back only when the store's room, not the loop's budget or the slice, ended it.
         let held = more && left == 0 && budget == room;

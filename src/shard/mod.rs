@@ -175,6 +175,7 @@ pub(crate) use park::{set_timer_slack_ns, Wakee};
 use crate::clock::{Clock, TimeSource};
 use crate::cooperate::Slice;
 use crate::metrics::ShardMetrics;
+use crate::page::Pager;
 use crate::quota::Quotas;
 use crate::ring::Ring;
 use crate::sink::Sink;
@@ -210,6 +211,8 @@ pub(crate) struct Shard<S: TimeSource> {
     /// The purge of partitions being loaded or dropped, while it goes on in slices
     /// (`partitions.rs`).
     pub purging: Option<partitions::Purge>,
+    /// Timers due beyond the horizon, on disk (`page`): with the journal, when it pages.
+    pub pager: Option<Pager>,
 }
 
 impl<S: TimeSource> Shard<S> {
@@ -239,9 +242,10 @@ impl<S: TimeSource> Shard<S> {
                     }
                 }
                 let (fired, more) = self.fire_due(fire_budget, cooperative.then(Slice::begin));
+                let loaded = self.load_pages(cooperative.then(Slice::begin));
                 self.store.after_pass();
                 let freed = self.spent.after_pass(more);
-                if cooperative && worked(drained, fired, freed, more) {
+                if cooperative && worked(drained + loaded, fired, freed, more) {
                     self.yield_now().await;
                     continue;
                 }
@@ -264,6 +268,23 @@ impl<S: TimeSource> Shard<S> {
         self.pulse.running();
         self.pulse.set_waker(None);
         self.ring.unpark();
+    }
+
+    /// A step of the page loads (`page`): the paged timers whose bucket comes within the
+    /// horizon go into the wheel, a slice at a time. How many went in.
+    fn load_pages(&mut self, slice: Option<Slice>) -> usize {
+        let Some(pager) = self.pager.as_mut() else {
+            return 0;
+        };
+        let now = self.clock.now().as_micros();
+        let (table, id) = (&mut self.table, self.id);
+        pager.load_step(now, slice, |timer, deadline, version| {
+            // The capacity counted it while paged; its deadline was in range when paged,
+            // and the wheel's range only grows.
+            if let Err(e) = table.insert_loaded(timer, deadline, version) {
+                tracing::error!(shard = id, error = ?e, "paging: a loaded timer did not fit the wheel; it is in the journal, and the next start loads it");
+            }
+        })
     }
 
     pub fn publish_initial(&self) {
@@ -289,6 +310,20 @@ impl<S: TimeSource> Shard<S> {
         self.metrics
             .clock_set_backs_total
             .store(s.set_backs, Ordering::Relaxed);
+        if let Some(p) = &self.pager {
+            let m = &self.metrics.store;
+            let (write_errors, read_errors, damaged, on_disk) = p.stats();
+            for (gauge, v) in [
+                (&m.page_timers, p.len() as u64),
+                (&m.page_buffered_bytes, p.buffered() as u64),
+                (&m.page_disk_bytes, on_disk),
+                (&m.page_write_errors_total, write_errors),
+                (&m.page_read_errors_total, read_errors),
+                (&m.page_damaged_total, damaged),
+            ] {
+                gauge.store(v, Ordering::Relaxed);
+            }
+        }
         let fallback = self.clock.kind() == crate::clock::SourceKind::ClockGettime;
         self.metrics
             .clock_fallback

@@ -166,7 +166,7 @@ impl<S: TimeSource> Shard<S> {
         }
         self.metrics
             .pending
-            .store(self.table.len() as u64, Ordering::Relaxed);
+            .store(self.pending() as u64, Ordering::Relaxed);
         self.metrics
             .partitions_loaded
             .store(self.gate.loaded_count(), Ordering::Relaxed);
@@ -311,6 +311,8 @@ impl<S: TimeSource> Shard<S> {
             dead: &mut self.deliveries.dead,
             quotas: &self.quotas,
             metrics: &self.metrics,
+            // A cluster's stores are Redis: nothing is paged.
+            pager: None,
         }
     }
 

@@ -12,6 +12,7 @@ use super::Shard;
 use crate::clock::TimeSource;
 use crate::metrics::{DeliveryMetrics, ShardMetrics};
 use crate::op::Op;
+use crate::page::Pager;
 use crate::quota::Quotas;
 use crate::sink::webhook;
 use crate::store::Recovered;
@@ -34,6 +35,7 @@ impl<S: TimeSource> Shard<S> {
             dead: &mut self.deliveries.dead,
             quotas: &self.quotas,
             metrics: &self.metrics,
+            pager: self.pager.as_mut(),
         };
         // Over a cluster of nodes (a closed gate) every partition comes through a load from the
         // node's loop once its lease is held, so recovery loads nothing (the store reads
@@ -69,7 +71,7 @@ impl<S: TimeSource> Shard<S> {
         self.table.observe_version(self.store.version_floor());
         self.metrics
             .pending
-            .store(self.table.len() as u64, Ordering::Relaxed);
+            .store(self.pending() as u64, Ordering::Relaxed);
         self.store.begin_pass();
         for (_, op) in held {
             self.apply(op);
@@ -85,6 +87,8 @@ pub(super) struct Loader<'a> {
     pub dead: &'a mut DeadLetters,
     pub quotas: &'a Quotas,
     pub metrics: &'a ShardMetrics,
+    /// Where a timer due beyond the horizon goes, when the shard pages (`page`).
+    pub pager: Option<&'a mut Pager>,
 }
 
 impl Loader<'_> {
@@ -108,6 +112,17 @@ impl Loader<'_> {
                 DeliveryMetrics::add(&m.dead, 1);
             }
             return true;
+        }
+        if let Some(pager) = self.pager.as_deref_mut().filter(|p| p.is_far(deadline)) {
+            if let Ok(old) = pager.put(&timer, deadline, version) {
+                self.table.observe_version(version);
+                if old.is_none() {
+                    if let Some(q) = quota {
+                        q.force();
+                    }
+                }
+                return true;
+            }
         }
         match self.table.insert_with_version(timer, deadline, version) {
             Ok(u) => {

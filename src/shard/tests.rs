@@ -57,6 +57,7 @@ fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<S>, Seen) {
         spent: Default::default(),
         gate: Default::default(),
         purging: None,
+        pager: None,
     };
     (shard, seen)
 }

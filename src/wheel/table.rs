@@ -234,12 +234,38 @@ impl TimerTable {
         deadline: UtcMicros,
         version: u64,
     ) -> Result<Upserted, UpsertError> {
+        self.insert_as(timer, deadline, version, true)
+    }
+
+    /// Like `insert_with_version`, past the capacity too: a paged timer loaded into the
+    /// wheel, which the capacity counted while it was paged (`page`).
+    pub fn insert_loaded(
+        &mut self,
+        timer: PackedTimer,
+        deadline: UtcMicros,
+        version: u64,
+    ) -> Result<Upserted, UpsertError> {
+        self.insert_as(timer, deadline, version, false)
+    }
+
+    /// Whether a timer due at `deadline` fits on the wheel.
+    pub fn in_range(&self, deadline: UtcMicros) -> bool {
+        self.wheel.in_range(deadline)
+    }
+
+    fn insert_as(
+        &mut self,
+        timer: PackedTimer,
+        deadline: UtcMicros,
+        version: u64,
+        bounded: bool,
+    ) -> Result<Upserted, UpsertError> {
         if !self.wheel.in_range(deadline) {
             return Err(UpsertError::OutOfRange);
         }
         let hash = self.hash(timer.identity());
         let existing = self.find(hash, timer.identity());
-        if existing.is_none() && self.len() >= self.capacity {
+        if bounded && existing.is_none() && self.len() >= self.capacity {
             return Err(UpsertError::Capacity);
         }
         self.observe_version(version);

@@ -45,6 +45,7 @@ pub(super) struct Row {
     pub journal_compaction_holds: u64,
     pub journal_torn: u64,
     pub journal_corrupt: u64,
+    pub page: [u64; 6],
 }
 
 /// Every shard's row.
@@ -84,6 +85,14 @@ pub(super) fn rows(handle: &Handle) -> Vec<Row> {
                 journal_compaction_holds: get(|m| m.journal_compaction_holds_total.load(Relaxed)),
                 journal_torn: get(|m| m.journal_torn_total.load(Relaxed)),
                 journal_corrupt: get(|m| m.journal_corrupt_total.load(Relaxed)),
+                page: [
+                    get(|m| m.page_timers.load(Relaxed)),
+                    get(|m| m.page_buffered_bytes.load(Relaxed)),
+                    get(|m| m.page_disk_bytes.load(Relaxed)),
+                    get(|m| m.page_write_errors_total.load(Relaxed)),
+                    get(|m| m.page_read_errors_total.load(Relaxed)),
+                    get(|m| m.page_damaged_total.load(Relaxed)),
+                ],
                 s,
             }
         })
@@ -182,7 +191,43 @@ pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 14] = [
 ];
 
 /// The store's families, one series per shard (zero without a durable store).
-pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 26] = [
+pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 32] = [
+    (
+        "punctual_page_timers",
+        "Timers paged: due beyond the horizon, kept on disk (--page-horizon-s)",
+        MetricType::Gauge,
+        |r| Value::Gauge(r.page[0] as i64),
+    ),
+    (
+        "punctual_page_buffered_bytes",
+        "Bytes of pages held in memory, not yet written",
+        MetricType::Gauge,
+        |r| Value::Gauge(r.page[1] as i64),
+    ),
+    (
+        "punctual_page_disk_bytes",
+        "Bytes of pages on disk",
+        MetricType::Gauge,
+        |r| Value::Gauge(r.page[2] as i64),
+    ),
+    (
+        "punctual_page_write_errors",
+        "Page writes that failed (their bytes stay in memory and are written again)",
+        MetricType::Counter,
+        |r| Value::Counter(r.page[3]),
+    ),
+    (
+        "punctual_page_read_errors",
+        "Page reads that failed (a load waits and reads again)",
+        MetricType::Counter,
+        |r| Value::Counter(r.page[4]),
+    ),
+    (
+        "punctual_page_damaged_records",
+        "Page records that read back damaged: their timers load at the next start, from the journal",
+        MetricType::Counter,
+        |r| Value::Counter(r.page[5]),
+    ),
     (
         "punctual_store_flush_seconds",
         "Duration of one batch of durable writes: a Redis pipeline, or a journal group commit (write and fdatasync)",

@@ -54,6 +54,9 @@ pub struct JournalConfig {
     pub retry_max: Duration,
     /// What a shard does once its journal failed (default: refuse; `punctual serve`: exit).
     pub on_failure: OnFailure,
+    /// Timers due further ahead than this are paged: kept on disk, loaded into the wheel this
+    /// far ahead of their time (`page`). `None` (the default): every timer in memory.
+    pub page_horizon: Option<Duration>,
     /// The file operations the journal calls: the real disk, or (tests) one with faults.
     pub disk: io::Disk,
 }
@@ -89,6 +92,7 @@ impl JournalConfig {
             skip_corrupt: false,
             retry_max: Duration::from_secs(1),
             on_failure: OnFailure::Refuse,
+            page_horizon: None,
             disk: io::Disk::default(),
         }
     }
@@ -105,6 +109,12 @@ impl JournalConfig {
         }
         if self.max_batch_records == 0 || self.max_buffered == 0 || self.max_buffered_fires == 0 {
             return bad("max_batch_records, max_buffered and max_buffered_fires must be positive");
+        }
+        if self
+            .page_horizon
+            .is_some_and(|h| h < Duration::from_secs(1))
+        {
+            return bad("page_horizon must be at least a second");
         }
         Ok(())
     }

@@ -1,0 +1,287 @@
+//! Paging (`--page-horizon-s`) through the real service: `punctual serve` on a real data
+//! directory with a two-second horizon, so that most timers are paged, loaded and fired within
+//! the test, and SIGKILLed and started again on the same directory between rounds. A model of
+//! what must fire is kept beside it, as a `BTreeMap`; every webhook delivery is checked
+//! against it: exactly the versions the model holds fire, none before its deadline, none lost,
+//! and GETs and cancels of paged timers answer as the model says.
+
+mod api_support;
+#[path = "support/receiver.rs"]
+mod receiver;
+
+use api_support::Server;
+use receiver::{now_us, Receiver};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+/// The horizon the test's server pages beyond, in seconds.
+const HORIZON_S: u64 = 2;
+/// A timer this close to its deadline is left alone by the test's ops, so that the model never
+/// races a fire.
+const SETTLED_US: u64 = 1_500_000;
+/// How long after its deadline the test still leaves a timer alone: its fire and delivery
+/// are done by then, even across a restart.
+const GRACE_US: u64 = 5_000_000;
+
+struct Svc {
+    s: Server,
+    _config: tempfile::NamedTempFile,
+}
+
+fn serve(data: &Path, toml: &str) -> Svc {
+    let mut config = tempfile::NamedTempFile::new().expect("config file");
+    config.write_all(toml.as_bytes()).expect("write config");
+    let (cfg, dir) = (config.path().to_string_lossy(), data.to_string_lossy());
+    let horizon = HORIZON_S.to_string();
+    let s = Server::start(&[
+        "--config",
+        &cfg,
+        "--store",
+        "journal",
+        "--data-dir",
+        &dir,
+        "--shards",
+        "2",
+        "--page-horizon-s",
+        &horizon,
+    ]);
+    Svc { s, _config: config }
+}
+
+impl Svc {
+    fn sigkill(mut self) {
+        let _ = self.s.child.kill();
+        let _ = self.s.child.wait();
+    }
+}
+
+/// The sum of a family's series in `/metrics`.
+fn metric(s: &Server, name: &str) -> f64 {
+    let body = String::from_utf8_lossy(&s.req("GET", "/metrics", "").body).into_owned();
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// What must happen: the pending timers, and every version that must fire.
+#[derive(Default)]
+struct Model {
+    /// (tenant, key) → (deadline µs, version, payload).
+    pending: BTreeMap<(String, String), (u64, u64, u64)>,
+    /// (tenant, key, version) → deadline µs.
+    fire: BTreeMap<(String, String, u64), u64>,
+}
+
+impl Model {
+    /// The pending timer of `id`, unless it may be firing (then `Err`: leave it alone).
+    fn settled(&self, id: &(String, String), now: u64) -> Result<Option<(u64, u64, u64)>, ()> {
+        match self.pending.get(id) {
+            Some(p) if p.0 < now + SETTLED_US => Err(()),
+            other => Ok(other.copied()),
+        }
+    }
+
+    fn scheduled(&mut self, id: (String, String), deadline: u64, version: u64, payload: u64) {
+        if let Some(old) = self
+            .pending
+            .insert(id.clone(), (deadline, version, payload))
+        {
+            self.fire.remove(&(id.0.clone(), id.1.clone(), old.1));
+        }
+        self.fire.insert((id.0, id.1, version), deadline);
+    }
+
+    fn cancelled(&mut self, id: &(String, String)) {
+        if let Some(old) = self.pending.remove(id) {
+            self.fire.remove(&(id.0.clone(), id.1.clone(), old.1));
+        }
+    }
+
+    /// Forgets the timers due more than `GRACE_US` before `now`: they fired (or fire after
+    /// a restart), and the model's `fire` keeps them. Until then `settled` leaves them alone.
+    fn forget_due(&mut self, now: u64) {
+        self.pending.retain(|_, p| p.0 + GRACE_US > now);
+    }
+}
+
+/// One round of random ops against the server and the model.
+fn round(s: &Server, rx: &Receiver, model: &mut Model, rng: &mut fastrand::Rng, ops: usize) {
+    let url = rx.url("fire");
+    for _ in 0..ops {
+        let now = now_us();
+        model.forget_due(now);
+        let tenant = format!("t{}", rng.u32(0..3));
+        let key = format!("k{}", rng.u32(0..40));
+        let id = (tenant.clone(), key.clone());
+        let Ok(current) = model.settled(&id, now) else {
+            continue;
+        };
+        // Most far enough to be paged; some near, so that replaces cross the horizon.
+        let ahead_ms = if rng.u32(0..4) == 0 {
+            rng.u64(1_600..2_000)
+        } else {
+            rng.u64(2_600..7_000)
+        };
+        let payload = rng.u64(..);
+        match rng.u32(0..10) {
+            0..=5 => {
+                let body = json!({"fire_at_ms": now / 1_000 + ahead_ms, "payload": payload, "callback": {"url": url}});
+                let (st, r) = s.json(
+                    "PUT",
+                    &format!("/v1/timers/{tenant}/{key}"),
+                    &body.to_string(),
+                );
+                let expect = if current.is_some() { 200 } else { 201 };
+                assert_eq!(st, expect, "PUT {tenant}/{key}: {r}");
+                let (deadline, version) = (
+                    r["fire_at_us"].as_u64().expect("deadline"),
+                    r["version"].as_u64().expect("version"),
+                );
+                model.scheduled(id, deadline, version, payload);
+            }
+            6 => {
+                let st = s
+                    .req("DELETE", &format!("/v1/timers/{tenant}/{key}"), "")
+                    .status;
+                assert_eq!(
+                    st,
+                    if current.is_some() { 204 } else { 404 },
+                    "DELETE {tenant}/{key}"
+                );
+                model.cancelled(&id);
+            }
+            7 | 8 => {
+                let (st, r) = s.json("GET", &format!("/v1/timers/{tenant}/{key}"), "");
+                match current {
+                    Some((deadline, version, payload)) => {
+                        assert_eq!(st, 200, "GET {tenant}/{key}: {r}");
+                        assert_eq!(r["fire_at_us"].as_u64(), Some(deadline), "{r}");
+                        assert_eq!(r["version"].as_u64(), Some(version), "{r}");
+                        assert_eq!(r["payload"].as_u64(), Some(payload), "{r}");
+                    }
+                    None => assert_eq!(st, 404, "GET {tenant}/{key}: {r}"),
+                }
+            }
+            _ => {
+                // A batch of this tenant's keys, each left alone if it may be firing.
+                let mut items = Vec::new();
+                let mut ids = Vec::new();
+                for _ in 0..5 {
+                    let k = format!("k{}", rng.u32(0..40));
+                    let i = (tenant.clone(), k.clone());
+                    if model.settled(&i, now).is_err() || ids.contains(&i) {
+                        continue;
+                    }
+                    let p = rng.u64(..);
+                    let at = now / 1_000 + rng.u64(2_600..7_000);
+                    items.push(
+                        json!({"key": k, "fire_at_ms": at, "payload": p, "callback": {"url": url}}),
+                    );
+                    ids.push(i);
+                }
+                if items.is_empty() {
+                    continue;
+                }
+                let (st, r) = s.json(
+                    "POST",
+                    &format!("/v1/timers/{tenant}"),
+                    &json!({"timers": items}).to_string(),
+                );
+                assert_eq!(st, 200, "batch: {r}");
+                let results = r["results"].as_array().cloned().unwrap_or_default();
+                assert_eq!(results.len(), ids.len(), "{r}");
+                for ((i, item), res) in ids.into_iter().zip(&items).zip(&results) {
+                    let (deadline, version) = (
+                        res["fire_at_us"].as_u64().expect("deadline"),
+                        res["version"].as_u64().expect("version"),
+                    );
+                    model.scheduled(
+                        i,
+                        deadline,
+                        version,
+                        item["payload"].as_u64().expect("payload"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn paged_timers_fire_exactly_as_a_model_says_across_kills() {
+    let data = tempfile::tempdir().expect("data dir");
+    let rx = Receiver::ok();
+    let toml = format!("callback_allow = [{:?}]\n", rx.base());
+    let mut rng = fastrand::Rng::with_seed(0x9a6e);
+    let mut model = Model::default();
+    let mut paged_seen = 0.0f64;
+    let mut s = serve(data.path(), &toml);
+    for r in 0..3 {
+        round(&s.s, &rx, &mut model, &mut rng, 250);
+        paged_seen = paged_seen.max(metric(&s.s, "punctual_page_timers"));
+        // Let some paged timers load and fire in this run, then kill it mid-way.
+        std::thread::sleep(Duration::from_millis(1_500));
+        if r < 2 {
+            s.sigkill();
+            s = serve(data.path(), &toml);
+            // Paged again from the journal at the start.
+            paged_seen = paged_seen.max(metric(&s.s, "punctual_page_timers"));
+        }
+    }
+    assert!(
+        paged_seen > 0.0,
+        "the rounds paged nothing: the test would not test paging"
+    );
+    let last = model.fire.values().copied().max().unwrap_or(0);
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    let delivered = loop {
+        let got: BTreeMap<(String, String, u64), u64> = rx
+            .received()
+            .iter()
+            .map(|d| {
+                let b: Value = d.json();
+                let id = (
+                    b["tenant"].as_str().unwrap_or("").to_string(),
+                    b["key"].as_str().unwrap_or("").to_string(),
+                    b["version"].as_u64().unwrap_or(0),
+                );
+                assert!(
+                    d.at_us >= b["fire_at_us"].as_u64().unwrap_or(u64::MAX),
+                    "delivered before its deadline: {b}"
+                );
+                (id, d.at_us)
+            })
+            .collect();
+        let all = model.fire.keys().all(|k| got.contains_key(k));
+        if (all && now_us() > last + 1_000_000) || std::time::Instant::now() > give_up {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let expected: BTreeSet<_> = model.fire.keys().cloned().collect();
+    let got: BTreeSet<_> = delivered.keys().cloned().collect();
+    let lost: Vec<_> = expected.difference(&got).collect();
+    let extra: Vec<_> = got.difference(&expected).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} never fired: {:?}",
+        lost.len(),
+        expected.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert!(
+        extra.is_empty(),
+        "fired but replaced or cancelled first: {:?}",
+        &extra[..extra.len().min(5)]
+    );
+    assert_eq!(
+        metric(&s.s, "punctual_page_timers"),
+        0.0,
+        "every paged timer loaded"
+    );
+    assert_eq!(metric(&s.s, "punctual_timers_pending"), 0.0);
+}
