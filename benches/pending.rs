@@ -6,7 +6,12 @@
 //! cargo bench --bench pending -- --timers 50000000
 //! cargo bench --bench pending -- --timers 100000000 --shards 8   # a host with 16 cores
 //! cargo bench --bench pending -- --timers 10000000 --thp-off      # as `punctual serve` runs
+//! cargo bench --bench pending -- --timers 100000000 --thp-off --page-horizon-s 3600  # paged
 //! ```
+//!
+//! With `--page-horizon-s S` the journal pages timers due more than S seconds ahead
+//! (`page`): nearly all of them with an hour, since the timers start an hour ahead. Printed
+//! then too: how many are paged after registration and after recovery.
 //!
 //! The engine runs as `punctual serve` does: 2 shards (`--shards N`), the journal store (`fsync
 //! always`), mimalloc. Timers have 32-byte keys and 100-byte payloads and are spread evenly over
@@ -43,6 +48,9 @@ const HOUR_US: u64 = 3_600_000_000;
 const SPAN_US: u64 = 7 * 24 * HOUR_US;
 const IN_FLIGHT: usize = 4_096;
 
+/// `--page-horizon-s`: 0 pages nothing.
+static HORIZON_S: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| {
@@ -54,6 +62,9 @@ fn main() {
         value("--timers").map_or(100_000_000, |v| v.parse().expect("--timers takes a count"));
     let shards: usize = value("--shards").map_or(2, |v| v.parse().expect("--shards takes a count"));
     let thp_off = args.iter().any(|a| a == "--thp-off");
+    let horizon: Option<u64> =
+        value("--page-horizon-s").map(|v| v.parse().expect("--page-horizon-s takes seconds"));
+    HORIZON_S.store(horizon.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     if thp_off {
         punctual::engine::transparent_huge_pages_off().expect("PR_SET_THP_DISABLE");
         if value("--register").is_none() && value("--recover").is_none() {
@@ -79,6 +90,13 @@ fn main() {
         let out = std::process::Command::new(std::env::current_exe().expect("own path"))
             .args([part, &dir.to_string_lossy()])
             .args(["--timers", &n.to_string(), "--shards", &shards.to_string()])
+            .args(
+                horizon
+                    .map(|h| ["--page-horizon-s".to_string(), h.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
+            .args(thp_off.then_some("--thp-off"))
             .stderr(std::process::Stdio::inherit())
             .output()
             .expect("bench process");
@@ -97,6 +115,7 @@ fn register(dir: &Path, n: usize, shards: usize) {
     let secs = started.elapsed().as_secs_f64();
     let rss = rss_bytes();
     let written = store_sum(&e.handle(), |s| &s.journal_disk_bytes);
+    let (paged, pages) = paged(&e.handle());
     e.shutdown().expect("shutdown");
     let allocated = allocated_bytes(dir);
     println!(
@@ -116,6 +135,21 @@ fn register(dir: &Path, n: usize, shards: usize) {
         gib(allocated),
         allocated as f64 / n as f64
     );
+    if HORIZON_S.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+        println!(
+            "  paged: {paged} of {n} timers, {:.2} GiB of pages on disk beside the journal",
+            gib(pages)
+        );
+    }
+}
+
+/// Timers paged and bytes of pages on disk, once the shards published them (every 100 ms).
+fn paged(h: &punctual::Handle) -> (u64, u64) {
+    std::thread::sleep(Duration::from_millis(300));
+    (
+        store_sum(h, |s| &s.page_timers),
+        store_sum(h, |s| &s.page_disk_bytes),
+    )
 }
 
 /// Starts an engine with room for `n` timers on `dir`, waits for every shard to recover and
@@ -125,10 +159,18 @@ fn recover(dir: &Path, n: usize, shards: usize) {
     let e = engine(dir, n, shards);
     let secs = started.elapsed().as_secs_f64();
     let timers = store_sum(&e.handle(), |s| &s.recovered_timers);
+    let rss = rss_bytes();
     println!(
         "  recovery: {timers} timers in {secs:.1} s in a fresh process, RSS {:.2} GiB",
-        gib(rss_bytes())
+        gib(rss)
     );
+    if HORIZON_S.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+        let (paged, pages) = paged(&e.handle());
+        println!(
+            "  after recovery: {paged} paged, {:.2} GiB of pages",
+            gib(pages)
+        );
+    }
     assert_eq!(timers, n as u64, "every registered timer is recovered");
     e.shutdown().expect("shutdown");
 }
@@ -136,6 +178,8 @@ fn recover(dir: &Path, n: usize, shards: usize) {
 fn engine(dir: &Path, capacity: usize, shards: usize) -> punctual::Engine {
     let mut cfg = JournalConfig::new(dir);
     cfg.ack_timeout = Duration::from_secs(60);
+    let horizon = HORIZON_S.load(std::sync::atomic::Ordering::Relaxed);
+    cfg.page_horizon = (horizon > 0).then(|| Duration::from_secs(horizon));
     let e = EngineBuilder::new()
         .shards(shards)
         .pinning(Pinning::Auto)

@@ -693,6 +693,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--store", choices=["journal", "redis"], default="journal")
+    ap.add_argument("--page-horizon-s", type=int, default=0,
+                    help="journal only: page timers due further ahead than this (1 pages most of the drill's)")
     ap.add_argument("seconds", nargs="?", type=float, default=40)
     args = ap.parse_args()
     rng = random.Random(SEED)
@@ -716,6 +718,8 @@ def main():
             tenants = ["shop", "flaky", "plain"]
         else:
             store_args = ["--data-dir", os.path.join(workdir, "data")]
+            if args.page_horizon_s > 0:
+                store_args += ["--page-horizon-s", str(args.page_horizon_s)]
             tenants = ["shop", "flaky"]
         port = free_port()
         server = Server(args.bin, workdir, port, cfg, store_args)

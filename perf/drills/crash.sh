@@ -4,6 +4,7 @@
 #
 #   perf/drills/crash.sh [SECONDS]                    # the journal store with webhooks (default)
 #   perf/drills/crash.sh --store redis [SECONDS]      # the Redis store (its own redis-server)
+#   perf/drills/crash.sh --page-horizon-s 1 [SECONDS] # the journal, paging what is due >1 s ahead
 #   PUNCTUAL_BIN=/path/to/punctual perf/drills/crash.sh 40   # use that binary, build nothing
 #
 # Starts its own `punctual serve` (2 shards, a free loopback port, four tenants: signed

@@ -280,6 +280,11 @@ impl EngineBuilder {
             StoreKind::Journal(cfg) => {
                 cfg.validate()?;
                 let data = crate::store::journal::layout::prepare(cfg, self.shards)?;
+                crate::page::clear(&cfg.dir).map_err(|e| {
+                    Error::Config(format!(
+                        "paging: cannot remove the pages of an earlier run: {e}"
+                    ))
+                })?;
                 StoreSeed::Journal(cfg.clone(), data)
             }
         })

@@ -195,7 +195,7 @@ async fn run_shard(seed: ShardSeed) {
     };
     let paging = match &store {
         StoreSeed::Journal(cfg, _) => cfg.page_horizon.map(|h| {
-            let dir = cfg.dir.join("pages").join(format!("shard-{id}"));
+            let dir = crate::page::pages_dir(&cfg.dir).join(format!("shard-{id}"));
             (dir, h, cfg.disk.clone())
         }),
         _ => None,

@@ -38,6 +38,8 @@ use std::time::Duration;
 pub const WRITE_AT: usize = 64 << 10;
 /// Bytes held in memory, across every bucket, past which every bucket's appends are written.
 pub const BUFFERED_MAX: usize = 32 << 20;
+/// Bytes of appends one write job takes at most (past its first bucket's).
+pub const JOB_BYTES: usize = 8 << 20;
 /// Bytes a load reads at a time.
 pub const CHUNK: u64 = 1 << 20;
 /// The wait before a failed write or read is tried again.
@@ -155,28 +157,41 @@ impl Files {
         Some(Loc { bucket, offset })
     }
 
-    /// Takes the next write: the bucket with the most appends once past `BUFFERED_MAX`, else
-    /// any with `WRITE_AT` bytes; its bytes move to `writing`.
-    fn next_write(&self) -> Option<(u32, u64, Arc<Vec<u8>>)> {
+    /// Takes the next write: the buckets with `WRITE_AT` bytes of appends or more or, once all
+    /// of them hold `BUFFERED_MAX`, those with the most, up to `JOB_BYTES` in all (at least
+    /// one bucket); their bytes move to `writing`. One job for many buckets, so that a start,
+    /// which pages what recovery hands over faster than one bucket's write a turn would take
+    /// away, keeps its buffers bounded.
+    fn next_write(&self) -> Vec<(u32, u64, Arc<Vec<u8>>)> {
         let mut buckets = self.buckets.borrow_mut();
         let over = self.buffered.get() >= BUFFERED_MAX;
         let writable = |b: &Bucket| b.writing.is_none() && !b.loading && !b.pending.is_empty();
-        let (&n, b) = if over {
-            buckets
-                .iter_mut()
-                .filter(|(_, b)| writable(b))
-                .max_by_key(|(_, b)| b.pending.len())?
-        } else {
-            buckets
-                .iter_mut()
-                .find(|(_, b)| writable(b) && b.pending.len() >= WRITE_AT)?
-        };
-        let bytes = Arc::new(std::mem::take(&mut b.pending));
-        b.writing = Some(bytes.clone());
-        Some((n, b.on_disk, bytes))
+        let mut picked: Vec<(u32, usize)> = buckets
+            .iter()
+            .filter(|(_, b)| writable(b) && (over || b.pending.len() >= WRITE_AT))
+            .map(|(n, b)| (*n, b.pending.len()))
+            .collect();
+        if over {
+            picked.sort_unstable_by_key(|p| std::cmp::Reverse(p.1));
+        }
+        let mut total = 0;
+        let mut jobs = Vec::new();
+        for (n, len) in picked {
+            if total > 0 && total + len > JOB_BYTES {
+                break;
+            }
+            total += len;
+            let Some(b) = buckets.get_mut(&n) else {
+                continue;
+            };
+            let bytes = Arc::new(std::mem::take(&mut b.pending));
+            b.writing = Some(bytes.clone());
+            jobs.push((n, b.on_disk, bytes));
+        }
+        jobs
     }
 
-    /// The write of `bucket` ended.
+    /// The write of `bucket` ended; false when it failed.
     fn written(&self, bucket: u32, result: std::io::Result<()>) -> bool {
         let mut buckets = self.buckets.borrow_mut();
         let Some(b) = buckets.get_mut(&bucket) else {
@@ -212,29 +227,46 @@ impl Files {
     pub async fn write_task(files: Rc<Files>) {
         while !files.closed.get() {
             let listener = files.kick.listen();
-            let Some((bucket, at, bytes)) = files.next_write() else {
+            let jobs = files.next_write();
+            if jobs.is_empty() {
                 listener.await;
                 continue;
-            };
+            }
             drop(listener);
-            let path = files.path(bucket);
-            let result = files
+            let paths: Vec<_> = jobs.iter().map(|(b, _, _)| files.path(*b)).collect();
+            let writes: Vec<_> = jobs
+                .iter()
+                .map(|(_, at, bytes)| (*at, bytes.clone()))
+                .collect();
+            // One result per bucket, in order; the job stops at the first failure, and the
+            // buckets after it count as failed too (written again later).
+            let results = files
                 .io
                 .run(move |d| {
-                    let f = if at == 0 {
-                        match d.create_new(&path) {
-                            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                                d.open(&path)?
-                            }
-                            other => other?,
+                    let mut out = Vec::with_capacity(paths.len());
+                    for (path, (at, bytes)) in paths.iter().zip(&writes) {
+                        let r = write_page(d, path, *at, bytes);
+                        let failed = r.is_err();
+                        out.push(r);
+                        if failed {
+                            break;
                         }
-                    } else {
-                        d.open(&path)?
-                    };
-                    d.write_all_at(&f, &bytes, at)
+                    }
+                    Ok(out)
                 })
                 .await;
-            if !files.written(bucket, result) {
+            let mut results = match results {
+                Ok(r) => r.into_iter(),
+                Err(e) => vec![Err(e)].into_iter(),
+            };
+            let mut failed = false;
+            for (bucket, _, _) in jobs {
+                let r = results.next().unwrap_or_else(|| {
+                    Err(std::io::Error::other("not written: an earlier page failed"))
+                });
+                failed |= !files.written(bucket, r);
+            }
+            if failed {
                 glommio::timer::sleep(RETRY).await;
             }
             // A load may be waiting for this write to end.
@@ -396,6 +428,19 @@ impl Files {
         }
         Bytes::Gone
     }
+}
+
+/// Writes `bytes` at `at` of `path`, creating the file with its first write.
+fn write_page(d: &Disk, path: &std::path::Path, at: u64, bytes: &[u8]) -> std::io::Result<()> {
+    let f = if at == 0 {
+        match d.create_new(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => d.open(path)?,
+            other => other?,
+        }
+    } else {
+        d.open(path)?
+    };
+    d.write_all_at(&f, bytes, at)
 }
 
 /// Where a record's bytes are.

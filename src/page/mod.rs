@@ -42,7 +42,6 @@ mod files;
 pub mod index;
 pub mod record;
 
-use crate::cooperate::Slice;
 use crate::store::journal::io::Disk;
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
@@ -52,6 +51,21 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
+/// The directory under a journal's data directory that holds every shard's pages.
+pub(crate) fn pages_dir(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("pages")
+}
+
+/// Removes the pages an earlier run left (every shard's, whatever the shard count was then, and
+/// whether or not this run pages): the journal holds their timers. Before the shards start, on
+/// the caller's thread.
+pub(crate) fn clear(data_dir: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(pages_dir(data_dir)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Where a paged timer's record is: its bucket, and its offset in the bucket's file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Loc {
@@ -60,7 +74,7 @@ pub struct Loc {
 }
 
 /// Records a load puts into the wheel between two looks at its slice.
-const LOAD_CHECK: usize = 32;
+const LOAD_CHECK: usize = 8;
 
 /// A shard's paged timers (see the module doc).
 pub(crate) struct Pager {
@@ -212,12 +226,13 @@ impl Pager {
     }
 
     /// One step of the loads: starts the next that is due, and puts what its reads brought
-    /// into the wheel through `insert` (deadline, version), until `slice` is over. How many
-    /// timers went in.
+    /// into the wheel through `insert` (deadline, version), until `stop` says so (asked every
+    /// `LOAD_CHECK` records: the shard's slice is over, or a timer is due). How many timers went
+    /// in.
     pub fn load_step(
         &mut self,
         now: UtcMicros,
-        slice: Option<Slice>,
+        mut stop: impl FnMut() -> bool,
         mut insert: impl FnMut(PackedTimer, UtcMicros, u64),
     ) -> usize {
         let mut n = 0;
@@ -233,7 +248,7 @@ impl Pager {
                 &mut self.index,
                 &self.keyed,
                 &self.files,
-                slice,
+                &mut stop,
                 &mut insert,
             ) {
                 Step::More(k) => return n + k,
@@ -308,7 +323,7 @@ fn take_records(
     index: &mut FarIndex,
     keyed: &Keyed,
     files: &Files,
-    slice: Option<Slice>,
+    stop: &mut impl FnMut() -> bool,
     insert: &mut impl FnMut(PackedTimer, UtcMicros, u64),
 ) -> Step {
     let mut n = 0;
@@ -316,7 +331,7 @@ fn take_records(
     let mut looked = 0usize;
     let step = loop {
         looked += 1;
-        if looked % LOAD_CHECK == 0 && slice.is_some_and(|s| s.is_over()) {
+        if looked % LOAD_CHECK == 0 && stop() {
             break Step::More(n);
         }
         match record::take(&load.carry[at..]) {

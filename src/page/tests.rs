@@ -35,7 +35,7 @@ async fn walk(p: &mut Pager, until: u64, step: u64) -> Model {
         // Give the read task its turns, as the shard's passes do.
         for _ in 0..50 {
             let mut went = Vec::new();
-            p.load_step(UtcMicros(now), None, |t, d, v| went.push((t, d, v)));
+            p.load_step(UtcMicros(now), || false, |t, d, v| went.push((t, d, v)));
             for (t, d, v) in went {
                 assert!(
                     d.0 >= now,
@@ -217,5 +217,75 @@ fn a_damaged_page_loads_what_precedes_the_damage_and_says_so() {
             assert_eq!(payload, &big);
         }
         assert_eq!(p.stats().2, 1, "the damage counted");
+    });
+}
+
+/// The longest step a load holds the shard's thread, against inserting the same records in
+/// one go, in one run: a million timers (32-byte keys, 100-byte payloads) in one bucket,
+/// loaded into a real table, a `Slice` a step as the shard's loop gives it.
+///
+/// `cargo test --release --lib page_load_steps_figure -- --ignored --nocapture`
+#[test]
+#[ignore = "a figure: run in release with --nocapture"]
+fn page_load_steps_figure() {
+    use crate::wheel::TimerTable;
+    const N: u64 = 1_000_000;
+    let dir = tempfile::tempdir().expect("tmp");
+    on_executor(async {
+        let mut p = pager(dir.path(), 4, Disk::default()).await;
+        let payload = [b'p'; 100];
+        let d = |i: u64| UtcMicros(T0 + 5 * SECOND + i % SECOND);
+        for i in 0..N {
+            let t = timer(&format!("order-{i:026}"), &payload);
+            p.put(&t, d(i), i + 1).expect("paged");
+        }
+        // Every page written, as it is long before its load.
+        for _ in 0..10_000 {
+            if p.buffered() == 0 {
+                break;
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        // Baseline, same run: the same records into a table in one go.
+        let mut table = TimerTable::new(UtcMicros(T0), 2 * N as usize);
+        let whole = std::time::Instant::now();
+        for i in 0..N {
+            let t = timer(&format!("order-{i:026}"), &payload);
+            table.insert_loaded(t, d(i), i + 1).expect("fits");
+        }
+        let whole = whole.elapsed();
+        drop(table);
+        let mut table = TimerTable::new(UtcMicros(T0), 2 * N as usize);
+        let mut steps = Vec::new();
+        let started = std::time::Instant::now();
+        let now = UtcMicros(T0 + 2 * SECOND);
+        while p.len() > 0 {
+            let step = std::time::Instant::now();
+            let slice = crate::cooperate::Slice::begin();
+            let n = p.load_step(
+                now,
+                || slice.is_over(),
+                |t, d, v| {
+                    table.insert_loaded(t, d, v).expect("fits");
+                },
+            );
+            if n > 0 {
+                steps.push(step.elapsed());
+            }
+            crate::cooperate::yield_to_reactor().await;
+        }
+        let total = started.elapsed();
+        assert_eq!(table.len(), N as usize, "every record loaded");
+        steps.sort_unstable();
+        let q = |f: f64| steps[((steps.len() as f64 * f) as usize).min(steps.len() - 1)];
+        println!(
+            "one go: {:.1} ms | load in {} steps over {:.0} ms: p50 {:?}, p99 {:?}, max {:?}",
+            whole.as_secs_f64() * 1e3,
+            steps.len(),
+            total.as_secs_f64() * 1e3,
+            q(0.5),
+            q(0.99),
+            steps[steps.len() - 1]
+        );
     });
 }

@@ -271,14 +271,20 @@ impl<S: TimeSource> Shard<S> {
     }
 
     /// A step of the page loads (`page`): the paged timers whose bucket comes within the
-    /// horizon go into the wheel, a slice at a time. How many went in.
+    /// horizon go into the wheel, until the pass's slice is over or a timer in the wheel is
+    /// due, which then fires at the next pass rather than after the rest of the slice. How
+    /// many went in.
     fn load_pages(&mut self, slice: Option<Slice>) -> usize {
         let Some(pager) = self.pager.as_mut() else {
             return 0;
         };
         let now = self.clock.now().as_micros();
-        let (table, id) = (&mut self.table, self.id);
-        pager.load_step(now, slice, |timer, deadline, version| {
+        let next = self.table.next_deadline();
+        let (table, clock, id) = (&mut self.table, &self.clock, self.id);
+        let stop = || {
+            slice.is_some_and(|s| s.is_over()) || next.is_some_and(|d| clock.now().as_micros() >= d)
+        };
+        pager.load_step(now, stop, |timer, deadline, version| {
             // The capacity counted it while paged; its deadline was in range when paged,
             // and the wheel's range only grows.
             if let Err(e) = table.insert_loaded(timer, deadline, version) {

@@ -28,7 +28,10 @@ impl<S: TimeSource> Shard<S> {
         let limit = self.store.ack_timeout();
         let refusal = self.store.refusal();
         let mut held: Vec<(Instant, Op)> = Vec::new();
-        self.table.reserve(self.store.to_recover());
+        if self.pager.is_none() {
+            // Paged, most recovered timers never reach the table.
+            self.table.reserve(self.store.to_recover());
+        }
         let (ring, stop, store) = (&self.ring, &self.stop, &mut self.store);
         let mut loader = Loader {
             table: &mut self.table,
