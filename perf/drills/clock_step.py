@@ -393,7 +393,7 @@ class Drill:
                 "--shards", str(a.shards),
                 "--data-dir", os.path.join(self.work, "data"),
                 "--pinning", a.pinning,
-            ]
+            ] + (["--page-horizon-s", str(a.page_horizon_s)] if a.page_horizon_s > 0 else [])
             log(f"server: {' '.join(cmd)}")
             log(f"        LD_PRELOAD={a.faketime_lib} FAKETIME_TIMESTAMP_FILE={self.fake.path} "
                 "FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1")
@@ -975,6 +975,8 @@ def main():
     p.add_argument("--faketime-lib", required=True, help="path of libfaketimeMT.so.1")
     p.add_argument("--workdir", required=True, help="where the journal, config and logs go")
     p.add_argument("--shards", type=int, default=2)
+    p.add_argument("--page-horizon-s", type=int, default=0,
+                   help="page timers due further ahead than this (3 pages most of the drill's)")
     p.add_argument("--pinning", default="none", help="auto|none (default none: shared hosts)")
     p.add_argument("--timers", type=int, default=3000)
     p.add_argument("--tenants", type=int, default=8)
