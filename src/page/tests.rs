@@ -289,3 +289,104 @@ fn page_load_steps_figure() {
         );
     });
 }
+
+/// Ops interleaved with the loads, as the shard applies them between passes: schedules that
+/// page or go to the wheel (taking the timer out of the other), cancels and reads of timers
+/// being loaded, loads cut short after a few records. At every step the wheel and the pages
+/// together hold exactly the model's timers, and every read answers as the model.
+#[test]
+fn ops_interleaved_with_loads_keep_the_wheel_and_pages_exact() {
+    let dir = tempfile::tempdir().expect("tmp");
+    on_executor(async {
+        let mut p = pager(dir.path(), 4, Disk::default()).await;
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut model = Model::new();
+        let mut wheel = Model::new();
+        let mut version = 0;
+        let mut now = T0;
+        let big = vec![b'b'; 3_000];
+        for step in 0..4_000u64 {
+            now += SECOND / 50;
+            for _ in 0..rng.usize(0..12) {
+                let key = format!("k{}", rng.u32(0..500));
+                let id = timer(&key, b"");
+                match rng.u32(0..10) {
+                    0..=5 => {
+                        version += 1;
+                        let d = UtcMicros(now + rng.u64(0..10 * SECOND));
+                        let payload = if rng.bool() {
+                            big.clone()
+                        } else {
+                            vec![b's'; rng.usize(0..50)]
+                        };
+                        let t = timer(&key, &payload);
+                        let paged = p.is_far(d) && p.put(&t, d, version).is_ok();
+                        if paged {
+                            wheel.remove(&key);
+                        } else {
+                            p.remove(id.identity());
+                            wheel.insert(key.clone(), (d, version, payload.clone()));
+                        }
+                        model.insert(key, (d, version, payload));
+                    }
+                    6 | 7 => {
+                        let gone =
+                            p.remove(id.identity()).is_some() || wheel.remove(&key).is_some();
+                        assert_eq!(gone, model.remove(&key).is_some(), "cancel {key}");
+                    }
+                    _ => match p.read(id.identity()) {
+                        Some(read) => {
+                            let r = read.await.expect("read back");
+                            let m = model.get(&key).expect("paged timers are the model's");
+                            assert_eq!(
+                                (r.deadline, r.version, r.timer.payload()),
+                                (m.0, m.1, &m.2[..]),
+                                "read {key}"
+                            );
+                        }
+                        None => assert_eq!(
+                            wheel.get(&key).is_some(),
+                            model.get(&key).is_some(),
+                            "{key}"
+                        ),
+                    },
+                }
+            }
+            // A pass: the load goes on for a few records, then the wheel fires what is due.
+            let mut budget = rng.usize(1..64);
+            let mut went = Vec::new();
+            p.load_step(
+                UtcMicros(now),
+                || {
+                    budget = budget.saturating_sub(1);
+                    budget == 0
+                },
+                |t, d, v| went.push((t, d, v)),
+            );
+            for (t, d, v) in went {
+                assert!(d.0 >= now, "{} loaded after its deadline", t.key());
+                let old = wheel.insert(t.key().to_string(), (d, v, t.payload().to_vec()));
+                assert!(old.is_none(), "{} loaded while in the wheel", t.key());
+            }
+            wheel.retain(|k, w| {
+                if w.0 .0 > now {
+                    return true;
+                }
+                assert_eq!(
+                    model.remove(k).map(|m| m.1),
+                    Some(w.1),
+                    "{k} fired as the model's"
+                );
+                false
+            });
+            assert_eq!(
+                wheel.len() + p.len(),
+                model.len(),
+                "step {step}: wheel and pages hold the model"
+            );
+            if step % 8 == 0 {
+                glommio::timer::sleep(Duration::from_micros(100)).await;
+            }
+        }
+    });
+}
