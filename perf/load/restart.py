@@ -8,6 +8,9 @@ acknowledged, each shard's "recovered pending timers" log line, and checks 3,000
 (deadline and version, by GET) and 1,000 cancelled ones (404). Exit status 1 on any mismatch.
 
     python3 perf/load/restart.py target/release/punctual [TIMERS]
+    PUNCTUAL_SERVE_ARGS="--page-horizon-s 3600" python3 perf/load/restart.py target/release/punctual
+
+PUNCTUAL_SERVE_ARGS adds flags to `punctual serve` (above: paging, which pages all of them).
 
 Standard library only; the data directory is a temporary one, removed at the end.
 """
@@ -27,7 +30,8 @@ CHILDREN = []
 atexit.register(lambda: [c.kill() for c in CHILDREN if c.poll() is None])
 
 def start(log):
-    p = subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{PORT}", "--data-dir", DATA, "--shards", "2"],
+    extra = os.environ.get("PUNCTUAL_SERVE_ARGS", "").split()
+    p = subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{PORT}", "--data-dir", DATA, "--shards", "2"] + extra,
                          stderr=open(log, "w"), stdout=subprocess.DEVNULL)
     CHILDREN.append(p)
     t0 = time.time()
