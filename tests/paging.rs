@@ -285,3 +285,106 @@ fn paged_timers_fire_exactly_as_a_model_says_across_kills() {
     );
     assert_eq!(metric(&s.s, "punctual_timers_pending"), 0.0);
 }
+
+/// Polls `/metrics` until `name` sums to `want`, for at most 5 s (gauges are published every
+/// 100 ms); the last value seen.
+fn metric_becomes(s: &Server, name: &str, want: f64) -> f64 {
+    let give_up = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = metric(s, name);
+        if v == want || std::time::Instant::now() > give_up {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Paged timers hold their tenant's quota slots and the shard's capacity as timers in the
+/// wheel do, through replaces, cancels, a fire and a SIGKILL.
+#[test]
+fn paged_timers_count_against_quotas_and_capacity_across_a_kill() {
+    let data = tempfile::tempdir().expect("data dir");
+    let conf = data.path().join("punctual.toml");
+    std::fs::write(
+        &conf,
+        "open_tenants = true\n[tenants.acme]\nmax_pending = 3\n",
+    )
+    .expect("config");
+    let (conf, dir) = (
+        conf.to_string_lossy().into_owned(),
+        data.path().join("data").to_string_lossy().into_owned(),
+    );
+    let args = [
+        "--config",
+        &conf,
+        "--store",
+        "journal",
+        "--data-dir",
+        &dir,
+        "--shards",
+        "1",
+        "--shard-capacity",
+        "6",
+        "--page-horizon-s",
+        "2",
+    ];
+    let put = |s: &Server, tenant: &str, key: &str, delay_ms: u64| {
+        let body = json!({"delay_ms": delay_ms, "payload": key}).to_string();
+        let (st, r) = s.json("PUT", &format!("/v1/timers/{tenant}/{key}"), &body);
+        (st, r["error"]["code"].as_str().unwrap_or("").to_string())
+    };
+    let far = 600_000;
+    let mut s = Server::start(&args);
+    for k in ["k1", "k2", "k3"] {
+        assert_eq!(put(&s, "acme", k, far).0, 201);
+    }
+    assert_eq!(
+        metric_becomes(&s, "punctual_page_timers", 3.0),
+        3.0,
+        "paged"
+    );
+    assert_eq!(put(&s, "acme", "k4", far), (429, "quota_exceeded".into()));
+    assert_eq!(put(&s, "acme", "k1", far).0, 200, "a paged timer replaced");
+    assert_eq!(s.req("DELETE", "/v1/timers/acme/k2", "").status, 204);
+    assert_eq!(
+        put(&s, "acme", "k4", far).0,
+        201,
+        "the cancel gave the slot back"
+    );
+    for k in ["x1", "x2", "x3"] {
+        assert_eq!(put(&s, "open", k, far).0, 201);
+    }
+    assert_eq!(
+        put(&s, "open", "x4", far),
+        (503, "capacity_exceeded".into()),
+        "paged timers fill the shard's capacity"
+    );
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+    let s = Server::start(&args);
+    assert_eq!(
+        metric_becomes(&s, "punctual_page_timers", 6.0),
+        6.0,
+        "paged again at the start"
+    );
+    assert_eq!(put(&s, "acme", "k5", far), (429, "quota_exceeded".into()));
+    assert_eq!(
+        put(&s, "open", "x4", far),
+        (503, "capacity_exceeded".into())
+    );
+    let (st, r) = s.json("GET", "/v1/timers/acme/k3", "");
+    assert_eq!((st, r["payload"].as_str()), (200, Some("k3")), "{r}");
+    // Replaced out of the pages to fire soon: its fire gives its slot back.
+    assert_eq!(put(&s, "acme", "k1", 300).0, 200);
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while s.req("GET", "/v1/timers/acme/k1", "").status == 200 {
+        assert!(std::time::Instant::now() < give_up, "k1 never fired");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        put(&s, "acme", "k5", far).0,
+        201,
+        "the fire gave the slot back"
+    );
+    assert_eq!(metric_becomes(&s, "punctual_page_timers", 6.0), 6.0);
+}
