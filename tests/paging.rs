@@ -286,13 +286,14 @@ fn paged_timers_fire_exactly_as_a_model_says_across_kills() {
     assert_eq!(metric(&s.s, "punctual_timers_pending"), 0.0);
 }
 
-/// Polls `/metrics` until `name` sums to `want`, for at most 5 s (gauges are published every
-/// 100 ms); the last value seen.
+/// Polls `/metrics` until `name` sums to `want` (any value above 0 for a negative `want`),
+/// for at most 5 s (gauges are published every 100 ms); the last value seen.
 fn metric_becomes(s: &Server, name: &str, want: f64) -> f64 {
     let give_up = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let v = metric(s, name);
-        if v == want || std::time::Instant::now() > give_up {
+        let met = if want < 0.0 { v > 0.0 } else { v == want };
+        if met || std::time::Instant::now() > give_up {
             return v;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -387,4 +388,71 @@ fn paged_timers_count_against_quotas_and_capacity_across_a_kill() {
         "the fire gave the slot back"
     );
     assert_eq!(metric_becomes(&s, "punctual_page_timers", 6.0), 6.0);
+}
+
+/// A page damaged on disk under the running service: the load that reads it ends the process
+/// with status 1, as a failed journal sync does, and the restart pages the timers again from
+/// the journal, so that every one of them fires.
+#[test]
+fn a_damaged_page_ends_the_process_and_the_restart_fires_every_timer() {
+    let data = tempfile::tempdir().expect("data dir");
+    let rx = Receiver::ok();
+    let toml = format!("callback_allow = [{:?}]\n", rx.base());
+    let mut s = serve(data.path(), &toml);
+    let now_ms = now_us() / 1_000;
+    let big = "x".repeat(2_000);
+    let items: Vec<Value> = (0..100)
+        .map(|i| json!({"key": format!("k{i}"), "fire_at_ms": now_ms + 6_000, "payload": big, "callback": {"url": rx.url("fire")}}))
+        .collect();
+    let (st, r) = s.s.json(
+        "POST",
+        "/v1/timers/t",
+        &json!({"timers": items}).to_string(),
+    );
+    assert_eq!(st, 200, "{r}");
+    assert!(
+        metric_becomes(&s.s, "punctual_page_disk_bytes", -1.0) > 0.0,
+        "the bucket's page was written"
+    );
+    let pages = data.path().join("pages");
+    let page = std::fs::read_dir(&pages)
+        .expect("pages")
+        .flat_map(|d| std::fs::read_dir(d.expect("shard dir").path()).expect("shard pages"))
+        .map(|e| e.expect("page").path())
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+        .expect("a page on disk");
+    let mut bytes = std::fs::read(&page).expect("page");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0xff;
+    std::fs::write(&page, &bytes).expect("damage the page");
+    let give_up = std::time::Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = s.s.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the load of a damaged page did not end the process"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1), "{status}");
+    let _s = serve(data.path(), &toml);
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let fired: BTreeSet<String> = rx
+            .received()
+            .iter()
+            .filter_map(|d| d.json()["key"].as_str().map(str::to_string))
+            .collect();
+        if fired.len() == 100 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "{} of 100 fired after the restart",
+            fired.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

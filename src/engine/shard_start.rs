@@ -196,7 +196,8 @@ async fn run_shard(seed: ShardSeed) {
     let paging = match &store {
         StoreSeed::Journal(cfg, _) => cfg.page_horizon.map(|h| {
             let dir = crate::page::pages_dir(&cfg.dir).join(format!("shard-{id}"));
-            (dir, h, cfg.disk.clone())
+            let exit = cfg.on_failure == crate::store::journal::OnFailure::Exit;
+            (dir, h, cfg.disk.clone(), exit)
         }),
         _ => None,
     };
@@ -212,11 +213,11 @@ async fn run_shard(seed: ShardSeed) {
     let inbox = Followups::new(Box::new(move || waker.nudge()));
     let sinks = make_sinks(id, handler, webhooks, &inbox, &metrics);
     let pager = match paging {
-        Some((dir, horizon, disk)) => {
+        Some((dir, horizon, disk, exit)) => {
             let waker = ring.clone();
             let now = clock.now().as_micros();
             let nudge = Box::new(move || waker.nudge());
-            match Pager::open(dir.clone(), id, horizon, now, disk, nudge).await {
+            match Pager::open(dir.clone(), id, horizon, now, disk, exit, nudge).await {
                 Ok(p) => Some(p),
                 Err(e) => {
                     let reason = format!("paging: cannot open {}: {e}", dir.display());

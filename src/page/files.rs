@@ -19,9 +19,11 @@
 //!
 //! A failed write (EIO, a full disk) loses nothing: the bytes go back in front of `pending`
 //! and are written again after `RETRY`, so what cannot be written is held in memory, which is
-//! where the timers would be without paging. A failed read is retried the same way, and its
-//! timers wait (late, never lost); a page that reads back damaged cannot be loaded: its timers
-//! are in the journal, and the next start loads them. Both are logged and counted.
+//! where the timers would be without paging. A page that cannot be read back (a failed read, a
+//! damaged record) holds timers that are only in the journal now: `Files::lost` ends the
+//! process where the journal would on a failed sync (`OnFailure::Exit`), so that a restart
+//! pages them again; else it logs and counts, a failed read is retried after `RETRY`, and a
+//! damaged page's timers wait for the next start.
 
 use super::record;
 use super::Loc;
@@ -77,6 +79,9 @@ pub struct Files {
     /// Wakes the shard: a load's chunk arrived.
     nudge: Box<dyn Fn()>,
     closed: Cell<bool>,
+    /// End the process on a page that cannot be read back (`punctual serve`), so that its
+    /// supervisor restarts it and recovery pages again from the journal; else log and wait.
+    exit_on_loss: bool,
     pub stats: Stats,
 }
 
@@ -96,6 +101,7 @@ impl Files {
         dir: PathBuf,
         shard: usize,
         disk: Disk,
+        exit_on_loss: bool,
         nudge: Box<dyn Fn()>,
     ) -> std::io::Result<Rc<Files>> {
         let io = IoThread::start(format!("page-io-{shard}"), disk)?;
@@ -117,6 +123,7 @@ impl Files {
             kick: event_listener::Event::new(),
             nudge,
             closed: Cell::new(false),
+            exit_on_loss,
             stats: Stats::default(),
         }))
     }
@@ -335,7 +342,7 @@ impl Files {
                 Err(e) => {
                     let errors = files.stats.read_errors.get() + 1;
                     files.stats.read_errors.set(errors);
-                    tracing::error!(bucket, at, error = %e, "paging: a page could not be read back; its timers wait, and the read is tried again");
+                    files.lost(bucket, at, &format!("could not be read back: {e}"));
                     glommio::timer::sleep(RETRY).await;
                     continue;
                 }
@@ -363,6 +370,26 @@ impl Files {
         }
         out.done.set(true);
         (files.nudge)();
+    }
+
+    /// A page's timers cannot be loaded from it (a read that failed, a damaged record). They
+    /// are in the journal: with `exit_on_loss` the process ends now (status 1), so that its
+    /// supervisor restarts it and recovery pages them again; else they wait, and the log says
+    /// to restart.
+    pub fn lost(&self, bucket: u32, offset: u64, what: &str) {
+        if self.exit_on_loss {
+            tracing::error!(
+                bucket,
+                offset,
+                "paging: a page {what}. Its timers are safe in the journal: the process exits now (status 1) so that its supervisor restarts it and recovery pages them again from the journal. Check the disk (dmesg, SMART)."
+            );
+            std::process::exit(1);
+        }
+        tracing::error!(
+            bucket,
+            offset,
+            "paging: a page {what}. Its timers are safe in the journal but cannot be loaded from this page: restart the service to load them from the journal. Check the disk (dmesg, SMART)."
+        );
     }
 
     /// The shard took a chunk: the read task may go on.

@@ -110,16 +110,18 @@ pub struct Paged {
 
 impl Pager {
     /// Opens the pages of one shard in `dir` (emptied: see the module doc), starting at `now`.
-    /// `nudge` wakes the shard when a load has read more. On the shard's executor.
+    /// `nudge` wakes the shard when a load has read more; `exit_on_loss`: a page that cannot
+    /// be read back ends the process (see `Files::lost`). On the shard's executor.
     pub async fn open(
         dir: PathBuf,
         shard: usize,
         horizon: Duration,
         now: UtcMicros,
         disk: Disk,
+        exit_on_loss: bool,
         nudge: Box<dyn Fn()>,
     ) -> std::io::Result<Pager> {
-        let files = Files::open(dir, shard, disk, nudge).await?;
+        let files = Files::open(dir, shard, disk, exit_on_loss, nudge).await?;
         let horizon_us = (horizon.as_micros() as u64).max(4);
         let width_us = horizon_us / 4;
         let origin = now.0 - now.0 % width_us;
@@ -381,14 +383,14 @@ fn take_records(
 }
 
 /// A page that does not read back as records: the rest of its timers cannot be loaded from
-/// it. They are in the journal, which the next start loads.
+/// it (`Files::lost`).
 fn damaged(files: &Files, load: &Load, at: usize) {
     let d = &files.stats.damaged;
     d.set(d.get() + 1);
-    tracing::error!(
-        bucket = load.bucket,
-        offset = load.pos + at as u64,
-        "paging: a page is damaged; the timers after this offset cannot be loaded from it. They are safe in the journal: restart the service to load them from there"
+    files.lost(
+        load.bucket,
+        load.pos + at as u64,
+        "is damaged after this offset",
     );
 }
 

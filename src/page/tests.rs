@@ -17,6 +17,7 @@ async fn pager(dir: &std::path::Path, horizon_s: u64, disk: Disk) -> Pager {
         Duration::from_secs(horizon_s),
         UtcMicros(T0),
         disk,
+        false,
         Box::new(|| {}),
     )
     .await
