@@ -73,6 +73,13 @@ pub struct Loc {
     pub offset: u32,
 }
 
+/// Buckets ahead of the first unloaded one that may be paged into: 16,384, 170 days with a
+/// one-hour horizon. A timer due later stays in the wheel. Each bucket that holds a timer is a
+/// file and a few hundred bytes of memory, so without a bound one tenant spreading timers one
+/// to a bucket over decades would cost a file and a 4 KiB block per timer, the disk the
+/// journal shares with every tenant.
+const MAX_BUCKETS: u32 = 16_384;
+
 /// Records a load puts into the wheel between two looks at its slice.
 const LOAD_CHECK: usize = 8;
 
@@ -158,9 +165,11 @@ impl Pager {
         self.index.len()
     }
 
-    /// Whether a timer due at `deadline` is paged.
+    /// Whether a timer due at `deadline` is paged: in a bucket not loaded yet, and less
+    /// than `MAX_BUCKETS` past the first of those.
     pub fn is_far(&self, deadline: UtcMicros) -> bool {
-        self.bucket(deadline).is_some_and(|b| b >= self.line)
+        self.bucket(deadline)
+            .is_some_and(|b| b >= self.line && b - self.line < MAX_BUCKETS)
     }
 
     /// The paged timer `identity`, if there is one.
@@ -182,7 +191,7 @@ impl Pager {
     ) -> Result<Option<Paged>, ()> {
         let bucket = self
             .bucket(deadline)
-            .filter(|b| *b >= self.line)
+            .filter(|_| self.is_far(deadline))
             .ok_or(())?;
         let at = self
             .files

@@ -104,6 +104,28 @@ fn loads_exactly_the_paged_timers_each_once_under_its_last_version() {
     });
 }
 
+/// Timers due more than `MAX_BUCKETS` buckets past the loads stay in the wheel: a tenant
+/// spreading timers over decades cannot make a file of each.
+#[test]
+fn only_the_next_max_buckets_are_paged() {
+    let dir = tempfile::tempdir().expect("tmp");
+    on_executor(async {
+        let mut p = pager(dir.path(), 4, Disk::default()).await;
+        let first = p.line;
+        let start = |b: u32| UtcMicros(p.origin + u64::from(b) * p.width_us);
+        assert!(p.is_far(start(first)));
+        assert!(p.is_far(start(first + MAX_BUCKETS - 1)));
+        assert!(!p.is_far(start(first + MAX_BUCKETS)), "past the bound");
+        assert!(!p.is_far(start(first - 1)), "loading or loaded");
+        let t = timer("decades", b"");
+        assert!(
+            p.put(&t, start(first + MAX_BUCKETS), 1).is_err(),
+            "not paged"
+        );
+        assert_eq!(p.len(), 0);
+    });
+}
+
 /// A GET reads a paged timer back, from memory before its page is written and from disk
 /// after.
 #[test]
