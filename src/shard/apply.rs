@@ -225,24 +225,26 @@ impl<S: TimeSource> Shard<S> {
         if !self.holds(timer.identity()) && self.pending() >= self.table.capacity() {
             return Err(self.upsert_error(UpsertError::Capacity, deadline));
         }
-        let mut paged = false;
-        if let Some(pager) = self.pager.as_mut() {
-            if pager.is_far(deadline) {
-                if let Ok(old) = pager.put(&timer, deadline, version) {
-                    let in_wheel = self.table.cancel(timer.identity());
-                    if let Some((_, record)) = &in_wheel {
-                        self.forget_in_sinks(&record.timer);
-                    }
-                    return Ok((Placed::Paged(timer), old.is_some() || in_wheel.is_some()));
+        if let Some(pager) = self.pager.as_mut().filter(|p| p.is_far(deadline)) {
+            if let Ok(old) = pager.put(&timer, deadline, version) {
+                let in_wheel = self.table.cancel(timer.identity());
+                if let Some((_, record)) = &in_wheel {
+                    self.forget_in_sinks(&record.timer);
                 }
-                // Its bucket is full: the wheel keeps it.
+                return Ok((Placed::Paged(timer), old.is_some() || in_wheel.is_some()));
             }
-            paged = pager.remove(timer.identity()).is_some();
+            // Its bucket is full: the wheel keeps it.
         }
-        match self.table.insert_loaded(timer, deadline, version) {
-            Ok(u) => Ok((Placed::Wheel(u.slot), u.replaced || paged)),
-            Err(e) => Err(self.upsert_error(e, deadline)),
-        }
+        // Into the wheel first, then out of the pages: a timer is never in neither.
+        let u = match self.table.insert_loaded(timer, deadline, version) {
+            Ok(u) => u,
+            Err(e) => return Err(self.upsert_error(e, deadline)),
+        };
+        let paged = match (self.pager.as_mut(), self.table.timer_at(u.slot)) {
+            (Some(pager), Some(t)) => pager.remove(t.identity()).is_some(),
+            _ => false,
+        };
+        Ok((Placed::Wheel(u.slot), u.replaced || paged))
     }
 
     /// Whether the shard holds a pending timer `identity`, in the wheel or paged.
