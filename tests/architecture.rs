@@ -268,7 +268,21 @@ fn the_parts_import_only_what_the_architecture_allows() {
             if a == b {
                 continue;
             }
+            if b == "page" && !matches!(a, "shard" | "engine") {
+                broken.push(format!(
+                    "{} imports {}: paging is the shard's, started by the engine",
+                    show(from),
+                    show(to)
+                ));
+            }
             let why = match a {
+                "page"
+                    if !matches!(b, "units" | "timer" | "cooperate")
+                        && !is(to, &["store", "journal", "io"])
+                        && !is(to, &["store", "journal", "faults"]) =>
+                {
+                    Some("page imports of the store only the journal's io (its I/O thread and Disk; faults in tests), and otherwise only units, timer and cooperate")
+                }
                 "wheel" if !matches!(b, "units" | "timer") => {
                     Some("wheel imports only units and timer")
                 }
