@@ -64,6 +64,21 @@ impl Keyed {
         let h = h.finish128();
         Id([h.h1, h.h2])
     }
+
+    /// [`Keyed::id`] of the identity of (`tenant`, `key`) (`PackedTimer::identity`: both
+    /// lengths, then each), without putting it together; `None` when either is too long.
+    pub fn id_of(&self, tenant: &str, key: &str) -> Option<Id> {
+        let lengths = [
+            u8::try_from(tenant.len()).ok()?,
+            u8::try_from(key.len()).ok()?,
+        ];
+        let mut h = self.0;
+        h.write(&lengths);
+        h.write(tenant.as_bytes());
+        h.write(key.as_bytes());
+        let h = h.finish128();
+        Some(Id([h.h1, h.h2]))
+    }
 }
 
 /// The paged timers (see the module doc).
@@ -102,6 +117,17 @@ impl FarIndex {
                 self.len += 1;
                 None
             }
+        }
+    }
+
+    /// Room for about `n` more entries, spread over the parts as the ids will be: each takes
+    /// its share less a standard deviation, so that no part is made a power of two larger
+    /// than growing to its entries would make it (a start, which knows how many it recovers).
+    pub fn reserve(&mut self, n: usize) {
+        let share = n / PARTS;
+        let room = share.saturating_sub((share as f64).sqrt() as usize);
+        for part in &mut self.parts {
+            part.reserve(room, |f| f.id.0[1]);
         }
     }
 
@@ -182,6 +208,16 @@ mod tests {
         assert_eq!(index.remove(keyed.id(b"k8")).map(|f| f.version), Some(1));
         assert!(index.remove(keyed.id(b"k8")).is_none());
         assert_eq!(index.len(), 9_998);
+    }
+
+    #[test]
+    fn an_identity_hashes_the_same_whole_or_in_parts() {
+        let keyed = Keyed::new();
+        let t = crate::timer::PackedTimer::new("acme", "order-17", b"x").expect("small");
+        assert_eq!(
+            keyed.id_of("acme", "order-17"),
+            Some(keyed.id(t.identity()))
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ use crate::store::journal::io::Disk;
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
 use files::{Bytes, Files, Loaded};
-use index::{Far, FarIndex, Keyed};
+use index::{Far, FarIndex, Id, Keyed};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
@@ -189,15 +189,40 @@ impl Pager {
         deadline: UtcMicros,
         version: u64,
     ) -> Result<Option<Paged>, ()> {
+        let id = self.keyed.id(timer.identity());
+        self.page(id, deadline, version, |out| {
+            record::put(out, timer, deadline, version)
+        })
+    }
+
+    /// [`Pager::put`] of a timer in its parts (tenant, key, metadata, payload), as recovery
+    /// hands it over: the same record and entry, without making the timer first.
+    pub fn put_parts(
+        &mut self,
+        parts: (&str, &str, &[u8], &[u8]),
+        deadline: UtcMicros,
+        version: u64,
+    ) -> Result<Option<Paged>, ()> {
+        let id = self.keyed.id_of(parts.0, parts.1).ok_or(())?;
+        self.page(id, deadline, version, |out| {
+            record::put_parts(out, parts, deadline, version)
+        })
+    }
+
+    /// Appends the record `write` makes to the bucket of `deadline`, and points the entry of
+    /// `id` at it.
+    fn page(
+        &mut self,
+        id: Id,
+        deadline: UtcMicros,
+        version: u64,
+        write: impl FnOnce(&mut Vec<u8>) -> Option<()>,
+    ) -> Result<Option<Paged>, ()> {
         let bucket = self
             .bucket(deadline)
             .filter(|_| self.is_far(deadline))
             .ok_or(())?;
-        let at = self
-            .files
-            .append(bucket, |out| record::put(out, timer, deadline, version))
-            .ok_or(())?;
-        let id = self.keyed.id(timer.identity());
+        let at = self.files.append(bucket, write).ok_or(())?;
         let old = self.index.insert(Far {
             id,
             deadline,
@@ -208,6 +233,11 @@ impl Pager {
             deadline: f.deadline,
             version: f.version,
         }))
+    }
+
+    /// Room in the index for about `n` more paged timers (a start: how many it recovers).
+    pub fn reserve(&mut self, n: usize) {
+        self.index.reserve(n);
     }
 
     /// Removes the paged timer `identity` (a cancel, or a replace into the wheel).

@@ -28,9 +28,10 @@ impl<S: TimeSource> Shard<S> {
         let limit = self.store.ack_timeout();
         let refusal = self.store.refusal();
         let mut held: Vec<(Instant, Op)> = Vec::new();
-        if self.pager.is_none() {
+        match self.pager.as_mut() {
             // Paged, most recovered timers never reach the table.
-            self.table.reserve(self.store.to_recover());
+            Some(pager) => pager.reserve(self.store.to_recover()),
+            None => self.table.reserve(self.store.to_recover()),
         }
         let (ring, stop, store) = (&self.ring, &self.stop, &mut self.store);
         let mut loader = Loader {
@@ -46,6 +47,9 @@ impl<S: TimeSource> Shard<S> {
         let gated = self.gate.is_closed();
         let mut insert = |r: Recovered<'_>| -> bool {
             if gated {
+                return true;
+            }
+            if loader.page(&r) {
                 return true;
             }
             PackedTimer::with_meta(r.tenant, r.key, r.meta, r.payload)
@@ -95,6 +99,30 @@ pub(super) struct Loader<'a> {
 }
 
 impl Loader<'_> {
+    /// Pages a recovered timer due beyond the horizon, when the shard pages, from the parts
+    /// the store hands over (no timer is made for it): whether it was paged. A dead letter, a
+    /// timer due sooner, or one whose bucket is full goes through [`Loader::insert`].
+    pub fn page(&mut self, r: &Recovered<'_>) -> bool {
+        let Some(pager) = self.pager.as_deref_mut() else {
+            return false;
+        };
+        if !pager.is_far(r.deadline) || webhook::is_dead(r.meta) {
+            return false;
+        }
+        let parts = (r.tenant, r.key, r.meta, r.payload);
+        let Ok(old) = pager.put_parts(parts, r.deadline, r.version) else {
+            return false;
+        };
+        self.table.observe_version(r.version);
+        if old.is_none() {
+            // Acknowledged: it counts against its tenant's quota, over it or not.
+            if let Some(q) = self.quotas.get(r.tenant) {
+                q.force();
+            }
+        }
+        true
+    }
+
     /// Inserts a stored record under its stored version: a pending timer into the table, a
     /// dead letter (its metadata says so) into the dead letters; false when the table cannot
     /// take it. A stored timer was acknowledged: it counts against its tenant's quota even if
@@ -115,17 +143,6 @@ impl Loader<'_> {
                 DeliveryMetrics::add(&m.dead, 1);
             }
             return true;
-        }
-        if let Some(pager) = self.pager.as_deref_mut().filter(|p| p.is_far(deadline)) {
-            if let Ok(old) = pager.put(&timer, deadline, version) {
-                self.table.observe_version(version);
-                if old.is_none() {
-                    if let Some(q) = quota {
-                        q.force();
-                    }
-                }
-                return true;
-            }
         }
         match self.table.insert_with_version(timer, deadline, version) {
             Ok(u) => {
