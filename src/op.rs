@@ -157,6 +157,18 @@ pub struct TimerInfo {
     pub payload: Vec<u8>,
 }
 
+impl TimerInfo {
+    /// What a read answers of `timer`, pending at `deadline` under `version`.
+    pub fn of(timer: &PackedTimer, deadline: UtcMicros, version: u64) -> TimerInfo {
+        TimerInfo {
+            deadline,
+            version,
+            meta: timer.meta().to_vec(),
+            payload: timer.payload().to_vec(),
+        }
+    }
+}
+
 /// A dead letter, as the dead-letter list shows it. How its delivery ended (attempts, last
 /// status or error, callback) was read from its final delivery metadata once, when the letter
 /// was made, under the names the store records it by (`store::DeadLetter`). A listing of keys

@@ -154,12 +154,10 @@ impl<S: TimeSource> Shard<S> {
                 }
             }
             Op::Get { timer, reply } => {
-                let info = self.table.get(timer.identity()).map(|v| TimerInfo {
-                    deadline: v.deadline,
-                    version: v.version,
-                    meta: v.timer.meta().to_vec(),
-                    payload: v.timer.payload().to_vec(),
-                });
+                let info = self
+                    .table
+                    .get(timer.identity())
+                    .map(|v| TimerInfo::of(v.timer, v.deadline, v.version));
                 let read = match info {
                     Some(_) => None,
                     None => self.pager.as_ref().and_then(|p| p.read(timer.identity())),
@@ -173,12 +171,7 @@ impl<S: TimeSource> Shard<S> {
                 let shard = self.id;
                 glommio::spawn_local(async move {
                     let answer = match read.await {
-                        Ok(r) => Ok(Some(TimerInfo {
-                            deadline: r.deadline,
-                            version: r.version,
-                            meta: r.timer.meta().to_vec(),
-                            payload: r.timer.payload().to_vec(),
-                        })),
+                        Ok(r) => Ok(Some(TimerInfo::of(&r.timer, r.deadline, r.version))),
                         Err(e) => {
                             tracing::error!(shard, error = %e, "paging: a paged timer could not be read back for a GET");
                             Err(Error::StoreUnavailable { retry_after_s: 1 })
