@@ -58,15 +58,6 @@ impl Svc {
     }
 }
 
-/// The sum of a family's series in `/metrics`.
-fn metric(s: &Server, name: &str) -> f64 {
-    let body = String::from_utf8_lossy(&s.req("GET", "/metrics", "").body).into_owned();
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// What must happen: the pending timers, and every version that must fire.
 #[derive(Default)]
 struct Model {
@@ -222,14 +213,14 @@ fn paged_timers_fire_exactly_as_a_model_says_across_kills() {
     let mut s = serve(data.path(), &toml);
     for r in 0..3 {
         round(&s.s, &rx, &mut model, &mut rng, 250);
-        paged_seen = paged_seen.max(metric(&s.s, "punctual_page_timers"));
+        paged_seen = paged_seen.max(s.s.metric("punctual_page_timers"));
         // Let some paged timers load and fire in this run, then kill it mid-way.
         std::thread::sleep(Duration::from_millis(1_500));
         if r < 2 {
             s.sigkill();
             s = serve(data.path(), &toml);
             // Paged again from the journal at the start.
-            paged_seen = paged_seen.max(metric(&s.s, "punctual_page_timers"));
+            paged_seen = paged_seen.max(s.s.metric("punctual_page_timers"));
         }
     }
     assert!(
@@ -279,11 +270,11 @@ fn paged_timers_fire_exactly_as_a_model_says_across_kills() {
         &extra[..extra.len().min(5)]
     );
     assert_eq!(
-        metric(&s.s, "punctual_page_timers"),
+        s.s.metric("punctual_page_timers"),
         0.0,
         "every paged timer loaded"
     );
-    assert_eq!(metric(&s.s, "punctual_timers_pending"), 0.0);
+    assert_eq!(s.s.metric("punctual_timers_pending"), 0.0);
 }
 
 /// Polls `/metrics` until `name` sums to `want` (any value above 0 for a negative `want`),
@@ -291,7 +282,7 @@ fn paged_timers_fire_exactly_as_a_model_says_across_kills() {
 fn metric_becomes(s: &Server, name: &str, want: f64) -> f64 {
     let give_up = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let v = metric(s, name);
+        let v = s.metric(name);
         let met = if want < 0.0 { v > 0.0 } else { v == want };
         if met || std::time::Instant::now() > give_up {
             return v;

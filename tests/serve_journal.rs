@@ -18,15 +18,7 @@ fn now_ms() -> u64 {
 
 /// The sum over shards of a metric family's samples in a `/metrics` scrape.
 fn metric_sum(s: &Server, name: &str) -> u64 {
-    let text = String::from_utf8_lossy(&s.req("GET", "/metrics", "").body).into_owned();
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .map(|r| r.strip_prefix("_total").unwrap_or(r))
-                .is_some_and(|r| r.starts_with(['{', ' ']))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    s.metric(name) as u64
 }
 
 /// Timers each writer of the SIGKILL test puts at most.

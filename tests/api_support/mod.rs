@@ -153,6 +153,20 @@ impl Server {
         (r.status, r.json())
     }
 
+    /// The sum over shards of a metric family's samples in a `/metrics` scrape (a counter by
+    /// its family name, without `_total`, or with it).
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = String::from_utf8_lossy(&self.req("GET", "/metrics", "").body).into_owned();
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .map(|r| r.strip_prefix("_total").unwrap_or(r))
+                    .is_some_and(|r| r.starts_with(['{', ' ']))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     pub fn connect(&self) -> TcpStream {
         let s = TcpStream::connect(self.addr).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(20))).ok();
