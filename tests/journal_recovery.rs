@@ -7,41 +7,15 @@ mod api_support;
 #[path = "support/receiver.rs"]
 mod receiver;
 
-use api_support::Server;
+use api_support::{Configured as Svc, Server};
 use receiver::{Receiver, Reply};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// A journal server on `data` with `toml` as its config file; the file lives as long as it.
-struct Svc {
-    s: Server,
-    _config: tempfile::NamedTempFile,
-}
-
+/// A journal server of 2 shards on `data` with `toml` as its config file.
 fn serve(data: &Path, toml: &str) -> Svc {
-    let mut config = tempfile::NamedTempFile::new().expect("config file");
-    config.write_all(toml.as_bytes()).expect("write config");
-    let (cfg, dir) = (config.path().to_string_lossy(), data.to_string_lossy());
-    let s = Server::start(&[
-        "--config",
-        &cfg,
-        "--store",
-        "journal",
-        "--data-dir",
-        &dir,
-        "--shards",
-        "2",
-    ]);
-    Svc { s, _config: config }
-}
-
-impl Svc {
-    fn sigkill(mut self) {
-        let _ = self.s.child.kill();
-        let _ = self.s.child.wait();
-    }
+    Svc::journal(data, toml, &["--shards", "2"])
 }
 
 fn dead(s: &Server, tenant: &str) -> Vec<Value> {

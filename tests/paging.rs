@@ -9,11 +9,10 @@ mod api_support;
 #[path = "support/receiver.rs"]
 mod receiver;
 
-use api_support::Server;
+use api_support::{Configured as Svc, Server};
 use receiver::{now_us, Receiver};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -26,36 +25,11 @@ const SETTLED_US: u64 = 1_500_000;
 /// are done by then, even across a restart.
 const GRACE_US: u64 = 5_000_000;
 
-struct Svc {
-    s: Server,
-    _config: tempfile::NamedTempFile,
-}
-
+/// A journal server of 2 shards on `data` with `toml` as its config file, paging beyond
+/// `HORIZON_S`.
 fn serve(data: &Path, toml: &str) -> Svc {
-    let mut config = tempfile::NamedTempFile::new().expect("config file");
-    config.write_all(toml.as_bytes()).expect("write config");
-    let (cfg, dir) = (config.path().to_string_lossy(), data.to_string_lossy());
     let horizon = HORIZON_S.to_string();
-    let s = Server::start(&[
-        "--config",
-        &cfg,
-        "--store",
-        "journal",
-        "--data-dir",
-        &dir,
-        "--shards",
-        "2",
-        "--page-horizon-s",
-        &horizon,
-    ]);
-    Svc { s, _config: config }
-}
-
-impl Svc {
-    fn sigkill(mut self) {
-        let _ = self.s.child.kill();
-        let _ = self.s.child.wait();
-    }
+    Svc::journal(data, toml, &["--shards", "2", "--page-horizon-s", &horizon])
 }
 
 /// What must happen: the pending timers, and every version that must fire.
@@ -277,18 +251,22 @@ fn paged_timers_fire_exactly_as_a_model_says_across_kills() {
     assert_eq!(s.s.metric("punctual_timers_pending"), 0.0);
 }
 
-/// Polls `/metrics` until `name` sums to `want` (any value above 0 for a negative `want`),
-/// for at most 5 s (gauges are published every 100 ms); the last value seen.
-fn metric_becomes(s: &Server, name: &str, want: f64) -> f64 {
+/// Polls `/metrics` until the sum of `name` meets `done`, for at most 5 s (gauges are published
+/// every 100 ms); the last value seen.
+fn metric_until(s: &Server, name: &str, done: impl Fn(f64) -> bool) -> f64 {
     let give_up = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let v = s.metric(name);
-        let met = if want < 0.0 { v > 0.0 } else { v == want };
-        if met || std::time::Instant::now() > give_up {
+        if done(v) || std::time::Instant::now() > give_up {
             return v;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// [`metric_until`] the sum is `want`.
+fn metric_becomes(s: &Server, name: &str, want: f64) -> f64 {
+    metric_until(s, name, |v| v == want)
 }
 
 /// Paged timers hold their tenant's quota slots and the shard's capacity as timers in the
@@ -402,7 +380,7 @@ fn a_damaged_page_ends_the_process_and_the_restart_fires_every_timer() {
     );
     assert_eq!(st, 200, "{r}");
     assert!(
-        metric_becomes(&s.s, "punctual_page_disk_bytes", -1.0) > 0.0,
+        metric_until(&s.s, "punctual_page_disk_bytes", |v| v > 0.0) > 0.0,
         "the bucket's page was written"
     );
     let pages = data.path().join("pages");

@@ -95,8 +95,8 @@ pub struct Stats {
 }
 
 impl Files {
-    /// Empties `dir` (pages of an earlier run: the journal is what holds the timers) and starts
-    /// the page I/O thread.
+    /// Starts the page I/O thread and makes `dir`. The pages of an earlier run are gone: the
+    /// engine removed them before the shards started (`page::clear`).
     pub async fn open(
         dir: PathBuf,
         shard: usize,
@@ -106,15 +106,7 @@ impl Files {
     ) -> std::io::Result<Rc<Files>> {
         let io = IoThread::start(format!("page-io-{shard}"), disk)?;
         let d = dir.clone();
-        io.run(move |disk| {
-            match std::fs::metadata(&d) {
-                Ok(_) => disk.remove_tree(&d)?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-            std::fs::create_dir_all(&d)
-        })
-        .await?;
+        io.run(move |_| std::fs::create_dir_all(&d)).await?;
         Ok(Rc::new(Files {
             dir,
             io,

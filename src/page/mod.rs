@@ -95,7 +95,8 @@ pub(crate) struct Pager {
     keyed: Keyed,
     files: Rc<Files>,
     load: Option<Load>,
-    writer: Option<glommio::Task<()>>,
+    /// Writes the pages; cancelled when the pager goes.
+    _writer: glommio::Task<()>,
 }
 
 /// A bucket being loaded.
@@ -142,7 +143,7 @@ impl Pager {
             keyed: Keyed::new(),
             files,
             load: None,
-            writer: Some(writer),
+            _writer: writer,
         };
         pager.line = pager.first_unloaded(now);
         Ok(pager)
@@ -346,9 +347,10 @@ impl Pager {
 }
 
 impl Drop for Pager {
+    /// Stops the page tasks that outlive the pager's fields: a read task of a load, or a
+    /// read for a GET, waiting on the files' event.
     fn drop(&mut self) {
         self.files.close();
-        self.writer.take();
     }
 }
 

@@ -7,6 +7,31 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `punctual serve` on the journal store under `data`, with `toml` as its config file (kept as
+/// long as the server runs) and `args`.
+pub struct Configured {
+    pub s: Server,
+    _config: tempfile::NamedTempFile,
+}
+
+impl Configured {
+    pub fn journal(data: &std::path::Path, toml: &str, args: &[&str]) -> Configured {
+        let mut config = tempfile::NamedTempFile::new().expect("config file");
+        config.write_all(toml.as_bytes()).expect("write config");
+        let (cfg, dir) = (config.path().to_string_lossy(), data.to_string_lossy());
+        let mut all = vec!["--config", &cfg, "--store", "journal", "--data-dir", &dir];
+        all.extend_from_slice(args);
+        let s = Server::start(&all);
+        Configured { s, _config: config }
+    }
+
+    /// Ends the server with SIGKILL and waits for it.
+    pub fn sigkill(mut self) {
+        let _ = self.s.child.kill();
+        let _ = self.s.child.wait();
+    }
+}
+
 /// A running server; killed when dropped.
 pub struct Server {
     pub child: Child,
