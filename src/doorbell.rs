@@ -14,6 +14,16 @@
 //! shard module doc). Every reply from another thread (a shard answering an HTTP task of
 //! another shard, the journal's I/O thread, the name resolver) is such a wake.
 //!
+//! glommio's foreign path has a second defect, in its tasks' reference counts. The count is
+//! atomic, the rest of a task's header is not, and a task's join handle is not counted. A
+//! waker released on another thread that takes the count to zero clones itself again, from
+//! zero, to queue a last wake; a join handle dropped on the home thread in that window reads
+//! zero and frees the task, and the queued clone then wakes freed memory (glommio panics with
+//! "Waker invariant broken", or worse). So no task's waker of ours is woken or dropped on
+//! another thread: a wake from there takes the waker out and queues it here, and a relayed
+//! future drops the waker it keeps on its home thread once it is answered or dropped
+//! (`Relay::release`).
+//!
 //! A doorbell takes those wakes off glommio's path. The waker a relayed future hands out is
 //! ours: woken on the shard's own thread it wakes the task directly; woken from another
 //! thread it queues the task's waker here and, only when the doorbell's reader is parked,
@@ -220,6 +230,19 @@ struct Relay {
     target: Mutex<Option<Waker>>,
 }
 
+impl Relay {
+    /// Drops the task's waker here, on its home thread, once the future no longer needs it.
+    ///
+    /// The sender's thread may hold the last reference to this relay (the waker it took from
+    /// the channel) for a moment after the reply. A task waker still inside would then be
+    /// dropped there, on glommio's foreign path, whose reference count races the task's own
+    /// drop (see the module doc).
+    fn release(&self) {
+        let target = self.target.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(target);
+    }
+}
+
 impl Wake for Relay {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
@@ -269,7 +292,19 @@ impl<F: Future + Unpin> Future for Relayed<F> {
             }
         }
         let waker = Waker::from(relay.clone());
-        Pin::new(&mut this.fut).poll(&mut Context::from_waker(&waker))
+        let answer = Pin::new(&mut this.fut).poll(&mut Context::from_waker(&waker));
+        if answer.is_ready() {
+            relay.release();
+        }
+        answer
+    }
+}
+
+impl<F> Drop for Relayed<F> {
+    fn drop(&mut self) {
+        if let Some(relay) = &self.relay {
+            relay.release();
+        }
     }
 }
 
@@ -473,6 +508,102 @@ mod tests {
         );
         assert!(seen.fallbacks > 0, "the failed rings fell back: {seen:?}");
         assert!(seen.relayed > seen.fallbacks, "{seen:?}");
+    }
+
+    /// A task's waker that records the thread its last reference is dropped on.
+    struct Tracked(Arc<Mutex<Option<ThreadId>>>);
+
+    impl Wake for Tracked {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            *self.0.lock().expect("tracked") = Some(std::thread::current().id());
+        }
+    }
+
+    /// Keeps the waker of its first poll where a channel keeps its receiver's (`slot`), and is
+    /// ready from its second poll.
+    struct Waits {
+        slot: Arc<Mutex<Option<Waker>>>,
+        polled: bool,
+    }
+
+    impl Future for Waits {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.polled {
+                return Poll::Ready(());
+            }
+            self.polled = true;
+            *self.slot.lock().expect("slot") = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    /// A relayed future on an executor with a doorbell, whose sender's thread takes the
+    /// relay's waker from the channel and keeps it until the future is gone: answered after a
+    /// wake from that thread (`answered`), or dropped while it waits. Returns the home thread
+    /// and the thread the task's waker was last released on.
+    fn task_waker_released(answered: bool) -> (ThreadId, Option<ThreadId>) {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(move || async move {
+                let doorbell = Doorbell::install(Arc::new(ShardMetrics::default())).expect("bell");
+                let released = Arc::new(Mutex::new(None));
+                let task = Waker::from(Arc::new(Tracked(released.clone())));
+                let slot = Arc::new(Mutex::new(None));
+                let mut fut = relay(Waits {
+                    slot: slot.clone(),
+                    polled: false,
+                });
+                let mut cx = Context::from_waker(&task);
+                assert!(Pin::new(&mut fut).poll(&mut cx).is_pending());
+                let held = slot.lock().expect("slot").take().expect("registered");
+                let (woken_tx, woken) = std::sync::mpsc::channel();
+                let (release, released_rx) = std::sync::mpsc::channel::<()>();
+                let sender = std::thread::spawn(move || {
+                    if answered {
+                        held.wake_by_ref();
+                    }
+                    let _ = woken_tx.send(());
+                    let _ = released_rx.recv();
+                    drop(held);
+                });
+                woken.recv().expect("sender");
+                if answered {
+                    // The task is polled again after its wake, and answered.
+                    assert!(Pin::new(&mut fut).poll(&mut cx).is_ready());
+                }
+                drop(fut);
+                drop(task);
+                // The wake queued at the doorbell is woken (and released) by its reader here.
+                for _ in 0..5_000 {
+                    if doorbell.wakers.is_empty() {
+                        break;
+                    }
+                    glommio::timer::sleep(Duration::from_millis(1)).await;
+                }
+                assert!(doorbell.wakers.is_empty(), "the doorbell's reader ran");
+                release.send(()).expect("sender waits");
+                sender.join().expect("sender thread");
+                let on = *released.lock().expect("released");
+                (std::thread::current().id(), on)
+            })
+            .expect("executor")
+            .join()
+            .expect("executor ran")
+    }
+
+    /// The task's waker a relay keeps is released on the task's own thread once the future is
+    /// answered or dropped, though the sender's thread still holds the relay's waker: released
+    /// there, it would take glommio's foreign path (see the module doc).
+    #[test]
+    fn a_task_waker_is_released_on_its_own_thread() {
+        for answered in [true, false] {
+            let (home, released) = task_waker_released(answered);
+            assert_eq!(released, Some(home), "answered: {answered}");
+        }
     }
 
     /// Without a doorbell on the thread (a caller blocked on its own thread), a relayed

@@ -328,8 +328,10 @@ mod tests {
     }
 
     /// The same race with the receivers inside tasks of one glommio executor and the sender on
-    /// another, as the HTTP tasks and the shards are: the sends wake wakers through glommio's
-    /// foreign-waker path while the tasks that registered them are being dropped.
+    /// another, as the HTTP tasks and the shards are: each reply is awaited through the
+    /// executor's doorbell (`doorbell::relay`), as theirs are, while the tasks that wait are
+    /// being dropped. (Without the doorbell the sends would wake and release the tasks' wakers
+    /// on glommio's foreign path, whose reference count races a task's drop: see `doorbell`.)
     #[test]
     fn reply_channel_across_glommio_executors_with_receivers_dropped_mid_send() {
         const ROUNDS: usize = 200_000;
@@ -359,6 +361,9 @@ mod tests {
             glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
                 .name("reply-receiver")
                 .spawn(move || async move {
+                    let metrics = Arc::new(crate::metrics::ShardMetrics::default());
+                    let _doorbell =
+                        crate::doorbell::Doorbell::install(metrics.clone()).expect("doorbell");
                     // As a shard's nap timer does (`shard::park::MAX_NAP`): ends a sleep of
                     // glommio's with a task runnable after a foreign wake it missed (the shard
                     // module doc). Without it, under ThreadSanitizer's slowdown, the receiver slept
@@ -380,7 +385,9 @@ mod tests {
                         }
                         // The task polls the receiver (registering its waker) and is dropped
                         // at once or after a few turns, often while the send is under way.
-                        let task = glommio::spawn_local(async move { rx.await.is_ok() });
+                        let task = glommio::spawn_local(async move {
+                            crate::doorbell::relay(rx).await.is_ok()
+                        });
                         if i % 2 == 0 {
                             for _ in 0..(i % 5) {
                                 futures_lite::future::yield_now().await;
@@ -392,14 +399,18 @@ mod tests {
                     }
                     done.store(true, Ordering::Release);
                     drop(naps);
-                    answered
+                    let fallbacks = metrics
+                        .doorbell_fallback_wakes_total
+                        .load(Ordering::Relaxed);
+                    (answered, fallbacks)
                 })
                 .expect("receiver executor")
         };
-        let answered = receiver.join().expect("receiver executor ran");
+        let (answered, fallbacks) = receiver.join().expect("receiver executor ran");
         let sent = sender.join().expect("sender executor ran");
         assert_eq!(sent as usize, ROUNDS);
-        assert!(answered <= ROUNDS / 2);
+        assert_eq!(answered, ROUNDS / 2, "every awaited reply arrived");
+        assert_eq!(fallbacks, 0, "every wake came through the doorbell");
     }
 
     fn letter(key: &str, body_bytes: usize) -> DeadInfo {
