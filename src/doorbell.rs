@@ -44,16 +44,18 @@
 //!
 //! - `EINTR` is retried (at most [`WRITE_TRIES`] times); `WouldBlock` means the socket holds
 //!   unread bytes already, so the reader will wake.
-//! - Any other error (or `EINTR` past the tries) hands the reader's duty back: the waker sets
-//!   `parked` again (the reader is still in its read, so the next waker rings afresh), fences,
-//!   and wakes every queued waker itself, from its own thread, through glommio's foreign-wake
-//!   path. The same handshake as the reader's park makes that complete: a waker that pushed
-//!   while `parked` was false either sees it true again and rings, or its waker is drained.
-//! - If the reader ends (its read fails), the doorbell is `closed` for good and every waker
-//!   wakes its task through glommio's path at once, after the same push-fence-look.
+//! - Any other error (or `EINTR` past the tries) falls back: the waker sets `parked` again
+//!   (the reader is still in its read, so the next waker rings afresh), fences, and wakes the
+//!   reader's own task through glommio's foreign-wake path, by reference. The reader looks at
+//!   the queue at every poll, after it has registered its waker, so it drains what is queued,
+//!   including any waker that found `parked` false. Only the reader's waker crosses, and only
+//!   by reference: none is released on another thread (the second defect above).
+//! - If the reader's socket fails (its read ends or errs), the doorbell is `closed` for good:
+//!   the reader stays, waiting on its waker alone, and every later waker falls back at once,
+//!   after the same push-fence-look.
 //!
-//! Each wake that goes through glommio's path this way is counted
-//! (`punctual_doorbell_fallback_wakes_total`) and the first error is logged. The bound that
+//! Each wake that falls back is counted (`punctual_doorbell_fallback_wakes_total`) and the
+//! first error is logged. The bound that
 //! then holds is glommio's own: the task runs once the executor takes the notifier's wake,
 //! which the stall described in the shard module doc can delay, and which a shard's nap
 //! timer ([`MAX_NAP`](crate::shard), 2 ms) or the watchdog ends. So a reply is never stranded;
@@ -86,11 +88,14 @@ pub(crate) struct Doorbell {
     home: ThreadId,
     wakers: SegQueue<Waker>,
     parked: AtomicBool,
-    /// The reader has ended: wakers go through glommio's path (see the module doc).
+    /// The reader's socket failed: every waker falls back (see the module doc).
     closed: AtomicBool,
     bell: UnixStream,
     /// Wakes that came from another thread through this doorbell.
     relayed: AtomicU64,
+    /// The reader task's own waker, registered at each of its polls: woken by reference when
+    /// the bell cannot be rung (see the module doc).
+    reader: Mutex<Option<Waker>>,
     /// Where wakes that fell back to glommio's path are counted.
     metrics: Arc<ShardMetrics>,
 }
@@ -114,6 +119,7 @@ impl Doorbell {
             closed: AtomicBool::new(false),
             bell,
             relayed: AtomicU64::new(0),
+            reader: Mutex::new(None),
             metrics,
         });
         // SAFETY: `reader` is a connected Unix socket that nothing else owns; the glommio
@@ -140,7 +146,7 @@ impl Doorbell {
         self.wakers.push(waker);
         fence(Ordering::SeqCst);
         if self.closed.load(Ordering::Relaxed) {
-            self.wake_here();
+            self.fall_back();
             return;
         }
         if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::AcqRel) {
@@ -154,10 +160,11 @@ impl Doorbell {
                     tracing::error!(error = %e, "doorbell: the bell cannot be rung; replies wake this shard's tasks through glommio");
                 }
                 // The reader still waits in its read: the next waker rings afresh, and this
-                // one wakes what is queued, including any waker that found `parked` false.
+                // one wakes the reader, which drains what is queued, including any waker
+                // that found `parked` false.
                 self.parked.store(true, Ordering::SeqCst);
                 fence(Ordering::SeqCst);
-                self.wake_here();
+                self.fall_back();
             }
         }
     }
@@ -177,23 +184,67 @@ impl Doorbell {
         Err(last.unwrap_or_else(|| std::io::ErrorKind::Interrupted.into()))
     }
 
-    /// Wakes every queued task from the calling thread (glommio's own path), counted.
-    fn wake_here(&self) {
-        let mut n = 0;
-        while let Some(w) = self.wakers.pop() {
-            w.wake();
-            n += 1;
-        }
+    /// Wakes the reader's task from the calling thread, by reference, through glommio's
+    /// foreign path; counted.
+    fn fall_back(&self) {
         self.metrics
             .doorbell_fallback_wakes_total
-            .fetch_add(n, Ordering::Relaxed);
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(w) = self
+            .reader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            w.wake_by_ref();
+        }
+    }
+
+    /// The reader's poll: registers its waker, then says whether wakers are queued. In that
+    /// order, so that a waker that fell back before the registration (and found no reader to
+    /// wake) has pushed before this look.
+    fn reader_polled(&self, waker: &Waker) -> bool {
+        {
+            let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+            if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                *slot = Some(waker.clone());
+            }
+        }
+        !self.wakers.is_empty()
     }
 }
 
-/// The reader: wakes the queued tasks from the shard's thread, then parks on the socket.
-async fn answer(doorbell: Arc<Doorbell>, mut reader: glommio::net::UnixStream) {
-    use futures_lite::AsyncReadExt;
+/// Held by the reader: when the executor drops it, the reader's waker and any queued wakers
+/// are released there, on their home thread, and the doorbell is closed.
+struct ReaderGone(Arc<Doorbell>);
+
+impl Drop for ReaderGone {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::SeqCst);
+        drop(
+            self.0
+                .reader
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+        while let Some(w) = self.0.wakers.pop() {
+            drop(w);
+        }
+    }
+}
+
+/// The reader: wakes the queued tasks from the shard's thread, then parks on the socket (and
+/// on its own waker, which a waker that could not ring wakes). It runs as long as the
+/// executor.
+async fn answer(doorbell: Arc<Doorbell>, mut socket: glommio::net::UnixStream) {
+    use futures_lite::AsyncRead;
+    let gone = ReaderGone(doorbell);
+    let doorbell = &gone.0;
     let mut buf = [0u8; 64];
+    // Kept open after it fails, so that a ring racing the failure writes into a socket, not
+    // into a closed peer (`EPIPE`).
+    let mut reading = true;
     loop {
         while let Some(w) = doorbell.wakers.pop() {
             w.wake();
@@ -204,19 +255,26 @@ async fn answer(doorbell: Arc<Doorbell>, mut reader: glommio::net::UnixStream) {
             doorbell.parked.store(false, Ordering::Relaxed);
             continue;
         }
-        match reader.read(&mut buf).await {
-            Ok(n) if n > 0 => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+        let read = std::future::poll_fn(|cx| {
+            if doorbell.reader_polled(cx.waker()) {
+                return Poll::Ready(None);
+            }
+            if !reading {
+                return Poll::Pending;
+            }
+            Pin::new(&mut socket).poll_read(cx, &mut buf).map(Some)
+        })
+        .await;
+        match read {
+            // Woken with wakers queued (a fall-back), or a ring.
+            None | Some(Ok(1..)) => {}
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
             // The other end is ours and lives as long as the doorbell: an end or an error
-            // means the executor is going away. Wakers go through glommio from now on, and
-            // what is queued is woken here (on the home thread: a local wake).
-            _ => {
+            // leaves the reader with its own waker only (see the module doc).
+            Some(end) => {
+                tracing::error!(result = ?end, "doorbell: its socket failed; replies wake this shard's tasks through glommio from now on");
                 doorbell.closed.store(true, Ordering::SeqCst);
-                fence(Ordering::SeqCst);
-                while let Some(w) = doorbell.wakers.pop() {
-                    w.wake();
-                }
-                return;
+                reading = false;
             }
         }
         doorbell.parked.store(false, Ordering::Relaxed);
@@ -329,7 +387,7 @@ mod tests {
     /// saying in which rounds the bell's writes fail. `None` if no reply arrived for 30 s
     /// (however slow the host, a sanitizer's included, one round never takes that): one was
     /// stranded.
-    fn replies(rounds: usize, broken: fn(usize) -> bool) -> Option<Seen> {
+    fn replies(rounds: usize, broken: fn(usize) -> bool, shut_at: Option<usize>) -> Option<Seen> {
         let handoff = Arc::new(crossbeam_queue::ArrayQueue::<
             futures_channel::oneshot::Sender<usize>,
         >::new(64));
@@ -366,6 +424,14 @@ mod tests {
                 let (mut awaited, mut answered) = (0, 0);
                 for i in 0..rounds {
                     rounds_done.store(i as u64, Ordering::Relaxed);
+                    if shut_at == Some(i) {
+                        // The reader reads the end of its socket: it is closed from here on.
+                        // SAFETY: the bell is the doorbell's open socket; shutting its writing
+                        // half closes no descriptor.
+                        let rc =
+                            unsafe { libc::shutdown(doorbell.bell.as_raw_fd(), libc::SHUT_WR) };
+                        assert_eq!(rc, 0, "shutdown: {}", std::io::Error::last_os_error());
+                    }
                     match (broken(i), broken_now.is_some()) {
                         (true, false) => broken_now = Some(Broken::new(&doorbell)),
                         (false, true) => broken_now = None,
@@ -483,7 +549,7 @@ mod tests {
     /// it, never lost, with receivers often dropped while the send is under way.
     #[test]
     fn replies_from_another_thread_arrive_through_the_doorbell() {
-        let seen = replies(20_000, |_| false).expect("no reply stranded");
+        let seen = replies(20_000, |_| false, None).expect("no reply stranded");
         assert_eq!(seen.answered, seen.awaited, "every awaited reply arrived");
         assert!(
             seen.relayed >= seen.awaited as u64,
@@ -497,9 +563,11 @@ mod tests {
     /// (counted), and the doorbell carries the replies again once the bell works.
     #[test]
     fn a_bell_that_cannot_be_rung_strands_no_reply() {
-        let seen = replies(6_000, |i| {
-            (1_000..2_000).contains(&i) || (3_000..4_000).contains(&i)
-        })
+        let seen = replies(
+            6_000,
+            |i| (1_000..2_000).contains(&i) || (3_000..4_000).contains(&i),
+            None,
+        )
         .expect("no reply stranded behind a failed ring");
         assert_eq!(seen.answered, seen.awaited, "every awaited reply arrived");
         assert!(
@@ -510,16 +578,27 @@ mod tests {
         assert!(seen.relayed > seen.fallbacks, "{seen:?}");
     }
 
-    /// A task's waker that records the thread its last reference is dropped on.
-    struct Tracked(Arc<Mutex<Option<ThreadId>>>);
+    /// A task's waker that records the thread of each of its wakes and of its last release.
+    struct Tracked(Arc<Mutex<Vec<ThreadId>>>);
+
+    impl Tracked {
+        fn note(&self) {
+            self.0
+                .lock()
+                .expect("tracked")
+                .push(std::thread::current().id());
+        }
+    }
 
     impl Wake for Tracked {
-        fn wake(self: Arc<Self>) {}
+        fn wake(self: Arc<Self>) {
+            self.note();
+        }
     }
 
     impl Drop for Tracked {
         fn drop(&mut self) {
-            *self.0.lock().expect("tracked") = Some(std::thread::current().id());
+            self.note();
         }
     }
 
@@ -544,14 +623,16 @@ mod tests {
 
     /// A relayed future on an executor with a doorbell, whose sender's thread takes the
     /// relay's waker from the channel and keeps it until the future is gone: answered after a
-    /// wake from that thread (`answered`), or dropped while it waits. Returns the home thread
-    /// and the thread the task's waker was last released on.
-    fn task_waker_released(answered: bool) -> (ThreadId, Option<ThreadId>) {
+    /// wake from that thread (`answered`), or dropped while it waits; with the bell's writes
+    /// failing throughout (`broken`). Returns the home thread and the threads of the task
+    /// waker's wakes and last release.
+    fn task_waker_used(answered: bool, broken: bool) -> (ThreadId, Vec<ThreadId>) {
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .spawn(move || async move {
                 let doorbell = Doorbell::install(Arc::new(ShardMetrics::default())).expect("bell");
-                let released = Arc::new(Mutex::new(None));
-                let task = Waker::from(Arc::new(Tracked(released.clone())));
+                let broken = broken.then(|| Broken::new(&doorbell));
+                let used = Arc::new(Mutex::new(Vec::new()));
+                let task = Waker::from(Arc::new(Tracked(used.clone())));
                 let slot = Arc::new(Mutex::new(None));
                 let mut fut = relay(Waits {
                     slot: slot.clone(),
@@ -587,7 +668,8 @@ mod tests {
                 assert!(doorbell.wakers.is_empty(), "the doorbell's reader ran");
                 release.send(()).expect("sender waits");
                 sender.join().expect("sender thread");
-                let on = *released.lock().expect("released");
+                drop(broken);
+                let on = used.lock().expect("used").clone();
                 (std::thread::current().id(), on)
             })
             .expect("executor")
@@ -595,15 +677,34 @@ mod tests {
             .expect("executor ran")
     }
 
-    /// The task's waker a relay keeps is released on the task's own thread once the future is
-    /// answered or dropped, though the sender's thread still holds the relay's waker: released
-    /// there, it would take glommio's foreign path (see the module doc).
+    /// The task's waker a relay keeps is woken and released on the task's own thread only:
+    /// once the future is answered or dropped, though the sender's thread still holds the
+    /// relay's waker, and when the bell cannot be rung. Woken or released on the sender's
+    /// thread, it would take glommio's foreign path (see the module doc).
     #[test]
-    fn a_task_waker_is_released_on_its_own_thread() {
-        for answered in [true, false] {
-            let (home, released) = task_waker_released(answered);
-            assert_eq!(released, Some(home), "answered: {answered}");
+    fn a_task_waker_is_used_on_its_own_thread_only() {
+        for (answered, broken) in [(true, false), (false, false), (true, true), (false, true)] {
+            let (home, used) = task_waker_used(answered, broken);
+            assert!(!used.is_empty(), "released at all");
+            assert!(
+                used.iter().all(|t| *t == home),
+                "answered {answered}, broken {broken}: woken or released on {used:?}, home {home:?}"
+            );
+            assert_eq!(used.len(), 1 + usize::from(answered), "{used:?}");
         }
+    }
+
+    /// The reader's socket fails (it reads the end) a third of the way through: no reply is
+    /// stranded, and every one after that fell back.
+    #[test]
+    fn a_doorbell_whose_socket_fails_strands_no_reply() {
+        let seen = replies(6_000, |_| false, Some(2_000)).expect("no reply stranded");
+        assert_eq!(seen.answered, seen.awaited, "every awaited reply arrived");
+        assert!(
+            seen.fallbacks >= 3_000,
+            "the replies after the failure fell back: {seen:?}"
+        );
+        assert!(seen.relayed >= seen.awaited as u64, "{seen:?}");
     }
 
     /// Without a doorbell on the thread (a caller blocked on its own thread), a relayed

@@ -221,11 +221,20 @@ impl Pulse {
     }
 
     /// The executor is about to end: nothing is left to watch. Called from its last task,
-    /// so that the wakers are dropped where they live.
+    /// so that the wakers are dropped where they live: the watchdog's thread may hold the
+    /// pulse last, and a glommio waker released on another thread races its task's drop
+    /// (`doorbell`).
     pub fn leave(&self) {
         self.running();
         self.set_waker(None);
         drop(self.home.lock().unwrap_or_else(|p| p.into_inner()).take());
+        drop(
+            self.noter
+                .task
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
     }
 
     /// The executor is gone (its thread unwinds from a panic): the watchdog must not wake its
@@ -235,6 +244,13 @@ impl Pulse {
         self.running();
         std::mem::forget(self.waker.lock().unwrap_or_else(|p| p.into_inner()).take());
         std::mem::forget(self.home.lock().unwrap_or_else(|p| p.into_inner()).take());
+        std::mem::forget(
+            self.noter
+                .task
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
     }
 
     /// The shard is about to wait: it expects to run again within `within`.

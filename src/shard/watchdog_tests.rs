@@ -267,3 +267,38 @@ fn a_start_is_nudged_with_at_most_one_wake_outstanding() {
     pulse.check(t0 + 200 * step, GRACE, |_| false);
     assert_eq!(count.woken(), 2, "started: no more nudges");
 }
+
+/// Records the thread its last reference is released on.
+struct ReleasedOn(Arc<std::sync::Mutex<Option<std::thread::ThreadId>>>);
+impl Wake for ReleasedOn {
+    fn wake(self: Arc<Self>) {}
+}
+impl Drop for ReleasedOn {
+    fn drop(&mut self) {
+        *self.0.lock().expect("released") = Some(std::thread::current().id());
+    }
+}
+
+/// Every waker a pulse keeps of the shard's tasks (its own, the home task's, and the one
+/// its noted waits wake) is released by `leave` on the shard's thread, though the watchdog's
+/// thread drops the pulse last.
+#[test]
+fn leaving_releases_every_task_waker_on_the_shards_thread() {
+    let released = Arc::new(std::sync::Mutex::new(None));
+    let pulse = Arc::new(Pulse::default());
+    {
+        let waker = Waker::from(Arc::new(ReleasedOn(released.clone())));
+        pulse.set_waker(Some(waker.clone()));
+        *pulse.home.lock().expect("home") = Some(waker.clone());
+        let mut wait = pulse.noted(std::future::pending::<()>());
+        let polled = Pin::new(&mut wait).poll(&mut Context::from_waker(&waker));
+        assert!(polled.is_pending());
+    }
+    pulse.leave();
+    let watchdog = std::thread::spawn(move || drop(pulse));
+    watchdog.join().expect("watchdog");
+    assert_eq!(
+        *released.lock().expect("released"),
+        Some(std::thread::current().id())
+    );
+}
