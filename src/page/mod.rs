@@ -196,18 +196,52 @@ impl Pager {
         })
     }
 
-    /// [`Pager::put`] of a timer in its parts (tenant, key, metadata, payload), as recovery
-    /// hands it over: the same record and entry, without making the timer first.
-    pub fn put_parts(
+    /// [`Pager::put`] of a timer a start recovered, in its parts (tenant, key, metadata,
+    /// payload) as the journal hands it over, once per timer: the same record and entry,
+    /// without making the timer first, the entry gathered with others of its part
+    /// (`FarIndex::insert_recovered`). Nothing may read the pages until
+    /// [`Pager::recovered`].
+    pub fn put_recovered(
         &mut self,
         parts: (&str, &str, &[u8], &[u8]),
         deadline: UtcMicros,
         version: u64,
-    ) -> Result<Option<Paged>, ()> {
+    ) -> Result<(), ()> {
         let id = self.keyed.id_of(parts.0, parts.1).ok_or(())?;
-        self.page(id, deadline, version, |out| {
+        let at = self.append(deadline, |out| {
             record::put_parts(out, parts, deadline, version)
-        })
+        })?;
+        self.index.insert_recovered(Far {
+            id,
+            deadline,
+            version,
+            at,
+        });
+        Ok(())
+    }
+
+    /// The start's recovery is over: its paged timers go into the index.
+    pub fn recovered(&mut self) {
+        let met = self.index.recovered();
+        if met > 0 {
+            tracing::error!(
+                timers = met,
+                "paging: recovery handed over timers whose ids another one had; the later of each pair is kept"
+            );
+        }
+    }
+
+    /// Appends the record `write` makes to the bucket of `deadline` (a far one); where it is.
+    fn append(
+        &mut self,
+        deadline: UtcMicros,
+        write: impl FnOnce(&mut Vec<u8>) -> Option<()>,
+    ) -> Result<Loc, ()> {
+        let bucket = self
+            .bucket(deadline)
+            .filter(|_| self.is_far(deadline))
+            .ok_or(())?;
+        self.files.append(bucket, write).ok_or(())
     }
 
     /// Appends the record `write` makes to the bucket of `deadline`, and points the entry of
@@ -219,11 +253,7 @@ impl Pager {
         version: u64,
         write: impl FnOnce(&mut Vec<u8>) -> Option<()>,
     ) -> Result<Option<Paged>, ()> {
-        let bucket = self
-            .bucket(deadline)
-            .filter(|_| self.is_far(deadline))
-            .ok_or(())?;
-        let at = self.files.append(bucket, write).ok_or(())?;
+        let at = self.append(deadline, write)?;
         let old = self.index.insert(Far {
             id,
             deadline,

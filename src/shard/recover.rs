@@ -74,6 +74,9 @@ impl<S: TimeSource> Shard<S> {
         if !recovered {
             return false;
         }
+        if let Some(pager) = self.pager.as_mut() {
+            pager.recovered();
+        }
         // Versions only grow, even past a restart with the clock behind.
         self.table.observe_version(self.store.version_floor());
         self.metrics
@@ -110,15 +113,14 @@ impl Loader<'_> {
             return false;
         }
         let parts = (r.tenant, r.key, r.meta, r.payload);
-        let Ok(old) = pager.put_parts(parts, r.deadline, r.version) else {
+        if pager.put_recovered(parts, r.deadline, r.version).is_err() {
             return false;
-        };
+        }
         self.table.observe_version(r.version);
-        if old.is_none() {
-            // Acknowledged: it counts against its tenant's quota, over it or not.
-            if let Some(q) = self.quotas.get(r.tenant) {
-                q.force();
-            }
+        // Acknowledged: it counts against its tenant's quota, over it or not. The journal
+        // hands each timer over once.
+        if let Some(q) = self.quotas.get(r.tenant) {
+            q.force();
         }
         true
     }

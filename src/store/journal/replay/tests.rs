@@ -123,6 +123,65 @@ fn every_record_looked_at_is_a_step_even_one_that_is_not_live() {
     });
 }
 
+/// `live` reads the segments' records in file order, whatever the range of segments it
+/// sorts at a time, and yields exactly the entries `live_steps` yields (in the index's order):
+/// versions are written rising through four segments, with replaces, cancels and dead
+/// letters across them, so file order is version order.
+#[test]
+fn live_reads_the_segments_in_file_order_and_yields_what_the_index_holds() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut version = 0u64;
+    let mut next = || {
+        version += 1;
+        version
+    };
+    for seq in 1..=4u64 {
+        let mut commits = Vec::new();
+        for i in 0..300u64 {
+            let key = format!("k{}", (i * 7 + seq * 13) % 500);
+            let frame = match i % 10 {
+                3 => cancel(&key),
+                7 => dead(&key, next()),
+                _ => schedule(&key, next()),
+            };
+            commits.push(vec![frame]);
+        }
+        segment(tmp.path(), seq, (seq - 1) * 300 + 1, &commits);
+    }
+    let sources: Vec<super::Source> = (1..=4u64)
+        .map(|seq| {
+            let path = tmp.path().join(segment_name(seq));
+            let buf = super::Buf::map(&path).expect("map");
+            let header = super::super::file::Header::decode(&buf).expect("a header");
+            super::Source { path, buf, header }
+        })
+        .collect();
+    on_executor(async move {
+        let mut replay = super::Replay::new(None, sources, false, false);
+        replay.index().await.expect("clean segments");
+        let mut by_index: Vec<u64> = replay
+            .live_steps()
+            .flatten()
+            .map(|(t, _)| t.version)
+            .collect();
+        by_index.sort_unstable();
+        assert!(by_index.len() > 300, "{} live", by_index.len());
+        for chunk in [1, 2, 150, super::IN_ORDER_CHUNK] {
+            let read: Vec<u64> = replay
+                .live_segments_in(chunk)
+                .map(|(t, _)| t.version)
+                .collect();
+            assert!(
+                read.windows(2).all(|w| w[0] < w[1]),
+                "chunk {chunk}: not in file order"
+            );
+            assert_eq!(read, by_index, "chunk {chunk}");
+        }
+        let all: Vec<u64> = replay.live().map(|(t, _)| t.version).collect();
+        assert_eq!(all, by_index);
+    });
+}
+
 #[test]
 fn a_dead_letter_and_a_pending_timer_of_one_key_coexist_in_either_order() {
     // Dead letter, then a new timer under its key.
