@@ -1,4 +1,4 @@
-//! `perf/flamegraph.sh` and `perf/plot_lateness.py`.
+//! `perf/flamegraph.sh`, `perf/plot_lateness.py` and `perf/proc_sample.py`.
 //!
 //! The flamegraph test decides at run time which branch it is on: where `perf` can record
 //! and inferno is installed, the script must draw a non-empty SVG from a short command;
@@ -239,4 +239,32 @@ fn lateness_plot_refuses_input_without_lateness() {
         !dir.path().join("plots").exists(),
         "nothing is written for bad input"
     );
+}
+
+/// `perf/proc_sample.py` runs the command, samples it, and prints its per-thread CPU; its exit
+/// status is the command's.
+#[test]
+fn proc_sample_reports_the_commands_threads_and_passes_on_its_status() {
+    let run = |script: &str| {
+        Command::new("python3")
+            .arg(repo().join("perf/proc_sample.py"))
+            .args(["--every", "0.2", "--", "sh", "-c", script])
+            .output()
+            .expect("python3 runs perf/proc_sample.py")
+    };
+    let busy = format!("{}; sleep 0.5", BUSY[2]);
+    let out = run(&busy);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("wall "), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("sh ")),
+        "the command's thread has a row: {stdout}"
+    );
+    let failed = run("sleep 0.5; exit 3");
+    assert_eq!(failed.status.code(), Some(3));
 }
