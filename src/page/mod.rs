@@ -56,13 +56,50 @@ pub(crate) fn pages_dir(data_dir: &std::path::Path) -> PathBuf {
     data_dir.join("pages")
 }
 
-/// Removes the pages an earlier run left (every shard's, whatever the shard count was then, and
-/// whether or not this run pages): the journal holds their timers. Before the shards start, on
-/// the caller's thread.
+/// Where an earlier run's pages wait for their removal: `pages.gone-<pid>-<ns>`.
+const GONE: &str = "pages.gone-";
+
+/// Clears away the pages an earlier run left (every shard's, whatever the shard count was
+/// then, and whether or not this run pages): the journal holds their timers. Before the shards
+/// start, on the caller's thread, which only renames them aside; a thread of their own,
+/// `page-clear`, removes them and any that a crash left aside before, so that a start does not
+/// wait on the unlinks (at 100 M paged timers, 15 GiB in thousands of files: 5 to 15 s).
 pub(crate) fn clear(data_dir: &std::path::Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(pages_dir(data_dir)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+    let mut gone: Vec<PathBuf> = std::fs::read_dir(data_dir)?
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(GONE)))
+        .map(|e| e.path())
+        .collect();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let aside = data_dir.join(format!("{GONE}{}-{nanos}", std::process::id()));
+    match std::fs::rename(pages_dir(data_dir), &aside) {
+        Ok(()) => gone.push(aside),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let aside = gone.clone();
+    let spawned = std::thread::Builder::new()
+        .name("page-clear".into())
+        .spawn(move || remove_all(&aside));
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "paging: no thread to remove an earlier run's pages; removing them before the start");
+        remove_all(&gone);
+    }
+    Ok(())
+}
+
+/// Removes directories of an earlier run's pages; one that cannot be is logged and left for
+/// the next start (nothing reads it).
+fn remove_all(dirs: &[PathBuf]) {
+    for dir in dirs {
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "paging: cannot remove an earlier run's pages; the next start tries again");
+        }
     }
 }
 

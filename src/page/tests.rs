@@ -411,3 +411,44 @@ fn ops_interleaved_with_loads_keep_the_wheel_and_pages_exact() {
         }
     });
 }
+
+/// A start clears an earlier run's pages at once, by moving them aside, and a thread of their
+/// own removes them, with any a crash left aside before; the journal's files are untouched.
+#[test]
+fn a_start_moves_the_earlier_pages_aside_and_they_are_removed_behind_it() {
+    let data = tempfile::tempdir().expect("data dir");
+    let page = data.path().join("pages/shard-1");
+    std::fs::create_dir_all(&page).expect("pages");
+    std::fs::write(page.join("b-3.page"), [7u8; 4096]).expect("a page");
+    let cut_short = data.path().join(format!("{GONE}1-2/shard-0"));
+    std::fs::create_dir_all(&cut_short).expect("left aside");
+    std::fs::write(cut_short.join("b-9.page"), [1u8; 64]).expect("a page");
+    std::fs::create_dir_all(data.path().join("gen-1/shard-0")).expect("a journal");
+    clear(data.path()).expect("cleared");
+    assert!(
+        !data.path().join("pages").exists(),
+        "gone from the start's way at once"
+    );
+    let left = || {
+        std::fs::read_dir(data.path())
+            .expect("list")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(GONE))
+            .count()
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while left() > 0 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        left(),
+        0,
+        "the pages set aside, this run's and a crashed one's, are removed"
+    );
+    assert!(
+        data.path().join("gen-1/shard-0").is_dir(),
+        "the journal stays"
+    );
+    // Nothing to clear: nothing happens.
+    clear(data.path()).expect("nothing to clear");
+}
