@@ -229,7 +229,8 @@ fn two_nodes_report_every_partition_held_once_and_the_survivor_takes_all_after_a
 
 #[test]
 fn the_cli_fails_clearly_against_nothing_listening_and_a_node_not_in_cluster_mode() {
-    let nothing = format!("http://127.0.0.1:{}", free_port());
+    let (_held, port) = api_support::refused_port();
+    let nothing = format!("http://127.0.0.1:{port}");
     let out = cli(&["--url", &nothing]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");

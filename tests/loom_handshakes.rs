@@ -11,8 +11,9 @@
 //!   once, by the shard's sweep or by the producer's own.
 //! - the doorbell (`src/doorbell.rs`): the same handshake for wakers, with the reader draining
 //!   the queue before it parks. No waker is left queued behind a parked reader, also when the
-//!   bell cannot be written (the waker hands the duty back and wakes the queue itself) or the
-//!   reader has ended.
+//!   bell cannot be written or the reader's socket has failed: then the waker wakes the reader
+//!   by reference, and the reader, which registers its waker before each look at the queue,
+//!   drains it.
 //!
 //! The queue is modelled by its length (an atomic counter): the handshake depends only on
 //! whether it is empty when looked at.
@@ -177,17 +178,22 @@ fn an_op_pushed_while_the_ring_closes_is_answered_exactly_once() {
     });
 }
 
-/// The doorbell's state: queued wakers, the reader's flag, bytes written, wakers delivered.
+/// The doorbell's state: queued wakers, the reader's flag, bytes written, wakers delivered,
+/// and the reader's own waker (registered, and woken by reference).
 #[derive(Default)]
 struct Doorbell {
     queued: AtomicUsize,
     parked: AtomicBool,
-    /// The reader has ended (`Doorbell::closed`).
+    /// The reader's socket failed (`Doorbell::closed`).
     closed: AtomicBool,
     /// Every write of the bell fails with an error other than `WouldBlock`.
     broken: AtomicBool,
     rung: AtomicUsize,
     delivered: AtomicUsize,
+    /// The reader's waker is in its slot (`Doorbell::reader`, set at its first poll).
+    registered: AtomicBool,
+    /// Wakes of the reader by reference (`Doorbell::fall_back`): each makes it poll again.
+    reader_woken: AtomicUsize,
 }
 
 impl Doorbell {
@@ -196,23 +202,31 @@ impl Doorbell {
         self.queued.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if self.closed.load(Ordering::Relaxed) {
-            self.wake_here();
+            self.fall_back();
             return;
         }
         if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::AcqRel) {
             if self.broken.load(Ordering::Relaxed) {
-                // The write failed: hand the duty back, then wake what is queued.
+                // The write failed: the next waker rings afresh; this one wakes the reader.
                 self.parked.store(true, Ordering::SeqCst);
                 fence(Ordering::SeqCst);
-                self.wake_here();
+                self.fall_back();
             } else {
                 self.rung.fetch_add(1, Ordering::SeqCst);
             }
         }
     }
 
-    /// `Doorbell::wake_here`, or the reader's own drain: pops every queued waker.
-    fn wake_here(&self) {
+    /// `Doorbell::fall_back`: wakes the reader by reference, if its waker is registered (the
+    /// slot's lock orders this look after the push).
+    fn fall_back(&self) {
+        if self.registered.load(Ordering::SeqCst) {
+            self.reader_woken.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The reader's drain: pops every queued waker and wakes it on its own thread.
+    fn drain(&self) {
         let mut n = self.queued.load(Ordering::SeqCst);
         while n > 0 {
             match self
@@ -228,37 +242,59 @@ impl Doorbell {
         }
     }
 
-    /// One turn of the reader: drains, then parks unless a waker came meanwhile; whether it
-    /// parked.
-    fn drain_then_park(&self) -> bool {
+    /// One turn of the reader (`answer`): drains, sets `parked`, looks again, then polls:
+    /// registers its waker and looks once more (`Doorbell::reader_polled`). Returns once it
+    /// waits: on the bell, or (closed) on its waker alone.
+    fn reader_turn(&self) {
         loop {
-            self.wake_here();
+            self.drain();
             self.parked.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if self.queued.load(Ordering::SeqCst) != 0 {
                 self.parked.store(false, Ordering::Relaxed);
                 continue;
             }
-            return true;
+            self.registered.store(true, Ordering::SeqCst);
+            if self.queued.load(Ordering::SeqCst) != 0 {
+                self.parked.store(false, Ordering::Relaxed);
+                continue;
+            }
+            return;
         }
     }
 
-    /// The reader's end (its read failed): closed for good, then what is queued is woken.
+    /// The reader's socket fails: closed for good; the reader goes on, on its waker alone.
     fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        self.wake_here();
+        self.parked.store(false, Ordering::Relaxed);
+        self.reader_turn();
+    }
+
+    /// After the other threads: the reader polls again for each time it was woken, and for
+    /// each byte rung while it still reads its socket, as its executor makes it.
+    fn settle(&self) {
+        let bytes = if self.closed.load(Ordering::SeqCst) {
+            0
+        } else {
+            self.rung.load(Ordering::SeqCst)
+        };
+        let wakes = self.reader_woken.load(Ordering::SeqCst) + bytes;
+        for _ in 0..wakes {
+            self.parked.store(false, Ordering::Relaxed);
+            self.reader_turn();
+        }
     }
 }
 
-/// Two wakers ring a parked reader whose bell cannot be written: no byte arrives, so every
-/// waker must have been woken by a waker's fallback; none is left queued.
+/// Two wakers ring a parked reader whose bell cannot be written: no byte arrives, so the
+/// reader must have been woken by a waker's fall-back, and its turn delivers every waker;
+/// none is left queued behind a reader nothing wakes.
 #[test]
 fn a_bell_that_cannot_be_rung_leaves_no_waker_behind() {
     model(|| {
         let bell = Arc::new(Doorbell::default());
         bell.broken.store(true, Ordering::SeqCst);
-        assert!(bell.drain_then_park());
+        bell.reader_turn();
         let wakers: Vec<_> = (0..2)
             .map(|_| {
                 let bell = bell.clone();
@@ -269,10 +305,11 @@ fn a_bell_that_cannot_be_rung_leaves_no_waker_behind() {
             w.join().expect("waker thread");
         }
         assert_eq!(bell.rung.load(Ordering::SeqCst), 0);
+        bell.settle();
         assert_eq!(
             bell.queued.load(Ordering::SeqCst),
             0,
-            "a waker left queued behind a reader that no byte will wake"
+            "a waker left queued behind a reader that nothing will wake"
         );
         assert_eq!(bell.delivered.load(Ordering::SeqCst), 2);
         // That `parked` ends true (so the next waker rings the reader, still in its read) is
@@ -281,17 +318,20 @@ fn a_bell_that_cannot_be_rung_leaves_no_waker_behind() {
     });
 }
 
-/// A waker racing the reader's end: it is woken by the reader's last drain or by itself.
+/// A waker racing the failure of the reader's socket: delivered by the reader's turns, those
+/// its own loop makes and those its waker's wakes make.
 #[test]
-fn a_wake_racing_the_readers_end_is_delivered() {
+fn a_wake_racing_the_readers_socket_failing_is_delivered() {
     model(|| {
         let bell = Arc::new(Doorbell::default());
+        bell.reader_turn();
         let waker = {
             let bell = bell.clone();
             thread::spawn(move || bell.ring())
         };
         bell.close();
         waker.join().expect("waker thread");
+        bell.settle();
         assert_eq!(bell.queued.load(Ordering::SeqCst), 0, "left queued");
         assert_eq!(bell.delivered.load(Ordering::SeqCst), 1);
     });
@@ -307,13 +347,12 @@ fn a_relayed_wake_is_never_left_behind_a_parked_reader() {
             let bell = bell.clone();
             thread::spawn(move || bell.ring())
         };
-        let parked = bell.drain_then_park();
+        bell.reader_turn();
         waker.join().expect("waker thread");
         let (delivered, rung) = (
             bell.delivered.load(Ordering::SeqCst),
             bell.rung.load(Ordering::SeqCst),
         );
-        assert!(parked);
         assert!(
             delivered == 1 || rung == 1,
             "the wake was neither delivered nor rung (delivered {delivered}, rung {rung})"

@@ -117,8 +117,10 @@ fn path_tricks_are_refused_at_registration() {
 
 #[test]
 fn a_tenant_sees_an_error_class_never_an_internal_address() {
-    // A port nobody listens on, on an allowed literal address: connection refused.
-    let closed = api_support::free_port();
+    // A port nobody listens on, on an allowed literal address: connection refused. Held
+    // bound for the test: a port found free and let go was once taken by another test's
+    // receiver, which answered 404.
+    let (_held, closed) = api_support::refused_port();
     let base = format!("http://127.0.0.1:{closed}/");
     let (s, _f) = start(&format!("callback_allow = [\"{base}\"]\n"));
     let (st, _) = put(

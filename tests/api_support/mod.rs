@@ -43,6 +43,23 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local addr").port()
 }
 
+/// A port on 127.0.0.1 that refuses connections for as long as the returned socket lives:
+/// bound and never listened on, so that no other test's server can take it meanwhile (a port
+/// found free and let go can be, and then it answers).
+pub fn refused_port() -> (socket2::Socket, u16) {
+    let s =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("an address");
+    s.bind(&any.into()).expect("bind port 0");
+    let port = s
+        .local_addr()
+        .expect("local addr")
+        .as_socket()
+        .expect("an inet address")
+        .port();
+    (s, port)
+}
+
 /// The store a test server runs with when its test names none: the in-memory store. These
 /// tests are about HTTP; the journal (the service's default) has its own process tests
 /// (`serve_journal.rs`), and a default `./punctual-data` shared by parallel tests would be
