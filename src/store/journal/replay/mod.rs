@@ -16,8 +16,8 @@
 //! The index stores 12 bytes per entry (32 bits of the identity's hash, file, offset, set, live)
 //! in 4,096 tables of cache lines chosen by hash bits (`parts.rs`: compaction builds the
 //! index on the shard's thread, where one table's doubling was a stop the pacing could not
-//! cut; a probe is one line, asked for [`AHEAD`] records before it is read); the identity it compares is read from the frame in the loaded file, so nothing is
-//! copied. The kept hash bits are what the tables hash by, so growing the index reads no
+//! cut; a probe is one line, asked for [`AHEAD`] records before it is read); the identity it
+//! compares is read from the frame in the loaded file, so nothing is copied. The kept hash bits are what the tables hash by, so growing the index reads no
 //! frame: with only the location kept, each doubling reread every identity from the files,
 //! and that rehashing was 15% of recovering ten million timers (`cargo bench --bench pending
 //! -- --timers 10000000`, profiled). Snapshots hold each identity once, so
