@@ -187,7 +187,7 @@ impl Replay {
         let mut pace = Pace::new();
         // Records hashed, their lines asked for, and noted in the index [`AHEAD`] later, in
         // the same order (see `parts.rs`).
-        let mut ahead = std::collections::VecDeque::with_capacity(AHEAD);
+        let mut ahead = std::collections::VecDeque::with_capacity(AHEAD + 1);
         for (i, src) in segments.iter().enumerate() {
             let role = if i == last && self.last_may_tear {
                 if super::file::flags(&src.buf) & super::file::UNSYNCED != 0 {
@@ -241,12 +241,12 @@ impl Replay {
                     };
                     let hash = hash_of(hasher, (set, id));
                     index.prefetch(hash);
-                    if ahead.len() == AHEAD {
+                    ahead.push_back((set, id, Loc::new(hash, i, off, set, effect == Effect::Live)));
+                    if ahead.len() > AHEAD {
                         if let Some((set, id, loc)) = ahead.pop_front() {
                             *index_live = note(index, *index_live, segments, (set, id), loc);
                         }
                     }
-                    ahead.push_back((set, id, Loc::new(hash, i, off, set, effect == Effect::Live)));
                 }
             }
             report.corrupt += scan.corrupt;
@@ -465,7 +465,8 @@ impl Replay {
 /// Index entries hashed but not yet noted, at most, while indexing: the index's line for each
 /// is asked for as it is hashed, so that up to this many misses overlap. About as many as a
 /// core keeps in flight (10 to 16 fill buffers). At ten million timers, indexing one shard
-/// took 1.4–1.6 s with 4, 8, 16 or 32 ahead alike, and 2.0–2.2 s asking for no line ahead.
+/// took 1.4–1.6 s with 4, 8, 16 or 32 ahead alike, and 2.0–2.2 s asking for no line ahead
+/// (`docs/BENCHMARKS.md`, "Paging far timers").
 const AHEAD: usize = 16;
 
 /// Notes in the index that (set, identity)'s last record is at `loc`, live or gone; the count
