@@ -313,6 +313,9 @@ impl Files {
         };
         let path = files.path(bucket);
         let mut at = 0;
+        // Failed reads in a row: logged at the 1st, 2nd, 4th, 8th…, as the writes' are, so
+        // that a disk that keeps failing does not fill the log at one line a second.
+        let mut failures = 0u64;
         while at < on_disk {
             let n = CHUNK.min(on_disk - at);
             let p = path.clone();
@@ -327,6 +330,15 @@ impl Files {
                 .await;
             match read {
                 Ok(buf) => {
+                    if failures > 0 {
+                        tracing::info!(
+                            bucket,
+                            offset = at,
+                            failures,
+                            "paging: a page read back after failed tries; its load goes on"
+                        );
+                        failures = 0;
+                    }
                     at += n;
                     out.chunks.borrow_mut().push_back(Arc::new(buf));
                     (files.nudge)();
@@ -334,7 +346,18 @@ impl Files {
                 Err(e) => {
                     let errors = files.stats.read_errors.get() + 1;
                     files.stats.read_errors.set(errors);
-                    files.lost(bucket, at, &format!("could not be read back: {e}"));
+                    failures += 1;
+                    if files.exit_on_loss {
+                        files.lost(bucket, at, &format!("could not be read back: {e}"));
+                    } else if failures.is_power_of_two() {
+                        tracing::error!(
+                            bucket,
+                            offset = at,
+                            failures,
+                            error = %e,
+                            "paging: a page could not be read back; the read is tried again every second (logged at the 1st, 2nd, 4th… failure in a row). Its timers are safe in the journal, but until a read succeeds they and the later pages' timers are not loaded: a restart loads them from the journal. Check the disk (dmesg, SMART)."
+                        );
+                    }
                     glommio::timer::sleep(RETRY).await;
                     continue;
                 }

@@ -243,6 +243,116 @@ fn a_damaged_page_loads_what_precedes_the_damage_and_says_so() {
     });
 }
 
+/// Log lines, captured for a test.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn lines_with(&self, text: &str) -> usize {
+        let bytes = self.0.lock().expect("log");
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter(|l| l.contains(text))
+            .count()
+    }
+}
+
+/// A page that cannot be read back for a while (cut short on disk, then whole again): the
+/// load waits and tries again, logs the failures in a row at the 1st, 2nd, 4th… only, says
+/// when the read succeeds, and then loads every timer, each once.
+#[test]
+fn a_page_read_that_keeps_failing_is_retried_and_logged_sparsely() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let errors = tracing::subscriber::with_default(subscriber, || {
+        on_executor(async {
+            let mut p = pager(dir.path(), 4, Disk::default()).await;
+            let big = vec![b'r'; 1_000];
+            let d = UtcMicros(T0 + 5 * SECOND);
+            let mut model = Model::new();
+            for i in 0..100u64 {
+                p.put(&timer(&format!("k{i:03}"), &big), d, i + 1)
+                    .expect("paged");
+                model.insert(format!("k{i:03}"), (d, i + 1, big.clone()));
+            }
+            for _ in 0..2_000 {
+                if p.stats().3 > 0 {
+                    break;
+                }
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+            assert!(p.stats().3 > 0, "the page was written");
+            let page = std::fs::read_dir(dir.path().join("pages"))
+                .expect("dir")
+                .next()
+                .expect("one page")
+                .expect("entry")
+                .path();
+            let whole = std::fs::read(&page).expect("page");
+            std::fs::write(&page, &whole[..10]).expect("cut short");
+            // The load begins and its reads fail, once a second, until five have.
+            let mut went = 0;
+            for _ in 0..2_000 {
+                went += p.load_step(UtcMicros(T0 + 2 * SECOND), || false, |_, _, _| {});
+                if p.stats().1 >= 5 {
+                    break;
+                }
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(p.stats().1 >= 5, "{} failed reads", p.stats().1);
+            assert_eq!(went, 0, "nothing loads from a page that cannot be read");
+            std::fs::write(&page, &whole).expect("whole again");
+            // The next try, within `RETRY`, reads it; the load then ends.
+            let mut all = Model::new();
+            for _ in 0..1_000 {
+                let mut went = Vec::new();
+                p.load_step(
+                    UtcMicros(T0 + 2 * SECOND),
+                    || false,
+                    |t, d, v| went.push((t, d, v)),
+                );
+                for (t, d, v) in went {
+                    let old = all.insert(t.key().to_string(), (d, v, t.payload().to_vec()));
+                    assert!(old.is_none(), "{} loaded twice", t.key());
+                }
+                if all.len() == model.len() && p.load.is_none() {
+                    break;
+                }
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(
+                all == model,
+                "{} of {} timers loaded",
+                all.len(),
+                model.len()
+            );
+            p.stats().1
+        })
+    });
+    let logged = (1..=errors).filter(|n| n.is_power_of_two()).count();
+    assert_eq!(
+        log.lines_with("could not be read back"),
+        logged,
+        "{errors} failed reads"
+    );
+    assert_eq!(log.lines_with("read back after failed tries"), 1);
+}
+
 /// The longest step a load holds the shard's thread, against inserting the same records in
 /// one go, in one run: a million timers (32-byte keys, 100-byte payloads) in one bucket,
 /// loaded into a real table, a `Slice` a step as the shard's loop gives it.
