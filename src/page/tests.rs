@@ -24,6 +24,26 @@ async fn pager(dir: &std::path::Path, horizon_s: u64, disk: Disk) -> Pager {
     .expect("pages open")
 }
 
+/// Waits (at most 3 s) until the pager has written a page to disk.
+async fn until_written(p: &Pager) {
+    for _ in 0..3_000 {
+        if p.stats().3 > 0 {
+            return;
+        }
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The one page file under `dir`'s pages.
+fn the_page(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(dir.join("pages"))
+        .expect("dir")
+        .next()
+        .expect("one page")
+        .expect("entry")
+        .path()
+}
+
 /// What a test expects: key → (deadline, version, payload).
 type Model = BTreeMap<String, (UtcMicros, u64, Vec<u8>)>;
 
@@ -187,12 +207,7 @@ fn a_failed_page_write_is_tried_again_and_loses_nothing() {
             model.insert(format!("k{i}"), (d, i + 1, big.clone()));
         }
         // The write fails, waits, and is made again.
-        for _ in 0..3_000 {
-            if p.stats().3 > 0 {
-                break;
-            }
-            glommio::timer::sleep(Duration::from_millis(1)).await;
-        }
+        until_written(&p).await;
         assert_eq!(p.stats().0, 1, "the write failed once");
         assert!(p.stats().3 > 0, "and was made again");
         let all = walk(&mut p, T0 + 6 * SECOND, SECOND / 4).await;
@@ -213,18 +228,8 @@ fn a_damaged_page_loads_what_precedes_the_damage_and_says_so() {
             p.put(&timer(&format!("k{i:03}"), &big), d, i + 1)
                 .expect("paged");
         }
-        for _ in 0..200 {
-            if p.stats().3 > 0 {
-                break;
-            }
-            glommio::timer::sleep(Duration::from_millis(1)).await;
-        }
-        let page = std::fs::read_dir(dir.path().join("pages"))
-            .expect("dir")
-            .next()
-            .expect("one page")
-            .expect("entry")
-            .path();
+        until_written(&p).await;
+        let page = the_page(dir.path());
         let mut bytes = std::fs::read(&page).expect("page");
         let cut = bytes.len() / 2;
         bytes[cut] ^= 0xff;
@@ -290,19 +295,9 @@ fn a_page_read_that_keeps_failing_is_retried_and_logged_sparsely() {
                     .expect("paged");
                 model.insert(format!("k{i:03}"), (d, i + 1, big.clone()));
             }
-            for _ in 0..2_000 {
-                if p.stats().3 > 0 {
-                    break;
-                }
-                glommio::timer::sleep(Duration::from_millis(1)).await;
-            }
+            until_written(&p).await;
             assert!(p.stats().3 > 0, "the page was written");
-            let page = std::fs::read_dir(dir.path().join("pages"))
-                .expect("dir")
-                .next()
-                .expect("one page")
-                .expect("entry")
-                .path();
+            let page = the_page(dir.path());
             let whole = std::fs::read(&page).expect("page");
             std::fs::write(&page, &whole[..10]).expect("cut short");
             // The load begins and its reads fail, once a second, until five have.
