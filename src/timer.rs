@@ -124,6 +124,18 @@ impl PackedTimer {
         // cost a few percent of a burst.)
         unsafe { std::str::from_utf8_unchecked(bytes) }
     }
+
+    /// The same timer in an allocation made on the calling thread; this one is freed. A
+    /// shard calls it for a timer that another thread packed (an HTTP server on another
+    /// shard, a library caller) before the wheel keeps it. mimalloc frees a block on the
+    /// thread that owns its page with a plain push; a block from another thread's page goes
+    /// through that page's atomic list, and once that thread has ended, through the
+    /// reclaiming of its abandoned pages. Every fire frees its timer on the shard, so a
+    /// burst of fires paid that for each one: re-homed at schedule, where it costs one copy
+    /// and moves the cross-thread free off the fire path.
+    pub fn into_local(self) -> PackedTimer {
+        self.clone()
+    }
 }
 
 /// An immutable byte string behind one pointer: `[len: u32 LE][bytes]` in one allocation of

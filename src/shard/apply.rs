@@ -207,6 +207,7 @@ impl<S: TimeSource> Shard<S> {
         version: u64,
     ) -> Result<(Placed, bool), Error> {
         if self.pager.is_none() {
+            let timer = timer.into_local();
             return match self.table.insert_with_version(timer, deadline, version) {
                 Ok(u) => Ok((Placed::Wheel(u.slot), u.replaced)),
                 Err(e) => Err(self.upsert_error(e, deadline)),
@@ -229,7 +230,10 @@ impl<S: TimeSource> Shard<S> {
             // Its bucket is full: the wheel keeps it.
         }
         // Into the wheel first, then out of the pages: a timer is never in neither.
-        let u = match self.table.insert_loaded(timer, deadline, version) {
+        let u = match self
+            .table
+            .insert_loaded(timer.into_local(), deadline, version)
+        {
             Ok(u) => u,
             Err(e) => return Err(self.upsert_error(e, deadline)),
         };
