@@ -32,6 +32,9 @@ pub(crate) enum Op {
         reply: Option<Reply<Result<Scheduled, Error>>>,
         /// A quota slot the caller already took for this timer (see `quota`).
         slot: Option<QuotaSlot>,
+        /// Packed on the owning shard's own thread (an HTTP request that landed on the key's
+        /// owner): its allocation is the shard's already, and the wheel keeps it as it is.
+        home: bool,
     },
     Cancel {
         timer: PackedTimer,

@@ -379,16 +379,15 @@ impl Handle {
             });
         }
         let timer = self.pack_with_meta(tenant, key, meta, payload)?;
-        self.push(
-            tenant,
-            key,
-            Op::Schedule {
-                timer,
-                deadline,
-                reply,
-                slot,
-            },
-        )
+        let shard = self.shard_for(tenant, key);
+        let op = Op::Schedule {
+            timer,
+            deadline,
+            reply,
+            slot,
+            home: crate::shard::on_thread() == Some(shard),
+        };
+        self.push_to(shard, tenant, op)
     }
 
     fn pack(&self, tenant: &str, key: &str, payload: &[u8]) -> Result<PackedTimer> {
@@ -418,10 +417,14 @@ impl Handle {
     }
 
     fn push(&self, tenant: &str, key: &str, op: Op) -> Result<()> {
+        self.push_to(self.shard_for(tenant, key), tenant, op)
+    }
+
+    fn push_to(&self, shard: usize, tenant: &str, op: Op) -> Result<()> {
         if self.inner.stopping.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
-        self.inner.rings[self.shard_for(tenant, key)].push(tenant, op)
+        self.inner.rings[shard].push(tenant, op)
     }
 }
 

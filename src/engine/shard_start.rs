@@ -172,6 +172,7 @@ async fn run_shard(seed: ShardSeed) {
         ready,
         ..
     } = seed;
+    crate::shard::claim_thread(id);
     // Replies from other threads reach this executor's tasks through its doorbell, not
     // glommio's foreign wakes (see `doorbell`).
     if !park_direct {

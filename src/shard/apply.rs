@@ -78,6 +78,7 @@ impl<S: TimeSource> Shard<S> {
                 deadline,
                 reply,
                 slot,
+                home,
             } => {
                 let scheduled = self
                     .store
@@ -86,7 +87,7 @@ impl<S: TimeSource> Shard<S> {
                     .and_then(|()| self.admit_quota(&timer, slot))
                     .and_then(|slot| {
                         let version = self.table.next_version(self.clock.now().as_micros());
-                        let (placed, replaced) = self.place(timer, deadline, version)?;
+                        let (placed, replaced) = self.place(timer, deadline, version, home)?;
                         settle_quota(slot, replaced);
                         let s = Scheduled {
                             version,
@@ -205,9 +206,13 @@ impl<S: TimeSource> Shard<S> {
         timer: PackedTimer,
         deadline: UtcMicros,
         version: u64,
+        home: bool,
     ) -> Result<(Placed, bool), Error> {
+        // The wheel keeps the timer until it fires, and its fire frees it here: a timer that
+        // another thread packed is copied into this thread's heap first (`into_local`).
+        let local = |t: PackedTimer| if home { t } else { t.into_local() };
         if self.pager.is_none() {
-            let timer = timer.into_local();
+            let timer = local(timer);
             return match self.table.insert_with_version(timer, deadline, version) {
                 Ok(u) => Ok((Placed::Wheel(u.slot), u.replaced)),
                 Err(e) => Err(self.upsert_error(e, deadline)),
@@ -230,10 +235,7 @@ impl<S: TimeSource> Shard<S> {
             // Its bucket is full: the wheel keeps it.
         }
         // Into the wheel first, then out of the pages: a timer is never in neither.
-        let u = match self
-            .table
-            .insert_loaded(timer.into_local(), deadline, version)
-        {
+        let u = match self.table.insert_loaded(local(timer), deadline, version) {
             Ok(u) => u,
             Err(e) => return Err(self.upsert_error(e, deadline)),
         };

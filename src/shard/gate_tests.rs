@@ -61,6 +61,7 @@ fn schedule(s: &mut Shard<FakeSource>, key: &str, at: UtcMicros) -> Result<(), E
         deadline: at,
         reply: Some(tx),
         slot: None,
+        home: true,
     });
     match rx.try_recv() {
         Ok(Some(answer)) => answer.map(|_| ()),

@@ -183,8 +183,26 @@ use crate::store::Store;
 use crate::wheel::TimerTable;
 use fire::{More, Spent, FIRE_BATCH};
 use park::HELD_BACK_NAP;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+thread_local! {
+    /// The shard whose executor runs on this thread; `None` on every other thread.
+    static THIS_SHARD: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// This thread is shard `id`'s from now on: its executor's thread, before its tasks run.
+pub(crate) fn claim_thread(id: usize) {
+    THIS_SHARD.with(|s| s.set(Some(id)));
+}
+
+/// The shard whose thread this is, if it is one's. (Two engines in one process each have a
+/// shard 0: a handle of one used on the other's thread takes it for its own, which costs only
+/// the copy that `PackedTimer::into_local` would have saved.)
+pub(crate) fn on_thread() -> Option<usize> {
+    THIS_SHARD.with(Cell::get)
+}
 
 pub(crate) struct Shard<S: TimeSource> {
     pub id: usize,

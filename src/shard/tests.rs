@@ -722,3 +722,51 @@ fn follow_ups_are_applied_in_order_a_chunk_at_a_time_once_the_slice_is_over() {
     assert_eq!(passes, n.div_ceil(FOLLOW_UP_CHECK));
     assert!(s.table.is_empty());
 }
+
+/// A timer that another thread packed is copied into the shard's own heap before the wheel
+/// keeps it, so that its fire frees it with a local free; one packed on the shard's thread
+/// (`home`) is kept as it is. Both are scheduled, kept and answered alike.
+#[test]
+fn the_wheel_keeps_a_copy_of_a_timer_packed_elsewhere_and_a_home_one_as_it_is() {
+    use crate::op::{reply_channel, Op};
+    let src = FakeSource::new(UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, _) = shard(&src);
+    let due = UtcMicros(src.realtime().0 / 1_000 + 1_000_000);
+    for home in [false, true] {
+        let key = format!("k-{home}");
+        let timer = PackedTimer::new("t", &key, b"{\"order\":42}").expect("small");
+        let identity = timer.identity().to_vec();
+        let packed_at = timer.packed().as_ptr();
+        let (tx, mut rx) = reply_channel();
+        s.apply(Op::Schedule {
+            timer,
+            deadline: due,
+            reply: Some(tx),
+            slot: None,
+            home,
+        });
+        assert!(matches!(rx.try_recv(), Ok(Some(Ok(_)))), "{key} scheduled");
+        let kept = s.table.get(&identity).expect("kept");
+        assert_eq!((kept.timer.key(), kept.deadline), (key.as_str(), due));
+        assert_eq!(kept.timer.payload(), b"{\"order\":42}");
+        assert_eq!(
+            kept.timer.packed().as_ptr() == packed_at,
+            home,
+            "{key}: kept as packed only when packed on the shard's thread"
+        );
+    }
+}
+
+/// A shard's thread says whose it is; no other thread does.
+#[test]
+fn only_a_claimed_thread_is_a_shards() {
+    assert_eq!(
+        std::thread::spawn(super::on_thread).join().expect("thread"),
+        None
+    );
+    let claimed = std::thread::spawn(|| {
+        super::claim_thread(3);
+        super::on_thread()
+    });
+    assert_eq!(claimed.join().expect("thread"), Some(3));
+}
