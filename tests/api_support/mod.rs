@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -38,9 +38,15 @@ pub struct Server {
     pub addr: SocketAddr,
 }
 
+// Every support module that starts servers includes it: its claims are the kernel's, so the
+// copies agree (`ports.rs`).
+#[allow(clippy::duplicate_mod)]
+#[path = "../support/ports.rs"]
+mod ports;
+
+/// A free port for a punctual server, never one another test was given (`ports.rs`).
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().expect("local addr").port()
+    ports::free_port()
 }
 
 /// A port on 127.0.0.1 that refuses connections for as long as the returned socket lives:

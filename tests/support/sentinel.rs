@@ -12,7 +12,6 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,12 +19,15 @@ use std::time::{Duration, Instant};
 /// The master's name in the sentinels' configuration.
 pub const MASTER_NAME: &str = "punctual-test";
 
-/// A TCP port nothing listens on right now.
+// Every support module that starts servers includes it: its claims are the kernel's, so the
+// copies agree (`ports.rs`).
+#[allow(clippy::duplicate_mod)]
+#[path = "ports.rs"]
+mod ports;
+
+/// A free port for a Redis or Sentinel of a Sentinel setup, never one another test was given (`ports.rs`).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    ports::free_port()
 }
 
 /// One `redis-server` (or sentinel) process and the configuration file it starts from.
