@@ -38,16 +38,13 @@ pub struct Server {
     pub addr: SocketAddr,
 }
 
-// Every support module that starts servers includes it: its claims are the kernel's, so the
-// copies agree (`ports.rs`).
+// Free ports, never one another test was given. Every support module that starts servers
+// includes the file: its claims are the kernel's, so the copies agree.
 #[allow(clippy::duplicate_mod)]
 #[path = "../support/ports.rs"]
 mod ports;
 
-/// A free port for a punctual server, never one another test was given (`ports.rs`).
-pub fn free_port() -> u16 {
-    ports::free_port()
-}
+pub use ports::free_port;
 
 /// A port on 127.0.0.1 that refuses connections for as long as the returned socket lives:
 /// bound and never listened on, so that no other test's server can take it meanwhile (a port

@@ -49,17 +49,6 @@ pub fn cluster_port() -> u16 {
     panic!("no free cluster port left in {CLUSTER_PORTS:?}");
 }
 
-// Every support module that starts servers includes it: its claims are the kernel's, so the
-// copies agree (`ports.rs`).
-#[allow(clippy::duplicate_mod)]
-#[path = "ports.rs"]
-mod ports;
-
-/// A free port for a Redis Cluster node, never one another test was given (`ports.rs`).
-pub fn free_port() -> u16 {
-    ports::free_port()
-}
-
 /// One cluster node: its port, configuration file, log and process.
 pub struct ClusterNode {
     pub port: u16,

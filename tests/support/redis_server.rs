@@ -14,16 +14,13 @@ pub struct RedisServer {
     fsync: &'static str,
 }
 
-// Every support module that starts servers includes it: its claims are the kernel's, so the
-// copies agree (`ports.rs`).
+// Free ports, never one another test was given. Every support module that starts servers
+// includes the file: its claims are the kernel's, so the copies agree.
 #[allow(clippy::duplicate_mod)]
 #[path = "ports.rs"]
 mod ports;
 
-/// A free port for a Redis server, never one another test was given (`ports.rs`).
-pub fn free_port() -> u16 {
-    ports::free_port()
-}
+pub use ports::free_port;
 
 impl RedisServer {
     /// Starts a server and waits until it answers PING.

@@ -19,16 +19,13 @@ use std::time::{Duration, Instant};
 /// The master's name in the sentinels' configuration.
 pub const MASTER_NAME: &str = "punctual-test";
 
-// Every support module that starts servers includes it: its claims are the kernel's, so the
-// copies agree (`ports.rs`).
+// Free ports, never one another test was given. Every support module that starts servers
+// includes the file: its claims are the kernel's, so the copies agree.
 #[allow(clippy::duplicate_mod)]
 #[path = "ports.rs"]
 mod ports;
 
-/// A free port for a Redis or Sentinel of a Sentinel setup, never one another test was given (`ports.rs`).
-pub fn free_port() -> u16 {
-    ports::free_port()
-}
+pub use ports::free_port;
 
 /// One `redis-server` (or sentinel) process and the configuration file it starts from.
 pub struct Node {

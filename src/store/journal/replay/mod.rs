@@ -17,13 +17,13 @@
 //! in 4,096 tables of cache lines chosen by hash bits (`parts.rs`: compaction builds the
 //! index on the shard's thread, where one table's doubling was a stop the pacing could not
 //! cut; a probe is one line, asked for [`AHEAD`] records before it is read); the identity it
-//! compares is read from the frame in the loaded file, so nothing is copied. The kept hash bits are what the tables hash by, so growing the index reads no
-//! frame: with only the location kept, each doubling reread every identity from the files,
-//! and that rehashing was 15% of recovering ten million timers (`cargo bench --bench pending
-//! -- --timers 10000000`, profiled). Snapshots hold each identity once, so
-//! they are streamed, not indexed. Recovery hands the live timers to the shard; compaction
-//! copies their frames, verbatim, into the next snapshot; a change of shard count sends each
-//! to its new owner.
+//! compares is read from the frame in the loaded file, so nothing is copied. The kept hash
+//! bits are what the tables hash by, so growing the index reads no frame: with only the
+//! location kept, each doubling reread every identity from the files, and that rehashing was
+//! 15% of recovering ten million timers (`cargo bench --bench pending -- --timers 10000000`,
+//! profiled). Snapshots hold each identity once, so they are streamed, not indexed. Recovery
+//! hands the live timers to the shard; compaction copies their frames, verbatim, into the next
+//! snapshot; a change of shard count sends each to its new owner.
 //!
 //! Cost: one hash and one probe per segment record, one lookup per snapshot record; memory
 //! is the index plus the pages of the files that replay touches. Files are mapped, not read
