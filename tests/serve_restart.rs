@@ -1,7 +1,8 @@
 //! Coming back after a crash: `kill -9` of `punctual serve` while clients hold connections
 //! open, then an immediate restart on the same address, must serve again; and an address that
 //! another live process really listens on must still be refused, once the bind-retry window
-//! is over, with a message that names the address and what to check.
+//! is over, with a message that names the address and what to check; and of several
+//! started on one port at once, exactly one serves it.
 //!
 //! These tests spawn the binary themselves (not `api_support::Server`) because a restart must
 //! reuse the same port.
@@ -173,4 +174,56 @@ fn a_port_held_by_a_live_listener_is_refused_after_the_retry_window() {
         err.contains(&format!("ss -ltnp 'sport = :{}'", addr.port())),
         "says what to check: {err}"
     );
+}
+
+/// Three punctuals started at once on one port, each with its own data directory: one serves
+/// it, and the others give up after their retry window, naming the address, instead of
+/// sharing the port through SO_REUSEPORT.
+#[test]
+fn of_three_started_at_once_on_one_port_one_serves() {
+    let dirs: Vec<_> = (0..3)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let mut procs: Vec<Proc> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            Proc::spawn(
+                addr,
+                &["--bind-retry-ms", "300"],
+                d.path(),
+                &format!("p{i}"),
+            )
+        })
+        .collect();
+    // The two that lose give up once their 300 ms of retries are over.
+    let start = Instant::now();
+    let mut exited = vec![None; procs.len()];
+    while exited.iter().filter(|e| e.is_some()).count() < 2
+        && start.elapsed() < Duration::from_secs(20)
+    {
+        for (p, e) in procs.iter_mut().zip(&mut exited) {
+            if e.is_none() {
+                *e = p.child.try_wait().ok().flatten();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (p, e) in procs.iter().zip(&exited) {
+        if let Some(status) = e {
+            let err = p.stderr_text();
+            assert_eq!(status.code(), Some(1), "{err}");
+            assert!(err.contains(&addr.to_string()), "names the address: {err}");
+        }
+    }
+    let refused = exited.iter().filter(|e| e.is_some()).count();
+    assert_eq!(refused, 2, "exactly one of the three serves {addr}");
+    let (serving, _) = procs
+        .iter_mut()
+        .zip(&exited)
+        .find(|(_, e)| e.is_none())
+        .expect("the one left running");
+    serving.wait_healthy(addr).expect("it serves");
+    round_trip(addr, "the-one");
 }

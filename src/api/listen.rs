@@ -4,7 +4,7 @@
 //!
 //! Every shard binds its own listener to the same address with SO_REUSEPORT, and the kernel
 //! spreads connections over them. SO_REUSEPORT alone would also let a second punctual (same
-//! user) join the first one silently, so [`wait_until_free`] first binds a probe socket
+//! user) join the first one silently, so [`bind_shards`] first binds a probe socket
 //! *without* it. What each bind meets on Linux, by what already holds the port:
 //!
 //! | already on the port                                   | probe      | shard listener |
@@ -26,11 +26,19 @@
 //!    TIME-WAIT) after a crash with clients connected.
 //!
 //! So start-up retries the probe on EADDRINUSE for `bind_retry_ms` (sleeping between tries)
-//! and, once it succeeds, binds and listens on every shard's socket at once
-//! ([`shard_sockets`]), before the engine starts (a journal's recovery can take minutes), and
-//! hands each shard its socket. Left open: two punctuals started at the same moment can both
-//! pass the probe before either listens; the window is the few microseconds between the probe
-//! and the first listen.
+//! and, once it succeeds, binds and listens on every shard's socket at once, before the
+//! engine starts (a journal's recovery can take minutes), and hands each shard its socket
+//! ([`bind_shards`]).
+//!
+//! Two punctuals started at the same moment could both pass the probe before either listens,
+//! and then share the port. So each try first takes the port's start lock: an abstract Unix
+//! socket named `punctual-listen-<port>`, bound only from the probe until the shards listen.
+//! A second start meets the lock (or, once it is let go, the first one's listeners) and
+//! retries, as for a port in use. The kernel drops the lock when its holder exits, however it
+//! exits, so a crash mid-start holds nothing. The lock is per port, not per address: a start
+//! on `0.0.0.0:P` and one on `127.0.0.1:P` conflict too, and the lock is held for microseconds,
+//! so two punctuals on different addresses with one port only take turns. It is per network
+//! namespace, like the port.
 //!
 //! Cost: start-up only; one socket per try, one try per [`RETRY_PAUSE`], then one per shard.
 
@@ -38,19 +46,36 @@ use glommio::net::TcpListener;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener};
 use std::time::{Duration, Instant};
 
 /// Pause between two probes while the address is in use.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
-/// Returns once a probe bind to `addr` succeeds, retrying on EADDRINUSE for up to `retry`;
-/// the error says what to check.
-pub fn wait_until_free(addr: SocketAddr, retry: Duration) -> Result<(), String> {
+/// The shards' listening sockets on `addr`, one per shard, bound and listening, once no other
+/// process serves it: each try takes the port's start lock, probes, and binds the shards'
+/// sockets before letting the lock go; a port in use (or locked by a start under way) is
+/// retried for up to `retry`. The error says what to check.
+///
+/// The sockets listen before the engine starts: start-up (a journal's recovery) may take
+/// minutes, and the address must not be taken meanwhile. Connections that arrive before a
+/// shard accepts wait in its backlog.
+pub fn bind_shards(
+    addr: SocketAddr,
+    shards: usize,
+    retry: Duration,
+) -> Result<Vec<socket2::Socket>, String> {
     let start = Instant::now();
     let mut told = false;
     loop {
-        let err = match probe(addr) {
-            Ok(()) => return Ok(()),
+        let err = match start_lock(addr).and_then(|lock| probe(addr).map(|()| lock)) {
+            Ok(lock) => {
+                let sockets = shard_sockets(addr, shards)
+                    .map_err(|e| format!("listen: cannot bind {addr}: {e}"));
+                drop(lock);
+                return sockets;
+            }
             Err(e) => e,
         };
         if err.kind() != io::ErrorKind::AddrInUse {
@@ -78,6 +103,17 @@ pub fn wait_until_free(addr: SocketAddr, retry: Duration) -> Result<(), String> 
     }
 }
 
+/// The start lock of `addr`'s port (see the module's doc): `None` for port 0, which the
+/// kernel picks anew for each bind; EADDRINUSE while another start holds it.
+fn start_lock(addr: SocketAddr) -> io::Result<Option<UnixListener>> {
+    if addr.port() == 0 {
+        return Ok(None);
+    }
+    let name = format!("punctual-listen-{}", addr.port());
+    let name = UnixAddr::from_abstract_name(name.as_bytes())?;
+    UnixListener::bind_addr(&name).map(Some)
+}
+
 /// Binds, and drops, a socket on `addr` without SO_REUSEPORT: fails with EADDRINUSE while
 /// any listener holds the address (see the table above).
 fn probe(addr: SocketAddr) -> io::Result<()> {
@@ -86,10 +122,8 @@ fn probe(addr: SocketAddr) -> io::Result<()> {
     socket.bind(&addr.into())
 }
 
-/// The shards' listening sockets, one per shard, bound and listening on `addr` as soon as
-/// the probe passed: start-up (a journal's recovery) may take minutes, and the address must
-/// not be taken meanwhile. Connections that arrive before a shard accepts wait in its backlog.
-pub fn shard_sockets(addr: SocketAddr, shards: usize) -> io::Result<Vec<socket2::Socket>> {
+/// One listening socket per shard on `addr`, once the probe passed.
+fn shard_sockets(addr: SocketAddr, shards: usize) -> io::Result<Vec<socket2::Socket>> {
     (0..shards).map(|_| reuseport_socket(addr)).collect()
 }
 
@@ -129,7 +163,8 @@ mod tests {
     #[test]
     fn a_free_address_passes_at_once() {
         let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        assert_eq!(wait_until_free(addr, Duration::ZERO), Ok(()));
+        let sockets = bind_shards(addr, 1, Duration::ZERO).expect("bound");
+        assert_eq!(sockets.len(), 1);
     }
 
     #[test]
@@ -137,13 +172,69 @@ mod tests {
         let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = holder.local_addr().expect("addr");
         let start = Instant::now();
-        let err = wait_until_free(addr, Duration::from_millis(60)).expect_err("in use");
+        let err = bind_shards(addr, 2, Duration::from_millis(60)).expect_err("in use");
         assert!(start.elapsed() >= Duration::from_millis(60), "{err}");
         assert!(
             err.contains(&addr.to_string()) && err.contains("60 ms"),
             "{err}"
         );
         assert!(err.contains(&format!("sport = :{}", addr.port())), "{err}");
+    }
+
+    /// A free port whose start lock another start holds is waited for like a port in use, and
+    /// taken once the lock is let go.
+    #[test]
+    fn a_start_under_way_on_the_port_is_waited_for() {
+        let addr = free_addr();
+        let lock = start_lock(addr)
+            .expect("lock")
+            .expect("a lock for a real port");
+        let err = bind_shards(addr, 1, Duration::from_millis(60)).expect_err("locked");
+        assert!(err.contains("60 ms"), "{err}");
+        drop(lock);
+        let sockets = bind_shards(addr, 2, Duration::from_millis(60)).expect("bound");
+        assert_eq!(sockets.len(), 2);
+        // Bound and listening, the lock let go: another start now meets the listeners.
+        assert!(start_lock(addr).expect("lock").is_some());
+        assert!(bind_shards(addr, 1, Duration::ZERO).is_err());
+    }
+
+    /// Starts racing for one port: however they interleave, one of them serves it. Without
+    /// the start lock both can pass the probe before either listens, and share the port.
+    #[test]
+    fn two_starts_at_once_never_share_the_port() {
+        for round in 0..300 {
+            let addr = free_addr();
+            let gate = std::sync::Barrier::new(3);
+            let won = std::thread::scope(|s| {
+                let starts: Vec<_> = (0..3)
+                    .map(|_| {
+                        s.spawn(|| {
+                            gate.wait();
+                            bind_shards(addr, 1, Duration::ZERO).ok()
+                        })
+                    })
+                    .collect();
+                // Every start's sockets are held until all have returned.
+                let served: Vec<_> = starts
+                    .into_iter()
+                    .filter_map(|t| t.join().expect("no panic"))
+                    .collect();
+                served.len()
+            });
+            assert_eq!(won, 1, "round {round}: {won} starts serve {addr}");
+        }
+    }
+
+    /// A port on 127.0.0.1 that was free a moment ago.
+    fn free_addr() -> SocketAddr {
+        let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+        let first = reuseport_socket(any).expect("bind");
+        first
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .expect("bound address")
     }
 
     /// The shards' sockets listen as soon as they are made, before any shard runs: the

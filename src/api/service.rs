@@ -30,11 +30,13 @@ pub fn serve(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     // Every shard binds with SO_REUSEPORT; a bind without it first makes sure no other live
     // process (another punctual included) serves this address, and waits out the sockets of
-    // one that just crashed on it.
-    listen::wait_until_free(config.listen, Duration::from_millis(config.bind_retry_ms))?;
-    // Held from now on, before the engine starts (a journal's recovery can take minutes).
-    let sockets = listen::shard_sockets(config.listen, config.shards)
-        .map_err(|e| format!("listen: cannot bind {}: {e}", config.listen))?;
+    // one that just crashed on it. Held from now on, before the engine starts (a journal's
+    // recovery can take minutes).
+    let sockets = listen::bind_shards(
+        config.listen,
+        config.shards,
+        Duration::from_millis(config.bind_retry_ms),
+    )?;
     let sockets: Vec<std::sync::Mutex<Option<socket2::Socket>>> = sockets
         .into_iter()
         .map(|s| std::sync::Mutex::new(Some(s)))
