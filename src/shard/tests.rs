@@ -1,4 +1,4 @@
-use super::fire::{FREE_BATCH, SPENT_MAX};
+use super::fire::{FREE_BATCH, SPENT_MAX, STAMP_EVERY};
 use super::*;
 use crate::clock::{ClockConfig, FakeSource};
 use crate::sink::Next;
@@ -220,6 +220,84 @@ fn a_timer_fires_when_the_system_clock_reaches_it_not_the_trailing_mapping() {
         reported[0].1,
         due.as_nanos()
     );
+}
+
+/// A fake TSC that moves 50 ns at each read, and counts the reads.
+struct Ticking {
+    fake: FakeSource,
+    reads: std::sync::atomic::AtomicU64,
+}
+
+impl TimeSource for Ticking {
+    fn ticks(&self) -> crate::units::TscTicks {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.fake.advance(Duration::from_nanos(50));
+        self.fake.ticks()
+    }
+    fn realtime(&self) -> UtcNanos {
+        self.fake.realtime()
+    }
+    fn pause(&self, dur: Duration) {
+        self.fake.pause(dur)
+    }
+    fn kind(&self) -> crate::clock::SourceKind {
+        self.fake.kind()
+    }
+}
+
+/// A burst reads the clock once per [`STAMP_EVERY`] fires, not once per fire (a TSC read is
+/// 17–25 ns on a guest, a third of a fire's own cost): each fire's `fired_at` is the reading
+/// of its group, never before its deadline, and later groups read later.
+#[test]
+fn a_burst_reads_the_clock_once_per_group_of_fires_and_never_stamps_early() {
+    let fake = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let src = Ticking {
+        fake: fake.clone(),
+        reads: Default::default(),
+    };
+    let (mut s, _) = shard_on(src, &fake);
+    let reported = Rc::new(RefCell::new(Vec::new()));
+    s.sinks.push(Box::new(FiredAt(reported.clone())));
+    const N: usize = 1_000;
+    let due = UtcMicros(fake.realtime().0 / 1_000 + 1_000);
+    insert_timers(&mut s.table, N, due, 0);
+    fake.advance(Duration::from_millis(2));
+    let before = s.clock.source().reads.load(Ordering::Relaxed);
+    assert_eq!(
+        s.fire_due(usize::MAX, None).0,
+        N as u64,
+        "the whole burst fired"
+    );
+    let reads = s.clock.source().reads.load(Ordering::Relaxed) - before;
+    assert!(
+        reads as usize <= N / STAMP_EVERY + 4,
+        "{reads} clock reads for {N} fires"
+    );
+    let reported = reported.borrow();
+    assert_eq!(reported.len(), N);
+    let mut run = 0;
+    for (i, (deadline, at)) in reported.iter().enumerate() {
+        assert!(
+            *at >= deadline.as_nanos(),
+            "fire {i}: stamped {at:?} before {deadline:?}"
+        );
+        if i > 0 && reported[i - 1].1 == *at {
+            run += 1;
+        } else {
+            run = 1;
+        }
+        assert!(
+            run <= STAMP_EVERY,
+            "fire {i}: {run} fires share one reading"
+        );
+        if i > 0 {
+            assert!(
+                reported[i - 1].1 <= *at,
+                "fire {i} stamped before fire {}",
+                i - 1
+            );
+        }
+    }
 }
 
 /// The wait before a deadline ends on the mapping 2 µs (the lag allowance) early, and then on
