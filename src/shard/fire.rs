@@ -108,8 +108,9 @@ pub(super) fn chunk_after(n: u64, bytes: usize) -> usize {
 /// shard's own work per fire in a burst), so a burst reads it once per group: each fire's
 /// `fired_at` is the reading its group took as its first fire began, never before the
 /// deadline, and before the hand-over by at most the work of the seven fires ahead of it in
-/// the group (under 1 µs at a burst's pace). Linux's hrtimers and Seastar read the clock once
-/// per expiry pass; a group of 8 bounds the error without paying a read per fire.
+/// the group (under 1 µs in the jitter bench's burst; more where the sinks do more per fire).
+/// Linux's hrtimers read the clock once per expiry interrupt; a group of 8 bounds the error
+/// without paying a read per fire.
 pub(super) const STAMP_EVERY: usize = 8;
 
 impl<S: TimeSource> Shard<S> {
