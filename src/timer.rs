@@ -265,8 +265,6 @@ pub struct FiredTimer<'a> {
     pub key: &'a str,
     pub version: u64,
     pub deadline: UtcMicros,
-    /// When the shard fired it: never before `deadline`. In a burst, up to 8 fires share one
-    /// reading, taken as the first of them began (`shard/fire.rs`, `STAMP_EVERY`).
     pub fired_at: UtcNanos,
     /// Delivery metadata (empty for a timer without a callback; see `webhook::meta`).
     pub meta: &'a [u8],

@@ -103,16 +103,6 @@ pub(super) fn chunk_after(n: u64, bytes: usize) -> usize {
     (CHECK_BYTES as u64 / each).clamp(1, CHECK_EVERY as u64) as usize
 }
 
-/// How many fires of a burst share one reading of the clock for their `fired_at` (and their
-/// lateness). A TSC read costs 17–25 ns on a guest (18 ns here, against about 45 ns of a
-/// shard's own work per fire in a burst), so a burst reads it once per group: each fire's
-/// `fired_at` is the reading its group took as its first fire began, never before the
-/// deadline, and before the hand-over by at most the work of the seven fires ahead of it in
-/// the group (under 1 µs in the jitter bench's burst; more where the sinks do more per fire).
-/// Linux's hrtimers read the clock once per expiry interrupt; a group of 8 bounds the error
-/// without paying a read per fire.
-pub(super) const STAMP_EVERY: usize = 8;
-
 impl<S: TimeSource> Shard<S> {
     /// Fires up to `budget` due timers (fewer when the store has less room for fires), ending
     /// early once `slice` is over; how many fired, and what is left.
@@ -218,8 +208,6 @@ impl<S: TimeSource> Shard<S> {
             &*self.ring,
             &mut self.purging,
         );
-        // The reading of the mapping this fire and the next few share (see `STAMP_EVERY`).
-        let (mut stamp, mut stamped) = (UtcNanos(0), 0usize);
         self.table.poll_keeping(
             now,
             n,
@@ -253,12 +241,7 @@ impl<S: TimeSource> Shard<S> {
                 }
                 // The mapping, moved up to the reading the pass fires by: never before it, so
                 // never before the deadline.
-                if stamped == 0 {
-                    stamp = UtcNanos(clock.now().0.saturating_add(trailing));
-                    stamped = STAMP_EVERY;
-                }
-                stamped -= 1;
-                let fired_at = stamp;
+                let fired_at = UtcNanos(clock.now().0.saturating_add(trailing));
                 metrics
                     .lateness
                     .observe(fired_at.0.saturating_sub(deadline.as_nanos().0));

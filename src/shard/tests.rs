@@ -1,4 +1,4 @@
-use super::fire::{FREE_BATCH, SPENT_MAX, STAMP_EVERY};
+use super::fire::{FREE_BATCH, SPENT_MAX};
 use super::*;
 use crate::clock::{ClockConfig, FakeSource};
 use crate::sink::Next;
@@ -222,78 +222,60 @@ fn a_timer_fires_when_the_system_clock_reaches_it_not_the_trailing_mapping() {
     );
 }
 
-/// A fake TSC that moves 50 ns at each read, and counts the reads.
-struct Ticking {
-    fake: FakeSource,
-    reads: std::sync::atomic::AtomicU64,
-}
+/// A fake TSC that moves 50 ns at each read.
+struct Ticking(FakeSource);
 
 impl TimeSource for Ticking {
     fn ticks(&self) -> crate::units::TscTicks {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.fake.advance(Duration::from_nanos(50));
-        self.fake.ticks()
+        self.0.advance(Duration::from_nanos(50));
+        self.0.ticks()
     }
     fn realtime(&self) -> UtcNanos {
-        self.fake.realtime()
+        self.0.realtime()
     }
     fn pause(&self, dur: Duration) {
-        self.fake.pause(dur)
+        self.0.pause(dur)
     }
     fn kind(&self) -> crate::clock::SourceKind {
-        self.fake.kind()
+        self.0.kind()
     }
 }
 
-/// A burst reads the clock once per [`STAMP_EVERY`] fires, not once per fire (a TSC read is
-/// 17–25 ns on a guest, a third of a fire's own cost): each fire's `fired_at` is the reading
-/// of its group, never before its deadline, and later groups read later.
+/// Each fire of a burst reads the clock for its own `fired_at`: a reading shared by a few
+/// fires would be before the later ones' hand-over by the earlier ones' work, which a sink
+/// (another tenant's webhook, a handler) does not bound, and would make their lateness read
+/// low exactly when the shard is busiest. On a TSC that moves at each read, every fire's
+/// `fired_at` is later than the one before, and none is before its deadline.
 #[test]
-fn a_burst_reads_the_clock_once_per_group_of_fires_and_never_stamps_early() {
+fn every_fire_of_a_burst_reads_the_clock_for_its_own_fired_at() {
     let fake = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
-    let src = Ticking {
-        fake: fake.clone(),
-        reads: Default::default(),
-    };
-    let (mut s, _) = shard_on(src, &fake);
+    let (mut s, _) = shard_on(Ticking(fake.clone()), &fake);
     let reported = Rc::new(RefCell::new(Vec::new()));
     s.sinks.push(Box::new(FiredAt(reported.clone())));
-    const N: usize = 1_000;
+    const N: usize = 200;
     let due = UtcMicros(fake.realtime().0 / 1_000 + 1_000);
     insert_timers(&mut s.table, N, due, 0);
-    fake.advance(Duration::from_millis(2));
-    let before = s.clock.source().reads.load(Ordering::Relaxed);
-    assert_eq!(
-        s.fire_due(usize::MAX, None).0,
-        N as u64,
-        "the whole burst fired"
-    );
-    let reads = s.clock.source().reads.load(Ordering::Relaxed) - before;
-    assert!(
-        reads as usize <= N / STAMP_EVERY + 4,
-        "{reads} clock reads for {N} fires"
-    );
+    fake.advance(Duration::from_millis(1));
+    let mut fired = 0;
+    for _ in 0..100 {
+        fired += s.fire_due(usize::MAX, None).0;
+        if fired == N as u64 {
+            break;
+        }
+        fake.advance(Duration::from_micros(10));
+    }
     let reported = reported.borrow();
-    assert_eq!(reported.len(), N);
-    let mut run = 0;
+    assert_eq!(reported.len(), N, "the whole burst fired");
     for (i, (deadline, at)) in reported.iter().enumerate() {
         assert!(
             *at >= deadline.as_nanos(),
-            "fire {i}: stamped {at:?} before {deadline:?}"
-        );
-        if i > 0 && reported[i - 1].1 == *at {
-            run += 1;
-        } else {
-            run = 1;
-        }
-        assert!(
-            run <= STAMP_EVERY,
-            "fire {i}: {run} fires share one reading"
+            "fire {i}: {at:?} before {deadline:?}"
         );
         if i > 0 {
+            let before = reported[i - 1].1;
             assert!(
-                reported[i - 1].1 <= *at,
-                "fire {i} stamped before fire {}",
+                before < *at,
+                "fire {i} shares or precedes fire {}'s reading: {before:?}, {at:?}",
                 i - 1
             );
         }
