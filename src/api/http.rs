@@ -33,7 +33,7 @@ impl Drop for ConnSlot {
 }
 
 /// Takes this shard's listening socket (bound before the engine started, see
-/// `listen::shard_sockets`) and spawns its acceptor. Runs on the shard's thread, inside its
+/// `listen::bind_shards`) and spawns its acceptor. Runs on the shard's thread, inside its
 /// executor (from the engine's `on_shard_start` hook).
 pub fn start_shard(
     shard: usize,

@@ -37,10 +37,15 @@
 //! retries, as for a port in use. The kernel drops the lock when its holder exits, however it
 //! exits, so a crash mid-start holds nothing. The lock is per port, not per address: a start
 //! on `0.0.0.0:P` and one on `127.0.0.1:P` conflict too, and the lock is held for microseconds,
-//! so two punctuals on different addresses with one port only take turns. It is per network
-//! namespace, like the port.
+//! so two punctuals on different addresses with one port only take turns (within
+//! `bind_retry_ms`; with 0, the second gives up). It is per network namespace, like the port.
+//! Any local process can hold the name; one that holds it past `bind_retry_ms` stops the start,
+//! with an error that names the lock. Where Unix sockets are refused to the process (a unit
+//! with `RestrictAddressFamilies=AF_INET AF_INET6`), the start says so once and goes on
+//! without the lock.
 //!
-//! Cost: start-up only; one socket per try, one try per [`RETRY_PAUSE`], then one per shard.
+//! Cost: start-up only; two sockets per try (the lock and the probe), one try per
+//! [`RETRY_PAUSE`], then one per shard.
 
 use glommio::net::TcpListener;
 use std::io;
@@ -68,38 +73,102 @@ pub fn bind_shards(
 ) -> Result<Vec<socket2::Socket>, String> {
     let start = Instant::now();
     let mut told = false;
+    let mut locking = true;
     loop {
-        let err = match start_lock(addr).and_then(|lock| probe(addr).map(|()| lock)) {
-            Ok(lock) => {
-                let sockets = shard_sockets(addr, shards)
-                    .map_err(|e| format!("listen: cannot bind {addr}: {e}"));
-                drop(lock);
-                return sockets;
-            }
-            Err(e) => e,
+        let blocked = match try_bind(addr, shards, &mut locking, start_lock) {
+            Try::Bound(sockets) => return Ok(sockets),
+            Try::Failed(e) => return Err(format!("listen: cannot bind {addr}: {e}")),
+            Try::Blocked(b) => b,
         };
-        if err.kind() != io::ErrorKind::AddrInUse {
-            return Err(format!("listen: cannot bind {addr}: {err}"));
-        }
         let waited = start.elapsed();
         if waited >= retry {
-            return Err(format!(
-                "listen: cannot bind {addr}: {err}; still in use after retrying for {} ms, so \
-                 another process may be serving it: check with `ss -ltnp 'sport = :{}'`",
-                retry.as_millis(),
-                addr.port()
-            ));
+            let ms = retry.as_millis();
+            let port = addr.port();
+            return Err(match blocked {
+                Blocked::InUse(e) => format!(
+                    "listen: cannot bind {addr}: {e}; still in use after retrying for {ms} ms, \
+                     so another process may be serving it: check with `ss -ltnp 'sport = :{port}'`"
+                ),
+                Blocked::Locked => format!(
+                    "listen: cannot bind {addr}: another start on port {port} held its start \
+                     lock for all of {ms} ms (a punctual starting, or stopped mid-start): check \
+                     with `ss -xlp | grep punctual-listen-{port}`"
+                ),
+            });
         }
         if !told {
             tracing::warn!(
                 listen = %addr,
                 retry_ms = retry.as_millis() as u64,
-                "listen address in use; retrying: after a crash the old process's sockets \
-                 take a moment to close"
+                "{}",
+                match blocked {
+                    Blocked::InUse(_) => "listen address in use; retrying: after a crash the \
+                                          old process's sockets take a moment to close",
+                    Blocked::Locked => "another start on this port is under way; retrying",
+                }
             );
             told = true;
         }
         std::thread::sleep(RETRY_PAUSE.min(retry - waited));
+    }
+}
+
+/// One try of [`bind_shards`].
+enum Try {
+    Bound(Vec<socket2::Socket>),
+    /// Worth another try.
+    Blocked(Blocked),
+    /// Not worth another: the address cannot be bound at all.
+    Failed(io::Error),
+}
+
+enum Blocked {
+    /// The probe found the address in use.
+    InUse(io::Error),
+    /// Another start holds the port's start lock.
+    Locked,
+}
+
+/// Takes the start lock (while `locking`), probes, binds the shards' sockets, lets the lock
+/// go. A lock that cannot be made at all (Unix sockets refused to the process, as
+/// `RestrictAddressFamilies=AF_INET AF_INET6` does) is said once, and the tries go on without
+/// it, as before the lock: the window it closes is microseconds wide, the start is not.
+fn try_bind(
+    addr: SocketAddr,
+    shards: usize,
+    locking: &mut bool,
+    start_lock: fn(SocketAddr) -> io::Result<Option<UnixListener>>,
+) -> Try {
+    let lock = if *locking {
+        match start_lock(addr) {
+            Ok(lock) => lock,
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Try::Blocked(Blocked::Locked),
+            Err(e) => {
+                tracing::warn!(
+                    listen = %addr,
+                    error = %e,
+                    "cannot take the port's start lock (an abstract Unix socket, \
+                     @punctual-listen-{}); starting without it: two punctuals started on this \
+                     port at the same instant could then both serve it",
+                    addr.port()
+                );
+                *locking = false;
+                None
+            }
+        }
+    } else {
+        None
+    };
+    match probe(addr) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Try::Blocked(Blocked::InUse(e)),
+        Err(e) => return Try::Failed(e),
+    }
+    let sockets = shard_sockets(addr, shards);
+    drop(lock);
+    match sockets {
+        Ok(sockets) => Try::Bound(sockets),
+        Err(e) => Try::Failed(e),
     }
 }
 
@@ -122,12 +191,24 @@ fn probe(addr: SocketAddr) -> io::Result<()> {
     socket.bind(&addr.into())
 }
 
-/// One listening socket per shard on `addr`, once the probe passed.
+/// One listening socket per shard on `addr`, once the probe passed. On port 0 the first
+/// socket's port, which the kernel picked, is every other shard's too.
 fn shard_sockets(addr: SocketAddr, shards: usize) -> io::Result<Vec<socket2::Socket>> {
-    (0..shards).map(|_| reuseport_socket(addr)).collect()
+    let mut sockets = Vec::with_capacity(shards);
+    let mut addr = addr;
+    for _ in 0..shards {
+        let socket = reuseport_socket(addr)?;
+        if addr.port() == 0 {
+            if let Some(bound) = socket.local_addr()?.as_socket() {
+                addr = bound;
+            }
+        }
+        sockets.push(socket);
+    }
+    Ok(sockets)
 }
 
-/// A shard's listener, from its socket (see [`shard_sockets`]), handed to glommio on the
+/// A shard's listener, from its socket (see [`bind_shards`]), handed to glommio on the
 /// shard's thread, and its descriptor (for a shutdown(2) when the shard stops accepting).
 pub fn shard_listener(socket: socket2::Socket) -> (TcpListener, RawFd) {
     let fd = socket.into_raw_fd();
@@ -156,20 +237,46 @@ fn new_socket(addr: SocketAddr) -> io::Result<socket2::Socket> {
     )
 }
 
+// The ports the integration tests' servers are given, claimed the same way, so that a test
+// here never gets a port another test, in this process or beside it, holds.
+#[cfg(test)]
+#[path = "../../tests/support/ports.rs"]
+mod test_ports;
+
 #[cfg(test)]
 mod tests {
+    use super::test_ports as ports;
     use super::*;
 
+    /// A port on 127.0.0.1 that no other test was given.
+    fn free_addr() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], ports::free_port()))
+    }
+
+    /// Port 0: the kernel picks the first shard's port, and every shard listens on it.
     #[test]
-    fn a_free_address_passes_at_once() {
+    fn a_free_address_passes_at_once_and_port_0_is_one_port_for_all_shards() {
         let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        let sockets = bind_shards(addr, 1, Duration::ZERO).expect("bound");
-        assert_eq!(sockets.len(), 1);
+        let sockets = bind_shards(addr, 3, Duration::ZERO).expect("bound");
+        let ports: Vec<u16> = sockets
+            .iter()
+            .map(|s| {
+                s.local_addr()
+                    .ok()
+                    .and_then(|a| a.as_socket())
+                    .map_or(0, |a| a.port())
+            })
+            .collect();
+        assert_eq!(ports.len(), 3);
+        assert!(
+            ports[0] != 0 && ports.iter().all(|&p| p == ports[0]),
+            "{ports:?}"
+        );
     }
 
     #[test]
     fn a_live_listener_is_refused_after_the_window_with_what_to_check() {
-        let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let holder = std::net::TcpListener::bind(free_addr()).expect("bind");
         let addr = holder.local_addr().expect("addr");
         let start = Instant::now();
         let err = bind_shards(addr, 2, Duration::from_millis(60)).expect_err("in use");
@@ -181,8 +288,8 @@ mod tests {
         assert!(err.contains(&format!("sport = :{}", addr.port())), "{err}");
     }
 
-    /// A free port whose start lock another start holds is waited for like a port in use, and
-    /// taken once the lock is let go.
+    /// A free port whose start lock another start holds is waited for like a port in use,
+    /// with an error that names the lock, and taken once the lock is let go.
     #[test]
     fn a_start_under_way_on_the_port_is_waited_for() {
         let addr = free_addr();
@@ -190,13 +297,18 @@ mod tests {
             .expect("lock")
             .expect("a lock for a real port");
         let err = bind_shards(addr, 1, Duration::from_millis(60)).expect_err("locked");
-        assert!(err.contains("60 ms"), "{err}");
+        assert!(err.contains("60 ms") && err.contains("start lock"), "{err}");
+        assert!(
+            err.contains(&format!("grep punctual-listen-{}", addr.port())),
+            "{err}"
+        );
         drop(lock);
         let sockets = bind_shards(addr, 2, Duration::from_millis(60)).expect("bound");
         assert_eq!(sockets.len(), 2);
         // Bound and listening, the lock let go: another start now meets the listeners.
         assert!(start_lock(addr).expect("lock").is_some());
-        assert!(bind_shards(addr, 1, Duration::ZERO).is_err());
+        let err = bind_shards(addr, 1, Duration::ZERO).expect_err("in use");
+        assert!(err.contains("sport = :"), "{err}");
     }
 
     /// Starts racing for one port: however they interleave, one of them serves it. Without
@@ -226,29 +338,26 @@ mod tests {
         }
     }
 
-    /// A port on 127.0.0.1 that was free a moment ago.
-    fn free_addr() -> SocketAddr {
-        let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        let first = reuseport_socket(any).expect("bind");
-        first
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .expect("bound address")
+    /// Where Unix sockets are refused to the process (a hardened unit's address families), the
+    /// lock cannot be made: the start goes on without it, and stops asking.
+    #[test]
+    fn a_lock_that_cannot_be_made_does_not_stop_the_start() {
+        let addr = free_addr();
+        let mut locking = true;
+        let refused: fn(SocketAddr) -> io::Result<Option<UnixListener>> =
+            |_| Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
+        let Try::Bound(sockets) = try_bind(addr, 2, &mut locking, refused) else {
+            panic!("the start stopped on the lock");
+        };
+        assert_eq!(sockets.len(), 2);
+        assert!(!locking, "the next tries go without the lock");
     }
 
     /// The shards' sockets listen as soon as they are made, before any shard runs: the
     /// probe of another process fails at once, however long the shards take to start.
     #[test]
     fn the_shard_sockets_hold_the_address_before_the_shards_start() {
-        let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        let first = reuseport_socket(any).expect("first");
-        let addr = first
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .expect("bound address");
-        drop(first);
+        let addr = free_addr();
         let sockets = shard_sockets(addr, 2).expect("bound");
         assert_eq!(sockets.len(), 2);
         let refused = probe(addr).map_err(|e| e.kind());
@@ -260,13 +369,8 @@ mod tests {
 
     #[test]
     fn shard_listeners_share_the_address_and_the_probe_sees_them() {
-        let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        let first = reuseport_socket(any).expect("first shard");
-        let addr = first
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .expect("bound address");
+        let addr = free_addr();
+        let first = reuseport_socket(addr).expect("first shard");
         let second = reuseport_socket(addr).expect("second shard joins");
         let refused = probe(addr).map_err(|e| e.kind());
         assert_eq!(refused, Err(io::ErrorKind::AddrInUse));
