@@ -51,8 +51,41 @@ const IN_FLIGHT: usize = 4_096;
 /// `--page-horizon-s`: 0 pages nothing.
 static HORIZON_S: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// The flags that take a value, and those that do not (`--bench` is cargo's).
+const WITH_VALUE: [&str; 5] = [
+    "--timers",
+    "--shards",
+    "--page-horizon-s",
+    "--register",
+    "--recover",
+];
+const BARE: [&str; 2] = ["--thp-off", "--bench"];
+
+/// Exits with the usage on `--help` (status 0) or on a flag it does not know (status 2): the
+/// default run registers a hundred million timers and needs about 26 GiB, not a thing to start
+/// by mistyping a flag.
+fn check_args(args: &[String]) {
+    let mut rest = args.iter().skip(1);
+    while let Some(a) = rest.next() {
+        if (WITH_VALUE.contains(&a.as_str()) && rest.next().is_some()) || BARE.contains(&a.as_str())
+        {
+            continue;
+        }
+        let help = a == "--help" || a == "-h";
+        if !help {
+            eprintln!("pending: unknown flag or missing value: {a}");
+        }
+        eprintln!(
+            "usage: pending [--timers N] [--shards N] [--page-horizon-s S] [--thp-off]\n\
+             (see the doc at the top of benches/pending.rs; the default is 100,000,000 timers)"
+        );
+        std::process::exit(if help { 0 } else { 2 });
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    check_args(&args);
     let value = |flag: &str| {
         args.iter()
             .position(|a| a == flag)
