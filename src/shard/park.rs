@@ -106,17 +106,23 @@ impl<S: TimeSource> Shard<S> {
     /// `limit` has passed (false). The last stretch reads CLOCK_REALTIME (a vDSO call, tens of
     /// nanoseconds, for about [`crate::clock::Clock::lag_allowance`]), so the pass that follows
     /// starts as the deadline passes, not when the mapping, which trails, catches up.
-    pub(super) fn spin_until(&self, wake: Wake, limit: Duration) -> bool {
+    ///
+    /// A turn with more than [`WARM_SPARE`] to go walks [`WARM_STEP`] entries of the wheel's
+    /// next cascades (`wheel::warm`), so that a cascade due soon finds its entries cached
+    /// instead of missing on each.
+    pub(super) fn spin_until(&mut self, wake: Wake, limit: Duration) -> bool {
         let give_up = std::time::Instant::now().checked_add(limit);
         let mut turns = 0u32;
-        let reached = || {
-            if self.clock.now() < wake.mapped {
-                return false;
+        let spare = WARM_SPARE.as_nanos() as u64;
+        loop {
+            let now = self.clock.now();
+            if now >= wake.mapped
+                && wake
+                    .deadline
+                    .is_none_or(|d| self.clock.source().realtime() >= d)
+            {
+                return true;
             }
-            wake.deadline
-                .is_none_or(|d| self.clock.source().realtime() >= d)
-        };
-        while !reached() {
             if self.ring.has_work() || self.stop.load(Ordering::Relaxed) {
                 return false;
             }
@@ -126,11 +132,23 @@ impl<S: TimeSource> Shard<S> {
             if turns % 64 == 0 && give_up.is_some_and(|g| std::time::Instant::now() >= g) {
                 return false;
             }
+            if wake.mapped.0.saturating_sub(now.0) > spare
+                && self.table.warm(now.as_micros(), WARM_STEP) > 0
+            {
+                continue;
+            }
             std::hint::spin_loop();
         }
-        true
     }
 }
+
+/// Entries of the wheel's next cascades a spin turn walks ahead of time: eight cold entries
+/// are about a microsecond.
+const WARM_STEP: usize = 8;
+
+/// How far a spin must be from its end for a turn to warm: several steps' worth, so that a
+/// step that misses on every entry, or is interrupted, still ends before the deadline.
+const WARM_SPARE: Duration = Duration::from_micros(10);
 
 /// When a shard's wait ends: once the mapped clock reaches `mapped` and, for a deadline, the
 /// system clock reaches `deadline` (`Shard::spin_until`).

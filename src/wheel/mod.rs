@@ -84,12 +84,14 @@ mod list;
 mod rearm;
 mod slab;
 mod table;
+mod warm;
 
 use crate::units::UtcMicros;
 use expired::Runs;
 use level::{level_for, slot_for, Level};
 use list::{Pos, SlotList, NIL};
 use slab::Slab;
+use warm::Warming;
 
 pub use expired::SORT_STEP;
 pub use rearm::Fate;
@@ -129,6 +131,8 @@ pub struct Wheel<T> {
     /// Cost of moving one entry down one level, in ns: how far ahead of its start a slot is
     /// cascaded (see "Cascading ahead").
     move_ns: u64,
+    /// The walks of the next cascades' lists ahead of time (`warm.rs`).
+    warming: Warming,
 }
 
 /// What moving one entry down one level may cost, in ns. `cargo run --release --example
@@ -153,6 +157,7 @@ impl<T> Wheel<T> {
             occupancy: [0; LEVELS + 1],
             slab: Slab::with_capacity(capacity),
             move_ns: MOVE_NS,
+            warming: Warming::new(),
         }
     }
 
@@ -334,8 +339,7 @@ impl<T> Wheel<T> {
         let due_at = if level == 0 {
             start
         } else {
-            let moves = u64::from(level_ref.count(slot)) * level as u64;
-            let lead = moves.saturating_mul(self.move_ns).div_ceil(1_000);
+            let lead = self.cascade_lead(level, level_ref.count(slot));
             // Not bounded below by `elapsed`: after a cascade ahead, `elapsed` is the start of
             // the slot just cascaded, in the future, and the next level's cascade must not wait
             // for it (a million timers' last step down would then begin as little as the
@@ -348,6 +352,14 @@ impl<T> Wheel<T> {
             start,
             due_at,
         })
+    }
+
+    /// How far ahead of its start a slot of `count` entries on `level` (above 0) is cascaded,
+    /// in µs: its expected cost (see "Cascading ahead").
+    fn cascade_lead(&self, level: usize, count: u32) -> u64 {
+        (u64::from(count) * level as u64)
+            .saturating_mul(self.move_ns)
+            .div_ceil(1_000)
     }
 
     /// The next slot, when it is due by `now` (a level-0 slot to fire, or a slot above to

@@ -189,6 +189,14 @@ impl<T> Slab<T> {
         (entry.generation == r.generation && entry.pos != Pos::FREE).then_some(r.index)
     }
 
+    /// Entry `index` if it was ever handed out: for a walk that may hold a stale index
+    /// (`warm.rs`), where [`Slab::get`] would panic.
+    pub fn peek(&self, index: u32) -> Option<&Entry<T>> {
+        self.chunks
+            .get((index >> CHUNK_BITS) as usize)?
+            .get((index & CHUNK_MASK) as usize)
+    }
+
     /// A reference to the entry at `index`, as it is now.
     pub fn entry_ref(&self, index: u32) -> EntryRef {
         EntryRef {

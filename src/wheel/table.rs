@@ -131,6 +131,12 @@ impl TimerTable {
         self.wheel.next_deadline()
     }
 
+    /// Walks up to `steps` entries of the next cascades' lists ahead of time (`Wheel::warm`);
+    /// how many it walked, 0 when nothing is left to warm.
+    pub fn warm(&mut self, now: UtcMicros, steps: usize) -> usize {
+        self.wheel.warm(now.0, steps)
+    }
+
     /// The latest deadline a timer re-armed by the next poll may take (`Wheel::horizon`).
     pub fn horizon(&self) -> UtcMicros {
         self.wheel.horizon()

@@ -1,6 +1,6 @@
 //! Model check: the timer table (wheel + index) against a plain `BTreeMap`, on generated
-//! sequences of insert, reschedule, cancel, advance and backward clock steps, with and without
-//! fired timers re-armed at their fire.
+//! sequences of insert, reschedule, cancel, advance, backward clock steps and the walks that
+//! warm the next cascades, with and without fired timers re-armed at their fire.
 
 use super::table::TimerTable;
 use super::{Fate, Wheel};
@@ -27,6 +27,12 @@ enum Op {
     StepBack {
         by: u64,
     },
+    /// The next cascades' lists walked ahead of time, `steps` entries, as at `now + ahead`:
+    /// it must change nothing a poll sees.
+    Warm {
+        ahead: u64,
+        steps: usize,
+    },
 }
 
 fn scale() -> impl Strategy<Value = u64> {
@@ -46,6 +52,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..40).prop_map(|k| Op::Cancel { k }),
         4 => scale().prop_map(|by| Op::Advance { by }),
         1 => (0u64..10_000).prop_map(|by| Op::StepBack { by }),
+        2 => (scale(), 1usize..20).prop_map(|(ahead, steps)| Op::Warm { ahead, steps }),
     ]
 }
 
@@ -195,6 +202,9 @@ fn run(
             }
             Op::Advance { by } => now += by,
             Op::StepBack { by } => now = now.saturating_sub(by).max(start),
+            Op::Warm { ahead, steps } => {
+                table.warm(UtcMicros(now + ahead), steps);
+            }
         }
         let (mut fired, rearmed) = poll_keeping_all(&mut table, now, budget, rearm);
         for &(deadline, k, ..) in &fired {
