@@ -7,9 +7,9 @@
 //! The walk runs when the slot becomes the lowest level's earliest, that is once the timers
 //! due before it have fired, and the slot's first timers wait for it: spread deadlines (W1 of
 //! `benches/jitter.rs`, 100,000 timers over 10 s) put 2,600 entries in each 262 ms slot of
-//! level 3, and their cascade made the first timer after each slot's start about 160 µs late
-//! (`docs/BENCHMARKS.md`, "W1: where the tail went"). Cascading earlier is not an option: the
-//! level below still holds the slot before.
+//! level 3, and their cascade made the first timer after each slot's start late by a median
+//! of 160–230 µs (`docs/BENCHMARKS.md`, "W1: where the tail went"). Cascading earlier is not
+//! an option: the level below still holds the slot before.
 //!
 //! So a shard that spins towards a deadline with time to spare walks, a few entries per turn,
 //! the list of each level's next slot once its cascade is due within [`WARM_NS_PER_ENTRY`] per
