@@ -32,10 +32,14 @@ impl<S: TimeSource> Shard<S> {
     /// Parks until the next deadline (less the spin window) or a ring wake-up, or spins when
     /// the next deadline is closer than the spin window.
     pub(super) async fn wait(&mut self, wakee: &mut Wakee, buf: &mut [u8]) {
-        let now = self.clock.now();
         let next = self.next_wake();
-        let wait = Duration::from_nanos(next.mapped.0.saturating_sub(now.0));
         let spin = self.spin.window();
+        // Time to spare before the spin window warms the wheel's next cascades first, as the
+        // spin's own turns do; a shard that spins little or not at all would not warm them.
+        let spin_ns = spin.as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.warm_before(UtcNanos(next.mapped.0.saturating_sub(spin_ns)));
+        let now = self.clock.now();
+        let wait = Duration::from_nanos(next.mapped.0.saturating_sub(now.0));
         if wait > spin {
             let mut nap = wait - spin;
             if wakee.cooperative() {
@@ -101,6 +105,24 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 
+    /// Walks the wheel's next cascades (`wheel::warm`) until `until` is [`WARM_SPARE`] away,
+    /// the ring has work, nothing is left to warm, or [`WARM_BEFORE_PARK`] has passed.
+    fn warm_before(&mut self, until: UtcNanos) {
+        let start = self.clock.now();
+        let spare = WARM_SPARE.as_nanos() as u64;
+        let most = WARM_BEFORE_PARK.as_nanos() as u64;
+        loop {
+            let now = self.clock.now();
+            if now.0.saturating_add(spare) >= until.0
+                || now.0.saturating_sub(start.0) >= most
+                || self.ring.has_work()
+                || self.table.warm(now.as_micros(), WARM_STEP) == 0
+            {
+                return;
+            }
+        }
+    }
+
     /// Spins until the mapped clock reaches `wake.mapped` and then, for a deadline, the system
     /// clock reaches the deadline (true); or until the ring has work, the shard is stopping, or
     /// `limit` has passed (false). The last stretch reads CLOCK_REALTIME (a vDSO call, tens of
@@ -145,6 +167,10 @@ impl<S: TimeSource> Shard<S> {
 /// Entries of the wheel's next cascades a spin turn walks ahead of time: eight cold entries
 /// are about a microsecond.
 const WARM_STEP: usize = 8;
+
+/// The longest a shard warms before it parks or spins: the walk of about 1,500 cold entries,
+/// and what a pass may hold a shared thread for (`cooperate::SLICE`).
+const WARM_BEFORE_PARK: Duration = crate::cooperate::SLICE;
 
 /// How far a spin must be from its end for a turn to warm: several steps' worth, so that a
 /// step that misses on every entry, or is interrupted, still ends before the deadline.

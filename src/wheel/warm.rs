@@ -11,8 +11,8 @@
 //! of 160–230 µs (`docs/BENCHMARKS.md`, "W1: where the tail went"). Cascading earlier is not
 //! an option: the level below still holds the slot before.
 //!
-//! So a shard that spins towards a deadline with time to spare walks, a few entries per turn,
-//! the list of each level's next slot once its cascade is due within [`WARM_NS_PER_ENTRY`] per
+//! So a shard with time to spare before a deadline (spinning towards it, or about to park)
+//! walks, a few entries at a time (`shard/park.rs`), the list of each level's next slot once its cascade is due within [`WARM_NS_PER_ENTRY`] per
 //! entry (at least [`WARM_MIN_AHEAD_US`]): about twice what a cold walk of the list takes,
 //! and no earlier. Warmed 2 ms ahead, the lists were as cold at the cascade as without
 //! warming (a walk of the list just before the cascade still took 130 ns an entry); warmed
