@@ -5,9 +5,15 @@
 //! says why). Briefly handing the thread to the executor's other tasks is
 //! `cooperate::yield_to_reactor`, reported to the watchdog around it.
 //!
+//! Time to spare, in a spin or before a park, walks the wheel's next cascades ahead of time
+//! (`wheel/warm.rs`): a few entries per spin turn with more than [`WARM_SPARE`] to go, and up
+//! to [`WARM_BEFORE_PARK`] before a park, which a shared thread's spin then has that much less
+//! of before it yields.
+//!
 //! Cost: a park is a glommio timer raced against a read of the wake socket (`Wakee::Reactor`)
 //! or one `ppoll` (`Wakee::Direct`); a spin reads the TSC through the clock's mapping and looks
-//! at the ring once per turn.
+//! at the ring once per turn. Warming: one comparison per turn while nothing is due to be
+//! warmed, otherwise [`WARM_STEP`] entries (about a microsecond cold).
 
 use super::Shard;
 use crate::clock::TimeSource;
@@ -37,7 +43,7 @@ impl<S: TimeSource> Shard<S> {
         // Time to spare before the spin window warms the wheel's next cascades first, as the
         // spin's own turns do; a shard that spins little or not at all would not warm them.
         let spin_ns = spin.as_nanos().min(u128::from(u64::MAX)) as u64;
-        self.warm_before(UtcNanos(next.mapped.0.saturating_sub(spin_ns)));
+        let warmed = self.warm_before(UtcNanos(next.mapped.0.saturating_sub(spin_ns)));
         let now = self.clock.now();
         let wait = Duration::from_nanos(next.mapped.0.saturating_sub(now.0));
         if wait > spin {
@@ -55,9 +61,9 @@ impl<S: TimeSource> Shard<S> {
                 self.spin.parked(intended, self.clock.now().0);
             }
         } else if wakee.cooperative() {
-            // Spin for at most MAX_UNYIELDED, then let the other tasks run and come back,
-            // asking them to hand the thread back by the deadline.
-            if !self.spin_until(next, MAX_UNYIELDED) {
+            // Spin for at most MAX_UNYIELDED, less what warming took, then let the other
+            // tasks run and come back, asking them to hand the thread back by the deadline.
+            if !self.spin_until(next, MAX_UNYIELDED.saturating_sub(warmed)) {
                 let left = next.mapped.0.saturating_sub(self.clock.now().0);
                 let _away = ShardAway::until(Instant::now() + Duration::from_nanos(left));
                 self.yield_now().await;
@@ -106,19 +112,21 @@ impl<S: TimeSource> Shard<S> {
     }
 
     /// Walks the wheel's next cascades (`wheel::warm`) until `until` is [`WARM_SPARE`] away,
-    /// the ring has work, nothing is left to warm, or [`WARM_BEFORE_PARK`] has passed.
-    fn warm_before(&mut self, until: UtcNanos) {
+    /// the ring has work, nothing is left to warm, or [`WARM_BEFORE_PARK`] has passed; how
+    /// long it took.
+    fn warm_before(&mut self, until: UtcNanos) -> Duration {
         let start = self.clock.now();
         let spare = WARM_SPARE.as_nanos() as u64;
         let most = WARM_BEFORE_PARK.as_nanos() as u64;
         loop {
             let now = self.clock.now();
+            let took = now.0.saturating_sub(start.0);
             if now.0.saturating_add(spare) >= until.0
-                || now.0.saturating_sub(start.0) >= most
+                || took >= most
                 || self.ring.has_work()
                 || self.table.warm(now.as_micros(), WARM_STEP) == 0
             {
-                return;
+                return Duration::from_nanos(took);
             }
         }
     }
@@ -148,18 +156,20 @@ impl<S: TimeSource> Shard<S> {
             if self.ring.has_work() || self.stop.load(Ordering::Relaxed) {
                 return false;
             }
+            let warmed = wake.mapped.0.saturating_sub(now.0) > spare
+                && self.table.warm(now.as_micros(), WARM_STEP) > 0;
             turns = turns.wrapping_add(1);
-            // The limit is checked every 64 turns: an `Instant` read costs about as much as a
-            // TSC read through the mapping.
-            if turns % 64 == 0 && give_up.is_some_and(|g| std::time::Instant::now() >= g) {
+            // The limit is checked every 64 plain turns, since an `Instant` read costs about
+            // as much as a TSC read through the mapping, and after every warming turn, which
+            // may take a microsecond.
+            if (warmed || turns % 64 == 0)
+                && give_up.is_some_and(|g| std::time::Instant::now() >= g)
+            {
                 return false;
             }
-            if wake.mapped.0.saturating_sub(now.0) > spare
-                && self.table.warm(now.as_micros(), WARM_STEP) > 0
-            {
-                continue;
+            if !warmed {
+                std::hint::spin_loop();
             }
-            std::hint::spin_loop();
         }
     }
 }

@@ -417,6 +417,7 @@ impl<T> Wheel<T> {
 
     /// Puts the (unlinked) entry `index` on the list its deadline calls for.
     fn link(&mut self, index: u32) {
+        self.warming.changed();
         let when = self.slab.get(index).deadline;
         // `when == elapsed` goes to level 0, in the current slot, which `next_occupied` still
         // sees; only deadlines strictly behind the wheel's time need the expired list.
@@ -461,6 +462,7 @@ impl<T> Wheel<T> {
 
     /// Takes the entry `index` out of whichever list holds it.
     fn unlink(&mut self, index: u32) {
+        self.warming.changed();
         let (prev, next, pos) = {
             let e = self.slab.get(index);
             (e.prev, e.next, e.pos)

@@ -203,7 +203,8 @@ fn run(
             Op::Advance { by } => now += by,
             Op::StepBack { by } => now = now.saturating_sub(by).max(start),
             Op::Warm { ahead, steps } => {
-                table.warm(UtcMicros(now + ahead), steps);
+                let walked = table.warm(UtcMicros(now + ahead), steps);
+                prop_assert!(walked <= steps, "walked {} of at most {}", walked, steps);
             }
         }
         let (mut fired, rearmed) = poll_keeping_all(&mut table, now, budget, rearm);

@@ -17,9 +17,10 @@
 //! and no earlier. Warmed 2 ms ahead, the lists were as cold at the cascade as without
 //! warming (a walk of the list just before the cascade still took 130 ns an entry); warmed
 //! this close, that walk took 10–15 ns an entry and the cascade a quarter of its time. A
-//! cursor per level resumes the walk where the last turn left it. Warming only reads: it
-//! changes no list, and a cursor that went stale (its entry fired, was removed or moved)
-//! starts again from its list's head. Slots of more than [`WARM_MAX`] entries are left alone:
+//! cursor per level resumes the walk after the last entry it walked, and takes in entries
+//! appended since. Warming only reads: it changes no list, and a cursor whose entry left the
+//! list (fired, removed, moved, or its index given to another timer) starts again from the
+//! list's head. Slots of more than [`WARM_MAX`] entries are left alone:
 //! their lists do not fit the caches the walk would fill, and their cascades run far ahead
 //! anyway (a million entries on level 2 cascade 80 ms before their start).
 //!
@@ -47,14 +48,17 @@ pub const WARM_MAX: u32 = 16_384;
 pub(super) struct Cursor {
     /// The start (µs) of the slot being walked; `u64::MAX` for none.
     start: u64,
-    /// The next entry to touch; `NIL` once the whole list was walked.
-    at: u32,
+    /// The last entry walked, `NIL` before the first, and its generation then: the walk goes
+    /// on from its `next` while it is still the same entry in the same list.
+    last: u32,
+    generation: u32,
 }
 
 impl Cursor {
     pub const NONE: Cursor = Cursor {
         start: u64::MAX,
-        at: NIL,
+        last: NIL,
+        generation: 0,
     };
 }
 
@@ -62,17 +66,25 @@ impl Cursor {
 #[derive(Clone, Debug)]
 pub(super) struct Warming {
     cursors: [Cursor; LEVELS],
-    /// (`elapsed`, µs): until the wheel's time moves from `elapsed` or the clock reaches the
-    /// µs, nothing is left to warm.
+    /// (`elapsed`, µs): until the wheel's time moves from `elapsed`, the clock reaches the µs,
+    /// or a list changes, nothing is left to warm.
     idle: (u64, u64),
 }
 
 impl Warming {
+    const BUSY: (u64, u64) = (u64::MAX, 0);
+
     pub fn new() -> Warming {
         Warming {
             cursors: [Cursor::NONE; LEVELS],
-            idle: (u64::MAX, 0),
+            idle: Warming::BUSY,
         }
+    }
+
+    /// A list changed (an entry linked or unlinked): the next call looks again.
+    #[inline]
+    pub fn changed(&mut self) {
+        self.idle = Warming::BUSY;
     }
 }
 
@@ -108,15 +120,25 @@ impl<T> Wheel<T> {
             let head = l.slot(slot).head;
             let c = &mut self.warming.cursors[level];
             if c.start != start {
-                *c = Cursor { start, at: head };
+                *c = Cursor {
+                    start,
+                    ..Cursor::NONE
+                };
             }
-            while left > 0 && c.at != NIL {
-                left -= 1;
-                c.at = match self.slab.peek(c.at) {
-                    Some(e) if e.pos == pos => e.next,
-                    // Stale: the entry left this list since the last step.
+            while left > 0 {
+                let next = match self.slab.peek(c.last) {
+                    Some(e) if e.pos == pos && e.generation == c.generation => e.next,
+                    // Before the first step, or stale: the entry left this list (fired,
+                    // removed, moved) or its index went to another timer since.
                     _ => head,
                 };
+                // Loading the entry is the warming.
+                let Some(e) = self.slab.peek(next) else {
+                    break;
+                };
+                left -= 1;
+                c.last = next;
+                c.generation = e.generation;
             }
             if left == 0 {
                 return steps;
@@ -177,34 +199,66 @@ mod tests {
         assert_eq!(fired, want);
     }
 
-    #[test]
-    fn a_walk_that_loses_its_place_starts_again_from_the_head() {
-        let n = 64u32;
+    /// A wheel at `START` with `n` entries in the level-2 slot at `SLOT`, in deadline order.
+    fn one_slot(n: u32) -> (Wheel<u32>, Vec<super::super::EntryRef>) {
         let mut wheel: Wheel<u32> = Wheel::new(UtcMicros(START), n as usize);
-        let refs: Vec<_> = (0..n)
+        let refs = (0..n)
             .map(|i| {
                 wheel
                     .insert(UtcMicros(SLOT + u64::from(i)), i)
                     .expect("in range")
             })
             .collect();
-        assert_eq!(wheel.warm(SLOT, 10), 10);
-        // The rest of the list goes, the cursor's entry with it; its slab entries are free.
-        for r in &refs[5..] {
+        (wheel, refs)
+    }
+
+    #[test]
+    fn a_walk_whose_last_entry_left_the_list_starts_again_from_the_head() {
+        let (mut wheel, refs) = one_slot(64);
+        assert_eq!(wheel.warm(SLOT, 10), 10, "entries 0 to 9");
+        // Entries 5 to 63 go, the last one walked with them, latest first: the freed entry 9
+        // now points on through the free list to 10, 11, … 63, which a walk that followed it
+        // would take for the list.
+        for r in refs[5..].iter().rev() {
             wheel.remove(*r).expect("pending");
         }
         assert_eq!(
             warm_all(&mut wheel, SLOT, 3),
-            1 + 5,
-            "the stale cursor costs one step, then the 5 entries left are walked from the head"
+            5,
+            "entries 0 to 4, from the head"
         );
-        // New entries in the same slot: taken by the same cursor's list (appended at its
-        // tail, which the walk has passed: they were written just now, so they are cached).
+    }
+
+    #[test]
+    fn a_walk_whose_last_entry_went_to_another_timer_starts_again_from_the_head() {
+        let (mut wheel, refs) = one_slot(64);
+        assert_eq!(wheel.warm(SLOT, 10), 10, "entries 0 to 9");
+        // Entry 9's index goes to a new timer in the same slot, at the list's tail: a walk
+        // that went on from it would end there and miss entries 10 to 63.
+        wheel.remove(refs[9]).expect("pending");
+        let again = wheel.insert(UtcMicros(SLOT + 1_000), 99).expect("in range");
+        assert_eq!(again.index, refs[9].index, "the index was given again");
+        assert_eq!(
+            warm_all(&mut wheel, SLOT, 8),
+            64,
+            "the whole list, from the head"
+        );
+    }
+
+    #[test]
+    fn entries_appended_after_a_walk_are_walked_next() {
+        let (mut wheel, _) = one_slot(64);
+        assert_eq!(warm_all(&mut wheel, SLOT, 8), 64);
+        assert_eq!(wheel.warm(SLOT, 8), 0, "nothing left");
         wheel.insert(UtcMicros(SLOT + 1_000), 99).expect("in range");
-        assert_eq!(wheel.warm(SLOT, 8), 0);
+        wheel
+            .insert(UtcMicros(SLOT + 1_001), 100)
+            .expect("in range");
+        assert_eq!(warm_all(&mut wheel, SLOT, 8), 2, "only the two new ones");
         let mut fired = Vec::new();
-        wheel.poll(UtcMicros(SLOT + 1_000), |_, _, v| fired.push(v));
-        assert_eq!(fired, vec![0, 1, 2, 3, 4, 99]);
+        wheel.poll(UtcMicros(SLOT + 1_001), |_, _, v| fired.push(v));
+        let want: Vec<u32> = (0..64).chain([99, 100]).collect();
+        assert_eq!(fired, want, "warming changed nothing a poll sees");
     }
 
     #[test]
