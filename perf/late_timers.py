@@ -62,7 +62,8 @@ def slots(rows, late_ns):
         late_rest = sum(1 for l in rest if l >= late_ns)
         print(
             f"  level {level}: {len(first):6d} first in their slot, {late_first:5d} late "
-            f"({100 * late_first / len(first):.1f}%; the rest {100 * late_rest / max(1, len(rest)):.2f}%); "
+            f"({100 * late_first / len(first):.1f}%; "
+            f"the rest {100 * late_rest / max(1, len(rest)):.2f}%); "
             f"their p50 {pct(first, .5) / 1e3:.1f} p90 {pct(first, .9) / 1e3:.1f} "
             f"p99 {pct(first, .99) / 1e3:.1f} us"
         )

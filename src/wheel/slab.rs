@@ -182,10 +182,7 @@ impl<T> Slab<T> {
 
     /// The index behind `r` when its entry is still live.
     pub fn resolve(&self, r: EntryRef) -> Option<u32> {
-        let entry = self
-            .chunks
-            .get((r.index >> CHUNK_BITS) as usize)?
-            .get((r.index & CHUNK_MASK) as usize)?;
+        let entry = self.peek(r.index)?;
         (entry.generation == r.generation && entry.pos != Pos::FREE).then_some(r.index)
     }
 

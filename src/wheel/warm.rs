@@ -12,9 +12,9 @@
 //! an option: the level below still holds the slot before.
 //!
 //! So a shard with time to spare before a deadline (spinning towards it, or about to park)
-//! walks, a few entries at a time (`shard/park.rs`), the list of each level's next slot once its cascade is due within [`WARM_NS_PER_ENTRY`] per
-//! entry (at least [`WARM_MIN_AHEAD_US`]): about twice what a cold walk of the list takes,
-//! and no earlier. Warmed 2 ms ahead, the lists were as cold at the cascade as without
+//! walks, a few entries at a time (`shard/park.rs`), the list of each level's next slot once
+//! its cascade is due within [`WARM_NS_PER_ENTRY`] per entry (at least [`WARM_MIN_AHEAD_US`]):
+//! about twice what a cold walk of the list takes, and no earlier. Warmed 2 ms ahead, the lists were as cold at the cascade as without
 //! warming (a walk of the list just before the cascade still took 130 ns an entry); warmed
 //! this close, that walk took 10–15 ns an entry and the cascade a quarter of its time. A
 //! cursor per level resumes the walk after the last entry it walked, and takes in entries
