@@ -42,9 +42,8 @@ impl<S: TimeSource> Shard<S> {
         let spin = self.spin.window();
         // Time to spare before the spin window warms the wheel's next cascades first, as the
         // spin's own turns do; a shard that spins little or not at all would not warm them.
-        let spin_ns = spin.as_nanos().min(u128::from(u64::MAX)) as u64;
-        let warmed = self.warm_before(UtcNanos(next.mapped.0.saturating_sub(spin_ns)));
-        let now = self.clock.now();
+        let spin_ns = u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX);
+        let (now, warmed) = self.warm_before(UtcNanos(next.mapped.0.saturating_sub(spin_ns)));
         let wait = Duration::from_nanos(next.mapped.0.saturating_sub(now.0));
         if wait > spin {
             let mut nap = wait - spin;
@@ -112,23 +111,25 @@ impl<S: TimeSource> Shard<S> {
     }
 
     /// Walks the wheel's next cascades (`wheel::warm`) until `until` is [`WARM_SPARE`] away,
-    /// the ring has work, nothing is left to warm, or [`WARM_BEFORE_PARK`] has passed; how
-    /// long it took.
-    fn warm_before(&mut self, until: UtcNanos) -> Duration {
+    /// the ring has work, nothing is left to warm, or [`WARM_BEFORE_PARK`] has passed; the
+    /// clock's last reading, and how long it took.
+    fn warm_before(&mut self, until: UtcNanos) -> (UtcNanos, Duration) {
         let start = self.clock.now();
-        let spare = WARM_SPARE.as_nanos() as u64;
-        let most = WARM_BEFORE_PARK.as_nanos() as u64;
-        loop {
-            let now = self.clock.now();
-            let took = now.0.saturating_sub(start.0);
-            if now.0.saturating_add(spare) >= until.0
-                || took >= most
-                || self.ring.has_work()
-                || self.table.warm(now.as_micros(), WARM_STEP) == 0
-            {
-                return Duration::from_nanos(took);
-            }
+        let mut now = start;
+        while now.0.saturating_sub(start.0) < WARM_BEFORE_PARK.as_nanos() as u64
+            && !self.ring.has_work()
+            && self.warm_step(now, until)
+        {
+            now = self.clock.now();
         }
+        (now, Duration::from_nanos(now.0.saturating_sub(start.0)))
+    }
+
+    /// One warming step at `now` if `until` is more than [`WARM_SPARE`] away: whether it
+    /// walked anything.
+    fn warm_step(&mut self, now: UtcNanos, until: UtcNanos) -> bool {
+        until.0.saturating_sub(now.0) > WARM_SPARE.as_nanos() as u64
+            && self.table.warm(now.as_micros(), WARM_STEP) > 0
     }
 
     /// Spins until the mapped clock reaches `wake.mapped` and then, for a deadline, the system
@@ -143,7 +144,6 @@ impl<S: TimeSource> Shard<S> {
     pub(super) fn spin_until(&mut self, wake: Wake, limit: Duration) -> bool {
         let give_up = std::time::Instant::now().checked_add(limit);
         let mut turns = 0u32;
-        let spare = WARM_SPARE.as_nanos() as u64;
         loop {
             let now = self.clock.now();
             if now >= wake.mapped
@@ -156,8 +156,7 @@ impl<S: TimeSource> Shard<S> {
             if self.ring.has_work() || self.stop.load(Ordering::Relaxed) {
                 return false;
             }
-            let warmed = wake.mapped.0.saturating_sub(now.0) > spare
-                && self.table.warm(now.as_micros(), WARM_STEP) > 0;
+            let warmed = self.warm_step(now, wake.mapped);
             turns = turns.wrapping_add(1);
             // The limit is checked every 64 plain turns, since an `Instant` read costs about
             // as much as a TSC read through the mapping, and after every warming turn, which

@@ -200,7 +200,7 @@ mod tests {
     }
 
     /// A wheel at `START` with `n` entries in the level-2 slot at `SLOT`, in deadline order.
-    fn one_slot(n: u32) -> (Wheel<u32>, Vec<super::super::EntryRef>) {
+    fn one_slot(n: u32) -> (Wheel<u32>, Vec<crate::wheel::EntryRef>) {
         let mut wheel: Wheel<u32> = Wheel::new(UtcMicros(START), n as usize);
         let refs = (0..n)
             .map(|i| {
