@@ -12,13 +12,13 @@
 use super::error::ApiError;
 use super::respond::{self, Resp};
 use super::state::App;
+use super::unread::RequestBody;
 use crate::cluster::report::Report;
-use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use std::time::Instant;
 
 impl App {
-    pub(super) async fn cluster(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
+    pub(super) async fn cluster(&self, req: &Request<RequestBody>) -> Result<Resp, ApiError> {
         self.operator_get(req, "/cluster")?;
         let (Some(status), Some(holdings)) = (&self.shared.status, &self.shared.node) else {
             return Err(ApiError::NotFound(

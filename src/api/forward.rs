@@ -115,7 +115,7 @@ impl From<ForwardError> for ApiError {
 /// Where a keyed request is answered (`App::route_keyed`).
 pub enum Here {
     /// On this node.
-    Local(Request<hyper::body::Incoming>),
+    Local(Request<super::unread::RequestBody>),
     /// By the node that owns its partition: its answer.
     Forwarded(Resp),
 }

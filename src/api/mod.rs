@@ -8,6 +8,8 @@
 //!   limits; `state` what the servers share; `listen` owns the listening
 //!   sockets' options and the start-up check that the address is free; `crate::hyperio` adapts
 //!   glommio's sockets and timers to hyper.
+//! - `unread` keeps a connection alive after an answer given before the request's body was
+//!   read (or says `Connection: close` when it cannot).
 //! - `routes` and `batch` own request handling; `body` owns parsing and validation of request
 //!   JSON; `error` owns the error codes and their mapping to HTTP statuses (one function);
 //!   `respond` builds responses.
@@ -41,6 +43,7 @@ mod service;
 mod split;
 mod state;
 pub mod tenants;
+mod unread;
 mod webhooks;
 
 pub use service::serve;

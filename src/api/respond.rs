@@ -6,7 +6,7 @@ use super::error::ApiError;
 use crate::engine::{Scheduled, TimerInfo};
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -253,6 +253,13 @@ pub struct Health<'a> {
     /// have loaded and act on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partitions: Option<u64>,
+}
+
+/// Says on `resp` that the connection closes after it (hyper then closes it once `resp` is
+/// written).
+pub fn closing(resp: &mut Resp) {
+    resp.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
 }
 
 pub fn empty(status: StatusCode) -> Resp {

@@ -15,6 +15,7 @@ use super::metrics::{RequestLabels, ScrapeRefused, WAITING_SCRAPES};
 use super::respond::{self, Resp};
 use super::split::Owners;
 use super::state::App;
+use super::unread::{self, RequestBody};
 use crate::cooperate::Slice;
 use crate::engine::{Cancelled, Scheduled};
 use crate::error::{validate_name, NameKind};
@@ -64,38 +65,25 @@ fn dead_route<'a>(tenant: &'a str, key: Option<&'a str>, retry: bool) -> Route<'
 }
 
 impl App {
-    /// Answers one request; never fails (errors become JSON error responses).
+    /// Answers one request; never fails (errors become JSON error responses). What its
+    /// handler left unread of the body is read and discarded, or the answer says
+    /// `Connection: close` (`unread.rs`).
     pub async fn serve(&self, req: Request<Incoming>) -> Resp {
         let start = Instant::now();
-        let path = req.uri().path().to_owned();
-        let (name, result) = match route(&path) {
-            Route::Timer(t, k) => {
-                let name = match *req.method() {
-                    Method::PUT => "put_timer",
-                    Method::GET => "get_timer",
-                    Method::DELETE => "delete_timer",
-                    _ => "other",
-                };
-                (name, self.timer(t, k, req).await)
-            }
-            Route::Batch(t) => ("post_batch", self.batch(t, req).await),
-            Route::Dead(t, k, retry) => {
-                let name = match (k, retry) {
-                    (None, _) => "list_dead",
-                    (Some(_), true) => "redrive_dead",
-                    (Some(_), false) => "discard_dead",
-                };
-                (name, self.dead(t, k, retry, req).await)
-            }
-            Route::Metrics => ("metrics", self.metrics(&req).await),
-            Route::Healthz => ("healthz", self.healthz(&req)),
-            Route::Cluster => ("cluster", self.cluster(&req).await),
-            Route::NotFound => (
-                "other",
-                Err(ApiError::NotFound(format!("no route for {path:?}"))),
-            ),
-        };
-        let resp = result.unwrap_or_else(|e| respond::error(&e));
+        let (parts, body) = req.into_parts();
+        let (body, left) = RequestBody::new(body);
+        let (name, limit, result) = self.answer(Request::from_parts(parts, body)).await;
+        let give_up = result.as_ref().is_err_and(|e| {
+            matches!(
+                e,
+                ApiError::RequestTimeout(_) | ApiError::BodyTooLarge { .. }
+            )
+        });
+        let mut resp = result.unwrap_or_else(|e| respond::error(&e));
+        let timeout = Duration::from_millis(self.shared.config.body_timeout_ms);
+        if !unread::drained(left.take(), limit, timeout, give_up).await {
+            respond::closing(&mut resp);
+        }
         if let Some(m) = self.shared.metrics.get() {
             let labels = RequestLabels {
                 shard: self.shard as u32,
@@ -107,6 +95,47 @@ impl App {
         resp
     }
 
+    /// The route's name (for metrics), its body limit, and its answer; `req` is dropped by
+    /// the time it returns.
+    async fn answer(
+        &self,
+        req: Request<RequestBody>,
+    ) -> (&'static str, usize, Result<Resp, ApiError>) {
+        let path = req.uri().path().to_owned();
+        let limit = self.shared.config.max_body_bytes;
+        match route(&path) {
+            Route::Timer(t, k) => {
+                let name = match *req.method() {
+                    Method::PUT => "put_timer",
+                    Method::GET => "get_timer",
+                    Method::DELETE => "delete_timer",
+                    _ => "other",
+                };
+                (name, limit, self.timer(t, k, req).await)
+            }
+            Route::Batch(t) => {
+                let limit = self.shared.config.max_batch_body_bytes;
+                ("post_batch", limit, self.batch(t, req).await)
+            }
+            Route::Dead(t, k, retry) => {
+                let name = match (k, retry) {
+                    (None, _) => "list_dead",
+                    (Some(_), true) => "redrive_dead",
+                    (Some(_), false) => "discard_dead",
+                };
+                (name, limit, self.dead(t, k, retry, req).await)
+            }
+            Route::Metrics => ("metrics", limit, self.metrics(&req).await),
+            Route::Healthz => ("healthz", limit, self.healthz(&req)),
+            Route::Cluster => ("cluster", limit, self.cluster(&req).await),
+            Route::NotFound => (
+                "other",
+                limit,
+                Err(ApiError::NotFound(format!("no route for {path:?}"))),
+            ),
+        }
+    }
+
     /// A keyed request (tenant and key checked, admission passed) goes on to the node that
     /// owns its partition when that is another node and the request did not come forwarded
     /// (`forward.rs`): its answer, relayed. Otherwise it is answered here.
@@ -114,7 +143,7 @@ impl App {
         &self,
         tenant: &str,
         key: &str,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
     ) -> Result<Here, ApiError> {
         let view = forward::view(self.shared.node.as_ref(), req.headers());
         let Some(peer) = forward::peer_of(view.as_deref(), tenant, key) else {
@@ -139,7 +168,7 @@ impl App {
         Ok(Here::Forwarded(answer.into_resp()))
     }
 
-    pub(super) fn check(&self, tenant: &str, req: &Request<Incoming>) -> Result<(), ApiError> {
+    pub(super) fn check(&self, tenant: &str, req: &Request<RequestBody>) -> Result<(), ApiError> {
         validate_name(NameKind::Tenant, tenant)?;
         let auth = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
         self.shared.tenants.admit(tenant, auth)
@@ -149,7 +178,7 @@ impl App {
         &self,
         tenant: &str,
         key: &str,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
     ) -> Result<Resp, ApiError> {
         // `delay_ms` counts from the request's arrival, not from the end of a slow body.
         let arrival = self.handle.now();
@@ -196,7 +225,7 @@ impl App {
         }
     }
 
-    async fn batch(&self, tenant: &str, req: Request<Incoming>) -> Result<Resp, ApiError> {
+    async fn batch(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
         if req.method() != Method::POST {
             return Err(ApiError::MethodNotAllowed {
                 method: req.method().to_string(),
@@ -225,7 +254,7 @@ impl App {
     /// token.
     pub(super) fn operator_get(
         &self,
-        req: &Request<Incoming>,
+        req: &Request<RequestBody>,
         route: &'static str,
     ) -> Result<(), ApiError> {
         get_only(req)?;
@@ -238,7 +267,7 @@ impl App {
         Ok(())
     }
 
-    async fn metrics(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
+    async fn metrics(&self, req: &Request<RequestBody>) -> Result<Resp, ApiError> {
         self.operator_get(req, "/metrics")?;
         let text = match self.shared.metrics.get() {
             Some(m) => m.scrape().await.map_err(|why| match why {
@@ -265,7 +294,7 @@ impl App {
         Some(self.handle.partitions_loaded())
     }
 
-    fn healthz(&self, req: &Request<Incoming>) -> Result<Resp, ApiError> {
+    fn healthz(&self, req: &Request<RequestBody>) -> Result<Resp, ApiError> {
         get_only(req)?;
         let store = self.handle.store_kind();
         let (status, health) = if self.shared.is_draining() {
@@ -340,7 +369,7 @@ impl App {
 
     /// Reads the whole body, refusing one over `limit` bytes (413) or slower than the body
     /// timeout (408).
-    async fn read_body(&self, req: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+    async fn read_body(&self, req: Request<RequestBody>, limit: usize) -> Result<Bytes, ApiError> {
         let declared = req
             .headers()
             .get(CONTENT_LENGTH)
@@ -389,7 +418,7 @@ fn not_pending(tenant: &str, key: &str) -> ApiError {
     ))
 }
 
-fn get_only(req: &Request<Incoming>) -> Result<(), ApiError> {
+fn get_only(req: &Request<RequestBody>) -> Result<(), ApiError> {
     if req.method() == Method::GET {
         Ok(())
     } else {

@@ -14,13 +14,13 @@ use super::error::ApiError;
 use super::forward::{self, Here};
 use super::respond::{self, CallbackView, DeliveryView, Resp, RetryView, TimerBody};
 use super::state::App;
+use super::unread::RequestBody;
 use crate::cooperate::Slice;
 use crate::engine::{Cancelled, DeadInfo, TimerInfo};
 use crate::error::{validate_name, NameKind};
 use crate::sink::webhook::settings::CallbackError;
 use crate::sink::webhook::{describe, new_meta};
 use bytes::Bytes;
-use hyper::body::Incoming;
 use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -72,7 +72,7 @@ impl App {
         tenant: &str,
         key: Option<&str>,
         retry: bool,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
     ) -> Result<Resp, ApiError> {
         let allow = match (key, retry) {
             (None, _) => "GET",
@@ -119,7 +119,7 @@ impl App {
     /// the whole. A node that does not answer fails the list (`503 peer_unavailable`) rather
     /// than leave its letters out; a key listed by two nodes (one loading a partition the
     /// other has not dropped yet) is listed once.
-    async fn list_dead(&self, tenant: &str, req: Request<Incoming>) -> Result<Resp, ApiError> {
+    async fn list_dead(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
         let (limit, after) = list_query(req.uri().query())?;
         let others = forward::view(self.shared.node.as_ref(), req.headers())
             .map(|v| v.others())

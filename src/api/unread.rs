@@ -1,0 +1,151 @@
+//! The part of a request's body its handler did not read, and what becomes of the connection.
+//!
+//! hyper keeps a connection alive after a request only if the request's body was read to its
+//! end. When a handler answers without reading it (a 401, 404, 405 or 429 is decided from the
+//! head; a GET ignores a body) hyper drains only what already sits in its buffer, and
+//! otherwise closes the connection after the answer, without `Connection: close`: a pooled
+//! client (Python's `http.client`, Go's `net/http` for a PUT) then meets a broken pipe on its
+//! next request and reports an error instead of retrying.
+//!
+//! So every handler gets its body as a [`RequestBody`], which hands the unread rest back when
+//! the handler drops it, and [`App::finish`](super::state::App) settles the connection once
+//! the answer is known:
+//!
+//! | the body | the connection |
+//! |---|---|
+//! | read to its end (or empty) | kept |
+//! | left unread, its rest within the route's body limit, arriving within `body_timeout_ms` | the rest is read and discarded, then kept |
+//! | declared or found over the limit (`413`), too slow (`408`), or broken (bad chunking) | the answer says `Connection: close`, and hyper closes after it |
+//!
+//! The drain's budget is the route's own limit (`max_body_bytes`, `max_batch_body_bytes` for
+//! a batch), so a refused request costs the server no more reading than an accepted one.
+//!
+//! Cost: one `Rc` cell per request; a request whose body was read pays nothing else.
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use std::cell::Cell;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// What a handler left of its request's body.
+#[derive(Default)]
+pub enum Unread {
+    /// Nothing: read to its end, or empty.
+    #[default]
+    Nothing,
+    /// The rest, not yet read, and how many bytes the handler read before it stopped.
+    Rest(Incoming, u64),
+    /// Reading it failed (a malformed chunk, a reset): the connection cannot go on.
+    Broken,
+}
+
+/// Where a [`RequestBody`] leaves what was not read of it.
+pub type Left = Rc<Cell<Unread>>;
+
+/// A request's body as its handler sees it: hyper's body, which hands what was not read of it
+/// to [`Left`] when dropped.
+pub struct RequestBody {
+    inner: Option<Incoming>,
+    read: u64,
+    broken: bool,
+    left: Left,
+}
+
+impl RequestBody {
+    /// `body`, and where its unread rest will be left.
+    pub fn new(body: Incoming) -> (RequestBody, Left) {
+        let left = Left::default();
+        let body = RequestBody {
+            inner: Some(body),
+            read: 0,
+            broken: false,
+            left: left.clone(),
+        };
+        (body, left)
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                self.read += n;
+            }
+            Poll::Ready(Some(Err(_))) => self.broken = true,
+            Poll::Ready(None) => self.inner = None,
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        let unread = if self.broken {
+            Unread::Broken
+        } else {
+            match self.inner.take() {
+                Some(rest) if !rest.is_end_stream() => Unread::Rest(rest, self.read),
+                _ => Unread::Nothing,
+            }
+        };
+        self.left.set(unread);
+    }
+}
+
+/// Whether the connection can go on after an answer whose handler left `unread`: reads and
+/// discards the rest when it fits in `limit` bytes (counting what the handler read) and
+/// arrives within `timeout`. `give_up` (a `408`, a `413` for a body over its limit) skips
+/// the wait: such a body is not read again.
+pub async fn drained(unread: Unread, limit: usize, timeout: Duration, give_up: bool) -> bool {
+    let (mut rest, read) = match unread {
+        Unread::Nothing => return true,
+        Unread::Broken => return false,
+        Unread::Rest(rest, read) => (rest, read),
+    };
+    let mut budget = (limit as u64).saturating_sub(read);
+    if give_up || rest.size_hint().lower() > budget {
+        return false;
+    }
+    let discard = async {
+        while let Some(frame) = rest.frame().await {
+            let Ok(frame) = frame else { return false };
+            let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+            match budget.checked_sub(n) {
+                Some(b) => budget = b,
+                None => return false,
+            }
+        }
+        true
+    };
+    let late = async {
+        glommio::timer::sleep(timeout).await;
+        false
+    };
+    futures_lite::future::or(discard, late).await
+}
