@@ -156,6 +156,63 @@ fn tenants_and_keys_at_and_beyond_their_bounds() {
     );
 }
 
+/// A path segment is percent-decoded (RFC 3986) before its check, as clients encode it
+/// (`encodeURIComponent` encodes `:`): the decoded name is the timer's. A decoded `/`, a dot
+/// segment however spelled, and bytes that do not decode to UTF-8 stay refused.
+#[test]
+fn percent_encoded_names_are_decoded_before_the_check() {
+    let s = Server::start(&[]);
+    let body = r#"{"delay_ms":600000}"#;
+    let (st, r) = s.json("PUT", "/v1/timers/RAxb/0%3A", body);
+    assert_eq!(
+        (st, &r["tenant"], &r["key"]),
+        (201, &"RAxb".into(), &"0:".into()),
+        "{r}"
+    );
+    assert_eq!(s.req("GET", "/v1/timers/RAxb/0:", "").status, 200);
+    assert_eq!(s.req("GET", "/v1/timers/%52Axb/0%3a", "").status, 200);
+    let (st, r) = s.json(
+        "POST",
+        "/v1/timers/%52Axb",
+        r#"{"timers":[{"key":"b:1","delay_ms":600000}]}"#,
+    );
+    assert_eq!((st, &r["results"][0]["status"]), (200, &201.into()), "{r}");
+    assert_eq!(s.req("DELETE", "/v1/timers/RAxb/b%3A1", "").status, 204);
+    // The dead-letter routes and the list's `after` decode the same way.
+    assert_eq!(s.req("DELETE", "/v1/dead/RAxb/0%3A", "").status, 404);
+    assert_eq!(s.req("POST", "/v1/dead/R%41xb/0%3A/retry", "").status, 404);
+    assert_eq!(s.req("GET", "/v1/dead/RAxb?after=0%3A", "").status, 200);
+    for bad in [
+        "%2F", "a%2Fb", "a%2fb", "%2e", "%2E%2E", ".%2e", "%2e.", "%FF", "a%00", "%", "%G1",
+    ] {
+        expect(
+            &s,
+            "PUT",
+            &format!("/v1/timers/t/{bad}"),
+            body,
+            400,
+            "invalid_key",
+        );
+        expect(
+            &s,
+            "GET",
+            &format!("/v1/timers/{bad}/k"),
+            "",
+            400,
+            "invalid_tenant",
+        );
+        expect(
+            &s,
+            "DELETE",
+            &format!("/v1/dead/t/{bad}"),
+            "",
+            400,
+            "invalid_key",
+        );
+    }
+    expect(&s, "GET", "/v1/dead/t?after=a%2Fb", "", 400, "invalid_key");
+}
+
 #[test]
 fn oversized_bodies_and_payloads_are_413() {
     let s = Server::start(&["--max-body-bytes", "4096", "--max-batch-body-bytes", "8192"]);

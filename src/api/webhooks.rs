@@ -251,8 +251,9 @@ fn list_query(query: Option<&str>) -> Result<(usize, Option<String>), ApiError> 
                     })?;
             }
             Some(("after", v)) => {
-                validate_name(NameKind::Key, v)?;
-                after = Some(v.to_string());
+                let v = super::routes::decoded(v);
+                validate_name(NameKind::Key, &v)?;
+                after = Some(v.into_owned());
             }
             _ => {
                 return Err(ApiError::InvalidField(format!(
