@@ -494,6 +494,16 @@ fn store_down(spec: &Spec) {
     });
 }
 
+/// The default store, the journal: `/healthz` names it.
+fn journal_store(spec: &Spec) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().to_str().expect("utf-8 path");
+    let s = Server::start(&["--store", "journal", "--data-dir", data, "--shards", "1"]);
+    let api = Api { spec, s: &s };
+    let h = api.ask("GET", "/healthz", "");
+    assert_eq!((h.status, &h.body["store"]), (200, &json!("journal")));
+}
+
 /// One shard with a ring of 16: a batch past it has 503 `overloaded` items. Two connections
 /// at most: a third, whatever it asks, is 503 `too_many_connections`.
 fn small_server(spec: &Spec) {
@@ -553,6 +563,7 @@ fn real_answers_match_the_openapi_document() {
     std::thread::scope(|scope| {
         scope.spawn(|| store_down(&spec));
         scope.spawn(|| small_server(&spec));
+        scope.spawn(|| journal_store(&spec));
         scope.spawn(|| dead_letters(&spec));
         let args = [
             "--config",
