@@ -110,6 +110,24 @@ impl Api<'_> {
         a
     }
 
+    /// A batch whose body is also checked against the request schema: a body answered 200
+    /// (its items each with their own result) must be valid, and one refused as
+    /// `invalid_field` must not be.
+    fn batch(&self, path: &str, body: &str) -> Answer {
+        let a = self.ask("POST", path, body);
+        if let Ok(sent) = serde_json::from_str::<Value>(body) {
+            let errors = self.spec.errors_for("BatchRequest", &sent);
+            match a.sc() {
+                (200, _) => assert!(errors.is_empty(), "{body} answered 200: {errors:?}"),
+                (400, "invalid_field") => {
+                    assert!(!errors.is_empty(), "{body}: invalid_field, the schema takes it")
+                }
+                _ => {}
+            }
+        }
+        a
+    }
+
     /// Raw bytes, for what the tiny client cannot send.
     fn raw(&self, method: &str, path: &str, bytes: &[u8]) -> Answer {
         let r = raw_exchange(self.s.addr, bytes).expect("an answer");
@@ -157,6 +175,11 @@ fn timer_route(api: &Api) {
         (r#"{"fire_at": "2030-01-01 00:00"}"#, "invalid_deadline"),
         (r#"{"delay_ms": 0.5}"#, "invalid_deadline"),
         (r#"{"delay_ms": -1}"#, "deadline_out_of_range"),
+        // `null` is not a value of these fields (only the payload may be `null`).
+        (r#"{"delay_ms": 600000, "retry": null}"#, "invalid_field"),
+        (r#"{"delay_ms": 600000, "callback": null}"#, "invalid_field"),
+        (r#"{"delay_ms": 600000, "fire_at": null}"#, "invalid_field"),
+        (r#"{"delay_ms": null}"#, "invalid_field"),
         (
             r#"{"fire_at": "9999-12-31T23:59:59Z"}"#,
             "deadline_out_of_range",
@@ -257,7 +280,7 @@ fn batch_and_operations(api: &Api) {
         {"key": "f", "delay_ms": 1, "payload": "x".repeat(65_537)},
         {"key": "h", "delay_ms": 600000},
     ]});
-    let a = api.ask("POST", p, &mixed.to_string());
+    let a = api.batch(p, &mixed.to_string());
     let want = vec![
         (400, "invalid_key"),
         (400, "invalid_field"),
@@ -269,6 +292,12 @@ fn batch_and_operations(api: &Api) {
     ];
     assert_eq!((a.status, a.items()), (200, want));
     assert_eq!(a.body["results"][1]["key"], Value::Null, "no key to echo");
+    // An item of no shape fails alone, as the document says of any item.
+    let a = api.batch(p, r#"{"timers": [{}, {"key": "n", "delay_ms": 600000, "retry": null}]}"#);
+    assert_eq!(
+        (a.status, a.items()),
+        (200, vec![(400, "invalid_field"), (400, "invalid_field")])
+    );
     // Items for new keys past the quota: 429, in item order ("capped" holds a and b).
     let over =
         r#"{"timers": [{"key": "a", "delay_ms": 600000}, {"key": "z", "delay_ms": 600000}]}"#;

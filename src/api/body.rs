@@ -39,28 +39,35 @@ pub struct CallbackBody {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub max_attempts: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub base_delay_ms: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub max_delay_ms: Option<u64>,
+}
+
+/// An optional field's value when it is given: `null` is not one (only a payload may be
+/// `null`), so `"retry": null` is refused as `invalid_field`, as the document's types say,
+/// not taken for a field left out.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PutBody<'a> {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     fire_at: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     fire_at_ms: Option<Number>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     delay_ms: Option<Number>,
     #[serde(default, borrow)]
     payload: Option<&'a RawValue>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     callback: Option<CallbackBody>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     retry: Option<RetryBody>,
 }
 
@@ -87,17 +94,17 @@ struct KeyOnly<'a> {
 #[serde(deny_unknown_fields)]
 struct ItemBody<'a> {
     key: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     fire_at: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     fire_at_ms: Option<Number>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     delay_ms: Option<Number>,
     #[serde(default, borrow)]
     payload: Option<&'a RawValue>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     callback: Option<CallbackBody>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     retry: Option<RetryBody>,
 }
 
