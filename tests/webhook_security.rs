@@ -86,6 +86,12 @@ fn path_tricks_are_refused_at_registration() {
         format!("{}acme/%2e%2e/beta/hook", rx.base()),
         format!("{}acme/.%2E/beta/hook", rx.base()),
         format!("{}acme\\..\\beta", rx.base()),
+        // What a server in front of the receiver may turn into `..` and `/` (nginx decodes
+        // `%2F` before it resolves dot segments; Tomcat and Spring read `..;` as `..`).
+        format!("{}acme/..%2Fbeta/hook", rx.base()),
+        format!("{}acme/%2e%2e%2fbeta/hook", rx.base()),
+        format!("{}acme/..;/beta/hook", rx.base()),
+        format!("{}acme/..%252Fbeta/hook", rx.base()),
     ] {
         let (st, r) = put(
             &s,

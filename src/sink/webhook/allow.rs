@@ -9,9 +9,22 @@
 //! (a prefix's last segment, when it does not end in `/`, may be the start of the callback's
 //! segment, as in a text prefix).
 //!
-//! A callback whose path holds a dot segment (`.`, `..`, or either percent-encoded) or a
-//! backslash is refused before any comparison: `http://h/acme/../beta/hook` must never pass
-//! `http://h/acme/`, and servers differ in how they resolve such paths.
+//! A callback whose path could be read by some server as leaving its prefix is refused before
+//! any comparison, since servers differ in how they resolve such paths and the one in front
+//! of the receiver decides: `http://h/acme/../beta/hook` must never pass `http://h/acme/`.
+//! Refused, in the path (the query is not a path, and a receiver never resolves it):
+//!
+//! | form | example | read as `..` or `/` by |
+//! |---|---|---|
+//! | a dot segment | `/acme/../beta`, `/acme/./x` | every server, and the URL parser itself |
+//! | a backslash | `/acme\..\beta` | the URL parser (a `\` is a `/` in http URLs), IIS |
+//! | an encoded slash or backslash | `/acme/..%2Fbeta`, `a%5Cb` | nginx (decodes, then resolves dot segments), some proxies |
+//! | an encoded dot | `/acme/%2e%2e/beta`, `%2ehook` | the URL parser (`%2e` is a dot), nginx |
+//! | any of those encoded again | `/acme/..%252Fbeta` | a proxy that decodes before forwarding |
+//! | a dot segment with `;` parameters | `/acme/..;/beta`, `.;x` | Tomcat, Spring, Jetty (path parameters are dropped) |
+//!
+//! A dot never needs encoding (it is unreserved), so refusing every encoded one costs no
+//! real callback; a `;` in any other segment (`/hook;v=1`) is allowed.
 //!
 //! A prefix whose host is an IP literal (`http://127.0.0.1:9000/`) also allows exactly that
 //! address for the connection (see `address.rs`), so such configurations need no
@@ -54,10 +67,10 @@ pub fn parse(url: &str) -> Result<Url, &'static str> {
     }
     let path = rest.find('/').map_or("", |i| &rest[i..]);
     let path = path.split(['?', '#']).next().unwrap_or("");
-    if path.split('/').any(is_dot_segment) {
-        return Err("a path with a '.' or '..' segment is not allowed");
-    }
+    path.split('/').try_for_each(check_segment)?;
     let u = Url::parse(url).map_err(|_| "not a URL")?;
+    // Again as normalised, which is what is stored and requested.
+    u.path().split('/').try_for_each(check_segment)?;
     if !u.username().is_empty() || u.password().is_some() {
         return Err("user information is not allowed");
     }
@@ -70,10 +83,34 @@ pub fn parse(url: &str) -> Result<Url, &'static str> {
     Ok(u)
 }
 
-/// `.` or `..`, literally or percent-encoded (`%2e`, `%2E`, `.%2e`, …).
-fn is_dot_segment(seg: &str) -> bool {
-    let decoded = seg.replace("%2e", ".").replace("%2E", ".");
-    decoded == "." || decoded == ".."
+/// Refuses a path segment that some server could read as leaving the prefix (the module's
+/// table): an encoded `/`, `\` or `.` at any depth of encoding, or a dot segment, with or
+/// without `;` parameters. Each round of decoding shortens a segment that holds an escape, so
+/// the rounds end.
+fn check_segment(seg: &str) -> Result<(), &'static str> {
+    let mut text = seg.as_bytes().to_vec();
+    loop {
+        let lower = text.to_ascii_lowercase();
+        let holds = |escape: &[u8]| lower.windows(3).any(|w| w == escape);
+        if holds(b"%2f") || holds(b"%5c") {
+            return Err("a path with an encoded '/' or '\\' is not allowed");
+        }
+        if holds(b"%2e") {
+            return Err("a path with an encoded '.' is not allowed");
+        }
+        let decoded: Vec<u8> = percent_encoding::percent_decode(&text).collect();
+        if decoded == text {
+            break;
+        }
+        text = decoded;
+    }
+    let name = text.split(|&b| b == b';').next().unwrap_or_default();
+    if name == b"." || name == b".." {
+        return Err(
+            "a path with a '.' or '..' segment (with or without ';' parameters) is not allowed",
+        );
+    }
+    Ok(())
 }
 
 /// Checks an allow-list prefix's shape: a scheme, a host, and the `/` that ends the authority
@@ -212,6 +249,43 @@ mod tests {
             Ok(true),
             "not a dot segment"
         );
+    }
+
+    /// Forms that a server in front of the receiver may resolve out of the prefix: nginx
+    /// decodes `%2F` before it resolves dot segments, Tomcat and Spring read `..;` as `..`,
+    /// and a proxy that decodes twice turns `%252F` into `/`.
+    #[test]
+    fn encoded_slashes_encoded_dots_and_dot_segments_with_parameters_are_refused() {
+        let l = list(&["http://h/acme/"]);
+        for url in [
+            "http://h/acme/..%2Fbeta/hook",
+            "http://h/acme/..%2fbeta/hook",
+            "http://h/acme/%2e%2e%2fbeta/hook",
+            "http://h/acme/%2E%2E%2Fbeta/hook",
+            "http://h/acme/a%2Fb",
+            "http://h/acme/a%5Cb",
+            "http://h/acme/%2ehook",
+            "http://h/acme/hook%2E",
+            "http://h/acme/..;/beta/hook",
+            "http://h/acme/..;jsessionid=1/beta/hook",
+            "http://h/acme/.;/hook",
+            "http://h/acme/%2e%2e;/beta/hook",
+            "http://h/acme/..%252Fbeta/hook",
+            "http://h/acme/%252e%252e/beta/hook",
+            "http://h/acme/%25252e%25252e/beta/hook",
+        ] {
+            assert!(permits(&l, url).is_err(), "{url}");
+        }
+        for url in [
+            "http://h/acme/hook;v=1",
+            "http://h/acme/a.b/hook",
+            "http://h/acme/..hook",
+            "http://h/acme/hook%20two",
+            "http://h/acme/100%25",
+            "http://h/acme/hook?next=..%2Fbeta",
+        ] {
+            assert_eq!(permits(&l, url), Ok(true), "{url}");
+        }
     }
 
     #[test]
