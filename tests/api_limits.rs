@@ -130,6 +130,71 @@ fn connections_over_the_cap_get_503_and_the_rest_keep_working() {
     assert_eq!(status, 200);
 }
 
+/// A connection from `from` (an address of 127.0.0.0/8) to the server, with one request
+/// answered on it.
+fn held_from(s: &Server, from: [u8; 4]) -> (std::net::TcpStream, api_support::Resp) {
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    let local = std::net::SocketAddr::from((from, 0));
+    sock.bind(&local.into()).expect("bind a loopback address");
+    sock.connect(&s.addr.into()).expect("connect");
+    let mut c: std::net::TcpStream = sock.into();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .ok();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .expect("write");
+    let r = read_response(&mut c).expect("an answer");
+    (c, r)
+}
+
+/// One address cannot take every connection: past `max_connections_per_address` its new
+/// connections are answered 503 `too_many_connections` with `Retry-After` and closed, while
+/// another address is still served; a network listed in
+/// `max_connections_per_address_exempt` is not counted.
+#[test]
+fn one_address_holds_at_most_its_share_of_connections() {
+    let s = Server::start(&["--max-connections-per-address", "2", "--shards", "2"]);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let (c, r) = held_from(&s, [127, 0, 0, 1]);
+        assert_eq!(r.status, 200);
+        held.push(c);
+    }
+    let (_, r) = held_from(&s, [127, 0, 0, 1]);
+    assert_eq!((r.status, r.code().as_str()), (503, "too_many_connections"));
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.header("connection"), Some("close"));
+    let (_other, r) = held_from(&s, [127, 0, 0, 2]);
+    assert_eq!(r.status, 200, "another address is served");
+    // A connection that closes gives its slot back.
+    drop(held.pop());
+    let mut status = 0;
+    for _ in 0..500 {
+        let (c, r) = held_from(&s, [127, 0, 0, 1]);
+        status = r.status;
+        if status == 200 {
+            held.push(c);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(status, 200);
+
+    let mut f = tempfile::NamedTempFile::new().expect("temp file");
+    f.write_all(b"max_connections_per_address = 2\nmax_connections_per_address_exempt = [\"127.0.0.1/32\"]\n")
+        .expect("write");
+    let s = Server::start(&["--config", f.path().to_str().expect("utf-8 path")]);
+    let exempt: Vec<_> = (0..4).map(|_| held_from(&s, [127, 0, 0, 1])).collect();
+    assert!(exempt.iter().all(|(_, r)| r.status == 200), "{exempt:?}");
+    let counted: Vec<_> = (0..3).map(|_| held_from(&s, [127, 0, 0, 3])).collect();
+    let statuses: Vec<u16> = counted.iter().map(|(_, r)| r.status).collect();
+    assert_eq!(
+        statuses,
+        [200, 200, 503],
+        "only the listed network is exempt"
+    );
+}
+
 #[test]
 fn keep_alive_serves_many_requests_on_one_connection() {
     let s = Server::start(&["--shards", "2"]);

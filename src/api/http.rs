@@ -1,8 +1,8 @@
 //! The HTTP server on each shard: a listener on the shared address (its socket options are
 //! `listen`'s), an accept loop, and one `spawn_local`ed hyper HTTP/1.1 connection per client.
 //!
-//! Limits enforced here: the connection cap (over it, a 503 is written and the connection
-//! closed), the request-head size (hyper's buffer: 431 past it), the idle / slow-header
+//! Limits enforced here: the connection cap and the cap per client address (`clients.rs`;
+//! over either, a 503 is written and the connection closed), the request-head size (hyper's buffer: 431 past it), the idle / slow-header
 //! timeout (hyper's header-read timeout), and the write-stall timeout (in `io`). Body size
 //! and body timeout are checked per request in `routes`.
 //!
@@ -10,6 +10,7 @@
 //! and every connection is told to shut down gracefully: hyper finishes the request in
 //! flight, answers it, and closes.
 
+use super::clients::{Admit, Client};
 use super::drain::LocalDrain;
 use super::forward::Peers;
 use super::metrics::Metrics;
@@ -23,13 +24,27 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Counts a connection for as long as it lives.
-struct ConnSlot(Arc<Servers>);
+/// Counts a connection for as long as it lives, and its client's when it was counted.
+struct ConnSlot {
+    shared: Arc<Servers>,
+    client: Option<Client>,
+}
 
 impl Drop for ConnSlot {
     fn drop(&mut self) {
-        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+        self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+        if let Some(c) = self.client {
+            self.shared.clients.release(c);
+        }
     }
+}
+
+/// Why a new connection is refused.
+enum Full {
+    /// The server holds `max_connections`.
+    Server,
+    /// Its client address holds `max_connections_per_address`.
+    Client(usize),
 }
 
 /// Takes this shard's listening socket (bound before the engine started, see
@@ -97,12 +112,31 @@ async fn accept_loop(listener: &TcpListener, app: Rc<App>, drain: Rc<LocalDrain>
             }
         };
         let n = shared.connections.fetch_add(1, Ordering::AcqRel);
-        let slot = ConnSlot(shared.clone());
-        if n >= shared.config.max_connections {
-            glommio::spawn_local(refuse(stream, slot)).detach();
+        let mut slot = ConnSlot {
+            shared: shared.clone(),
+            client: None,
+        };
+        let full = if n >= shared.config.max_connections {
+            Some(Full::Server)
         } else {
-            let conn = serve_connection(stream, app.clone(), drain.wait(), slot);
-            glommio::spawn_local(conn).detach();
+            // A peer already gone has no address: hyper meets the closed socket.
+            match stream.peer_addr().map(|a| shared.clients.admit(a.ip())) {
+                Ok(Admit::Full) => Some(Full::Client(shared.clients.cap())),
+                Ok(Admit::Counted(c)) => {
+                    slot.client = Some(c);
+                    None
+                }
+                Ok(Admit::Exempt) | Err(_) => None,
+            }
+        };
+        match full {
+            Some(full) => {
+                glommio::spawn_local(refuse(stream, slot, full)).detach();
+            }
+            None => {
+                let conn = serve_connection(stream, app.clone(), drain.wait(), slot);
+                glommio::spawn_local(conn).detach();
+            }
         }
     }
     tracing::debug!(shard = app.shard, "acceptor stopped");
@@ -147,10 +181,13 @@ async fn serve_connection(
     }
 }
 
-/// Over the connection cap: answer 503 and close, reading what the client sent so the close
+/// Over a connection cap: answer 503 and close, reading what the client sent so the close
 /// does not turn into a reset that loses the answer.
-async fn refuse(mut stream: TcpStream, _slot: ConnSlot) {
-    let body = r#"{"error":{"code":"too_many_connections","message":"the server holds its maximum number of connections; retry shortly"}}"#;
+async fn refuse(mut stream: TcpStream, _slot: ConnSlot, full: Full) {
+    let body = match full {
+        Full::Server => r#"{"error":{"code":"too_many_connections","message":"the server holds its maximum number of connections; retry shortly"}}"#.to_string(),
+        Full::Client(cap) => format!(r#"{{"error":{{"code":"too_many_connections","message":"this client address holds {cap} connections, its maximum (max_connections_per_address); reuse one, or retry once one is closed"}}}}"#),
+    };
     let head = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
         body.len()

@@ -5,7 +5,8 @@
 //!   [`Config`](crate::config::Config), starts an HTTP server on each shard, waits for
 //!   SIGTERM/SIGINT and drains.
 //! - `http` is the HTTP server on each shard: it owns connections and connection-level
-//!   limits; `state` what the servers share; `listen` owns the listening
+//!   limits (`clients` counts connections per client address); `state` what the servers
+//!   share; `listen` owns the listening
 //!   sockets' options and the start-up check that the address is free; `crate::hyperio` adapts
 //!   glommio's sockets and timers to hyper.
 //! - `unread` keeps a connection alive after an answer given before the request's body was
@@ -27,6 +28,7 @@ mod array;
 mod batch;
 pub mod body;
 pub mod cli;
+mod clients;
 mod cluster;
 mod drain;
 pub mod error;

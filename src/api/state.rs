@@ -3,6 +3,7 @@
 //! connections share (its shard id, its handle on the engine, the only way the API reaches a
 //! shard, and its connections to the other nodes).
 
+use super::clients::Clients;
 use super::forward::{ForwardStats, Peers};
 use super::metrics::Metrics;
 use super::tenants::Tenants;
@@ -10,6 +11,7 @@ use crate::cluster::node::Holdings;
 use crate::cluster::status::Status;
 use crate::config::Config;
 use crate::engine::Handle;
+use crate::sink::webhook::address::parse_networks;
 use crate::sink::webhook::settings::WebhookSettings;
 use event_listener::Event;
 use std::rc::Rc;
@@ -31,6 +33,8 @@ pub struct Servers {
     /// Forwards to the other nodes, all shards together.
     pub forwards: Arc<ForwardStats>,
     pub(super) connections: AtomicUsize,
+    /// Open connections per client address (`clients.rs`).
+    pub(super) clients: Clients,
     pub(super) listeners: AtomicUsize,
     draining: AtomicBool,
     drain_event: Event,
@@ -44,7 +48,11 @@ impl Servers {
         node: Option<Arc<Holdings>>,
         status: Option<Arc<Status>>,
     ) -> Self {
+        // Checked when the configuration was resolved.
+        let exempt = parse_networks(&config.max_connections_per_address_exempt).unwrap_or_default();
+        let clients = Clients::new(config.max_connections_per_address, exempt);
         Servers {
+            clients,
             config,
             tenants,
             webhooks,

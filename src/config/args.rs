@@ -105,6 +105,11 @@ pub struct ServeArgs {
     /// [default: 10000].
     #[arg(long, env = "PUNCTUAL_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<String>,
+    /// Open HTTP connections from one client address (an IPv6 client by its /64); more are
+    /// answered 503 and closed. `max_connections_per_address_exempt` in the file lists
+    /// networks not counted [default: 1000].
+    #[arg(long, env = "PUNCTUAL_MAX_CONNECTIONS_PER_ADDRESS", value_name = "N")]
+    pub max_connections_per_address: Option<String>,
     /// Largest request head (request line and headers), in bytes; larger is 431
     /// [default: 16384, at least 8192].
     #[arg(long, env = "PUNCTUAL_MAX_HEADER_BYTES", value_name = "N")]

@@ -128,6 +128,12 @@ pub struct Config {
     pub ring_capacity: usize,
     pub shard_capacity: usize,
     pub max_connections: usize,
+    /// Open connections from one client address (an IPv6 client by its /64), all shards
+    /// together; more are answered 503 and closed.
+    pub max_connections_per_address: usize,
+    /// Networks whose clients `max_connections_per_address` does not count (a proxy in
+    /// front); none by default, loopback included.
+    pub max_connections_per_address_exempt: Vec<String>,
     pub max_header_bytes: usize,
     pub max_body_bytes: usize,
     pub max_batch_body_bytes: usize,
@@ -176,6 +182,8 @@ impl Default for Config {
             ring_capacity: 65_536,
             shard_capacity: 10_000_000,
             max_connections: 10_000,
+            max_connections_per_address: 1_000,
+            max_connections_per_address_exempt: Vec::new(),
             max_header_bytes: 16 * 1024,
             max_body_bytes: 128 * 1024,
             max_batch_body_bytes: 16 * 1024 * 1024,
@@ -214,6 +222,8 @@ pub struct FileConfig {
     ring_capacity: Option<u64>,
     shard_capacity: Option<u64>,
     max_connections: Option<u64>,
+    max_connections_per_address: Option<u64>,
+    max_connections_per_address_exempt: Option<Vec<String>>,
     max_header_bytes: Option<u64>,
     max_body_bytes: Option<u64>,
     max_batch_body_bytes: Option<u64>,

@@ -215,6 +215,10 @@ impl Config {
             1024,
             1 << 32,
         )? as usize;
+        let max_connections_per_address_exempt =
+            file.max_connections_per_address_exempt.unwrap_or_default();
+        crate::sink::webhook::address::parse_networks(&max_connections_per_address_exempt)
+            .map_err(|e| invalid("max_connections_per_address_exempt", "…", e))?;
         let tenants = file.tenants;
         for (name, t) in &tenants {
             let key = format!("tenants.{name}");
@@ -295,6 +299,15 @@ impl Config {
                 1,
                 1 << 24,
             )? as usize,
+            max_connections_per_address: u(
+                "max_connections_per_address",
+                &args.max_connections_per_address,
+                file.max_connections_per_address,
+                d.max_connections_per_address as u64,
+                1,
+                1 << 24,
+            )? as usize,
+            max_connections_per_address_exempt,
             max_header_bytes,
             max_body_bytes,
             max_batch_body_bytes,
