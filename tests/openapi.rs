@@ -120,7 +120,10 @@ impl Api<'_> {
             match a.sc() {
                 (200, _) => assert!(errors.is_empty(), "{body} answered 200: {errors:?}"),
                 (400, "invalid_field") => {
-                    assert!(!errors.is_empty(), "{body}: invalid_field, the schema takes it")
+                    assert!(
+                        !errors.is_empty(),
+                        "{body}: invalid_field, the schema takes it"
+                    )
                 }
                 _ => {}
             }
@@ -293,7 +296,10 @@ fn batch_and_operations(api: &Api) {
     assert_eq!((a.status, a.items()), (200, want));
     assert_eq!(a.body["results"][1]["key"], Value::Null, "no key to echo");
     // An item of no shape fails alone, as the document says of any item.
-    let a = api.batch(p, r#"{"timers": [{}, {"key": "n", "delay_ms": 600000, "retry": null}]}"#);
+    let a = api.batch(
+        p,
+        r#"{"timers": [{}, {"key": "n", "delay_ms": 600000, "retry": null}]}"#,
+    );
     assert_eq!(
         (a.status, a.items()),
         (200, vec![(400, "invalid_field"), (400, "invalid_field")])

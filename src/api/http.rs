@@ -24,6 +24,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long a closing connection reads and discards what its client still sends, so that
+/// the close does not turn into a reset that loses the last answer (`hyperio::Io::lingering`).
+const LINGER: Duration = Duration::from_millis(250);
+
 /// Counts a connection for as long as it lives, and its client's when it was counted.
 struct ConnSlot {
     shared: Arc<Servers>,
@@ -150,7 +154,7 @@ async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let cfg = &app.shared.config;
-    let io = Io::new(stream, Duration::from_millis(cfg.body_timeout_ms));
+    let io = Io::new(stream, Duration::from_millis(cfg.body_timeout_ms)).lingering(LINGER);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(LocalTimer)

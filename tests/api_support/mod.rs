@@ -212,6 +212,24 @@ impl Server {
             .sum()
     }
 
+    /// A connection that `/healthz` was answered 200 on, kept open; retried for a while, as
+    /// the connections of earlier requests (start-up's probes) may still hold their places
+    /// under a connection cap until their close is done.
+    pub fn held(&self) -> TcpStream {
+        let give_up = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut c = self.connect();
+            let answered = c
+                .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+                .and_then(|()| read_response(&mut c));
+            match answered {
+                Ok(r) if r.status == 200 => return c,
+                other if Instant::now() > give_up => panic!("no connection held: {other:?}"),
+                _ => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
     pub fn connect(&self) -> TcpStream {
         let s = TcpStream::connect(self.addr).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(20))).ok();
