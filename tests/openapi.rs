@@ -383,6 +383,16 @@ fn dead_letters(spec: &Spec) {
         (g.status, &g.body["delivery"]["state"]),
         (200, &json!("pending"))
     );
+    // A whole number written with a fraction of zero is a JSON Schema `integer`, as the
+    // document types the retry fields; a fraction is not.
+    let whole = json!({"delay_ms": 600000.0, "callback": cb, "retry": {"max_attempts": 2.0, "max_delay_ms": 1e6}});
+    assert_eq!(
+        api.put("/v1/timers/t/whole", &whole.to_string()).status,
+        201
+    );
+    let half = json!({"delay_ms": 600000, "callback": cb, "retry": {"max_attempts": 2.5}});
+    let a = api.put("/v1/timers/t/half", &half.to_string());
+    assert_eq!(a.sc(), (400, "invalid_field"), "{}", a.body);
     let elsewhere = json!({"delay_ms": 1, "callback": {"url": "http://127.0.0.1:1/x"}});
     let a = api.put("/v1/timers/t/k", &elsewhere.to_string());
     assert_eq!(a.sc(), (400, "callback_not_allowed"));

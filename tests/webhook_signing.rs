@@ -1,6 +1,6 @@
 //! Delivery signatures through the real binary and a real receiver: a key rotation signs
 //! with every configured secret, and the Standard Webhooks scheme verifies with the Standard
-//! Webhooks project's own library.
+//! Webhooks project's own libraries, its Rust crate and its Python package.
 
 mod api_support;
 #[path = "support/receiver.rs"]
@@ -104,6 +104,51 @@ fn standard_webhooks_deliveries_verify_with_the_standard_library() {
     // The message id is the delivery's idempotency key: the same across retries.
     assert_eq!(d.header("webhook-id"), d.header("idempotency-key"));
     assert!(d.header("punctual-signature").is_none());
+}
+
+/// The same deliveries verify with the Standard Webhooks project's Python library
+/// (`standardwebhooks` on PyPI), as a receiver written in Python checks them; a body changed
+/// by one byte does not. `scripts/test` installs the library (`PUNCTUAL_TEST_PYTHON`).
+#[test]
+fn standard_webhooks_deliveries_verify_with_the_python_library() {
+    let python = std::env::var("PUNCTUAL_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let rx = Receiver::ok();
+    let (s, _f) = start(&format!(
+        "callback_allow = [{:?}]\n[tenants.std]\nwebhook_signature = \"standard\"\nwebhook_secrets = [\"{WHSEC}\", \"{WHSEC_OLD}\"]\n",
+        rx.base()
+    ));
+    let d = deliver(&s, &rx, "std", "k1");
+    let headers: serde_json::Map<String, serde_json::Value> = d
+        .headers
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), json!(v)))
+        .collect();
+    let mut body = tempfile::NamedTempFile::new().expect("temp file");
+    body.write_all(&d.body).expect("write the body");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/standard_webhooks_verify.py"
+    );
+    let out = std::process::Command::new(&python)
+        .arg(script)
+        .arg(serde_json::Value::Object(headers).to_string())
+        .arg(body.path())
+        .args([WHSEC, WHSEC_OLD])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python} ({e}): run the tests with scripts/test"));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "the Python library refused the delivery (or is missing: scripts/test installs it):\n{stdout}{stderr}"
+    );
+    assert_eq!(
+        stdout.matches("verified, tampered refused").count(),
+        2,
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -39,12 +39,28 @@ pub struct CallbackBody {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryBody {
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_whole")]
     pub max_attempts: Option<u64>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_whole")]
     pub base_delay_ms: Option<u64>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_whole")]
     pub max_delay_ms: Option<u64>,
+}
+
+/// A whole number, written as JSON may write one: `1000`, or `1000.0` or `1e3` (JSON Schema's
+/// `integer`, which the document gives these fields, counts them all); a fraction, a negative
+/// number or one past `u64` is refused (`invalid_field`).
+fn present_whole<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let n = Number::deserialize(d)?;
+    if let Some(u) = n.as_u64() {
+        return Ok(Some(u));
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && (0.0..u64::MAX as f64).contains(&f) => Ok(Some(f as u64)),
+        _ => Err(serde::de::Error::custom(format_args!(
+            "invalid value: {n}, expected a whole number from 0"
+        ))),
+    }
 }
 
 /// An optional field's value when it is given: `null` is not one (only a payload may be
