@@ -314,6 +314,17 @@ mod tests {
         }
     }
 
+    /// A peer that sends nothing and has closed (what a lingering close reads).
+    impl AsyncRead for Recorder {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            _buf: &mut [u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(0))
+        }
+    }
+
     /// Writes `parts` as hyper's queue strategy does (vectored, whatever was taken dropped
     /// from the front) until all is written; how many polls answered Pending on the way.
     async fn write_all(io: &mut Io<Recorder>, parts: &[&[u8]]) -> usize {
