@@ -13,6 +13,7 @@ use super::forward::{self, Here};
 use super::gather::Gather;
 use super::metrics::{RequestLabels, ScrapeRefused, WAITING_SCRAPES};
 use super::respond::{self, Resp};
+use super::segment::decoded;
 use super::split::Owners;
 use super::state::App;
 use super::unread::{self, RequestBody};
@@ -64,20 +65,6 @@ fn dead_route<'a>(tenant: &'a str, key: Option<&'a str>, retry: bool) -> Route<'
         return Route::NotFound;
     }
     Route::Dead(decoded(tenant), key.map(decoded), retry)
-}
-
-/// A path segment or query value percent-decoded (RFC 3986), for the name checks that follow:
-/// clients encode characters the names allow (`encodeURIComponent` encodes `:`). What it
-/// decodes to is checked as sent would be, so a decoded `/` or a dot segment (`%2e%2e`) is
-/// refused there; bytes that do not decode to UTF-8 are left encoded, and refused for their
-/// `%`. Cost: one scan for `%` (`memchr`); a decode and a copy only when there is one.
-pub(super) fn decoded(segment: &str) -> Cow<'_, str> {
-    if !segment.contains('%') {
-        return Cow::Borrowed(segment);
-    }
-    percent_encoding::percent_decode_str(segment)
-        .decode_utf8()
-        .unwrap_or(Cow::Borrowed(segment))
 }
 
 impl App {

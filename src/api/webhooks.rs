@@ -251,7 +251,7 @@ fn list_query(query: Option<&str>) -> Result<(usize, Option<String>), ApiError> 
                     })?;
             }
             Some(("after", v)) => {
-                let v = super::routes::decoded(v);
+                let v = super::segment::decoded(v);
                 validate_name(NameKind::Key, &v)?;
                 after = Some(v.into_owned());
             }
