@@ -428,4 +428,69 @@ mod tests {
                 .all(|w| w == b"HTTP/1.1 201 Created\r\n\r\n{}"));
         });
     }
+
+    /// A peer that still has `chunks` of 4 KiB to send when the server closes, then closes.
+    struct Sender {
+        chunks: usize,
+        shut: bool,
+    }
+
+    impl AsyncRead for Sender {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &mut [u8],
+        ) -> Poll<io::Result<usize>> {
+            if self.chunks == 0 {
+                return Poll::Ready(Ok(0));
+            }
+            self.chunks -= 1;
+            let n = buf.len().min(4096);
+            buf[..n].fill(b'x');
+            Poll::Ready(Ok(n))
+        }
+    }
+
+    impl AsyncWrite for Sender {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            b: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(b.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.shut = true;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A server connection's close sends its FIN, then reads what the client still sends until
+    /// the client closes too (closing with unread bytes would send a reset, which can lose the
+    /// last answer before the client reads it); a client connection just shuts its side.
+    #[test]
+    fn a_lingering_close_reads_what_the_peer_still_sends() {
+        crate::cooperate::on_executor(async {
+            let sender = Sender {
+                chunks: 200,
+                shut: false,
+            };
+            let mut io = Io::new(sender, Duration::from_secs(5)).lingering(Duration::from_secs(5));
+            let closed = std::future::poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx)).await;
+            assert!(closed.is_ok());
+            assert!(io.stream.shut, "the FIN first");
+            assert_eq!(io.stream.chunks, 0, "everything the peer sent was read");
+            let sender = Sender {
+                chunks: 200,
+                shut: false,
+            };
+            let mut io = Io::new(sender, Duration::from_secs(5));
+            let closed = std::future::poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx)).await;
+            assert!(closed.is_ok() && io.stream.shut);
+            assert_eq!(io.stream.chunks, 200, "a client connection does not linger");
+        });
+    }
 }
