@@ -8,8 +8,8 @@
 //! next request and reports an error instead of retrying.
 //!
 //! So every handler gets its body as a [`RequestBody`], which hands the unread rest back when
-//! the handler drops it, and [`App::finish`](super::state::App) settles the connection once
-//! the answer is known:
+//! the handler drops it, and `App::serve` (`routes.rs`) settles the connection with
+//! [`drained`] once the answer is known:
 //!
 //! | the body | the connection |
 //! |---|---|
@@ -20,7 +20,10 @@
 //! The drain's budget is the route's own limit (`max_body_bytes`, `max_batch_body_bytes` for
 //! a batch), so a refused request costs the server no more reading than an accepted one.
 //!
-//! Cost: one `Rc` cell per request; a request whose body was read pays nothing else.
+//! Cost: one `Rc` cell per request, and the request's parts moved once into the new body
+//! type: about 1,300 instructions of the 42,000 a keep-alive PUT takes on its connection
+//! (callgrind, `perf/load/put.lua`'s request). A request whose body was read pays nothing
+//! else; one whose body was left unread pays for reading it.
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
