@@ -19,10 +19,12 @@ use crate::cooperate::{yield_to_reactor, Slice, Yield};
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use glommio::timer::Timer;
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -39,8 +41,9 @@ pub struct Io<S = TcpStream> {
     /// The yield between two slices of writes, while it waits.
     pause: Option<Yield>,
     /// A server connection's lingering close: after its FIN, how long to read and discard
-    /// what the client still sends (`None`: a client connection closes at once).
-    linger: Option<Duration>,
+    /// what the client still sends, once the flag says an answer left bytes unread (`None`:
+    /// a client connection closes at once).
+    linger: Option<(Duration, Rc<Cell<bool>>)>,
     /// While it lingers: the write side is shut, and the linger's deadline.
     closing: Option<Timer>,
     /// Small pieces of a vectored write, copied into one buffer (reused).
@@ -74,13 +77,15 @@ impl<S> Io<S> {
         }
     }
 
-    /// A server connection's closes linger for up to `linger`: after the FIN, what the client
-    /// still sends is read and discarded until it closes too. Closing a socket with unread
-    /// bytes in it sends a reset, and a reset that reaches the client before it read the
-    /// last answer loses that answer (a `413` that said `Connection: close` before the body
-    /// was all sent: 1 curl upload in 50 got no answer without it).
-    pub fn lingering(mut self, linger: Duration) -> Self {
-        self.linger = Some(linger);
+    /// A server connection's close lingers for up to `linger` once `wanted` is set (by the
+    /// server, when an answer that says `Connection: close` left the request's body unread):
+    /// after the FIN, what the client still sends is read and discarded until it closes too.
+    /// Closing a socket with unread bytes in it sends a reset, and a reset that reaches the
+    /// client before it read the last answer loses that answer (a `413` that said
+    /// `Connection: close` before the body was all sent: 1 curl upload in 50 got no answer
+    /// without it). Other closes (idle, the client's own) do not wait.
+    pub fn lingering(mut self, linger: Duration, wanted: Rc<Cell<bool>>) -> Self {
+        self.linger = Some((linger, wanted));
         self
     }
 
@@ -215,8 +220,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> hyper::rt::Write for Io<S> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let Some(linger) = this.linger else {
-            return Pin::new(&mut this.stream).poll_close(cx);
+        let linger = match &this.linger {
+            Some((linger, wanted)) if wanted.get() => *linger,
+            _ => return Pin::new(&mut this.stream).poll_close(cx),
         };
         if this.closing.is_none() {
             match Pin::new(&mut this.stream).poll_close(cx) {
@@ -478,11 +484,24 @@ mod tests {
                 chunks: 200,
                 shut: false,
             };
-            let mut io = Io::new(sender, Duration::from_secs(5)).lingering(Duration::from_secs(5));
+            let wanted = Rc::new(Cell::new(false));
+            let mut io = Io::new(sender, Duration::from_secs(5))
+                .lingering(Duration::from_secs(5), wanted.clone());
+            wanted.set(true);
             let closed = std::future::poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx)).await;
             assert!(closed.is_ok());
             assert!(io.stream.shut, "the FIN first");
             assert_eq!(io.stream.chunks, 0, "everything the peer sent was read");
+            // Not wanted (no answer left a body unread): the close does not wait.
+            let sender = Sender {
+                chunks: 200,
+                shut: false,
+            };
+            let mut io = Io::new(sender, Duration::from_secs(5))
+                .lingering(Duration::from_secs(5), Rc::new(Cell::new(false)));
+            let closed = std::future::poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx)).await;
+            assert!(closed.is_ok() && io.stream.shut);
+            assert_eq!(io.stream.chunks, 200, "no linger unless wanted");
             let sender = Sender {
                 chunks: 200,
                 shut: false,

@@ -19,13 +19,15 @@ use crate::engine::Handle;
 use crate::hyperio::{Io, LocalTimer};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long a closing connection reads and discards what its client still sends, so that
-/// the close does not turn into a reset that loses the last answer (`hyperio::Io::lingering`).
+/// How long a connection closed after an answer that left its request's body unread reads and
+/// discards what its client still sends, so that the close does not turn into a reset that
+/// loses that answer (`hyperio::Io::lingering`).
 const LINGER: Duration = Duration::from_millis(250);
 
 /// Counts a connection for as long as it lives, and its client's when it was counted.
@@ -154,7 +156,11 @@ async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let cfg = &app.shared.config;
-    let io = Io::new(stream, Duration::from_millis(cfg.body_timeout_ms)).lingering(LINGER);
+    // Set when an answer says `Connection: close` (its request's body left unread): the close
+    // then lingers.
+    let linger = Rc::new(Cell::new(false));
+    let io = Io::new(stream, Duration::from_millis(cfg.body_timeout_ms))
+        .lingering(LINGER, linger.clone());
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(LocalTimer)
@@ -164,7 +170,14 @@ async fn serve_connection(
     let svc_app = app.clone();
     let svc = hyper::service::service_fn(move |req| {
         let app = svc_app.clone();
-        async move { Ok::<_, std::convert::Infallible>(app.serve(req).await) }
+        let linger = linger.clone();
+        async move {
+            let resp = app.serve(req).await;
+            if resp.headers().contains_key(hyper::header::CONNECTION) {
+                linger.set(true);
+            }
+            Ok::<_, std::convert::Infallible>(resp)
+        }
     });
     let conn = builder.serve_connection(io, svc);
     let mut conn = std::pin::pin!(conn);
