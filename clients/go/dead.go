@@ -1,0 +1,66 @@
+package punctual
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// DeadLetter is a webhook timer whose delivery failed for good.
+type DeadLetter struct {
+	Key        string          `json:"key"`
+	Version    int64           `json:"version"`
+	FireAtUs   int64           `json:"fire_at_us"`
+	Attempts   int             `json:"attempts"`
+	LastStatus int             `json:"last_status,omitempty"`
+	LastError  string          `json:"last_error,omitempty"`
+	Callback   *Callback       `json:"callback"`
+	Payload    json.RawMessage `json:"payload"`
+}
+
+// DeadListOptions pages the dead-letter list: at most Limit (1 to 1,000; 0 for the server's
+// 100) after the key After.
+type DeadListOptions struct {
+	Limit int    `url:"limit"`
+	After string `url:"after"`
+}
+
+// DeadLetters lists the tenant's dead letters by key, one page. The next page is the one
+// after the last key of this one; a page shorter than the limit is the last.
+func (c *Client) DeadLetters(ctx context.Context, tenant string, o DeadListOptions) ([]DeadLetter, error) {
+	q := url.Values{}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.After != "" {
+		q.Set("after", o.After)
+	}
+	a, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/dead/" + seg(tenant), query: q, safe: true})
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Dead []DeadLetter `json:"dead"`
+	}
+	return r.Dead, c.decode(a, &r)
+}
+
+// Redrive makes the dead letter under (tenant, key) pending again, delivered now with a
+// fresh attempt budget and its old version. Never retried: an attempt whose answer was
+// lost may have re-driven it. A timer pending under the key is 409 timer_pending.
+func (c *Client) Redrive(ctx context.Context, tenant, key string) (Scheduled, error) {
+	a, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/dead/" + seg(tenant) + "/" + seg(key) + "/retry"})
+	if err != nil {
+		return Scheduled{}, err
+	}
+	var s Scheduled
+	return s, c.decode(a, &s)
+}
+
+// Discard removes the dead letter under (tenant, key); IsNotFound(err) when there is none.
+func (c *Client) Discard(ctx context.Context, tenant, key string) error {
+	_, err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/dead/" + seg(tenant) + "/" + seg(key), safe: true})
+	return err
+}

@@ -1,0 +1,3 @@
+module punctual/client
+
+go 1.19
