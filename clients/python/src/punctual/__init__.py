@@ -1,0 +1,20 @@
+"""A client for the punctual timer service's HTTP API: timers, batches, dead letters, health,
+and verification of the webhooks punctual delivers. `Client` blocks; `AsyncClient` is the same
+for asyncio."""
+
+from ._client import AsyncClient, Client
+from ._core import NO_RETRY, RetryPolicy
+from ._errors import ApiError, PunctualError, TransportError, WebhookVerificationError
+from ._types import (BatchItem, BatchResult, Callback, ClusterEpochs, ClusterHolder, ClusterPartitions, ClusterStatus,
+                     ClusterThisNode, DeadLetter, Delivery, DeliveryRetry, ErrorDetail, Health, PendingTimer, Scheduled,
+                     WebhookDelivery)
+from .webhooks import verify
+
+__all__ = [
+    "AsyncClient", "Client", "RetryPolicy", "NO_RETRY",
+    "PunctualError", "ApiError", "TransportError", "WebhookVerificationError",
+    "BatchItem", "BatchResult", "Callback", "ClusterEpochs", "ClusterHolder", "ClusterPartitions", "ClusterStatus",
+    "ClusterThisNode", "DeadLetter", "Delivery", "DeliveryRetry", "ErrorDetail", "Health", "PendingTimer", "Scheduled",
+    "WebhookDelivery", "verify",
+]
+__version__ = "0.1.0"

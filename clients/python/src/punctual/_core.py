@@ -1,0 +1,230 @@
+"""What the sync and the async client share: building each call, reading its answer, and the
+retry policy."""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from urllib.parse import quote
+
+import httpx
+
+from ._errors import ApiError, TransportError
+from ._types import BatchItem, BatchResult, Callback, DeadLetter, DeliveryRetry, PendingTimer, Scheduled, from_json
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How calls that are safe to repeat are retried. The wait before attempt n+1 is a uniform
+    draw from [0, min(max_delay, base_delay * 2**(n-1))] seconds ("full jitter"), raised to the
+    answer's Retry-After when that is longer. No wait outlasts the call's timeout: a call whose
+    next wait would pass it raises the last error at once."""
+
+    max_attempts: int = 5
+    base_delay: float = 0.1
+    max_delay: float = 5.0
+    attempt_timeout: Optional[float] = 10.0
+    """Bounds each attempt, so that a server that stopped answering is tried again."""
+    on_retry: Optional[Callable[[int, Exception, float], None]] = None
+    """Called before each wait with the attempt that failed (1 for the first), its error and the wait."""
+
+    def backoff(self, attempt: int, retry_after: Optional[float]) -> float:
+        ceiling = min(self.max_delay, self.base_delay * (2 ** min(attempt - 1, 32)))
+        wait = _jitter.uniform(0, ceiling) if ceiling > 0 else 0.0
+        return max(wait, retry_after or 0.0)
+
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+_jitter = random.Random()
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call: what to send, whether it may be repeated, and how its answer is read."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], Any]
+    params: Optional[Dict[str, str]] = None
+    body: Any = None
+    safe: bool = False
+    metrics: bool = False
+    reads_errors: bool = False
+    """read() is given every answer, not only a 2xx (it raises what it does not read)."""
+
+
+def seg(s: str) -> str:
+    """One path segment (a tenant, a key), escaped as the server decodes it."""
+    return quote(s, safe="")
+
+
+def retriable(exc: Exception) -> bool:
+    """Whether a failed attempt may be made again: the server did not take it (503, 429
+    rate_limited, 408) or the transport failed. quota_exceeded is not: a quota frees itself only
+    when the tenant's timers fire or are cancelled, which no wait brings about."""
+    if isinstance(exc, ApiError):
+        return exc.status in (503, 408) or (exc.status == 429 and exc.code == "rate_limited")
+    return isinstance(exc, TransportError)
+
+
+def error_from(r: httpx.Response) -> ApiError:
+    retry_after = parse_retry_after(r.headers.get("retry-after"))
+    try:
+        e = r.json()["error"]
+        return ApiError(r.status_code, str(e["code"]), str(e["message"]), retry_after)
+    except (ValueError, KeyError, TypeError):
+        return ApiError(r.status_code, "", r.text.strip() or r.reason_phrase, retry_after)
+
+
+def parse_retry_after(v: Optional[str]) -> Optional[float]:
+    if not v:
+        return None
+    v = v.strip()
+    if v.isdigit():
+        return float(v)
+    try:
+        when = email.utils.parsedate_to_datetime(v)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
+
+
+def answer(call: Call, r: httpx.Response) -> Any:
+    if not call.reads_errors and not 200 <= r.status_code < 300:
+        raise error_from(r)
+    return call.read(r)
+
+
+def attempt_timeout(policy: RetryPolicy, deadline: Optional[float]) -> Optional[float]:
+    """The time one attempt may take: the policy's bound, cut to what is left of the call's."""
+    left = None if deadline is None else max(0.001, deadline - time.monotonic())
+    bounds = [b for b in (policy.attempt_timeout, left) if b is not None]
+    return min(bounds) if bounds else None
+
+
+def next_wait(policy: RetryPolicy, call: Call, attempt: int, exc: Exception, deadline: Optional[float]) -> Optional[float]:
+    """The wait before the next attempt, or None when the call must raise exc now."""
+    attempts = policy.max_attempts if call.safe else 1
+    if attempt >= attempts or not retriable(exc):
+        return None
+    wait = policy.backoff(attempt, exc.retry_after if isinstance(exc, ApiError) else None)
+    if deadline is not None and time.monotonic() + wait >= deadline:
+        return None
+    if policy.on_retry is not None:
+        policy.on_retry(attempt, exc, wait)
+    return wait
+
+
+def timer_body(
+    delay_ms: Optional[int] = None,
+    fire_at: Union[datetime.datetime, str, None] = None,
+    fire_at_ms: Optional[int] = None,
+    payload: Any = None,
+    callback: Union[str, Callback, None] = None,
+    retry: Optional[DeliveryRetry] = None,
+) -> Dict[str, Any]:
+    body: Dict[str, Any] = {}
+    if delay_ms is not None:
+        body["delay_ms"] = int(delay_ms)
+    if fire_at is not None:
+        if isinstance(fire_at, datetime.datetime):
+            if fire_at.tzinfo is None:
+                raise ValueError("fire_at needs a time zone (a naive datetime is ambiguous)")
+            fire_at = fire_at.isoformat()
+        body["fire_at"] = fire_at
+    if fire_at_ms is not None:
+        body["fire_at_ms"] = int(fire_at_ms)
+    if payload is not None:
+        body["payload"] = payload
+    if callback is not None:
+        body["callback"] = {"url": callback.url if isinstance(callback, Callback) else callback}
+    if retry is not None:
+        body["retry"] = retry.to_json()
+    return body
+
+
+# The calls, one per route (docs/API.md), shared by Client and AsyncClient.
+
+
+def put_call(tenant: str, key: str, body: Dict[str, Any]) -> Call:
+    def read(r: httpx.Response) -> Scheduled:
+        return from_json(Scheduled, {**r.json(), "created": r.status_code == 201})
+
+    return Call("PUT", f"/v1/timers/{seg(tenant)}/{seg(key)}", read, body=body, safe=True)
+
+
+def get_call(tenant: str, key: str) -> Call:
+    return Call("GET", f"/v1/timers/{seg(tenant)}/{seg(key)}", lambda r: from_json(PendingTimer, r.json()), safe=True)
+
+
+def cancel_call(tenant: str, key: str) -> Call:
+    return Call("DELETE", f"/v1/timers/{seg(tenant)}/{seg(key)}", lambda r: None, safe=True)
+
+
+def batch_call(tenant: str, items: Sequence[BatchItem]) -> Call:
+    timers = []
+    for i in items:
+        timers.append({"key": i.key, **timer_body(i.delay_ms, i.fire_at, i.fire_at_ms, i.payload, i.callback, i.retry)})
+
+    def read(r: httpx.Response) -> List[BatchResult]:
+        return [from_json(BatchResult, x) for x in r.json()["results"]]
+
+    return Call("POST", f"/v1/timers/{seg(tenant)}", read, body={"timers": timers}, safe=True)
+
+
+def dead_letters_call(tenant: str, limit: Optional[int], after: Optional[str]) -> Call:
+    params = {}
+    if limit is not None:
+        params["limit"] = str(limit)
+    if after is not None:
+        params["after"] = after
+
+    def read(r: httpx.Response) -> List[DeadLetter]:
+        return [from_json(DeadLetter, x) for x in r.json()["dead"]]
+
+    return Call("GET", f"/v1/dead/{seg(tenant)}", read, params=params, safe=True)
+
+
+def redrive_call(tenant: str, key: str) -> Call:
+    # Never retried: an attempt whose answer was lost may have re-driven it.
+    return Call("POST", f"/v1/dead/{seg(tenant)}/{seg(key)}/retry", lambda r: from_json(Scheduled, r.json()))
+
+
+def discard_call(tenant: str, key: str) -> Call:
+    return Call("DELETE", f"/v1/dead/{seg(tenant)}/{seg(key)}", lambda r: None, safe=True)
+
+
+def metrics_call() -> Call:
+    return Call("GET", "/metrics", lambda r: r.text, safe=True, metrics=True)
+
+
+def cluster_call() -> Call:
+    from ._types import ClusterStatus
+
+    return Call("GET", "/cluster", lambda r: from_json(ClusterStatus, r.json()), safe=True, metrics=True)
+
+
+def health_call() -> Call:
+    from ._types import Health
+
+    def read(r: httpx.Response) -> Health:
+        # A server that cannot take writes answers 503 with its health: an answer, not an error.
+        try:
+            body = r.json()
+        except ValueError:
+            body = None
+        if r.status_code in (200, 503) and isinstance(body, dict) and "status" in body:
+            return from_json(Health, body)
+        raise error_from(r)
+
+    return Call("GET", "/healthz", read, reads_errors=True)
+
+
+def transport_error(e: Exception) -> TransportError:
+    err = TransportError(f"{type(e).__name__}: {e}")
+    err.__cause__ = e
+    return err

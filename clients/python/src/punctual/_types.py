@@ -1,0 +1,222 @@
+"""The API's bodies as dataclasses; each field is named as in the JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Type, TypeVar, get_type_hints
+
+T = TypeVar("T")
+
+
+def from_json(cls: Type[T], data: Any) -> T:
+    """Builds a dataclass from a JSON object, nested dataclasses and lists of them included;
+    fields a newer server adds are ignored."""
+    hints = get_type_hints(cls)
+    kw = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in data:
+            kw[f.name] = _convert(hints[f.name], data[f.name])
+    return cls(**kw)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    args = getattr(hint, "__args__", ())
+    origin = getattr(hint, "__origin__", None)
+    if origin is list and args and dataclasses.is_dataclass(args[0]):
+        return [from_json(args[0], v) for v in value]
+    inner = [a for a in args if a is not type(None)]
+    if origin is not list and inner and dataclasses.is_dataclass(inner[0]):
+        return from_json(inner[0], value)
+    if dataclasses.is_dataclass(hint):
+        return from_json(hint, value)
+    return value
+
+
+@dataclass(frozen=True)
+class Callback:
+    """Where a fired timer is POSTed."""
+
+    url: str
+
+
+@dataclass(frozen=True)
+class DeliveryRetry:
+    """How punctual retries a webhook; None takes the tenant's default."""
+
+    max_attempts: Optional[int] = None
+    base_delay_ms: Optional[int] = None
+    max_delay_ms: Optional[int] = None
+
+    def to_json(self) -> Dict[str, int]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """The answer to a schedule: the deadline and the version naming this scheduling."""
+
+    tenant: str
+    key: str
+    fire_at_us: int
+    version: int
+    created: bool = field(default=False, metadata={"json": False})
+    """True when no timer was pending under the key (201), False when one was replaced (200)."""
+
+    @property
+    def fire_at(self) -> datetime.datetime:
+        return _from_us(self.fire_at_us)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How far a pending webhook timer's delivery has got."""
+
+    state: str
+    attempts: int
+    next_at_us: int
+    last_status: Optional[int] = None
+    last_error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class PendingTimer:
+    """A timer waiting to fire (or to be delivered)."""
+
+    tenant: str
+    key: str
+    fire_at_us: int
+    version: int
+    payload: Any = None
+    callback: Optional[Callback] = None
+    retry: Optional[DeliveryRetry] = None
+    delivery: Optional[Delivery] = None
+
+    @property
+    def fire_at(self) -> datetime.datetime:
+        return _from_us(self.fire_at_us)
+
+
+@dataclass(frozen=True)
+class ErrorDetail:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One timer of a batch: a key and exactly one deadline (as for put)."""
+
+    key: str
+    delay_ms: Optional[int] = None
+    fire_at: Optional[Any] = None
+    fire_at_ms: Optional[int] = None
+    payload: Any = None
+    callback: Optional[Any] = None
+    retry: Optional[DeliveryRetry] = None
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One item's outcome, in the items' order; key is None when the item had none."""
+
+    key: Optional[str]
+    status: int
+    fire_at_us: Optional[int] = None
+    version: Optional[int] = None
+    error: Optional[ErrorDetail] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A webhook timer whose delivery failed for good."""
+
+    key: str
+    version: int
+    fire_at_us: int
+    attempts: int
+    callback: Optional[Callback] = None
+    payload: Any = None
+    last_status: Optional[int] = None
+    last_error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Health:
+    """/healthz: status "ok", "unavailable" or "draining"."""
+
+    status: str
+    shards: Optional[int] = None
+    store: Optional[str] = None
+    reason: Optional[str] = None
+    partitions: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class ClusterPartitions:
+    count: int
+    ranges: str
+
+
+@dataclass(frozen=True)
+class ClusterEpochs:
+    min: int
+    max: int
+    partitions: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class ClusterHolder:
+    id: str
+    advertise: Optional[str]
+    started_at_us: Optional[int]
+    partitions: ClusterPartitions
+    epochs: Optional[ClusterEpochs]
+
+
+@dataclass(frozen=True)
+class ClusterThisNode:
+    id: str
+    holds: ClusterPartitions
+    should_own: ClusterPartitions
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """/cluster on a node of a Redis Cluster fleet."""
+
+    read_at_us: int
+    live: List[ClusterHolder]
+    unowned: ClusterPartitions
+    not_live: List[ClusterHolder]
+    unreadable: ClusterPartitions
+    this_node: ClusterThisNode
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """The body punctual POSTs to a callback."""
+
+    tenant: str
+    key: str
+    version: int
+    fire_at_us: int
+    fired_at_us: int
+    attempt: int
+    payload: Any = None
+
+    @property
+    def id(self) -> str:
+        """`<tenant>/<key>/<version>`: the same in every attempt, and signed; de-duplicate on it."""
+        return f"{self.tenant}/{self.key}/{self.version}"
+
+
+def _from_us(us: int) -> datetime.datetime:
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(microseconds=us)
