@@ -1,0 +1,255 @@
+import { ApiError, PunctualError, TransportError } from "./errors.js";
+import { anySignal, backoff, DEFAULT_RETRY, parseRetryAfter, retriable, RetryPolicy, sleep } from "./retry.js";
+import type {
+  BatchItem,
+  BatchResult,
+  ClusterStatus,
+  DeadLetter,
+  DeadListOptions,
+  Health,
+  PendingTimer,
+  Scheduled,
+  TimerSpec,
+} from "./types.js";
+
+export interface ClientOptions {
+  /** Sent as "Authorization: Bearer <token>" on the tenant routes (/v1/...). */
+  token?: string;
+  /** Sent to /metrics and /cluster, for a server run with metrics_token. */
+  metricsToken?: string;
+  /** Replaces fields of DEFAULT_RETRY. */
+  retry?: Partial<RetryPolicy>;
+  /** Milliseconds for a whole call, retries included, when the call names none (30,000). */
+  timeoutMs?: number;
+  /** The fetch to use (the global one by default). */
+  fetch?: typeof fetch;
+}
+
+/** Per call: a signal that cancels it, and its deadline in milliseconds (retries included). */
+export interface CallOptions {
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+interface Call<T> {
+  method: string;
+  path: string;
+  query?: Record<string, string>;
+  body?: unknown;
+  /** Safe to repeat: retried under the policy. */
+  safe?: boolean;
+  metrics?: boolean;
+  /** Reads every answer, not only a 2xx (and throws what it does not read). */
+  readsErrors?: boolean;
+  read: (status: number, text: string, headers: Headers) => T;
+}
+
+const seg = encodeURIComponent;
+
+/** A client of one punctual server, on fetch; connections are kept alive between calls. */
+export class Client {
+  readonly baseUrl: string;
+  readonly retry: RetryPolicy;
+  private readonly token?: string;
+  private readonly metricsToken?: string;
+  private readonly timeoutMs?: number;
+  private readonly fetch: typeof fetch;
+
+  constructor(baseUrl: string, options: ClientOptions = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.retry = { ...DEFAULT_RETRY, ...options.retry };
+    this.token = options.token;
+    this.metricsToken = options.metricsToken;
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.fetch = options.fetch ?? globalThis.fetch;
+  }
+
+  /** Schedules `timer` under (tenant, key), replacing the one pending there (an upsert, so it
+   * is retried). `created` says whether none was pending. */
+  put(tenant: string, key: string, timer: TimerSpec, opts?: CallOptions): Promise<Scheduled> {
+    return this.run(
+      {
+        method: "PUT",
+        path: `/v1/timers/${seg(tenant)}/${seg(key)}`,
+        body: timerBody(timer),
+        safe: true,
+        read: (status, text) => ({ ...JSON.parse(text), created: status === 201 }),
+      },
+      opts,
+    );
+  }
+
+  /** The timer pending under (tenant, key); ApiError not_found when none is. */
+  get(tenant: string, key: string, opts?: CallOptions): Promise<PendingTimer> {
+    return this.run({ method: "GET", path: `/v1/timers/${seg(tenant)}/${seg(key)}`, safe: true, read: json }, opts);
+  }
+
+  /** Cancels the pending timer; ApiError not_found when nothing is pending (fired, cancelled,
+   * or removed by an earlier attempt of this call whose answer was lost). */
+  cancel(tenant: string, key: string, opts?: CallOptions): Promise<void> {
+    return this.run({ method: "DELETE", path: `/v1/timers/${seg(tenant)}/${seg(key)}`, safe: true, read: none }, opts);
+  }
+
+  /** Schedules up to 10,000 timers in order; each item fails alone (its result's `error`). */
+  batch(tenant: string, items: BatchItem[], opts?: CallOptions): Promise<BatchResult[]> {
+    const timers = items.map(({ key, ...t }) => ({ key, ...timerBody(t) }));
+    return this.run(
+      {
+        method: "POST",
+        path: `/v1/timers/${seg(tenant)}`,
+        body: { timers },
+        safe: true,
+        read: (_, text) => JSON.parse(text).results,
+      },
+      opts,
+    );
+  }
+
+  /** One page of the tenant's dead letters by key; the next page is after the last key. */
+  deadLetters(tenant: string, query: DeadListOptions = {}, opts?: CallOptions): Promise<DeadLetter[]> {
+    const q: Record<string, string> = {};
+    if (query.limit !== undefined) q.limit = String(query.limit);
+    if (query.after !== undefined) q.after = query.after;
+    return this.run(
+      { method: "GET", path: `/v1/dead/${seg(tenant)}`, query: q, safe: true, read: (_, text) => JSON.parse(text).dead },
+      opts,
+    );
+  }
+
+  /** Delivers the dead letter again now. Never retried: an attempt whose answer was lost may
+   * have re-driven it. 409 timer_pending while a timer is pending under the key. */
+  redrive(tenant: string, key: string, opts?: CallOptions): Promise<Omit<Scheduled, "created">> {
+    return this.run({ method: "POST", path: `/v1/dead/${seg(tenant)}/${seg(key)}/retry`, read: json }, opts);
+  }
+
+  /** Removes the dead letter; ApiError not_found when there is none. */
+  discard(tenant: string, key: string, opts?: CallOptions): Promise<void> {
+    return this.run({ method: "DELETE", path: `/v1/dead/${seg(tenant)}/${seg(key)}`, safe: true, read: none }, opts);
+  }
+
+  /** /healthz, not retried: a server that cannot take writes answers its Health too, with its
+   * status `unavailable` or `draining` and the reason. */
+  health(opts?: CallOptions): Promise<Health> {
+    return this.run(
+      {
+        method: "GET",
+        path: "/healthz",
+        readsErrors: true,
+        read: (status, text, headers) => {
+          let body: unknown;
+          try {
+            body = JSON.parse(text);
+          } catch {
+            body = undefined;
+          }
+          if ((status === 200 || status === 503) && typeof body === "object" && body !== null && "status" in body) {
+            return body as Health;
+          }
+          throw errorFrom(status, text, headers);
+        },
+      },
+      opts,
+    );
+  }
+
+  /** The OpenMetrics exposition, as text. */
+  metrics(opts?: CallOptions): Promise<string> {
+    return this.run({ method: "GET", path: "/metrics", safe: true, metrics: true, read: (_, text) => text }, opts);
+  }
+
+  /** /cluster on a node of a Redis Cluster fleet; ApiError not_found elsewhere. */
+  cluster(opts?: CallOptions): Promise<ClusterStatus> {
+    return this.run({ method: "GET", path: "/cluster", safe: true, metrics: true, read: json }, opts);
+  }
+
+  private async run<T>(call: Call<T>, opts: CallOptions = {}): Promise<T> {
+    const timeoutMs = opts.timeoutMs ?? this.timeoutMs;
+    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+    const overall = anySignal([opts.signal, timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs)]);
+    const attempts = call.safe ? Math.max(1, this.retry.maxAttempts) : 1;
+    try {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await this.once(call, overall.signal);
+        } catch (e) {
+          if (overall.signal.aborted || attempt >= attempts || !retriable(e)) throw e;
+          const wait = backoff(this.retry, attempt, e instanceof ApiError ? e.retryAfterMs : undefined);
+          if (deadline !== undefined && Date.now() + wait >= deadline) throw e;
+          this.retry.onRetry?.(attempt, e as Error, wait);
+          try {
+            await sleep(wait, overall.signal);
+          } catch {
+            throw e;
+          }
+        }
+      }
+    } finally {
+      overall.done();
+    }
+  }
+
+  private async once<T>(call: Call<T>, signal: AbortSignal): Promise<T> {
+    const attempt = anySignal([
+      signal,
+      this.retry.attemptTimeoutMs ? AbortSignal.timeout(this.retry.attemptTimeoutMs) : undefined,
+    ]);
+    const headers: Record<string, string> = {};
+    const token = call.metrics ? this.metricsToken : this.token;
+    if (token) headers.authorization = `Bearer ${token}`;
+    if (call.body !== undefined) headers["content-type"] = "application/json";
+    let url = this.baseUrl + call.path;
+    if (call.query && Object.keys(call.query).length > 0) url += "?" + new URLSearchParams(call.query).toString();
+    let status: number, text: string, rh: Headers;
+    try {
+      const r = await this.fetch(url, {
+        method: call.method,
+        headers,
+        body: call.body === undefined ? undefined : JSON.stringify(call.body),
+        signal: attempt.signal,
+      });
+      status = r.status;
+      rh = r.headers;
+      text = await r.text();
+    } catch (e) {
+      if (signal.aborted) throw signal.reason ?? e; // the caller's signal or deadline
+      throw new TransportError(`${call.method} ${call.path}: ${(e as Error).message}`, { cause: e });
+    } finally {
+      attempt.done();
+    }
+    if (!call.readsErrors && (status < 200 || status >= 300)) throw errorFrom(status, text, rh);
+    try {
+      return call.read(status, text, rh);
+    } catch (e) {
+      if (e instanceof PunctualError) throw e;
+      throw new PunctualError(`reading a ${status} answer: ${(e as Error).message}`, { cause: e });
+    }
+  }
+}
+
+function json(_: number, text: string) {
+  return JSON.parse(text);
+}
+
+function none(): void {}
+
+function errorFrom(status: number, text: string, headers: Headers): ApiError {
+  const retryAfter = parseRetryAfter(headers.get("retry-after"));
+  try {
+    const e = JSON.parse(text).error;
+    if (typeof e?.code === "string") return new ApiError(status, e.code, String(e.message), retryAfter);
+  } catch {
+    // not the error body
+  }
+  return new ApiError(status, "", text.trim() || `HTTP ${status}`, retryAfter);
+}
+
+function timerBody(t: TimerSpec): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  if (t.delay_ms !== undefined) body.delay_ms = t.delay_ms;
+  if (t.fire_at !== undefined) body.fire_at = t.fire_at instanceof Date ? t.fire_at.toISOString() : t.fire_at;
+  if (t.fire_at_ms !== undefined) body.fire_at_ms = t.fire_at_ms;
+  if (t.payload !== undefined) body.payload = t.payload;
+  if (t.callback !== undefined) body.callback = t.callback;
+  if (t.retry !== undefined) body.retry = t.retry;
+  return body;
+}

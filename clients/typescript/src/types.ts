@@ -1,0 +1,147 @@
+// The API's bodies, each field named as in the JSON (docs/API.md).
+
+/** Where a fired timer is POSTed. */
+export interface Callback {
+  url: string;
+}
+
+/** How punctual retries a webhook; a field left out takes the tenant's default. */
+export interface DeliveryRetry {
+  max_attempts?: number;
+  base_delay_ms?: number;
+  max_delay_ms?: number;
+}
+
+/** What to schedule: exactly one of `delay_ms`, `fire_at` (RFC 3339 or a Date) and `fire_at_ms`. */
+export interface TimerSpec {
+  delay_ms?: number;
+  fire_at?: string | Date;
+  fire_at_ms?: number;
+  /** Any JSON value, at most 65,536 bytes of JSON; it comes back as sent. */
+  payload?: unknown;
+  callback?: Callback;
+  retry?: DeliveryRetry;
+}
+
+/** One timer of a batch. */
+export interface BatchItem extends TimerSpec {
+  key: string;
+}
+
+/** The answer to a schedule: the deadline, and the version naming this scheduling. */
+export interface Scheduled {
+  tenant: string;
+  key: string;
+  fire_at_us: number;
+  version: number;
+  /** True when no timer was pending under the key (201), false when one was replaced (200). */
+  created: boolean;
+}
+
+/** How far a pending webhook timer's delivery has got. */
+export interface Delivery {
+  state: "pending" | "in_flight" | "retrying";
+  attempts: number;
+  next_at_us: number;
+  last_status?: number;
+  last_error?: string;
+}
+
+/** A timer waiting to fire (or to be delivered). */
+export interface PendingTimer {
+  tenant: string;
+  key: string;
+  fire_at_us: number;
+  version: number;
+  payload: unknown;
+  callback?: Callback;
+  retry?: DeliveryRetry;
+  delivery?: Delivery;
+}
+
+export interface ErrorDetail {
+  code: string;
+  message: string;
+}
+
+/** One batch item's outcome, in the items' order; `key` is null when the item had none. */
+export interface BatchResult {
+  key: string | null;
+  status: number;
+  fire_at_us?: number;
+  version?: number;
+  error?: ErrorDetail;
+}
+
+/** A webhook timer whose delivery failed for good. */
+export interface DeadLetter {
+  key: string;
+  version: number;
+  fire_at_us: number;
+  attempts: number;
+  last_status?: number;
+  last_error?: string;
+  callback: Callback | null;
+  payload: unknown;
+}
+
+/** /healthz: `ok`, or why the server cannot take writes (`unavailable`, `draining`). */
+export interface Health {
+  status: "ok" | "unavailable" | "draining";
+  shards?: number;
+  store?: "journal" | "redis" | "memory";
+  reason?: string;
+  partitions?: number;
+}
+
+export interface ClusterPartitions {
+  count: number;
+  ranges: string;
+}
+
+export interface ClusterEpochs {
+  min: number;
+  max: number;
+  partitions: Record<string, string>;
+}
+
+export interface ClusterHolder {
+  id: string;
+  advertise: string | null;
+  started_at_us: number | null;
+  partitions: ClusterPartitions;
+  epochs: ClusterEpochs | null;
+}
+
+export interface ClusterThisNode {
+  id: string;
+  holds: ClusterPartitions;
+  should_own: ClusterPartitions;
+}
+
+/** /cluster on a node of a Redis Cluster fleet. */
+export interface ClusterStatus {
+  read_at_us: number;
+  live: ClusterHolder[];
+  unowned: ClusterPartitions;
+  not_live: ClusterHolder[];
+  unreadable: ClusterPartitions;
+  this_node: ClusterThisNode;
+}
+
+/** The body punctual POSTs to a callback. */
+export interface WebhookDelivery {
+  tenant: string;
+  key: string;
+  version: number;
+  fire_at_us: number;
+  fired_at_us: number;
+  attempt: number;
+  payload: unknown;
+}
+
+/** The query of the dead-letter list: at most `limit` (1 to 1,000) after the key `after`. */
+export interface DeadListOptions {
+  limit?: number;
+  after?: string;
+}

@@ -1,0 +1,106 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { Webhook, WebhookVerificationError as OfficialError } from "standardwebhooks";
+import { Client, WebhookVerificationError, deliveryId, verify } from "punctual-client";
+import { ACME_TOKEN, NEW_SECRET, OLD_SECRET, STD_TOKEN, WHSEC, WHSEC_OLD, startReceiver, startServer, tenantsToml } from "./harness.mjs";
+
+let receiver, server;
+before(async () => {
+  receiver = await startReceiver();
+  server = await startServer(tenantsToml(receiver));
+});
+after(async () => {
+  await server?.stop();
+  await receiver?.close();
+});
+
+/** Schedules tenant/key due now with a callback to a receiver on Node's http that verifies
+ * with secrets; the first attempt's { headers, body, delivery | error }. */
+async function deliver(token, tenant, key, secrets) {
+  let got;
+  const arrived = new Promise((resolve) => (got = resolve));
+  const hook = receiver.mount(`/hook/${tenant}/${key}`, (headers, body) => {
+    try {
+      got({ headers, body, d: verify(headers, body, secrets) });
+      return 204;
+    } catch (e) {
+      got({ headers, body, d: e });
+      return 401;
+    }
+  });
+  const s = await new Client(server.url, { token }).put(tenant, key, { delay_ms: 0, callback: { url: hook }, payload: { order: key } });
+  const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error("no delivery in 20 s")), 20_000).unref());
+  const r = await Promise.race([arrived, timeout]);
+  if (!(r.d instanceof Error)) {
+    assert.deepEqual([r.d.key, r.d.version, r.d.payload, r.d.attempt], [key, s.version, { order: key }, 1]);
+  }
+  return r;
+}
+
+test("Punctual-Signature verifies with either secret of a rotation", async () => {
+  for (const [i, secrets] of [[OLD_SECRET], [NEW_SECRET], ["not-this-one-0123456789abcdef0123456", NEW_SECRET]].entries()) {
+    const { headers, d } = await deliver(ACME_TOKEN, "acme", `rot${i}`, secrets);
+    assert.ok(!(d instanceof Error), String(d));
+    assert.equal(deliveryId(d), headers["idempotency-key"]);
+  }
+  const { d } = await deliver(ACME_TOKEN, "acme", "stale", ["stale-secret-0123456789abcdef0123456789"]);
+  assert.ok(d instanceof WebhookVerificationError);
+});
+
+test("tampering, old timestamps and missing headers are refused", async () => {
+  const { headers, body, d } = await deliver(ACME_TOKEN, "acme", "tamper", [NEW_SECRET]);
+  assert.ok(!(d instanceof Error));
+  const other = Buffer.from(body.toString().replace('"tamper"', '"tamperX"'));
+  assert.throws(() => verify(headers, other, [NEW_SECRET]), /no signature matches/);
+  const t = Number(headers["punctual-signature"].split(",")[0].slice(2));
+  assert.throws(() => verify(headers, body, [NEW_SECRET], { nowS: t + 301 }), /tolerance/);
+  assert.equal(verify(headers, body, [NEW_SECRET], { nowS: t + 299 }).key, "tamper");
+  assert.throws(() => verify({}, body, [NEW_SECRET]), /no signature header/);
+  assert.throws(() => verify({ "punctual-signature": "v1=00" }, body, [NEW_SECRET]), /malformed/);
+  assert.equal(verify(new Headers(headers), body, [NEW_SECRET]).key, "tamper"); // fetch's Headers too
+});
+
+test("a Standard Webhooks delivery verifies here and with the official library", async () => {
+  for (const secret of [WHSEC, WHSEC_OLD]) {
+    const { headers, body, d } = await deliver(STD_TOKEN, "std", `s${secret.slice(-4)}`, [secret]);
+    assert.ok(!(d instanceof Error), String(d));
+    assert.equal(headers["webhook-id"], deliveryId(d));
+    const official = new Webhook(secret);
+    assert.equal(official.verify(body, headers).key, d.key);
+    const tampered = Buffer.concat([body, Buffer.from(" ")]);
+    assert.throws(() => official.verify(tampered, headers), OfficialError);
+    assert.throws(() => verify(headers, tampered, [secret]), WebhookVerificationError);
+  }
+});
+
+test("Standard Webhooks: the same verdicts as the official library on its own signatures", () => {
+  const wh = new Webhook(WHSEC);
+  const now = Math.floor(Date.now() / 1000);
+  const body = '{"tenant":"t","key":"k","version":7,"fire_at_us":1,"fired_at_us":2,"attempt":1,"payload":{"a":[1,"é"]}}';
+  const good = { "webhook-id": "t/k/7", "webhook-timestamp": String(now), "webhook-signature": wh.sign("t/k/7", new Date(now * 1000), body) };
+  const variants = {
+    "as signed": [good, body, WHSEC, true],
+    "other id": [{ ...good, "webhook-id": "t/k/8" }, body, WHSEC, false],
+    "other timestamp": [{ ...good, "webhook-timestamp": String(now + 1) }, body, WHSEC, false],
+    "other body": [good, body.replace("7", "8"), WHSEC, false],
+    "other secret": [good, body, WHSEC_OLD, false],
+    "two signatures": [{ ...good, "webhook-signature": "v1,bm90LXRoaXMtb25l " + good["webhook-signature"] }, body, WHSEC, true],
+    "old": [{ ...good, "webhook-timestamp": String(now - 400), "webhook-signature": wh.sign("t/k/7", new Date((now - 400) * 1000), body) }, body, WHSEC, false],
+  };
+  for (const [name, [headers, b, secret, want]] of Object.entries(variants)) {
+    let official = true;
+    try {
+      new Webhook(secret).verify(b, headers);
+    } catch {
+      official = false;
+    }
+    let ours = true;
+    try {
+      verify(headers, b, [secret], { nowS: now });
+    } catch {
+      ours = false;
+    }
+    assert.equal(ours, official, name);
+    assert.equal(ours, want, name);
+  }
+});
