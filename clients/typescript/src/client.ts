@@ -170,7 +170,7 @@ export class Client {
     try {
       for (let attempt = 1; ; attempt++) {
         try {
-          return await this.once(call, overall.signal);
+          return await this.once(call, overall.signal, opts.signal);
         } catch (e) {
           if (overall.signal.aborted || attempt >= attempts || !retriable(e)) throw e;
           const wait = backoff(this.retry, attempt, e instanceof ApiError ? e.retryAfterMs : undefined);
@@ -188,7 +188,9 @@ export class Client {
     }
   }
 
-  private async once<T>(call: Call<T>, signal: AbortSignal): Promise<T> {
+  /** One attempt. `signal` ends the call (the caller's `callerSignal` or the deadline): the
+   * caller's abort rejects with its reason, the deadline with a TransportError. */
+  private async once<T>(call: Call<T>, signal: AbortSignal, callerSignal?: AbortSignal): Promise<T> {
     const attempt = anySignal([
       signal,
       this.retry.attemptTimeoutMs ? AbortSignal.timeout(this.retry.attemptTimeoutMs) : undefined,
@@ -211,7 +213,8 @@ export class Client {
       rh = r.headers;
       text = await r.text();
     } catch (e) {
-      if (signal.aborted) throw signal.reason ?? e; // the caller's signal or deadline
+      if (callerSignal?.aborted) throw callerSignal.reason ?? e;
+      if (signal.aborted) throw new TransportError(`${call.method} ${call.path}: no answer within the call's deadline`, { cause: e });
       throw new TransportError(`${call.method} ${call.path}: ${(e as Error).message}`, { cause: e });
     } finally {
       attempt.done();
