@@ -1,5 +1,5 @@
 import { ApiError, PunctualError, TransportError } from "./errors.js";
-import { anySignal, backoff, DEFAULT_RETRY, parseRetryAfter, retriable, RetryPolicy, sleep } from "./retry.js";
+import { backoff, DEFAULT_RETRY, parseRetryAfter, retriable, RetryPolicy, sleep, linkedSignal } from "./retry.js";
 import type {
   BatchItem,
   BatchResult,
@@ -165,7 +165,7 @@ export class Client {
   private async run<T>(call: Call<T>, opts: CallOptions = {}): Promise<T> {
     const timeoutMs = opts.timeoutMs ?? this.timeoutMs;
     const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
-    const overall = anySignal([opts.signal, timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs)]);
+    const overall = linkedSignal([opts.signal], timeoutMs);
     const attempts = call.safe ? Math.max(1, this.retry.maxAttempts) : 1;
     try {
       for (let attempt = 1; ; attempt++) {
@@ -191,10 +191,7 @@ export class Client {
   /** One attempt. `signal` ends the call (the caller's `callerSignal` or the deadline): the
    * caller's abort rejects with its reason, the deadline with a TransportError. */
   private async once<T>(call: Call<T>, signal: AbortSignal, callerSignal?: AbortSignal): Promise<T> {
-    const attempt = anySignal([
-      signal,
-      this.retry.attemptTimeoutMs ? AbortSignal.timeout(this.retry.attemptTimeoutMs) : undefined,
-    ]);
+    const attempt = linkedSignal([signal], this.retry.attemptTimeoutMs || undefined);
     const headers: Record<string, string> = {};
     const token = call.metrics ? this.metricsToken : this.token;
     if (token) headers.authorization = `Bearer ${token}`;

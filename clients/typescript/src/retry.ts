@@ -67,12 +67,19 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** A signal that aborts when any of the given ones does (AbortSignal.any, for Node 18 too). */
-export function anySignal(signals: (AbortSignal | undefined)[]): { signal: AbortSignal; done: () => void } {
+/**
+ * A signal that aborts when any of `parents` does, or after `timeoutMs` (its reason then a
+ * TimeoutError). `done()` removes its listeners and clears its timer, so that a call that
+ * ended leaves nothing behind (AbortSignal.timeout's timers stay until they fire).
+ */
+export function linkedSignal(
+  parents: (AbortSignal | undefined)[],
+  timeoutMs?: number,
+): { signal: AbortSignal; done: () => void } {
   const c = new AbortController();
-  const live = signals.filter((s): s is AbortSignal => s !== undefined);
   const listeners: [AbortSignal, () => void][] = [];
-  for (const s of live) {
+  for (const s of parents) {
+    if (!s) continue;
     if (s.aborted) {
       c.abort(s.reason);
       break;
@@ -81,5 +88,15 @@ export function anySignal(signals: (AbortSignal | undefined)[]): { signal: Abort
     s.addEventListener("abort", l, { once: true });
     listeners.push([s, l]);
   }
-  return { signal: c.signal, done: () => listeners.forEach(([s, l]) => s.removeEventListener("abort", l)) };
+  const timer =
+    timeoutMs === undefined || c.signal.aborted
+      ? undefined
+      : setTimeout(() => c.abort(new DOMException("the time ran out", "TimeoutError")), timeoutMs);
+  return {
+    signal: c.signal,
+    done: () => {
+      clearTimeout(timer);
+      for (const [s, l] of listeners) s.removeEventListener("abort", l);
+    },
+  };
 }
