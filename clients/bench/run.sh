@@ -2,7 +2,8 @@
 # PUTs per second through each client and through raw HTTP in the same language (net/http,
 # httpx, fetch), on one connection and on 16, against one release binary on the in-memory
 # store (2 shards), so that the client's own overhead shows. Each variant runs SECONDS (3),
-# twice, alternated; the JSON lines go to stdout and a table to stderr.
+# three times, alternated; the JSON lines go to stdout and a table of medians to stderr: PUTs
+# per second, and the benchmark process's CPU per PUT (µs), which a loaded host disturbs less.
 #
 #   clients/bench/run.sh [SECONDS]
 #
@@ -22,19 +23,19 @@ out=$(mktemp)
 (cd clients/python && .venv/bin/python3 examples/putbench.py "$url" "$seconds") | tee -a "$out"
 (cd clients/typescript && npm run --silent build && node examples/putbench.mjs "$url" "$seconds") | tee -a "$out"
 python3 - "$out" >&2 <<'PY'
-import collections, json, sys
+import collections, json, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    runs[(r["lang"], r["kind"], r["conns"])].append(r["puts_per_s"])
-print("| client | client, 1 conn | raw, 1 conn | client, 16 conns | raw, 16 conns |")
+    runs[(r["lang"], r["kind"], r["conns"])].append(r)
+print("| client | PUT/s, 1 conn: client / raw | PUT/s, 16 conns: client / raw | CPU µs per PUT, 1 conn: client / raw | CPU µs per PUT, 16 conns: client / raw |")
 print("|---|---|---|---|---|")
 for lang in ("go", "python", "typescript"):
     cells = []
-    for conns in (1, 16):
-        for kind in ("client", "raw"):
-            v = runs[(lang, kind, conns)]
-            cells.append(" / ".join(f"{x:,.0f}" for x in v))
+    for field, fmt in (("puts_per_s", "{:,.0f}"), ("cpu_us_per_put", "{:,.0f}")):
+        for conns in (1, 16):
+            c, r = (statistics.median(x[field] for x in runs[(lang, k, conns)]) for k in ("client", "raw"))
+            cells.append(f"{fmt.format(c)} / {fmt.format(r)}")
     print(f"| {lang} | " + " | ".join(cells) + " |")
 PY
 rm -f "$out"

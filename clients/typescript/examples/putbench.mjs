@@ -4,7 +4,8 @@
 //
 //   node examples/putbench.mjs http://127.0.0.1:7480 3
 //
-// Each variant runs for the given seconds, twice, alternated, and prints one JSON line per run.
+// Each variant runs for the given seconds, three times, alternated, and prints one JSON line per
+// run: PUTs per second and this process's CPU per PUT.
 import { Client } from "punctual-client";
 
 const [base, secondsArg] = process.argv.slice(2);
@@ -36,11 +37,14 @@ async function run(kind, conns) {
   return done;
 }
 
-for (let round = 0; round < 2; round++) {
+for (let round = 0; round < 3; round++) {
   for (const conns of [1, 16]) {
     for (const kind of ["client", "raw"]) {
+      const before = process.cpuUsage();
       const n = await run(kind, conns);
-      console.log(JSON.stringify({ lang: "typescript", kind, conns, puts_per_s: n / seconds }));
+      const used = process.cpuUsage(before);
+      const cpu_us_per_put = (used.user + used.system) / n;
+      console.log(JSON.stringify({ lang: "typescript", kind, conns, puts_per_s: n / seconds, cpu_us_per_put }));
     }
   }
 }

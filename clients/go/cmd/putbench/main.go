@@ -3,8 +3,8 @@
 //
 //	go run ./cmd/putbench http://127.0.0.1:7480 3s
 //
-// Each variant runs for the given time, twice, alternated (client, raw, client, raw), and
-// prints one JSON line per run.
+// Each variant runs for the given time, three times, alternated (client, raw, client, raw,
+// …), and prints one JSON line per run: PUTs per second and this process's CPU per PUT.
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	punctual "punctual/client"
@@ -33,15 +34,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	for round := 0; round < 2; round++ {
+	for round := 0; round < 3; round++ {
 		for _, conns := range []int{1, 16} {
 			for _, kind := range []string{"client", "raw"} {
+				before := cpu()
 				n := run(base, kind, conns, d)
-				out, _ := json.Marshal(map[string]any{"lang": "go", "kind": kind, "conns": conns, "puts_per_s": float64(n) / d.Seconds()})
+				used := cpu() - before
+				out, _ := json.Marshal(map[string]any{"lang": "go", "kind": kind, "conns": conns,
+					"puts_per_s": float64(n) / d.Seconds(), "cpu_us_per_put": float64(used.Microseconds()) / float64(n)})
 				fmt.Println(string(out))
 			}
 		}
 	}
+}
+
+// cpu is the process's CPU time so far, user and system.
+func cpu() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func run(base, kind string, conns int, d time.Duration) int64 {
