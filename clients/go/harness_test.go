@@ -225,8 +225,12 @@ const (
 	quotaToken = "quota-token-0123456789abcdef0123456789a"
 )
 
-// open is the first run (no tenants: every tenant open), tenants the second.
-var open, tenants *server
+// open is the first run (no tenants: every tenant open), tenants the second. examplePort is
+// where a test runs examples/receiver, allowed as a callback.
+var (
+	open, tenants *server
+	examplePort   int
+)
 
 func TestMain(m *testing.M) {
 	receiver.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -239,7 +243,8 @@ func TestMain(m *testing.M) {
 		}
 		h.ServeHTTP(w, r)
 	}))
-	allow := fmt.Sprintf("callback_allow = [%q]\ncallback_allow_networks = [\"127.0.0.1/32\"]\n", receiver.srv.URL+"/")
+	examplePort = freePort()
+	allow := fmt.Sprintf("callback_allow = [%q, \"http://127.0.0.1:%d/\"]\ncallback_allow_networks = [\"127.0.0.1/32\"]\n", receiver.srv.URL+"/", examplePort)
 	var err error
 	open, err = startServer(allow + "retry_base_delay_ms = 50\nretry_max_delay_ms = 200\n")
 	if err == nil {

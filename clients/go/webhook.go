@@ -46,7 +46,8 @@ func (d WebhookDelivery) ID() string {
 
 // Verifier checks deliveries against a tenant's secrets: the webhook_secrets of a tenant
 // signing with Punctual-Signature, or the whsec_ secrets of one signing with Standard
-// Webhooks. During a key rotation give both the new and the old secret.
+// Webhooks (a list may hold both kinds; each scheme uses the secrets it can). During a key
+// rotation give both the new and the old secret.
 type Verifier struct {
 	Secrets []string
 	// Tolerance bounds the timestamp's distance from Now (DefaultTolerance when zero).
@@ -162,17 +163,22 @@ func (v Verifier) verifyStandard(header http.Header, body []byte) error {
 	if err := v.fresh(t); err != nil {
 		return err
 	}
+	usable := 0
 	for _, s := range v.Secrets {
 		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
 		if err != nil {
-			return fmt.Errorf("punctual: a Standard Webhooks secret is not whsec_<base64>: %w", err)
+			continue // a Punctual-Signature secret, in a list that holds both kinds
 		}
+		usable++
 		m := hmac.New(sha256.New, key)
 		m.Write([]byte(id + "." + ts + "."))
 		m.Write(body)
 		if anyEqual(m.Sum(nil), sigs) {
 			return nil
 		}
+	}
+	if usable == 0 {
+		return fmt.Errorf("%w: no Standard Webhooks secret (whsec_<base64>) among the secrets", ErrSignatureMismatch)
 	}
 	return ErrSignatureMismatch
 }

@@ -1,10 +1,17 @@
 package punctual_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,3 +170,56 @@ func TestStandardWebhooksAgreesWithTheOfficialLibrary(t *testing.T) {
 		t.Fatalf("301 s late: %v", err)
 	}
 }
+
+// examples/receiver, run as it is: it verifies a delivery (one secret of a rotation) and
+// processes it once; a delivery signed with secrets it lacks is refused.
+func TestReceiverExample(t *testing.T) {
+	exe := filepath.Join(t.TempDir(), "receiver")
+	if out, err := exec.Command("go", "build", "-o", exe, "./examples/receiver").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(exe, fmt.Sprintf("127.0.0.1:%d", examplePort))
+	cmd.Env = append(os.Environ(), "PUNCTUAL_WEBHOOK_SECRETS="+oldSecret+","+whsec)
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	hook := fmt.Sprintf("http://127.0.0.1:%d/hook", examplePort)
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", examplePort)); err == nil {
+			c.Close()
+			break
+		} else if time.Now().After(end) {
+			t.Fatalf("the example did not listen: %s", out.String())
+		}
+	}
+	for _, tc := range []struct{ token, tenant string }{{acmeToken, "acme"}, {stdToken, "std"}} {
+		c := punctual.New(tenants.URL, punctual.WithToken(tc.token))
+		if _, err := c.Put(ctx(t), tc.tenant, "example", punctual.After(0).WithCallback(hook).WithPayload(1)); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("timer %s/example fired (attempt 1): 1", tc.tenant)
+		for end := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), want); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("no %q in the example's output: %s", want, out.String())
+			}
+		}
+	}
+	if n := strings.Count(out.String(), "fired"); n != 2 {
+		t.Fatalf("%d deliveries processed: %s", n, out.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }

@@ -176,8 +176,13 @@ def receiver():
     r.server.shutdown()
 
 
+# Where a test runs examples/receiver.py, allowed as a callback.
+EXAMPLE_PORT = free_port()
+
+
 def _allow(receiver) -> str:
-    return f'callback_allow = ["{receiver.base}/"]\ncallback_allow_networks = ["127.0.0.1/32"]\n'
+    return (f'callback_allow = ["{receiver.base}/", "http://127.0.0.1:{EXAMPLE_PORT}/"]\n'
+            'callback_allow_networks = ["127.0.0.1/32"]\n')
 
 
 @pytest.fixture(scope="session")

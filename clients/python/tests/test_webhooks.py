@@ -1,5 +1,10 @@
 import datetime
+import os
 import queue
+import select
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -7,7 +12,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError as Offic
 
 import punctual
 from punctual import WebhookVerificationError
-from conftest import ACME_TOKEN, NEW_SECRET, OLD_SECRET, STD_TOKEN, WHSEC, WHSEC_OLD
+from conftest import ACME_TOKEN, EXAMPLE_PORT, NEW_SECRET, OLD_SECRET, STD_TOKEN, WHSEC, WHSEC_OLD
 
 
 def deliver(server, receiver, token, tenant, key, secrets):
@@ -104,3 +109,34 @@ def test_standard_webhooks_agrees_with_the_official_library_on_its_own_signature
             ours_ok = False
         assert ours_ok == official_ok, name
         assert ours_ok == (name in ("as signed", "two signatures")), name
+
+
+def test_the_receiver_example(tenants_server):
+    """examples/receiver.py, run as it is, with secrets of both schemes: it verifies a
+    Punctual-Signature delivery (one secret of a rotation) and a Standard Webhooks one, and
+    processes each once."""
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "receiver.py")
+    env = {**os.environ, "PUNCTUAL_WEBHOOK_SECRETS": f"{OLD_SECRET},{WHSEC}"}
+    p = subprocess.Popen([sys.executable, example, f"127.0.0.1:{EXAMPLE_PORT}"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        end = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", EXAMPLE_PORT), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < end, "the example did not listen"
+                time.sleep(0.02)
+        hook = f"http://127.0.0.1:{EXAMPLE_PORT}/hook"
+        lines = []
+        for token, tenant in ((ACME_TOKEN, "acme"), (STD_TOKEN, "std")):
+            with punctual.Client(tenants_server.url, token=token) as c:
+                c.put(tenant, "example", delay_ms=0, callback=hook, payload=1)
+            ready, _, _ = select.select([p.stdout], [], [], 20)
+            assert ready, f"no delivery to {tenant} processed within 20 s"
+            lines.append(p.stdout.readline().strip())
+        assert lines == ["timer acme/example fired (attempt 1): 1", "timer std/example fired (attempt 1): 1"]
+    finally:
+        p.kill()
+        p.wait()

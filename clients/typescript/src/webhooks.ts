@@ -19,7 +19,8 @@ export type HeaderSource = Headers | Record<string, string | string[] | undefine
 
 /**
  * Checks a delivery's signature, Punctual-Signature or Standard Webhooks' (whichever it
- * carries), against every secret (for Standard Webhooks, whsec_<base64>), refuses a timestamp
+ * carries), against every secret (for Standard Webhooks, those of the form whsec_<base64>: a list
+ * may hold both kinds), refuses a timestamp
  * more than toleranceS from now, and returns the signed body. Throws WebhookVerificationError.
  */
 export function verify(
@@ -108,13 +109,14 @@ function verifyStandard(
   }
   if (sigs.length === 0) throw new WebhookVerificationError("webhook-signature holds no v1 signature");
   fresh(Number(ts), tolerance, now);
+  let usable = 0;
   for (const s of secrets) {
     const b64 = s.startsWith("whsec_") ? s.slice(6) : s;
-    if (!/^[A-Za-z0-9+/]+={0,2}$/.test(b64)) {
-      throw new WebhookVerificationError("a Standard Webhooks secret is not whsec_<base64>");
-    }
+    if (!/^[A-Za-z0-9+/]+={0,2}$/.test(b64)) continue; // a Punctual-Signature secret, in a list of both kinds
+    usable++;
     const mac = createHmac("sha256", Buffer.from(b64, "base64")).update(`${id}.${ts}.`).update(body).digest();
     if (anyEqual(mac, sigs)) return;
   }
+  if (usable === 0) throw new WebhookVerificationError("no Standard Webhooks secret (whsec_<base64>) among the secrets");
   throw new WebhookVerificationError("no signature matches any of the secrets");
 }

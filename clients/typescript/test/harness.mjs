@@ -162,12 +162,14 @@ export async function startReceiver() {
   };
 }
 
-export function allow(receiver) {
-  return `callback_allow = ["${receiver.base}/"]\ncallback_allow_networks = ["127.0.0.1/32"]\n`;
+/** allow(receiver, extraPort): callbacks may go to the receiver (and to 127.0.0.1:extraPort). */
+export function allow(receiver, extraPort) {
+  const extra = extraPort ? `, "http://127.0.0.1:${extraPort}/"` : "";
+  return `callback_allow = ["${receiver.base}/"${extra}]\ncallback_allow_networks = ["127.0.0.1/32"]\n`;
 }
 
-export function tenantsToml(receiver) {
-  return allow(receiver) + `
+export function tenantsToml(receiver, extraPort) {
+  return allow(receiver, extraPort) + `
 [tenants.acme]
 token = "${ACME_TOKEN}"
 webhook_secrets = ["${NEW_SECRET}", "${OLD_SECRET}"]

@@ -2,12 +2,19 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { Webhook, WebhookVerificationError as OfficialError } from "standardwebhooks";
 import { Client, WebhookVerificationError, deliveryId, verify } from "punctual-client";
-import { ACME_TOKEN, NEW_SECRET, OLD_SECRET, STD_TOKEN, WHSEC, WHSEC_OLD, startReceiver, startServer, tenantsToml } from "./harness.mjs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import ts from "typescript";
+import { ACME_TOKEN, NEW_SECRET, OLD_SECRET, STD_TOKEN, WHSEC, WHSEC_OLD, freePort, startReceiver, startServer, tenantsToml } from "./harness.mjs";
 
-let receiver, server;
+let receiver, server, examplePort;
 before(async () => {
   receiver = await startReceiver();
-  server = await startServer(tenantsToml(receiver));
+  examplePort = await freePort();
+  server = await startServer(tenantsToml(receiver, examplePort));
 });
 after(async () => {
   await server?.stop();
@@ -102,5 +109,41 @@ test("Standard Webhooks: the same verdicts as the official library on its own si
     }
     assert.equal(ours, official, name);
     assert.equal(ours, want, name);
+  }
+});
+
+test("examples/receiver.ts, run as it is, verifies deliveries of both schemes and processes each once", async () => {
+  const here = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+  const dir = mkdtempSync(path.join(here, ".readme-")); // inside the package: "punctual-client" resolves
+  const src = readFileSync(path.join(here, "examples", "receiver.ts"), "utf8");
+  const js = ts.transpileModule(src, { compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext } });
+  writeFileSync(path.join(dir, "receiver.mjs"), js.outputText);
+  const child = spawn(process.execPath, [path.join(dir, "receiver.mjs"), `127.0.0.1:${examplePort}`], {
+    env: { ...process.env, PUNCTUAL_WEBHOOK_SECRETS: `${OLD_SECRET},${WHSEC}` },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  let out = "";
+  child.stdout.on("data", (d) => (out += d));
+  try {
+    for (const end = Date.now() + 10_000; ; await new Promise((r) => setTimeout(r, 20))) {
+      const up = await new Promise((r) => {
+        const s = net.connect(examplePort, "127.0.0.1", () => (s.end(), r(true)));
+        s.on("error", () => r(false));
+      });
+      if (up) break;
+      assert.ok(Date.now() < end, "the example did not listen");
+    }
+    const hook = `http://127.0.0.1:${examplePort}/hook`;
+    for (const [token, tenant] of [[ACME_TOKEN, "acme"], [STD_TOKEN, "std"]]) {
+      await new Client(server.url, { token }).put(tenant, "example", { delay_ms: 0, callback: { url: hook }, payload: 1 });
+      const want = `timer ${tenant}/example fired (attempt 1): 1`;
+      for (const end = Date.now() + 20_000; !out.includes(want); await new Promise((r) => setTimeout(r, 20))) {
+        assert.ok(Date.now() < end, `no "${want}" in: ${out}`);
+      }
+    }
+    assert.equal(out.match(/fired/g).length, 2, out);
+  } finally {
+    child.kill();
+    rmSync(dir, { recursive: true, force: true });
   }
 });

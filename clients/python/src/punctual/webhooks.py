@@ -21,7 +21,8 @@ DEFAULT_TOLERANCE_S = 300
 def verify(headers: Mapping[str, str], body: Union[bytes, str], secrets: Iterable[str], *,
            tolerance_s: float = DEFAULT_TOLERANCE_S, now: Optional[float] = None) -> WebhookDelivery:
     """Checks a delivery's signature, Punctual-Signature or Standard Webhooks' (whichever it
-    carries), against every secret (for Standard Webhooks, whsec_<base64>), refuses a timestamp
+    carries), against every secret (for Standard Webhooks, those of the form whsec_<base64>: a
+    list may hold both kinds), refuses a timestamp
     more than tolerance_s from now, and returns the signed body. Raises WebhookVerificationError.
 
     headers: any mapping; names are matched without regard to case."""
@@ -91,11 +92,15 @@ def _verify_standard(h: Mapping[str, str], body: bytes, secrets: List[str], tole
         raise WebhookVerificationError("webhook-signature holds no v1 signature")
     _fresh(int(ts), tolerance_s, now)
     signed = f"{msg_id}.{ts}.".encode() + body
+    usable = 0
     for s in secrets:
         try:
             key = base64.b64decode(s[len("whsec_"):] if s.startswith("whsec_") else s, validate=True)
         except (binascii.Error, ValueError):
-            raise WebhookVerificationError("a Standard Webhooks secret is not whsec_<base64>") from None
+            continue  # a Punctual-Signature secret, in a list that holds both kinds
+        usable += 1
         if _any_equal(hmac.new(key, signed, hashlib.sha256).digest(), sigs):
             return
+    if not usable:
+        raise WebhookVerificationError("no Standard Webhooks secret (whsec_<base64>) among the secrets")
     raise WebhookVerificationError("no signature matches any of the secrets")
