@@ -19,7 +19,8 @@ export interface ClientOptions {
   metricsToken?: string;
   /** Replaces fields of DEFAULT_RETRY. */
   retry?: Partial<RetryPolicy>;
-  /** Milliseconds for a whole call, retries included, when the call names none (30,000). */
+  /** Milliseconds for a whole call, retries included, when the call names none (30,000;
+   * Infinity for none). */
   timeoutMs?: number;
   /** The fetch to use (the global one by default). */
   fetch?: typeof fetch;
@@ -163,7 +164,8 @@ export class Client {
   }
 
   private async run<T>(call: Call<T>, opts: CallOptions = {}): Promise<T> {
-    const timeoutMs = opts.timeoutMs ?? this.timeoutMs;
+    const given = opts.timeoutMs ?? this.timeoutMs;
+    const timeoutMs = given !== undefined && Number.isFinite(given) ? given : undefined; // Infinity: no deadline
     const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
     const overall = linkedSignal([opts.signal], timeoutMs);
     const attempts = call.safe ? Math.max(1, this.retry.maxAttempts) : 1;
