@@ -504,3 +504,45 @@ fn a_full_disk_refuses_with_store_unavailable_loses_nothing_and_recovers() {
     e.shutdown().expect("shutdown");
     drop(fs);
 }
+
+/// A DELETE answered 503 on a full disk leaves its cancel queued, not durable: a retry must
+/// not answer 404 from the table (API.md: "a retried DELETE that answers 404 means the first
+/// attempt had removed the timer"), since a restart before the cancel commits brings the timer
+/// back. The retry waits behind the cancel, and is refused while the disk stays full.
+#[test]
+fn a_retried_delete_never_answers_404_while_the_first_cancel_is_not_durable() {
+    use punctual::store::journal::faults::{Fault, Faults};
+    use punctual::store::journal::io::Disk;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let trash = tmp.path().join("trash");
+    std::fs::create_dir_all(&trash).expect("trash");
+    let faults = Faults::new(&trash);
+    let mut cfg = config(&tmp.path().join("data"));
+    cfg.ack_timeout = Duration::from_millis(500);
+    cfg.retry_max = Duration::from_millis(20);
+    cfg.disk = Disk::faulty(faults.clone());
+    let (e, _) = start(1, cfg.clone()).expect("starts");
+    let h = e.handle();
+    let kept = h
+        .schedule("shop", "k", UtcMicros(far()), b"x")
+        .expect("durable");
+    faults.fail_at(faults.count(), Fault::NoSpace);
+    assert!(
+        matches!(h.cancel("shop", "k"), Err(Error::StoreUnavailable { .. })),
+        "the cancel cannot be written"
+    );
+    let retry = h.cancel("shop", "k");
+    assert!(
+        matches!(retry, Err(Error::StoreUnavailable { .. })),
+        "the retry told {retry:?} while the first cancel was not durable"
+    );
+    e.shutdown().expect("shutdown");
+    cfg.disk = Disk::default();
+    let (e, _) = start(1, cfg).expect("restarts");
+    assert_eq!(
+        e.handle().get("shop", "k").expect("get").map(|t| t.version),
+        Some(kept.version),
+        "the cancel never became durable: the timer is still pending"
+    );
+    e.shutdown().expect("shutdown");
+}

@@ -178,6 +178,17 @@ pub trait Store {
     /// A cancelled timer, already out of the shard's table.
     fn cancel(&mut self, tenant: &str, key: &str, ack: Ack);
 
+    /// An answer read from the shard's tables, not written (a DELETE of a key that is not
+    /// pending, a discard of a dead letter that is not kept): `ack`, answered `Ok` once every
+    /// write queued before it is durable, or with the store's refusal. The tables change
+    /// before their writes are durable, so an answer read from them can tell a state the disk
+    /// does not hold yet: a retried DELETE's 404 while the first DELETE's cancel still waits
+    /// on a full disk, after which a restart brings the timer back. A store whose writes are
+    /// durable when made answers at once (the default).
+    fn answer_after_writes(&mut self, _tenant: &str, ack: Ack) {
+        ack.answer(Ok(()));
+    }
+
     /// How many more fires the store takes before the shard must hold due timers back.
     fn fire_room(&self) -> usize {
         usize::MAX

@@ -108,6 +108,7 @@ pub(crate) async fn run(shared: Rc<ShardJournal>, mut log: Log) {
                     seq += 1;
                     Ok(())
                 }
+                Ok(Written::Nothing) => Ok(()),
                 Ok(Written::Held) => {
                     held(&shared).await;
                     continue;
@@ -217,6 +218,8 @@ async fn sync(shared: &ShardJournal, active: &Active) -> io::Result<()> {
 /// What [`commit`] did.
 enum Written {
     Yes,
+    /// Nothing to write: the batch held only answers (`Outbox::push_answer`), now answered.
+    Nothing,
     /// Nothing: the batch needs a new segment and a compaction is running ([`held`]).
     Held,
 }
@@ -229,6 +232,11 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
         .outbox
         .borrow()
         .batch(cfg.max_batch_records, cfg.max_batch_bytes);
+    if batch.frames == 0 {
+        // Only answers that waited for records already durable: nothing to write.
+        shared.outbox.borrow_mut().complete(batch, Ok(()));
+        return Ok(Written::Nothing);
+    }
     let size = padded(BATCH_RECORD + batch.bytes);
     if matches!(log, Log::Ready(a) if !a.fits(size as u64)) {
         if shared.files.borrow().running && !shared.closing.get() {
@@ -243,7 +251,7 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
     {
         let b = &mut buf[..];
         let mut head = Vec::with_capacity(BATCH_RECORD);
-        put_batch(&mut head, seq, batch.records as u32);
+        put_batch(&mut head, seq, batch.frames as u32);
         let outbox = shared.outbox.borrow();
         b[..BATCH_RECORD].copy_from_slice(&head);
         let mut at = BATCH_RECORD;
@@ -289,9 +297,9 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
     active.pos += size as u64;
     let m = shared.m();
     m.flush_seconds.observe(started.elapsed().as_nanos() as u64);
-    m.batch_commands.observe(batch.records as u64);
+    m.batch_commands.observe(batch.frames as u64);
     StoreMetrics::count(&m.journal_bytes_total, size as u64);
-    StoreMetrics::count(&m.journal_records_total, batch.records as u64);
+    StoreMetrics::count(&m.journal_records_total, batch.frames as u64);
     let mut outbox = shared.outbox.borrow_mut();
     outbox.complete(batch, Ok(()));
     shared.lease.borrow_mut().committed(outbox.committed());

@@ -179,6 +179,14 @@ impl Node {
         Answer::Schedule(rx)
     }
 
+    /// A DELETE's 404, answered once the writes queued before it are durable.
+    pub fn not_found(&mut self) -> Answer {
+        let (tx, rx) = reply_channel();
+        let ack = Ack::Cancel(tx, Cancelled::NotFound);
+        self.store.answer_after_writes(TENANT, ack);
+        Answer::Cancel(rx)
+    }
+
     /// Ends the shard's pass: the commit task takes what was queued.
     pub fn pass(&mut self) {
         self.store.after_pass();
@@ -317,6 +325,52 @@ mod tests {
         });
         let keys: Vec<_> = found.iter().map(|f| (f.key.as_str(), f.version)).collect();
         assert_eq!(keys, [("a", 1)]);
+    }
+
+    /// An answer read from the tables waits for the writes queued before it, and adds
+    /// nothing to the log: alone, or between records of one commit, the log replays.
+    #[test]
+    fn an_answer_after_writes_waits_for_them_and_writes_nothing() {
+        use crate::store::journal::faults::Fault;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (cfg, faults) = faulty(&tmp.path().join("d"), super::super::Fsync::Always);
+        let data = prepare(&cfg, 1).expect("prepare");
+        let far = u64::MAX / 2;
+        let wait = Duration::from_secs(30);
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            assert!(node.not_found().acknowledged(wait).await, "nothing waits");
+            let a = node.schedule("a", 1, far, b"");
+            node.pass();
+            assert!(a.acknowledged(wait).await);
+            faults.fail_at(faults.count(), Fault::NoSpace);
+            let cancel = node.cancel("a", 1);
+            let retry = node.not_found();
+            node.pass();
+            let early =
+                futures_lite::future::or(async { Some(retry.acknowledged(wait).await) }, async {
+                    glommio::timer::sleep(Duration::from_millis(200)).await;
+                    None
+                })
+                .await;
+            assert_eq!(early, None, "answered while the cancel was not durable");
+            faults.clear();
+            assert!(cancel.acknowledged(wait).await);
+            let answers = [
+                node.not_found(),
+                node.schedule("b", 2, far, b""),
+                node.not_found(),
+                node.schedule("c", 3, far, b""),
+            ];
+            node.pass();
+            for a in answers {
+                assert!(a.acknowledged(wait).await);
+            }
+            node.close().await;
+        });
+        let found = reopen(&cfg, |n| n.recovered.clone());
+        let keys: Vec<_> = found.iter().map(|f| f.key.as_str()).collect();
+        assert_eq!(keys, ["b", "c"]);
     }
 
     #[test]

@@ -276,6 +276,24 @@ impl Store for JournalStore {
             .set(self.shared.live.get().saturating_sub(1));
     }
 
+    /// At once when nothing waits to be written (and the journal can write); else behind
+    /// what waits, as an entry of no bytes, admitted like a write: a store that cannot take
+    /// one (full, stalled, failed) refuses, since what the shard's tables show may then never
+    /// reach the disk.
+    fn answer_after_writes(&mut self, tenant: &str, ack: Ack) {
+        let shared = &self.shared;
+        let ready = shared.health.get() == StoreState::Ready;
+        if ready && shared.outbox.borrow().is_empty() {
+            ack.answer(Ok(()));
+            return;
+        }
+        if let Err(e) = self.admit(tenant) {
+            ack.answer(Err(e));
+            return;
+        }
+        shared.outbox.borrow_mut().push_answer(ack, tenant);
+    }
+
     /// None while a version handed out is above the durable lease (`lease`); else, once the
     /// journal failed, no bound (nothing is queued any more); else the outbox's room for
     /// records no caller waits for.
