@@ -546,3 +546,53 @@ fn a_retried_delete_never_answers_404_while_the_first_cancel_is_not_durable() {
     );
     e.shutdown().expect("shutdown");
 }
+
+/// A replacement due at once fires only once its record is durable: fired before, a crash
+/// before its commit would bring back the version it replaced, and a receiver would see the
+/// new version, then the old one. While the disk cannot take the record the new version is
+/// held (not lost), and it fires once the record is written.
+#[test]
+fn a_replacement_fires_only_once_its_record_is_durable() {
+    use punctual::store::journal::faults::{Fault, Faults};
+    use punctual::store::journal::io::Disk;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let trash = tmp.path().join("trash");
+    std::fs::create_dir_all(&trash).expect("trash");
+    let faults = Faults::new(&trash);
+    let mut cfg = config(&tmp.path().join("data"));
+    cfg.ack_timeout = Duration::from_millis(300);
+    cfg.retry_max = Duration::from_millis(20);
+    cfg.disk = Disk::faulty(faults.clone());
+    let (e, fired) = start(1, cfg.clone()).expect("starts");
+    let h = e.handle();
+    let v1 = h
+        .schedule("shop", "k", UtcMicros(far()), b"v1")
+        .expect("durable")
+        .version;
+    faults.fail_at(faults.count(), Fault::NoSpace);
+    let replaced = h.schedule("shop", "k", h.now(), b"v2");
+    assert!(
+        matches!(replaced, Err(Error::StoreUnavailable { .. })),
+        "{replaced:?}"
+    );
+    // Two more ack timeouts' worth of passes: a due timer would have fired long since.
+    std::thread::sleep(Duration::from_millis(600));
+    let seen = fired.lock().map(|f| f.clone()).unwrap_or_default();
+    assert!(
+        seen.is_empty(),
+        "fired {seen:?} while its record was not durable (v1 = {v1})"
+    );
+    faults.clear();
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    while fired.lock().is_ok_and(|f| f.is_empty()) && std::time::Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let seen = fired.lock().map(|f| f.clone()).unwrap_or_default();
+    assert_eq!(seen.len(), 1, "fires once its record is durable: {seen:?}");
+    assert!(seen[0].1 > v1, "the replacement fired: {seen:?}");
+    e.shutdown().expect("shutdown");
+    cfg.disk = Disk::default();
+    let (e, _) = start(1, cfg).expect("restarts");
+    assert_eq!(e.handle().get("shop", "k").expect("get"), None, "fired");
+    e.shutdown().expect("shutdown");
+}

@@ -194,6 +194,14 @@ pub trait Store {
         usize::MAX
     }
 
+    /// Whether a due timer of `version` may fire now: not before the record that made it is
+    /// durable, since a crash would bring back what that record replaced. The shard holds a
+    /// timer it may not fire yet and fires it after the store's next commit. Always, for a
+    /// store whose writes are durable when made (the default).
+    fn may_fire(&self, _version: u64) -> bool {
+        true
+    }
+
     /// Whether the shard holds due timers back for want of [`Store::fire_room`].
     fn fires_held(&mut self, _held: bool) {}
 

@@ -234,7 +234,12 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
         .batch(cfg.max_batch_records, cfg.max_batch_bytes);
     if batch.frames == 0 {
         // Only answers that waited for records already durable: nothing to write.
-        shared.outbox.borrow_mut().complete(batch, Ok(()));
+        let mut outbox = shared.outbox.borrow_mut();
+        outbox.complete(batch, Ok(()));
+        shared
+            .lease
+            .borrow_mut()
+            .committed(outbox.committed(), outbox.is_empty());
         return Ok(Written::Nothing);
     }
     let size = padded(BATCH_RECORD + batch.bytes);
@@ -302,7 +307,10 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
     StoreMetrics::count(&m.journal_records_total, batch.frames as u64);
     let mut outbox = shared.outbox.borrow_mut();
     outbox.complete(batch, Ok(()));
-    shared.lease.borrow_mut().committed(outbox.committed());
+    shared
+        .lease
+        .borrow_mut()
+        .committed(outbox.committed(), outbox.is_empty());
     m.pending_writes
         .store(outbox.len() as u64, Ordering::Relaxed);
     drop(outbox);

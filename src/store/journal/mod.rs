@@ -308,6 +308,14 @@ impl Store for JournalStore {
         shared.fire_room()
     }
 
+    /// Once its record is durable (`lease`, "A fire waits for its own record"). Once the
+    /// journal failed, timers whose records were written keep firing from memory; one whose
+    /// record never was does not fire in this process: what it replaced is what the disk
+    /// holds, and a restart fires that.
+    fn may_fire(&self, version: u64) -> bool {
+        self.shared.lease.borrow().written(version)
+    }
+
     fn fires_held(&mut self, held: bool) {
         self.shared.fires_held(held, "journal: due timers are held back (not lost) until the journal has written what waits: the records no caller waits for reached their bound, or a version lease is not durable yet");
     }
@@ -371,7 +379,10 @@ impl Store for JournalStore {
     /// Wakes the commit task and answers callers past the ack timeout
     /// (`durable::Durable::after_pass` has the bound this gives).
     fn after_pass(&mut self) {
-        self.shared.after_pass();
+        let shared = &self.shared;
+        let end = shared.outbox.borrow().end();
+        shared.lease.borrow_mut().mark(end);
+        shared.after_pass();
     }
 
     /// Commits what it can within the ack timeout, then stops the commit task and any

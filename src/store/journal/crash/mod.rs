@@ -29,7 +29,7 @@
 //! shards' commits are independent. `cargo test` runs every crash point of every phase in
 //! `always` (crash, power cut, ENOSPC) and a sample in the other modes; the full matrix
 //! (every mode, every variant, every point) runs with `PUNCTUAL_CRASH_MATRIX=full`, which
-//! prints the table docs/DRILLS.md shows.
+//! prints the table docs/DRILLS.md shows; `PUNCTUAL_CRASH_PHASE=<name>` runs one phase.
 
 mod model;
 
@@ -37,7 +37,7 @@ use super::faults::{Fault, Faults};
 use super::harness::{config, on_executor, prepare, Node};
 use super::io::Disk;
 use super::{Fsync, JournalConfig};
-use model::{drive, phases, Phase, State, Step};
+use model::{drive, phases, Driven, Phase, State, Step};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,10 +118,10 @@ fn build_base(p: &Phase, dir: &Path, fsync: Fsync) -> Result<State, String> {
         let mut nodes = vec![Node::open(&cfg, data, 0, 1).await?];
         nodes[0].payload = vec![b'p'; p.payload];
         let mut base = p.base.clone();
-        let acked = drive(&mut nodes, &mut base, Duration::from_secs(60)).await;
+        let run = drive(&mut nodes, &mut base, Duration::from_secs(60)).await;
         close_all(nodes).await;
         let owed = p.base.iter().filter(|s| s.is_acknowledged()).count();
-        if acked.len() < owed {
+        if run.acked.len() < owed {
             return Err("the base was not acknowledged".to_string());
         }
         Ok(())
@@ -155,38 +155,38 @@ async fn close_all(nodes: Vec<Node>) {
 }
 
 /// Runs the phase's steps on `dir` with `faults` (the re-partition, when the phase has
-/// another shard count, included): the indices of the acknowledged steps, and the steps as
-/// they reached the stores.
+/// another shard count, included): what the run did, and the steps as they reached the
+/// stores.
 fn run_steps(
     p: &Phase,
     dir: &Path,
     fsync: Fsync,
     faults: &Arc<Faults>,
     v: Variant,
-) -> (Vec<usize>, Vec<Step>) {
+) -> (Driven, Vec<Step>) {
     let mut cfg = cfg_for(dir, fsync, Disk::faulty(faults.clone()));
     if v == Variant::NoSpace {
         cfg.ack_timeout = Duration::from_millis(300);
     }
     let mut steps = p.steps.clone();
     let Ok(data) = prepare(&cfg, p.shards) else {
-        return (Vec::new(), steps);
+        return (Driven::default(), steps);
     };
-    let acked = on_executor(async {
+    let run = on_executor(async {
         let Ok(mut nodes) = open_all(&cfg, &data, p.shards).await else {
-            return Vec::new();
+            return Driven::default();
         };
         for n in &mut nodes {
             n.payload = vec![b'p'; p.payload];
         }
-        let acked = drive(&mut nodes, &mut steps, Duration::from_secs(30)).await;
+        let run = drive(&mut nodes, &mut steps, Duration::from_secs(30)).await;
         if v == Variant::NoSpace {
             faults.clear();
         }
         close_all(nodes).await;
-        acked
+        run
     });
-    (acked, steps)
+    (run, steps)
 }
 
 /// Reopens `dir` with `shards` shards on the real disk without skipping corruption: each
@@ -237,7 +237,7 @@ fn case(
             _ => Fault::Die,
         },
     );
-    let (acked, steps) = run_steps(p, &dir, fsync, &faults, v);
+    let (run, steps) = run_steps(p, &dir, fsync, &faults, v);
     let cut = match v {
         Variant::Cut => faults.power_cut(|_| false),
         Variant::Hole => faults.power_cut(|i| i != 0),
@@ -251,7 +251,13 @@ fn case(
         Ok(found) => {
             let power = matches!(v, Variant::Cut | Variant::Hole);
             let lost_allowed = power && !fsync.per_commit();
-            judge(&steps, base.1, &found, &acked, lost_allowed)
+            match judge(&steps, base.1, &found, &run.acked, lost_allowed) {
+                Outcome::Held { lost } => match resurrected(&found, &run.delivered) {
+                    Some(why) if !lost_allowed => Outcome::Violated(why),
+                    _ => Outcome::Held { lost },
+                },
+                violated => violated,
+            }
         }
     };
     let _ = std::fs::remove_dir_all(&dir);
@@ -317,6 +323,17 @@ fn judge(
     Outcome::Held { lost }
 }
 
+/// A fire that went out under version v, then a recovery that holds the key pending under
+/// an older version: a receiver would see v, then the older one. `None` when none did.
+fn resurrected(found: &[(State, u64)], delivered: &[(String, u64)]) -> Option<String> {
+    delivered.iter().find_map(|(k, v)| {
+        let back = found.iter().find_map(|(s, _)| s.pending.get(k))?;
+        (back < v).then(|| {
+            format!("{k} fired under version {v}, and recovery brought back version {back}")
+        })
+    })
+}
+
 /// Counts of outcomes, per (phase, mode, variant).
 #[derive(Default)]
 struct Tally {
@@ -336,7 +353,12 @@ fn matrix(modes: &[Fsync], variants: &[Variant], stride: u64) -> (String, Vec<St
         "| phase | fsync | variant | crash points | held | acknowledged lost (allowed) | violations |\n|---|---|---|---|---|---|---|\n",
     );
     let mut all = Vec::new();
+    // `PUNCTUAL_CRASH_PHASE=<name>`: that phase only (a look at one while working on it).
+    let only = std::env::var("PUNCTUAL_CRASH_PHASE").ok();
     for p in phases() {
+        if only.as_deref().is_some_and(|name| name != p.name) {
+            continue;
+        }
         for &fsync in modes {
             let base = work.path().join(format!("base-{}-{fsync:?}", p.name));
             let state = match build_base(&p, &base, fsync) {

@@ -10,12 +10,20 @@ use std::time::Duration;
 pub const DEAD: &[u8] = b"dead-letter";
 const FAR: u64 = u64::MAX / 4;
 
+/// A version above every version a base's records and leases carry (a base's first write
+/// leases versions up to its own + 10,000,000, `lease::AHEAD`).
+pub const ABOVE_BASE: u64 = 20_000_000;
+
 /// One step of a phase, as the shard makes it.
 #[derive(Clone, Debug)]
 pub enum Step {
     Schedule(String, u64),
     Cancel(String),
     Fired(String, u64),
+    /// A timer due at once, fired as the shard fires it: only once the store says its
+    /// record is durable (`Store::may_fire`), else held and fired after the next pass's
+    /// commit. Its webhook is then out: a recovery must not bring back an older version.
+    FireDue(String, u64),
     Dead(String, u64),
     DeadRemoved(String),
     /// A dead letter pending again under its version.
@@ -41,6 +49,7 @@ impl Step {
             Step::Schedule(k, _)
             | Step::Cancel(k)
             | Step::Fired(k, _)
+            | Step::FireDue(k, _)
             | Step::Dead(k, _)
             | Step::DeadRemoved(k)
             | Step::Redrive(k, _) => Some(k),
@@ -51,9 +60,11 @@ impl Step {
     /// The version the step writes, if any.
     pub fn version(&self) -> Option<u64> {
         match self {
-            Step::Schedule(_, v) | Step::Fired(_, v) | Step::Dead(_, v) | Step::Redrive(_, v) => {
-                Some(*v)
-            }
+            Step::Schedule(_, v)
+            | Step::Fired(_, v)
+            | Step::FireDue(_, v)
+            | Step::Dead(_, v)
+            | Step::Redrive(_, v) => Some(*v),
             _ => None,
         }
     }
@@ -78,7 +89,7 @@ impl State {
             Step::Schedule(k, v) => {
                 self.pending.insert(k.clone(), *v);
             }
-            Step::Cancel(k) | Step::Fired(k, _) => {
+            Step::Cancel(k) | Step::Fired(k, _) | Step::FireDue(k, _) => {
                 self.pending.remove(k);
             }
             Step::Dead(k, v) => {
@@ -223,6 +234,22 @@ pub fn phases() -> Vec<Phase> {
                 Step::Pass,
             ],
         ),
+        // A replacement due at once: v2 of a durable key fires only once its record is
+        // durable, so no crash brings v1 back after v2's webhook went out.
+        one(
+            "replacement",
+            16,
+            small(4),
+            // Versions above the base's floor (its lease reaches past 10,000,000), as the
+            // shard hands them out.
+            vec![
+                Step::Schedule(key("b", 0), ABOVE_BASE),
+                Step::FireDue(key("b", 0), ABOVE_BASE),
+                Step::Pass,
+                Step::Schedule(key("b", 1), ABOVE_BASE + 1),
+                Step::Pass,
+            ],
+        ),
         // The base's one shard becomes three before the steps run: the re-partition's
         // every write, then the commit phase's steps on the new shards.
         Phase {
@@ -235,21 +262,40 @@ pub fn phases() -> Vec<Phase> {
     ]
 }
 
-/// Runs `steps` on `nodes` (shard `i` is `nodes[i]`; each step goes to its key's owner): the
-/// indices of the steps acknowledged. Steps the store refused (`admit`) are replaced by
-/// `Pass`: they never reached the outbox.
-pub async fn drive(nodes: &mut [Node], steps: &mut [Step], limit: Duration) -> Vec<usize> {
-    let mut acked = Vec::new();
+/// What a run of steps did: the indices of the steps acknowledged, and the fires that went
+/// out (key, version), as a webhook would have.
+#[derive(Debug, Default)]
+pub struct Driven {
+    pub acked: Vec<usize>,
+    pub delivered: Vec<(String, u64)>,
+    /// Fires held for their record, by shard: fired after the next pass's commit.
+    held: Vec<(usize, String, u64)>,
+}
+
+/// Runs `steps` on `nodes` (shard `i` is `nodes[i]`; each step goes to its key's owner).
+/// Steps the store refused (`admit`) are replaced by `Pass`: they never reached the outbox.
+pub async fn drive(nodes: &mut [Node], steps: &mut [Step], limit: Duration) -> Driven {
+    let mut run = Driven::default();
     let mut waiting: Vec<(usize, Answer)> = Vec::new();
     let shards = nodes.len();
     for (i, step) in steps.iter_mut().enumerate() {
         let Some(node) = step.owner(shards).and_then(|s| nodes.get_mut(s)) else {
-            end_of(step, nodes, &mut waiting, &mut acked, limit).await;
+            end_of(step, nodes, &mut waiting, &mut run, limit).await;
             continue;
         };
+        if let Step::FireDue(k, v) = &*step {
+            if crate::store::Store::may_fire(&node.store, *v) {
+                node.fired(k, *v);
+                run.delivered.push((k.clone(), *v));
+            } else {
+                let shard = step.owner(shards).unwrap_or(0);
+                run.held.push((shard, k.clone(), *v));
+            }
+            continue;
+        }
         if step.is_acknowledged() && !node.admits() {
             *step = Step::Pass;
-            end_of(step, nodes, &mut waiting, &mut acked, limit).await;
+            end_of(step, nodes, &mut waiting, &mut run, limit).await;
             continue;
         }
         let answer = match &*step {
@@ -265,13 +311,13 @@ pub async fn drive(nodes: &mut [Node], steps: &mut [Step], limit: Duration) -> V
             }
             Step::DeadRemoved(k) => Some(node.dead_removed(k, 0)),
             Step::Redrive(k, v) => Some(node.redrive(k, *v, FAR)),
-            Step::Pass | Step::Compaction => None,
+            Step::FireDue(..) | Step::Pass | Step::Compaction => None,
         };
         if let Some(a) = answer {
             waiting.push((i, a));
         }
     }
-    acked
+    run
 }
 
 /// A step of every shard: the end of a pass, or the wait for compactions.
@@ -279,7 +325,7 @@ async fn end_of(
     step: &Step,
     nodes: &mut [Node],
     waiting: &mut Vec<(usize, Answer)>,
-    acked: &mut Vec<usize>,
+    run: &mut Driven,
     limit: Duration,
 ) {
     match step {
@@ -289,9 +335,21 @@ async fn end_of(
             }
             for (at, a) in waiting.drain(..) {
                 if a.acknowledged(limit).await {
-                    acked.push(at);
+                    run.acked.push(at);
                 }
             }
+            // The shard looks again at what it held: fired once its record is durable.
+            let mut still = Vec::new();
+            for (shard, k, v) in run.held.drain(..) {
+                match nodes.get_mut(shard) {
+                    Some(n) if crate::store::Store::may_fire(&n.store, v) => {
+                        n.fired(&k, v);
+                        run.delivered.push((k, v));
+                    }
+                    _ => still.push((shard, k, v)),
+                }
+            }
+            run.held = still;
         }
         Step::Compaction => {
             for _ in 0..2_000 {
