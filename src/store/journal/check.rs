@@ -185,7 +185,7 @@ fn files(t: &Target, out: &mut dyn Write) -> Result<(), ToolError> {
         );
     for (name, seq, snapshot) in names {
         let path = t.dir.join(&name);
-        let buf = Buf::map(&path).map_err(|e| unreadable("cannot read", &path, e))?;
+        let buf = Buf::map_from_disk(&path).map_err(|e| unreadable("cannot read", &path, e))?;
         let header = match header_of(&buf, seq, t.owner) {
             Ok(h) => h,
             Err(why) => {
@@ -458,7 +458,7 @@ pub fn dump(root: &Path, only: Option<usize>, out: &mut dyn Write) -> Result<(),
         for (name, seq) in files {
             let path = t.dir.join(&name);
             let label = format!("{}/{name}", t.label);
-            let buf = Buf::map(&path).map_err(|e| unreadable("cannot read", &path, e))?;
+            let buf = Buf::map_from_disk(&path).map_err(|e| unreadable("cannot read", &path, e))?;
             dump_file(&label, &buf, seq, Some(seq) == newest, t.owner, out)?;
         }
     }
