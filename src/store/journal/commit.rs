@@ -348,19 +348,19 @@ async fn held(shared: &ShardJournal) {
 /// deleted files' blocks, released with their last descriptor) is what the next one takes.
 async fn roll(shared: &Rc<ShardJournal>, log: &mut Log) -> Result<(), Fault> {
     if let Log::Ready(active) = log {
-        if !shared.cfg.fsync.per_commit() {
-            // Without per-commit syncs, the sealed segment is synced once, so that a later
-            // segment never outlives an earlier one's unsynced tail on a power cut.
-            sync(shared, active).await.map_err(|e| Fault::Fatal {
-                what: "fdatasync",
-                error: e,
-            })?;
-        }
-        // Give back the reserved tail; a crash before this reaches the disk leaves zeros,
-        // which read as the end.
-        if let Err(e) = active.file.truncate(active.pos).await {
-            tracing::debug!(file = %active.path.display(), error = %e, "journal: cannot trim a sealed segment");
-        }
+        // Cut the file at its last commit: this gives back the reserved tail, and removes
+        // what a write cut short by a full disk left past it (a partial commit, which in a
+        // sealed segment is corruption, not a torn tail). Then sync, in every mode: the cut
+        // must be durable before the next segment takes a commit, and without per-commit
+        // syncs the sealed segment's unsynced tail must not be outlived by a later segment.
+        let sealed = async {
+            active.file.truncate(active.pos).await?;
+            sync(shared, active).await
+        };
+        sealed.await.map_err(|e| Fault::Fatal {
+            what: "sealing a segment (truncate and fdatasync)",
+            error: e,
+        })?;
         let (seq, pos) = (active.seq, active.pos);
         shared.files.borrow_mut().sealed.push((seq, pos));
         *log = Log::Missing(seq + 1);

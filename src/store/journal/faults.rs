@@ -5,6 +5,7 @@
 //! ```text
 //!   Fault::Eio      operation N fails with EIO, once
 //!   Fault::NoSpace  N and every later write, allocation or creation fail with ENOSPC (until clear)
+//!   Fault::Short    write N writes half its bytes and says so; later growth fails as NoSpace
 //!   Fault::Die      N and every later operation fail and change nothing: the process died
 //!   power_cut       undo, newest first, every change not durable: bytes and lengths since the
 //!                   file's last fdatasync; names created, renamed or removed (files and
@@ -47,6 +48,10 @@ pub enum Fault {
     NoSpace,
     /// The process dies: that operation and every later one fail and change nothing.
     Die,
+    /// That operation, a write, writes only the first half of its bytes (a disk that filled
+    /// in the middle of it) and returns the count; every later write, allocation or creation
+    /// fails with ENOSPC, until [`Faults::clear`].
+    Short,
 }
 
 /// A test's plan of faults for one or more journals (every shard may share it), and the
@@ -86,6 +91,8 @@ pub(super) struct Plan {
     at: Option<(u64, Fault)>,
     dead: bool,
     full: bool,
+    /// The write under way is cut short (`Fault::Short`).
+    pub(super) short: bool,
     /// Unsynced changes, oldest first.
     undo: Vec<Undo>,
     trash: PathBuf,
@@ -207,6 +214,11 @@ impl Faults {
             }
             Some((at, Fault::Eio)) if at == n => return Err(eio()),
             Some((at, Fault::NoSpace)) if at == n => p.full = true,
+            Some((at, Fault::Short)) if at == n && op == Op::Write => {
+                p.full = true;
+                p.short = true;
+                return Ok(p);
+            }
             _ => {}
         }
         let grows = matches!(op, Op::Write | Op::Allocate | Op::Create(_) | Op::CreateDir);

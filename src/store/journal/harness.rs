@@ -373,6 +373,57 @@ mod tests {
         assert_eq!(keys, ["b", "c"]);
     }
 
+    /// A commit cut short by a full disk, then a roll (what waits no longer fits the segment):
+    /// the roll's cut of the partial commit is durable before the next segment takes a commit,
+    /// so no power cut (writeback took the partial bytes, not the cut) leaves a partial commit
+    /// in the sealed segment, which the next start would refuse.
+    #[test]
+    fn a_short_write_then_a_roll_leaves_no_partial_commit_in_the_sealed_segment() {
+        use crate::store::journal::faults::Fault;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (cfg, faults) = faulty(&tmp.path().join("d"), super::super::Fsync::Always);
+        let data = prepare(&cfg, 1).expect("prepare");
+        let (far, wait) = (u64::MAX / 2, Duration::from_secs(30));
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            node.payload = vec![b'p'; 8 << 10];
+            for pass in 0..10u64 {
+                let answers: Vec<Answer> = (0..10u64)
+                    .map(|i| node.schedule(&format!("k{pass}-{i}"), 1 + pass * 10 + i, far, b""))
+                    .collect();
+                node.pass();
+                for a in answers {
+                    assert!(a.acknowledged(wait).await);
+                }
+            }
+            faults.fail_at(faults.count(), Fault::Short);
+            let cut = node.schedule("cut", 200, far, b"");
+            node.pass();
+            for _ in 0..3_000 {
+                if !node.admits() {
+                    break;
+                }
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+            assert!(!node.admits(), "the short write stalled the journal");
+            // Records no caller waits for still queue: the next batch outgrows the segment.
+            for i in 0..40 {
+                node.dead(&format!("d{i}"), 300 + i, b"");
+            }
+            node.pass();
+            faults.clear();
+            assert!(cut.acknowledged(wait).await);
+            assert_eq!(node.store.shared.files.borrow().sealed.len(), 1, "rolled");
+            node.close().await;
+        });
+        // Writeback took the partial commit's bytes; the cut of the file did not reach the
+        // disk unless it was synced.
+        let partial_kept = |i: usize| i == 0;
+        faults.power_cut(partial_kept).expect("power cut");
+        let found = reopen(&cfg, |n| n.recovered.len());
+        assert_eq!(found, 101 + 40);
+    }
+
     #[test]
     fn a_start_on_a_full_disk_serves_and_fires_refuses_writes_then_writes_once_there_is_room() {
         use crate::store::journal::faults::Fault;

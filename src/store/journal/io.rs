@@ -202,7 +202,11 @@ impl Disk {
 
     /// Writes `buf` at `pos` with one `pwrite`: the bytes written (fewer on a full disk).
     pub fn write_at(&self, f: &DiskFile, buf: &[u8], pos: u64) -> io::Result<usize> {
+        let mut buf = buf;
         if let Some(mut p) = self.step(Op::Write)? {
+            if std::mem::take(&mut p.short) {
+                buf = &buf[..buf.len() / 2];
+            }
             p.before_change(&f.file, &f.path, pos, buf.len() as u64)?;
         }
         f.file.write_at(buf, pos)

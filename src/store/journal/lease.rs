@@ -235,6 +235,31 @@ mod store_tests {
         });
     }
 
+    /// A failed sync abandons the lease queued with the records it carried: the journal then
+    /// fires from memory (what was written), as it says, and does not hold every fire until a
+    /// restart for a lease that can never be durable.
+    #[test]
+    fn a_journal_that_failed_with_a_lease_pending_keeps_firing_what_was_written() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (cfg, faults) = faulty(&tmp.path().join("d"), Fsync::Always);
+        let data = prepare(&cfg, 1).expect("prepare");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            let a = node.schedule("a", 1_000, FAR, b"");
+            node.pass();
+            assert!(a.acknowledged(WAIT).await);
+            // The next commit carries a new lease; its write succeeds, its fdatasync fails.
+            faults.fail_at(faults.count() + 1, Fault::Eio);
+            let b = node.schedule("b", 1_000 + AHEAD + 1, FAR, b"");
+            node.pass();
+            assert!(!b.acknowledged(WAIT).await);
+            assert!(node.store.fire_room() > 0, "fires from memory");
+            assert!(node.store.may_fire(1_000), "a was written");
+            assert!(!node.store.may_fire(1_000 + AHEAD + 1), "b never was");
+            node.close().await;
+        });
+    }
+
     #[test]
     fn a_timer_fired_before_its_commit_was_durable_stays_under_the_floor_after_a_crash() {
         let tmp = tempfile::tempdir().expect("tempdir");

@@ -294,16 +294,17 @@ impl Store for JournalStore {
         shared.outbox.borrow_mut().push_answer(ack, tenant);
     }
 
-    /// None while a version handed out is above the durable lease (`lease`); else, once the
-    /// journal failed, no bound (nothing is queued any more); else the outbox's room for
-    /// records no caller waits for.
+    /// Once the journal failed, no bound: nothing is queued any more, and the lease that was
+    /// pending never will be durable, so the timers whose records were written fire from
+    /// memory (`may_fire` holds the others). Else none while a version handed out is above
+    /// the durable lease (`lease`), else the outbox's room for records no caller waits for.
     fn fire_room(&self) -> usize {
         let shared = &self.shared;
-        if !shared.lease.borrow().covers() {
-            return 0;
-        }
         if shared.health.get() == StoreState::Failed {
             return usize::MAX;
+        }
+        if !shared.lease.borrow().covers() {
+            return 0;
         }
         shared.fire_room()
     }
