@@ -35,8 +35,9 @@
 //!   dead letter pending again);
 //! - after each pass, [`Store::after_pass`]; at shutdown, [`Store::close`].
 //!
-//! Dead letters come back at start through [`Store::recover`] like timers; their metadata
-//! says what they are (`sink::webhook::is_dead`), and the shard files them in its dead-letter table.
+//! Dead letters come back at start through [`Store::recover`] like timers, marked as such by
+//! a store that keeps them apart (the journal), else told by their metadata
+//! (`sink::webhook::is_dead`), and the shard files them in its dead-letter table.
 //! The methods added for webhooks have defaults that keep a store correct without dead-letter
 //! persistence (a dead letter is then only in memory): `fired_kept` writes the record like a
 //! schedule, `dead` removes it like a cancel.
@@ -107,6 +108,11 @@ pub struct Recovered<'a> {
     /// Delivery metadata, as the timer carried it (see `PackedTimer`).
     pub meta: &'a [u8],
     pub payload: &'a [u8],
+    /// Whether it was stored as a dead letter, when the store keeps dead letters apart (the
+    /// journal: its own record kind); `None` when the metadata must say
+    /// (`sink::webhook::is_dead`). Known, it decides: a dead letter whose metadata does not
+    /// decode never comes back a pending timer.
+    pub dead: Option<bool>,
 }
 
 /// A timer that became a dead letter, as a store records it.

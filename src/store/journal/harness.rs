@@ -27,6 +27,8 @@ pub struct Found {
     pub version: u64,
     pub deadline: u64,
     pub meta: Vec<u8>,
+    /// Handed over as a dead letter.
+    pub dead: bool,
 }
 
 /// The caller's end of one durable write.
@@ -85,6 +87,7 @@ impl Node {
                 version: r.version,
                 deadline: r.deadline.0,
                 meta: r.meta.to_vec(),
+                dead: r.dead == Some(true),
             });
             true
         };
@@ -422,6 +425,38 @@ mod tests {
         faults.power_cut(partial_kept).expect("power cut");
         let found = reopen(&cfg, |n| n.recovered.len());
         assert_eq!(found, 101 + 40);
+    }
+
+    /// A dead letter comes back a dead letter because its record says so, not because its
+    /// metadata decodes as one: a dead letter whose metadata does not (written by another
+    /// version, damaged) must never come back a pending timer, which would fire again.
+    #[test]
+    fn a_dead_letter_whose_metadata_does_not_decode_comes_back_a_dead_letter() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cfg = config(tmp.path());
+        let data = prepare(&cfg, 1).expect("prepare");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            node.dead("d", 7, b"not a callback's metadata");
+            let a = node.schedule("a", 8, u64::MAX / 2, b"");
+            node.pass();
+            assert!(a.acknowledged(Duration::from_secs(30)).await);
+            node.close().await;
+        });
+        let e = crate::EngineBuilder::new()
+            .shards(1)
+            .pinning(crate::engine::Pinning::None)
+            .spin(Duration::ZERO)
+            .journal_config(cfg)
+            .build()
+            .expect("starts");
+        let h = e.handle();
+        let pending = h.get(TENANT, "d").expect("get");
+        let dead = futures_lite::future::block_on(h.dead_letters_async(TENANT, None, 10))
+            .expect("dead letters");
+        let _ = e.shutdown();
+        assert_eq!(pending, None, "the dead letter came back pending");
+        assert_eq!(dead.len(), 1);
     }
 
     #[test]

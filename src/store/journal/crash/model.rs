@@ -6,7 +6,8 @@ use super::super::harness::{Answer, Node, TENANT};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// A dead letter's metadata, as the harness files it (and reads it back).
+/// A dead letter's metadata, as the harness files it: not a callback's, so that only the
+/// record's own kind can say it is a dead letter when it comes back (`Found::dead`).
 pub const DEAD: &[u8] = b"dead-letter";
 const FAR: u64 = u64::MAX / 4;
 
@@ -110,11 +111,7 @@ impl State {
     pub fn of(node: &Node) -> State {
         let mut s = State::default();
         for f in &node.recovered {
-            let set = if f.meta == DEAD {
-                &mut s.dead
-            } else {
-                &mut s.pending
-            };
+            let set = if f.dead { &mut s.dead } else { &mut s.pending };
             set.insert(f.key.clone(), f.version);
         }
         s
