@@ -7,8 +7,19 @@
 //!           per shard directory, per file: kind, seq, bytes, commits and records, damage
 //!           per shard: what a start recovers, or why it refuses and what
 //!                      --journal-skip-corrupt would skip (file, byte range, why)
-//!           exit 0: a start recovers everything acknowledged; 1: it would refuse or lose
-//!           something; 2: the directory cannot be read (or a server holds it)
+//!           exit 0: the log is whole (every file readable, every commit whole and in
+//!           sequence, no gap, no damage but a torn tail), so a start recovers every commit
+//!           the files hold; 1: a start would refuse or skip records; 2: the directory
+//!           cannot be read (or a server holds it)
+//! ```
+//!
+//! What exit 0 proves is the log's internal consistency, not that it holds every
+//! acknowledged write: a newest tail that a power cut (or a lost disk cache) took whole
+//! leaves a shorter log that is just as consistent, and no tool reading the files alone can
+//! tell. (Under `--fsync always` the disk acknowledged every commit before its caller was;
+//! under `everysec` and `never` the last unsynced second, or more, may be gone.)
+//!
+//! ```text
 //!   dump:   {"file", "offset", "type", …} per header, record and damaged region
 //! ```
 //!
@@ -161,9 +172,9 @@ pub fn check(root: &Path, out: &mut dyn Write) -> Result<bool, ToolError> {
         out,
         "verdict: {}",
         if lossless {
-            "a start recovers everything acknowledged (exit 0)"
+            "the log is whole and consistent: a start recovers every commit it holds (exit 0; a newest tail lost whole cannot be seen in the files)"
         } else {
-            "a start would refuse this directory or lose acknowledged data (exit 1)"
+            "a start would refuse this directory or skip records it holds (exit 1)"
         }
     )?;
     Ok(lossless)
