@@ -27,6 +27,7 @@ pub struct Found {
     pub version: u64,
     pub deadline: u64,
     pub meta: Vec<u8>,
+    pub payload: Vec<u8>,
     /// Handed over as a dead letter.
     pub dead: bool,
 }
@@ -87,6 +88,7 @@ impl Node {
                 version: r.version,
                 deadline: r.deadline.0,
                 meta: r.meta.to_vec(),
+                payload: r.payload.to_vec(),
                 dead: r.dead == Some(true),
             });
             true
@@ -144,6 +146,29 @@ impl Node {
             payload: &self.payload,
             firing: Firing::Own,
         });
+    }
+
+    /// A timer fired by its own firing and kept for a delivery attempt: an attempt record,
+    /// the same version, a new deadline and delivery metadata (`Store::fired_kept`).
+    pub fn kept(&mut self, key: &str, version: u64, deadline: u64, meta: &[u8]) {
+        let kept = self.timer(key, meta);
+        let s = Scheduled {
+            version,
+            deadline: UtcMicros(deadline),
+            replaced: true,
+        };
+        let fired = FiredTimer {
+            shard: 0,
+            tenant: TENANT,
+            key,
+            version,
+            deadline: UtcMicros(1),
+            fired_at: UtcNanos(1_000),
+            meta: &[],
+            payload: &self.payload,
+            firing: Firing::Own,
+        };
+        self.store.fired_kept(&fired, &kept, &s);
     }
 
     pub fn dead(&mut self, key: &str, version: u64, meta: &[u8]) {
