@@ -278,7 +278,7 @@ fn case(
     n: u64,
 ) -> Outcome {
     let mut seen = Vec::new();
-    for _ in 0..TRIES {
+    for tries in 0..TRIES {
         let dir = work.join(format!("case-{n}-{v:?}"));
         let trash = work.join(format!("trash-{n}-{v:?}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -291,7 +291,11 @@ fn case(
         let (run, steps) = run_steps(p, &dir, fsync, &faults, v);
         let log = faults.log();
         let upto = (n as usize + 1).min(planned.len());
-        if !faults.hit() || log.get(..upto) != planned.get(..upto) {
+        let last = tries + 1 == TRIES;
+        let planned_order = log.get(..upto) == planned.get(..upto);
+        // The last try is judged if it hit its point at all, in whatever order: a loaded
+        // host can keep a compaction's wake-ups from ever matching the clean run's.
+        if !faults.hit() || (!planned_order && !last) {
             seen = log;
             let _ = std::fs::remove_dir_all(&dir);
             let _ = std::fs::remove_dir_all(&trash);
@@ -304,7 +308,7 @@ fn case(
         .find(|&i| planned.get(i) != seen.get(i))
         .unwrap_or(n as usize);
     Outcome::Violated(format!(
-        "the planned crash point was not hit in {TRIES} tries: the last try's operations differ from the clean run's from operation {differs} ({} there, {} in the clean run), before operation {n} ({} in the clean run)",
+        "the planned crash point was not hit in {TRIES} tries (its operation never came): the last try's operations differ from the clean run's from operation {differs} ({} there, {} in the clean run), before operation {n} ({} in the clean run)",
         at(&seen, differs),
         at(planned, differs),
         at(planned, n as usize),
