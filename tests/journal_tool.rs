@@ -236,3 +236,106 @@ fn a_torn_tail_of_the_newest_segment_is_lossless() {
         "check changed the file"
     );
 }
+
+/// A file system that mirrors `root` at `mnt` and answers EIO to reads of the file `name` at
+/// `offset` or past it (`support/eio_fs.py`, FUSE; root only); unmounted on drop.
+struct EioFs {
+    mnt: PathBuf,
+    child: std::process::Child,
+}
+
+impl EioFs {
+    fn mount(root: &Path, mnt: &Path, name: &str, offset: u64) -> Result<EioFs, String> {
+        std::fs::create_dir_all(mnt).map_err(|e| e.to_string())?;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/eio_fs.py");
+        let child = Command::new("/usr/bin/python3")
+            .arg(script)
+            .arg(root)
+            .arg(mnt)
+            .arg(name)
+            .arg(offset.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("python3: {e}"))?;
+        let mut fs = EioFs {
+            mnt: mnt.to_path_buf(),
+            child,
+        };
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < give_up {
+            if let Ok(Some(status)) = fs.child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = fs.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                return Err(format!("the FUSE file system exited ({status}): {err}"));
+            }
+            if std::fs::read_dir(&fs.mnt).is_ok_and(|mut d| d.next().is_some()) {
+                return Ok(fs);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        fs.unmount();
+        Err("the FUSE file system did not come up".into())
+    }
+
+    fn unmount(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for EioFs {
+    fn drop(&mut self) {
+        self.unmount();
+    }
+}
+
+/// A segment whose blocks the disk cannot read (EIO) makes `journal check` and the server's
+/// start fail naming the file, never die of SIGBUS, as a read of a mapped page that fails does.
+#[test]
+fn a_segment_the_disk_cannot_read_fails_the_check_and_the_start_without_a_crash() {
+    let data = tempfile::tempdir().expect("data dir");
+    let root = data.path().join("root");
+    let s = serve(&root);
+    put(&s, "a");
+    put(&s, "b");
+    stop(s);
+    let name = "seg-0000000000000001.log";
+    let mnt = data.path().join("mnt");
+    let _fs = match EioFs::mount(&root, &mnt, name, 4096) {
+        Ok(fs) => fs,
+        Err(why) if std::env::var_os("PUNCTUAL_SKIP_ROOT_TESTS").is_some() => {
+            eprintln!("\n!!! SKIPPED (PUNCTUAL_SKIP_ROOT_TESTS): the EIO test needs root, FUSE and python3-fusepy: {why}\n");
+            return;
+        }
+        Err(why) => panic!(
+            "the EIO test needs root, /dev/fuse and Debian's python3-fusepy to mount a file system that fails reads: {why}. Run as root with them installed, or set PUNCTUAL_SKIP_ROOT_TESTS=1 to skip it knowingly"
+        ),
+    };
+    let d = mnt.to_string_lossy().into_owned();
+    let out = tool(&["check", &d]);
+    let report = text(&out);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        None,
+        "killed by a signal: {report}"
+    );
+    assert_ne!(out.status.code(), Some(0), "{report}");
+    assert!(
+        report.contains(name) && report.contains("Input/output error"),
+        "{report}"
+    );
+    let (status, err) = Server::refused(&["--store", "journal", "--data-dir", &d, "--shards", "1"]);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        None,
+        "killed by a signal: {err}"
+    );
+    assert!(
+        !status.success() && err.contains(name) && err.contains("Input/output error"),
+        "{err}"
+    );
+}

@@ -121,7 +121,10 @@ impl<S: TimeSource> Shard<S> {
                     None => match self.pager.as_ref().and_then(|p| p.find(timer.identity())) {
                         Some(p) => Some(p),
                         None => {
-                            let _ = reply.send(Ok(Cancelled::NotFound));
+                            // Not durable until the writes before it are: a first DELETE's
+                            // cancel may still wait (`Store::answer_after_writes`).
+                            let ack = Ack::Cancel(reply, Cancelled::NotFound);
+                            self.store.answer_after_writes(timer.tenant(), ack);
                             return;
                         }
                     },

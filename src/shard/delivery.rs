@@ -294,7 +294,8 @@ impl<S: TimeSource> Shard<S> {
     pub(super) fn discard(&mut self, timer: PackedTimer, reply: Reply<Result<Cancelled, Error>>) {
         let (tenant, key) = (timer.tenant(), timer.key());
         if self.deliveries.dead.get(tenant, key).is_none() {
-            let _ = reply.send(Ok(Cancelled::NotFound));
+            let ack = Ack::Cancel(reply, Cancelled::NotFound);
+            self.store.answer_after_writes(tenant, ack);
             return;
         }
         if let Err(e) = self.store.admit(tenant) {

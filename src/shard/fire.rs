@@ -29,6 +29,15 @@
 //!   first, then sizes each chunk by the bytes of the last. The slice is only ever looked at
 //!   between chunks, so a pass fires at least one timer.
 //!
+//! # A timer whose record is not durable yet
+//!
+//! A timer fires only once the store has made its record durable (`Store::may_fire`): a
+//! replacement fired before its commit, then a crash, would bring back the version it
+//! replaced, to fire again later. Such a timer is re-armed as it was, due again, and the pass
+//! ends held back ([`More::HeldBack`]) so that the store's commit runs before the next look;
+//! timers due after it may fire first. With the journal that is one group commit, about a
+//! millisecond.
+//!
 //! # A timer this node may not fire
 //!
 //! On a cluster of nodes, a due timer of a partition the shard may not act on now (its lease
@@ -113,19 +122,21 @@ impl<S: TimeSource> Shard<S> {
         // Sharing the thread: one fire, then chunks sized by what the last one fired.
         let mut chunk = if slice.is_some() { 1 } else { usize::MAX };
         let (mut fired, mut own_firings, mut left) = (0u64, 0u64, budget);
+        let mut unwritten = false;
         let more = loop {
             let before = fired;
             let mut bytes = 0;
             let more = self.fire_chunk(
                 (now, trailing),
                 left.min(chunk),
-                &mut fired,
-                &mut own_firings,
+                (&mut fired, &mut own_firings),
                 &mut bytes,
+                &mut unwritten,
             );
             left = left.saturating_sub((fired - before) as usize);
-            if !more || left == 0 || slice.as_ref().is_some_and(Slice::is_over) {
-                break more;
+            // A timer held for its record is due again at once: wait for the commit.
+            if unwritten || !more || left == 0 || slice.as_ref().is_some_and(Slice::is_over) {
+                break more || unwritten;
             }
             if slice.is_some() {
                 chunk = chunk_after(fired - before, bytes);
@@ -142,7 +153,7 @@ impl<S: TimeSource> Shard<S> {
         // Held back only when the store's room, not the loop's budget or the slice, ended it.
         let held = more && left == 0 && budget == room;
         self.store.fires_held(held);
-        let more = match (more, held) {
+        let more = match (more, held || unwritten) {
             (false, _) => More::No,
             (true, false) => More::Due,
             (true, true) => More::HeldBack,
@@ -183,14 +194,16 @@ impl<S: TimeSource> Shard<S> {
     /// Fires up to `n` timers due by `now`, counting them into `fired` (their own firings
     /// into `own_firings`, their payloads' and metadata's bytes into `bytes`), each settled at
     /// its fire; whether more are due. `trailing` is how far the mapped clock trails the time
-    /// the pass fires by (`fire_time`).
+    /// the pass fires by (`fire_time`). A timer whose record the store has not made durable
+    /// yet (`Store::may_fire`) is not fired: it is re-armed as it was, due again, and
+    /// `unwritten` is set.
     fn fire_chunk(
         &mut self,
         (now, trailing): (UtcMicros, u64),
         n: usize,
-        fired: &mut u64,
-        own_firings: &mut u64,
+        (fired, own_firings): (&mut u64, &mut u64),
         bytes: &mut usize,
+        unwritten: &mut bool,
     ) -> bool {
         let (clock, metrics, id) = (&self.clock, &*self.metrics, self.id);
         let mut settle = Settle {
@@ -238,6 +251,12 @@ impl<S: TimeSource> Shard<S> {
                     }
                     metrics.unfired_total.fetch_add(1, Ordering::Relaxed);
                     return Fate::Done;
+                }
+                if !settle.store.may_fire(record.version) {
+                    // Its record is not durable: a crash now would bring back what it
+                    // replaced. Due again after the store's next commit.
+                    *unwritten = true;
+                    return Fate::Rearm(deadline, record.timer.clone());
                 }
                 // The mapping, moved up to the reading the pass fires by: never before it, so
                 // never before the deadline.

@@ -1,8 +1,9 @@
 //! A shard's start: its store loads the shard's timers before the loop applies any op. Ops
 //! that arrive meanwhile wait in order; any that wait longer than the store's ack timeout are
 //! answered with the store's refusal (`StoreUnavailable`), and the rest are applied once the
-//! table is loaded, so the ring's order is kept. Dead letters come back the same way; their
-//! metadata says what they are, and they go to the dead-letter table, not the wheel.
+//! table is loaded, so the ring's order is kept. Dead letters come back the same way, marked
+//! by a store that keeps them apart (the journal) or told by their metadata, and they go to
+//! the dead-letter table, not the wheel.
 //!
 //! A record is inserted by [`Loader`], the one path for a stored timer into the shard: at
 //! start, and for a partition loaded at run time (`partitions.rs`).
@@ -49,11 +50,12 @@ impl<S: TimeSource> Shard<S> {
             if gated {
                 return true;
             }
-            if loader.page(&r) {
+            let dead = r.dead.unwrap_or_else(|| webhook::is_dead(r.meta));
+            if !dead && loader.page(&r) {
                 return true;
             }
             PackedTimer::with_meta(r.tenant, r.key, r.meta, r.payload)
-                .is_some_and(|timer| loader.insert(timer, r.version, r.deadline))
+                .is_some_and(|timer| loader.insert_as(timer, r.version, r.deadline, dead))
         };
         let hold = async {
             loop {
@@ -109,7 +111,7 @@ impl Loader<'_> {
         let Some(pager) = self.pager.as_deref_mut() else {
             return false;
         };
-        if !pager.is_far(r.deadline) || webhook::is_dead(r.meta) {
+        if !pager.is_far(r.deadline) || r.dead.unwrap_or_else(|| webhook::is_dead(r.meta)) {
             return false;
         }
         let parts = (r.tenant, r.key, r.meta, r.payload);
@@ -130,8 +132,21 @@ impl Loader<'_> {
     /// take it. A stored timer was acknowledged: it counts against its tenant's quota even if
     /// that leaves the tenant over it (new keys are refused until it drains).
     pub fn insert(&mut self, timer: PackedTimer, version: u64, deadline: UtcMicros) -> bool {
+        let dead = webhook::is_dead(timer.meta());
+        self.insert_as(timer, version, deadline, dead)
+    }
+
+    /// [`Loader::insert`], a dead letter when `dead` (the store said which set it kept the
+    /// record in), whatever its metadata says.
+    pub fn insert_as(
+        &mut self,
+        timer: PackedTimer,
+        version: u64,
+        deadline: UtcMicros,
+        dead: bool,
+    ) -> bool {
         let quota = self.quotas.get(timer.tenant());
-        if webhook::is_dead(timer.meta()) {
+        if dead {
             self.table.observe_version(version);
             let m = self.metrics.webhooks.tenant(timer.tenant());
             if self

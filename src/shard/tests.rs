@@ -470,7 +470,11 @@ impl Sink for Answers {
 
 /// A store that notes what it is told, one line per write (`fired t/k`, `cancel t/k`, …).
 #[derive(Clone, Default)]
-pub(super) struct Told(pub(super) Rc<RefCell<Vec<String>>>);
+pub(super) struct Told(
+    pub(super) Rc<RefCell<Vec<String>>>,
+    /// The answers it was asked to give after its writes, not given.
+    Rc<RefCell<Vec<crate::store::Ack>>>,
+);
 
 impl Told {
     fn note(&self, what: &str, tenant: &str, key: &str) {
@@ -505,6 +509,10 @@ impl Store for Told {
     fn cancel(&mut self, tenant: &str, key: &str, ack: crate::store::Ack) {
         self.note("cancel", tenant, key);
         ack.answer(Ok(()));
+    }
+    fn answer_after_writes(&mut self, tenant: &str, ack: crate::store::Ack) {
+        self.note("answer_after_writes", tenant, "");
+        self.1.borrow_mut().push(ack);
     }
     fn fired(&mut self, t: &FiredTimer<'_>) {
         self.note("fired", t.tenant, t.key);
@@ -829,4 +837,39 @@ fn only_a_claimed_thread_is_a_shards() {
         super::on_thread()
     });
     assert_eq!(claimed.join().expect("thread"), Some(3));
+}
+
+/// A DELETE of a key that is not pending and a discard of a dead letter that is not kept are
+/// answered by the store once the writes it queued before are durable, never from the tables
+/// at once: they may show a cancel or a discard the disk does not hold yet.
+#[test]
+fn answers_read_from_the_tables_wait_for_the_writes_before_them() {
+    use crate::op::{reply_channel, Op};
+    let src = FakeSource::new(UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, _) = shard(&src);
+    let store = Told::default();
+    s.store = Box::new(store.clone());
+    let (tx, mut deleted) = reply_channel();
+    let timer = PackedTimer::new("t", "k", b"").expect("small");
+    s.apply(Op::Cancel { timer, reply: tx });
+    let (tx, mut discarded) = reply_channel();
+    let timer = PackedTimer::new("t", "d", b"").expect("small");
+    s.apply(Op::DeadDiscard { timer, reply: tx });
+    assert_eq!(
+        *store.0.borrow(),
+        ["answer_after_writes t/", "answer_after_writes t/"]
+    );
+    assert!(
+        matches!(deleted.try_recv(), Ok(None)) && matches!(discarded.try_recv(), Ok(None)),
+        "answered before the store's writes"
+    );
+    for ack in store.1.borrow_mut().drain(..) {
+        ack.answer(Ok(()));
+    }
+    for rx in [&mut deleted, &mut discarded] {
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Some(Ok(crate::op::Cancelled::NotFound)))
+        ));
+    }
 }

@@ -35,8 +35,9 @@
 //!   dead letter pending again);
 //! - after each pass, [`Store::after_pass`]; at shutdown, [`Store::close`].
 //!
-//! Dead letters come back at start through [`Store::recover`] like timers; their metadata
-//! says what they are (`sink::webhook::is_dead`), and the shard files them in its dead-letter table.
+//! Dead letters come back at start through [`Store::recover`] like timers, marked as such by
+//! a store that keeps them apart (the journal), else told by their metadata
+//! (`sink::webhook::is_dead`), and the shard files them in its dead-letter table.
 //! The methods added for webhooks have defaults that keep a store correct without dead-letter
 //! persistence (a dead letter is then only in memory): `fired_kept` writes the record like a
 //! schedule, `dead` removes it like a cancel.
@@ -107,6 +108,11 @@ pub struct Recovered<'a> {
     /// Delivery metadata, as the timer carried it (see `PackedTimer`).
     pub meta: &'a [u8],
     pub payload: &'a [u8],
+    /// Whether it was stored as a dead letter, when the store keeps dead letters apart (the
+    /// journal: its own record kind); `None` when the metadata must say
+    /// (`sink::webhook::is_dead`). Known, it decides: a dead letter whose metadata does not
+    /// decode never comes back a pending timer.
+    pub dead: Option<bool>,
 }
 
 /// A timer that became a dead letter, as a store records it.
@@ -178,9 +184,28 @@ pub trait Store {
     /// A cancelled timer, already out of the shard's table.
     fn cancel(&mut self, tenant: &str, key: &str, ack: Ack);
 
+    /// An answer read from the shard's tables, not written (a DELETE of a key that is not
+    /// pending, a discard of a dead letter that is not kept): `ack`, answered `Ok` once every
+    /// write queued before it is durable, or with the store's refusal. The tables change
+    /// before their writes are durable, so an answer read from them can tell a state the disk
+    /// does not hold yet: a retried DELETE's 404 while the first DELETE's cancel still waits
+    /// on a full disk, after which a restart brings the timer back. A store whose writes are
+    /// durable when made answers at once (the default).
+    fn answer_after_writes(&mut self, _tenant: &str, ack: Ack) {
+        ack.answer(Ok(()));
+    }
+
     /// How many more fires the store takes before the shard must hold due timers back.
     fn fire_room(&self) -> usize {
         usize::MAX
+    }
+
+    /// Whether a due timer of `version` may fire now: not before the record that made it is
+    /// durable, since a crash would bring back what that record replaced. The shard holds a
+    /// timer it may not fire yet and fires it after the store's next commit. Always, for a
+    /// store whose writes are durable when made (the default).
+    fn may_fire(&self, _version: u64) -> bool {
+        true
     }
 
     /// Whether the shard holds due timers back for want of [`Store::fire_room`].

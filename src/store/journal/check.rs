@@ -7,8 +7,19 @@
 //!           per shard directory, per file: kind, seq, bytes, commits and records, damage
 //!           per shard: what a start recovers, or why it refuses and what
 //!                      --journal-skip-corrupt would skip (file, byte range, why)
-//!           exit 0: a start recovers everything acknowledged; 1: it would refuse or lose
-//!           something; 2: the directory cannot be read (or a server holds it)
+//!           exit 0: the log is whole (every file readable, every commit whole and in
+//!           sequence, no gap, no damage but a torn tail), so a start recovers every commit
+//!           the files hold; 1: a start would refuse or skip records; 2: the directory
+//!           cannot be read (or a server holds it)
+//! ```
+//!
+//! What exit 0 proves is the log's internal consistency, not that it holds every
+//! acknowledged write: a newest tail that a power cut (or a lost disk cache) took whole
+//! leaves a shorter log that is just as consistent, and no tool reading the files alone can
+//! tell. (Under `--fsync always` the disk acknowledged every commit before its caller was;
+//! under `everysec` and `never` the last unsynced second, or more, may be gone.)
+//!
+//! ```text
 //!   dump:   {"file", "offset", "type", …} per header, record and damaged region
 //! ```
 //!
@@ -161,9 +172,9 @@ pub fn check(root: &Path, out: &mut dyn Write) -> Result<bool, ToolError> {
         out,
         "verdict: {}",
         if lossless {
-            "a start recovers everything acknowledged (exit 0)"
+            "the log is whole and consistent: a start recovers every commit it holds (exit 0; a newest tail lost whole cannot be seen in the files)"
         } else {
-            "a start would refuse this directory or lose acknowledged data (exit 1)"
+            "a start would refuse this directory or skip records it holds (exit 1)"
         }
     )?;
     Ok(lossless)
@@ -185,7 +196,7 @@ fn files(t: &Target, out: &mut dyn Write) -> Result<(), ToolError> {
         );
     for (name, seq, snapshot) in names {
         let path = t.dir.join(&name);
-        let buf = Buf::map(&path).map_err(|e| unreadable("cannot read", &path, e))?;
+        let buf = Buf::map_from_disk(&path).map_err(|e| unreadable("cannot read", &path, e))?;
         let header = match header_of(&buf, seq, t.owner) {
             Ok(h) => h,
             Err(why) => {
@@ -458,7 +469,7 @@ pub fn dump(root: &Path, only: Option<usize>, out: &mut dyn Write) -> Result<(),
         for (name, seq) in files {
             let path = t.dir.join(&name);
             let label = format!("{}/{name}", t.label);
-            let buf = Buf::map(&path).map_err(|e| unreadable("cannot read", &path, e))?;
+            let buf = Buf::map_from_disk(&path).map_err(|e| unreadable("cannot read", &path, e))?;
             dump_file(&label, &buf, seq, Some(seq) == newest, t.owner, out)?;
         }
     }

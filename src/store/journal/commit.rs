@@ -108,6 +108,7 @@ pub(crate) async fn run(shared: Rc<ShardJournal>, mut log: Log) {
                     seq += 1;
                     Ok(())
                 }
+                Ok(Written::Nothing) => Ok(()),
                 Ok(Written::Held) => {
                     held(&shared).await;
                     continue;
@@ -217,6 +218,8 @@ async fn sync(shared: &ShardJournal, active: &Active) -> io::Result<()> {
 /// What [`commit`] did.
 enum Written {
     Yes,
+    /// Nothing to write: the batch held only answers (`Outbox::push_answer`), now answered.
+    Nothing,
     /// Nothing: the batch needs a new segment and a compaction is running ([`held`]).
     Held,
 }
@@ -229,6 +232,16 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
         .outbox
         .borrow()
         .batch(cfg.max_batch_records, cfg.max_batch_bytes);
+    if batch.frames == 0 {
+        // Only answers that waited for records already durable: nothing to write.
+        let mut outbox = shared.outbox.borrow_mut();
+        outbox.complete(batch, Ok(()));
+        shared
+            .lease
+            .borrow_mut()
+            .committed(outbox.committed(), outbox.is_empty());
+        return Ok(Written::Nothing);
+    }
     let size = padded(BATCH_RECORD + batch.bytes);
     if matches!(log, Log::Ready(a) if !a.fits(size as u64)) {
         if shared.files.borrow().running && !shared.closing.get() {
@@ -243,7 +256,7 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
     {
         let b = &mut buf[..];
         let mut head = Vec::with_capacity(BATCH_RECORD);
-        put_batch(&mut head, seq, batch.records as u32);
+        put_batch(&mut head, seq, batch.frames as u32);
         let outbox = shared.outbox.borrow();
         b[..BATCH_RECORD].copy_from_slice(&head);
         let mut at = BATCH_RECORD;
@@ -289,12 +302,15 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
     active.pos += size as u64;
     let m = shared.m();
     m.flush_seconds.observe(started.elapsed().as_nanos() as u64);
-    m.batch_commands.observe(batch.records as u64);
+    m.batch_commands.observe(batch.frames as u64);
     StoreMetrics::count(&m.journal_bytes_total, size as u64);
-    StoreMetrics::count(&m.journal_records_total, batch.records as u64);
+    StoreMetrics::count(&m.journal_records_total, batch.frames as u64);
     let mut outbox = shared.outbox.borrow_mut();
     outbox.complete(batch, Ok(()));
-    shared.lease.borrow_mut().committed(outbox.committed());
+    shared
+        .lease
+        .borrow_mut()
+        .committed(outbox.committed(), outbox.is_empty());
     m.pending_writes
         .store(outbox.len() as u64, Ordering::Relaxed);
     drop(outbox);
@@ -332,19 +348,19 @@ async fn held(shared: &ShardJournal) {
 /// deleted files' blocks, released with their last descriptor) is what the next one takes.
 async fn roll(shared: &Rc<ShardJournal>, log: &mut Log) -> Result<(), Fault> {
     if let Log::Ready(active) = log {
-        if !shared.cfg.fsync.per_commit() {
-            // Without per-commit syncs, the sealed segment is synced once, so that a later
-            // segment never outlives an earlier one's unsynced tail on a power cut.
-            sync(shared, active).await.map_err(|e| Fault::Fatal {
-                what: "fdatasync",
-                error: e,
-            })?;
-        }
-        // Give back the reserved tail; a crash before this reaches the disk leaves zeros,
-        // which read as the end.
-        if let Err(e) = active.file.truncate(active.pos).await {
-            tracing::debug!(file = %active.path.display(), error = %e, "journal: cannot trim a sealed segment");
-        }
+        // Cut the file at its last commit: this gives back the reserved tail, and removes
+        // what a write cut short by a full disk left past it (a partial commit, which in a
+        // sealed segment is corruption, not a torn tail). Then sync, in every mode: the cut
+        // must be durable before the next segment takes a commit, and without per-commit
+        // syncs the sealed segment's unsynced tail must not be outlived by a later segment.
+        let sealed = async {
+            active.file.truncate(active.pos).await?;
+            sync(shared, active).await
+        };
+        sealed.await.map_err(|e| Fault::Fatal {
+            what: "sealing a segment (truncate and fdatasync)",
+            error: e,
+        })?;
         let (seq, pos) = (active.seq, active.pos);
         shared.files.borrow_mut().sealed.push((seq, pos));
         *log = Log::Missing(seq + 1);

@@ -5,11 +5,17 @@
 //! ```text
 //!   Fault::Eio      operation N fails with EIO, once
 //!   Fault::NoSpace  N and every later write, allocation or creation fail with ENOSPC (until clear)
+//!   Fault::Short    write N writes half its bytes and says so; later growth fails as NoSpace
 //!   Fault::Die      N and every later operation fail and change nothing: the process died
 //!   power_cut       undo, newest first, every change not durable: bytes and lengths since the
-//!                   file's last fdatasync; names created, renamed or removed (files and
-//!                   directories) since their directory's last fsync. `keep` spares chosen
-//!                   unsynced writes: out-of-order writeback, a hole before a later write
+//!                   file's last good fdatasync (under whatever name the file has now: a
+//!                   rename does not make its bytes durable); names created, renamed or
+//!                   removed (files and directories) since their directory's last fsync.
+//!                   `keep` spares chosen unsynced writes: out-of-order writeback, a hole
+//!                   before a later write
+//!   after an EIO    a sync that failed leaves the file's unsynced bytes undoable for good: a
+//!                   later sync that succeeds does not make them durable (the kernel may have
+//!                   dropped them and reports the error once), only its own later writes
 //! ```
 //!
 //! A removed name waits under the plan's `trash` directory until its directory is synced, so
@@ -47,6 +53,10 @@ pub enum Fault {
     NoSpace,
     /// The process dies: that operation and every later one fail and change nothing.
     Die,
+    /// That operation, a write, writes only the first half of its bytes (a disk that filled
+    /// in the middle of it) and returns the count; every later write, allocation or creation
+    /// fails with ENOSPC, until [`Faults::clear`].
+    Short,
 }
 
 /// A test's plan of faults for one or more journals (every shard may share it), and the
@@ -78,6 +88,8 @@ enum Undo {
     },
     /// A name removed: the file waits under `trash` until its directory is synced.
     Unlinked { path: PathBuf, trash: PathBuf },
+    /// A sync of this inode failed here: its changes before it stay undoable.
+    Poisoned(u64),
 }
 
 #[derive(Default)]
@@ -86,16 +98,36 @@ pub(super) struct Plan {
     at: Option<(u64, Fault)>,
     dead: bool,
     full: bool,
+    /// The write under way is cut short (`Fault::Short`).
+    pub(super) short: bool,
     /// Unsynced changes, oldest first.
     undo: Vec<Undo>,
     trash: PathBuf,
     trashed: u64,
-    /// Operations by kind, for the report.
+    /// Operations by kind and file name, for the report and to compare interleavings.
     log: Vec<String>,
+    /// Whether the planned fault (`at`) was reached.
+    hit: bool,
+    /// Files (inodes) whose sync failed: their changes up to then are never made durable.
+    poisoned: Vec<u64>,
 }
 
 fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
+}
+
+/// Where the file with inode `ino`, written as `path`, is now: `path`, or a name in the same
+/// directory a rename gave it; `None` once it has no name there (removed).
+fn current_name(path: &Path, ino: u64) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    if path.metadata().is_ok_and(|m| m.ino() == ino) {
+        return Some(path.to_path_buf());
+    }
+    std::fs::read_dir(path.parent()?)
+        .ok()?
+        .filter_map(Result::ok)
+        .find(|e| e.metadata().is_ok_and(|m| m.ino() == ino))
+        .map(|e| e.path())
 }
 
 impl Faults {
@@ -124,6 +156,17 @@ impl Faults {
         self.lock().done
     }
 
+    /// A sync of `f` failed (see [`Plan::sync_failed`]).
+    pub(super) fn sync_failed(&self, f: &File) {
+        self.lock().sync_failed(f);
+    }
+
+    /// Whether the planned fault was reached (a plan whose operation never came injects
+    /// nothing, and a case built on it tests nothing).
+    pub fn hit(&self) -> bool {
+        self.lock().hit
+    }
+
     /// Whether the simulated process has died.
     pub fn dead(&self) -> bool {
         self.lock().dead
@@ -134,6 +177,16 @@ impl Faults {
         let mut p = self.lock();
         p.full = false;
         p.at = None;
+    }
+
+    /// Ends a full disk the planned fault made; a fault not reached yet stays planned (a
+    /// crash point in what comes next, a close say, is still hit).
+    pub fn end_full(&self) {
+        let mut p = self.lock();
+        if p.hit {
+            p.full = false;
+            p.at = None;
+        }
     }
 
     /// The operations so far, one word each.
@@ -155,12 +208,17 @@ impl Faults {
         for u in undo.into_iter().rev() {
             match u {
                 Undo::Bytes {
-                    file, at, old, len, ..
+                    ino,
+                    file,
+                    at,
+                    old,
+                    len,
                 } => {
                     i -= 1;
-                    if keep(i) || !file.exists() {
+                    // Under its name then, or the one a rename gave it since.
+                    let Some(file) = (!keep(i)).then(|| current_name(&file, ino)).flatten() else {
                         continue;
-                    }
+                    };
                     let f = std::fs::OpenOptions::new().write(true).open(&file)?;
                     f.write_at(&old, at)?;
                     f.set_len(len)?;
@@ -178,6 +236,7 @@ impl Faults {
                     }
                 }
                 Undo::Unlinked { path, trash } => std::fs::rename(trash, path)?,
+                Undo::Poisoned(_) => {}
             }
         }
         Ok(())
@@ -196,9 +255,15 @@ impl Faults {
         let mut p = self.lock();
         let n = p.done;
         p.done += 1;
-        p.log.push(format!("{op:?}"));
+        p.log.push(match op {
+            Op::Create(path) => format!("Create({:?})", path.file_name().unwrap_or_default()),
+            other => format!("{other:?}"),
+        });
         if p.dead {
             return Err(eio());
+        }
+        if p.at.is_some_and(|(at, _)| at == n) {
+            p.hit = true;
         }
         match p.at {
             Some((at, Fault::Die)) if at == n => {
@@ -207,6 +272,11 @@ impl Faults {
             }
             Some((at, Fault::Eio)) if at == n => return Err(eio()),
             Some((at, Fault::NoSpace)) if at == n => p.full = true,
+            Some((at, Fault::Short)) if at == n && op == Op::Write => {
+                p.full = true;
+                p.short = true;
+                return Ok(p);
+            }
             _ => {}
         }
         let grows = matches!(op, Op::Write | Op::Allocate | Op::Create(_) | Op::CreateDir);
@@ -240,11 +310,37 @@ impl Plan {
         Ok(())
     }
 
+    /// A sync of `f` succeeded: its changes are durable, but those made before a sync of it
+    /// that failed (see the module doc).
     pub(super) fn synced(&mut self, f: &File) -> io::Result<()> {
         let synced = std::os::unix::fs::MetadataExt::ino(&f.metadata()?);
-        self.undo
-            .retain(|u| !matches!(u, Undo::Bytes { ino, .. } if *ino == synced));
+        let mut poisoned_before = None;
+        if self.poisoned.contains(&synced) {
+            // Only what was changed after the failed sync (its last undo entry) is durable now.
+            poisoned_before = self
+                .undo
+                .iter()
+                .rposition(|u| matches!(u, Undo::Poisoned(ino) if *ino == synced));
+        }
+        let mut i = 0;
+        self.undo.retain(|u| {
+            let keep = match u {
+                Undo::Bytes { ino, .. } if *ino == synced => poisoned_before.is_some_and(|p| i < p),
+                _ => true,
+            };
+            i += 1;
+            keep
+        });
         Ok(())
+    }
+
+    /// A sync of `f` failed: its changes so far can never be made durable.
+    pub(super) fn sync_failed(&mut self, f: &File) {
+        if let Ok(m) = f.metadata() {
+            let ino = std::os::unix::fs::MetadataExt::ino(&m);
+            self.poisoned.push(ino);
+            self.undo.push(Undo::Poisoned(ino));
+        }
     }
 
     pub(super) fn created(&mut self, path: &Path) {
@@ -297,6 +393,7 @@ impl Plan {
             Undo::Created(p) => !in_dir(p),
             Undo::Renamed { to, .. } => !in_dir(to),
             Undo::Unlinked { path, .. } => !in_dir(path),
+            Undo::Poisoned(_) => true,
         });
     }
 }

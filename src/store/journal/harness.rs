@@ -27,6 +27,9 @@ pub struct Found {
     pub version: u64,
     pub deadline: u64,
     pub meta: Vec<u8>,
+    pub payload: Vec<u8>,
+    /// Handed over as a dead letter.
+    pub dead: bool,
 }
 
 /// The caller's end of one durable write.
@@ -85,6 +88,8 @@ impl Node {
                 version: r.version,
                 deadline: r.deadline.0,
                 meta: r.meta.to_vec(),
+                payload: r.payload.to_vec(),
+                dead: r.dead == Some(true),
             });
             true
         };
@@ -143,6 +148,29 @@ impl Node {
         });
     }
 
+    /// A timer fired by its own firing and kept for a delivery attempt: an attempt record,
+    /// the same version, a new deadline and delivery metadata (`Store::fired_kept`).
+    pub fn kept(&mut self, key: &str, version: u64, deadline: u64, meta: &[u8]) {
+        let kept = self.timer(key, meta);
+        let s = Scheduled {
+            version,
+            deadline: UtcMicros(deadline),
+            replaced: true,
+        };
+        let fired = FiredTimer {
+            shard: 0,
+            tenant: TENANT,
+            key,
+            version,
+            deadline: UtcMicros(1),
+            fired_at: UtcNanos(1_000),
+            meta: &[],
+            payload: &self.payload,
+            firing: Firing::Own,
+        };
+        self.store.fired_kept(&fired, &kept, &s);
+    }
+
     pub fn dead(&mut self, key: &str, version: u64, meta: &[u8]) {
         let timer = self.timer(key, meta);
         self.store.dead(&DeadLetter {
@@ -177,6 +205,14 @@ impl Node {
         let timer = self.timer(key, b"");
         self.store.redrive(&timer, &s, Ack::Schedule(tx, s));
         Answer::Schedule(rx)
+    }
+
+    /// A DELETE's 404, answered once the writes queued before it are durable.
+    pub fn not_found(&mut self) -> Answer {
+        let (tx, rx) = reply_channel();
+        let ack = Ack::Cancel(tx, Cancelled::NotFound);
+        self.store.answer_after_writes(TENANT, ack);
+        Answer::Cancel(rx)
     }
 
     /// Ends the shard's pass: the commit task takes what was queued.
@@ -317,6 +353,135 @@ mod tests {
         });
         let keys: Vec<_> = found.iter().map(|f| (f.key.as_str(), f.version)).collect();
         assert_eq!(keys, [("a", 1)]);
+    }
+
+    /// An answer read from the tables waits for the writes queued before it, and adds
+    /// nothing to the log: alone, or between records of one commit, the log replays.
+    #[test]
+    fn an_answer_after_writes_waits_for_them_and_writes_nothing() {
+        use crate::store::journal::faults::Fault;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (cfg, faults) = faulty(&tmp.path().join("d"), super::super::Fsync::Always);
+        let data = prepare(&cfg, 1).expect("prepare");
+        let far = u64::MAX / 2;
+        let wait = Duration::from_secs(30);
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            assert!(node.not_found().acknowledged(wait).await, "nothing waits");
+            let a = node.schedule("a", 1, far, b"");
+            node.pass();
+            assert!(a.acknowledged(wait).await);
+            faults.fail_at(faults.count(), Fault::NoSpace);
+            let cancel = node.cancel("a", 1);
+            let retry = node.not_found();
+            node.pass();
+            let early =
+                futures_lite::future::or(async { Some(retry.acknowledged(wait).await) }, async {
+                    glommio::timer::sleep(Duration::from_millis(200)).await;
+                    None
+                })
+                .await;
+            assert_eq!(early, None, "answered while the cancel was not durable");
+            faults.clear();
+            assert!(cancel.acknowledged(wait).await);
+            let answers = [
+                node.not_found(),
+                node.schedule("b", 2, far, b""),
+                node.not_found(),
+                node.schedule("c", 3, far, b""),
+            ];
+            node.pass();
+            for a in answers {
+                assert!(a.acknowledged(wait).await);
+            }
+            node.close().await;
+        });
+        let found = reopen(&cfg, |n| n.recovered.clone());
+        let keys: Vec<_> = found.iter().map(|f| f.key.as_str()).collect();
+        assert_eq!(keys, ["b", "c"]);
+    }
+
+    /// A commit cut short by a full disk, then a roll (what waits no longer fits the segment):
+    /// the roll's cut of the partial commit is durable before the next segment takes a commit,
+    /// so no power cut (writeback took the partial bytes, not the cut) leaves a partial commit
+    /// in the sealed segment, which the next start would refuse.
+    #[test]
+    fn a_short_write_then_a_roll_leaves_no_partial_commit_in_the_sealed_segment() {
+        use crate::store::journal::faults::Fault;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (cfg, faults) = faulty(&tmp.path().join("d"), super::super::Fsync::Always);
+        let data = prepare(&cfg, 1).expect("prepare");
+        let (far, wait) = (u64::MAX / 2, Duration::from_secs(30));
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            node.payload = vec![b'p'; 8 << 10];
+            for pass in 0..10u64 {
+                let answers: Vec<Answer> = (0..10u64)
+                    .map(|i| node.schedule(&format!("k{pass}-{i}"), 1 + pass * 10 + i, far, b""))
+                    .collect();
+                node.pass();
+                for a in answers {
+                    assert!(a.acknowledged(wait).await);
+                }
+            }
+            faults.fail_at(faults.count(), Fault::Short);
+            let cut = node.schedule("cut", 200, far, b"");
+            node.pass();
+            for _ in 0..3_000 {
+                if !node.admits() {
+                    break;
+                }
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+            assert!(!node.admits(), "the short write stalled the journal");
+            // Records no caller waits for still queue: the next batch outgrows the segment.
+            for i in 0..40 {
+                node.dead(&format!("d{i}"), 300 + i, b"");
+            }
+            node.pass();
+            faults.clear();
+            assert!(cut.acknowledged(wait).await);
+            assert_eq!(node.store.shared.files.borrow().sealed.len(), 1, "rolled");
+            node.close().await;
+        });
+        // Writeback took the partial commit's bytes; the cut of the file did not reach the
+        // disk unless it was synced.
+        let partial_kept = |i: usize| i == 0;
+        faults.power_cut(partial_kept).expect("power cut");
+        let found = reopen(&cfg, |n| n.recovered.len());
+        assert_eq!(found, 101 + 40);
+    }
+
+    /// A dead letter comes back a dead letter because its record says so, not because its
+    /// metadata decodes as one: a dead letter whose metadata does not (written by another
+    /// version, damaged) must never come back a pending timer, which would fire again.
+    #[test]
+    fn a_dead_letter_whose_metadata_does_not_decode_comes_back_a_dead_letter() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cfg = config(tmp.path());
+        let data = prepare(&cfg, 1).expect("prepare");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            node.dead("d", 7, b"not a callback's metadata");
+            let a = node.schedule("a", 8, u64::MAX / 2, b"");
+            node.pass();
+            assert!(a.acknowledged(Duration::from_secs(30)).await);
+            node.close().await;
+        });
+        let e = crate::EngineBuilder::new()
+            .shards(1)
+            .pinning(crate::engine::Pinning::None)
+            .spin(Duration::ZERO)
+            .journal_config(cfg)
+            .build()
+            .expect("starts");
+        let h = e.handle();
+        let pending = h.get(TENANT, "d").expect("get");
+        let dead = futures_lite::future::block_on(h.dead_letters_async(TENANT, None, 10))
+            .expect("dead letters");
+        let _ = e.shutdown();
+        assert_eq!(pending, None, "the dead letter came back pending");
+        assert_eq!(dead.len(), 1);
     }
 
     #[test]

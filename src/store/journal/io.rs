@@ -111,9 +111,10 @@ impl IoThread {
     }
 
     /// [`Disk::sync_dir`] on this thread.
-    pub async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        let dir = dir.to_path_buf();
-        self.run(move |d| d.sync_dir(&dir)).await
+    #[track_caller]
+    pub fn sync_dir(&self, dir: &Path) -> impl std::future::Future<Output = io::Result<()>> + '_ {
+        let (dir, at) = (dir.to_path_buf(), Site::caller());
+        self.run(move |d| d.sync_dir_at(&dir, at))
     }
 }
 
@@ -202,7 +203,11 @@ impl Disk {
 
     /// Writes `buf` at `pos` with one `pwrite`: the bytes written (fewer on a full disk).
     pub fn write_at(&self, f: &DiskFile, buf: &[u8], pos: u64) -> io::Result<usize> {
+        let mut buf = buf;
         if let Some(mut p) = self.step(Op::Write)? {
+            if std::mem::take(&mut p.short) {
+                buf = &buf[..buf.len() / 2];
+            }
             p.before_change(&f.file, &f.path, pos, buf.len() as u64)?;
         }
         f.file.write_at(buf, pos)
@@ -223,15 +228,34 @@ impl Disk {
 
     /// Creates `path` (which must not exist) holding `bytes`, synced (its name is not: sync
     /// the directory, or rename it first).
+    #[track_caller]
     pub fn create_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let at = Site::caller();
         let f = self.create_new(path)?;
         self.write_all_at(&f, bytes, 0)?;
-        self.sync(&f)
+        self.sync_at(&f, at)
     }
 
     /// `fdatasync`: the file's data and length are durable.
+    #[track_caller]
     pub fn sync(&self, f: &DiskFile) -> io::Result<()> {
-        let plan = self.step(Op::Sync)?;
+        self.sync_at(f, Site::caller())
+    }
+
+    /// [`Disk::sync`], called from `at`.
+    pub fn sync_at(&self, f: &DiskFile, at: Site) -> io::Result<()> {
+        if at.removed() {
+            return Ok(());
+        }
+        let plan = match self.step(Op::Sync) {
+            Err(e) => {
+                if let Some(faults) = &self.faults {
+                    faults.sync_failed(&f.file);
+                }
+                return Err(e);
+            }
+            Ok(plan) => plan,
+        };
         f.file.sync_data()?;
         if let Some(mut p) = plan {
             p.synced(&f.file)?;
@@ -317,7 +341,16 @@ impl Disk {
     }
 
     /// Makes a directory's entries durable (names created, renamed or removed in it).
+    #[track_caller]
     pub fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.sync_dir_at(dir, Site::caller())
+    }
+
+    /// [`Disk::sync_dir`], called from `at`.
+    pub fn sync_dir_at(&self, dir: &Path, at: Site) -> io::Result<()> {
+        if at.removed() {
+            return Ok(());
+        }
         let plan = self.step(Op::SyncDir)?;
         File::open(dir)?.sync_all()?;
         if let Some(mut p) = plan {
@@ -446,5 +479,62 @@ mod tests {
             b"xy",
             "nothing after the death"
         );
+    }
+}
+
+/// Where a sync is called from: in test builds, a mutation run can remove the sync of one call
+/// site, as if its line were deleted, to show that the crash matrix catches it
+/// (`PUNCTUAL_MUTANT_SKIP=<file>:<line>`; `PUNCTUAL_MUTANT_SITES=<path>` lists the sites a run
+/// calls, one a line; `scripts/journal_mutants.sh`, `docs/DRILLS.md`). Release and
+/// integration-test builds carry no hook.
+#[derive(Clone, Copy, Debug)]
+pub struct Site(&'static std::panic::Location<'static>);
+
+impl Site {
+    #[track_caller]
+    pub fn caller() -> Site {
+        Site(std::panic::Location::caller())
+    }
+
+    /// Whether a mutation run removed this call site (never, outside test builds).
+    fn removed(self) -> bool {
+        #[cfg(test)]
+        {
+            mutants::removed(self.0)
+        }
+        #[cfg(not(test))]
+        {
+            let _ = self.0;
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod mutants {
+    use std::io::Write;
+    use std::sync::{Mutex, OnceLock};
+
+    static SKIP: OnceLock<Option<String>> = OnceLock::new();
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    pub fn removed(at: &std::panic::Location<'_>) -> bool {
+        let site = format!("{}:{}", at.file(), at.line());
+        if let Some(path) = std::env::var_os("PUNCTUAL_MUTANT_SITES") {
+            let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+            if !seen.contains(&site) {
+                seen.push(site.clone());
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path);
+                if let Ok(mut f) = file {
+                    let _ = writeln!(f, "{site}");
+                }
+            }
+        }
+        SKIP.get_or_init(|| std::env::var("PUNCTUAL_MUTANT_SKIP").ok())
+            .as_deref()
+            .is_some_and(|s| s == site)
     }
 }

@@ -24,6 +24,20 @@
 //! the durable L. A crash at any instant leaves a lease at least as high as every version
 //! that fired, and the next start's versions begin above it.
 //!
+//! # A fire waits for its own record
+//!
+//! The lease bounds the versions that may fire; it does not say that a timer's own record is
+//! durable. A replacement (v2 of a key whose v1 is durable) due at once must not fire before
+//! v2's record is: a crash in between brings v1 back, which fires later, and the receiver sees
+//! v2, then v1. So a timer fires only under a version whose record is durable
+//! ([`Lease::written`]). Versions are handed out in the order their records are queued, so
+//! one number says it: the highest version of the records durable so far. After each shard
+//! pass that queued a new version, a mark (where the outbox's stream ends, the highest
+//! version by then) is queued ([`Lease::mark`]); a commit that makes a mark's position durable
+//! makes its version written, and a commit that empties the outbox makes every version written.
+//! A fire of a version not written yet is held until its commit (a group commit, about a
+//! millisecond with `fsync = always`).
+//!
 //! Cost: one 17-byte record per 5 s of version growth (5 s of clock under steady writes), and
 //! a hold of fires only while versions outrun the durable lease: for the first commit after
 //! a start, or after the clock jumps forward by more than AHEAD/2. Under `--fsync everysec`
@@ -46,6 +60,13 @@ pub struct Lease {
     /// Leases queued and not yet durable: (the outbox stream position after the record, its
     /// ceiling), oldest first.
     pending: VecDeque<(u64, u64)>,
+    /// The highest version whose record is durable (see the module doc).
+    written: u64,
+    /// The highest version among `marks`.
+    marked: u64,
+    /// (the outbox stream position at the end of a shard pass, the highest version queued by
+    /// then), oldest first: one per pass that queued a new version.
+    marks: VecDeque<(u64, u64)>,
 }
 
 impl Lease {
@@ -54,8 +75,24 @@ impl Lease {
         Lease {
             durable: floor,
             queued: floor,
+            written: floor,
+            marked: floor,
             ..Lease::default()
         }
+    }
+
+    /// A shard pass ended with the outbox's stream at `end`: the versions queued so far are
+    /// written once `end` is durable.
+    pub fn mark(&mut self, end: u64) {
+        if self.seen > self.marked {
+            self.marked = self.seen;
+            self.marks.push_back((end, self.seen));
+        }
+    }
+
+    /// Whether the record of `version` is durable: a timer under it may fire.
+    pub fn written(&self, version: u64) -> bool {
+        version <= self.written
     }
 
     /// The store is about to write a record of `version`: the ceiling of the lease to queue
@@ -74,14 +111,26 @@ impl Lease {
         self.pending.push_back((end, ceiling));
     }
 
-    /// The outbox's stream is durable up to `committed`.
-    pub fn committed(&mut self, committed: u64) {
+    /// The outbox's stream is durable up to `committed`; `drained`: nothing is queued after it.
+    pub fn committed(&mut self, committed: u64, drained: bool) {
         while let Some(&(end, ceiling)) = self.pending.front() {
             if end > committed {
                 break;
             }
             self.durable = self.durable.max(ceiling);
             self.pending.pop_front();
+        }
+        while let Some(&(end, version)) = self.marks.front() {
+            if end > committed {
+                break;
+            }
+            self.written = self.written.max(version);
+            self.marks.pop_front();
+        }
+        if drained {
+            self.written = self.written.max(self.seen);
+            self.marks.clear();
+            self.marked = self.marked.max(self.seen);
         }
     }
 
@@ -105,9 +154,9 @@ mod tests {
         let v = 1_000;
         assert_eq!(l.note(v), None, "under half the lease ahead: no renewal");
         assert!(!l.covers(), "v is past the durable floor: fires wait");
-        l.committed(9);
+        l.committed(9, false);
         assert!(!l.covers(), "the lease's record is not durable yet");
-        l.committed(10);
+        l.committed(10, false);
         assert!(l.covers());
         let near = 50 + AHEAD / 2 + 1;
         assert_eq!(l.note(near), Some(near + AHEAD), "past half: renewed");
@@ -115,6 +164,35 @@ mod tests {
         assert!(l.covers(), "still under the durable lease");
         assert_eq!(l.note(u64::MAX), Some(u64::MAX), "saturates");
         assert!(!l.covers());
+    }
+
+    /// A version is written once a mark at or after its record is durable, or the outbox
+    /// drained; never before.
+    #[test]
+    fn a_version_is_written_once_its_pass_mark_or_a_drained_outbox_is_durable() {
+        let mut l = Lease::recovered(100);
+        assert!(l.written(100) && !l.written(101), "the floor is written");
+        l.note(200);
+        l.mark(50);
+        l.note(300);
+        l.mark(50);
+        l.note(400);
+        assert!(!l.written(200));
+        l.committed(49, false);
+        assert!(!l.written(200), "its pass's mark is not durable");
+        l.committed(50, false);
+        assert!(
+            l.written(300) && !l.written(301),
+            "the mark carries the pass's highest"
+        );
+        l.mark(80);
+        l.committed(70, false);
+        assert!(!l.written(400));
+        l.note(500);
+        l.committed(70, true);
+        assert!(l.written(500), "an outbox drained holds nothing unwritten");
+        l.committed(80, false);
+        assert!(l.written(500), "a late mark never lowers it");
     }
 }
 
@@ -153,6 +231,31 @@ mod store_tests {
             node.pass();
             assert!(b.acknowledged(WAIT).await);
             assert!(node.store.fire_room() > 0);
+            node.close().await;
+        });
+    }
+
+    /// A failed sync abandons the lease queued with the records it carried: the journal then
+    /// fires from memory (what was written), as it says, and does not hold every fire until a
+    /// restart for a lease that can never be durable.
+    #[test]
+    fn a_journal_that_failed_with_a_lease_pending_keeps_firing_what_was_written() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (cfg, faults) = faulty(&tmp.path().join("d"), Fsync::Always);
+        let data = prepare(&cfg, 1).expect("prepare");
+        on_executor(async {
+            let mut node = Node::open(&cfg, data, 0, 1).await.expect("opens");
+            let a = node.schedule("a", 1_000, FAR, b"");
+            node.pass();
+            assert!(a.acknowledged(WAIT).await);
+            // The next commit carries a new lease; its write succeeds, its fdatasync fails.
+            faults.fail_at(faults.count() + 1, Fault::Eio);
+            let b = node.schedule("b", 1_000 + AHEAD + 1, FAR, b"");
+            node.pass();
+            assert!(!b.acknowledged(WAIT).await);
+            assert!(node.store.fire_room() > 0, "fires from memory");
+            assert!(node.store.may_fire(1_000), "a was written");
+            assert!(!node.store.may_fire(1_000 + AHEAD + 1), "b never was");
             node.close().await;
         });
     }

@@ -67,7 +67,7 @@
 //!
 //! | fault | what happens |
 //! |---|---|
-//! | disk full (ENOSPC, EDQUOT, a short write) | nothing is popped; `admit` refuses (503 `store_unavailable`, `Retry-After`), waiting callers are answered the same after the ack timeout, state `Stalled`; the commit is retried with backoff and the store is `Ready` again once one succeeds. A roll that cannot reserve a whole segment writes it unreserved, so the compaction that starts at the roll can give room back; a start that cannot create its segment comes up `Stalled` (the shard serves and fires, its fired records wait in the outbox) and creates it once there is room |
+//! | disk full (ENOSPC, EDQUOT, a short write) | nothing is popped; `admit` refuses (503 `store_unavailable`, `Retry-After`), waiting callers are answered the same after the ack timeout, state `Stalled`; the commit is retried with backoff and the store is `Ready` again once one succeeds. A roll that cannot reserve a whole segment creates none (`Log::Missing`: the commit waits, `Stalled`), and compaction runs at the first retry and every tenth to give room back, until the segment can be reserved whole; a start that cannot create its segment comes up `Stalled` (the shard serves and fires, its fired records wait in the outbox) and creates it once there is room |
 //! | `fdatasync` fails, or a write fails otherwise | never retried on that file (after a failed sync the kernel may have dropped the data and a retry can report success): every waiting ack is refused, nothing more is acknowledged or queued (records no caller waits for are dropped: their loss only re-delivers), state `Failed` (`/healthz` 503); the log says what may be lost (under `everysec`/`never`, the writes acknowledged since the last good sync) and, with `OnFailure::Exit` (`punctual serve`), the process exits with status 1 (`docs/ARCHITECTURE.md`, "When the disk fails") |
 //!
 //! # Invariants
@@ -276,18 +276,45 @@ impl Store for JournalStore {
             .set(self.shared.live.get().saturating_sub(1));
     }
 
-    /// None while a version handed out is above the durable lease (`lease`); else, once the
-    /// journal failed, no bound (nothing is queued any more); else the outbox's room for
-    /// records no caller waits for.
+    /// At once when nothing waits to be written (and the journal can write); else behind
+    /// what waits, as an entry of no bytes, admitted like a write: a store that cannot take
+    /// one (full, stalled, failed) refuses, since what the shard's tables show may then never
+    /// reach the disk.
+    fn answer_after_writes(&mut self, tenant: &str, ack: Ack) {
+        let shared = &self.shared;
+        let ready = shared.health.get() == StoreState::Ready;
+        if ready && shared.outbox.borrow().is_empty() {
+            ack.answer(Ok(()));
+            return;
+        }
+        if let Err(e) = self.admit(tenant) {
+            ack.answer(Err(e));
+            return;
+        }
+        shared.outbox.borrow_mut().push_answer(ack, tenant);
+    }
+
+    /// Once the journal failed, no bound: nothing is queued any more, and the lease that was
+    /// pending never will be durable, so the timers whose records were written fire from
+    /// memory (`may_fire` holds the others). Else none while a version handed out is above
+    /// the durable lease (`lease`), else the outbox's room for records no caller waits for.
     fn fire_room(&self) -> usize {
         let shared = &self.shared;
-        if !shared.lease.borrow().covers() {
-            return 0;
-        }
         if shared.health.get() == StoreState::Failed {
             return usize::MAX;
         }
+        if !shared.lease.borrow().covers() {
+            return 0;
+        }
         shared.fire_room()
+    }
+
+    /// Once its record is durable (`lease`, "A fire waits for its own record"). Once the
+    /// journal failed, timers whose records were written keep firing from memory; one whose
+    /// record never was does not fire in this process: what it replaced is what the disk
+    /// holds, and a restart fires that.
+    fn may_fire(&self, version: u64) -> bool {
+        self.shared.lease.borrow().written(version)
     }
 
     fn fires_held(&mut self, held: bool) {
@@ -353,7 +380,10 @@ impl Store for JournalStore {
     /// Wakes the commit task and answers callers past the ack timeout
     /// (`durable::Durable::after_pass` has the bound this gives).
     fn after_pass(&mut self) {
-        self.shared.after_pass();
+        let shared = &self.shared;
+        let end = shared.outbox.borrow().end();
+        shared.lease.borrow_mut().mark(end);
+        shared.after_pass();
     }
 
     /// Commits what it can within the ack timeout, then stops the commit task and any

@@ -195,6 +195,7 @@ pub(crate) async fn hand_over(
             deadline: t.deadline,
             meta: t.meta,
             payload: t.payload,
+            dead: Some(super::record::is_dead_letter(frame)),
         });
         if fits {
             loaded += 1;

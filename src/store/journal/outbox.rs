@@ -47,8 +47,11 @@ pub struct Outbox {
 /// A prefix of the outbox, as the commit task takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Batch {
+    /// Entries: records, and answers that wait for them ([`Outbox::push_answer`]).
     pub records: usize,
     pub bytes: usize,
+    /// The records among them that have bytes: what the commit's `batch` record counts.
+    pub frames: usize,
 }
 
 impl Outbox {
@@ -85,6 +88,13 @@ impl Outbox {
         debug_assert_eq!(self.ends.len(), self.acks.len(), "one ack per record");
     }
 
+    /// An answer that waits for every record queued before it: an entry of no bytes, which
+    /// the commit that carries it counts in no `batch` record (`Batch::frames`).
+    pub fn push_answer(&mut self, ack: Ack, tenant: &str) {
+        self.ends.push_back(self.end());
+        self.acks.push(ack, false, tenant);
+    }
+
     /// The stream position after the last record queued.
     pub fn end(&self) -> u64 {
         self.base + self.bytes.len as u64
@@ -101,6 +111,7 @@ impl Outbox {
         let mut b = Batch {
             records: 0,
             bytes: 0,
+            frames: 0,
         };
         for &end in self.ends.iter().take(max_records) {
             let bytes = (end - self.base) as usize;
@@ -109,6 +120,7 @@ impl Outbox {
             }
             b = Batch {
                 records: b.records + 1,
+                frames: b.frames + usize::from(bytes > b.bytes),
                 bytes,
             };
         }
@@ -150,6 +162,7 @@ impl Outbox {
         let all = Batch {
             records: self.ends.len(),
             bytes: self.bytes.len,
+            frames: 0,
         };
         self.complete(all, outcome);
     }
@@ -258,7 +271,8 @@ mod tests {
             o.batch(10, 35),
             Batch {
                 records: 2,
-                bytes: 30
+                bytes: 30,
+                frames: 2
             }
         );
         assert_eq!(o.batch(1, 1).records, 1, "one record always goes");
@@ -269,7 +283,8 @@ mod tests {
             o.batch(10, 1000),
             Batch {
                 records: 1,
-                bytes: 30
+                bytes: 30,
+                frames: 1
             }
         );
         assert_eq!(

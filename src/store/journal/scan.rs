@@ -84,6 +84,9 @@ pub struct Scan<'a> {
     /// The newest segment's unsynced tail ended at damage with commits after it: those
     /// commits were acknowledged and are dropped (a power cut under `everysec` or `never`).
     pub dropped_after_tear: bool,
+    /// The highest version the whole records of those dropped commits carry: their timers
+    /// may have fired under it, so the version floor counts it though their state is gone.
+    pub dropped_versions: u64,
 }
 
 /// A region the scan skipped: from `offset` to `resume` (`None`: the end of the file).
@@ -117,6 +120,7 @@ impl<'a> Scan<'a> {
             corrupt: 0,
             skipped: Vec::new(),
             dropped_after_tear: false,
+            dropped_versions: 0,
         }
     }
 
@@ -210,11 +214,27 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// The highest version of the whole records in the commits that start on a block from
+    /// `from` on (each read until its first damage).
+    fn versions_after(&self, from: usize) -> u64 {
+        let (mut highest, mut at) = (0, from);
+        while let Some(y) = self.resync(at) {
+            let mut x = y;
+            while let Step::Record { record, next, .. } = decode_at(self.buf, x, self.block) {
+                highest = record.version().map_or(highest, |v| highest.max(v));
+                x = next;
+            }
+            at = x.max(y + 1);
+        }
+        highest
+    }
+
     /// Damage at `at`: resume past it, stop as a torn tail, or report it.
     fn damaged(&mut self, at: usize, why: String) -> Option<Result<Item<'a>, Damage>> {
         if self.role == Role::LastUnsynced {
             if self.resync(at + 1).is_some() {
                 self.dropped_after_tear = true;
+                self.dropped_versions = self.versions_after(at + 1);
                 tracing::warn!(offset = at, %why, "journal: damage in the unsynced tail of the newest segment (a power cut under --fsync everysec or never); the log ends there and the commits after it are dropped");
             }
             self.torn = true;
@@ -438,6 +458,26 @@ mod tests {
             (0, None, true, 0),
             "a commit counts whole or not at all"
         );
+    }
+
+    /// Records after a hole in the unsynced tail are dropped, but their timers may have fired
+    /// (acknowledged unsynced): their versions still count, so none is handed out again.
+    #[test]
+    fn the_versions_after_a_hole_in_an_unsynced_tail_still_count() {
+        use crate::store::journal::record::put_fired;
+        let mut b = Vec::new();
+        put_batch(&mut b, 1, 1);
+        put_fired(&mut b, 40, "t", "a");
+        b.resize(512, 0);
+        put_batch(&mut b, 2, 2);
+        put_fired(&mut b, 70, "t", "b");
+        put_fired(&mut b, 90, "t", "c");
+        b.resize(1024, 0);
+        b[..512].fill(0);
+        let mut s = Scan::new(&b, 0, 512, Role::LastUnsynced, false);
+        assert_eq!(s.by_ref().count(), 0);
+        assert!(s.dropped_after_tear);
+        assert_eq!(s.dropped_versions, 90);
     }
 
     #[test]

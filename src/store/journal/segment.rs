@@ -42,8 +42,10 @@ impl SegmentFile {
         self.run(move |d, f| d.write_at(f, &buf, pos)).await
     }
 
-    pub async fn fdatasync(&self) -> io::Result<()> {
-        self.run(|d, f| d.sync(f)).await
+    #[track_caller]
+    pub fn fdatasync(&self) -> impl std::future::Future<Output = io::Result<()>> + '_ {
+        let at = super::io::Site::caller();
+        self.run(move |d, f| d.sync_at(f, at))
     }
 
     pub async fn truncate(&self, len: u64) -> io::Result<()> {

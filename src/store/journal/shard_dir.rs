@@ -80,7 +80,8 @@ pub fn load_dir(
             obsolete.push(path);
             continue;
         }
-        let buf = Buf::map(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let buf = Buf::map_from_disk(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         match header_of(&buf, seq, owner) {
             Ok(header) if header.kind == Kind::Segment => {
                 segments.push(Source { path, buf, header })
@@ -102,8 +103,8 @@ pub fn load_dir(
         None => None,
         Some(seq) => {
             let path = dir.join(snapshot_name(seq));
-            let buf =
-                Buf::map(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let buf = Buf::map_from_disk(&path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             match header_of(&buf, seq, owner) {
                 Ok(header) if header.kind == Kind::Snapshot => Some(Source { path, buf, header }),
                 Err(why) if skip_corrupt => {

@@ -201,6 +201,7 @@ fn load_one(
         deadline: UtcMicros(rec.fire_at_us),
         meta: rec.meta,
         payload: rec.payload,
+        dead: None,
     });
     if !fits {
         StoreMetrics::count(&shared.m().errors_total, 1);

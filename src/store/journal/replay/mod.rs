@@ -251,6 +251,7 @@ impl Replay {
             }
             report.corrupt += scan.corrupt;
             report.dropped_after_tear |= scan.dropped_after_tear;
+            report.version_floor = report.version_floor.max(scan.dropped_versions);
             let path = &src.path;
             report
                 .skipped

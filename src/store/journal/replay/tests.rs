@@ -307,6 +307,38 @@ fn the_version_floor_counts_cancelled_fired_and_compacted_versions() {
     assert_eq!(report.version_floor, 70);
 }
 
+/// A power cut under `everysec` left a hole in the newest segment's unsynced tail, before a
+/// commit that reached the disk: that commit is dropped, but the timers it fired may have
+/// gone out under their versions, so the floor counts them and none is handed out again.
+#[test]
+fn the_version_floor_counts_the_commits_a_hole_in_an_unsynced_tail_dropped() {
+    use super::super::file::{Header, Kind, UNSYNCED};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut b = Header {
+        kind: Kind::Segment,
+        block: BLOCK as u32,
+        shard: 0,
+        shards: 1,
+        seq: 1,
+    }
+    .encode_flagged(UNSYNCED);
+    for (seq, commit) in [
+        (1, vec![schedule("a", 40)]),
+        (2, vec![fired("b", 70), fired("c", 90)]),
+    ] {
+        put_batch(&mut b, seq, commit.len() as u32);
+        for f in commit {
+            b.extend_from_slice(&f);
+        }
+        b.resize(b.len().div_ceil(BLOCK) * BLOCK, 0);
+    }
+    b[BLOCK..2 * BLOCK].fill(0);
+    std::fs::write(tmp.path().join(segment_name(1)), &b).expect("write");
+    let (found, report) = read_shard_dir(tmp.path(), false).expect("replay");
+    assert!(found.is_empty() && report.dropped_after_tear);
+    assert_eq!(report.version_floor, 90);
+}
+
 // The log's continuity: segments, batches, headers and the snapshot's end.
 
 fn refused(dir: &Path) -> String {
