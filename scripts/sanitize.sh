@@ -20,9 +20,9 @@
 # Left out: the two tests that set glommio's preemption timer to 20 µs so that glommio's park
 # bug (an executor that finds its timer expired at the start of a round runs nothing and
 # sleeps; see the shard module doc) triggers on almost every round:
-# shards_keep_firing_when_glommio_preempts_before_every_round (tests/liveness.rs) and
+# shards_keep_firing_when_glommio_preempts_before_every_round and
 # engines_under_a_20_us_preemption_timer_start_and_stop_every_time
-# (tests/shard_cooperation.rs). A sanitizer makes every reactor round longer than 20 µs, so
+# (both in tests/shard_cooperation.rs). A sanitizer makes every reactor round longer than 20 µs, so
 # the bug triggers on every round: no task runs at all until a round happens to be short,
 # timers fire seconds late and a shutdown takes seconds (13.5 s for one engine under
 # ThreadSanitizer on a busy 2-core host), and each test fails on its bound with no report
