@@ -8,8 +8,8 @@
 //! due before it have fired, and the slot's first timers wait for it: spread deadlines (W1 of
 //! `benches/jitter.rs`, 100,000 timers over 10 s) put 2,600 entries in each 262 ms slot of
 //! level 3, and their cascade made the first timer after each slot's start late by a median
-//! of 160–230 µs (`docs/BENCHMARKS.md`, "W1: where the tail went"). Cascading earlier is not
-//! an option: the level below still holds the slot before.
+//! of 160–230 µs (`docs/bench/2026-12-06/NOTES.md`, "W1: where the tail went"). Cascading
+//! earlier is not an option: the level below still holds the slot before.
 //!
 //! So a shard with time to spare before a deadline (spinning towards it, or about to park)
 //! walks, a few entries at a time (`shard/park.rs`), the list of each level's next slot once
