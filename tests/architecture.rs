@@ -1,10 +1,13 @@
 //! The import rules of `docs/ARCHITECTURE.md`, checked on the source: which part may import
 //! which, and no import circles between files.
 //!
-//! A file's imports are the `crate::…`, `super::…` and `self::…` paths in its `use` items and
-//! in its code (comments and `#[cfg(test)]` sections are skipped; test-only files such as
-//! `tests.rs` are not parsed). Each path is resolved to the file that defines the longest
-//! prefix of it that is a module.
+//! A file's imports are every path in its `use` items and in its code: those that start with
+//! `crate::`, `super::` or `self::`, and bare ones, which start with a child module's name
+//! (`fire::Spent` inside `shard/mod.rs`) or with a name a `use` brought in (`webhook::meta::X`
+//! after `use crate::sink::webhook`). Comments and the items marked `#[cfg(test)]` are skipped,
+//! wherever they stand; test-only files such as `tests.rs` are not parsed. Each path is
+//! resolved to the file that defines the longest prefix of it that is a module; for circles,
+//! it is followed through that file's re-exports to the file that defines the item.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -44,14 +47,15 @@ fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
     out
 }
 
-/// The file's text without comments and without its `#[cfg(test)]` tail.
+/// The file's text without comments and without the items marked `#[cfg(test)]` (a
+/// `mod tests;` line, a test-only method, or a whole `mod tests { … }` block), wherever they
+/// stand in the file.
 fn code_of(text: &str) -> String {
     let mut out = String::new();
+    // Inside a test-only item: the depth of its braces, and whether its body has begun.
+    let mut skipping: Option<(i32, bool)> = None;
     for line in text.lines() {
         let t = line.trim_start();
-        if t.starts_with("#[cfg(test)]") {
-            break;
-        }
         if t.starts_with("//") {
             continue;
         }
@@ -61,6 +65,30 @@ fn code_of(text: &str) -> String {
             Some(i) if line[..i].ends_with(' ') || i == 0 => &line[..i],
             _ => line,
         };
+        if t.starts_with("#[cfg(test)]") {
+            skipping = Some((0, false));
+            continue;
+        }
+        if let Some((depth, opened)) = skipping.as_mut() {
+            if t.starts_with("#[") && *depth == 0 && !*opened {
+                continue; // another attribute of the same item
+            }
+            for c in line.chars() {
+                match c {
+                    '{' => {
+                        *depth += 1;
+                        *opened = true;
+                    }
+                    '}' => *depth -= 1,
+                    _ => {}
+                }
+            }
+            let ended = *depth <= 0 && (*opened || line.trim_end().ends_with(';'));
+            if ended {
+                skipping = None;
+            }
+            continue;
+        }
         out.push_str(line);
         out.push('\n');
     }
@@ -69,9 +97,19 @@ fn code_of(text: &str) -> String {
 
 /// Expands a `use` tree (`a::{b, c::{d, e}}`) into full paths.
 fn expand(tree: &str) -> Vec<Vec<String>> {
-    fn parse(s: &[char], i: &mut usize, prefix: &[String], out: &mut Vec<Vec<String>>) {
+    expand_named(tree)
+        .into_iter()
+        .map(|(path, _)| path)
+        .collect()
+}
+
+/// Expands a `use` tree into full paths, each with the name it brings into scope (its last
+/// segment, or its `as` alias).
+fn expand_named(tree: &str) -> Vec<(Vec<String>, String)> {
+    fn parse(s: &[char], i: &mut usize, prefix: &[String], out: &mut Vec<(Vec<String>, String)>) {
         let mut path = prefix.to_vec();
         let mut word = String::new();
+        let mut alias = None;
         while *i < s.len() {
             let c = s[*i];
             if c.is_alphanumeric() || c == '_' || c == '*' {
@@ -103,13 +141,16 @@ fn expand(tree: &str) -> Vec<Vec<String>> {
                 break;
             } else if c.is_whitespace() {
                 *i += 1;
-                // `as name`: skip the alias.
+                // `as name`: the name it is known by.
                 let rest: String = s[*i..].iter().take(3).collect();
                 if rest.starts_with("as ") {
                     *i += 3;
+                    let mut name = String::new();
                     while *i < s.len() && (s[*i].is_alphanumeric() || s[*i] == '_') {
+                        name.push(s[*i]);
                         *i += 1;
                     }
+                    alias = Some(name);
                 }
             } else {
                 *i += 1;
@@ -119,7 +160,8 @@ fn expand(tree: &str) -> Vec<Vec<String>> {
             path.push(word);
         }
         if path.len() > prefix.len() {
-            out.push(path);
+            let name = alias.unwrap_or_else(|| path.last().cloned().unwrap_or_default());
+            out.push((path, name));
         }
     }
     let chars: Vec<char> = tree.chars().collect();
@@ -129,9 +171,17 @@ fn expand(tree: &str) -> Vec<Vec<String>> {
     out
 }
 
-/// Every module path this file refers to, made absolute.
-fn references(module: &[String], is_mod_rs: bool, code: &str) -> Vec<Vec<String>> {
+/// Every module path this file refers to, made absolute: the paths of its `use` items and
+/// every path in its code, whether it starts with `crate::`, `super::` or `self::`, or bare
+/// (`fire::Spent` inside `shard/mod.rs`, a child module; `webhook::meta::X` after
+/// `use crate::sink::webhook`, a name a `use` brought in).
+fn references(
+    mods: &BTreeMap<Vec<String>, PathBuf>,
+    module: &[String],
+    code: &str,
+) -> Vec<Vec<String>> {
     let mut raw = Vec::new();
+    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // `use` items (possibly spanning lines).
     let mut rest = code;
     while let Some(at) = rest.find("use ") {
@@ -140,66 +190,96 @@ fn references(module: &[String], is_mod_rs: bool, code: &str) -> Vec<Vec<String>
             || before.ends_with('\n')
             || before.ends_with(' ') && before.trim_end().ends_with(['\n', '{', ';', ')'])
             || before.ends_with("pub ")
-            || before.ends_with("pub(crate) ");
+            || before.ends_with("pub(crate) ")
+            || before.ends_with("pub(super) ");
         let after = &rest[at + 4..];
         let end = after.find(';').unwrap_or(after.len());
         if starts_item {
-            raw.extend(expand(&after[..end]));
+            for (path, name) in expand_named(&after[..end]) {
+                if name != "*" && name != "self" {
+                    names.insert(name, path.clone());
+                }
+                raw.push(path);
+            }
         }
         rest = &after[end.min(after.len())..];
     }
-    // Paths in code: crate::a::b, super::a, self::a.
-    for anchor in ["crate::", "super::", "self::"] {
-        let mut from = 0;
-        while let Some(at) = code[from..].find(anchor) {
-            let start = from + at;
-            from = start + anchor.len();
-            let prev = code[..start].chars().last();
-            if prev.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-                continue;
-            }
-            let path: String = code[start..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-                .collect();
+    // Paths in code: any run of `name::name…` that starts a token.
+    let chars: Vec<char> = code.chars().collect();
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = word(chars[i])
+            && !chars[i].is_ascii_digit()
+            && (i == 0 || !(word(chars[i - 1]) || chars[i - 1] == ':' || chars[i - 1] == '#'));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let end = (i..chars.len())
+            .find(|&j| !(word(chars[j]) || chars[j] == ':'))
+            .unwrap_or(chars.len());
+        let token: String = chars[i..end].iter().collect();
+        if token.contains("::") {
             raw.push(
-                path.split("::")
+                token
+                    .split("::")
                     .filter(|p| !p.is_empty())
                     .map(str::to_string)
                     .collect(),
             );
         }
+        i = end;
     }
-    // Resolve relative paths. Inside `a/b.rs` (module a::b), `super` is `a`; inside
-    // `a/mod.rs` (module a), `super` is the crate root and `self` is `a`.
     raw.into_iter()
-        .filter_map(|p: Vec<String>| {
-            let first = p.first()?.clone();
-            let mut base: Vec<String> = match first.as_str() {
-                "crate" => Vec::new(),
-                "self" => module.to_vec(),
-                "super" => {
-                    let mut m = module.to_vec();
-                    let mut it = p.iter().peekable();
-                    let mut ups = 0;
-                    while it.peek().map(|s| s.as_str()) == Some("super") {
-                        ups += 1;
-                        it.next();
-                    }
-                    let _ = is_mod_rs;
-                    for _ in 0..ups {
-                        m.pop()?;
-                    }
-                    let mut full = m;
-                    full.extend(it.cloned());
-                    return Some(full);
-                }
-                _ => return None,
-            };
-            base.extend(p.into_iter().skip(1));
-            Some(base)
-        })
+        .filter_map(|p| resolve(mods, module, &names, p, 0))
         .collect()
+}
+
+/// A path as written in `module`, made absolute; `None` for what lies outside the crate (std,
+/// other crates) or is not a path to a module's item (a type's associated item).
+///
+/// Inside `a/b.rs` (module a::b), `super` is `a`; inside `a/mod.rs` (module a), `super` is the
+/// crate root and `self` is `a`. A bare first name is a child module of `module` if there is
+/// a file for it, else a name that one of the file's `use` items brought in.
+fn resolve(
+    mods: &BTreeMap<Vec<String>, PathBuf>,
+    module: &[String],
+    names: &BTreeMap<String, Vec<String>>,
+    p: Vec<String>,
+    depth: usize,
+) -> Option<Vec<String>> {
+    let first = p.first()?.clone();
+    let rest = p.iter().skip(1).cloned();
+    match first.as_str() {
+        "crate" => Some(rest.collect()),
+        "self" => Some(module.iter().cloned().chain(rest).collect()),
+        "super" => {
+            let mut m = module.to_vec();
+            let mut it = p.iter().peekable();
+            while it.peek().map(|s| s.as_str()) == Some("super") {
+                m.pop()?;
+                it.next();
+            }
+            m.extend(it.cloned());
+            Some(m)
+        }
+        _ => {
+            let mut child = module.to_vec();
+            child.push(first.clone());
+            if mods.contains_key(&child) {
+                child.extend(rest);
+                return Some(child);
+            }
+            let named = names.get(&first)?;
+            if depth > 4 || named.first() == Some(&first) && named.len() == 1 {
+                return None;
+            }
+            let mut full = named.clone();
+            full.extend(rest);
+            resolve(mods, module, names, full, depth + 1)
+        }
+    }
 }
 
 /// The file-module a path lands in: its longest prefix that is a file.
@@ -209,20 +289,90 @@ fn owner<'a>(mods: &'a BTreeMap<Vec<String>, PathBuf>, path: &[String]) -> Optio
         .find_map(|n| mods.get_key_value(&path[..n]).map(|(k, _)| k))
 }
 
-fn graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+/// The names a file publishes for items defined elsewhere (`pub use fire::Spent;`), each with
+/// the path it stands for, made absolute.
+fn reexports(
+    mods: &BTreeMap<Vec<String>, PathBuf>,
+    module: &[String],
+    code: &str,
+) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    for (at, _) in code.match_indices("use ") {
+        let before = code[..at].trim_end_matches(' ');
+        let public = ["pub", "pub(crate)", "pub(super)"].iter().any(|p| {
+            before.ends_with(p) && before[..before.len() - p.len()].ends_with(['\n', ' '])
+        });
+        if !public {
+            continue;
+        }
+        let after = &code[at + 4..];
+        let end = after.find(';').unwrap_or(after.len());
+        for (path, name) in expand_named(&after[..end]) {
+            if name == "*" {
+                continue;
+            }
+            if let Some(full) = resolve(mods, module, &BTreeMap::new(), path, 0) {
+                out.insert(name, full);
+            }
+        }
+    }
+    out
+}
+
+/// The file a path's item is defined in: its longest prefix that is a file, followed through
+/// the re-exports of that file (a child that names `super::Spent`, which `mod.rs` publishes
+/// from `fire.rs`, depends on `fire.rs`).
+fn home<'a>(
+    mods: &'a BTreeMap<Vec<String>, PathBuf>,
+    exports: &BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>,
+    path: &[String],
+) -> Option<&'a Vec<String>> {
+    let mut path = path.to_vec();
+    for _ in 0..8 {
+        let o = owner(mods, &path)?;
+        let Some(next) = path.get(o.len()).and_then(|name| exports.get(o)?.get(name)) else {
+            return Some(o);
+        };
+        let mut full = next.clone();
+        full.extend(path[o.len() + 1..].iter().cloned());
+        if full == path {
+            return Some(o);
+        }
+        path = full;
+    }
+    owner(mods, &path)
+}
+
+/// Which file imports which. With `follow`, a path is charged to the file that defines its
+/// item, through re-exports (what a circle is made of); without, to the file it names (what
+/// the rules between parts are about: `api` may name `engine::Scheduled`, which `engine`
+/// re-exports from `op`).
+fn graph(follow: bool) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mods = modules(&src);
-    let mut edges = BTreeMap::new();
+    let mut codes = BTreeMap::new();
     for (module, file) in &mods {
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if name == "tests.rs" || name.ends_with("_tests.rs") || module.is_empty() {
             continue;
         }
         let text = std::fs::read_to_string(file).expect("readable source");
-        let code = code_of(&text);
+        codes.insert(module.clone(), code_of(&text));
+    }
+    let exports: BTreeMap<_, _> = codes
+        .iter()
+        .map(|(module, code)| (module.clone(), reexports(&mods, module, code)))
+        .collect();
+    let mut edges = BTreeMap::new();
+    for (module, code) in &codes {
         let mut deps = BTreeSet::new();
-        for r in references(module, name == "mod.rs", &code) {
-            if let Some(o) = owner(&mods, &r) {
+        for r in references(&mods, module, code) {
+            let o = if follow {
+                home(&mods, &exports, &r)
+            } else {
+                owner(&mods, &r)
+            };
+            if let Some(o) = o {
                 if o != module && !o.is_empty() {
                     deps.insert(o.clone());
                 }
@@ -248,7 +398,7 @@ fn is(m: &[String], path: &[&str]) -> bool {
 
 #[test]
 fn the_parts_import_only_what_the_architecture_allows() {
-    let g = graph();
+    let g = graph(false);
     let mut broken = Vec::new();
     for (from, deps) in &g {
         for to in deps {
@@ -330,7 +480,7 @@ fn the_parts_import_only_what_the_architecture_allows() {
 
 #[test]
 fn no_two_files_import_each_other_even_through_others() {
-    let g = graph();
+    let g = graph(true);
     // Tarjan-free: a DFS that reports the first cycle through each file.
     let mut cycles = BTreeSet::new();
     for start in g.keys() {
@@ -356,12 +506,52 @@ fn no_two_files_import_each_other_even_through_others() {
             }
         }
     }
+    let known: BTreeSet<String> = KNOWN_CIRCLES.iter().map(|c| c.to_string()).collect();
+    let new: Vec<&String> = cycles.difference(&known).collect();
+    let untied: Vec<&String> = known.difference(&cycles).collect();
     assert!(
-        cycles.is_empty(),
-        "import circles between files:\n{}",
-        cycles.into_iter().collect::<Vec<_>>().join("\n")
+        new.is_empty() && untied.is_empty(),
+        "import circles between files:\n{}\nlisted in KNOWN_CIRCLES but untied now (take them off the list):\n{}",
+        new.iter().map(|c| c.as_str()).collect::<Vec<_>>().join("\n"),
+        untied.iter().map(|c| c.as_str()).collect::<Vec<_>>().join("\n"),
     );
 }
+
+/// The circles this checker found once it read bare paths (`use fire::Spent` in `mod.rs`)
+/// and the code after a test-only item, not untied yet. Each is a `mod.rs` that defines
+/// something its children use (`super::Context`) and also names something of theirs: the fix
+/// is the shared thing in a small module of its own, as `shard/pass.rs` and `shard/purge.rs`
+/// are for the shard's loop. The list only shrinks: a new circle fails the test, and so does
+/// one listed here that is gone.
+const KNOWN_CIRCLES: &[&str] = &[
+    "config → config::webhooks",
+    "sink::webhook → sink::webhook::deliver",
+    "sink::webhook → sink::webhook::deliver → sink::webhook::queue",
+    "sink::webhook → sink::webhook::queue",
+    "store::journal → store::journal::commit",
+    "store::journal → store::journal::commit → store::journal::compact → store::journal::shared",
+    "store::journal → store::journal::commit → store::journal::shared",
+    "store::journal → store::journal::open → store::journal::shared",
+    "store::journal → store::journal::shared",
+    "store::journal::record → store::journal::record::encode",
+    "store::journal::replay → store::journal::replay::parts",
+    "store::redis → store::redis::clustered",
+    "store::redis → store::redis::clustered → store::redis::flush",
+    "store::redis → store::redis::clustered → store::redis::replies",
+    "store::redis → store::redis::flush",
+    "store::redis → store::redis::flush → store::redis::replies",
+    "store::redis → store::redis::link",
+    "store::redis → store::redis::recover",
+    "store::redis → store::redis::recover → store::redis::flush",
+    "store::redis → store::redis::recover → store::redis::link",
+    "store::redis → store::redis::streams",
+    "wheel → wheel::expired",
+    "wheel → wheel::expired → wheel::rearm",
+    "wheel → wheel::rearm",
+    "wheel → wheel::table",
+    "wheel → wheel::table → wheel::rearm",
+    "wheel → wheel::warm",
+];
 
 #[test]
 fn the_checker_reads_use_trees_and_relative_paths() {
@@ -371,17 +561,44 @@ fn the_checker_reads_use_trees_and_relative_paths() {
         shown,
         ["super::a", "super::b::c", "super::b::d", "super::f::*"]
     );
+    let mods = BTreeMap::new();
     let m: Vec<String> = vec!["store".into(), "redis".into(), "flush".into()];
     let r = references(
+        &mods,
         &m,
-        false,
         "use super::conn::Conn;\nfn f() { crate::units::x(); }\n",
     );
-    assert!(r.contains(&vec![
-        "store".to_string(),
-        "redis".into(),
-        "conn".into(),
-        "Conn".into()
-    ]));
-    assert!(r.contains(&vec!["units".to_string(), "x".into()]));
+    assert!(r.contains(&words("store::redis::conn::Conn")));
+    assert!(r.contains(&words("units::x")));
+}
+
+fn words(path: &str) -> Vec<String> {
+    path.split("::").map(str::to_string).collect()
+}
+
+#[test]
+fn the_checker_reads_bare_paths_to_child_modules_and_to_names_a_use_brought_in() {
+    let mods: BTreeMap<Vec<String>, PathBuf> = ["shard", "shard::fire", "sink::webhook"]
+        .into_iter()
+        .map(|m| (words(m), PathBuf::new()))
+        .collect();
+    let r = references(
+        &mods,
+        &words("shard"),
+        "use fire::{More, Spent};\nuse crate::sink::webhook as hook;\n\
+         fn f(s: Spent) { let _ = fire::FIRE_BATCH; hook::meta::x(); Vec::new(); }\n",
+    );
+    assert!(r.contains(&words("shard::fire::More")));
+    assert!(r.contains(&words("shard::fire::FIRE_BATCH")));
+    assert!(r.contains(&words("sink::webhook::meta::x")));
+    assert!(!r.iter().any(|p| p.first().is_some_and(|s| s == "Vec")));
+}
+
+#[test]
+fn the_checker_skips_test_only_items_but_reads_the_code_after_them() {
+    let code = code_of(
+        "#[cfg(test)]\nmod tests;\n#[cfg(test)]\n#[inline]\nfn len() -> usize {\n    crate::a::x()\n}\nuse crate::b::Y;\n",
+    );
+    assert!(!code.contains("crate::a"), "{code}");
+    assert!(code.contains("use crate::b::Y;"), "{code}");
 }

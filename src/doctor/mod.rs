@@ -21,6 +21,7 @@
 //! The exit status is 0 when nothing failed and 1 otherwise.
 
 mod clock;
+mod context;
 mod cores;
 pub mod cpulist;
 pub mod host;
@@ -36,6 +37,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+pub use context::Context;
 pub use cpulist::CpuSet;
 pub use host::Host;
 pub use report::{Check, Group, Report, Status};
@@ -58,60 +60,6 @@ pub struct DoctorArgs {
     /// Read /proc and /sys under this directory instead of `/` (for fixture trees).
     #[arg(long, hide = true, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
-}
-
-/// What every check may read: the host, and what the service will run on it.
-#[derive(Debug, Clone)]
-pub struct Context {
-    pub host: Host,
-    /// The shard cores: `--cores`, else every online core in `allowed`.
-    pub cores: CpuSet,
-    /// Whether `cores` came from `--cores`.
-    pub cores_given: bool,
-    /// `/sys/devices/system/cpu/online`, when readable.
-    pub online: Option<CpuSet>,
-    /// Why `online` is `None` (for the report).
-    pub online_error: String,
-    /// This process's CPU affinity (`Cpus_allowed_list` in `/proc/self/status`), which
-    /// serve inherits: it refuses `--cores` outside it and, without `--cores`, runs one
-    /// shard per core in it.
-    pub allowed: Option<CpuSet>,
-    pub shards: usize,
-}
-
-impl Context {
-    pub fn new(host: Host, cores: Option<CpuSet>, shards: Option<usize>) -> Context {
-        let (online, online_error) = match host.read("/sys/devices/system/cpu/online") {
-            Ok(text) => match CpuSet::parse(&text) {
-                Ok(set) => (Some(set), String::new()),
-                Err(e) => (None, format!("/sys/devices/system/cpu/online: {e}")),
-            },
-            Err(e) => (None, e.to_string()),
-        };
-        let allowed = host.read("/proc/self/status").ok().and_then(|status| {
-            let list = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
-            CpuSet::parse(list).ok()
-        });
-        let cores_given = cores.is_some();
-        let default_cores = match (&allowed, &online) {
-            (Some(allowed), Some(online)) => Some(allowed.intersection(online)),
-            (Some(allowed), None) => Some(allowed.clone()),
-            (None, online) => online.clone(),
-        };
-        let cores = cores.or(default_cores).unwrap_or_default();
-        let shards = shards.unwrap_or(cores.len()).max(1);
-        Context {
-            host,
-            cores,
-            cores_given,
-            online,
-            online_error,
-            allowed,
-            shards,
-        }
-    }
 }
 
 /// Runs every check and gathers the report.

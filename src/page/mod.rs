@@ -36,11 +36,13 @@
 //! | `mod.rs` | [`Pager`]: which timers are paged, and the loads |
 //! | `index.rs` | the in-memory entries, by keyed hash |
 //! | `files.rs` | the page files, their writes, reads, and the loads' reads |
-//! | `record.rs` | a record's bytes |
+//! | `record.rs` | a record's bytes, and where one lies (`Loc`) |
 
 mod files;
 pub mod index;
 pub mod record;
+
+pub use record::Loc;
 
 use crate::store::journal::io::Disk;
 use crate::timer::PackedTimer;
@@ -101,13 +103,6 @@ fn remove_all(dirs: &[PathBuf]) {
             tracing::warn!(dir = %dir.display(), error = %e, "paging: cannot remove an earlier run's pages; the next start tries again");
         }
     }
-}
-
-/// Where a paged timer's record is: its bucket, and its offset in the bucket's file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Loc {
-    pub bucket: u32,
-    pub offset: u32,
 }
 
 /// Buckets ahead of the first unloaded one that may be paged into: 16,384, 170 days with a

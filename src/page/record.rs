@@ -11,6 +11,13 @@
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
 
+/// Where a paged timer's record is: its bucket, and its offset in the bucket's file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loc {
+    pub bucket: u32,
+    pub offset: u32,
+}
+
 /// Bytes before the packed timer: CRC, length, deadline, version.
 pub const HEAD: usize = 24;
 

@@ -5,10 +5,9 @@
 //!
 //! All of it goes through the one table and the one store, like an op: a follow-up applies
 //! only to the exact state it was meant for; a dead letter leaves the table for
-//! [`DeadLetters`] and the store's `dead`. None of this is refused by the store: like fires,
-//! these writes stand for timers that were already admitted.
+//! `DeadLetters` (`dead.rs`) and the store's `dead`. None of this is refused by the store:
+//! like fires, these writes stand for timers that were already admitted.
 
-use super::dead::DeadLetters;
 use super::fire::Settle;
 use super::Shard;
 use crate::clock::TimeSource;
@@ -18,21 +17,10 @@ use crate::metrics::DeliveryMetrics;
 use crate::op::{Cancelled, DeadInfo, Reply, Scheduled};
 use crate::partition::partition_of;
 use crate::sink::webhook::redriven;
-use crate::sink::{Followup, Followups, Next};
+use crate::sink::{Followup, Next};
 use crate::store::Ack;
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-
-/// The shard's delivery state: dead letters, the follow-ups its sinks hand it, and reusable
-/// scratch.
-#[derive(Default)]
-pub(crate) struct Deliveries {
-    pub dead: DeadLetters,
-    /// Where the sinks hand their follow-ups (the shard's end of their [`Followups`]).
-    pub inbox: Followups,
-    /// Taken from the inbox, not yet applied, in the order they were sent.
-    pub followups: std::collections::VecDeque<Followup>,
-}
 
 /// Follow-ups applied between two looks at the pass's slice. One is a table lookup and, for
 /// a retry, a copy of the timer's payload (up to 64 KiB) and a store write: tens of

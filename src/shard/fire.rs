@@ -15,9 +15,9 @@
 //!
 //! # The budget
 //!
-//! - **Fires.** At most the loop's budget ([`FIRE_BATCH`] on a shared thread, no limit alone),
-//!   and never more than the store has room for (`Store::fire_room`; past it the rest is held
-//!   back, [`More::HeldBack`]).
+//! - **Fires.** At most the loop's budget (`FIRE_BATCH` in `pass.rs` on a shared thread, no
+//!   limit alone), and never more than the store has room for (`Store::fire_room`; past it
+//!   the rest is held back, [`More::HeldBack`]).
 //! - **Time, on a shared thread.** A fire's cost depends on its sinks: a plain one is a few
 //!   hundred nanoseconds, a webhook's builds a JSON body, signs it (HMAC) and spawns a task, a
 //!   few microseconds; a full pass of those would hold the thread for tens of milliseconds.
@@ -62,9 +62,10 @@
 //! write. Per chunk on a shared thread: one clock read (`Instant::now`) and one call into the
 //! table's poll, about 1% of a chunk of plain fires. Cleaning up after a fire waits until the
 //! burst is over: the index entry goes after the pass (`TimerTable::poll_keeping`), the
-//! timer's memory after the last pass of the burst ([`Spent`]).
+//! timer's memory after the last pass of the burst (`Spent`, `pass.rs`).
 
 use super::dead::{DeadLetters, Letter};
+use super::pass::More;
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::cooperate::Slice;
@@ -77,19 +78,6 @@ use crate::timer::{FiredTimer, Firing, PackedTimer};
 use crate::units::{UtcMicros, UtcNanos};
 use crate::wheel::Fate;
 use std::sync::atomic::Ordering;
-
-/// Timers fired in one pass by a shard that shares its thread. A burst (a million timers due
-/// at one instant) is fired over many passes, with the other tasks running in between; a
-/// shard alone on its thread fires a burst in one go.
-pub(super) const FIRE_BATCH: usize = 4096;
-
-/// Fired timers' memory freed per pass once a burst is over (see [`Spent`]).
-pub(super) const FREE_BATCH: usize = 4096;
-
-/// Fired timers held for freeing at most (512 KiB of one-pointer handles, reserved when the
-/// shard starts: growing the hold in the middle of a burst would copy it between two fires).
-/// Past it, a fired timer is freed at once, and a pass frees some even while more is due.
-pub(super) const SPENT_MAX: usize = 65_536;
 
 /// Fires between two looks at the pass's slice: 32 webhook fires (a few microseconds each)
 /// overrun a 200 µs slice by well under its length, and a look costs about as much as two
@@ -418,63 +406,5 @@ pub(super) fn retire(store: &mut dyn Store, quotas: &Quotas, f: &FiredTimer<'_>)
     }
     if let Some(q) = quotas.get(f.tenant) {
         q.release();
-    }
-}
-
-/// What a pass left to fire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum More {
-    /// Nothing due.
-    No,
-    /// More due: the pass's budget ran out.
-    Due,
-    /// More due, held back until the store has room for their writes.
-    HeldBack,
-}
-
-/// The memory of fired timers, freed after the burst they fired in rather than between its
-/// fires. A timer's packed bytes were allocated by the thread that scheduled it, so freeing
-/// them on the shard is a cross-thread free (an atomic push onto the owning heap's list and a
-/// cache miss on its page header): 15% of a million-timer burst's time when done per fire.
-/// At most [`SPENT_MAX`] are held.
-pub(crate) struct Spent(pub(super) Vec<PackedTimer>);
-
-impl Default for Spent {
-    /// Room for all it may hold from the start (512 KiB of address space, its pages touched
-    /// as a burst fills them): grown by doubling, the first long burst waited between two
-    /// fires while up to 256 KiB was copied.
-    fn default() -> Spent {
-        Spent(Vec::with_capacity(SPENT_MAX))
-    }
-}
-
-impl Spent {
-    /// Holds a fired timer's memory for freeing after the burst, or frees it at once when
-    /// [`SPENT_MAX`] are held.
-    fn keep(&mut self, timer: PackedTimer) {
-        if self.0.len() < SPENT_MAX {
-            self.0.push(timer);
-        }
-    }
-
-    /// After a pass: frees a batch once nothing more is due, or while the hold is full; how
-    /// many it freed.
-    pub(super) fn after_pass(&mut self, more: More) -> usize {
-        if more == More::No || self.0.len() >= SPENT_MAX {
-            self.free(FREE_BATCH)
-        } else {
-            0
-        }
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Frees up to `n` timers; how many.
-    pub(super) fn free(&mut self, n: usize) -> usize {
-        let n = n.min(self.0.len());
-        self.0.truncate(self.0.len() - n);
-        n
     }
 }

@@ -48,7 +48,7 @@
 //! - in parks, which are `await`s.
 //!
 //! A pass is bounded (`Store::ops_per_pass` ops: 512 on a durable store, 4,096 in memory,
-//! and a ~200 µs slice of time, `apply.rs`; `FIRE_BATCH` fires and a slice, `fire.rs`), so the other tasks never wait
+//! and a ~200 µs slice of time, `apply.rs`; `FIRE_BATCH` fires and a slice, `pass.rs` and `fire.rs`), so the other tasks never wait
 //! for more than one bounded pass. The yield is a one-microsecond glommio timer (`cooperate`),
 //! not `yield_now`: only a task that is *not* runnable lets glommio reap I/O completions before
 //! its preemption timer.
@@ -137,17 +137,24 @@
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | the shard's state and its loop ([`Shard::run`]) |
-//! | `park.rs` | parking: the park, the spin, the yield, and the wake socket (`Wakee`) |
+//! | `pass.rs` | what one pass may fire on a shared thread (`FIRE_BATCH`), what it left (`More`), and the spent list (`Spent`) |
+//! | `park.rs` | parking: the park, the spin, the yield, and warming the wheel before either |
+//! | `wakee.rs` | the wake socket a parked shard waits on (`Wakee`) and the thread's timer slack |
 //! | `spin.rs` | the spin window, fixed or following the measured wake-up latency |
 //! | `apply.rs` | the one `apply(op)` for every op from the ring, and the quota it settles |
 //! | `gate.rs` | which partitions the shard may act on: all, or on a cluster of nodes those it loaded and holds the lease of |
-//! | `partitions.rs` | a partition loaded or dropped at run time (a cluster of nodes) |
-//! | `fire.rs` | the fire pass, the one `retire` of a fired timer, and the spent list (`Spent`) |
-//! | `delivery.rs` | a fired timer's fate, settled at its fire (`Settle`), follow-ups, re-drives and discards |
+//! | `partitions.rs` | a partition loaded or dropped at run time (a cluster of nodes), run a slice at a time |
+//! | `purge.rs` | the purge and loads under way between two passes (`Purge`) |
+//! | `fire.rs` | the fire pass, a fired timer's fate settled at its fire (`Settle::fate`), and the one `retire` of a fired timer |
+//! | `delivery.rs` | the sinks' follow-ups applied (retries, dead letters), re-drives and discards |
 //! | `dead.rs` | the dead-letter table |
 //! | `recover.rs` | start-up recovery from the store, and the one insert of a stored record (`Loader`) |
 //! | `watchdog.rs` | the watchdog's view of the shard (`Pulse`) and its thread |
 //! | `failure.rs` | what a panic does |
+//!
+//! The loop's file names only what the files without an `impl Shard` define (`pass.rs`,
+//! `purge.rs`, `wakee.rs`, `dead.rs`, `spin.rs`, `gate.rs`, `watchdog.rs`); the files that add
+//! to `Shard` import it from here, never the other way (`tests/architecture.rs`).
 //!
 //! # Cost
 //!
@@ -159,18 +166,21 @@
 
 mod apply;
 mod dead;
-pub(crate) mod delivery;
+mod delivery;
 mod failure;
 mod fire;
 pub(crate) mod gate;
 mod park;
 mod partitions;
+mod pass;
+mod purge;
 mod recover;
 pub(crate) mod spin;
+mod wakee;
 pub(crate) mod watchdog;
 
 pub(crate) use failure::ShardFailure;
-pub(crate) use park::{set_timer_slack_ns, Wakee};
+pub(crate) use wakee::{set_timer_slack_ns, Wakee};
 
 use crate::clock::{Clock, TimeSource};
 use crate::cooperate::Slice;
@@ -178,12 +188,13 @@ use crate::metrics::ShardMetrics;
 use crate::page::Pager;
 use crate::quota::Quotas;
 use crate::ring::Ring;
-use crate::sink::Sink;
+use crate::sink::{Followup, Followups, Sink};
 use crate::store::Store;
 use crate::wheel::TimerTable;
-use fire::{More, Spent, FIRE_BATCH};
-use park::HELD_BACK_NAP;
+use dead::DeadLetters;
+use pass::{More, Spent, FIRE_BATCH, HELD_BACK_NAP};
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -220,7 +231,7 @@ pub(crate) struct Shard<S: TimeSource> {
     /// Every tenant's quota, shared by all shards (`quota`).
     pub quotas: Arc<Quotas>,
     /// Dead letters, the sinks' follow-ups, and the scratch of kept timers (`delivery`).
-    pub deliveries: delivery::Deliveries,
+    pub deliveries: Deliveries,
     /// Fired timers whose memory is not freed yet.
     pub spent: Spent,
     /// Which partitions the shard may act on (`gate.rs`): all of them, but on a cluster of
@@ -228,9 +239,20 @@ pub(crate) struct Shard<S: TimeSource> {
     pub gate: gate::Gate,
     /// The purge of partitions being loaded or dropped, while it goes on in slices
     /// (`partitions.rs`).
-    pub purging: Option<partitions::Purge>,
+    pub purging: Option<purge::Purge>,
     /// Timers due beyond the horizon, on disk (`page`): with the journal, when it pages.
     pub pager: Option<Pager>,
+}
+
+/// The shard's delivery state: dead letters, the follow-ups its sinks hand it, and reusable
+/// scratch.
+#[derive(Default)]
+pub(crate) struct Deliveries {
+    pub dead: DeadLetters,
+    /// Where the sinks hand their follow-ups (the shard's end of their [`Followups`]).
+    pub inbox: Followups,
+    /// Taken from the inbox, not yet applied, in the order they were sent.
+    pub followups: VecDeque<Followup>,
 }
 
 impl<S: TimeSource> Shard<S> {

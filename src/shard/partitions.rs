@@ -55,16 +55,16 @@
 //! the store, the records stay in Redis, and the next holder of the lease loads them.
 
 use super::dead::PurgeCursor;
+use super::purge::{Load, Purge};
 use super::recover::Loader;
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::cooperate::Slice;
 use crate::metrics::DeliveryMetrics;
-use crate::op::{Control, Loaded};
+use crate::op::Control;
 use crate::partition::{partition_of, PARTITIONS};
 use crate::sink::webhook;
 use crate::units::UtcMicros;
-use crate::wheel::TimerRecord;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
@@ -76,68 +76,6 @@ use std::sync::atomic::Ordering;
 /// records went in, the longest step took 0.35–0.59 ms of CPU with 32, 0.44–0.82 ms with 64
 /// (`gate_tests::load_steps_figure`, on a shared 2-vCPU host).
 pub(super) const LOAD_CHECK: usize = 32;
-
-/// A purge under way, and then the loads it holds: the controls taken off the ring, applied
-/// once every timer and dead letter of the partitions they purge has left the shard.
-pub(crate) struct Purge {
-    /// Per partition: its timers leave (it may hold some and a control names it).
-    picked: Vec<bool>,
-    /// The slab index to go on from, and the bound it goes to (the slab's at the start: an
-    /// entry above it was inserted since, and is not of a picked partition).
-    next: u32,
-    bound: u32,
-    /// Where the picked partitions' dead letters' walk goes on from; `None` once it is done
-    /// (or when nothing was picked).
-    letters: Option<PurgeCursor>,
-    /// The controls not applied yet, by partition.
-    controls: BTreeMap<u32, Control>,
-    /// The load being applied, once the purge is done.
-    load: Option<Load>,
-    /// Controls taken together.
-    taken: usize,
-    /// Timers and dead letters removed so far.
-    timers: usize,
-    dead: usize,
-}
-
-/// A partition's load under way: the records not inserted yet, and those set aside because
-/// they are due.
-struct Load {
-    partition: u32,
-    records: std::vec::IntoIter<Loaded>,
-    /// Due records of the partition, out of the table until it opens: a due timer of a
-    /// partition that is not open would leave the wheel unfired.
-    due: Vec<Loaded>,
-    total: usize,
-    refused: usize,
-}
-
-impl Purge {
-    /// Whether `partition` is being purged or loaded: nothing of it may enter the table but
-    /// its load's records.
-    pub(crate) fn covers(&self, partition: u32) -> bool {
-        self.controls.contains_key(&partition)
-            || self.load.as_ref().is_some_and(|l| l.partition == partition)
-    }
-
-    /// A timer the fire pass found due and may not fire: when it is of the partition being
-    /// loaded, it is set aside to go in again as its load ends, and `true` (the caller gives
-    /// its quota slot back: that insert takes it again); otherwise `false`.
-    pub(crate) fn set_aside(&mut self, deadline: UtcMicros, record: &TimerRecord) -> bool {
-        let Some(load) = self.load.as_mut() else {
-            return false;
-        };
-        if partition_of(record.timer.tenant(), record.timer.key()) != load.partition {
-            return false;
-        }
-        load.due.push(Loaded {
-            timer: record.timer.clone(),
-            version: record.version,
-            deadline,
-        });
-        true
-    }
-}
 
 impl<S: TimeSource> Shard<S> {
     /// Goes on with the purge or the loads under way, or takes the loads and drops waiting on

@@ -1,4 +1,4 @@
-use super::fire::{FREE_BATCH, SPENT_MAX};
+use super::pass::{FREE_BATCH, SPENT_MAX};
 use super::*;
 use crate::clock::{ClockConfig, FakeSource};
 use crate::sink::Next;
@@ -664,7 +664,7 @@ fn a_pass_that_only_sorted_overdue_timers_counts_as_work_and_all_fire_in_order()
         // Each pass ends after its first step, as on a host where a step of sorting takes
         // the whole slice: a pass that only sorted is then seen whatever the host's speed
         // (on a fast one, a 200 µs slice held two steps and the count fell short).
-        let (fired, more) = s.fire_due(super::fire::FIRE_BATCH, Some(Slice::used_up()));
+        let (fired, more) = s.fire_due(super::pass::FIRE_BATCH, Some(Slice::used_up()));
         if fired == 0 && more == More::Due {
             sorted_only += 1;
             assert!(super::worked(0, 0, 0, more), "a sort step is work: yield");
@@ -707,7 +707,8 @@ impl Sink for BySize {
 /// fired, so a pass ends after a few of them; every timer still fires once, in order.
 #[test]
 fn a_pass_of_large_payloads_looks_at_its_slice_after_a_few_of_them() {
-    use super::fire::{chunk_after, CHECK_BYTES, CHECK_EVERY, FIRE_BATCH};
+    use super::fire::{chunk_after, CHECK_BYTES, CHECK_EVERY};
+    use super::pass::FIRE_BATCH;
     assert_eq!(
         chunk_after(32, 32 * 100),
         CHECK_EVERY,
