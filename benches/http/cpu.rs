@@ -1,9 +1,9 @@
 //! CPU time per process, from `/proc/<pid>/stat` (user + system, in clock ticks of
 //! `sysconf(_SC_CLK_TCK)`, 10 ms on Linux), and the host's load, from `/proc/loadavg` and
 //! `/proc/pressure/cpu`, so that every figure says how busy the machine was. Also used by
-//! `examples/put_openloop.rs` for its own CPU time.
+//! `perf/probes/put_openloop.rs` for its own CPU time.
 
-#![allow(dead_code)] // `examples/put_openloop.rs` uses only `rusage_seconds`.
+#![allow(dead_code)] // `perf/probes/put_openloop.rs` uses only `rusage_seconds`.
 
 use std::time::Instant;
 

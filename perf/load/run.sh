@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Load measurement of `punctual serve` (2 shards) with wrk (Debian package) and the open-loop
-# generator `examples/put_openloop.rs`.
+# generator `perf/probes/put_openloop.rs`.
 # Usage: perf/load/run.sh [duration, default 10s] [store, default memory]
 # Starts its own server on 127.0.0.1:7599, runs: peak keep-alive PUTs (closed loop, wrk),
 # open-loop PUTs at 20,000/s and 50,000/s (latency from each request's due time, so a stall

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Single PUTs on 2 shards (memory store), with the server's CPU and the client's apart:
-#   1. open loop at each rate (examples/put_openloop.rs, latency from each request's due time;
+#   1. open loop at each rate (perf/probes/put_openloop.rs, latency from each request's due time;
 #      it prints its own CPU), with the server's CPU from /proc/PID/stat over the same run;
 #   2. with perf installed (Debian: apt-get install -y linux-perf), a system-wide cpu-clock
 #      profile of the wrk peak (wrk -t2 -c64, perf/load/put.lua), its samples split by thread

@@ -270,7 +270,7 @@ mod tests {
     /// Prints what a sub-batch's two big steps took whole, as before: encoding 16 MB of items
     /// for the owner, and reading 10,000 results back; against the longest step of each now,
     /// with a 200 µs slice (the test binary runs on the system's allocator, not the
-    /// service's: `examples/buffer_growth.rs` shows what a growing buffer costs under it).
+    /// service's: `perf/probes/buffer_growth.rs` shows what a growing buffer costs under it).
     ///
     /// `cargo test --release --lib sub_batch_figure -- --ignored --nocapture`
     #[test]

@@ -519,7 +519,7 @@ mod tests {
 
     /// The fired-timer bitmap grows with the slab by one chunk at a time. It used to double:
     /// at 2^18 timers one insert added 32 KiB of fresh pages, at 2^23 one added 1 MiB and
-    /// stopped the inserting shard for up to 5.5 ms (`examples/table_growth.rs`).
+    /// stopped the inserting shard for up to 5.5 ms (`perf/probes/table_growth.rs`).
     #[test]
     fn inserting_never_grows_the_fired_bitmap_by_more_than_a_chunk() {
         let n = (1usize << 18) + 1;

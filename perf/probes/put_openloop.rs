@@ -17,7 +17,7 @@
 //! (from the actual send), the achieved rate, non-2xx answers, and the generator's own CPU time
 //! (so that a run on shared cores can tell the client's cost from the server's).
 
-#[path = "../benches/http/cpu.rs"]
+#[path = "../../benches/http/cpu.rs"]
 mod cpu;
 
 use std::io::{Read, Write};
