@@ -131,6 +131,16 @@ impl Server {
         )
     }
 
+    /// `punctual serve` on `addr` (the address of a server that was killed: a restart, as a
+    /// supervisor makes one), plus `args`; ready once /healthz answers 200.
+    pub fn start_at(addr: SocketAddr, args: &[&str]) -> Server {
+        let mut cmd = Self::command_at(addr, args, &[]);
+        let child = cmd.spawn().expect("spawn punctual");
+        let mut s = Server { child, addr };
+        s.wait_ready(true);
+        s
+    }
+
     fn launch(args: &[&str], env: &[(&str, &str)], healthy: bool) -> Server {
         let (mut cmd, addr) = Self::command(args, env);
         let child = cmd.spawn().expect("spawn punctual");
@@ -143,6 +153,10 @@ impl Server {
     fn command(args: &[&str], env: &[(&str, &str)]) -> (Command, SocketAddr) {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        (Self::command_at(addr, args, env), addr)
+    }
+
+    fn command_at(addr: SocketAddr, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
         cmd.arg("serve")
             .args(["--listen", &addr.to_string()])
@@ -166,7 +180,7 @@ impl Server {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        (cmd, addr)
+        cmd
     }
 
     fn wait_ready(&mut self, healthy: bool) {

@@ -34,6 +34,7 @@
 //! `.ci/run` adds (EIO, EIO then power cut and short writes under `always`, and `everysec`);
 //! `PUNCTUAL_CRASH_PHASE=<name>` runs one phase.
 
+mod holes;
 mod model;
 
 use super::faults::{Fault, Faults};
