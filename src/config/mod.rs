@@ -4,69 +4,22 @@
 //! [`Config::default`]. A value that is wrong is reported with the key that holds it.
 
 mod args;
+mod file;
 mod webhooks;
 
 pub use args::{ClusterArgs, ClusterCommand, JournalArgs, JournalCommand, ServeArgs};
+pub use file::{ConfigError, FileConfig, TenantConfig};
 pub use webhooks::WebhookConfig;
 
-use serde::{Deserialize, Serialize};
+use file::invalid;
+
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use thiserror::Error;
 
 /// The shortest token or webhook secret accepted: 32 bytes, 256 bits, so that neither can be
 /// guessed online or brute-forced offline from a signature.
 pub const MIN_SECRET_BYTES: usize = 32;
-
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum ConfigError {
-    #[error("config file {path}: {reason}")]
-    File { path: String, reason: String },
-    #[error("`{key}` = {value:?}: {reason} (set by flag --{flag}, env PUNCTUAL_{env}, or key `{key}` in the config file)", flag = .key.replace('_', "-"), env = .key.to_uppercase())]
-    Invalid {
-        key: String,
-        value: String,
-        reason: String,
-    },
-}
-
-/// `[tenants.<name>]` in the file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantConfig {
-    /// Every call for this tenant then needs `Authorization: Bearer <token>` (at least
-    /// [`MIN_SECRET_BYTES`] bytes).
-    pub token: Option<String>,
-    /// Requests a second this tenant may make, all shards together; more are answered
-    /// `429 rate_limited` with `Retry-After`. Unset: no limit.
-    pub max_requests_per_s: Option<u64>,
-    /// Requests the tenant may make at once above its rate [default: `max_requests_per_s`].
-    pub burst: Option<u64>,
-    /// Quota of pending timers.
-    pub max_pending: Option<u64>,
-    /// The callback of a registration that names none.
-    pub callback_url: Option<String>,
-    /// URL prefixes this tenant's callbacks must start with (replaces the top-level list).
-    pub callback_allow: Option<Vec<String>>,
-    /// Networks this tenant's deliveries may reach beyond the public internet (replaces the
-    /// top-level list).
-    pub callback_allow_networks: Option<Vec<String>>,
-    /// Signs this tenant's deliveries (at least [`MIN_SECRET_BYTES`]).
-    pub webhook_secret: Option<String>,
-    /// Several secrets, newest first: each delivery carries a signature for each, so that a
-    /// receiver can roll its key (instead of `webhook_secret`).
-    pub webhook_secrets: Option<Vec<String>>,
-    /// `"punctual"` (`Punctual-Signature`, the default) or `"standard"` (Standard Webhooks,
-    /// with `whsec_<base64>` secrets).
-    pub webhook_signature: Option<String>,
-    pub retry_max_attempts: Option<u64>,
-    pub retry_base_delay_ms: Option<u64>,
-    pub retry_max_delay_ms: Option<u64>,
-    /// Callbacks accepted and delivered (default true).
-    pub webhooks: Option<bool>,
-    /// Fired timers written to the Redis Stream (default true).
-    pub stream: Option<bool>,
-}
 
 /// How shards are placed on cores.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -200,81 +153,8 @@ impl Default for Config {
     }
 }
 
-/// What the file may hold: the same keys, all optional; unknown keys are an error.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    listen: Option<String>,
-    shards: Option<u64>,
-    cores: Option<Vec<u64>>,
-    pinning: Option<String>,
-    store: Option<String>,
-    data_dir: Option<String>,
-    fsync: Option<String>,
-    journal_skip_corrupt: Option<bool>,
-    page_horizon_s: Option<u64>,
-    transparent_huge_pages: Option<bool>,
-    redis: Option<String>,
-    redis_wait_replicas: Option<u64>,
-    advertise: Option<String>,
-    spin_us: Option<u64>,
-    spin_adaptive: Option<bool>,
-    ring_capacity: Option<u64>,
-    shard_capacity: Option<u64>,
-    max_connections: Option<u64>,
-    max_connections_per_address: Option<u64>,
-    max_connections_per_address_exempt: Option<Vec<String>>,
-    max_header_bytes: Option<u64>,
-    max_body_bytes: Option<u64>,
-    max_batch_body_bytes: Option<u64>,
-    idle_timeout_ms: Option<u64>,
-    body_timeout_ms: Option<u64>,
-    shutdown_timeout_ms: Option<u64>,
-    shutdown_grace_ms: Option<u64>,
-    bind_retry_ms: Option<u64>,
-    callback_allow: Option<Vec<String>>,
-    callback_allow_networks: Option<Vec<String>>,
-    webhook_timeout_ms: Option<u64>,
-    webhook_max_in_flight_per_host: Option<u64>,
-    webhook_max_in_flight_per_tenant: Option<u64>,
-    webhook_ca_file: Option<String>,
-    retry_max_attempts: Option<u64>,
-    retry_base_delay_ms: Option<u64>,
-    retry_max_delay_ms: Option<u64>,
-    open_tenants: Option<bool>,
-    metrics_token: Option<String>,
-    #[serde(default)]
-    tenants: BTreeMap<String, TenantConfig>,
-}
-
-impl FileConfig {
-    pub fn parse(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::File {
-            path: path.to_string(),
-            reason: e.to_string(),
-        })
-    }
-
-    pub fn load(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
-            path: shown.clone(),
-            reason: e.to_string(),
-        })?;
-        Self::parse(&text, &shown)
-    }
-}
-
 /// A Redis URL with its password replaced by `***`, for logs and `--print-config`.
 pub use crate::store::redis::endpoint::mask_url;
-
-fn invalid(key: &str, value: impl ToString, reason: impl ToString) -> ConfigError {
-    ConfigError::Invalid {
-        key: key.to_string(),
-        value: value.to_string(),
-        reason: reason.to_string(),
-    }
-}
 
 /// A flag's (or env var's) text, else the file's value, parsed as `T`.
 fn pick<T: std::str::FromStr>(

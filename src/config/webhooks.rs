@@ -15,7 +15,7 @@
 //! stream = false          # webhooks only, no Redis Stream entry
 //! ```
 
-use super::{invalid, ConfigError, FileConfig, TenantConfig};
+use super::file::{invalid, ConfigError, FileConfig, TenantConfig};
 use crate::sink::webhook::address::parse_networks;
 use crate::sink::webhook::allow::{self, check_allow_prefix, AllowList};
 use crate::sink::webhook::settings::{check_retry, DEFAULT_RETRY};

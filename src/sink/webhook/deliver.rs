@@ -7,11 +7,11 @@
 //! `Punctual-Attempt: <n>` and, when the tenant has a secret, `Punctual-Signature` (`sign`).
 
 use super::client::SendError;
+use super::ctx::{dead, Ctx};
 use super::meta::{Delivery, Last, State};
 use super::policy::{self, Failure};
 use super::queue::Cap;
 use super::settings::Target;
-use super::{dead, Ctx};
 use crate::metrics::{single_writer_add, DeliveryMetrics};
 use crate::sink::{Followup, Next};
 use crate::timer::{payload_json, FiredTimer, PackedTimer};

@@ -39,7 +39,7 @@
 //! follow-up: the timer is due at once). So a backlog costs one queue entry per timer, not a
 //! re-fire every few milliseconds, and the caps' throughput goes to the timers in order. A
 //! timer whose safety net fires while the cap is still full keeps its one entry and its place
-//! (`queue.rs`); one that is cancelled, replaced, started or buried leaves its queue.
+//! (`queue/`); one that is cancelled, replaced, started or buried leaves its queue.
 //! Refusals are counted per tenant, and the timers waiting are a gauge
 //! (`punctual_webhook_held_back`).
 //!
@@ -48,8 +48,9 @@
 //! | `meta.rs` | the delivery state and its encoding |
 //! | `policy.rs` | classification of answers and errors (a resolver refusal is not an attempt), backoff with full jitter, `Retry-After` |
 //! | `sign.rs` | `Punctual-Signature`: signing, and verification for receivers |
-//! | `settings.rs` | tenants' callbacks, allow-lists, secrets, retry defaults; TLS roots |
-//! | `queue.rs` | the timers a cap holds back: one FIFO per host and per tenant, one entry per timer |
+//! | `settings.rs` | tenants' callbacks, allow-lists, secrets, retry defaults; TLS roots; the sink's maps (`Map`) |
+//! | `queue/` | the timers a cap holds back: one FIFO per host and per tenant, one entry per timer |
+//! | `ctx.rs` | what the sink and its delivery tasks share on the shard's thread (`Ctx`), and a delivery made a dead letter |
 //! | `client.rs` | the HTTP/1.1 client, its keep-alive pool per host, and why a request got no answer (`SendError`: our resolver busy, name, TCP, TLS, HTTP) |
 //! | `reset.rs` | a connection abandoned mid-request is reset, so nothing of it arrives late |
 //! | `deliver.rs` | one attempt: the request, the answer, the follow-up |
@@ -69,6 +70,7 @@
 pub mod address;
 pub mod allow;
 pub mod client;
+mod ctx;
 mod deliver;
 pub mod meta;
 pub mod policy;
@@ -80,11 +82,11 @@ pub mod sign;
 use super::{Followups, Next, Sink};
 use crate::metrics::{DeliveryMetrics, ShardMetrics};
 use crate::timer::{FiredTimer, Firing, PackedTimer};
+use ctx::{dead, Ctx, SWEEP_EVERY};
 use meta::{Delivery, Last, State};
 use queue::{Cap, HeldBack, Queues};
 use settings::{Target, WebhookSettings};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,92 +161,6 @@ pub fn held_back_for(s: &WebhookSettings, draw: u64, ahead: usize, cap: u32) -> 
 
 /// The longest a held-back timer waits for its safety net (see [`held_back_for`]).
 pub const HELD_BACK_MAX: Duration = Duration::from_secs(60);
-
-/// The sink's maps, keyed by host or tenant: foldhash with a random seed (the keys come from
-/// clients' registrations, so a fixed seed would let them aim at one probe sequence).
-pub(crate) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
-/// What the sink and its delivery tasks share, on the shard's thread.
-pub(crate) struct Ctx {
-    pub shard: usize,
-    pub settings: Arc<WebhookSettings>,
-    pub pool: client::Pool,
-    /// Where outcomes and wakes go to the shard, one call each.
-    pub followups: Followups,
-    pub per_host: RefCell<Map<Target, u32>>,
-    pub per_tenant: RefCell<Map<Box<str>, u32>>,
-    pub queues: RefCell<Queues>,
-    pub metrics: Arc<ShardMetrics>,
-    tenant_metrics: RefCell<Map<Box<str>, Arc<DeliveryMetrics>>>,
-    /// When the idle tenants' series are next swept.
-    sweep_at: std::cell::Cell<std::time::Instant>,
-    pub jitter: RefCell<policy::Jitter>,
-}
-
-/// How often the sink looks for idle tenants' series to retire.
-const SWEEP_EVERY: Duration = Duration::from_secs(60);
-
-impl Ctx {
-    /// The tenant's figures, from the sink's own map (the shared list's lock only on first use).
-    pub fn tenant(&self, tenant: &str) -> Arc<DeliveryMetrics> {
-        if let Some(m) = self.tenant_metrics.borrow().get(tenant) {
-            return m.clone();
-        }
-        let m = self.metrics.webhooks.tenant(tenant);
-        self.tenant_metrics
-            .borrow_mut()
-            .insert(tenant.into(), m.clone());
-        m
-    }
-
-    /// Retires the series of tenants idle for [`crate::metrics::SERIES_IDLE`] (not those
-    /// with a table of their own), at most once per [`SWEEP_EVERY`].
-    fn sweep_series(&self, now: std::time::Instant) {
-        if now < self.sweep_at.get() {
-            return;
-        }
-        self.sweep_at.set(now + SWEEP_EVERY);
-        let gone = self
-            .metrics
-            .webhooks
-            .retire_idle(now, crate::metrics::SERIES_IDLE, |t| {
-                self.settings.tenant(t).is_some()
-            });
-        let mut mine = self.tenant_metrics.borrow_mut();
-        for t in gone {
-            mine.remove(t.as_str());
-        }
-    }
-
-    pub fn draw(&self) -> u64 {
-        self.jitter.borrow_mut().draw()
-    }
-
-    /// Takes the timer out of the cap's queue it waits in, if any (its delivery starts, it
-    /// is dead, cancelled or replaced).
-    pub fn unhold(&self, tenant: &str, key: &str) {
-        if !self.queues.borrow().is_empty() {
-            self.unhold_id(&identity(tenant, key), tenant);
-        }
-    }
-
-    fn unhold_id(&self, identity: &[u8], tenant: &str) {
-        let forgot = self.queues.borrow_mut().forget(identity);
-        if forgot {
-            DeliveryMetrics::add(&self.tenant(tenant).held_back, -1);
-        }
-    }
-}
-
-/// A timer's identity (what [`PackedTimer::identity`] gives) from its
-/// names.
-fn identity(tenant: &str, key: &str) -> Vec<u8> {
-    let mut id = Vec::with_capacity(2 + tenant.len() + key.len());
-    id.extend_from_slice(&[tenant.len() as u8, key.len() as u8]);
-    id.extend_from_slice(tenant.as_bytes());
-    id.extend_from_slice(key.as_bytes());
-    id
-}
 
 /// The webhook sink of one shard.
 pub struct WebhookSink {
@@ -392,16 +308,6 @@ impl WebhookSink {
         let after = s.timeout + IN_FLIGHT_MARGIN;
         deliver::spawn(ctx.clone(), t, d, meta.clone(), target, path);
         (Next::Reschedule { after, meta }, false)
-    }
-}
-
-/// `d` as a dead letter.
-fn dead(mut d: Delivery, ctx: &Ctx, tenant: &str) -> Next {
-    d.state = State::Dead;
-    crate::metrics::single_writer_add(&ctx.tenant(tenant).dead_total, 1);
-    Next::Dead {
-        fire_at: crate::units::UtcMicros(d.fire_at_us),
-        meta: d.encode(),
     }
 }
 

@@ -18,6 +18,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The sink's maps, keyed by host or tenant: foldhash with a random seed (the keys come from
+/// clients' registrations, so a fixed seed would let them aim at one probe sequence).
+pub(crate) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// The defaults a registration without a `retry` gets (and the config's defaults).
 pub const DEFAULT_RETRY: RetryPolicy = RetryPolicy {
     max_attempts: 5,

@@ -42,8 +42,7 @@ mod tests;
 
 pub(crate) use slots::HeldBack;
 
-use super::settings::Target;
-use super::Map;
+use super::settings::{Map, Target};
 use slots::{Slot, Slots, NIL};
 use std::collections::VecDeque;
 
