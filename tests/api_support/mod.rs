@@ -134,11 +134,21 @@ impl Server {
     /// `punctual serve` on `addr` (the address of a server that was killed: a restart, as a
     /// supervisor makes one), plus `args`; ready once /healthz answers 200.
     pub fn start_at(addr: SocketAddr, args: &[&str]) -> Server {
-        let mut cmd = Self::command_at(addr, args, &[]);
-        let child = cmd.spawn().expect("spawn punctual");
-        let mut s = Server { child, addr };
+        let mut s = Self::spawn_at(addr, args);
         s.wait_ready(true);
         s
+    }
+
+    /// [`Server::start_at`], returning at once: the server may not listen yet.
+    pub fn spawn_at(addr: SocketAddr, args: &[&str]) -> Server {
+        let mut cmd = Self::command_at(addr, args, &[]);
+        let child = cmd.spawn().expect("spawn punctual");
+        Server { child, addr }
+    }
+
+    /// Waits until /healthz answers 200 (at most 30 s; an exit fails the test).
+    pub fn wait_healthy(&mut self) {
+        self.wait_ready(true);
     }
 
     fn launch(args: &[&str], env: &[(&str, &str)], healthy: bool) -> Server {

@@ -10,7 +10,8 @@
 //!   power_cut       undo, newest first, every change not durable: bytes and lengths since the
 //!                   file's last good fdatasync (under whatever name the file has now: a
 //!                   rename does not make its bytes durable); names created, renamed or
-//!                   removed (files and directories) since their directory's last fsync.
+//!                   removed (files and directories) since their directory's last fsync
+//!                   (but a name in a directory whose removal was durable: gone with it).
 //!                   `keep` spares chosen unsynced writes: out-of-order writeback, a hole
 //!                   before a later write
 //!   after an EIO    a sync that failed leaves the file's unsynced bytes undoable for good: a
@@ -114,6 +115,11 @@ pub(super) struct Plan {
 
 fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
+}
+
+/// Whether the directory `path` is in was removed.
+fn gone_dir(path: &Path) -> bool {
+    path.parent().is_some_and(|d| !d.exists())
 }
 
 /// Where the file with inode `ino`, written as `path`, is now: `path`, or a name in the same
@@ -229,6 +235,9 @@ impl Faults {
                 Undo::Created(path) => {
                     let _ = std::fs::remove_file(path);
                 }
+                // A name in a directory whose own removal was durable (newer changes are
+                // undone first, so a removal that was not is undone already): gone with it.
+                Undo::Renamed { to, .. } | Undo::Unlinked { path: to, .. } if gone_dir(&to) => {}
                 Undo::Renamed { from, to, replaced } => {
                     std::fs::rename(&to, from)?;
                     if let Some(old) = replaced {

@@ -33,9 +33,13 @@
 //! mode with power cuts only (what a removed sync shows as); `PUNCTUAL_CRASH_MATRIX=ci`, what
 //! `.ci/run` adds (EIO, EIO then power cut and short writes under `always`, and `everysec`);
 //! `PUNCTUAL_CRASH_PHASE=<name>` runs one phase.
+//!
+//! `holes`: a power cut that loses each unsynced write of a new segment in turn; `recovery`:
+//! crashes and power cuts during the start that follows a crash point.
 
 mod holes;
 mod model;
+mod recovery;
 
 use super::faults::{Fault, Faults};
 use super::harness::{config, on_executor, prepare, Node};
@@ -217,12 +221,18 @@ fn run_steps(
 
 /// Reopens `dir` with `shards` shards on the real disk without skipping corruption: each
 /// shard's recovered state and version floor.
-fn recover(
+fn recover(dir: &Path, fsync: Fsync, sizes: (usize, usize)) -> Result<Vec<(State, u64)>, String> {
+    recover_on(dir, fsync, Disk::default(), sizes)
+}
+
+/// [`recover`] on `disk`.
+fn recover_on(
     dir: &Path,
     fsync: Fsync,
+    disk: Disk,
     (shards, size): (usize, usize),
 ) -> Result<Vec<(State, u64)>, String> {
-    let cfg = cfg_for(dir, fsync, Disk::default());
+    let cfg = cfg_for(dir, fsync, disk);
     let data = prepare(&cfg, shards)?;
     on_executor(async {
         let nodes = open_all(&cfg, &data, shards).await?;
