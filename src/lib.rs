@@ -56,6 +56,7 @@ pub mod partition;
 pub mod quota;
 pub mod resolve;
 pub mod ring;
+pub mod schedule;
 pub mod shard;
 pub mod sink;
 pub mod store;

@@ -1,6 +1,6 @@
 //! The `punctual` binary: `serve` runs the service, `doctor` checks the host, `journal`
 //! checks and dumps a journal's data directory offline, `cluster status` asks a node sharing a
-//! Redis Cluster what it sees of the others.
+//! Redis Cluster what it sees of the others, `schedules next` prints when a schedule fires.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -31,6 +31,8 @@ enum Command {
     Journal(punctual::config::JournalArgs),
     /// Ask a node sharing a Redis Cluster which nodes are live and which partitions each holds.
     Cluster(punctual::config::ClusterArgs),
+    /// Check a recurring schedule without a server: its next occurrences, in UTC and local time.
+    Schedules(punctual::schedule::cli::SchedulesArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => ExitCode::from(punctual::doctor::run(&args).clamp(0, 255) as u8),
         Command::Journal(args) => journal(&args),
         Command::Cluster(args) => punctual::api::cli::run(&args),
+        Command::Schedules(args) => punctual::schedule::cli::run(&args),
     }
 }
 

@@ -402,6 +402,13 @@ fn the_parts_import_only_what_the_architecture_allows() {
             if a == b {
                 continue;
             }
+            if b == "schedule" {
+                broken.push(format!(
+                    "{} imports {}: schedule is a leaf that no part uses yet (the binary's `schedules` command does)",
+                    show(from),
+                    show(to)
+                ));
+            }
             if b == "page" && !matches!(a, "shard" | "engine") {
                 broken.push(format!(
                     "{} imports {}: paging is the shard's, started by the engine",
@@ -421,6 +428,7 @@ fn the_parts_import_only_what_the_architecture_allows() {
                     Some("wheel imports only units and timer")
                 }
                 "clock" if b != "units" => Some("clock imports only units"),
+                "schedule" if b != "units" => Some("schedule, the recurring-schedule calculus, imports only units"),
                 "store" | "sink" if matches!(b, "shard" | "engine" | "api") => {
                     Some("store and sink never import shard, engine or api")
                 }

@@ -1,0 +1,233 @@
+//! A cron expression as sets of local wall-clock values, and the search for the next local
+//! second that matches them.
+//!
+//! Parsing is croner's (`CronParser`, Vixie-cron semantics: 5 fields, or 6 with seconds
+//! first; names of months and days; `L`, `W`, `#`; `@hourly`-style macros; a day matches when
+//! its day of month *or* its weekday does, unless one of them is `*`, or the weekday field
+//! starts with `+`). Only croner's per-field matchers are used: its own next-occurrence
+//! search works on zoned date-times and settles daylight-saving on its own terms, while this
+//! module works on *civil* (zone-less) date-times, and `zoned.rs` maps them to instants under
+//! the schedule's explicit policy.
+//!
+//! Cost: [`CronFields::first_match`] jumps field by field (a month that does not match costs
+//! one step, a day one step, an hour one step, a minute one step), so a search across a year
+//! of non-matching days is ~366 steps, and a search over the 400-year horizon is bounded by
+//! ~150,000 steps for a day set that never matches (`30 2 30 2 *`, rejected at compile).
+
+use croner::parser::{CronParser, Seconds, Year};
+use croner::{CronPattern, Direction, TimeComponent};
+use jiff::civil::{Date, DateTime};
+
+/// The longest cron expression accepted, in bytes: far above any real one, and it bounds the
+/// parser's work on hostile input.
+pub const MAX_CRON_LEN: usize = 256;
+
+/// A parsed cron expression: which local seconds it names.
+#[derive(Debug, Clone)]
+pub struct CronFields {
+    pattern: CronPattern,
+    every_hour: bool,
+}
+
+impl CronFields {
+    /// Parses `expr`; the error is a sentence for the user (the caller prefixes `cron:`).
+    pub fn parse(expr: &str) -> Result<CronFields, String> {
+        if expr.len() > MAX_CRON_LEN {
+            return Err(format!(
+                "{} bytes is longer than the {MAX_CRON_LEN} a cron expression may have",
+                expr.len()
+            ));
+        }
+        if expr.trim().is_empty() {
+            return Err(
+                "empty; say `30 2 * * *` (5 fields) or `0 30 2 * * *` (6, with seconds first)"
+                    .into(),
+            );
+        }
+        let parser = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .year(Year::Disallowed)
+            .build();
+        let cron = parser
+            .parse(expr)
+            .map_err(|e| format!("`{expr}` is not a cron expression: {e}"))?;
+        let pattern = cron.pattern;
+        let matches_some = |field: Field, values: std::ops::RangeInclusive<u32>| {
+            values
+                .into_iter()
+                .any(|v| field(&pattern, v).unwrap_or(false))
+        };
+        for (name, field, values) in [
+            ("second", CronPattern::second_match as Field, 0..=59),
+            ("minute", CronPattern::minute_match, 0..=59),
+            ("hour", CronPattern::hour_match, 0..=23),
+            ("month", CronPattern::month_match, 1..=12),
+        ] {
+            if !matches_some(field, values) {
+                return Err(format!("`{expr}`: its {name} field matches no {name}"));
+            }
+        }
+        let fields = CronFields {
+            every_hour: matches_all(&pattern, CronPattern::hour_match, 0..=23),
+            pattern,
+        };
+        Ok(fields)
+    }
+
+    /// Whether the hour field names every hour (`*`, `*/1`, `0-23`): such an expression fires
+    /// in every real hour, so both passes of a repeated hour fire whatever the overlap policy.
+    pub fn every_hour(&self) -> bool {
+        self.every_hour
+    }
+
+    /// The first civil second `c` with `from <= c < until` that the expression names.
+    /// `from` must be a whole second.
+    pub fn first_match(&self, from: DateTime, until: DateTime) -> Option<DateTime> {
+        let mut c = from;
+        while c < until {
+            let date = c.date();
+            if !self.month(date) {
+                c = first_of_next_month(date)?.to_datetime(jiff::civil::Time::midnight());
+                continue;
+            }
+            if !self.day(date) {
+                c = date
+                    .tomorrow()
+                    .ok()?
+                    .to_datetime(jiff::civil::Time::midnight());
+                continue;
+            }
+            let (h, m, s) = (c.hour() as u32, c.minute() as u32, c.second() as u32);
+            let Some(h2) = self.next_at_least(TimeComponent::Hour, h) else {
+                c = date
+                    .tomorrow()
+                    .ok()?
+                    .to_datetime(jiff::civil::Time::midnight());
+                continue;
+            };
+            if h2 != h {
+                c = at(date, h2, 0, 0)?;
+                continue;
+            }
+            let Some(m2) = self.next_at_least(TimeComponent::Minute, m) else {
+                c = next_hour(date, h)?;
+                continue;
+            };
+            if m2 != m {
+                c = at(date, h, m2, 0)?;
+                continue;
+            }
+            let Some(s2) = self.next_at_least(TimeComponent::Second, s) else {
+                c = next_minute(date, h, m)?;
+                continue;
+            };
+            let found = at(date, h, m, s2)?;
+            return (found < until).then_some(found);
+        }
+        None
+    }
+
+    fn month(&self, d: Date) -> bool {
+        self.pattern.month_match(d.month() as u32).unwrap_or(false)
+    }
+
+    fn day(&self, d: Date) -> bool {
+        let weekday =
+            croner::Weekday::from_days_from_sunday(d.weekday().to_sunday_zero_offset() as u32);
+        self.pattern
+            .day_match(d.year() as i32, d.month() as u32, d.day() as u32, weekday)
+            .unwrap_or(false)
+    }
+
+    fn next_at_least(&self, component: TimeComponent, value: u32) -> Option<u32> {
+        self.pattern
+            .find_match_in_component(value, component, Direction::Forward)
+            .ok()
+            .flatten()
+    }
+}
+
+/// One of croner's per-field matchers.
+type Field = fn(&CronPattern, u32) -> Result<bool, croner::errors::CronError>;
+
+fn matches_all(p: &CronPattern, field: Field, values: std::ops::RangeInclusive<u32>) -> bool {
+    values.into_iter().all(|v| field(p, v).unwrap_or(false))
+}
+
+fn at(date: Date, h: u32, m: u32, s: u32) -> Option<DateTime> {
+    let time = jiff::civil::Time::new(h as i8, m as i8, s as i8, 0).ok()?;
+    Some(date.to_datetime(time))
+}
+
+fn next_hour(date: Date, h: u32) -> Option<DateTime> {
+    if h >= 23 {
+        return Some(
+            date.tomorrow()
+                .ok()?
+                .to_datetime(jiff::civil::Time::midnight()),
+        );
+    }
+    at(date, h + 1, 0, 0)
+}
+
+fn next_minute(date: Date, h: u32, m: u32) -> Option<DateTime> {
+    if m >= 59 {
+        return next_hour(date, h);
+    }
+    at(date, h, m + 1, 0)
+}
+
+fn first_of_next_month(d: Date) -> Option<Date> {
+    let (y, m) = if d.month() == 12 {
+        (d.year().checked_add(1)?, 1)
+    } else {
+        (d.year(), d.month() + 1)
+    };
+    Date::new(y, m, 1).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jiff::civil::date;
+
+    fn next(expr: &str, from: DateTime) -> Option<DateTime> {
+        let f = CronFields::parse(expr).expect("parses");
+        f.first_match(from, date(2100, 1, 1).at(0, 0, 0, 0))
+    }
+
+    #[test]
+    fn fields_jump_to_the_next_matching_second() {
+        let jan31 = date(2027, 1, 31).at(23, 59, 59, 0);
+        let mon = date(2027, 2, 1).at(0, 0, 0, 0); // a Monday
+        let table = [
+            ("30 2 * * *", jan31, date(2027, 2, 1).at(2, 30, 0, 0)),
+            ("0 0 L * *", jan31, date(2027, 2, 28).at(0, 0, 0, 0)),
+            ("0 0 29 2 *", jan31, date(2028, 2, 29).at(0, 0, 0, 0)),
+            ("*/20 * * * * *", jan31, date(2027, 2, 1).at(0, 0, 0, 0)),
+            ("@hourly", jan31, date(2027, 2, 1).at(0, 0, 0, 0)),
+            // A day matches on its day of month or its weekday (Vixie cron), both when `+`.
+            ("0 0 13 * FRI", mon, date(2027, 2, 5).at(0, 0, 0, 0)),
+            ("0 0 13 * +FRI", mon, date(2027, 8, 13).at(0, 0, 0, 0)),
+        ];
+        for (expr, from, want) in table {
+            assert_eq!(next(expr, from), Some(want), "{expr} from {from}");
+        }
+    }
+
+    #[test]
+    fn bad_expressions_are_refused_with_a_reason() {
+        for bad in [
+            "",
+            "   ",
+            "* * *",
+            "61 * * * *",
+            "* * * * * * *",
+            "0 0 0 * *",
+            "x y z a b",
+        ] {
+            assert!(CronFields::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(CronFields::parse(&"* ".repeat(200)).is_err());
+    }
+}
