@@ -128,6 +128,27 @@ impl Lease {
         }
     }
 
+    /// A lease acquired under `epoch` with the value `holder`, its acquisition sent at `sent`.
+    pub(crate) fn granted(
+        partition: u32,
+        epoch: u64,
+        holder: &str,
+        cfg: LeaseConfig,
+        sent: Instant,
+    ) -> Lease {
+        Lease {
+            partition,
+            epoch,
+            holder: holder.into(),
+            deadline: cfg.deadline(sent),
+        }
+    }
+
+    /// Renewed by a call sent at `sent`: held for another TTL (less the margin) from then.
+    pub(crate) fn renewed_at(&mut self, cfg: LeaseConfig, sent: Instant) {
+        self.deadline = cfg.deadline(sent);
+    }
+
     /// Whether the node may still act on the partition at `now`.
     pub fn valid_at(&self, now: Instant) -> bool {
         now < self.deadline
@@ -264,12 +285,13 @@ pub async fn acquire(
                     Ok(Acquired::Taken(String::from_utf8_lossy(held).into_owned()))
                 }
                 [Value::Int(epoch), Value::BulkString(holder)] if *epoch > 0 => {
-                    Ok(Acquired::Held(Lease {
+                    Ok(Acquired::Held(Lease::granted(
                         partition,
-                        epoch: *epoch as u64,
-                        holder: String::from_utf8_lossy(holder).into(),
-                        deadline: cfg.deadline(sent),
-                    }))
+                        *epoch as u64,
+                        &String::from_utf8_lossy(holder),
+                        cfg,
+                        sent,
+                    )))
                 }
                 _ => Err(LeaseError::Reply(format!("{parts:?}"))),
             },
@@ -297,7 +319,7 @@ pub async fn renew(
     for (lease, reply) in leases.iter_mut().zip(replies) {
         let held = matches!(reply, Value::Int(1));
         if held {
-            lease.deadline = cfg.deadline(sent);
+            lease.renewed_at(cfg, sent);
         } else {
             // Whatever the local deadline said, the lease is gone: act on nothing more.
             lease.lost_at(sent);

@@ -16,6 +16,7 @@
 //! One pass over the 1,024 lease values and one over [`Holdings`] (1,024 uncontended mutex
 //! locks) per answer; a few small allocations per holder. Nothing is kept between answers.
 
+use super::holdings::LOAD_OVERDUE;
 use super::node::Holdings;
 use super::routing::Owner;
 use super::status::Snapshot;
@@ -93,6 +94,10 @@ pub struct ThisNode {
     /// should own. Differs from `holds` for about two rounds after a change of the live set,
     /// longer when its view lags or Redis refuses it leases.
     pub should_own: Partitions,
+    /// Partitions it holds whose records were not handed to its shards within
+    /// `holdings::LOAD_OVERDUE` (5 s) of their gain: an alert (their timers do not fire).
+    #[serde(default)]
+    pub load_overdue: Partitions,
 }
 
 /// The whole answer of `GET /cluster`.
@@ -195,6 +200,7 @@ impl Report {
                 id: me.to_string(),
                 holds: Partitions::of(&holdings.owned(now)),
                 should_own: Partitions::of(&should_own),
+                load_overdue: Partitions::of(&holdings.loading.overdue(now, LOAD_OVERDUE)),
             },
         }
     }
