@@ -111,12 +111,12 @@ pub struct Report {
     pub unowned: Partitions,
     /// Leases held by nodes not in the live set (dead or gone, their leases not yet lapsed).
     pub not_live: Vec<Holder>,
-    /// Partitions whose lease value does not read as `<node>/<nonce>:<epoch>`.
+    /// Partitions whose lease value does not read as `<node>/<nonce>-<token>:<epoch>`.
     pub unreadable: Partitions,
     pub this_node: ThisNode,
 }
 
-/// `<node>/<nonce>:<epoch>` → (node, epoch); `None` for anything else (no panic on any
+/// `<node>/<nonce>-<token>:<epoch>` → (node, epoch); `None` for anything else (no panic on any
 /// input). The node id may hold `:` (`host:port`) but not `/`; the epoch is decimal digits.
 pub fn parse_holder(value: &str) -> Option<(&str, u64)> {
     let (incarnation, epoch) = value.rsplit_once(':')?;
@@ -239,6 +239,11 @@ mod tests {
         assert_eq!(
             parse_holder("10.0.0.5:7480/00ab12cd34ef5678:42"),
             Some(("10.0.0.5:7480", 42))
+        );
+        assert_eq!(
+            parse_holder("10.0.0.5:7480/00ab12cd34ef5678-0123456789abcdef:42"),
+            Some(("10.0.0.5:7480", 42)),
+            "with an acquisition's token"
         );
         assert_eq!(parse_holder("n/x:0"), Some(("n", 0)));
         for bad in [
