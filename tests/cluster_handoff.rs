@@ -16,10 +16,10 @@ mod redis_cluster;
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use api_support::free_port;
-use cluster_serve::{check, counter, metrics, sample, wait_all_fired, Book, Proc, Reader};
+use cluster_serve::{
+    check, counter, metrics, node_addr, sample, share, wait_all_fired, Book, Proc, Reader,
+};
 use punctual::cluster::membership::{self, NodeRecord};
-use punctual::cluster::rendezvous::owned_by;
 use punctual::partition::{partition_of, PARTITIONS};
 use punctual::store::redis::cluster::{parse_url, ClusterClient};
 use redis_cluster::{on_executor, RedisCluster};
@@ -35,19 +35,6 @@ const LATE: Duration = Duration::from_millis(600);
 
 /// The tenants the timers are spread over.
 const TENANTS: u32 = 4;
-
-/// A node's address, as its id.
-fn addr() -> SocketAddr {
-    format!("127.0.0.1:{}", free_port())
-        .parse()
-        .expect("an address")
-}
-
-/// How many partitions `me` owns among `all` by rendezvous hashing.
-fn share(me: SocketAddr, all: &[SocketAddr]) -> u64 {
-    let ids: Vec<String> = all.iter().map(ToString::to_string).collect();
-    owned_by(&me.to_string(), &ids).len() as u64
-}
 
 /// One key per partition: `(tenant, key)` with `partition_of(tenant, key) == p` for each p.
 fn one_key_per_partition() -> Vec<(String, String)> {
@@ -118,7 +105,7 @@ fn a_join_and_a_sigterm_hand_partitions_over_with_no_timer_late_by_a_round() {
     let cluster = RedisCluster::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let url = cluster.url();
-    let [a, b, c] = [addr(), addr(), addr()];
+    let [a, b, c] = [node_addr(), node_addr(), node_addr()];
     let mut pa = Proc::spawn(a, &url, dir.path(), "a");
     let mut pb = Proc::spawn(b, &url, dir.path(), "b");
     pa.wait_settled(a, share(a, &[a, b]), 2);

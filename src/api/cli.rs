@@ -239,6 +239,13 @@ pub fn table(r: &Report) -> String {
         "\nthis node ({}): holds {}, its routing view says it should own {}: {agree}",
         t.id, t.holds.count, t.should_own.count
     );
+    if t.load_overdue.count > 0 {
+        let _ = writeln!(
+            out,
+            "ALERT: {} partitions held but not loaded for over 5 s (their timers do not fire): {}",
+            t.load_overdue.count, t.load_overdue.ranges
+        );
+    }
     let _ = writeln!(out, "read from Redis at {}", utc(r.read_at_us));
     out
 }

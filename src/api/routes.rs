@@ -297,6 +297,17 @@ impl App {
         Some(self.handle.partitions_loaded())
     }
 
+    /// On a node among others: the partitions it has held for over 5 s without loading them,
+    /// as ranges; `None` when there are none.
+    fn load_overdue(&self) -> Option<String> {
+        let node = self.shared.node.as_ref()?;
+        let overdue = node.loading.overdue(
+            std::time::Instant::now(),
+            crate::cluster::holdings::LOAD_OVERDUE,
+        );
+        (!overdue.is_empty()).then(|| crate::cluster::report::ranges(&overdue))
+    }
+
     fn healthz(&self, req: &Request<RequestBody>) -> Result<Resp, ApiError> {
         get_only(req)?;
         let store = self.handle.store_kind();
@@ -309,6 +320,7 @@ impl App {
                     shards: None,
                     store: None,
                     partitions: None,
+                    partitions_not_loaded: None,
                 },
             )
         } else if !self.handle.failed_shards().is_empty() {
@@ -323,6 +335,7 @@ impl App {
                     shards: None,
                     store: Some(store),
                     partitions: self.owned(),
+                    partitions_not_loaded: None,
                 },
             )
         } else if !self.handle.store_healthy() {
@@ -337,6 +350,24 @@ impl App {
                     shards: None,
                     store: Some(store),
                     partitions: self.owned(),
+                    partitions_not_loaded: None,
+                },
+            )
+        } else if let Some(overdue) = self.load_overdue() {
+            // Still 200: the node serves its other partitions, and a restart would not load
+            // these sooner; the status and the ranges are for the alert.
+            (
+                StatusCode::OK,
+                respond::Health {
+                    status: "degraded",
+                    reason: Some(
+                        "partitions held for over 5 s are not loaded: their timers do not fire"
+                            .into(),
+                    ),
+                    shards: Some(self.handle.shards()),
+                    store: Some(store),
+                    partitions: self.owned(),
+                    partitions_not_loaded: Some(overdue),
                 },
             )
         } else {
@@ -348,6 +379,7 @@ impl App {
                     shards: Some(self.handle.shards()),
                     store: Some(store),
                     partitions: self.owned(),
+                    partitions_not_loaded: None,
                 },
             )
         };

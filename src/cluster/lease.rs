@@ -2,12 +2,14 @@
 //!
 //! # In Redis
 //!
-//! Partition p's lease is the key `punctual:{pN}:lease` holding `<node>/<nonce>:<epoch>` with
-//! a TTL (3 s by default), in p's own slot beside its data. `<node>/<nonce>` names the process
-//! incarnation ([`incarnation`]): a restarted node writes under another nonce. An acquisition
-//! is a script that, only if the key is absent or holds this incarnation's own value,
-//! `INCR`s `punctual:{pN}:epoch` (never deleted, so an epoch is never handed out twice while
-//! the key survives) and sets the lease to `<node>/<nonce>:<new epoch>` with the TTL. A
+//! Partition p's lease is the key `punctual:{pN}:lease` holding
+//! `<node>/<nonce>-<token>:<epoch>` with a TTL (3 s by default), in p's own slot beside its
+//! data. `<node>/<nonce>` names the process incarnation ([`incarnation`]): a restarted node
+//! writes under another nonce. `<token>` is drawn afresh for each acquisition ([`token`]). An
+//! acquisition is a script that, only if the key is absent or holds this incarnation's own
+//! value, `INCR`s `punctual:{pN}:epoch` (never deleted, so an epoch is never handed out twice
+//! while the key survives) and sets the lease to `<node>/<nonce>-<token>:<new epoch>` with
+//! the TTL. A
 //! renewal (about every second) resets the TTL only if the value is still the renewer's; a
 //! release deletes it only if it is. Every write for p is wrapped in the fence
 //! (`store::redis::cluster::fence`), which checks the same value on the same master.
@@ -19,9 +21,10 @@
 //! epoch out again. Two guards: with `--redis-wait-replicas` ≥ 1 the client ends each
 //! pipeline with `WAIT` and asks an unconfirmed acquisition again (it then finds its own
 //! value and takes a new epoch; it is never answered "taken" by itself), so an acquisition
-//! counts only once a replica has it; and the nonce makes the values of two incarnations
-//! differ even under one epoch, so a write fenced by one is never accepted under the other's
-//! lease.
+//! counts only once a replica has it; and the token makes the values of two acquisitions
+//! differ even under one epoch (the nonce alone would tell two incarnations apart, not two
+//! acquisitions of one process), so a write fenced by one is never accepted under the
+//! other's lease.
 //!
 //! # On the node
 //!
@@ -89,7 +92,7 @@ impl LeaseConfig {
 pub struct Lease {
     pub partition: u32,
     pub epoch: u64,
-    /// `<node>/<nonce>:<epoch>`: the lease key's value while this node holds it.
+    /// `<node>/<nonce>-<token>:<epoch>`: the lease key's value while this node holds it.
     holder: Arc<str>,
     deadline: Instant,
 }
@@ -128,6 +131,27 @@ impl Lease {
         }
     }
 
+    /// A lease acquired under `epoch` with the value `holder`, its acquisition sent at `sent`.
+    pub(crate) fn granted(
+        partition: u32,
+        epoch: u64,
+        holder: &str,
+        cfg: LeaseConfig,
+        sent: Instant,
+    ) -> Lease {
+        Lease {
+            partition,
+            epoch,
+            holder: holder.into(),
+            deadline: cfg.deadline(sent),
+        }
+    }
+
+    /// Renewed by a call sent at `sent`: held for another TTL (less the margin) from then.
+    pub(crate) fn renewed_at(&mut self, cfg: LeaseConfig, sent: Instant) {
+        self.deadline = cfg.deadline(sent);
+    }
+
     /// Whether the node may still act on the partition at `now`.
     pub fn valid_at(&self, now: Instant) -> bool {
         now < self.deadline
@@ -161,7 +185,7 @@ impl Lease {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Acquired {
     Held(Lease),
-    /// Another holder's value (`<node>/<nonce>:<epoch>`).
+    /// Another holder's value (`<node>/<nonce>-<token>:<epoch>`).
     Taken(String),
 }
 
@@ -179,17 +203,18 @@ pub enum LeaseError {
 }
 
 /// Takes the lease if the key is absent, or if it holds this incarnation's own value under
-/// some epoch (an acquisition asked again after its `WAIT` went unconfirmed or its reply was
-/// lost, or a lease of ours whose release did not get through): then under a new epoch, never
-/// the one found, since writes may still be queued under that one.
+/// some token and epoch (an acquisition asked again after its `WAIT` went unconfirmed or its
+/// reply was lost, or a lease of ours whose release did not get through): then under a new
+/// epoch and this acquisition's token (`ARGV[3]`), never the value found, since writes may
+/// still be queued under that one.
 const ACQUIRE: &str = r"
-local mine = ARGV[1] .. ':'
+local mine = ARGV[1] .. '-'
 local held = redis.call('GET', KEYS[1])
-if held and not (string.sub(held, 1, #mine) == mine and string.match(string.sub(held, #mine + 1), '^%d+$')) then
+if held and not (string.sub(held, 1, #mine) == mine and string.match(string.sub(held, #mine + 1), '^%x+:%d+$')) then
   return {0, held}
 end
 local epoch = redis.call('INCR', KEYS[2])
-local value = mine .. epoch
+local value = mine .. ARGV[3] .. ':' .. epoch
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return {epoch, value}
 ";
@@ -212,6 +237,24 @@ pub fn incarnation(node: &str) -> String {
     format!("{node}/{:016x}", h.finish())
 }
 
+/// A token for one acquisition: 16 hex digits, from the process's random hash keys (seeded
+/// by the operating system, and stepped for each `RandomState`), a counter and the clock. Two
+/// acquisitions of one process never share one (the counter), so an epoch handed out twice
+/// to the same process (a failover lost its `INCR`) still gives two lease values.
+pub fn token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWN: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(DRAWN.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{:016x}", h.finish())
+}
+
 const RENEW: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -229,7 +272,8 @@ return 0
 ";
 
 /// Tries to acquire each of `partitions` for the incarnation `holder` (its lease values are
-/// `<holder>:<epoch>`; a node passes [`incarnation`]), in one pipeline per master. With a
+/// `<holder>-<token>:<epoch>`, a token of its own per partition and call; a node passes
+/// [`incarnation`]), in one pipeline per master. With a
 /// client that waits for replicas (`wait_replicas` ≥ 1) an acquisition counts only once the
 /// replicas confirmed it: unconfirmed, it is asked again (and recognises its own lease, taken
 /// under a new epoch) until the client gives up, and then the call fails and nothing is held.
@@ -249,6 +293,7 @@ pub async fn acquire(
                 .arg(epoch_key(p))
                 .arg(holder)
                 .arg(cfg.ttl_ms())
+                .arg(token())
                 .clone();
             Routed::new(lease_key(p), cmd)
         })
@@ -264,12 +309,13 @@ pub async fn acquire(
                     Ok(Acquired::Taken(String::from_utf8_lossy(held).into_owned()))
                 }
                 [Value::Int(epoch), Value::BulkString(holder)] if *epoch > 0 => {
-                    Ok(Acquired::Held(Lease {
+                    Ok(Acquired::Held(Lease::granted(
                         partition,
-                        epoch: *epoch as u64,
-                        holder: String::from_utf8_lossy(holder).into(),
-                        deadline: cfg.deadline(sent),
-                    }))
+                        *epoch as u64,
+                        &String::from_utf8_lossy(holder),
+                        cfg,
+                        sent,
+                    )))
                 }
                 _ => Err(LeaseError::Reply(format!("{parts:?}"))),
             },
@@ -297,7 +343,7 @@ pub async fn renew(
     for (lease, reply) in leases.iter_mut().zip(replies) {
         let held = matches!(reply, Value::Int(1));
         if held {
-            lease.deadline = cfg.deadline(sent);
+            lease.renewed_at(cfg, sent);
         } else {
             // Whatever the local deadline said, the lease is gone: act on nothing more.
             lease.lost_at(sent);
@@ -372,6 +418,17 @@ mod tests {
                 epoch: 7
             })
         ));
+    }
+
+    #[test]
+    fn no_two_acquisitions_of_a_process_share_a_token() {
+        let mut seen: Vec<String> = (0..10_000).map(|_| token()).collect();
+        assert!(seen
+            .iter()
+            .all(|t| t.len() == 16 && t.bytes().all(|b| b.is_ascii_hexdigit())));
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 10_000);
     }
 
     #[test]

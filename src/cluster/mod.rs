@@ -28,6 +28,8 @@
 //!
 //! What is built and what is not is in `docs/SCALING.md`.
 
+pub mod calls;
+pub mod holdings;
 pub mod lease;
 pub mod load;
 pub mod membership;

@@ -42,9 +42,11 @@
 //! what the view now gives them, already released. A death at any step leaves what a death
 //! leaves anyway: leases that lapse within a TTL, a record that lapses within a member TTL.
 //!
-//! Between the steps the loop compares [`Holdings`] with what it last told its [`Partitions`]:
-//! a partition valid now and not told is `gained`; one told and no longer valid (released,
-//! lost at renewal, or past its local deadline) is `lost`. So a release is told before it is
+//! Between the steps the loop compares [`Holdings`] with what it last told its [`Partitions`],
+//! lease value by lease value: a partition valid now and not told is `gained`; one told and no
+//! longer valid (released, lost at renewal, or past its local deadline) is `lost`; one valid
+//! under another value than the one told (it lapsed and was acquired again in one round, as
+//! when every master stalls past the TTL) is `lost`, then `gained`. So a release is told before it is
 //! sent, a lease that lapsed locally is told lost at the next round (at most one round late:
 //! whoever acts on a partition checks [`Holdings::valid`] too). A store whose write was refused
 //! with `FENCED` cuts the lease it was fenced by to now (`Holders::fenced`, only if the slot
@@ -110,18 +112,18 @@
 //! batch, one mutex (uncontended but for the loop's updates) and one `String` copy per
 //! partition written.
 
+use super::calls::Calls;
+pub use super::holdings::{Holdings, NodeStats};
 use super::lease::{self, Acquired, Lease, LeaseConfig};
-use super::membership::{self, NodeRecord};
+use super::membership::NodeRecord;
 use super::reader::{Partitions, Reader, Shards};
 use super::rendezvous;
-use super::routing::RoutingTable;
 use super::status::Status;
 use crate::partition::PARTITIONS;
 use crate::store::redis::cluster::{parse_url, ClusterClient, ClusterConfig};
-use crate::store::redis::clustered::Holders;
 use crate::store::redis::RedisConfig;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How the node beats and holds leases.
@@ -161,185 +163,46 @@ impl NodeConfig {
     }
 }
 
-/// Counters of the node's lease events, for `/metrics`.
-#[derive(Debug, Default)]
-pub struct NodeStats {
-    pub acquisitions_total: AtomicU64,
-    pub renewals_total: AtomicU64,
-    /// Leases found lost at renewal (another value, or gone).
-    pub losses_total: AtomicU64,
-    pub releases_total: AtomicU64,
-    /// Partitions dropped at once because a write fenced by their lease was answered `FENCED`
-    /// (another value in the lease key), before the lease's local deadline or next renewal.
-    pub fenced_drops_total: AtomicU64,
-    /// Rounds whose heartbeat or lease calls failed.
-    pub round_errors_total: AtomicU64,
-    /// Rounds started before their time because a tick saw the live set change.
-    pub early_rounds_total: AtomicU64,
-    /// Live nodes at the last good heartbeat.
-    pub live_nodes: AtomicU64,
-}
-
-/// The leases this node holds, one slot per partition: written by the loop, read by every
-/// shard's store (and anything else that must know whether it may act on a partition).
-pub struct Holdings {
-    slots: Vec<Mutex<Option<Lease>>>,
-    pub stats: NodeStats,
-    /// Where each partition's requests go, by the live set of the last good heartbeat
-    /// (`routing`): published by the loop, read by the API to forward.
-    pub routing: RoutingTable,
-    /// Notified when a fenced write cut a lease (`Holders::fenced`): the loop, waiting for its
-    /// next round, tells the loss at once; and at a stop ([`Holdings::wake`]).
-    cut: event_listener::Event,
-}
-
-impl Default for Holdings {
-    fn default() -> Self {
-        Holdings {
-            slots: (0..PARTITIONS).map(|_| Mutex::new(None)).collect(),
-            stats: NodeStats::default(),
-            routing: RoutingTable::default(),
-            cut: event_listener::Event::new(),
-        }
-    }
-}
-
-impl Holdings {
-    fn slot(&self, partition: u32) -> Option<MutexGuard<'_, Option<Lease>>> {
-        // A poisoned slot still holds a whole `Option<Lease>`: assignments only.
-        let slot = self.slots.get(partition as usize)?;
-        Some(slot.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// The lease of `partition` if this node holds it and its local deadline is after `now`.
-    pub fn valid(&self, partition: u32, now: Instant) -> Option<Lease> {
-        self.slot(partition)?
-            .as_ref()
-            .filter(|l| l.valid_at(now))
-            .cloned()
-    }
-
-    /// Partitions whose lease is valid at `now`, in increasing order.
-    pub fn owned(&self, now: Instant) -> Vec<u32> {
-        (0..PARTITIONS)
-            .filter(|&p| self.valid(p, now).is_some())
-            .collect()
-    }
-
-    /// Every lease in the table, valid or not.
-    fn held(&self) -> Vec<Lease> {
-        (0..PARTITIONS)
-            .filter_map(|p| self.slot(p).and_then(|s| s.clone()))
-            .collect()
-    }
-
-    fn put(&self, lease: Lease) {
-        if let Some(mut s) = self.slot(lease.partition) {
-            *s = Some(lease);
-        }
-    }
-
-    /// Puts a renewed lease in place of the one it renews if that one is still valid; else
-    /// empties the slot and answers `false`. A lease that lapsed locally is never put back
-    /// under the same epoch: a shard that looked meanwhile saw the partition not held (and
-    /// dropped a due timer of it), so the partition is loaded afresh, and a write queued under
-    /// the lapsed lease must not land after that load, so the partition is acquired again
-    /// under a new epoch, which fences it (`store::redis::clustered`). The clock is read under
-    /// the slot's lock, so a look that saw the old lease lapsed came before it.
-    fn renewed(&self, lease: Lease) -> bool {
-        let Some(mut s) = self.slot(lease.partition) else {
-            return false;
-        };
-        let now = Instant::now();
-        let was_valid = s.as_ref().is_some_and(|l| l.valid_at(now));
-        *s = was_valid.then_some(lease);
-        was_valid
-    }
-
-    /// Wakes the loop from its wait between rounds (a stop was asked): it looks at its stop
-    /// flag now rather than at its next tick.
-    pub fn wake(&self) {
-        self.cut.notify(usize::MAX);
-    }
-
-    fn remove(&self, partition: u32) {
-        if let Some(mut s) = self.slot(partition) {
-            *s = None;
-        }
-    }
-}
-
-impl Holders for Holdings {
-    fn holder(&self, partition: u32) -> Option<Arc<str>> {
-        let now = Instant::now();
-        self.slot(partition)?
-            .as_ref()
-            .filter(|l| l.valid_at(now))
-            .map(Lease::holder_shared)
-    }
-
-    fn holds(&self, partition: u32) -> bool {
-        let now = Instant::now();
-        self.slot(partition)
-            .is_some_and(|s| s.as_ref().is_some_and(|l| l.valid_at(now)))
-    }
-
-    /// The lease `holder` of `partition` is lost (a write fenced by it was refused): it is cut
-    /// to now, so no one acts on it from here, and the loop is woken to tell it lost at once;
-    /// at its next round it finds it lapsed and releases it like any lapse. A lease of the partition under another
-    /// value (acquired since, under a later epoch) is left alone.
-    fn fenced(&self, partition: u32, holder: &str) {
-        let Some(mut slot) = self.slot(partition) else {
-            return;
-        };
-        let now = Instant::now();
-        let Some(lease) = slot
-            .as_mut()
-            .filter(|l| l.holder() == holder && l.valid_at(now))
-        else {
-            return;
-        };
-        lease.lost_at(now);
-        let epoch = lease.epoch;
-        drop(slot);
-        self.stats
-            .fenced_drops_total
-            .fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            partition,
-            epoch,
-            "node: a write was fenced: the lease is held elsewhere; the partition is dropped now"
-        );
-        self.cut.notify(usize::MAX);
-    }
-}
-
-/// What the loop last told its [`Partitions`] of each partition (true: gained, not yet lost).
-struct Told(Vec<bool>);
+/// What the loop last told its [`Partitions`] of each partition: the lease value it was told
+/// gained under, `None` when not gained (or lost since).
+///
+/// Comparing values, not just "held or not", is what keeps a lapse from going untold: all the
+/// leases are renewed in one pipeline, so they lapse together, and a round whose heartbeat
+/// came back past their deadline removes them and acquires them again under new epochs before
+/// it tells anything. Held before and held after, yet under another value: the partition is
+/// told lost, then gained, so its shards drop what they hold of it (a due timer not fired in
+/// the gap left it unloaded; a write refused as `FENCED` left memory ahead of Redis) and load
+/// it afresh.
+struct Told(Vec<Option<Arc<str>>>);
 
 impl Told {
     fn new() -> Told {
-        Told(vec![false; PARTITIONS as usize])
+        Told(vec![None; PARTITIONS as usize])
     }
 
     /// Tells `partitions` that `partition` was lost, if it was told gained: its lease lapsed
     /// before a renewal put it back, so it is gained again at the next [`Told::tell`].
     fn lapsed(&mut self, partition: u32, partitions: &dyn Partitions) {
         if let Some(told) = self.0.get_mut(partition as usize) {
-            if *told {
+            if told.take().is_some() {
                 partitions.lost(partition);
-                *told = false;
             }
         }
     }
 
-    /// Tells `partitions` every change between [`Holdings`] at `now` and what it was told.
+    /// Tells `partitions` every change between [`Holdings`] at `now` and what it was told: a
+    /// lease no longer valid is lost; a valid one under a value not told is gained, after the
+    /// loss of the value told before it if any.
     fn tell(&mut self, holdings: &Holdings, partitions: &dyn Partitions, now: Instant) {
         for (p, told) in (0..PARTITIONS).zip(self.0.iter_mut()) {
-            let valid = holdings.valid(p, now).is_some();
-            if *told && !valid {
+            let valid = holdings.valid(p, now).map(|l| l.holder_shared());
+            if *told == valid {
+                continue;
+            }
+            if told.is_some() {
                 partitions.lost(p);
-            } else if !*told && valid {
+            }
+            if valid.is_some() {
                 partitions.gained(p);
             }
             *told = valid;
@@ -402,7 +265,7 @@ pub fn spawn(
                 }
             };
             ex.run(async move {
-                let (reader, queue) = Reader::new(&*shards);
+                let (reader, queue) = Reader::reporting(&*shards, &holdings.loading);
                 let rounds = ClusterConfig {
                     retry_for: cfg.round,
                     ..cluster.clone()
@@ -474,6 +337,17 @@ pub async fn run(
             }
         }
     };
+    drive(client, cfg, holdings, partitions, stop).await;
+}
+
+/// [`run`] once connected: rounds and ticks over `client`'s calls until `stop`.
+pub(super) async fn drive(
+    client: impl Calls,
+    cfg: &NodeConfig,
+    holdings: &Holdings,
+    partitions: &dyn Partitions,
+    stop: &AtomicBool,
+) {
     let mut at = Looping {
         client,
         cfg,
@@ -520,8 +394,8 @@ pub async fn run(
 }
 
 /// What the loop works with and keeps from one round or tick to the next.
-struct Looping<'a> {
-    client: ClusterClient,
+struct Looping<'a, C> {
+    client: C,
     cfg: &'a NodeConfig,
     holdings: &'a Holdings,
     partitions: &'a dyn Partitions,
@@ -530,8 +404,8 @@ struct Looping<'a> {
 }
 
 /// A [`Looping`]'s parts, borrowed apart: what each step reads and what it changes.
-type Parts<'b, 'a> = (
-    &'b mut ClusterClient,
+type Parts<'b, 'a, C> = (
+    &'b mut C,
     &'a NodeConfig,
     &'a Holdings,
     &'a dyn Partitions,
@@ -539,8 +413,8 @@ type Parts<'b, 'a> = (
     &'b mut Pending,
 );
 
-impl<'a> Looping<'a> {
-    fn parts(&mut self) -> Parts<'_, 'a> {
+impl<'a, C> Looping<'a, C> {
+    fn parts(&mut self) -> Parts<'_, 'a, C> {
         (
             &mut self.client,
             self.cfg,
@@ -579,15 +453,18 @@ impl Pending {
 /// (start the next round now, which plans with the new live set); else asks again, in one
 /// pipelined call per master, for the partitions still pending, puts what it gets in
 /// [`Holdings`] and tells it gained. A failed call is left to the next tick or round.
-async fn tick(at: &mut Looping<'_>) -> bool {
+async fn tick(at: &mut Looping<'_, impl Calls>) -> bool {
     let (client, cfg, holdings, partitions, told, pending) = at.parts();
-    match membership::version(client).await {
+    match client.version().await {
         Ok(now) if pending.changed(now) => return true,
         Ok(_) => {}
         Err(e) => tracing::debug!(error = %e, "node: a tick's read of the live-set counter failed"),
     }
     if !pending.acquire.is_empty() {
-        match lease::acquire(client, &cfg.holder, &pending.acquire, cfg.lease).await {
+        match client
+            .acquire(&cfg.holder, &pending.acquire, cfg.lease)
+            .await
+        {
             Ok(answers) => {
                 let held = hold(holdings, answers);
                 pending.acquired(&held);
@@ -620,37 +497,35 @@ fn hold(holdings: &Holdings, answers: Vec<Acquired>) -> Vec<u32> {
 /// released, then the record removed, which moves the live-set counter: the others see it at
 /// their next tick, start a round, and acquire the partitions then, already released (with
 /// the record first, their round would find them still held and wait for a tick more).
-async fn leave(at: &mut Looping<'_>) {
+async fn leave(at: &mut Looping<'_, impl Calls>) {
     let (client, cfg, holdings, partitions, told, _) = at.parts();
     let held = holdings.held();
     for l in &held {
         holdings.remove(l.partition);
     }
     told.tell(holdings, partitions, Instant::now());
-    if let Err(e) = lease::release(client, &held).await {
+    if let Err(e) = client.release(&held).await {
         tracing::warn!(error = %e, "node: leases not released at stop; they lapse within a TTL");
     }
     holdings
         .stats
         .releases_total
         .fetch_add(held.len() as u64, Ordering::Relaxed);
-    if let Err(e) = membership::leave(client, &cfg.me).await {
+    if let Err(e) = client.leave(&cfg.me).await {
         tracing::warn!(error = %e, "node: record not removed at stop; it lapses within a TTL");
     }
 }
 
 /// One round (see the module doc).
-async fn round(at: &mut Looping<'_>) -> Result<(), String> {
+async fn round(at: &mut Looping<'_, impl Calls>) -> Result<(), String> {
     let (client, cfg, holdings, partitions, told, pending) = at.parts();
     let stats = &holdings.stats;
     // Leases that lapsed since the last round are lost before anything is sent.
     told.tell(holdings, partitions, Instant::now());
-    let live = membership::beat_seen(client, &cfg.me, cfg.member_ttl)
-        .await
-        .map(|b| {
-            pending.version = Some(b.version);
-            b.live
-        });
+    let live = client.beat(&cfg.me, cfg.member_ttl).await.map(|b| {
+        pending.version = Some(b.version);
+        b.live
+    });
     if live.is_err() {
         pending.version = None;
     }
@@ -670,6 +545,10 @@ async fn round(at: &mut Looping<'_>) -> Result<(), String> {
     stats
         .losses_total
         .fetch_add(lapsed.len() as u64, Ordering::Relaxed);
+    // Told lost now, before the acquisitions below put them back under new epochs.
+    if !lapsed.is_empty() {
+        told.tell(holdings, partitions, Instant::now());
+    }
     let held_ids: Vec<u32> = held.iter().map(|l| l.partition).collect();
     let plan = match &live {
         Ok(live) => {
@@ -686,7 +565,7 @@ async fn round(at: &mut Looping<'_>) -> Result<(), String> {
         .into_iter()
         .partition(|l| plan.renew.binary_search(&l.partition).is_ok());
     if !lapsed.is_empty() {
-        if let Err(e) = lease::release(client, &lapsed).await {
+        if let Err(e) = client.release(&lapsed).await {
             failure.get_or_insert(format!("release of lapsed leases: {e}"));
         }
     }
@@ -704,7 +583,7 @@ async fn round(at: &mut Looping<'_>) -> Result<(), String> {
             .fetch_add(release.len() as u64, Ordering::Relaxed);
     }
     if !renew.is_empty() {
-        let answered = lease::renew(client, &mut renew, cfg.lease).await;
+        let answered = client.renew(&mut renew, cfg.lease).await;
         // A lease that lapsed while its renewal was under way is lost now, before a renewal
         // could make it valid again; it is released below and acquired anew at the next round.
         told.tell(holdings, partitions, Instant::now());
@@ -738,14 +617,17 @@ async fn round(at: &mut Looping<'_>) -> Result<(), String> {
             }
         }
         if !late.is_empty() {
-            if let Err(e) = lease::release(client, &late).await {
+            if let Err(e) = client.release(&late).await {
                 failure.get_or_insert(format!("release of lapsed leases: {e}"));
             }
         }
     }
     pending.acquire = plan.acquire;
     if !pending.acquire.is_empty() {
-        match lease::acquire(client, &cfg.holder, &pending.acquire, cfg.lease).await {
+        match client
+            .acquire(&cfg.holder, &pending.acquire, cfg.lease)
+            .await
+        {
             Ok(answers) => {
                 let held = hold(holdings, answers);
                 pending.acquired(&held);
@@ -761,7 +643,7 @@ async fn round(at: &mut Looping<'_>) -> Result<(), String> {
         if !wait.is_zero() {
             glommio::timer::sleep(wait).await;
         }
-        if let Err(e) = lease::release(client, &release).await {
+        if let Err(e) = client.release(&release).await {
             failure.get_or_insert(format!("release: {e}"));
         }
     }
@@ -769,117 +651,5 @@ async fn round(at: &mut Looping<'_>) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_round_renews_what_it_keeps_releases_what_moved_and_acquires_what_is_new() {
-        let p = plan(&[9, 1, 5], &[5, 7, 1, 2000]);
-        assert_eq!(
-            p,
-            Plan {
-                acquire: vec![7],
-                renew: vec![1, 5],
-                release: vec![9],
-            },
-            "out-of-range partitions are ignored; every list increases"
-        );
-        assert_eq!(plan(&[], &[]), Plan::default());
-    }
-
-    /// Records what it is told, in order.
-    #[derive(Default)]
-    struct Heard(std::cell::RefCell<Vec<String>>);
-
-    impl Partitions for Heard {
-        fn gained(&self, p: u32) {
-            self.0.borrow_mut().push(format!("gained {p}"));
-        }
-        fn lost(&self, p: u32) {
-            self.0.borrow_mut().push(format!("lost {p}"));
-        }
-    }
-
-    #[test]
-    fn a_renewal_that_lands_after_the_lease_lapsed_is_told_lost_and_not_put_back() {
-        let h = Holdings::default();
-        let heard = Heard::default();
-        let mut told = Told::new();
-        let now = Instant::now();
-        let later = now + Duration::from_secs(60);
-        h.put(Lease::until(3, later));
-        h.put(Lease::until(4, now + Duration::from_millis(1)));
-        told.tell(&h, &heard, now);
-        // Renewed in time: nothing to tell.
-        assert!(h.renewed(Lease::until(3, later)));
-        // Lapsed just before its renewal was put back: a shard may have seen it not held, and a
-        // write queued under it may still be unsent, so it is not held under that epoch again.
-        std::thread::sleep(Duration::from_millis(2));
-        assert!(!h.renewed(Lease::until(4, later)));
-        assert!(h.holder(4).is_none() && h.held().iter().all(|l| l.partition != 4));
-        told.lapsed(4, &heard);
-        told.tell(&h, &heard, Instant::now());
-        assert_eq!(*heard.0.borrow(), ["gained 3", "gained 4", "lost 4"]);
-        assert!(!h.renewed(Lease::until(PARTITIONS, later)), "out of range");
-    }
-
-    #[test]
-    fn a_fenced_write_drops_its_own_lease_at_once_and_never_a_later_one() {
-        let h = Holdings::default();
-        let heard = Heard::default();
-        let mut told = Told::new();
-        let later = Instant::now() + Duration::from_secs(60);
-        h.put(Lease::under(3, 7, later));
-        h.put(Lease::under(4, 9, later));
-        told.tell(&h, &heard, Instant::now());
-        // A write queued under epoch 8 of partition 4 was refused: epoch 9 is another lease.
-        h.fenced(4, "n:8");
-        assert!(h.holds(4) && h.valid(4, Instant::now()).is_some());
-        h.fenced(3, "n:7");
-        assert!(!h.holds(3) && h.holder(3).is_none());
-        assert!(h.valid(3, Instant::now()).is_none(), "dropped now");
-        assert!(h.holds(4), "the other partition is untouched");
-        h.fenced(3, "n:7");
-        h.fenced(PARTITIONS, "n:7");
-        assert_eq!(
-            h.stats.fenced_drops_total.load(Ordering::Relaxed),
-            1,
-            "counted once"
-        );
-        // Its renewal, answered held before the fence, does not bring it back.
-        assert!(!h.renewed(Lease::under(3, 7, later)));
-        told.tell(&h, &heard, Instant::now());
-        assert_eq!(*heard.0.borrow(), ["gained 3", "gained 4", "lost 3"]);
-    }
-
-    #[test]
-    fn a_tick_asks_only_for_what_is_still_pending_and_starts_a_round_only_on_a_change() {
-        let mut p = Pending {
-            acquire: vec![2, 5, 9, 700],
-            version: Some(4),
-        };
-        p.acquired(&[5, 700, 1_000]);
-        assert_eq!(p.acquire, [2, 9], "what was held is asked for no more");
-        p.acquired(&[]);
-        assert_eq!(p.acquire, [2, 9]);
-        assert!(!p.changed(4), "the counter the round saw: no early round");
-        assert!(
-            p.changed(5) && p.changed(0),
-            "any other value: the live set changed"
-        );
-        let failed_beat = Pending::default();
-        assert!(
-            !failed_beat.changed(7),
-            "no beat, no baseline: the round comes at its time"
-        );
-    }
-
-    #[test]
-    fn an_empty_table_names_no_holder() {
-        let h = Holdings::default();
-        assert_eq!(h.holder(3), None);
-        assert_eq!(h.holder(PARTITIONS), None, "out of range: none, no panic");
-        assert!(!h.holds(3) && !h.holds(PARTITIONS));
-        assert!(h.owned(Instant::now()).is_empty());
-    }
-}
+#[path = "node_tests.rs"]
+mod tests;

@@ -22,6 +22,7 @@
 //! read that fails is tried again a second later for those of its partitions still gained
 //! (their shards refuse their ops meanwhile: they are not loaded).
 
+use super::holdings::Loading;
 use super::load::{self, Read};
 use crate::partition::PARTITIONS;
 use crate::store::redis::cluster::{ClusterClient, ClusterConfig};
@@ -71,6 +72,9 @@ pub struct Reader<'a> {
     gained: RefCell<Vec<Option<u64>>>,
     next: Cell<u64>,
     queue: UnboundedSender<(u32, u64)>,
+    /// Where the partitions gained and not yet handed over are kept for `/healthz`,
+    /// `/metrics` and `GET /cluster`, if anywhere.
+    loading: Option<&'a Loading>,
 }
 
 impl<'a> Reader<'a> {
@@ -82,7 +86,19 @@ impl<'a> Reader<'a> {
             gained: RefCell::new(vec![None; PARTITIONS as usize]),
             next: Cell::new(0),
             queue,
+            loading: None,
         };
+        (reader, rx)
+    }
+
+    /// [`Reader::new`] that keeps in `loading` each partition gained until its records are
+    /// handed to the shards (or it is lost).
+    pub fn reporting(
+        shards: &'a dyn Shards,
+        loading: &'a Loading,
+    ) -> (Reader<'a>, UnboundedReceiver<(u32, u64)>) {
+        let (mut reader, rx) = Reader::new(shards);
+        reader.loading = Some(loading);
         (reader, rx)
     }
 
@@ -126,6 +142,9 @@ impl<'a> Reader<'a> {
                         for (&(p, g), read) in batch.iter().zip(reads) {
                             if self.still(p, g) {
                                 self.shards.load(p, read);
+                                if let Some(l) = self.loading {
+                                    l.settled(p);
+                                }
                             }
                         }
                         break;
@@ -147,6 +166,9 @@ impl Partitions for Reader<'_> {
         if let Some(g) = self.gained.borrow_mut().get_mut(partition as usize) {
             *g = Some(generation);
         }
+        if let Some(l) = self.loading {
+            l.gained(partition, std::time::Instant::now());
+        }
         // The receiver lives as long as the serve task; once it is gone nothing is read.
         let _ = self.queue.unbounded_send((partition, generation));
     }
@@ -154,6 +176,9 @@ impl Partitions for Reader<'_> {
     fn lost(&self, partition: u32) {
         if let Some(g) = self.gained.borrow_mut().get_mut(partition as usize) {
             *g = None;
+        }
+        if let Some(l) = self.loading {
+            l.settled(partition);
         }
         self.shards.drop_partition(partition);
     }

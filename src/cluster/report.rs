@@ -16,6 +16,7 @@
 //! One pass over the 1,024 lease values and one over [`Holdings`] (1,024 uncontended mutex
 //! locks) per answer; a few small allocations per holder. Nothing is kept between answers.
 
+use super::holdings::LOAD_OVERDUE;
 use super::node::Holdings;
 use super::routing::Owner;
 use super::status::Snapshot;
@@ -93,6 +94,10 @@ pub struct ThisNode {
     /// should own. Differs from `holds` for about two rounds after a change of the live set,
     /// longer when its view lags or Redis refuses it leases.
     pub should_own: Partitions,
+    /// Partitions it holds whose records were not handed to its shards within
+    /// `holdings::LOAD_OVERDUE` (5 s) of their gain: an alert (their timers do not fire).
+    #[serde(default)]
+    pub load_overdue: Partitions,
 }
 
 /// The whole answer of `GET /cluster`.
@@ -106,12 +111,12 @@ pub struct Report {
     pub unowned: Partitions,
     /// Leases held by nodes not in the live set (dead or gone, their leases not yet lapsed).
     pub not_live: Vec<Holder>,
-    /// Partitions whose lease value does not read as `<node>/<nonce>:<epoch>`.
+    /// Partitions whose lease value does not read as `<node>/<nonce>-<token>:<epoch>`.
     pub unreadable: Partitions,
     pub this_node: ThisNode,
 }
 
-/// `<node>/<nonce>:<epoch>` → (node, epoch); `None` for anything else (no panic on any
+/// `<node>/<nonce>-<token>:<epoch>` → (node, epoch); `None` for anything else (no panic on any
 /// input). The node id may hold `:` (`host:port`) but not `/`; the epoch is decimal digits.
 pub fn parse_holder(value: &str) -> Option<(&str, u64)> {
     let (incarnation, epoch) = value.rsplit_once(':')?;
@@ -195,6 +200,7 @@ impl Report {
                 id: me.to_string(),
                 holds: Partitions::of(&holdings.owned(now)),
                 should_own: Partitions::of(&should_own),
+                load_overdue: Partitions::of(&holdings.loading.overdue(now, LOAD_OVERDUE)),
             },
         }
     }
@@ -233,6 +239,11 @@ mod tests {
         assert_eq!(
             parse_holder("10.0.0.5:7480/00ab12cd34ef5678:42"),
             Some(("10.0.0.5:7480", 42))
+        );
+        assert_eq!(
+            parse_holder("10.0.0.5:7480/00ab12cd34ef5678-0123456789abcdef:42"),
+            Some(("10.0.0.5:7480", 42)),
+            "with an acquisition's token"
         );
         assert_eq!(parse_holder("n/x:0"), Some(("n", 0)));
         for bad in [

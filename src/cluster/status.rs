@@ -62,7 +62,7 @@ pub enum StatusError {
 pub struct Snapshot {
     /// The live nodes' records, sorted by id.
     pub live: Vec<NodeRecord>,
-    /// Per partition, the lease key's value (`<node>/<nonce>:<epoch>`), if the key exists.
+    /// Per partition, the lease key's value (`<node>/<nonce>-<token>:<epoch>`), if the key exists.
     pub leases: Vec<Option<String>>,
     /// When the read started (UTC microseconds).
     pub read_at_us: u64,

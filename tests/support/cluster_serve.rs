@@ -4,7 +4,7 @@
 
 #![allow(dead_code)] // each test binary uses its own part of this
 
-use super::api_support::try_request;
+use super::api_support::{free_port, try_request};
 use super::redis_cluster::RedisCluster;
 use super::redis_server::{try_read_stream, StreamEntry};
 use punctual::partition::PARTITIONS;
@@ -15,6 +15,19 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// A free local address, as a node's id and advertised address.
+pub fn node_addr() -> SocketAddr {
+    format!("127.0.0.1:{}", free_port())
+        .parse()
+        .expect("an address")
+}
+
+/// How many partitions `me` owns among `all` by rendezvous hashing.
+pub fn share(me: SocketAddr, all: &[SocketAddr]) -> u64 {
+    let ids: Vec<String> = all.iter().map(ToString::to_string).collect();
+    punctual::cluster::rendezvous::owned_by(&me.to_string(), &ids).len() as u64
+}
 
 /// A `punctual serve` process on a Redis Cluster, its stderr in a file.
 pub struct Proc {

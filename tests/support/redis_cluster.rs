@@ -148,10 +148,17 @@ impl RedisCluster {
     /// Starts six nodes, creates the cluster and returns once every node says
     /// `cluster_state:ok`, knows all six, and every master has its replica in sync.
     pub fn start() -> RedisCluster {
+        RedisCluster::start_with(&[])
+    }
+
+    /// [`RedisCluster::start`] with `extra` lines at the end of every node's configuration
+    /// file (a later line overrides an earlier one).
+    pub fn start_with(extra: &[&str]) -> RedisCluster {
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut nodes: Vec<ClusterNode> =
-            (0..6).map(|_| node(dir.path(), cluster_port())).collect();
+        let mut nodes: Vec<ClusterNode> = (0..6)
+            .map(|_| node(dir.path(), cluster_port(), extra))
+            .collect();
         for n in &mut nodes {
             n.start();
         }
@@ -449,7 +456,7 @@ impl Drop for Reshard {
     }
 }
 
-fn node(dir: &Path, port: u16) -> ClusterNode {
+fn node(dir: &Path, port: u16, extra: &[&str]) -> ClusterNode {
     let conf = dir.join(format!("node-{port}.conf"));
     let log = dir.join(format!("node-{port}.log"));
     let lines = [
@@ -469,6 +476,10 @@ fn node(dir: &Path, port: u16) -> ClusterNode {
         "repl-diskless-sync yes".into(),
         "repl-diskless-sync-delay 0".into(),
     ];
+    let lines: Vec<String> = lines
+        .into_iter()
+        .chain(extra.iter().map(|l| l.to_string()))
+        .collect();
     fs::write(&conf, lines.join("\n") + "\n").expect("write a config file");
     ClusterNode {
         port,

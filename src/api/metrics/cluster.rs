@@ -2,6 +2,7 @@
 //! the node loop's [`Holdings`] at scrape time.
 
 use crate::api::forward::ForwardStats;
+use crate::cluster::holdings::LOAD_OVERDUE;
 use crate::cluster::node::Holdings;
 use crate::engine::Handle;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -21,6 +22,7 @@ pub(super) fn encode_cluster(
     let unfired = AtomicU64::new(handle.unfired());
     let owned = node.owned(Instant::now()).len() as i64;
     let live = s.live_nodes.load(Ordering::Relaxed) as i64;
+    let overdue = node.loading.overdue(Instant::now(), LOAD_OVERDUE).len() as i64;
     for (name, help, v) in [
         (
             "punctual_cluster_partitions_owned",
@@ -36,6 +38,11 @@ pub(super) fn encode_cluster(
             "punctual_cluster_live_nodes",
             "Live nodes at the node's last good heartbeat",
             live,
+        ),
+        (
+            "punctual_cluster_partitions_load_overdue",
+            "Partitions held for over 5 s whose records were not handed to the shards (an alert: their timers do not fire)",
+            overdue,
         ),
     ] {
         encoder

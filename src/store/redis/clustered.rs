@@ -85,7 +85,7 @@ use std::time::{Duration, Instant};
 
 const BACKOFF_START: Duration = Duration::from_millis(10);
 
-/// Who holds each partition's lease, for fenced writes: `<node>/<nonce>:<epoch>`, or `None` when this
+/// Who holds each partition's lease, for fenced writes: `<node>/<nonce>-<token>:<epoch>`, or `None` when this
 /// node does not hold the partition (its writes are then not sent). Given by the node's lease
 /// loop; a store without one (a single node, which owns every partition) writes unfenced.
 pub trait Holders: Send + Sync {

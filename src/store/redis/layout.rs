@@ -29,7 +29,7 @@ pub fn partition_of_key(key: &[u8]) -> Option<u32> {
     (n < PARTITIONS && n.to_string() == digits).then_some(n)
 }
 
-/// Partition `p`'s lease: `<node>/<nonce>:<epoch>` of the node that owns it, with a TTL
+/// Partition `p`'s lease: `<node>/<nonce>-<token>:<epoch>` of the node that owns it, with a TTL
 /// (`punctual:{p<p>}:lease`, in the partition's own slot, so that a fenced write checks it
 /// where the partition's data lives; see `store::redis::cluster::fence`).
 pub fn lease_key(partition: u32) -> String {

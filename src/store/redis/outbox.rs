@@ -33,7 +33,7 @@ pub struct Entry {
     /// A dead letter carries a third (HSET of the letter, HDEL of the timer, XADD).
     pub third: Option<Cmd>,
     /// On a cluster of nodes, the lease holder of the entry's partition when the entry was
-    /// queued (`<node>/<nonce>:<epoch>`), which its write is fenced by: a write queued under one lease
+    /// queued (`<node>/<nonce>-<token>:<epoch>`), which its write is fenced by: a write queued under one lease
     /// is never sent under a later one, even by this node (`clustered.rs`). `None` elsewhere,
     /// or when the partition was not held when it was queued (then it is not sent).
     pub holder: Option<Arc<str>>,

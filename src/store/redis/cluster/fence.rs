@@ -2,10 +2,10 @@
 //! partition's own slot, that the writer still holds the partition's lease.
 //!
 //! ```text
-//! EVAL <FENCED> 1+k  punctual:{pN}:lease <key>…  <node>/<nonce>:<epoch> <n> <argc> <arg>… …
+//! EVAL <FENCED> 1+k  punctual:{pN}:lease <key>…  <node>/<nonce>-<token>:<epoch> <n> <argc> <arg>… …
 //! ```
 //!
-//! The script compares the lease key's value with the `<node>/<nonce>:<epoch>` the writer believes it
+//! The script compares the lease key's value with the `<node>/<nonce>-<token>:<epoch>` the writer believes it
 //! holds. Equal: it runs the `n` commands in order (with `redis.pcall`, so that, as in
 //! `MULTI`/`EXEC`, one command's error is its own reply and the others still run) and returns
 //! their replies as an array. Not equal (another node acquired the lease, so the epoch moved
@@ -91,7 +91,7 @@ pub enum FenceError {
 }
 
 /// `commands`, which touch `keys` (all of partition `partition`'s slot), run only while the
-/// partition's lease holds `holder` (`<node>/<nonce>:<epoch>`). Its reply is an array of the commands'
+/// partition's lease holds `holder` (`<node>/<nonce>-<token>:<epoch>`). Its reply is an array of the commands'
 /// replies, or the error [`FENCED`].
 pub fn fenced(
     partition: u32,
