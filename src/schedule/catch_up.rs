@@ -24,7 +24,8 @@
 //! (to `now`, or to the last fire when `more`). The caller stores the new cursor in the same
 //! write that records the fires.
 
-use super::{CatchUpPolicy, Occurrence, Schedule};
+use super::rule::{Occurrence, Rule, Schedule};
+use super::spec::CatchUpPolicy;
 use crate::units::UtcMicros;
 use std::time::Duration;
 
@@ -210,7 +211,7 @@ impl Schedule {
         let Some(first) = self.unspent_from(through, 0).filter(|o| o.at <= to) else {
             return 0;
         };
-        if let super::Rule::Every { period_us } = self.rule {
+        if let Rule::Every { period_us } = self.rule {
             let to = self.end.map_or(to, |e| e.min(to));
             return (to.0 - first.at.0) / period_us + 1;
         }

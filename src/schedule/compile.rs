@@ -4,8 +4,8 @@
 
 use super::cron::CronFields;
 use super::error::SpecError;
+use super::rule::{Rule, Schedule};
 use super::spec::{Limits, ScheduleSpec, DEFAULT_WINDOW_MS, MAX_EVERY_MS};
-use super::{Rule, Schedule};
 use crate::units::UtcMicros;
 use jiff::Timestamp;
 
