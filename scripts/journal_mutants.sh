@@ -6,6 +6,7 @@
 #
 #   scripts/journal_mutants.sh            # every call site a clean run syncs from
 #   scripts/journal_mutants.sh FILE:LINE  # that one
+#   scripts/journal_mutants.sh A:1,B:2    # both removed together
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cargo test --lib --no-run 2>&1 | grep -o 'target/debug/deps/punctual-[0-9a-f]*' | tail -1)

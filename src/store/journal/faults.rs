@@ -13,7 +13,8 @@
 //!                   removed (files and directories) since their directory's last fsync
 //!                   (but a name in a directory whose removal was durable: gone with it).
 //!                   `keep` spares chosen unsynced writes: out-of-order writeback, a hole
-//!                   before a later write
+//!                   before a later write; `power_cut_keeping_removals` spares every removal
+//!                   of a name: a directory's changes written back out of order
 //!   after an EIO    a sync that failed leaves the file's unsynced bytes undoable for good: a
 //!                   later sync that succeeds does not make them durable (the kernel may have
 //!                   dropped them and reports the error once), only its own later writes
@@ -204,6 +205,18 @@ impl Faults {
     /// writes (numbered from 0, oldest first) for which `keep` says true — writeback that
     /// reached the disk before the cut. Call it once the journals using the plan are closed.
     pub fn power_cut(&self, keep: impl Fn(usize) -> bool) -> io::Result<()> {
+        self.cut(keep, false)
+    }
+
+    /// Cuts the power, undoing every change not durable but the removals of names: the
+    /// directory's writeback reached them and not the renames or creations before them, as
+    /// POSIX allows (a file system that writes a directory's changes in order, as ext4's
+    /// journal does, never leaves this).
+    pub fn power_cut_keeping_removals(&self) -> io::Result<()> {
+        self.cut(|_| false, true)
+    }
+
+    fn cut(&self, keep: impl Fn(usize) -> bool, keep_removals: bool) -> io::Result<()> {
         let mut p = self.lock();
         p.dead = true;
         let undo = std::mem::take(&mut p.undo);
@@ -244,6 +257,7 @@ impl Faults {
                         std::fs::rename(old, to)?;
                     }
                 }
+                Undo::Unlinked { .. } if keep_removals => {}
                 Undo::Unlinked { path, trash } => std::fs::rename(trash, path)?,
                 Undo::Poisoned(_) => {}
             }

@@ -14,6 +14,7 @@
 //!     cut      … and the power goes: every change not yet durable is undone
 //!     hole     … and the power goes, but writeback had reached every unsynced write except
 //!              the oldest (a hole before later persisted blocks)
+//!     names    … and the power goes, but the removals of names had reached the disk
 //!     eio      N fails with EIO once; the store goes on, then closes
 //!     enospc   N and every later growth fail with ENOSPC until the phase's end
 //!     reopen on the real disk, with the phase's shard count, WITHOUT --journal-skip-corrupt;
@@ -57,6 +58,9 @@ enum Variant {
     Crash,
     Cut,
     Hole,
+    /// … and the power goes, but the removals of names reached the disk, not what came
+    /// before them in their directory.
+    Names,
     Eio,
     /// EIO at N, the store goes on (and fails), closes; then the power goes.
     EioCut,
@@ -66,10 +70,11 @@ enum Variant {
 }
 
 impl Variant {
-    const ALL: [Variant; 7] = [
+    const ALL: [Variant; 8] = [
         Variant::Crash,
         Variant::Cut,
         Variant::Hole,
+        Variant::Names,
         Variant::Eio,
         Variant::EioCut,
         Variant::NoSpace,
@@ -81,6 +86,7 @@ impl Variant {
             Variant::Crash => "crash",
             Variant::Cut => "power cut",
             Variant::Hole => "power cut, hole",
+            Variant::Names => "power cut, removals kept",
             Variant::Eio => "EIO",
             Variant::EioCut => "EIO, then power cut",
             Variant::NoSpace => "ENOSPC",
@@ -93,7 +99,7 @@ impl Variant {
             Variant::Eio | Variant::EioCut => Fault::Eio,
             Variant::NoSpace => Fault::NoSpace,
             Variant::Short => Fault::Short,
-            Variant::Crash | Variant::Cut | Variant::Hole => Fault::Die,
+            Variant::Crash | Variant::Cut | Variant::Hole | Variant::Names => Fault::Die,
         }
     }
 
@@ -340,6 +346,7 @@ fn judged(
     let cut = match v {
         Variant::Cut | Variant::EioCut => faults.power_cut(|_| false),
         Variant::Hole => faults.power_cut(|i| i != 0),
+        Variant::Names => faults.power_cut_keeping_removals(),
         _ => Ok(()),
     };
     if let Err(e) = cut {
@@ -348,7 +355,10 @@ fn judged(
     let outcome = match recover(dir, fsync, (p.shards, p.payload)) {
         Err(e) => Outcome::Violated(format!("the start failed: {e}")),
         Ok(found) => {
-            let power = matches!(v, Variant::Cut | Variant::Hole | Variant::EioCut);
+            let power = matches!(
+                v,
+                Variant::Cut | Variant::Hole | Variant::Names | Variant::EioCut
+            );
             let lost_allowed = power && !fsync.per_commit();
             match judge(&steps, base, &found, &run.acked, lost_allowed) {
                 Outcome::Held { lost } => match resurrected(&found, &run.delivered) {
@@ -512,7 +522,7 @@ fn every_crash_point_of_every_phase_recovers_what_was_acknowledged() {
         // Every point of every mode, power cuts only: what a removed sync shows as
         // (`scripts/journal_mutants.sh`).
         let all = [Fsync::Always, Fsync::EverySec, Fsync::Never];
-        matrix(&all, &[Variant::Cut], 1)
+        matrix(&all, &[Variant::Cut, Variant::Names], 1)
     } else if mode == "ci" {
         // What `.ci/run` adds to the default: the EIO variants and short writes under
         // `always`, and `everysec` whole.
