@@ -34,6 +34,7 @@ pub mod lease;
 pub mod load;
 pub mod membership;
 pub mod node;
+pub mod preflight;
 pub mod reader;
 pub mod rendezvous;
 pub mod report;

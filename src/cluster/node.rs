@@ -116,6 +116,7 @@ use super::calls::Calls;
 pub use super::holdings::{Holdings, NodeStats};
 use super::lease::{self, Acquired, Lease, LeaseConfig};
 use super::membership::NodeRecord;
+use super::preflight;
 use super::reader::{Partitions, Reader, Shards};
 use super::rendezvous;
 use super::status::Status;
@@ -297,6 +298,7 @@ pub fn spawn_for(
     stop: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let seeds = parse_url(&redis.url).map_err(|e| format!("redis URL: {e}"))?;
+    check_redis(redis)?;
     let started_at_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
@@ -314,6 +316,23 @@ pub fn spawn_for(
         stop,
     )
     .map_err(|e| format!("cannot start the node's loop: {e}"))
+}
+
+/// The preflight of the cluster (`preflight`): its warnings logged, an evicting policy refused
+/// unless allowed. A cluster that cannot be listed yet is left to the loop, which waits for it.
+fn check_redis(redis: &RedisConfig) -> Result<(), String> {
+    let masters = match preflight::read(redis) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(error = %crate::store::redis::endpoint::scrub(&e, &redis.url), "node: the cluster's masters could not be listed at start; maxmemory-policy and replicas not checked");
+            return Ok(());
+        }
+    };
+    let verdict = preflight::judge(&masters, redis.wait_replicas, redis.allow_eviction);
+    for w in &verdict.warnings {
+        tracing::warn!("{w}");
+    }
+    verdict.refuse.map_or(Ok(()), Err)
 }
 
 /// The loop itself, on the caller's executor, until `stop`. Dropping the future mid-round is a
