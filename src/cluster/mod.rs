@@ -40,3 +40,4 @@ pub mod rendezvous;
 pub mod report;
 pub mod routing;
 pub mod status;
+pub mod sweep;

@@ -120,6 +120,7 @@ use super::preflight;
 use super::reader::{Partitions, Reader, Shards};
 use super::rendezvous;
 use super::status::Status;
+use super::sweep;
 use crate::partition::PARTITIONS;
 use crate::store::redis::cluster::{parse_url, ClusterClient, ClusterConfig};
 use crate::store::redis::RedisConfig;
@@ -243,7 +244,7 @@ pub fn plan(held: &[u32], want: &[u32]) -> Plan {
 
 /// Starts the loop on a thread of its own (see the module doc) with a cluster client made
 /// from `cluster` (its `retry_for` set to one round), and beside it the reader that loads
-/// gained partitions into `shards` (`reader`) and the service that reads the cluster's state
+/// gained partitions into `shards` (`reader`), the sweep of the relays (`sweep`) and the service that reads the cluster's state
 /// for `GET /cluster` (`status`, its own client). On `stop` it releases what it holds and
 /// leaves the live set, so the others need not wait a TTL.
 pub fn spawn(
@@ -277,7 +278,10 @@ pub fn spawn(
                     run(rounds, &cfg, &holdings, &reader, &stop),
                     futures_lite::future::or(
                         reader.serve(cluster.clone(), queue),
-                        status.serve(cluster),
+                        futures_lite::future::or(
+                            sweep::serve(cluster.clone(), &holdings),
+                            status.serve(cluster),
+                        ),
                     ),
                 )
                 .await;
