@@ -46,6 +46,7 @@ pub fn serve(config: Config) -> Result<(), String> {
     let webhooks = Arc::new(webhook_settings(&config)?);
     let redis = config.redis.as_ref().map(|url| RedisConfig {
         wait_replicas: config.redis_wait_replicas,
+        allow_eviction: config.redis_allow_eviction,
         ..RedisConfig::new(url.clone())
     });
     // A node among others on a Redis Cluster: it acts only on the partitions it holds.

@@ -116,9 +116,11 @@ use super::calls::Calls;
 pub use super::holdings::{Holdings, NodeStats};
 use super::lease::{self, Acquired, Lease, LeaseConfig};
 use super::membership::NodeRecord;
+use super::preflight;
 use super::reader::{Partitions, Reader, Shards};
 use super::rendezvous;
 use super::status::Status;
+use super::sweep;
 use crate::partition::PARTITIONS;
 use crate::store::redis::cluster::{parse_url, ClusterClient, ClusterConfig};
 use crate::store::redis::RedisConfig;
@@ -242,7 +244,7 @@ pub fn plan(held: &[u32], want: &[u32]) -> Plan {
 
 /// Starts the loop on a thread of its own (see the module doc) with a cluster client made
 /// from `cluster` (its `retry_for` set to one round), and beside it the reader that loads
-/// gained partitions into `shards` (`reader`) and the service that reads the cluster's state
+/// gained partitions into `shards` (`reader`), the sweep of the relays (`sweep`) and the service that reads the cluster's state
 /// for `GET /cluster` (`status`, its own client). On `stop` it releases what it holds and
 /// leaves the live set, so the others need not wait a TTL.
 pub fn spawn(
@@ -276,7 +278,10 @@ pub fn spawn(
                     run(rounds, &cfg, &holdings, &reader, &stop),
                     futures_lite::future::or(
                         reader.serve(cluster.clone(), queue),
-                        status.serve(cluster),
+                        futures_lite::future::or(
+                            sweep::serve(cluster.clone(), &holdings),
+                            status.serve(cluster),
+                        ),
                     ),
                 )
                 .await;
@@ -297,6 +302,7 @@ pub fn spawn_for(
     stop: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let seeds = parse_url(&redis.url).map_err(|e| format!("redis URL: {e}"))?;
+    check_redis(redis)?;
     let started_at_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
@@ -314,6 +320,23 @@ pub fn spawn_for(
         stop,
     )
     .map_err(|e| format!("cannot start the node's loop: {e}"))
+}
+
+/// The preflight of the cluster (`preflight`): its warnings logged, an evicting policy refused
+/// unless allowed. A cluster that cannot be listed yet is left to the loop, which waits for it.
+fn check_redis(redis: &RedisConfig) -> Result<(), String> {
+    let masters = match preflight::read(redis) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(error = %crate::store::redis::endpoint::scrub(&e, &redis.url), "node: the cluster's masters could not be listed at start; maxmemory-policy and replicas not checked");
+            return Ok(());
+        }
+    };
+    let verdict = preflight::judge(&masters, redis.wait_replicas, redis.allow_eviction);
+    for w in &verdict.warnings {
+        tracing::warn!("{w}");
+    }
+    verdict.refuse.map_or(Ok(()), Err)
 }
 
 /// The loop itself, on the caller's executor, until `stop`. Dropping the future mid-round is a

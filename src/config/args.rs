@@ -73,6 +73,11 @@ pub struct ServeArgs {
     /// master alone [default: 0].
     #[arg(long, env = "PUNCTUAL_REDIS_WAIT_REPLICAS", value_name = "N")]
     pub redis_wait_replicas: Option<String>,
+    /// Start a node among others (`--advertise` on a Redis Cluster) even though a master's
+    /// maxmemory-policy is allkeys-*, which may evict epoch counters and timer records
+    /// [default: false: such a start is refused].
+    #[arg(long, env = "PUNCTUAL_REDIS_ALLOW_EVICTION", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]
+    pub redis_allow_eviction: Option<String>,
     /// With `[tenants.*]` tables in the config file, serve tenants that have none too
     /// [default: false: they are answered 401 unknown_tenant].
     #[arg(long, env = "PUNCTUAL_OPEN_TENANTS", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]

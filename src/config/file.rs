@@ -77,6 +77,7 @@ pub struct FileConfig {
     pub(super) transparent_huge_pages: Option<bool>,
     pub(super) redis: Option<String>,
     pub(super) redis_wait_replicas: Option<u64>,
+    pub(super) redis_allow_eviction: Option<bool>,
     pub(super) advertise: Option<String>,
     pub(super) spin_us: Option<u64>,
     pub(super) spin_adaptive: Option<bool>,

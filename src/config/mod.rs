@@ -72,6 +72,9 @@ pub struct Config {
     pub transparent_huge_pages: bool,
     pub redis: Option<String>,
     pub redis_wait_replicas: u32,
+    /// Whether a node among others starts under a master's evicting `maxmemory-policy`
+    /// (`allkeys-*`), which it otherwise refuses (`cluster::preflight`).
+    pub redis_allow_eviction: bool,
     /// `host:port` this node is reached at by other nodes of a Redis Cluster store (its id);
     /// checked and kept for the node's loop, which is not built yet.
     pub advertise: Option<String>,
@@ -129,6 +132,7 @@ impl Default for Config {
             transparent_huge_pages: false,
             redis: None,
             redis_wait_replicas: 0,
+            redis_allow_eviction: false,
             advertise: None,
             spin_us: 100,
             spin_adaptive: false,

@@ -93,7 +93,7 @@ impl Config {
         if let Some(url) = &redis {
             crate::store::redis::RedisConfig::new(url.clone())
                 .endpoint()
-                .map_err(|e| invalid("redis", url, e))?;
+                .map_err(|e| invalid("redis", crate::store::redis::endpoint::shown(url), e))?;
         }
         let store = match (
             pick::<String>("store", &args.store, file.store)?.as_deref(),
@@ -113,7 +113,10 @@ impl Config {
                 return Err(invalid(
                     "store",
                     s,
-                    format!("`redis` = {url:?} is also set; choose one store"),
+                    format!(
+                        "`redis` = {:?} is also set; choose one store",
+                        crate::store::redis::endpoint::shown(url)
+                    ),
                 ))
             }
             (Some(other), _) => {
@@ -132,6 +135,12 @@ impl Config {
             0,
             64,
         )? as u32;
+        let redis_allow_eviction = pick::<bool>(
+            "redis_allow_eviction",
+            &args.redis_allow_eviction,
+            file.redis_allow_eviction,
+        )?
+        .unwrap_or(false);
         let advertise = pick::<String>("advertise", &args.advertise, file.advertise)?;
         if let Some(a) = &advertise {
             check_advertise(a, redis.as_deref())?;
@@ -265,6 +274,7 @@ impl Config {
             transparent_huge_pages,
             redis,
             redis_wait_replicas,
+            redis_allow_eviction,
             advertise,
             spin_us: u(
                 "spin_us",

@@ -14,8 +14,10 @@
 //! | `io_uring`  | `io_uring.kernel`, `io_uring.enabled`                         |
 //! | `timesync`  | `time.sync`, `time.daemon`, `time.step`                       |
 //! | `process`   | `process.timerslack`                                          |
+//! | `redis`     | `redis.maxmemory_policy`, `redis.wait_replicas` (with `--redis`) |
 //!
-//! Every check reads files under [`Host`]'s root (`/` unless the hidden `--root` points
+//! The `redis` checks ask the Redis Cluster `--redis` names (`cluster::preflight`, what a node
+//! checks at start); every other check reads files under [`Host`]'s root (`/` unless the hidden `--root` points
 //! at a fixture tree), never panics on what it finds, and says PASS, WARN or FAIL with
 //! what it found, why it matters and the fix (see [`report::Status`] for what each means).
 //! The exit status is 0 when nothing failed and 1 otherwise.
@@ -30,6 +32,7 @@ mod irq;
 mod memory;
 mod power;
 mod process;
+mod redis;
 pub mod report;
 mod timesync;
 
@@ -60,6 +63,20 @@ pub struct DoctorArgs {
     /// Read /proc and /sys under this directory instead of `/` (for fixture trees).
     #[arg(long, hide = true, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
+
+    /// A Redis Cluster URL (as `serve --redis`): check each master's maxmemory-policy and its
+    /// replicas against `--redis-wait-replicas`, as a node does at start.
+    #[arg(long, env = "PUNCTUAL_REDIS", value_name = "URL")]
+    pub redis: Option<String>,
+
+    /// The `--redis-wait-replicas` the nodes will run with (with `--redis`).
+    #[arg(
+        long,
+        env = "PUNCTUAL_REDIS_WAIT_REPLICAS",
+        value_name = "N",
+        default_value_t = 0
+    )]
+    pub redis_wait_replicas: u32,
 }
 
 /// Runs every check and gathers the report.
@@ -89,7 +106,18 @@ pub fn run(args: &DoctorArgs) -> i32 {
         args.cores.clone(),
         args.shards,
     );
-    let report = collect(&ctx);
+    let mut report = collect(&ctx);
+    if let Some(url) = &args.redis {
+        let mut checks = report.checks;
+        checks.extend(redis::checks(url, args.redis_wait_replicas));
+        report = Report::new(
+            report.root,
+            report.cores,
+            report.cores_given,
+            report.shards,
+            checks,
+        );
+    }
     if args.json {
         println!("{}", report.to_json());
     } else {

@@ -43,16 +43,18 @@ pub enum Group {
     IoUring,
     TimeSync,
     Process,
+    Redis,
 }
 
 impl Group {
-    pub const ALL: [Group; 6] = [
+    pub const ALL: [Group; 7] = [
         Group::Clock,
         Group::ShardCores,
         Group::Memory,
         Group::IoUring,
         Group::TimeSync,
         Group::Process,
+        Group::Redis,
     ];
 
     pub fn title(self) -> &'static str {
@@ -63,6 +65,7 @@ impl Group {
             Group::IoUring => "io_uring",
             Group::TimeSync => "Time synchronisation",
             Group::Process => "Process",
+            Group::Redis => "Redis",
         }
     }
 }

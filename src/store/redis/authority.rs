@@ -26,7 +26,8 @@ pub fn parse(
     let mut redis = RedisConnectionInfo::default();
     if let Some(u) = userinfo {
         let decode = |s: &str| {
-            percent_decode(s).ok_or_else(|| format!("credentials {s:?}: bad percent-encoding"))
+            // Never quoted: it may be the password.
+            percent_decode(s).ok_or_else(|| "credentials: bad percent-encoding".to_owned())
         };
         match u.split_once(':') {
             Some((user, pass)) => {
@@ -74,7 +75,7 @@ pub fn host_port(h: &str, what: &str) -> Result<(String, u16), String> {
 }
 
 /// `%XX` sequences decoded, as in a URL's userinfo; `None` on a bad sequence or bad UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
+pub(super) fn percent_decode(s: &str) -> Option<String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -73,6 +73,7 @@ use super::cluster::{ClusterClient, ClusterStats, Routed, Sent};
 use super::flush::{due, pause, Due};
 use super::layout::partition_of_key;
 use super::outbox::{Entry, PIPELINE_BYTES};
+use super::relay::{self, Relayed};
 use super::replies::transient;
 use super::RedisLink;
 use crate::error::Error;
@@ -192,12 +193,21 @@ async fn send_batch(
             }
         }
     }
+    // The stream entries the scripts wrote into their partitions' relays (`relay`).
+    let mut relayed = Vec::new();
     if !plan.scripts.is_empty() {
         let replies = client
             .pipeline(&plan.scripts)
             .await
             .map_err(|e| e.to_string())?;
         for (group, reply) in plan.groups.iter().zip(replies) {
+            if let Value::Array(items) = &reply {
+                for (at, r) in &group.relays {
+                    if let Some(id) = items.get(*at).and_then(relay::id_of) {
+                        relayed.push((r.clone(), id));
+                    }
+                }
+            }
             settle_script(shared, group, reply, &mut outcomes)?;
         }
     }
@@ -211,11 +221,19 @@ async fn send_batch(
     m.flush_seconds.observe(started.elapsed().as_nanos() as u64);
     m.batch_commands.observe(plan.commands as u64);
     *streamed = Streamed::default();
-    let mut outbox = shared.outbox.borrow_mut();
-    outbox.complete(outcomes);
-    m.pending_writes
-        .store(outbox.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    shared.expire_in(&mut outbox.acks);
+    {
+        let mut outbox = shared.outbox.borrow_mut();
+        outbox.complete(outcomes);
+        m.pending_writes
+            .store(outbox.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        shared.expire_in(&mut outbox.acks);
+    }
+    // Past this point the batch is done: a relay that fails is not sent with it again (its
+    // scripts would write the entries twice); the node's sweep relays what is left.
+    if let Err(e) = relay::forward(client, &relayed).await {
+        StoreMetrics::count(&m.errors_total, 1);
+        tracing::warn!(shard = shared.shard, error = %e, "store: stream entries left in their partitions' relays; the next sweep relays them");
+    }
     Ok(())
 }
 
@@ -342,11 +360,19 @@ struct Group {
     owners: Vec<usize>,
     /// The lease holder the commands were queued under (fenced writes only).
     holder: Option<Arc<str>>,
+    /// The stream entries among the commands, written into the partition's relay: each
+    /// command's index in the script, and what to relay once it is answered.
+    relays: Vec<(usize, Relayed)>,
 }
 
 /// A partition's part of a batch being planned: whose commands (entry indexes), the keys they
-/// touch, and the commands, in the outbox's order.
-type Pending = (Vec<usize>, Vec<String>, Vec<redis::Cmd>);
+/// touch, the commands, in the outbox's order, and the stream entries among them (`Group`).
+type Pending = (
+    Vec<usize>,
+    Vec<String>,
+    Vec<redis::Cmd>,
+    Vec<(usize, Relayed)>,
+);
 
 /// A batch as the two steps send it.
 #[derive(Default)]
@@ -368,7 +394,8 @@ struct Plan {
 impl Plan {
     /// The plan of `batch`.
     /// `fenced`: the store writes for a cluster of nodes, each entry under the holder it was
-    /// queued with (`Entry::holder`).
+    /// queued with (`Entry::holder`), and a stream entry goes into its partition's script, to
+    /// the partition's relay (`relay`), so that it lands only under the lease as well.
     fn of<'a>(batch: impl Iterator<Item = &'a Entry>, fenced: bool) -> Plan {
         let mut plan = Plan::default();
         // (partition, holder the entries were queued under) → (owners, keys, commands), in the
@@ -377,13 +404,34 @@ impl Plan {
         let mut parts: BTreeMap<(u32, Option<Arc<str>>), Pending> = BTreeMap::new();
         for (i, entry) in batch.enumerate() {
             plan.entries += 1;
+            // The partition of the entry's other commands: its stream entry's relay.
+            let home = std::iter::once(&entry.first)
+                .chain(entry.rest())
+                .filter(|c| !is_xadd(c))
+                .find_map(|c| key_of(c).and_then(partition_of_key));
             for cmd in std::iter::once(&entry.first).chain(entry.rest()) {
                 plan.commands += 1;
+                let diverted = home
+                    .filter(|_| fenced && is_xadd(cmd))
+                    .and_then(|p| relay::divert(cmd, p));
+                if let Some((to_relay, r)) = diverted {
+                    let relay_key = relay::relay_key(r.partition);
+                    let (owners, keys, cmds, relays) = parts
+                        .entry((r.partition, entry.holder.clone()))
+                        .or_default();
+                    owners.push(i);
+                    if !keys.contains(&relay_key) {
+                        keys.push(relay_key);
+                    }
+                    relays.push((cmds.len(), r));
+                    cmds.push(to_relay);
+                    continue;
+                }
                 let key = key_of(cmd);
                 let partition = key.filter(|_| !is_xadd(cmd)).and_then(partition_of_key);
                 match (partition, key) {
                     (Some(p), Some(key)) => {
-                        let (owners, keys, cmds) =
+                        let (owners, keys, cmds, _) =
                             parts.entry((p, entry.holder.clone())).or_default();
                         owners.push(i);
                         if !keys.iter().any(|k| k.as_bytes() == key) {
@@ -399,7 +447,7 @@ impl Plan {
                 }
             }
         }
-        for ((partition, holder), (owners, keys, cmds)) in parts {
+        for ((partition, holder), (owners, keys, cmds, relays)) in parts {
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
             // Fenced by the holder each entry was queued under, not by today's: a write queued
             // before this node lost and re-acquired the partition is refused, as it must be,
@@ -415,6 +463,7 @@ impl Plan {
                 partition,
                 owners,
                 holder,
+                relays,
             };
             match script {
                 Some(s) => {
@@ -447,6 +496,13 @@ mod tests {
     use crate::store::redis::layout::timers_key;
     use crate::store::redis::outbox::Outbox;
     use crate::store::Ack;
+
+    /// The holder a fenced script is fenced by: the argument after its keys
+    /// (`EVAL <script> <n> <n keys> <holder> …`).
+    fn holder_of(a: &[String]) -> String {
+        let n: usize = a[2].parse().expect("a key count");
+        a[3 + n].clone()
+    }
 
     fn args(r: &Routed) -> Vec<String> {
         r.cmd
@@ -544,13 +600,33 @@ mod tests {
     }
 
     #[test]
+    fn with_holders_a_stream_entry_is_written_by_its_partition_s_fenced_script_into_its_relay() {
+        let o = outbox_under(|p| Some(Arc::from(format!("node-a:{p}"))));
+        let plan = Plan::of(o.batch(0, 100, usize::MAX), true);
+        assert!(plan.streams.is_empty(), "nothing goes out unfenced");
+        let seven = &plan.groups[0];
+        assert_eq!((seven.partition, &seven.owners[..]), (7, &[0, 1, 1, 3][..]));
+        assert_eq!(seven.relays.len(), 1);
+        assert_eq!(seven.relays[0].0, 1, "the XADD, second in the script");
+        assert_eq!(seven.relays[0].1.stream, b"punctual:fired:{shop}");
+        let a = args(&plan.scripts[0]);
+        assert!(a[1].contains("FENCED"));
+        assert!(a.contains(&"punctual:{p7}:relay".to_owned()), "{a:?}");
+        assert!(
+            a.windows(2)
+                .any(|w| w[0] == "to" && w[1] == "punctual:fired:{shop}"),
+            "the tenant's stream only as where to relay to: {a:?}"
+        );
+    }
+
+    #[test]
     fn with_holders_a_partition_is_fenced_by_its_holder_and_an_unheld_one_is_not_sent() {
         let o = outbox_under(|p| (p == 7).then(|| Arc::from(format!("node-a:{p}"))));
         let plan = Plan::of(o.batch(0, 100, usize::MAX), true);
         assert_eq!(plan.groups.len(), 1);
         let a = args(&plan.scripts[0]);
         assert!(a[1].contains("FENCED"), "the fenced script");
-        assert_eq!(a[5], "node-a:7");
+        assert_eq!(holder_of(&a), "node-a:7");
         assert_eq!(plan.unsent.len(), 1);
         assert_eq!(
             (plan.unsent[0].partition, &plan.unsent[0].owners[..]),
@@ -576,13 +652,13 @@ mod tests {
             .groups
             .iter()
             .zip(&plan.scripts)
-            .map(|(g, s)| (g.partition, args(s)[5].clone(), g.owners.clone()))
+            .map(|(g, s)| (g.partition, holder_of(&args(s)), g.owners.clone()))
             .collect();
         scripts.sort();
         assert_eq!(
             scripts,
             [
-                (7, "node-a:3".to_string(), vec![0, 1, 3]),
+                (7, "node-a:3".to_string(), vec![0, 1, 1, 3]),
                 (7, "node-a:4".to_string(), vec![4]),
                 (9, "node-a:3".to_string(), vec![2]),
             ]
@@ -614,6 +690,7 @@ mod tests {
             partition: 7,
             owners: vec![0, 1],
             holder: Some("n:1".into()),
+            relays: Vec::new(),
         };
         let mut out: Vec<Result<(), Error>> = vec![Ok(()), Ok(())];
         let wrongtype = redis::parse_redis_value(b"-WRONGTYPE no\r\n").expect("RESP");

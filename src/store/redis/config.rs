@@ -44,6 +44,9 @@ pub struct RedisConfig {
     /// only once `n` replicas have it, so an acknowledged timer survives the loss of the
     /// master. See `flush` for what happens while too few replicas answer.
     pub wait_replicas: u32,
+    /// On a node among others: start even under a master's `allkeys-*` maxmemory-policy
+    /// (default false: refused, `cluster::preflight`).
+    pub allow_eviction: bool,
 }
 
 impl RedisConfig {
@@ -61,6 +64,7 @@ impl RedisConfig {
             io_timeout: Duration::from_secs(1),
             backoff_max: Duration::from_secs(1),
             wait_replicas: 0,
+            allow_eviction: false,
         }
     }
 
@@ -71,8 +75,13 @@ impl RedisConfig {
 
     /// The parsed URL; an error names what is wrong with it.
     pub fn endpoint(&self) -> Result<Endpoint> {
-        Endpoint::parse(&self.url)
-            .map_err(|e| Error::Config(format!("redis URL {:?}: {e}", self.url)))
+        Endpoint::parse(&self.url).map_err(|e| {
+            let masked = super::endpoint::shown(&self.url);
+            Error::Config(super::endpoint::scrub(
+                &format!("redis URL {masked:?}: {e}"),
+                &self.url,
+            ))
+        })
     }
 
     pub(crate) fn validate(&self) -> Result<Endpoint> {

@@ -327,9 +327,60 @@ pub fn mask_url(url: &str) -> String {
     format!("{scheme}://{user}:***@{hosts}{slash}{path}")
 }
 
+/// `url` as logs and errors may show it: the password masked ([`mask_url`]), and gone even
+/// where the URL is malformed ([`scrub`]).
+pub fn shown(url: &str) -> String {
+    scrub(&mask_url(url), url)
+}
+
+/// `text` with `url`'s password, as written and percent-decoded, replaced by `***`: for an
+/// error that may quote the URL or a part of it (a parser's message, a host list). The
+/// password never reaches a log or an error this way, whatever quoted it.
+pub fn scrub(text: &str, url: &str) -> String {
+    let Some((_, rest)) = url.split_once("://") else {
+        return text.to_owned();
+    };
+    // Up to the last `@`, not the first `/`: a password may hold an unencoded `/`.
+    let Some((userinfo, _)) = rest.rsplit_once('@') else {
+        return text.to_owned();
+    };
+    let Some((_, password)) = userinfo.split_once(':') else {
+        return text.to_owned();
+    };
+    let mut out = text.to_owned();
+    let decoded = super::authority::percent_decode(password);
+    for secret in std::iter::once(password).chain(decoded.as_deref()) {
+        if !secret.is_empty() {
+            out = out.replace(secret, "***");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_error_about_a_redis_url_shows_its_password() {
+        for url in [
+            "redis+cluster://app:s3cr%3Fet@h 1:7000/",
+            "redis+cluster://app:s3cr%zzet@h1:7000/",
+            "redis+cluster://app:s3cr?et@h1:7000/db",
+            "redis+sentinel://:s3cr?et@h1:x/m",
+            "redis://:s3cr?et@h1:70000/x",
+            "redis://:s3cr?et@/x",
+        ] {
+            let err = crate::store::redis::RedisConfig::new(url)
+                .endpoint()
+                .expect_err(url)
+                .to_string();
+            assert!(!err.contains("s3cr"), "{url}: {err}");
+        }
+        assert_eq!(scrub("a p%40w p@w b", "redis://u:p%40w@h:1"), "a *** *** b");
+        assert_eq!(scrub("nothing", "redis://h:1"), "nothing");
+        assert!(!shown("redis://:pa/ss@h:1").contains("pa/ss"));
+    }
 
     #[test]
     fn a_masked_url_keeps_the_hosts_and_never_the_password() {

@@ -88,6 +88,7 @@ pub mod layout;
 pub mod link;
 pub mod outbox;
 pub mod recover;
+pub mod relay;
 pub mod replies;
 pub mod streams;
 

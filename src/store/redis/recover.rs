@@ -54,7 +54,7 @@ pub(crate) async fn recover(
             Err(e) => {
                 StoreMetrics::count(&shared.m().errors_total, 1);
                 if !warned {
-                    tracing::warn!(shard = shared.shard, url = %super::endpoint::mask_url(&shared.cfg.url), error = %e, "store: Redis unreachable at start; retrying with backoff (not healthy until connected)");
+                    tracing::warn!(shard = shared.shard, url = %super::endpoint::shown(&shared.cfg.url), error = %e, "store: Redis unreachable at start; retrying with backoff (not healthy until connected)");
                     warned = true;
                 }
                 pause(shared, &mut backoff).await;
