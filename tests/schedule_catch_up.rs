@@ -236,3 +236,22 @@ fn a_schedule_created_after_its_start_misses_nothing_from_before_its_creation() 
     assert_eq!(fired, [(T0 + 660 * S, 1, false)]);
     assert_eq!(due.skipped, 0);
 }
+
+#[test]
+fn the_preview_starts_at_the_armed_occurrence_and_stops_at_max_occurrences() {
+    let s = schedule(("", 60_000), CatchUpPolicy::Latest, 3_600_000, Some(3));
+    let at = |v: Vec<punctual::schedule::Occurrence>| v.iter().map(|o| o.at.0).collect::<Vec<_>>();
+    let fresh = Cursor::new(UtcMicros(T0 - 1));
+    assert_eq!(at(s.preview(fresh, 5)), [T0, T0 + 60 * S, T0 + 120 * S]);
+    let one_fired = Cursor {
+        sequence: 1,
+        through: Some(UtcMicros(T0 + 2_000)),
+    };
+    assert_eq!(at(s.preview(one_fired, 5)), [T0 + 60 * S, T0 + 120 * S]);
+    assert_eq!(at(s.preview(one_fired, 1)), [T0 + 60 * S]);
+    let done = Cursor {
+        sequence: 3,
+        through: Some(UtcMicros(T0 + 120 * S)),
+    };
+    assert!(s.preview(done, 5).is_empty());
+}

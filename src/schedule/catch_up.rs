@@ -159,6 +159,21 @@ impl Schedule {
         self.unspent_from(cursor.through, 0)
     }
 
+    /// The next `n` occurrences of a schedule at `cursor`, the armed one first, as many as
+    /// `max_occurrences` leaves (the `next` of the API's `GET`).
+    pub fn preview(&self, cursor: Cursor, n: usize) -> Vec<Occurrence> {
+        let left = self
+            .max_occurrences
+            .map_or(n, |m| n.min(m.saturating_sub(cursor.sequence) as usize));
+        let Some(first) = self.armed(cursor) else {
+            return Vec::new();
+        };
+        let mut out = vec![first];
+        out.extend(self.upcoming(first.at, left.saturating_sub(1)));
+        out.truncate(left);
+        out
+    }
+
     /// The earliest unspent occurrence at or after `from`.
     fn unspent_from(&self, through: Option<UtcMicros>, from: u64) -> Option<Occurrence> {
         let floor = through.map_or(0, |t| t.0.saturating_add(1));

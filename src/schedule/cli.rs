@@ -121,7 +121,7 @@ pub fn render(args: &NextArgs) -> Result<String, String> {
         (None, None) => String::new(),
     };
     out.push_str(&format!("# {what}\n"));
-    if next.is_empty() {
+    if next.is_empty() && args.count > 0 {
         out.push_str("# no occurrence after that time\n");
     }
     for (i, o) in next.iter().enumerate() {

@@ -10,12 +10,13 @@
 //! the schedule's explicit policy.
 //!
 //! Cost: [`CronFields::first_match`] jumps field by field (a month that does not match costs
-//! one step, a day one step, an hour one step, a minute one step), so a search across a year
+//! one step, a day one step (croner's day rule, asked once a date), an hour, a minute or a
+//! second a few bit operations on the masks taken at parse), so a search across a year
 //! of non-matching days is ~366 steps, and a search over the 400-year horizon is bounded by
 //! ~150,000 steps for a day set that never matches (`30 2 30 2 *`, rejected at compile).
 
 use croner::parser::{CronParser, Seconds, Year};
-use croner::{CronPattern, Direction, TimeComponent};
+use croner::CronPattern;
 use jiff::civil::{Date, DateTime};
 
 /// The longest cron expression accepted, in bytes: far above any real one, and it bounds the
@@ -25,8 +26,14 @@ pub const MAX_CRON_LEN: usize = 256;
 /// A parsed cron expression: which local seconds it names.
 #[derive(Debug, Clone)]
 pub struct CronFields {
+    /// croner's parse: the day rule (day of month, weekday, `L`, `W`, `#`) is asked of it.
     pattern: CronPattern,
-    every_hour: bool,
+    /// Bit `v` set when value `v` matches: the time of day is searched on these, a few bit
+    /// operations a field.
+    seconds: u64,
+    minutes: u64,
+    hours: u64,
+    months: u64,
 }
 
 impl CronFields {
@@ -52,53 +59,56 @@ impl CronFields {
             .parse(expr)
             .map_err(|e| format!("`{expr}` is not a cron expression: {e}"))?;
         let pattern = cron.pattern;
-        let matches_some = |field: Field, values: std::ops::RangeInclusive<u32>| {
-            values
-                .into_iter()
-                .any(|v| field(&pattern, v).unwrap_or(false))
+        let fields = CronFields {
+            seconds: mask(&pattern, CronPattern::second_match, 0..=59),
+            minutes: mask(&pattern, CronPattern::minute_match, 0..=59),
+            hours: mask(&pattern, CronPattern::hour_match, 0..=23),
+            months: mask(&pattern, CronPattern::month_match, 1..=12),
+            pattern,
         };
-        for (name, field, values) in [
-            ("second", CronPattern::second_match as Field, 0..=59),
-            ("minute", CronPattern::minute_match, 0..=59),
-            ("hour", CronPattern::hour_match, 0..=23),
-            ("month", CronPattern::month_match, 1..=12),
+        for (name, bits) in [
+            ("second", fields.seconds),
+            ("minute", fields.minutes),
+            ("hour", fields.hours),
+            ("month", fields.months),
         ] {
-            if !matches_some(field, values) {
+            if bits == 0 {
                 return Err(format!("`{expr}`: its {name} field matches no {name}"));
             }
         }
-        let fields = CronFields {
-            every_hour: matches_all(&pattern, CronPattern::hour_match, 0..=23),
-            pattern,
-        };
         Ok(fields)
     }
 
     /// Whether the hour field names every hour (`*`, `*/1`, `0-23`): such an expression fires
     /// in every real hour, so both passes of a repeated hour fire whatever the overlap policy.
     pub fn every_hour(&self) -> bool {
-        self.every_hour
+        self.hours == (1 << 24) - 1
     }
 
     /// The first civil second `c` with `from <= c < until` that the expression names.
     /// `from` must be a whole second.
     pub fn first_match(&self, from: DateTime, until: DateTime) -> Option<DateTime> {
         let mut c = from;
+        // The date whose month and day last matched: the day rule is asked once a date.
+        let mut matched: Option<Date> = None;
         while c < until {
             let date = c.date();
-            if !self.month(date) {
-                c = first_of_next_month(date)?.to_datetime(jiff::civil::Time::midnight());
-                continue;
-            }
-            if !self.day(date) {
-                c = date
-                    .tomorrow()
-                    .ok()?
-                    .to_datetime(jiff::civil::Time::midnight());
-                continue;
+            if matched != Some(date) {
+                if !self.month(date) {
+                    c = first_of_next_month(date)?.to_datetime(jiff::civil::Time::midnight());
+                    continue;
+                }
+                if !self.day(date) {
+                    c = date
+                        .tomorrow()
+                        .ok()?
+                        .to_datetime(jiff::civil::Time::midnight());
+                    continue;
+                }
+                matched = Some(date);
             }
             let (h, m, s) = (c.hour() as u32, c.minute() as u32, c.second() as u32);
-            let Some(h2) = self.next_at_least(TimeComponent::Hour, h) else {
+            let Some(h2) = next_bit(self.hours, h) else {
                 c = date
                     .tomorrow()
                     .ok()?
@@ -109,7 +119,7 @@ impl CronFields {
                 c = at(date, h2, 0, 0)?;
                 continue;
             }
-            let Some(m2) = self.next_at_least(TimeComponent::Minute, m) else {
+            let Some(m2) = next_bit(self.minutes, m) else {
                 c = next_hour(date, h)?;
                 continue;
             };
@@ -117,7 +127,7 @@ impl CronFields {
                 c = at(date, h, m2, 0)?;
                 continue;
             }
-            let Some(s2) = self.next_at_least(TimeComponent::Second, s) else {
+            let Some(s2) = next_bit(self.seconds, s) else {
                 c = next_minute(date, h, m)?;
                 continue;
             };
@@ -128,7 +138,7 @@ impl CronFields {
     }
 
     fn month(&self, d: Date) -> bool {
-        self.pattern.month_match(d.month() as u32).unwrap_or(false)
+        self.months & (1 << d.month()) != 0
     }
 
     fn day(&self, d: Date) -> bool {
@@ -138,20 +148,22 @@ impl CronFields {
             .day_match(d.year() as i32, d.month() as u32, d.day() as u32, weekday)
             .unwrap_or(false)
     }
-
-    fn next_at_least(&self, component: TimeComponent, value: u32) -> Option<u32> {
-        self.pattern
-            .find_match_in_component(value, component, Direction::Forward)
-            .ok()
-            .flatten()
-    }
 }
 
 /// One of croner's per-field matchers.
 type Field = fn(&CronPattern, u32) -> Result<bool, croner::errors::CronError>;
 
-fn matches_all(p: &CronPattern, field: Field, values: std::ops::RangeInclusive<u32>) -> bool {
-    values.into_iter().all(|v| field(p, v).unwrap_or(false))
+/// The values in `values` that `field` matches, as bits.
+fn mask(p: &CronPattern, field: Field, values: std::ops::RangeInclusive<u32>) -> u64 {
+    values
+        .filter(|&v| field(p, v).unwrap_or(false))
+        .fold(0, |bits, v| bits | 1 << v)
+}
+
+/// The least value at or above `from` whose bit is set.
+fn next_bit(bits: u64, from: u32) -> Option<u32> {
+    let above = bits.checked_shr(from)?;
+    (above != 0).then(|| from + above.trailing_zeros())
 }
 
 fn at(date: Date, h: u32, m: u32, s: u32) -> Option<DateTime> {
