@@ -28,7 +28,11 @@ One run, on loopback and free ports, in a fresh directory:
     - start a fourth node D (a join);
     - SIGTERM A (a planned leave; it is taken out of the load balancer first);
     - kill -9 a Redis master (its replica is promoted); the old master is started again 3 s
-      after the promotion and rejoins as the new master's replica, so that WAIT 1 can be met.
+      after the promotion and rejoins as the new master's replica, so that WAIT 1 can be met;
+    - every Redis master stalls for STALL_S (`DEBUG SLEEP`, past the lease TTL, as an AOF fsync
+      stall or a fork for BGSAVE would), with `cluster-node-timeout` raised to 15 s for it so
+      that no failover happens: every lease lapses at once, and each node must drop, acquire
+      again and reload every partition.
     For each: the time until the partitions settled, and the lateness of the timers due in
     its window, all of them and those of the partitions that changed owner.
  5. Load stops; once every deadline has passed, the drill reads every tenant's fired stream
@@ -51,7 +55,8 @@ A) with no timer later than 100 ms; the lateness of timers due during each event
 distribution.
 
 Environment (defaults in brackets): RATE [300 timers/s], LOAD_THREADS [6], BATCH [10],
-SETTLE_LIMIT_S [20], GAP_S [4] (load between events), PAUSE_S [6] (2 × TTL), LEASE_TTL_S [3].
+SETTLE_LIMIT_S [20], GAP_S [4] (load between events), PAUSE_S [6] (2 × TTL), LEASE_TTL_S [3],
+STALL_S [4.5] (1.5 × TTL).
 """
 
 import argparse
@@ -82,6 +87,7 @@ SETTLE_LIMIT_S = env_float("SETTLE_LIMIT_S", 20)
 GAP_S = env_float("GAP_S", 4)
 LEASE_TTL_S = env_float("LEASE_TTL_S", 3)
 PAUSE_S = env_float("PAUSE_S", 2 * LEASE_TTL_S)
+STALL_S = env_float("STALL_S", 1.5 * LEASE_TTL_S)
 TENANTS = ["shop", "ledger", "coupons", "stock"]
 PARTITIONS = 1024
 DELAY_MS = (1000, 12000)
@@ -157,6 +163,7 @@ def cluster_node(d, port):
         f"port {port}", "bind 127.0.0.1", "protected-mode no", f"dir {d}",
         f"logfile {os.path.join(d, f'redis-{port}.log')}",
         "cluster-enabled yes", f"cluster-config-file nodes-{port}.conf",
+        "enable-debug-command local",
         "cluster-node-timeout 1000", "cluster-replica-validity-factor 0",
         "cluster-allow-replica-migration no", 'save ""', "appendonly no",
         f"dbfilename dump-{port}.rdb", "repl-diskless-sync yes",
@@ -733,7 +740,40 @@ def one_run(binary, d, run_id, seed):
                        "promoted_s": t_promoted})
         log(f"  kill -9 Redis master :{victim}: replica promoted in {t_promoted:.1f} s, "
             f"old master back as replica at {t_back:.1f} s")
-        time.sleep(GAP_S + 2)
+        time.sleep(GAP_S)
+
+        # Every master stalls past the lease TTL at once; no failover (node timeout 15 s).
+        def stall_masters():
+            for n in cluster.running():
+                try_cmd(n.port, "CONFIG", "SET", "cluster-node-timeout", "15000")
+            sleepers = [threading.Thread(target=try_cmd,
+                                         args=(m, "DEBUG", "SLEEP", f"{STALL_S:.1f}"),
+                                         kwargs={"timeout": STALL_S + 5})
+                        for m in cluster.masters()]
+            for t in sleepers:
+                t.start()
+            for t in sleepers:
+                t.join()
+        masters_before = sorted(cluster.masters())
+        s0 = {n.name: n.metrics() for n in (B, C, D)}
+        event(f"every Redis master stalled for {STALL_S:.1f} s", False, [B, C, D],
+              stall_masters, SETTLE_LIMIT_S, moved_of=None)
+        # Every partition was dropped and loaded again: its timers count as moved.
+        events[-1]["moved_set"] = set(range(PARTITIONS))
+        events[-1]["moved"] = PARTITIONS
+        s1 = {n.name: n.metrics() for n in (B, C, D)}
+        res["stalled"] = {
+            name: {k: s1[name].get(f"punctual_cluster_{k}_total", 0)
+                   - s0[name].get(f"punctual_cluster_{k}_total", 0)
+                   for k in ("lease_losses", "lease_acquisitions", "round_errors")}
+            for name in s0
+        }
+        log(f"  stall: per node, leases lost, acquired again, rounds failed: {res['stalled']}")
+        for n in cluster.running():
+            try_cmd(n.port, "CONFIG", "SET", "cluster-node-timeout", "1000")
+        if sorted(cluster.masters()) != masters_before:
+            fails.append("the stall caused a failover: the drill's premise did not hold")
+        time.sleep(2)
     except BaseException:
         stop.set()
         for n in list(nodes.values()):
@@ -777,6 +817,9 @@ def one_run(binary, d, run_id, seed):
             fails.append(f"{v} × {k}")
     if res.get("paused", {}).get("lease losses", 0) + res.get("paused", {}).get("fenced writes", 0) == 0:
         fails.append("the pause lapsed no lease of B's and fenced nothing: the drill did not pause it")
+    stalled = res.get("stalled", {})
+    if stalled and any(v["lease_losses"] == 0 or v["lease_acquisitions"] == 0 for v in stalled.values()):
+        fails.append(f"a node lost or re-acquired no lease in the stall: {stalled}")
     # Lateness by window: a timer is in an event's window when due between its start and the
     # end of its settling (plus one round).
     res["windows"] = []
@@ -829,6 +872,9 @@ def report(res):
                          f"{worst:.1f} ms: {verdict}")
     if "paused" in res:
         lines.append("  B during its pause: " + ", ".join(f"{k} {v:.0f}" for k, v in res["paused"].items()))
+    for name, v in res.get("stalled", {}).items():
+        lines.append(f"  {name} through the stall: leases lost {v['lease_losses']:.0f}, acquired again "
+                     f"{v['lease_acquisitions']:.0f}, rounds failed {v['round_errors']:.0f}")
     st = res["stats"]
     lines.append("  answers: " + ", ".join(f"{k} {v}" for k, v in sorted(st.items())
                                           if k not in ("lost",)))

@@ -14,7 +14,7 @@
 //! # Cost model
 //!
 //! One mutex per partition, uncontended but for the loop's updates; a shard's look is one
-//! lock and a clock read. [`Loading`] is one mutex over 1,024 instants, taken at each gain,
+//! lock and two clock reads (monotonic, and the boot clock that counts a suspend: `lease`). [`Loading`] is one mutex over 1,024 instants, taken at each gain,
 //! loss and hand-over, and at each scrape.
 
 use super::lease::Lease;

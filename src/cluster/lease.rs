@@ -95,6 +95,10 @@ pub struct Lease {
     /// `<node>/<nonce>-<token>:<epoch>`: the lease key's value while this node holds it.
     holder: Arc<str>,
     deadline: Instant,
+    /// The same deadline on `CLOCK_BOOTTIME` (`None` where that clock cannot be read): the
+    /// monotonic clock stops while a virtual machine is suspended, the boot clock does not, so
+    /// a node that resumes past its leases finds them lapsed at once (see [`Lease::valid_at`]).
+    boot_deadline: Option<Duration>,
 }
 
 impl Lease {
@@ -128,6 +132,7 @@ impl Lease {
             epoch,
             holder: format!("n:{epoch}").into(),
             deadline,
+            boot_deadline: None,
         }
     }
 
@@ -144,17 +149,32 @@ impl Lease {
             epoch,
             holder: holder.into(),
             deadline: cfg.deadline(sent),
+            boot_deadline: boot_deadline(cfg, sent),
         }
     }
 
     /// Renewed by a call sent at `sent`: held for another TTL (less the margin) from then.
     pub(crate) fn renewed_at(&mut self, cfg: LeaseConfig, sent: Instant) {
         self.deadline = cfg.deadline(sent);
+        self.boot_deadline = boot_deadline(cfg, sent);
     }
 
-    /// Whether the node may still act on the partition at `now`.
+    /// Whether the node may still act on the partition at `now`: before its deadline on the
+    /// monotonic clock and, read now, on the boot clock. A suspended virtual machine's
+    /// monotonic clock stood still while Redis's TTL ran on: on resuming, the monotonic
+    /// deadline still lies ahead, the boot clock's has passed, and the lease is not acted on
+    /// (the loop then tells it lost and acquires it afresh).
     pub fn valid_at(&self, now: Instant) -> bool {
-        now < self.deadline
+        self.valid_at_boot(now, boottime())
+    }
+
+    /// [`Lease::valid_at`] with the boot clock's reading given (`None`: not checked).
+    pub fn valid_at_boot(&self, now: Instant, boot: Option<Duration>) -> bool {
+        let boot_ok = match (self.boot_deadline, boot) {
+            (Some(deadline), Some(now)) => now < deadline,
+            _ => true,
+        };
+        now < self.deadline && boot_ok
     }
 
     /// The lease is known lost at `at` (a renewal or a fenced write found another value in
@@ -179,6 +199,31 @@ impl Lease {
         }
         Ok(fence::fenced(self.partition, &self.holder, keys, commands)?)
     }
+}
+
+/// `CLOCK_BOOTTIME` now (it counts a suspend, which `CLOCK_MONOTONIC` does not); `None` if it
+/// cannot be read. Through the vDSO: tens of nanoseconds.
+pub fn boottime() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call, which only
+    // writes it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    (rc == 0).then(|| {
+        Duration::new(
+            ts.tv_sec.max(0) as u64,
+            ts.tv_nsec.clamp(0, 999_999_999) as u32,
+        )
+    })
+}
+
+/// The boot clock's deadline of a lease sent at `sent`: the boot clock at the send (read now,
+/// less the monotonic time since) plus the TTL less the margin.
+fn boot_deadline(cfg: LeaseConfig, sent: Instant) -> Option<Duration> {
+    let at_send = boottime()?.checked_sub(sent.elapsed())?;
+    Some(at_send + cfg.ttl.saturating_sub(cfg.drift))
 }
 
 /// What an acquisition found.
@@ -382,6 +427,7 @@ mod tests {
             epoch: 7,
             holder: "n:7".into(),
             deadline,
+            boot_deadline: None,
         }
     }
 
@@ -418,6 +464,33 @@ mod tests {
                 epoch: 7
             })
         ));
+    }
+
+    #[test]
+    fn a_lease_whose_boot_clock_deadline_passed_is_not_valid_though_the_monotonic_one_is_ahead() {
+        let cfg = LeaseConfig::with_ttl(Duration::from_secs(3));
+        let now = Instant::now();
+        let l = Lease::granted(3, 7, "n/x-t:7", cfg, now);
+        let boot = boottime().expect("CLOCK_BOOTTIME on Linux");
+        assert!(l.valid_at(now) && l.valid_at_boot(now, Some(boot)));
+        // Resumed after a 10 s suspend: the monotonic clock says a moment passed, the boot
+        // clock says 10 s.
+        let resumed = Some(boot + Duration::from_secs(10));
+        assert!(!l.valid_at_boot(now + Duration::from_millis(1), resumed));
+        assert!(
+            l.valid_at_boot(now, None),
+            "an unreadable boot clock checks nothing"
+        );
+        let mut renewed = l.clone();
+        renewed.renewed_at(cfg, now + Duration::from_millis(1));
+        assert!(
+            !renewed.valid_at_boot(now, resumed),
+            "a renewal sent before the suspend"
+        );
+        assert!(
+            !l.valid_at(now + Duration::from_secs(3)),
+            "the monotonic deadline holds too"
+        );
     }
 
     #[test]
