@@ -111,12 +111,16 @@ pub struct BatchScan<'a> {
     /// Items scanned past the first [`MAX_BATCH_ITEMS`] (or every element of an array).
     beyond: usize,
     /// The line (from 1) of `counted`, and where that line starts: the newlines before
-    /// `counted` are counted as the scan goes, an item at a time.
+    /// `counted` are counted as the scan goes, a slice at a time (at each `Step::More`), so
+    /// that a refusal counts at most one slice's bytes. (Counted an item at a time, they were
+    /// a loop of its own per registration.)
     line: usize,
     line_start: usize,
     counted: usize,
-    /// Items (weighed by their bytes) since `over` was last asked.
+    /// Items (weighed by their bytes) since `over` was last asked, and where the last item
+    /// ended.
     unasked: usize,
+    asked_at: usize,
 }
 
 impl<'a> BatchScan<'a> {
@@ -132,6 +136,7 @@ impl<'a> BatchScan<'a> {
             line_start: 0,
             counted: 0,
             unasked: 0,
+            asked_at: 0,
         }
     }
 
@@ -164,13 +169,13 @@ impl<'a> BatchScan<'a> {
                         Err(Unscanned::TooLarge) => return Step::Refused(self.too_large()),
                         Err(Unscanned::NotValue) => return self.refuse(),
                     }
-                    let scanned = self.pos - self.counted;
-                    self.count_lines();
                     self.at = At::AfterItem;
-                    self.unasked += 1 + scanned / ASK_BYTES;
+                    self.unasked += 1 + (self.pos - self.asked_at) / ASK_BYTES;
+                    self.asked_at = self.pos;
                     if self.unasked >= ASK_EVERY {
                         self.unasked = 0;
                         if over() {
+                            self.count_lines();
                             return Step::More;
                         }
                     }

@@ -26,6 +26,7 @@ use crate::cooperate::Slice;
 use crate::error::Error;
 use crate::op::{Cancelled, Op, Reply, Scheduled, TimerInfo};
 use crate::quota::QuotaSlot;
+use crate::ring::Taken;
 use crate::store::Ack;
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
@@ -44,17 +45,24 @@ impl<S: TimeSource> Shard<S> {
     pub(super) fn drain(&mut self, slice: Option<Slice>) -> usize {
         let batch = self.store.ops_per_pass();
         let mut n = 0;
+        let mut taken = Taken::default();
         while n < batch {
-            if n % DRAIN_CHECK == DRAIN_CHECK - 1 && slice.is_some_and(|s| s.is_over()) {
-                break;
+            if n % DRAIN_CHECK == DRAIN_CHECK - 1 {
+                self.ring.give_back(&mut taken);
+                if slice.is_some_and(|s| s.is_over()) {
+                    break;
+                }
             }
-            let Some(op) = self.ring.pop() else { break };
+            let Some(op) = self.ring.pop_into(&mut taken) else {
+                break;
+            };
             if n == 0 {
                 self.store.begin_pass();
             }
             self.apply(op);
             n += 1;
         }
+        self.ring.give_back(&mut taken);
         if n > 0 {
             self.metrics
                 .pending

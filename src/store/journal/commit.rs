@@ -8,6 +8,7 @@
 //!     batch = whole records from the front (≤ max_batch_records, ≤ max_batch_bytes)
 //!     it does not fit the segment? roll: create the next one, seal this one, maybe compact
 //!     write [batch record | records | zero padding] at the segment's end; fdatasync
+//!       (under `always`, both in one job of the I/O thread)
 //!     durable → pop the batch, answer its acks
 //!     disk full → keep it queued, refuse new writes, back off, write it again
 //!     sync or other write error → refuse everything, stop (never sync that file again)
@@ -272,9 +273,18 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
         b[at..].fill(0);
     }
     let started = Instant::now();
-    match active.file.write_at(buf, active.pos).await {
-        Ok(n) if n == size => {}
-        Ok(n) => {
+    let written = if cfg.fsync.per_commit() {
+        active.file.write_synced_at(buf, active.pos).await
+    } else {
+        active
+            .file
+            .write_at(buf, active.pos)
+            .await
+            .map(|n| (n, None))
+    };
+    let synced = match written {
+        Ok((n, synced)) if n == size => synced,
+        Ok((n, _)) => {
             return Err(Fault::NoSpace(io::Error::new(
                 io::ErrorKind::StorageFull,
                 format!("short write: {n} of {size} bytes"),
@@ -290,9 +300,9 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
                 }
             });
         }
-    }
-    if cfg.fsync.per_commit() {
-        active.file.fdatasync().await.map_err(|e| Fault::Fatal {
+    };
+    if let Some(synced) = synced {
+        synced.map_err(|e| Fault::Fatal {
             what: "fdatasync",
             error: e,
         })?;

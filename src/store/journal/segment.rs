@@ -42,6 +42,22 @@ impl SegmentFile {
         self.run(move |d, f| d.write_at(f, &buf, pos)).await
     }
 
+    /// Writes `buf` at `pos` with one `pwrite` and, once it is all written, makes it durable
+    /// with `fdatasync`, in one job of the I/O thread: one hand-over and one wake per commit,
+    /// not two. The bytes written, and the sync's outcome (`None` after a short write).
+    #[track_caller]
+    pub fn write_synced_at(
+        &self,
+        buf: Vec<u8>,
+        pos: u64,
+    ) -> impl std::future::Future<Output = io::Result<(usize, Option<io::Result<()>>)>> + '_ {
+        let at = super::io::Site::caller();
+        self.run(move |d, f| {
+            let n = d.write_at(f, &buf, pos)?;
+            Ok((n, (n == buf.len()).then(|| d.sync_at(f, at))))
+        })
+    }
+
     #[track_caller]
     pub fn fdatasync(&self) -> impl std::future::Future<Output = io::Result<()>> + '_ {
         let at = super::io::Site::caller();
