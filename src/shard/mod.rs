@@ -387,6 +387,8 @@ fn worked(drained: usize, fired: u64, freed: usize, more: More) -> bool {
 }
 
 #[cfg(test)]
+mod fate_tests;
+#[cfg(test)]
 mod gate_tests;
 #[cfg(test)]
 mod tests;
