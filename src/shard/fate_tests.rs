@@ -281,3 +281,25 @@ fn a_letter_replaced_by_a_later_one_releases_its_slot_once() {
     w.discard("k");
     w.check("discarded", 0, &[]);
 }
+
+/// Every slot a timer or a dead letter gives back goes through `fate::release`: no other file
+/// of the shard gives one back, so a new way out cannot release a slot on its own.
+#[test]
+fn only_the_timers_end_gives_a_quota_slot_back() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/shard");
+    // Spelled in two parts, so that this file does not hold it.
+    let call = [".rel", "ease()"].concat();
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).expect("the shard's sources") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let calls = text.matches(&call).count();
+        let expected = usize::from(path.ends_with("fate.rs"));
+        assert_eq!(calls, expected, "{}: quota releases", path.display());
+    }
+    assert!(files > 10, "read the shard's files");
+}
