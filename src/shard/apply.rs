@@ -15,7 +15,8 @@
 //! A tenant with a quota holds one slot per pending timer and per dead letter (`quota`). A
 //! schedule of a new key reserves a slot before the table is asked and settles it once the
 //! table answered ([`settle_quota`]): a new timer keeps it, a replacement gives it back. A
-//! tenant without a quota may not take the room held for the tenants with one.
+//! slot a timer or a dead letter holds goes back in one place, `fate.rs`. A tenant without a
+//! quota may not take the room held for the tenants with one.
 //!
 //! Cost per op: one store admission, one quota look-up (a new key of a tenant with a quota:
 //! one atomic update), the table's upsert, and the store's encoding of the write.
@@ -300,13 +301,6 @@ impl<S: TimeSource> Shard<S> {
                 tenant: timer.tenant().to_string(),
                 limit: quota.limit,
             })
-    }
-
-    /// A pending timer of `tenant` left the table (fired or cancelled), or a dead letter left.
-    pub(super) fn release_quota(&self, tenant: &str) {
-        if let Some(q) = self.quotas.get(tenant) {
-            q.release();
-        }
     }
 
     pub(super) fn upsert_error(&self, e: UpsertError, deadline: UtcMicros) -> Error {

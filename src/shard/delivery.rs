@@ -1,26 +1,15 @@
-//! What the shard does for its sinks' deliveries once they are under way: their follow-ups,
-//! and the dead letters' re-drives and discards (see `sink::webhook` for the whole flow). A
-//! fired timer's own fate (kept, buried or retired) is settled at its fire, in the table's
-//! poll (`fire.rs`, `Settle`).
-//!
-//! All of it goes through the one table and the one store, like an op: a follow-up applies
-//! only to the exact state it was meant for; a dead letter leaves the table for
-//! `DeadLetters` (`dead.rs`) and the store's `dead`. None of this is refused by the store:
-//! like fires, these writes stand for timers that were already admitted.
+//! What the shard does for its sinks' deliveries besides deciding a timer's end: the
+//! follow-ups they hand over, taken a slice at a time (each applied in `fate.rs`, which owns
+//! every state from a fire to the timer's end), the deliveries finished at a stop, the sinks
+//! told to forget a timer an op took, and the dead letters' room and listing (the letters
+//! themselves are kept in `dead.rs`). See `sink::webhook` for the whole flow.
 
-use super::fire::Settle;
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::cooperate::Slice;
 use crate::error::Error;
-use crate::metrics::DeliveryMetrics;
-use crate::op::{Cancelled, DeadInfo, Reply, Scheduled};
-use crate::partition::partition_of;
-use crate::sink::webhook::redriven;
-use crate::sink::{Followup, Next};
-use crate::store::Ack;
+use crate::op::DeadInfo;
 use crate::timer::PackedTimer;
-use crate::units::UtcMicros;
 
 /// Follow-ups applied between two looks at the pass's slice. One is a table lookup and, for
 /// a retry, a copy of the timer's payload (up to 64 KiB) and a store write: tens of
@@ -93,101 +82,6 @@ impl<S: TimeSource> Shard<S> {
         n
     }
 
-    fn apply_followup(&mut self, f: Followup) {
-        let identity = f.timer.identity();
-        let current = self.table.get(identity);
-        // A timer of a partition being purged is gone already, or about to be: a re-armed
-        // entry could land below the purge's cursor and escape it (`partitions.rs`).
-        let purged = self
-            .purging
-            .as_ref()
-            .is_some_and(|p| p.covers(partition_of(f.timer.tenant(), f.timer.key())));
-        if purged
-            || !current.is_some_and(|v| v.version == f.version && v.timer.meta() == f.timer.meta())
-        {
-            // Cancelled, replaced or moved on since: not ours to change. A wake it leaves
-            // unused is passed on, so the slot it stood for is not left idle.
-            if f.next == Next::Wake {
-                for sink in self.sinks.iter_mut() {
-                    sink.wake_unused(&f.timer);
-                }
-            }
-            return;
-        }
-        let payload = match f.next {
-            Next::Done => Vec::new(),
-            _ => current.map_or_else(Vec::new, |v| v.timer.payload().to_vec()),
-        };
-        let (tenant, key) = (f.timer.tenant(), f.timer.key());
-        match f.next {
-            Next::Done => {
-                if self.table.cancel(identity).is_some() {
-                    self.store.cancel(tenant, key, Ack::None);
-                    self.release_quota(tenant);
-                }
-            }
-            Next::Reschedule { after, meta } => {
-                let Some(new) = PackedTimer::with_meta(tenant, key, &meta, &payload) else {
-                    return;
-                };
-                let deadline = self.after(after);
-                match self.table.insert_with_version(new, deadline, f.version) {
-                    Ok(u) => {
-                        let s = Scheduled {
-                            version: f.version,
-                            deadline,
-                            replaced: true,
-                        };
-                        if let Some(t) = self.table.timer_at(u.slot) {
-                            self.store.schedule(t, &s, Ack::None);
-                        }
-                    }
-                    Err(e) => {
-                        let e = self.upsert_error(e, deadline);
-                        tracing::error!(shard = self.id, tenant, key, error = %e, "a webhook retry could not be scheduled");
-                    }
-                }
-            }
-            Next::Dead { meta, fire_at } => {
-                if self.table.cancel(identity).is_some() {
-                    if let Some(letter) = PackedTimer::with_meta(tenant, key, &meta, &payload) {
-                        self.bury(letter, f.version, fire_at);
-                    }
-                }
-            }
-            Next::Wake => {
-                // Due now; the store keeps its later deadline as the safety net.
-                let now = self.clock.now().as_micros();
-                if let Some(t) = PackedTimer::with_meta(tenant, key, f.timer.meta(), &payload) {
-                    let _ = self.table.insert_with_version(t, now, f.version);
-                }
-            }
-        }
-        self.metrics
-            .pending
-            .store(self.pending() as u64, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Files a dead letter (already out of the table) with the store, like a fired one
-    /// (`Settle::bury`), without a fire.
-    fn bury(&mut self, letter: PackedTimer, version: u64, fire_at: UtcMicros) {
-        Settle {
-            id: self.id,
-            store: &mut *self.store,
-            quotas: &self.quotas,
-            metrics: &self.metrics,
-            dead: &mut self.deliveries.dead,
-            horizon: self.table.horizon(),
-        }
-        .bury(letter, version, fire_at, None);
-    }
-
-    /// The deadline `after` from now.
-    fn after(&self, after: std::time::Duration) -> UtcMicros {
-        let us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
-        self.clock.now().as_micros().saturating_add_micros(us)
-    }
-
     /// The tenant's dead letters in the key range (after, through], at most `limit`.
     pub(super) fn dead_list(
         &self,
@@ -216,89 +110,5 @@ impl<S: TimeSource> Shard<S> {
             });
         }
         Ok(())
-    }
-
-    /// Re-drives the dead letter under `timer`'s (tenant, key): pending again, due now, with a
-    /// fresh attempt budget and its old version (so the same `Idempotency-Key`).
-    pub(super) fn redrive(&mut self, timer: PackedTimer, reply: Reply<Result<Scheduled, Error>>) {
-        let (tenant, key) = (timer.tenant(), timer.key());
-        let meta = match self.deliveries.dead.get(tenant, key) {
-            Some(l) => redriven(l.timer.meta()),
-            None => {
-                let _ = reply.send(Err(Error::DeadLetterNotFound {
-                    tenant: tenant.to_string(),
-                    key: key.to_string(),
-                }));
-                return;
-            }
-        };
-        if self.holds(timer.identity()) {
-            let _ = reply.send(Err(Error::TimerPending {
-                tenant: tenant.to_string(),
-                key: key.to_string(),
-            }));
-            return;
-        }
-        if let Err(e) = self.store.admit(tenant) {
-            let _ = reply.send(Err(e));
-            return;
-        }
-        let Some(letter) = self.deliveries.dead.remove(tenant, key) else {
-            return;
-        };
-        let now = self.clock.now().as_micros();
-        let new =
-            meta.and_then(|m| PackedTimer::with_meta(tenant, key, &m, letter.timer.payload()));
-        let Some(new) = new else {
-            self.deliveries.dead.insert(letter);
-            let _ = reply.send(Err(Error::DeadLetterNotFound {
-                tenant: tenant.to_string(),
-                key: key.to_string(),
-            }));
-            return;
-        };
-        match self.table.insert_with_version(new, now, letter.version) {
-            Ok(u) => {
-                let s = Scheduled {
-                    version: letter.version,
-                    deadline: now,
-                    replaced: false,
-                };
-                match self.table.timer_at(u.slot) {
-                    Some(t) => self.store.redrive(t, &s, Ack::Schedule(reply, s)),
-                    None => self.store.dead_removed(tenant, key, Ack::None),
-                }
-                DeliveryMetrics::add(&self.metrics.webhooks.tenant(tenant).dead, -1);
-            }
-            Err(e) => {
-                let e = self.upsert_error(e, now);
-                self.deliveries.dead.insert(letter);
-                let _ = reply.send(Err(e));
-            }
-        }
-    }
-
-    /// Discards the dead letter under `timer`'s (tenant, key); its quota slot is given back.
-    pub(super) fn discard(&mut self, timer: PackedTimer, reply: Reply<Result<Cancelled, Error>>) {
-        let (tenant, key) = (timer.tenant(), timer.key());
-        if self.deliveries.dead.get(tenant, key).is_none() {
-            let ack = Ack::Cancel(reply, Cancelled::NotFound);
-            self.store.answer_after_writes(tenant, ack);
-            return;
-        }
-        if let Err(e) = self.store.admit(tenant) {
-            let _ = reply.send(Err(e));
-            return;
-        }
-        if let Some(letter) = self.deliveries.dead.remove(tenant, key) {
-            self.release_quota(tenant);
-            DeliveryMetrics::add(&self.metrics.webhooks.tenant(tenant).dead, -1);
-            let answer = Cancelled::Cancelled {
-                version: letter.version,
-                deadline: letter.fire_at,
-            };
-            self.store
-                .dead_removed(tenant, key, Ack::Cancel(reply, answer));
-        }
     }
 }

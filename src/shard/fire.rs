@@ -6,12 +6,8 @@
 //!
 //! The pass polls the table with `TimerTable::poll_keeping`: for each timer due, the table
 //! hands it over, the sinks answer ([`Next`]), and the pass answers the table with the
-//! timer's fate before the next one fires ([`Settle::fate`]). Done, buried, or
-//! not keepable: it leaves the table, retired. Kept (a webhook's attempt under way, a
-//! held-back delivery's safety net): the store is told, and the table re-arms the same slab
-//! entry at the new deadline with the new metadata, under its version and its index entry. A
-//! retry is a timer, and keeping one costs no removal, lookup or insert; it is due again from
-//! the end of the poll, never twice in one.
+//! timer's fate before the next one fires (`Settle::fate`, in `fate.rs`, which owns every
+//! state of a timer's end and the one release of its quota slot).
 //!
 //! # The budget
 //!
@@ -43,17 +39,9 @@
 //! On a cluster of nodes, a due timer of a partition the shard may not act on now (its lease
 //! lapsed, or it is not loaded: `gate.rs`) is not fired: it leaves the wheel unfired, its
 //! quota slot goes back, the sinks forget it, and the store hears nothing (its record stays for
-//! the partition's holder). The partition is then not acted on until it is loaded again. One
+//! the partition's holder: `Settle::unfired`). The partition is then not acted on until it is loaded again. One
 //! exception: a due timer of the partition whose load is under way is set aside by the load
 //! (`partitions.rs`), and goes in again, still unfired, as the partition opens.
-//!
-//! # Retiring a fired timer
-//!
-//! A fired timer that leaves the table for good goes through one function, [`retire`]: the
-//! store hears of its own firing (`Store::fired`) or drops the record of a delivery step
-//! (`Store::cancel`), and its tenant's quota slot goes back. So does a timer a sink meant to
-//! keep but that cannot stay (its new metadata does not fit a timer, or its deadline lies past
-//! the wheel's range): it is logged and retired, never left half-kept.
 //!
 //! # Cost
 //!
@@ -64,17 +52,13 @@
 //! burst is over: the index entry goes after the pass (`TimerTable::poll_keeping`), the
 //! timer's memory after the last pass of the burst (`Spent`, `pass.rs`).
 
-use super::dead::{DeadLetters, Letter};
+use super::fate::Settle;
 use super::pass::More;
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::cooperate::Slice;
-use crate::metrics::{DeliveryMetrics, ShardMetrics};
-use crate::op::Scheduled;
-use crate::quota::Quotas;
 use crate::sink::{webhook, Next};
-use crate::store::{Ack, Store};
-use crate::timer::{FiredTimer, Firing, PackedTimer};
+use crate::timer::{FiredTimer, Firing};
 use crate::units::{UtcMicros, UtcNanos};
 use crate::wheel::Fate;
 use std::sync::atomic::Ordering;
@@ -224,20 +208,12 @@ impl<S: TimeSource> Shard<S> {
                     {
                         // Of the partition being loaded: it goes in again, unfired, with the
                         // load's last step (`partitions.rs`).
-                        if let Some(q) = settle.quotas.get(tenant) {
-                            q.release();
-                        }
+                        settle.set_aside(tenant);
                         return Fate::Done;
                     }
                     // Not this node's to fire now: it leaves unfired, its record stays in the
                     // store for the partition's holder (`gate.rs`).
-                    for sink in sinks.iter_mut() {
-                        sink.forget(&record.timer);
-                    }
-                    if let Some(q) = settle.quotas.get(tenant) {
-                        q.release();
-                    }
-                    metrics.unfired_total.fetch_add(1, Ordering::Relaxed);
+                    settle.unfired(sinks, &record.timer);
                     return Fate::Done;
                 }
                 if !settle.store.may_fire(record.version) {
@@ -278,133 +254,5 @@ impl<S: TimeSource> Shard<S> {
             },
             |timer| spent.keep(timer),
         )
-    }
-}
-
-/// What settling a fired timer's fate touches of the shard besides its table: borrowed apart
-/// from the table, so that the fire pass settles each timer while the table polls.
-pub(super) struct Settle<'a> {
-    pub id: usize,
-    pub store: &'a mut dyn Store,
-    pub quotas: &'a Quotas,
-    pub metrics: &'a ShardMetrics,
-    pub dead: &'a mut DeadLetters,
-    /// The latest deadline the table re-arms a timer at in this poll (`TimerTable::horizon`).
-    pub horizon: UtcMicros,
-}
-
-impl Settle<'_> {
-    /// The fate of `timer`, fired as `f`, whose sinks answered `next`; the store is told and
-    /// the quota settled here, the table does the rest.
-    pub fn fate(
-        &mut self,
-        f: &FiredTimer<'_>,
-        timer: &PackedTimer,
-        next: Next,
-    ) -> Fate<PackedTimer> {
-        match next {
-            Next::Reschedule { after, meta } => {
-                let us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
-                let deadline = f.fired_at.as_micros().saturating_add_micros(us);
-                if deadline > self.horizon {
-                    tracing::error!(
-                        shard = self.id,
-                        tenant = f.tenant,
-                        key = f.key,
-                        deadline_us = deadline.0,
-                        "a sink kept a fired timer due past the wheel's range: the timer is \
-                         retired (its record goes, its quota slot is released) and its \
-                         delivery stops"
-                    );
-                    retire(self.store, self.quotas, f);
-                    return Fate::Done;
-                }
-                let Some(kept) = timer.with_new_meta(&meta) else {
-                    self.unkeepable(f, meta.len());
-                    return Fate::Done;
-                };
-                let s = Scheduled {
-                    version: f.version,
-                    deadline,
-                    replaced: false,
-                };
-                if f.firing == Firing::Own {
-                    self.store.fired_kept(f, &kept, &s);
-                } else {
-                    self.store.schedule(&kept, &s, Ack::None);
-                }
-                Fate::Rearm(deadline, kept)
-            }
-            Next::Dead { meta, fire_at } => {
-                match timer.with_new_meta(&meta) {
-                    Some(letter) => {
-                        let own = f.firing == Firing::Own;
-                        self.bury(letter, f.version, fire_at, own.then_some(f));
-                    }
-                    None => self.unkeepable(f, meta.len()),
-                }
-                Fate::Done
-            }
-            Next::Done | Next::Wake => {
-                // A sink never answers a fire with `Wake`; taken as done.
-                retire(self.store, self.quotas, f);
-                Fate::Done
-            }
-        }
-    }
-
-    /// A sink kept (or buried) a fired timer with delivery metadata of `meta_len` bytes, more
-    /// than a timer holds (`PackedTimer::with_meta`): it cannot stay, so it is retired like a
-    /// timer that is done, and says so.
-    fn unkeepable(&mut self, f: &FiredTimer<'_>, meta_len: usize) {
-        tracing::error!(
-            shard = self.id,
-            tenant = f.tenant,
-            key = f.key,
-            meta_len,
-            "a sink kept a fired timer with {meta_len} bytes of delivery metadata, over the \
-             65,535 a timer holds: the timer is retired (its record goes, its quota slot is \
-             released) and its delivery stops"
-        );
-        retire(self.store, self.quotas, f);
-    }
-
-    /// Files a dead letter (already out of the table) and tells the store, with the fire when
-    /// it was the timer's own firing that killed it. It keeps its quota slot; one it replaces
-    /// gives its slot back.
-    pub fn bury(
-        &mut self,
-        letter: PackedTimer,
-        version: u64,
-        fire_at: UtcMicros,
-        fired: Option<&FiredTimer<'_>>,
-    ) {
-        let letter = Letter::new(letter, version, fire_at);
-        match fired {
-            Some(f) => self.store.fired_dead(f, &letter.stored()),
-            None => self.store.dead(&letter.stored()),
-        }
-        let m = self.metrics.webhooks.tenant(letter.timer.tenant());
-        DeliveryMetrics::add(&m.dead, 1);
-        let tenant = letter.timer.tenant().to_string();
-        if self.dead.insert(letter).is_some() {
-            DeliveryMetrics::add(&m.dead, -1);
-            if let Some(q) = self.quotas.get(&tenant) {
-                q.release();
-            }
-        }
-    }
-}
-
-/// Retires a fired timer that leaves the table for good: the store hears of its own firing, or
-/// drops the record of a step of its delivery; its tenant's quota slot goes back.
-pub(super) fn retire(store: &mut dyn Store, quotas: &Quotas, f: &FiredTimer<'_>) {
-    if f.firing == Firing::Own {
-        store.fired(f);
-    } else {
-        store.cancel(f.tenant, f.key, Ack::None);
-    }
-    if let Some(q) = quotas.get(f.tenant) {
-        q.release();
     }
 }

@@ -26,7 +26,8 @@
 //! # A fire, settled in the call that fires it
 //!
 //! The fire pass takes each due timer from the table, hands it to the sinks and answers the
-//! table with its fate in the same call (`fire.rs`, `delivery.rs`): retired (the store hears
+//! table with its fate in the same call (`fire.rs`; the fate is `fate.rs`'s, which owns every
+//! state of a timer's end, from its fire to its last quota release): retired (the store hears
 //! of the fire or drops a step's record, the quota slot goes back), made a dead letter, or
 //! kept. A kept timer (a webhook's attempt under way, or a delivery a cap holds back, due
 //! again at its safety net) is written to the store and re-armed by the table in its own slab entry, under
@@ -34,7 +35,8 @@
 //! is a timer, and keeping one is one call on the table, not a removal and an insert. The
 //! wheel links a re-armed entry at its new deadline as the poll ends, so nothing fires twice
 //! in one poll. What a delivery learns later (its outcome) comes back as a follow-up
-//! (`Followups::send`), applied at the next pass.
+//! (`Followups::send`), applied at the next pass (`delivery.rs` takes them, `fate.rs` applies
+//! each).
 //!
 //! # Sharing the thread: cooperative, never preempted
 //!
@@ -145,8 +147,9 @@
 //! | `gate.rs` | which partitions the shard may act on: all, or on a cluster of nodes those it loaded and holds the lease of |
 //! | `partitions.rs` | a partition loaded or dropped at run time (a cluster of nodes), run a slice at a time |
 //! | `purge.rs` | the purge and loads under way between two passes (`Purge`) |
-//! | `fire.rs` | the fire pass, a fired timer's fate settled at its fire (`Settle::fate`), and the one `retire` of a fired timer |
-//! | `delivery.rs` | the sinks' follow-ups applied (retries, dead letters), re-drives and discards |
+//! | `fire.rs` | the fire pass: what is due, in deadline order, to the sinks, within its budget |
+//! | `fate.rs` | a timer's end, one function per transition: its fate at its fire (`Settle::fate`: kept, retired or buried), the follow-ups' outcomes (delivered, retried, dead), re-drives and discards, the ways out of a purge, and the one quota release (`fate::release`) |
+//! | `delivery.rs` | the sinks' follow-ups taken a slice at a time, the deliveries finished at a stop, the dead letters' room and listing |
 //! | `dead.rs` | the dead-letter table |
 //! | `recover.rs` | start-up recovery from the store, and the one insert of a stored record (`Loader`) |
 //! | `watchdog.rs` | the watchdog's view of the shard (`Pulse`) and its thread |
@@ -168,6 +171,7 @@ mod apply;
 mod dead;
 mod delivery;
 mod failure;
+mod fate;
 mod fire;
 pub(crate) mod gate;
 mod park;
@@ -386,6 +390,8 @@ fn worked(drained: usize, fired: u64, freed: usize, more: More) -> bool {
     drained > 0 || fired > 0 || freed > 0 || more == More::Due
 }
 
+#[cfg(test)]
+mod fate_tests;
 #[cfg(test)]
 mod gate_tests;
 #[cfg(test)]

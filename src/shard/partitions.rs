@@ -29,7 +29,7 @@
 //! - the purged partitions are closed in the gate (`Gate::closing`): their ops are refused and
 //!   their due timers leave unfired, so none of their timers enters the table behind the
 //!   walk's cursor;
-//! - a sink's follow-up of one of their timers is ignored (`delivery.rs`): a re-armed entry
+//! - a sink's follow-up of one of their timers is ignored (`fate.rs`): a re-armed entry
 //!   could land below the cursor and escape the purge;
 //! - no other control is taken off the ring until the purge's own controls are all applied
 //!   (below): they wait there, in order, their partitions closed by the ring's waiting bit.
@@ -55,12 +55,12 @@
 //! the store, the records stay in Redis, and the next holder of the lease loads them.
 
 use super::dead::PurgeCursor;
+use super::fate;
 use super::purge::{Load, Purge};
 use super::recover::Loader;
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::cooperate::Slice;
-use crate::metrics::DeliveryMetrics;
 use crate::op::Control;
 use crate::partition::{partition_of, PARTITIONS};
 use crate::sink::webhook;
@@ -148,14 +148,7 @@ impl<S: TimeSource> Shard<S> {
             purge.next,
             purge.bound,
             |t| picked[partition_of(t.tenant(), t.key()) as usize],
-            |_, record| {
-                for sink in sinks.iter_mut() {
-                    sink.forget(&record.timer);
-                }
-                if let Some(q) = quotas.get(record.timer.tenant()) {
-                    q.release();
-                }
-            },
+            |_, record| fate::purged(sinks, quotas, &record.timer),
             &mut purge.timers,
             || slice.as_ref().is_some_and(Slice::is_over),
         );
@@ -185,11 +178,7 @@ impl<S: TimeSource> Shard<S> {
             pick,
             |letter| {
                 *dead += 1;
-                let tenant = letter.timer.tenant();
-                if let Some(q) = quotas.get(tenant) {
-                    q.release();
-                }
-                DeliveryMetrics::add(&metrics.webhooks.tenant(tenant).dead, -1);
+                fate::letter_purged(quotas, metrics, &letter);
             },
             || slice.as_ref().is_some_and(Slice::is_over),
         );
