@@ -50,6 +50,7 @@ var schemas = map[string]reflect.Type{
 	"BatchItemScheduled": reflect.TypeOf(punctual.BatchResult{}),
 	"BatchItemFailed":    reflect.TypeOf(punctual.BatchResult{}),
 	"HealthOk":           reflect.TypeOf(punctual.Health{}),
+	"HealthDegraded":     reflect.TypeOf(punctual.Health{}),
 	"HealthUnavailable":  reflect.TypeOf(punctual.Health{}),
 	"HealthDraining":     reflect.TypeOf(punctual.Health{}),
 	"ErrorDetail":        reflect.TypeOf(punctual.ErrorDetail{}),

@@ -9,7 +9,8 @@ import (
 
 // Health is /healthz's answer.
 type Health struct {
-	// Status is "ok", "unavailable" or "draining".
+	// Status is "ok", "degraded" (a fleet node holds partitions it has not loaded for over
+	// 5 s), "unavailable" or "draining".
 	Status string `json:"status"`
 	Shards int    `json:"shards,omitempty"`
 	// Store is "journal", "redis" or "memory".
@@ -18,6 +19,9 @@ type Health struct {
 	Reason string `json:"reason,omitempty"`
 	// Partitions is set on a node of a Redis Cluster fleet.
 	Partitions *int `json:"partitions,omitempty"`
+	// PartitionsNotLoaded lists, as ranges ("0-12,15"), the partitions a degraded node has
+	// held for over 5 s without loading them.
+	PartitionsNotLoaded string `json:"partitions_not_loaded,omitempty"`
 }
 
 // Health asks whether the server can take writes. A server that cannot answers 503 with its
@@ -82,6 +86,9 @@ type ClusterThisNode struct {
 	ID        string            `json:"id"`
 	Holds     ClusterPartitions `json:"holds"`
 	ShouldOwn ClusterPartitions `json:"should_own"`
+	// LoadOverdue: the partitions held but not loaded within 5 s of their gain, an alert
+	// (their timers do not fire); nil from a server that does not report it.
+	LoadOverdue *ClusterPartitions `json:"load_overdue,omitempty"`
 }
 
 // Cluster reads /cluster; a node not in cluster mode answers 404 not_found.

@@ -24,7 +24,7 @@ SCHEMAS = {
     "Callback": punctual.Callback, "Retry": punctual.DeliveryRetry, "Delivery": punctual.Delivery,
     "DeadLetter": punctual.DeadLetter, "WebhookDelivery": punctual.WebhookDelivery,
     "BatchItemScheduled": punctual.BatchResult, "BatchItemFailed": punctual.BatchResult,
-    "HealthOk": punctual.Health, "HealthUnavailable": punctual.Health, "HealthDraining": punctual.Health,
+    "HealthOk": punctual.Health, "HealthDegraded": punctual.Health, "HealthUnavailable": punctual.Health, "HealthDraining": punctual.Health,
     "ErrorDetail": punctual.ErrorDetail, "ClusterStatus": punctual.ClusterStatus,
     "ClusterHolder": punctual.ClusterHolder, "ClusterPartitions": punctual.ClusterPartitions,
     "ClusterEpochs": punctual.ClusterEpochs, "ClusterThisNode": punctual.ClusterThisNode,

@@ -87,11 +87,13 @@ export interface DeadLetter {
 
 /** /healthz: `ok`, or why the server cannot take writes (`unavailable`, `draining`). */
 export interface Health {
-  status: "ok" | "unavailable" | "draining";
+  status: "ok" | "degraded" | "unavailable" | "draining";
   shards?: number;
   store?: "journal" | "redis" | "memory";
   reason?: string;
   partitions?: number;
+  /** On a degraded fleet node: the partitions held for over 5 s without being loaded, as ranges ("0-12,15"). */
+  partitions_not_loaded?: string;
 }
 
 export interface ClusterPartitions {
@@ -117,6 +119,8 @@ export interface ClusterThisNode {
   id: string;
   holds: ClusterPartitions;
   should_own: ClusterPartitions;
+  /** The partitions held but not loaded within 5 s of their gain: an alert (their timers do not fire). */
+  load_overdue?: ClusterPartitions;
 }
 
 /** /cluster on a node of a Redis Cluster fleet. */

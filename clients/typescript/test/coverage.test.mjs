@@ -22,7 +22,7 @@ const SCHEMAS = {
   TimerFields: "TimerSpec", PutTimerRequest: "TimerSpec", BatchItemRequest: "BatchItem", Scheduled: "Scheduled",
   Timer: "PendingTimer", Callback: "Callback", Retry: "DeliveryRetry", Delivery: "Delivery", DeadLetter: "DeadLetter",
   WebhookDelivery: "WebhookDelivery", BatchItemScheduled: "BatchResult", BatchItemFailed: "BatchResult",
-  HealthOk: "Health", HealthUnavailable: "Health", HealthDraining: "Health", ErrorDetail: "ErrorDetail",
+  HealthOk: "Health", HealthDegraded: "Health", HealthUnavailable: "Health", HealthDraining: "Health", ErrorDetail: "ErrorDetail",
   ClusterStatus: "ClusterStatus", ClusterHolder: "ClusterHolder", ClusterPartitions: "ClusterPartitions",
   ClusterEpochs: "ClusterEpochs", ClusterThisNode: "ClusterThisNode",
 };

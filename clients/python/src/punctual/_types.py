@@ -150,13 +150,15 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class Health:
-    """/healthz: status "ok", "unavailable" or "draining"."""
+    """/healthz: status "ok", "degraded" (a fleet node holds partitions it has not loaded for
+    over 5 s; `partitions_not_loaded` lists them as ranges), "unavailable" or "draining"."""
 
     status: str
     shards: Optional[int] = None
     store: Optional[str] = None
     reason: Optional[str] = None
     partitions: Optional[int] = None
+    partitions_not_loaded: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,8 @@ class ClusterThisNode:
     id: str
     holds: ClusterPartitions
     should_own: ClusterPartitions
+    # Held, but not loaded within 5 s of their gain: an alert (their timers do not fire).
+    load_overdue: Optional[ClusterPartitions] = None
 
 
 @dataclass(frozen=True)
