@@ -4,9 +4,10 @@
 //! commit task waits for them while the executor sleeps or runs its other tasks. (Through
 //! glommio's own file I/O, the executor went round its reactor without sleeping while a commit
 //! was in flight: about 0.9 ms of CPU per operation at 1,000 PUT/s,
-//! `docs/bench/2026-12-06/NOTES.md`, "The journal's CPU per operation"; through glommio's blocking pool, a commit waited behind any
-//! other blocking job of the shard, such as a webhook's name lookup.) The file is written
-//! through the page cache and made durable by `fdatasync`.
+//! `docs/bench/2026-12-06/NOTES.md`, "The journal's CPU per operation"; through glommio's
+//! blocking pool, a commit waited behind any other blocking job of the shard, such as a
+//! webhook's name lookup.) The file is written through the page cache and made durable by
+//! `fdatasync`.
 //!
 //! A segment is created whole before it takes a record, in one job of the I/O thread
 //! (`create_whole`): the file is made, its full size is reserved with `fallocate` (so a full
