@@ -30,6 +30,7 @@
 //! prefix of it without `--journal-skip-corrupt` (`scan`, `Role::LastUnsynced`).
 
 use super::file::BLOCK;
+use super::outbox::Batch;
 use super::record::{put_batch, FRAME};
 use super::segment::{is_no_space, padded, Active, Log};
 use super::{Fsync, OnFailure, ShardJournal};
@@ -235,12 +236,7 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
         .batch(cfg.max_batch_records, cfg.max_batch_bytes);
     if batch.frames == 0 {
         // Only answers that waited for records already durable: nothing to write.
-        let mut outbox = shared.outbox.borrow_mut();
-        outbox.complete(batch, Ok(()));
-        shared
-            .lease
-            .borrow_mut()
-            .committed(outbox.committed(), outbox.is_empty());
+        durable(shared, batch);
         return Ok(Written::Nothing);
     }
     let size = padded(BATCH_RECORD + batch.bytes);
@@ -315,17 +311,22 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
     m.batch_commands.observe(batch.frames as u64);
     StoreMetrics::count(&m.journal_bytes_total, size as u64);
     StoreMetrics::count(&m.journal_records_total, batch.frames as u64);
+    let queued = durable(shared, batch);
+    m.pending_writes.store(queued as u64, Ordering::Relaxed);
+    shared.publish_files(active.pos);
+    Ok(Written::Yes)
+}
+
+/// `batch` is durable: answers its callers and tells the lease how far the log is committed.
+/// The records still queued behind it.
+fn durable(shared: &ShardJournal, batch: Batch) -> usize {
     let mut outbox = shared.outbox.borrow_mut();
     outbox.complete(batch, Ok(()));
     shared
         .lease
         .borrow_mut()
         .committed(outbox.committed(), outbox.is_empty());
-    m.pending_writes
-        .store(outbox.len() as u64, Ordering::Relaxed);
-    drop(outbox);
-    shared.publish_files(active.pos);
-    Ok(Written::Yes)
+    outbox.len()
 }
 
 /// The longest one look of [`held`] waits, so that the loop still answers callers whose ack
