@@ -337,4 +337,6 @@ mod fate_tests;
 #[cfg(test)]
 mod gate_tests;
 #[cfg(test)]
+mod pass_tests;
+#[cfg(test)]
 mod tests;
