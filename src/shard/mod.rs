@@ -100,7 +100,7 @@
 //!
 //! The loop's file names only what the files without an `impl Shard` define (`pass.rs`,
 //! `purge.rs`, `wakee.rs`, `dead.rs`, `spin.rs`, `gate.rs`); the files that add
-//! to `Shard` import it from here, never the other way (`tests/architecture.rs`).
+//! to `Shard` import it from here, never the other way (`tests/architecture/`).
 //!
 //! # Cost
 //!
