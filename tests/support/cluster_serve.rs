@@ -42,6 +42,18 @@ impl Proc {
 
     /// [`Proc::spawn`] with `extra` arguments after the usual ones.
     pub fn spawn_with(addr: SocketAddr, url: &str, dir: &Path, name: &str, extra: &[&str]) -> Proc {
+        Proc::spawn_env(addr, url, dir, name, extra, &[])
+    }
+
+    /// [`Proc::spawn_with`] with `envs` set in the process's environment.
+    pub fn spawn_env(
+        addr: SocketAddr,
+        url: &str,
+        dir: &Path,
+        name: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Proc {
         let stderr = dir.join(format!("{name}.stderr"));
         let file = std::fs::File::create(&stderr).expect("stderr file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
@@ -57,6 +69,7 @@ impl Proc {
         for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PUNCTUAL_")) {
             cmd.env_remove(k);
         }
+        cmd.envs(envs.iter().copied());
         Proc {
             child: cmd.spawn().expect("spawn punctual"),
             stderr,
@@ -141,6 +154,11 @@ impl Proc {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("still running 30 s after SIGTERM: {}", self.stderr_text());
+    }
+
+    /// The process's id, for signals a test sends itself (`SIGSTOP`, `SIGCONT`).
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
     }
 
     pub fn sigkill(&mut self) {
@@ -379,6 +397,18 @@ pub fn wait_all_fired(reader: &mut Reader<'_>, book: &Book) -> BTreeMap<String, 
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A configuration file in `dir` that opens every tenant and allows callbacks under
+/// `allow` (a receiver's base URL); the arguments that give it to `serve`.
+pub fn open_config(dir: &Path, allow: &str) -> [String; 2] {
+    let config = dir.join("tenants.toml");
+    std::fs::write(
+        &config,
+        format!("open_tenants = true\ncallback_allow = [{allow:?}]\n"),
+    )
+    .expect("config");
+    ["--config".to_owned(), config.to_string_lossy().into_owned()]
 }
 
 /// `/metrics` text.
