@@ -24,13 +24,14 @@ mod redis_cluster;
 mod redis_server;
 
 use api_support::try_request;
-use cluster_serve::{check, node_addr, open_config, wait_all_fired, Book, Proc, Promise, Reader};
+use cluster_serve::{
+    check, cluster_with_config, node_addr, put_hook, wait_all_fired, Book, Proc, Promise, Reader,
+};
 use punctual::cluster::rendezvous::owned_by;
 use punctual::partition::{partition_of, PARTITIONS};
 use punctual::store::redis::cluster::slot::{partition_slot, slot_of};
 use punctual::store::redis::dead::dead_key;
 use receiver::{Receiver, Reply};
-use redis_cluster::RedisCluster;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -49,12 +50,8 @@ fn keys_in(share: &BTreeSet<u32>, prefix: &str, n: usize) -> Vec<String> {
 
 /// PUT of a webhook timer to `url`, booked in `book` (its fire writes a fired stream entry
 /// too). Panics unless acknowledged.
-fn put_hook(book: &mut Book, at: SocketAddr, key: &str, delay_ms: u64, url: &str) {
-    let body = format!(r#"{{"delay_ms":{delay_ms},"callback":{{"url":"{url}"}}}}"#);
-    let path = format!("/v1/timers/shop/{key}");
-    let r = try_request(at, "PUT", &path, &[], body.as_bytes()).expect("PUT answered");
-    assert_eq!(r.status, 201, "PUT {path}: {:?}", r.json());
-    let j = r.json();
+fn book_hook(book: &mut Book, at: SocketAddr, key: &str, delay_ms: u64, url: &str) {
+    let j = put_hook(at, "shop", key, delay_ms, url);
     book.promises.insert(
         ("shop".to_owned(), key.to_owned()),
         Promise {
@@ -144,9 +141,7 @@ fn a_node_stopped_past_its_leases_fires_delivers_and_writes_nothing_for_what_it_
             Reply::status(200)
         }
     });
-    let cluster = RedisCluster::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = open_config(dir.path(), &rx.base());
+    let (cluster, dir, config) = cluster_with_config(&rx.base(), "");
     let extra = config.each_ref().map(String::as_str);
     let url = cluster.url();
     let (a, b) = (node_addr(), node_addr());
@@ -169,10 +164,10 @@ fn a_node_stopped_past_its_leases_fires_delivers_and_writes_nothing_for_what_it_
         book.put(a, "shop", key, 2_000 + 50 * i as u64, "deposed");
     }
     for (i, key) in ok.iter().enumerate() {
-        put_hook(&mut book, a, key, 2_000 + 50 * i as u64, &rx.url("ok"));
+        book_hook(&mut book, a, key, 2_000 + 50 * i as u64, &rx.url("ok"));
     }
     for (i, key) in gone.iter().enumerate() {
-        put_hook(&mut book, a, key, 2_000 + 50 * i as u64, &rx.url("gone"));
+        book_hook(&mut book, a, key, 2_000 + 50 * i as u64, &rx.url("gone"));
     }
     assert!(rx.received().is_empty(), "nothing is due yet");
 

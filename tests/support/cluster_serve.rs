@@ -400,15 +400,44 @@ pub fn wait_all_fired(reader: &mut Reader<'_>, book: &Book) -> BTreeMap<String, 
 }
 
 /// A configuration file in `dir` that opens every tenant and allows callbacks under
-/// `allow` (a receiver's base URL); the arguments that give it to `serve`.
-pub fn open_config(dir: &Path, allow: &str) -> [String; 2] {
+/// `allow` (a receiver's base URL), with `more` top-level lines; the arguments that give it
+/// to `serve`.
+pub fn open_config(dir: &Path, allow: &str, more: &str) -> [String; 2] {
     let config = dir.join("tenants.toml");
     std::fs::write(
         &config,
-        format!("open_tenants = true\ncallback_allow = [{allow:?}]\n"),
+        format!("{more}open_tenants = true\ncallback_allow = [{allow:?}]\n"),
     )
     .expect("config");
     ["--config".to_owned(), config.to_string_lossy().into_owned()]
+}
+
+/// A Redis Cluster started for the test, a temporary directory, and in it [`open_config`]'s
+/// file (its arguments for `serve`).
+pub fn cluster_with_config(
+    allow: &str,
+    more: &str,
+) -> (RedisCluster, tempfile::TempDir, [String; 2]) {
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = open_config(dir.path(), allow, more);
+    (cluster, dir, config)
+}
+
+/// PUTs a webhook timer of `tenant` calling `url`, due in `delay_ms`; its answer's body.
+/// Panics unless answered 201.
+pub fn put_hook(
+    at: SocketAddr,
+    tenant: &str,
+    key: &str,
+    delay_ms: u64,
+    url: &str,
+) -> serde_json::Value {
+    let body = format!(r#"{{"delay_ms":{delay_ms},"callback":{{"url":"{url}"}}}}"#);
+    let path = format!("/v1/timers/{tenant}/{key}");
+    let r = try_request(at, "PUT", &path, &[], body.as_bytes()).expect("PUT answered");
+    assert_eq!(r.status, 201, "PUT {path}: {:?}", r.json());
+    r.json()
 }
 
 /// `/metrics` text.
