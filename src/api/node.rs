@@ -42,6 +42,7 @@ pub struct NodeLoop {
 pub fn start(
     redis: &RedisConfig,
     advertise: &str,
+    secret: Option<&str>,
     holdings: Arc<Holdings>,
     shards: Arc<dyn Shards>,
     status: Arc<Status>,
@@ -50,6 +51,7 @@ pub fn start(
     let thread = start::spawn_for(
         redis,
         advertise,
+        secret,
         holdings.clone(),
         shards,
         status,

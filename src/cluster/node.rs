@@ -116,7 +116,7 @@
 use super::calls::Calls;
 pub use super::holdings::{Holdings, NodeStats};
 use super::lease::{self, Acquired, Lease, LeaseConfig};
-use super::membership::NodeRecord;
+use super::membership::{self, NodeRecord};
 use super::reader::Partitions;
 use super::rendezvous;
 use crate::partition::PARTITIONS;
@@ -145,6 +145,9 @@ pub struct NodeConfig {
     /// How long this node's heartbeat lasts without another.
     pub member_ttl: Duration,
     pub lease: LeaseConfig,
+    /// The cluster's secret: only the live records that prove it count (`membership::prove`);
+    /// without one, every record does.
+    pub secret: Option<Arc<[u8]>>,
 }
 
 impl NodeConfig {
@@ -158,7 +161,16 @@ impl NodeConfig {
             settle: Duration::from_millis(20),
             member_ttl: Duration::from_secs(3),
             lease: LeaseConfig::default(),
+            secret: None,
         }
+    }
+
+    /// This configuration under the cluster's `secret`: its record carries the proof, and
+    /// only the records that prove it count.
+    pub fn with_secret(mut self, secret: &[u8]) -> NodeConfig {
+        self.me.proof = membership::prove(secret, &self.me);
+        self.secret = Some(Arc::from(secret));
+        self
     }
 }
 
@@ -447,7 +459,7 @@ async fn round(at: &mut Looping<'_, impl Calls>) -> Result<(), String> {
     told.tell(holdings, partitions, Instant::now());
     let live = client.beat(&cfg.me, cfg.member_ttl).await.map(|b| {
         pending.version = Some(b.version);
-        b.live
+        membership::trusted(cfg.secret.as_deref(), b.live)
     });
     if live.is_err() {
         pending.version = None;

@@ -67,10 +67,12 @@ pub fn spawn(
 /// [`spawn`] for a service whose store is on the Redis Cluster `redis` names
 /// (`redis+cluster://…`), as the node advertised at `advertise`, with the default rounds and
 /// leases; the cluster client takes the store's credentials, I/O timeout and replicas to wait
-/// for. The error says what is wrong.
+/// for. Under the cluster's `secret` its record proves it and only records that do count;
+/// without one, every record in Redis is trusted (said at start). The error says what is wrong.
 pub fn spawn_for(
     redis: &RedisConfig,
     advertise: &str,
+    secret: Option<&str>,
     holdings: Arc<Holdings>,
     shards: Arc<dyn Shards>,
     status: Arc<Status>,
@@ -85,16 +87,17 @@ pub fn spawn_for(
         id: advertise.to_string(),
         advertise: advertise.to_string(),
         started_at_us,
+        proof: None,
     };
-    spawn(
-        redis.cluster(&seeds),
-        NodeConfig::new(me),
-        holdings,
-        shards,
-        status,
-        stop,
-    )
-    .map_err(|e| format!("cannot start the node's loop: {e}"))
+    let cfg = match secret {
+        Some(s) => NodeConfig::new(me).with_secret(s.as_bytes()),
+        None => {
+            tracing::warn!("node: no cluster_secret: every node record in Redis is trusted, and anyone who can write to it can add a node that receives forwarded requests and their tokens (set cluster_secret on every node)");
+            NodeConfig::new(me)
+        }
+    };
+    spawn(redis.cluster(&seeds), cfg, holdings, shards, status, stop)
+        .map_err(|e| format!("cannot start the node's loop: {e}"))
 }
 
 /// The preflight of the cluster (`preflight`): its warnings logged, an evicting policy refused

@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The cluster secret every node a test starts is given.
+pub const CLUSTER_SECRET: &str = "the-test-cluster-secret-0123456789abcdef";
+
 /// A free local address, as a node's id and advertised address.
 pub fn node_addr() -> SocketAddr {
     format!("127.0.0.1:{}", free_port())
@@ -69,6 +72,8 @@ impl Proc {
         for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PUNCTUAL_")) {
             cmd.env_remove(k);
         }
+        // Every node of a test's cluster shares one secret (a flag in `extra` overrides it).
+        cmd.env("PUNCTUAL_CLUSTER_SECRET", CLUSTER_SECRET);
         cmd.envs(envs.iter().copied());
         Proc {
             child: cmd.spawn().expect("spawn punctual"),
