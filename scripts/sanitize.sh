@@ -54,7 +54,7 @@ for san in "${sanitizers[@]}"; do
       timeout 3600 cargo +nightly test -Zbuild-std --target "$target" \
         --target-dir "target/sanitize-$san" "$@"
   }
-  run --lib -- op::tests doorbell:: shard::watchdog:: resolve:: cooperate::
+  run --lib -- op::tests doorbell:: runtime::watchdog:: resolve:: cooperate::
   run --test liveness --test engine --test shard_cooperation -- \
     --skip shards_keep_firing_when_glommio_preempts_before_every_round \
     --skip engines_under_a_20_us_preemption_timer_start_and_stop_every_time

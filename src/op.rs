@@ -367,8 +367,8 @@ mod tests {
                 .name("reply-receiver")
                 .spawn(move || async move {
                     let metrics = Arc::new(crate::metrics::ShardMetrics::default());
-                    let _doorbell =
-                        crate::doorbell::Doorbell::install(metrics.clone()).expect("doorbell");
+                    let _doorbell = crate::runtime::doorbell::Doorbell::install(metrics.clone())
+                        .expect("doorbell");
                     // As a shard's nap timer does (`shard::park::MAX_NAP`): ends a sleep of
                     // glommio's with a task runnable after a foreign wake it missed (the shard
                     // module doc). Without it, under ThreadSanitizer's slowdown, the receiver slept
@@ -391,7 +391,7 @@ mod tests {
                         // The task polls the receiver (registering its waker) and is dropped
                         // at once or after a few turns, often while the send is under way.
                         let task = glommio::spawn_local(async move {
-                            crate::doorbell::relay(rx).await.is_ok()
+                            crate::runtime::doorbell::relay(rx).await.is_ok()
                         });
                         if i % 2 == 0 {
                             for _ in 0..(i % 5) {

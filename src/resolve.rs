@@ -298,12 +298,14 @@ impl Resolver {
                 // stale-flag eventfd write can put the executor to sleep with work runnable
                 // (the shard module's doc).
                 let answer = async {
-                    crate::doorbell::relay(rx).await.unwrap_or_else(|_| {
-                        Err(ResolveError::Failed {
-                            host: host.to_string(),
-                            reason: "the resolver stopped".into(),
+                    crate::runtime::doorbell::relay(rx)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(ResolveError::Failed {
+                                host: host.to_string(),
+                                reason: "the resolver stopped".into(),
+                            })
                         })
-                    })
                 };
                 let expire = async {
                     glommio::timer::sleep(deadline).await;

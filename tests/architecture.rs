@@ -418,16 +418,20 @@ fn the_parts_import_only_what_the_architecture_allows() {
             }
             let why = match a {
                 "page"
-                    if !matches!(b, "units" | "timer" | "cooperate")
+                    if !matches!(b, "units" | "timer")
+                        && !is(to, &["runtime", "cooperate"])
                         && !is(to, &["store", "journal", "io"])
                         && !is(to, &["store", "journal", "faults"]) =>
                 {
-                    Some("page imports of the store only the journal's io (its I/O thread and Disk; faults in tests), and otherwise only units, timer and cooperate")
+                    Some("page imports of the store only the journal's io (its I/O thread and Disk; faults in tests), and otherwise only units, timer and runtime::cooperate")
                 }
                 "wheel" if !matches!(b, "units" | "timer") => {
                     Some("wheel imports only units and timer")
                 }
                 "clock" if b != "units" => Some("clock imports only units"),
+                "runtime" if !matches!(b, "units" | "clock" | "metrics" | "cpus") => Some(
+                    "runtime, what punctual does about glommio, imports only units, clock, metrics and cpus",
+                ),
                 "schedule" if b != "units" => Some("schedule, the recurring-schedule calculus, imports only units"),
                 "store" | "sink" if matches!(b, "shard" | "engine" | "api") => {
                     Some("store and sink never import shard, engine or api")
@@ -445,7 +449,7 @@ fn the_parts_import_only_what_the_architecture_allows() {
                     Some("api reaches a shard only through engine::Handle")
                 }
                 "metrics" | "units" | "op" | "partition" | "quota" | "error" | "cpus"
-                | "cooperate" | "timer"
+                | "runtime" | "timer"
                     if matches!(b, "shard" | "engine" | "api" | "store" | "sink" | "cluster") =>
                 {
                     Some("the shared leaves import no part above them")

@@ -9,7 +9,7 @@
 //!   always written to.
 //! - the ring's close (`Ring::close` against `Ring::push`): every op pushed is answered exactly
 //!   once, by the shard's sweep or by the producer's own.
-//! - the doorbell (`src/doorbell.rs`): the same handshake for wakers, with the reader draining
+//! - the doorbell (`src/runtime/doorbell.rs`): the same handshake for wakers, with the reader draining
 //!   the queue before it parks. No waker is left queued behind a parked reader, also when the
 //!   bell cannot be written or the reader's socket has failed: then the waker wakes the reader
 //!   by reference, and the reader, which registers its waker before each look at the queue,

@@ -4,7 +4,7 @@
 //! megabyte, each one step on the shard that reads it when parsed whole. Whitespace around
 //! the elements is let pass; anything else is not such an answer.
 
-use crate::cooperate::Slice;
+use crate::runtime::cooperate::Slice;
 use serde_json::value::RawValue;
 
 /// Hands each element of `body`'s array `field` to `each`, in order, a slice at a time; why

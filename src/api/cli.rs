@@ -2,7 +2,7 @@
 //! with `--json`, the answer as it came).
 //!
 //! The request is one HTTP/1.1 exchange with hyper's client over a glommio socket
-//! (`crate::hyperio`), on an executor of its own on the calling thread, as the webhook client
+//! (`crate::runtime::hyperio`), on an executor of its own on the calling thread, as the webhook client
 //! sends; connect and answer together are bounded by [`TIMEOUT`]. Exit 0 when the node
 //! answered 200; 1 when it could not be reached, answered an error (not in cluster mode:
 //! 404; Redis did not answer it: 503), or answered something that is not the report; 2 for
@@ -10,7 +10,7 @@
 
 use crate::cluster::report::{Epochs, Holder, Report};
 use crate::config::{ClusterArgs, ClusterCommand};
-use crate::hyperio::Io;
+use crate::runtime::hyperio::Io;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::header::{AUTHORIZATION, HOST};

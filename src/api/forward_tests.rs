@@ -1,7 +1,7 @@
 //! Unit tests of `forward.rs`: the bounds, the deadline, the header against loops.
 
 use super::*;
-use crate::cooperate::on_executor;
+use crate::runtime::cooperate::on_executor;
 
 #[test]
 fn addresses_split_into_host_and_port() {

@@ -5,7 +5,7 @@
 //! come, and they are joined at the end into a buffer of their total, a frame at a time with
 //! a look at the slice between (a body of one frame is not copied at all).
 
-use crate::cooperate::Slice;
+use crate::runtime::cooperate::Slice;
 use bytes::Bytes;
 
 pub struct Gather {
@@ -73,7 +73,7 @@ mod tests {
     /// buffer never grown: one of its own size, or the single frame itself.
     #[test]
     fn a_body_is_gathered_whole_into_a_buffer_of_its_size() {
-        crate::cooperate::on_executor(async {
+        crate::runtime::cooperate::on_executor(async {
             let mut slice = Slice::begin();
             for n in [0, 1, 2, 300] {
                 let fs = frames(n);
@@ -102,7 +102,7 @@ mod tests {
     /// count on it) still comes back whole and in order.
     #[test]
     fn a_body_longer_than_declared_is_still_gathered_in_order() {
-        crate::cooperate::on_executor(async {
+        crate::runtime::cooperate::on_executor(async {
             let fs = frames(10);
             let whole = joined(&fs);
             let mut g = Gather::new(Some(whole.len() / 2));

@@ -16,7 +16,7 @@ use super::forward::Peers;
 use super::metrics::Metrics;
 use super::state::{App, Servers};
 use crate::engine::Handle;
-use crate::hyperio::{Io, LocalTimer};
+use crate::runtime::hyperio::{Io, LocalTimer};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use std::cell::Cell;

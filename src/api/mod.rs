@@ -7,7 +7,7 @@
 //! - `http` is the HTTP server on each shard: it owns connections and connection-level
 //!   limits (`clients` counts connections per client address); `state` what the servers
 //!   share; `listen` owns the listening
-//!   sockets' options and the start-up check that the address is free; `crate::hyperio` adapts
+//!   sockets' options and the start-up check that the address is free; `crate::runtime::hyperio` adapts
 //!   glommio's sockets and timers to hyper.
 //! - `unread` keeps a connection alive after an answer given before the request's body was
 //!   read (or says `Connection: close` when it cannot).

@@ -70,7 +70,7 @@ pub async fn encode_array_of<T: Serialize>(
     out.extend_from_slice(b"{\"");
     out.extend_from_slice(field.as_bytes());
     out.extend_from_slice(b"\":[");
-    let mut slice = crate::cooperate::Slice::begin();
+    let mut slice = crate::runtime::cooperate::Slice::begin();
     for (i, item) in items.into_iter().enumerate() {
         if i > 0 {
             out.push(b',');
@@ -338,7 +338,7 @@ mod tests {
                 })
                 .collect()
         };
-        crate::cooperate::on_executor(async move {
+        crate::runtime::cooperate::on_executor(async move {
             for n in [0, 1, 3_000] {
                 let resp = json_array_of(StatusCode::OK, "dead", items(n), 0).await;
                 assert_eq!(resp.status(), StatusCode::OK);
@@ -360,7 +360,7 @@ mod tests {
             .iter()
             .map(|t| serde_json::from_str(t).expect("JSON"))
             .collect();
-        crate::cooperate::on_executor(async move {
+        crate::runtime::cooperate::on_executor(async move {
             let bytes = raw_bytes(items.iter().copied());
             let out = encode_array_of("timers", &items, bytes)
                 .await
@@ -381,7 +381,7 @@ mod tests {
     #[test]
     #[ignore = "a figure, not a check: run it with --ignored --nocapture"]
     fn dead_page_encoding_figure() {
-        use crate::cooperate::longest_slice;
+        use crate::runtime::cooperate::longest_slice;
         use std::time::Instant;
         #[derive(Serialize)]
         struct Letter {
@@ -402,7 +402,7 @@ mod tests {
             .iter()
             .map(|l| l.key.len() + l.payload.len() + 32)
             .sum();
-        crate::cooperate::on_executor(async move {
+        crate::runtime::cooperate::on_executor(async move {
             for round in 0..5 {
                 let t = Instant::now();
                 let whole = serde_json::to_vec(&Whole { dead: &page }).expect("JSON");

@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn an_owner_answer_is_relayed_item_by_item_and_nothing_else_passes_for_success() {
-        crate::cooperate::on_executor(owner_answers());
+        crate::runtime::cooperate::on_executor(owner_answers());
     }
 
     async fn owner_answers() {
@@ -305,16 +305,16 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(",")
         );
-        crate::cooperate::on_executor(async move {
+        crate::runtime::cooperate::on_executor(async move {
             for round in 0..3 {
                 let t = Instant::now();
                 let whole = serde_json::to_vec(&Sub { timers: &items }).expect("JSON");
                 let encode_whole = t.elapsed();
-                crate::cooperate::longest_slice();
+                crate::runtime::cooperate::longest_slice();
                 let sliced = encode_array_of("timers", &items, raw_bytes(items.iter().copied()))
                     .await
                     .expect("JSON");
-                let longest_encode = crate::cooperate::longest_slice();
+                let longest_encode = crate::runtime::cooperate::longest_slice();
                 assert_eq!(sliced, whole);
                 let t = Instant::now();
                 let r: Results = serde_json::from_slice(answer.as_bytes()).expect("JSON");

@@ -15,9 +15,9 @@ use super::forward::{self, Here};
 use super::respond::{self, CallbackView, DeliveryView, Resp, RetryView, TimerBody};
 use super::state::App;
 use super::unread::RequestBody;
-use crate::cooperate::Slice;
 use crate::engine::{Cancelled, DeadInfo, TimerInfo};
 use crate::error::{validate_name, NameKind};
+use crate::runtime::cooperate::Slice;
 use crate::sink::webhook::settings::CallbackError;
 use crate::sink::webhook::{describe, new_meta};
 use bytes::Bytes;
@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn a_peer_page_that_is_not_a_page_fails_the_list_naming_the_peer() {
-        crate::cooperate::on_executor(async {
+        crate::runtime::cooperate::on_executor(async {
             let ok = peer_page(
                 "10.0.0.2:7480",
                 StatusCode::OK,

@@ -206,4 +206,4 @@ pub fn parse_cores(s: &str) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
-mod resolve;
+mod merge;

@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
 use crate::quota::Quotas;
 use crate::ring::Ring;
+use crate::runtime::watchdog::{Pulse, Watchdog};
 use crate::shard::spin::SpinWindow;
-use crate::shard::watchdog::{Pulse, Watchdog};
 use crate::sink::webhook::settings::WebhookSettings;
 use crate::sink::FireHandler;
 use crate::store::journal::JournalConfig;
@@ -99,8 +99,8 @@ impl Default for EngineBuilder {
             webhooks: None,
             holders: None,
             watchdog: (
-                crate::shard::watchdog::PERIOD,
-                crate::shard::watchdog::GRACE,
+                crate::runtime::watchdog::PERIOD,
+                crate::runtime::watchdog::GRACE,
             ),
         }
     }

@@ -6,12 +6,12 @@
 //! future instead, for callers on an executor; `schedule_detached` does not wait at all.
 
 use crate::clock::clock_ns;
-use crate::doorbell::relay;
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
 use crate::op::{reply_channel, Cancelled, DeadInfo, Op, Reply, Scheduled, TimerInfo};
 use crate::quota::{Quota, QuotaSlot, Quotas};
 use crate::ring::Ring;
+use crate::runtime::doorbell::relay;
 use crate::store::StoreState;
 use crate::timer::PackedTimer;
 use crate::units::{Deadline, UtcMicros, TEN_YEARS_US};

@@ -3,7 +3,7 @@
 
 use super::handle::Handle;
 use crate::clock::SetWatch;
-use crate::shard::watchdog::Watchdog;
+use crate::runtime::watchdog::Watchdog;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

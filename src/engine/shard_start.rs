@@ -7,15 +7,15 @@
 //! it could not start; `build` waits for every shard's report within its start limit.
 
 use crate::clock::{Clock, ClockConfig, HostSource};
-use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
 use crate::page::Pager;
 use crate::quota::Quotas;
 use crate::ring::Ring;
+use crate::runtime::doorbell::Doorbell;
+use crate::runtime::watchdog::Pulse;
 use crate::shard::gate::Gate;
 use crate::shard::spin::SpinWindow;
-use crate::shard::watchdog::Pulse;
 use crate::shard::{set_timer_slack_ns, Deliveries, Shard, ShardFailure, Wakee};
 use crate::sink::webhook::{settings::WebhookSettings, WebhookSink};
 use crate::sink::{FireHandler, Followups, HandlerSink, Sink};

@@ -1,5 +1,5 @@
 use super::*;
-use crate::cooperate::on_executor;
+use crate::runtime::cooperate::on_executor;
 use crate::store::journal::faults::{Fault, Faults};
 use std::collections::BTreeMap;
 
@@ -389,7 +389,7 @@ fn page_load_steps_figure() {
         let now = UtcMicros(T0 + 2 * SECOND);
         while p.len() > 0 {
             let step = std::time::Instant::now();
-            let slice = crate::cooperate::Slice::begin();
+            let slice = crate::runtime::cooperate::Slice::begin();
             let n = p.load_step(
                 now,
                 || slice.is_over(),
@@ -400,7 +400,7 @@ fn page_load_steps_figure() {
             if n > 0 {
                 steps.push(step.elapsed());
             }
-            crate::cooperate::yield_to_reactor().await;
+            crate::runtime::cooperate::yield_to_reactor().await;
         }
         let total = started.elapsed();
         assert_eq!(table.len(), N as usize, "every record loaded");

@@ -162,7 +162,7 @@ fn an_answer_from_the_resolver_thread_wakes_the_caller_through_the_doorbell() {
         .expect("an executor");
     let (got, relayed) = ex.run(async {
         let metrics = Arc::new(crate::metrics::ShardMetrics::default());
-        let doorbell = crate::doorbell::Doorbell::install(metrics).expect("a doorbell");
+        let doorbell = crate::runtime::doorbell::Doorbell::install(metrics).expect("a doorbell");
         // The answer is sent only once the caller waits for it (its first poll came back
         // pending), so its wake comes from the other thread however the threads are timed.
         let waiting = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -23,11 +23,11 @@
 
 use super::Shard;
 use crate::clock::TimeSource;
-use crate::cooperate::Slice;
 use crate::error::Error;
 use crate::op::{Cancelled, Op, Reply, Scheduled, TimerInfo};
 use crate::quota::QuotaSlot;
 use crate::ring::Taken;
+use crate::runtime::cooperate::Slice;
 use crate::store::Ack;
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;

@@ -6,9 +6,9 @@
 
 use super::Shard;
 use crate::clock::TimeSource;
-use crate::cooperate::Slice;
 use crate::error::Error;
 use crate::op::DeadInfo;
+use crate::runtime::cooperate::Slice;
 use crate::timer::PackedTimer;
 
 /// Follow-ups applied between two looks at the pass's slice. One is a table lookup and, for

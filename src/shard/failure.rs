@@ -21,7 +21,7 @@
 
 use crate::metrics::ShardMetrics;
 use crate::ring::Ring;
-use crate::shard::watchdog::Pulse;
+use crate::runtime::watchdog::Pulse;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 

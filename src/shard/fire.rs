@@ -56,7 +56,7 @@ use super::fate::Settle;
 use super::pass::More;
 use super::Shard;
 use crate::clock::TimeSource;
-use crate::cooperate::Slice;
+use crate::runtime::cooperate::Slice;
 use crate::sink::{webhook, Next};
 use crate::timer::{FiredTimer, Firing};
 use crate::units::{UtcMicros, UtcNanos};

@@ -320,7 +320,7 @@ fn a_loaded_dead_letter_is_listed_and_a_drop_takes_it_out_of_the_listing_and_the
 /// every old timer is gone.
 #[test]
 fn a_purge_goes_on_in_slices_and_its_partition_stays_closed_until_it_ends() {
-    use crate::cooperate::Slice;
+    use crate::runtime::cooperate::Slice;
     use crate::sink::{Followup, Next};
     use crate::wheel::PURGE_CHECK;
     let n = 3 * PURGE_CHECK as usize;
@@ -370,8 +370,8 @@ fn a_purge_goes_on_in_slices_and_its_partition_stays_closed_until_it_ends() {
 }
 
 /// A slice already over: a pass given it does the least it may before it looks.
-fn over() -> Option<crate::cooperate::Slice> {
-    let slice = crate::cooperate::Slice::begin();
+fn over() -> Option<crate::runtime::cooperate::Slice> {
+    let slice = crate::runtime::cooperate::Slice::begin();
     while !slice.is_over() {
         std::hint::spin_loop();
     }
@@ -576,7 +576,7 @@ fn thread_cpu() -> Duration {
 #[test]
 #[ignore = "a figure, not a check: run it with --ignored --nocapture"]
 fn load_steps_figure() {
-    use crate::cooperate::Slice;
+    use crate::runtime::cooperate::Slice;
     use crate::wheel::TimerTable;
     use std::collections::BTreeMap;
     use std::time::Instant;

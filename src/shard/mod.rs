@@ -55,66 +55,10 @@
 //! not `yield_now`: only a task that is *not* runnable lets glommio reap I/O completions before
 //! its preemption timer.
 //!
-//! The other tasks on the thread give it back by the same rules, and two more:
-//!
-//! - a glommio `Timer` is ready whenever it is polled after its deadline, reactor or not, and
-//!   hyper's connection task polls a handler up to 16 times a turn and then wakes itself: a
-//!   handler's yield on a plain timer was no yield, and a 16 MiB body was read and copied for
-//!   1–10 ms with the shard's park long over. A `cooperate::Yield` is ready only once the
-//!   reactor fired its timer (guarded by
-//!   `cooperate::tests::a_yield_polled_again_by_its_own_task_waits_for_the_reactor`);
-//! - a parked shard says when its park ends (`cooperate::ShardAway`), and every slice on the
-//!   thread ends at its next check after that instant, not at its own end
-//!   (`cooperate::tests::a_slice_ends_when_the_thread_s_shard_is_due`).
-//!
-//! ## The glommio behaviours this design avoids
-//!
-//! glommio 0.9 can put its thread to sleep while a task is runnable. Its `LocalExecutor::run`
-//! parks (`react` with no preemption timer) whenever `run_task_queues` ran nothing, and that
-//! runs nothing when `need_preempt()` is already true at its first check, without looking at
-//! whether a task queue is active (`executor/mod.rs`). `need_preempt()` means "the latency
-//! ring's completion queue is not empty": `reactor.rs` compares that queue's head and tail
-//! through the pointers `sys/uring.rs::preempt_pointers` hands it. The park then sleeps in
-//! `io_uring_enter` unless its own reap finds a completion with a task behind it, a due glommio
-//! timer, a foreign wake or a blocking-pool result. So the executor sleeps with work runnable
-//! when a latency-ring completion *with no task behind it* lands between a round's I/O poll
-//! (which empties that ring) and its first check, and nothing else is pending; it sleeps until
-//! the next timer or I/O, which may be seconds away. What lands in the latency ring, and what
-//! punctual does about each (no patched glommio; the upstream fix, "do not park while a task
-//! queue is runnable", is in no release on crates.io):
-//!
-//! | trigger | punctual's side | guarded by |
-//! |---|---|---|
-//! | the preemption timer (armed at every poll) fires before the check: the poll took longer than the timer | glommio's default 100 ms is kept, never a shorter one (250 µs fired thousands of timers 0.1–2.7 s late); shards yield on their own, never relying on preemption. Left: a 100 ms stall of the thread inside that window | `tests/shard_cooperation.rs::shards_keep_firing_when_glommio_preempts_before_every_round` (a 20 µs timer: the trigger on almost every round) |
-//! | the notifier `eventfd` read, completed by a foreign wake: glommio writes the `eventfd` when the executor is flagged asleep, and the flag goes stale (raised before each sleep, cleared only after one really taken), so a wake of an awake executor that already took the waker leaves a completion with no task | replies from other threads (the shards answering HTTP tasks) reach a shard's tasks through its `doorbell`: a main-ring read with a task behind it, no glommio foreign wake. the journal's I/O thread answers the same way (`store/journal/io.rs`). So do the name resolver's answers (`resolve.rs`). Left: a doorbell whose bell cannot be written (those wakes fall back to glommio's path, counted in `punctual_doorbell_fallback_wakes_total`), and the watchdog's own wakes, which exist to end such a sleep | `doorbell::tests::replies_from_another_thread_arrive_through_the_doorbell`, `doorbell::tests::a_bell_that_cannot_be_rung_strands_no_reply` |
-//! | the same `eventfd`, written by glommio's blocking pool on each result, by tasks in `Latency::Matters` queues, or by its throughput timer (after `ring_depth` main-ring completions) | no latency-sensitive queue; the journal's I/O and name resolution run on threads of their own, not the blocking pool | — |
-//! | the round's own `install_eventfd`, which re-arms that read and completes it at once when the counter is already set | as above | — |
-//! | accept, connect and `recv` (peek, datagrams) completions: a waiting task is woken by the park's reap, so the park does not sleep; a cancelled one (a dropped accept at drain, a connect timeout) leaves a completion with no task | the shards' wake sockets and stream reads are main-ring polls (glommio's stream reads try a non-blocking read first, then poll) | — |
-//!
-//! Whatever is left is bounded, for every task on the thread: a shard that shares its thread
-//! never parks for longer than `MAX_NAP` (2 ms, `park.rs`), and its park's timer ends such a
-//! sleep; and the `watchdog` wakes a shard loop still asleep 1 ms past its time from another
-//! thread.
-//! A watchdog wake that finds the executor asleep in `io_uring_enter` is counted
-//! (`punctual_executor_stalls_total`, with every wake in `punctual_shard_watchdog_wakes_total`),
-//! and so, apart, is each of those where the shard's task had been runnable for 1 ms, because
-//! what its park or yield waited on had woken it (`punctual_executor_runnable_sleeps_total`,
-//! `watchdog::Noter`): that is the park bug itself, where the rest are timers or I/O that came
-//! late to a sleeping executor. A park's timer ends one such sleep; the round after it can
-//! sleep again, with no timer left until the loop runs, which is why the watchdog keeps
-//! waking a sleeping executor until the loop has run.
-//! A stall of another task that the nap ends is bounded but not counted.
-//!
-//! The watchdog guards the shard's thread from its executor's first task to its last, not
-//! only the loop. Under a preemption timer shorter than a reactor pass (tests) the loop runs
-//! as a task of its own, and the hand-overs to it and back (its first poll, and the wake of
-//! the task that awaits it when it ends) were slept through the same way: a shutdown left a
-//! shard behind in about one engine in 50. The task that runs the executor registers first
-//! (`Pulse::register_home`) and is handed back to the watchdog when the shard is done
-//! (`Pulse::hand_back`; `engine::shard_start::run_under_preempt_timer`), guarded by
-//! `tests/shard_cooperation.rs::engines_under_a_20_us_preemption_timer_start_and_stop_every_time`.
-//! That window, not the wakes' noting, is what failed the stress test when the park and yield
-//! were first wrapped in `Pulse::noted`.
+//! The other tasks on the thread give it back by the same rules. Why the yield is a reactor
+//! timer and not `yield_now`, what glommio 0.9 does that this loop must avoid (parking its
+//! thread with a task runnable), and the watchdog that bounds what is left: the runtime's
+//! room, `crate::runtime`, tells that story once, with the test that guards each workaround.
 //!
 //! # Cross-thread wake-ups
 //!
@@ -129,7 +73,7 @@
 //!   shard's executor, through that executor's doorbell, or glommio's foreign-waker path
 //!   where it has none);
 //! - replies to this shard's tasks from other threads come through its doorbell
-//!   (`crate::doorbell`), which the shard's thread answers itself;
+//!   (`crate::runtime::doorbell`), which the shard's thread answers itself;
 //! - the watchdog wakes the shard loop's own waker (above);
 //! - shutdown and draining raise flags and notify `event_listener::Event`s (the HTTP drain);
 //!   the shard's stop flag is followed by a ring wake-up.
@@ -152,11 +96,10 @@
 //! | `delivery.rs` | the sinks' follow-ups taken a slice at a time, the deliveries finished at a stop, the dead letters' room and listing |
 //! | `dead.rs` | the dead-letter table |
 //! | `recover.rs` | start-up recovery from the store, and the one insert of a stored record (`Loader`) |
-//! | `watchdog.rs` | the watchdog's view of the shard (`Pulse`) and its thread |
 //! | `failure.rs` | what a panic does |
 //!
 //! The loop's file names only what the files without an `impl Shard` define (`pass.rs`,
-//! `purge.rs`, `wakee.rs`, `dead.rs`, `spin.rs`, `gate.rs`, `watchdog.rs`); the files that add
+//! `purge.rs`, `wakee.rs`, `dead.rs`, `spin.rs`, `gate.rs`); the files that add
 //! to `Shard` import it from here, never the other way (`tests/architecture.rs`).
 //!
 //! # Cost
@@ -181,17 +124,16 @@ mod purge;
 mod recover;
 pub(crate) mod spin;
 mod wakee;
-pub(crate) mod watchdog;
 
 pub(crate) use failure::ShardFailure;
 pub(crate) use wakee::{set_timer_slack_ns, Wakee};
 
 use crate::clock::{Clock, TimeSource};
-use crate::cooperate::Slice;
 use crate::metrics::ShardMetrics;
 use crate::page::Pager;
 use crate::quota::Quotas;
 use crate::ring::Ring;
+use crate::runtime::cooperate::Slice;
 use crate::sink::{Followup, Followups, Sink};
 use crate::store::Store;
 use crate::wheel::TimerTable;
@@ -231,7 +173,7 @@ pub(crate) struct Shard<S: TimeSource> {
     pub metrics: Arc<ShardMetrics>,
     pub stop: Arc<AtomicBool>,
     /// What the watchdog sees of this shard (`watchdog`).
-    pub pulse: Arc<watchdog::Pulse>,
+    pub pulse: Arc<crate::runtime::watchdog::Pulse>,
     /// Every tenant's quota, shared by all shards (`quota`).
     pub quotas: Arc<Quotas>,
     /// Dead letters, the sinks' follow-ups, and the scratch of kept timers (`delivery`).

@@ -18,13 +18,13 @@
 use super::wakee::Wakee;
 use super::Shard;
 use crate::clock::TimeSource;
-use crate::cooperate::ShardAway;
+use crate::runtime::cooperate::ShardAway;
 use crate::units::UtcNanos;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Longest a shard that shares its thread spins without yielding to its other tasks: a slice.
-const MAX_UNYIELDED: Duration = crate::cooperate::SLICE;
+const MAX_UNYIELDED: Duration = crate::runtime::cooperate::SLICE;
 
 /// Longest a shard that shares its thread parks in one go. glommio 0.9 may sleep with a task
 /// runnable (see the shard module doc); the park's timer is what ends such a sleep for the
@@ -89,7 +89,9 @@ impl<S: TimeSource> Shard<S> {
     /// Hands the thread to the executor's other tasks and its I/O (see the module doc).
     pub(super) async fn yield_now(&self) {
         self.pulse.expect_by(Duration::ZERO);
-        self.pulse.noted(crate::cooperate::yield_to_reactor()).await;
+        self.pulse
+            .noted(crate::runtime::cooperate::yield_to_reactor())
+            .await;
         self.pulse.running();
     }
 
@@ -177,7 +179,7 @@ const WARM_STEP: usize = 8;
 
 /// The longest a shard warms before it parks or spins: the walk of about 1,500 cold entries,
 /// and what a pass may hold a shared thread for (`cooperate::SLICE`).
-const WARM_BEFORE_PARK: Duration = crate::cooperate::SLICE;
+const WARM_BEFORE_PARK: Duration = crate::runtime::cooperate::SLICE;
 
 /// How far a spin must be from its end for a turn to warm: several steps' worth, so that a
 /// step that misses on every entry, or is interrupted, still ends before the deadline.

@@ -640,7 +640,7 @@ fn a_kept_timer_is_re_armed_under_its_version_and_written_once() {
 /// still fires once, in deadline order, never early.
 #[test]
 fn a_pass_that_only_sorted_overdue_timers_counts_as_work_and_all_fire_in_order() {
-    use crate::cooperate::Slice;
+    use crate::runtime::cooperate::Slice;
     use crate::wheel::SORT_STEP;
     let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
     let (mut s, seen) = shard(&src);
@@ -753,7 +753,7 @@ fn a_pass_of_large_payloads_looks_at_its_slice_after_a_few_of_them() {
 #[test]
 fn follow_ups_are_applied_in_order_a_chunk_at_a_time_once_the_slice_is_over() {
     use super::delivery::FOLLOW_UP_CHECK;
-    use crate::cooperate::Slice;
+    use crate::runtime::cooperate::Slice;
     let src = FakeSource::new(crate::units::UtcNanos(1_750_000_000_000_000_000), 2_900);
     let (mut s, _) = shard(&src);
     let far = UtcMicros(s.clock.now().as_micros().0 + 60_000_000);

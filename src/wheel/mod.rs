@@ -518,4 +518,6 @@ struct NextSlot {
 #[cfg(test)]
 mod expired_tests;
 #[cfg(test)]
+mod model_tests;
+#[cfg(test)]
 mod tests;

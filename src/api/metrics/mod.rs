@@ -172,7 +172,7 @@ impl Renderer {
         use std::sync::mpsc::TrySendError;
         let (tx, rx) = futures_channel::oneshot::channel();
         match self.scrapes.try_send(tx) {
-            Ok(()) => crate::doorbell::relay(rx)
+            Ok(()) => crate::runtime::doorbell::relay(rx)
                 .await
                 .map_err(|_| ScrapeRefused::Gone),
             Err(TrySendError::Full(_)) => Err(ScrapeRefused::Busy),

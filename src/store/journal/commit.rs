@@ -317,13 +317,13 @@ async fn commit(shared: &Rc<ShardJournal>, log: &mut Log, seq: u64) -> Result<Wr
     Ok(Written::Yes)
 }
 
-/// `batch` is durable: answers its callers and tells the lease how far the log is committed.
+/// `batch` is durable: answers its callers and tells the version ceiling how far the log is committed.
 /// The records still queued behind it.
 fn durable(shared: &ShardJournal, batch: Batch) -> usize {
     let mut outbox = shared.outbox.borrow_mut();
     outbox.complete(batch, Ok(()));
     shared
-        .lease
+        .ceiling
         .borrow_mut()
         .committed(outbox.committed(), outbox.is_empty());
     outbox.len()

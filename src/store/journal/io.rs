@@ -101,7 +101,7 @@ impl IoThread {
         }
         // Woken from the I/O thread: through the shard's doorbell, not glommio's foreign
         // wakes (see `doorbell`).
-        crate::doorbell::relay(answer)
+        crate::runtime::doorbell::relay(answer)
             .await
             .map_err(|_| stopped())?
     }

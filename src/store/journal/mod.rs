@@ -87,6 +87,7 @@
 //! executor sleeps or runs its other tasks. On disk: the frame (9 bytes + 16 + the packed
 //! timer), plus per commit a 21-byte `batch` record and padding to 4 KiB.
 
+mod ceiling;
 pub mod check;
 pub mod commit;
 pub mod compact;
@@ -101,7 +102,6 @@ pub mod generations;
 pub(crate) mod harness;
 pub mod io;
 pub mod layout;
-mod lease;
 pub mod open;
 pub mod outbox;
 pub mod record;
@@ -211,7 +211,8 @@ impl Store for JournalStore {
                 return !stop.load(Ordering::Acquire);
             };
             self.version_floor = opened.version_floor();
-            *self.shared.lease.borrow_mut() = lease::Lease::recovered(self.version_floor);
+            *self.shared.ceiling.borrow_mut() =
+                ceiling::VersionCeiling::recovered(self.version_floor);
             let Some(log) = open::hand_over(&self.shared, opened, insert, stop).await else {
                 return false;
             };
@@ -303,7 +304,7 @@ impl Store for JournalStore {
         if shared.health.get() == StoreState::Failed {
             return usize::MAX;
         }
-        if !shared.lease.borrow().covers() {
+        if !shared.ceiling.borrow().covers() {
             return 0;
         }
         shared.fire_room()
@@ -314,7 +315,7 @@ impl Store for JournalStore {
     /// record never was does not fire in this process: what it replaced is what the disk
     /// holds, and a restart fires that.
     fn may_fire(&self, version: u64) -> bool {
-        self.shared.lease.borrow().written(version)
+        self.shared.ceiling.borrow().written(version)
     }
 
     fn fires_held(&mut self, held: bool) {
@@ -382,7 +383,7 @@ impl Store for JournalStore {
     fn after_pass(&mut self) {
         let shared = &self.shared;
         let end = shared.outbox.borrow().end();
-        shared.lease.borrow_mut().mark(end);
+        shared.ceiling.borrow_mut().mark(end);
         shared.after_pass();
     }
 

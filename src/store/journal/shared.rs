@@ -3,7 +3,7 @@
 //! acks, the metrics, the wake-up) with what is the journal's own: the files, the health, the
 //! version lease, the I/O thread.
 
-use super::lease::Lease;
+use super::ceiling::VersionCeiling;
 use super::outbox::Outbox;
 use super::{io, layout, record, JournalConfig};
 use crate::metrics::{ShardMetrics, StoreState};
@@ -59,7 +59,7 @@ pub(crate) struct ShardJournal {
     /// Records no caller waited for, dropped because the journal had failed.
     pub dropped: Cell<u64>,
     /// The version ceiling durable ahead of the versions handed out (`lease`).
-    pub lease: RefCell<Lease>,
+    pub ceiling: RefCell<VersionCeiling>,
     /// Pending timers, and the bytes of the schedule records that made them: the estimate of
     /// the live data that decides compaction.
     pub live: Cell<u64>,
@@ -105,7 +105,7 @@ impl ShardJournal {
             health: Cell::new(StoreState::Ready),
             unsynced_since: Cell::new(None),
             dropped: Cell::new(0),
-            lease: RefCell::new(Lease::default()),
+            ceiling: RefCell::new(VersionCeiling::default()),
             live: Cell::new(0),
             record_bytes: Cell::new((0, 0)),
             next_batch: Cell::new(1),
@@ -180,11 +180,11 @@ impl ShardJournal {
             }
             return 0;
         }
-        let renew = version.and_then(|v| self.lease.borrow_mut().note(v));
+        let renew = version.and_then(|v| self.ceiling.borrow_mut().note(v));
         let mut outbox = self.outbox.borrow_mut();
         if let Some(ceiling) = renew {
             outbox.push(|b| record::put_lease(b, ceiling), Ack::None, "");
-            self.lease.borrow_mut().queued_at(outbox.end(), ceiling);
+            self.ceiling.borrow_mut().queued_at(outbox.end(), ceiling);
         }
         let mut size = 0;
         outbox.push(

@@ -15,7 +15,7 @@ pub const DEAD: &[u8] = b"dead-letter";
 const FAR: u64 = u64::MAX / 4;
 
 /// A version above every version a base's records and leases carry (a base's first write
-/// leases versions up to its own + 10,000,000, `lease::AHEAD`).
+/// leases versions up to its own + 10,000,000, `ceiling::AHEAD`).
 pub const ABOVE_BASE: u64 = 20_000_000;
 
 /// One step of a phase, as the shard makes it.

@@ -527,7 +527,7 @@ fn identity_at(segments: &[Source], l: Loc) -> &[u8] {
 /// Lets the executor's other tasks and its reactor run (`cooperate::yield_to_reactor`: a
 /// timer, not `yield_now`, so that glommio polls for I/O and timers before coming back).
 pub async fn breathe() {
-    crate::cooperate::yield_to_reactor().await;
+    crate::runtime::cooperate::yield_to_reactor().await;
 }
 
 /// Live index entries sorted and read at a time, at most (128 MiB of locations). Each range

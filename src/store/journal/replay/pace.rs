@@ -10,14 +10,14 @@ const CHECK_EVERY: usize = 32;
 /// block, is mostly zeros to skip, and 4,096 records of it held a compacting shard for tens of
 /// milliseconds while its timers waited.
 pub struct Pace {
-    slice: crate::cooperate::Slice,
+    slice: crate::runtime::cooperate::Slice,
     steps: usize,
 }
 
 impl Pace {
     pub fn new() -> Pace {
         Pace {
-            slice: crate::cooperate::Slice::begin(),
+            slice: crate::runtime::cooperate::Slice::begin(),
             steps: 0,
         }
     }

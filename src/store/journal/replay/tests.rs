@@ -64,7 +64,7 @@ fn indexing_small_padded_commits_lets_the_shards_other_tasks_run() {
             async move {
                 while !done.get() {
                     ticks.set(ticks.get() + 1);
-                    crate::cooperate::yield_to_reactor().await;
+                    crate::runtime::cooperate::yield_to_reactor().await;
                 }
             }
         });

@@ -30,10 +30,10 @@
 //! durable. A replacement (v2 of a key whose v1 is durable) due at once must not fire before
 //! v2's record is: a crash in between brings v1 back, which fires later, and the receiver sees
 //! v2, then v1. So a timer fires only under a version whose record is durable
-//! ([`Lease::written`]). Versions are handed out in the order their records are queued, so
+//! ([`VersionCeiling::written`]). Versions are handed out in the order their records are queued, so
 //! one number says it: the highest version of the records durable so far. After each shard
 //! pass that queued a new version, a mark (where the outbox's stream ends, the highest
-//! version by then) is queued ([`Lease::mark`]); a commit that makes a mark's position durable
+//! version by then) is queued ([`VersionCeiling::mark`]); a commit that makes a mark's position durable
 //! makes its version written, and a commit that empties the outbox makes every version written.
 //! A fire of a version not written yet is held until its commit (a group commit, about a
 //! millisecond with `fsync = always`).
@@ -50,7 +50,7 @@ use std::collections::VecDeque;
 pub const AHEAD: u64 = 10_000_000;
 
 #[derive(Debug, Default)]
-pub struct Lease {
+pub struct VersionCeiling {
     /// The highest ceiling known durable: the recovered floor, or a committed lease.
     durable: u64,
     /// The highest ceiling queued.
@@ -69,15 +69,15 @@ pub struct Lease {
     marks: VecDeque<(u64, u64)>,
 }
 
-impl Lease {
+impl VersionCeiling {
     /// After recovery: `floor` covers every version the journal ever carried.
-    pub fn recovered(floor: u64) -> Lease {
-        Lease {
+    pub fn recovered(floor: u64) -> VersionCeiling {
+        VersionCeiling {
             durable: floor,
             queued: floor,
             written: floor,
             marked: floor,
-            ..Lease::default()
+            ..VersionCeiling::default()
         }
     }
 
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_lease_is_queued_ahead_and_covers_only_once_its_commit_is_durable() {
-        let mut l = Lease::recovered(100);
+        let mut l = VersionCeiling::recovered(100);
         assert!(l.covers(), "recovered versions are under the floor");
         assert_eq!(l.note(50), Some(50 + AHEAD), "the first write renews");
         l.queued_at(10, 50 + AHEAD);
@@ -170,7 +170,7 @@ mod tests {
     /// drained; never before.
     #[test]
     fn a_version_is_written_once_its_pass_mark_or_a_drained_outbox_is_durable() {
-        let mut l = Lease::recovered(100);
+        let mut l = VersionCeiling::recovered(100);
         assert!(l.written(100) && !l.written(101), "the floor is written");
         l.note(200);
         l.mark(50);

@@ -15,7 +15,7 @@
 //! moves. The module is crate-private: its `Send` claim for glommio's timers holds only for
 //! the crate's own single-threaded connections.
 
-use crate::cooperate::{yield_to_reactor, Slice, Yield};
+use crate::runtime::cooperate::{yield_to_reactor, Slice, Yield};
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use glommio::timer::Timer;
@@ -479,7 +479,7 @@ mod tests {
     /// last answer before the client reads it); a client connection just shuts its side.
     #[test]
     fn a_lingering_close_reads_what_the_peer_still_sends() {
-        crate::cooperate::on_executor(async {
+        crate::runtime::cooperate::on_executor(async {
             let sender = Sender {
                 chunks: 200,
                 shut: false,
