@@ -278,12 +278,19 @@ fn settle_script(
             // stand, but a later owner may count versions from below them. Said, not hidden.
             if let Some(Value::ServerError(e)) = items.next() {
                 StoreMetrics::count(&shared.m().errors_total, 1);
-                tracing::error!(
-                    shard = shared.shard,
-                    partition = group.partition,
-                    code = e.code(),
-                    "store: the partition's version floor was not raised"
-                );
+                // Said once per process: a Redis that refuses one refuses every batch's.
+                static SAID: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::error!(
+                        shard = shared.shard,
+                        partition = group.partition,
+                        code = e.code(),
+                        details = e.details().unwrap_or(""),
+                        "store: a partition's version floor was not raised (ZADD GT needs Redis 6.2 or later); \
+                         a node that gains it may count versions from below its writes (counted in errors_total)"
+                    );
+                }
             }
             Ok(())
         }
