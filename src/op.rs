@@ -117,8 +117,10 @@ impl Op {
 /// holders receives them.
 pub(crate) enum Control {
     /// The partition's records, read after its lease was gained: they replace whatever of the
-    /// partition the shard holds, and the shard acts on it from then on.
-    Load(Vec<Loaded>),
+    /// partition the shard holds, and the shard acts on it from then on. With them, the
+    /// partition's version floor: the highest version any owner wrote there, which the
+    /// shard's next versions are above (`cluster::load::Read::floor`).
+    Load(Vec<Loaded>, u64),
     /// The lease is gone: the shard forgets the partition's timers and dead letters, without
     /// firing or deleting anything in the store.
     Drop,

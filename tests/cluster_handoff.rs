@@ -260,6 +260,7 @@ fn the_live_set_counter_moves_on_a_join_a_leave_and_an_expiry_and_never_on_a_bea
             id: id.into(),
             advertise: id.into(),
             started_at_us: 1,
+            proof: None,
         };
         let (ra, rb) = (record("10.0.0.1:7480"), record("10.0.0.2:7480"));
         let long = Duration::from_secs(60);

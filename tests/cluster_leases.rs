@@ -32,6 +32,7 @@ fn node_config(id: &str) -> NodeConfig {
         id: id.into(),
         advertise: id.into(),
         started_at_us: 1,
+        proof: None,
     })
 }
 
@@ -222,6 +223,7 @@ fn membership_sees_every_beating_node_and_forgets_a_silent_one() {
             id: id.into(),
             advertise: id.into(),
             started_at_us: 1,
+            proof: None,
         };
         let (ra, rb) = (record("10.0.0.1:7480"), record("10.0.0.2:7480"));
         let ttl = Duration::from_millis(500);

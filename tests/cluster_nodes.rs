@@ -486,24 +486,13 @@ fn the_dead_letter_list_is_the_whole_cluster_s_through_either_node_page_by_page(
     let rx = receiver::Receiver::start(|_, _| receiver::Reply::status(410));
     let cluster = RedisCluster::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("tenants.toml");
-    std::fs::write(
-        &config,
-        format!("open_tenants = true\ncallback_allow = [{:?}]\n", rx.base()),
-    )
-    .expect("config");
-    let extra = ["--config", config.to_str().expect("a UTF-8 path")];
+    let config = cluster_serve::open_config(dir.path(), &rx.base(), "");
+    let extra = config.each_ref().map(String::as_str);
     let nodes = two_nodes_with(&cluster.url(), dir.path(), &extra);
     let keys: Vec<String> = (0..40).map(|i| format!("dl-{i:02}")).collect();
     for key in &keys {
         let at = owner(&nodes, "shop", key).0.addr;
-        let body = format!(
-            r#"{{"delay_ms":0,"callback":{{"url":"{}"}}}}"#,
-            rx.url("hook")
-        );
-        let path = format!("/v1/timers/shop/{key}");
-        let r = try_request(at, "PUT", &path, &[], body.as_bytes()).expect("answered");
-        assert_eq!(r.status, 201, "PUT {path}: {:?}", r.json());
+        cluster_serve::put_hook(at, "shop", key, 0, &rx.url("hook"));
     }
     let on = |n: &Node| -> Vec<String> {
         let mut k: Vec<String> = keys

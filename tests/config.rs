@@ -439,7 +439,7 @@ fn cluster_urls_and_advertise_are_read_and_checked() {
     let resolve = |args: ServeArgs, text: &str| Config::resolve(file(text), &args);
     let c = resolve(
         ServeArgs::default(),
-        "redis = \"redis+cluster://10.0.0.1:7000,10.0.0.2:7000,[::1]:7001/\"\nadvertise = \"10.0.0.5:7480\"\nredis_wait_replicas = 1\n",
+        "redis = \"redis+cluster://10.0.0.1:7000,10.0.0.2:7000,[::1]:7001/\"\nadvertise = \"10.0.0.5:7480\"\nredis_wait_replicas = 1\ncluster_secret = \"0123456789abcdef0123456789abcdef\"\n",
     )
     .expect("file");
     assert_eq!(
@@ -449,6 +449,7 @@ fn cluster_urls_and_advertise_are_read_and_checked() {
     let cluster = |redis: &str, advertise: Option<&str>| ServeArgs {
         redis: Some(redis.into()),
         advertise: advertise.map(Into::into),
+        cluster_secret: Some("0123456789abcdef0123456789abcdef".into()),
         ..Default::default()
     };
     let ok = resolve(
@@ -494,6 +495,25 @@ fn cluster_urls_and_advertise_are_read_and_checked() {
         ..Default::default()
     };
     assert!(err_text(resolve(alone, "")).contains("Redis Cluster"));
+    // A node among others proves the cluster's secret: none, or a short one, is refused.
+    let no_secret = ServeArgs {
+        cluster_secret: None,
+        ..cluster("redis+cluster://h1:7000/", Some("10.0.0.5:7480"))
+    };
+    let e = err_text(resolve(no_secret, ""));
+    assert!(
+        e.contains("`cluster_secret`") && e.contains("required"),
+        "{e}"
+    );
+    let short = ServeArgs {
+        cluster_secret: Some("short".into()),
+        ..cluster("redis+cluster://h1:7000/", Some("10.0.0.5:7480"))
+    };
+    let e = err_text(resolve(short, ""));
+    assert!(
+        e.contains("`cluster_secret`") && !e.contains("short"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -511,4 +531,23 @@ fn print_config_masks_the_redis_password() {
         out.contains("redis+sentinel://app:***@127.0.0.1:26379/orders/1"),
         "{out}"
     );
+}
+
+#[test]
+fn print_config_masks_the_cluster_secret() {
+    let secret = "cluster-secret-never-printed-0123456789";
+    let (code, out, err) = print_config(
+        &[
+            "--redis",
+            "redis+cluster://127.0.0.1:7000/",
+            "--advertise",
+            "127.0.0.1:7480",
+            "--cluster-secret",
+            secret,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains(secret), "{out}");
+    assert!(out.contains("cluster_secret = \"***\""), "{out}");
 }

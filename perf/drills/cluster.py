@@ -265,6 +265,8 @@ class Punctual:
                "--pinning", "none", "--spin-us", "0", "--shard-capacity", "200000"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCTUAL_")}
         env["RUST_LOG"] = os.environ.get("RUST_LOG", "info")
+        # Every node of the drill shares one cluster secret (required with --advertise).
+        env["PUNCTUAL_CLUSTER_SECRET"] = "drill-cluster-secret-0123456789abcdef"
         self.logf = open(log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)

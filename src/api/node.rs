@@ -16,8 +16,9 @@
 //! that is bounded ([`NodeLoop::stop`]); a node killed instead releases nothing, and its leases
 //! lapse within a TTL.
 
-use crate::cluster::node::{self, Holdings};
+use crate::cluster::node::Holdings;
 use crate::cluster::reader::Shards;
+use crate::cluster::start;
 use crate::cluster::status::Status;
 use crate::engine::RedisConfig;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,14 +42,16 @@ pub struct NodeLoop {
 pub fn start(
     redis: &RedisConfig,
     advertise: &str,
+    secret: Option<&str>,
     holdings: Arc<Holdings>,
     shards: Arc<dyn Shards>,
     status: Arc<Status>,
 ) -> Result<NodeLoop, String> {
     let stop = Arc::new(AtomicBool::new(false));
-    let thread = node::spawn_for(
+    let thread = start::spawn_for(
         redis,
         advertise,
+        secret,
         holdings.clone(),
         shards,
         status,

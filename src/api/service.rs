@@ -151,6 +151,7 @@ pub fn serve(config: Config) -> Result<(), String> {
             let started = node::start(
                 redis,
                 advertise,
+                config.cluster_secret.as_deref(),
                 holdings.clone(),
                 engine.handle().partitions(),
                 status.clone(),

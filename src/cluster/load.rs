@@ -5,7 +5,11 @@
 //! pipeline (one slot, so one master and one round trip a page), into owned [`Stored`]
 //! records, in the format recovery reads (`store::redis::layout`). Records that do not parse,
 //! or that lie in another partition than their key's, are counted and left in Redis, as
-//! recovery leaves them.
+//! recovery leaves them. Before them, one call reads each partition's version floor
+//! (`layout::versions_key`: the highest version any owner wrote there), which the shard's
+//! versions then count on from, so that a key fired or cancelled at the old owner, of which no
+//! record is left, still gets a version above the ones the old owner acknowledged, however far
+//! this node's clock is behind.
 //!
 //! # Why the read is consistent
 //!
@@ -26,7 +30,9 @@
 use crate::partition::partition_of;
 use crate::store::redis::cluster::{ClusterClient, ClusterError, Routed};
 use crate::store::redis::dead::dead_key;
-use crate::store::redis::layout::{decode_record, parse_field, timers_key};
+use crate::store::redis::layout::{
+    decode_record, parse_field, timers_key, versions_key, VERSIONS_TOP,
+};
 use crate::units::UtcMicros;
 use redis::Value;
 
@@ -51,6 +57,9 @@ pub struct Read {
     pub records: Vec<Stored>,
     /// Records left in Redis: malformed, or filed under another partition.
     pub skipped: u64,
+    /// The highest version any owner wrote in the partition (`layout::versions_key`), 0 when
+    /// none did: the shard's versions count on from above it.
+    pub floor: u64,
 }
 
 /// Why a partition could not be read (then nothing of it is loaded: read it again).
@@ -85,6 +94,22 @@ pub async fn read_many(
     page: usize,
 ) -> Result<Vec<Read>, LoadError> {
     let mut out: Vec<Read> = partitions.iter().map(|_| Read::default()).collect();
+    let floors: Vec<Routed> = partitions
+        .iter()
+        .map(|&p| {
+            let key = versions_key(p);
+            let mut score = redis::cmd("ZSCORE");
+            score.arg(&key).arg(VERSIONS_TOP);
+            Routed::new(&key, score)
+        })
+        .collect();
+    for ((read, &p), reply) in out
+        .iter_mut()
+        .zip(partitions)
+        .zip(client.pipeline(&floors).await?)
+    {
+        read.floor = floor(&reply).ok_or_else(|| unexpected(p, &reply))?;
+    }
     // (index in `partitions`, hash, cursor); a hash whose cursor came back 0 is done and
     // leaves the list.
     let mut scans: Vec<(usize, String, Vec<u8>)> = partitions
@@ -152,6 +177,24 @@ fn unexpected(partition: u32, reply: &dyn std::fmt::Debug) -> LoadError {
     }
 }
 
+/// A version floor's score: none yet is 0. A score is a double, exact for every version
+/// (microseconds since 1970 stay below 2^53 until the year 2255).
+fn floor(reply: &Value) -> Option<u64> {
+    let score = match reply {
+        Value::Nil => return Some(0),
+        Value::Double(d) => *d,
+        Value::BulkString(b) => {
+            let text = std::str::from_utf8(b).ok()?;
+            match text.parse::<u64>() {
+                Ok(v) => return Some(v),
+                Err(_) => text.parse::<f64>().ok()?,
+            }
+        }
+        _ => return None,
+    };
+    (score.is_finite() && score >= 0.0).then_some(score as u64)
+}
+
 /// One hash field and its record, if it parses and belongs to `partition`.
 fn stored(partition: u32, field: &Value, record: &Value) -> Option<Stored> {
     let (Value::BulkString(field), Value::BulkString(record)) = (field, record) else {
@@ -200,6 +243,20 @@ mod tests {
         );
         assert_eq!(count_each(512, 1_000), MIN_COUNT);
         assert_eq!(count_each(0, 0), MIN_COUNT, "no panic on zeros");
+    }
+
+    #[test]
+    fn a_version_floor_reads_as_redis_answers_it_and_none_is_zero() {
+        assert_eq!(floor(&Value::Nil), Some(0));
+        assert_eq!(
+            floor(&bulk("1765000000000123")),
+            Some(1_765_000_000_000_123)
+        );
+        assert_eq!(floor(&bulk("1.765e+15")), Some(1_765_000_000_000_000));
+        assert_eq!(floor(&Value::Double(40.0)), Some(40));
+        assert_eq!(floor(&bulk("nope")), None);
+        assert_eq!(floor(&bulk("-1")), None);
+        assert_eq!(floor(&Value::Int(3)), None);
     }
 
     #[test]

@@ -31,6 +31,62 @@ pub struct NodeRecord {
     pub advertise: String,
     /// When this incarnation started (UTC microseconds).
     pub started_at_us: u64,
+    /// The proof that whoever wrote the record holds the cluster's secret ([`prove`]); absent
+    /// on a node given none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
+}
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+/// The MAC of a record's id, advertised address and start under `secret` (HMAC takes a key
+/// of any length, so it is always `Some`).
+fn mac(secret: &[u8], r: &NodeRecord) -> Option<HmacSha256> {
+    use hmac::Mac;
+    let mut m = <HmacSha256 as Mac>::new_from_slice(secret).ok()?;
+    m.update(b"punctual node\n");
+    m.update(r.id.as_bytes());
+    m.update(b"\n");
+    m.update(r.advertise.as_bytes());
+    m.update(b"\n");
+    m.update(r.started_at_us.to_string().as_bytes());
+    Some(m)
+}
+
+/// A record's proof under the cluster's `secret`: HMAC-SHA256 of its id, its advertised
+/// address and its start, in hex. A record copied from Redis proves only what it says, so a
+/// forged or altered one (another address to forward to) proves nothing.
+pub fn prove(secret: &[u8], r: &NodeRecord) -> Option<String> {
+    use hmac::Mac;
+    Some(hex::encode(mac(secret, r)?.finalize().into_bytes()))
+}
+
+/// Whether `r` carries the proof of `secret` (compared in constant time).
+pub fn proven(secret: &[u8], r: &NodeRecord) -> bool {
+    use hmac::Mac;
+    let proof = r.proof.as_deref().and_then(|p| hex::decode(p).ok());
+    match (proof, mac(secret, r)) {
+        (Some(p), Some(m)) => m.verify_slice(&p).is_ok(),
+        _ => false,
+    }
+}
+
+/// The records of `live` that count under the cluster's `secret`: those that prove it, or
+/// all without one. A record that does not prove it gets no partitions and no forwards: it is
+/// not a node of this cluster, whatever Redis lists (said in the log, each round it is seen).
+pub fn trusted(secret: Option<&[u8]>, live: Vec<NodeRecord>) -> Vec<NodeRecord> {
+    let Some(secret) = secret else {
+        return live;
+    };
+    let (trusted, forged): (Vec<_>, Vec<_>) = live.into_iter().partition(|r| proven(secret, r));
+    if !forged.is_empty() {
+        let ids: Vec<&str> = forged.iter().map(|r| r.id.as_str()).collect();
+        tracing::warn!(
+            ?ids,
+            "node: live records that do not prove the cluster secret are ignored"
+        );
+    }
+    trusted
 }
 
 /// The master's clock in ms, as `now`: every expiry is judged on it (see the module doc).
@@ -207,5 +263,40 @@ pub async fn leave(client: &mut ClusterClient, me: &NodeRecord) -> Result<(), Me
     match reply {
         Value::Int(1) => Ok(()),
         other => Err(MembershipError::Reply(format!("{other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_proves_the_secret_only_as_written_and_only_that_secret() {
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let mut r = NodeRecord {
+            id: "10.0.0.5:7480".into(),
+            advertise: "10.0.0.5:7480".into(),
+            started_at_us: 42,
+            proof: None,
+        };
+        assert!(!proven(secret, &r), "no proof");
+        r.proof = prove(secret, &r);
+        assert!(proven(secret, &r));
+        assert!(!proven(b"another secret, just as long....", &r));
+        let json = serde_json::to_string(&r).expect("serialises");
+        let back: NodeRecord = serde_json::from_str(&json).expect("parses");
+        assert!(proven(secret, &back), "the proof survives Redis");
+        let mut moved = r.clone();
+        moved.advertise = "203.0.113.9:7480".into();
+        assert!(
+            !proven(secret, &moved),
+            "a copied proof under another address"
+        );
+        r.proof = Some("not hex".into());
+        assert!(!proven(secret, &r));
+        let old: NodeRecord =
+            serde_json::from_str(r#"{"id":"a","advertise":"a","started_at_us":1}"#)
+                .expect("a record without a proof still parses");
+        assert_eq!(old.proof, None);
     }
 }

@@ -39,5 +39,6 @@ pub mod reader;
 pub mod rendezvous;
 pub mod report;
 pub mod routing;
+pub mod start;
 pub mod status;
 pub mod sweep;

@@ -87,7 +87,8 @@
 //! a busy shard delays no renewal, and the loop's waits (one call at a time) delay no shard.
 //! It costs one mostly idle thread and one connection per master (three: the reader beside it
 //! has its own, and so has the status service once `GET /cluster` is first asked). `serve`
-//! starts it with `--advertise` on a cluster URL ([`spawn_for`]).
+//! starts it with `--advertise` on a cluster URL (`start.rs`: the thread, its executor, the
+//! preflight, and the services beside the loop).
 //!
 //! The ticks run in the same loop, between rounds, one call at a time, on glommio timers with a
 //! bounded sleep (never a wake that could be lost: a stop or a cut also wakes the wait, and a
@@ -115,15 +116,11 @@
 use super::calls::Calls;
 pub use super::holdings::{Holdings, NodeStats};
 use super::lease::{self, Acquired, Lease, LeaseConfig};
-use super::membership::NodeRecord;
-use super::preflight;
-use super::reader::{Partitions, Reader, Shards};
+use super::membership::{self, NodeRecord};
+use super::reader::Partitions;
 use super::rendezvous;
-use super::status::Status;
-use super::sweep;
 use crate::partition::PARTITIONS;
-use crate::store::redis::cluster::{parse_url, ClusterClient, ClusterConfig};
-use crate::store::redis::RedisConfig;
+use crate::store::redis::cluster::{ClusterClient, ClusterConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -148,6 +145,9 @@ pub struct NodeConfig {
     /// How long this node's heartbeat lasts without another.
     pub member_ttl: Duration,
     pub lease: LeaseConfig,
+    /// The cluster's secret: only the live records that prove it count (`membership::prove`);
+    /// without one, every record does.
+    pub secret: Option<Arc<[u8]>>,
 }
 
 impl NodeConfig {
@@ -161,7 +161,16 @@ impl NodeConfig {
             settle: Duration::from_millis(20),
             member_ttl: Duration::from_secs(3),
             lease: LeaseConfig::default(),
+            secret: None,
         }
+    }
+
+    /// This configuration under the cluster's `secret`: its record carries the proof, and
+    /// only the records that prove it count.
+    pub fn with_secret(mut self, secret: &[u8]) -> NodeConfig {
+        self.me.proof = membership::prove(secret, &self.me);
+        self.secret = Some(Arc::from(secret));
+        self
     }
 }
 
@@ -240,103 +249,6 @@ pub fn plan(held: &[u32], want: &[u32]) -> Plan {
         }
     }
     out
-}
-
-/// Starts the loop on a thread of its own (see the module doc) with a cluster client made
-/// from `cluster` (its `retry_for` set to one round), and beside it the reader that loads
-/// gained partitions into `shards` (`reader`), the sweep of the relays (`sweep`) and the service that reads the cluster's state
-/// for `GET /cluster` (`status`, its own client). On `stop` it releases what it holds and
-/// leaves the live set, so the others need not wait a TTL.
-pub fn spawn(
-    cluster: ClusterConfig,
-    cfg: NodeConfig,
-    holdings: Arc<Holdings>,
-    shards: Arc<dyn Shards>,
-    status: Arc<Status>,
-    stop: Arc<AtomicBool>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("punctual-node".into())
-        .spawn(move || {
-            let ex = match glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make()
-            {
-                Ok(ex) => ex,
-                Err(e) => {
-                    tracing::error!(error = %e, "node: cannot make the loop's executor; this node holds no partition");
-                    return;
-                }
-            };
-            ex.run(async move {
-                let (reader, queue) = Reader::reporting(&*shards, &holdings.loading);
-                let rounds = ClusterConfig {
-                    retry_for: cfg.round,
-                    ..cluster.clone()
-                };
-                // The loop ends at `stop` (after telling every loss); the reader and the status
-                // service go with it.
-                futures_lite::future::or(
-                    run(rounds, &cfg, &holdings, &reader, &stop),
-                    futures_lite::future::or(
-                        reader.serve(cluster.clone(), queue),
-                        futures_lite::future::or(
-                            sweep::serve(cluster.clone(), &holdings),
-                            status.serve(cluster),
-                        ),
-                    ),
-                )
-                .await;
-            });
-        })
-}
-
-/// [`spawn`] for a service whose store is on the Redis Cluster `redis` names
-/// (`redis+cluster://…`), as the node advertised at `advertise`, with the default rounds and
-/// leases; the cluster client takes the store's credentials, I/O timeout and replicas to wait
-/// for. The error says what is wrong.
-pub fn spawn_for(
-    redis: &RedisConfig,
-    advertise: &str,
-    holdings: Arc<Holdings>,
-    shards: Arc<dyn Shards>,
-    status: Arc<Status>,
-    stop: Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>, String> {
-    let seeds = parse_url(&redis.url).map_err(|e| format!("redis URL: {e}"))?;
-    check_redis(redis)?;
-    let started_at_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-    let me = NodeRecord {
-        id: advertise.to_string(),
-        advertise: advertise.to_string(),
-        started_at_us,
-    };
-    spawn(
-        redis.cluster(&seeds),
-        NodeConfig::new(me),
-        holdings,
-        shards,
-        status,
-        stop,
-    )
-    .map_err(|e| format!("cannot start the node's loop: {e}"))
-}
-
-/// The preflight of the cluster (`preflight`): its warnings logged, an evicting policy refused
-/// unless allowed. A cluster that cannot be listed yet is left to the loop, which waits for it.
-fn check_redis(redis: &RedisConfig) -> Result<(), String> {
-    let masters = match preflight::read(redis) {
-        Ok(m) => m,
-        Err(e) => {
-            tracing::warn!(error = %crate::store::redis::endpoint::scrub(&e, &redis.url), "node: the cluster's masters could not be listed at start; maxmemory-policy and replicas not checked");
-            return Ok(());
-        }
-    };
-    let verdict = preflight::judge(&masters, redis.wait_replicas, redis.allow_eviction);
-    for w in &verdict.warnings {
-        tracing::warn!("{w}");
-    }
-    verdict.refuse.map_or(Ok(()), Err)
 }
 
 /// The loop itself, on the caller's executor, until `stop`. Dropping the future mid-round is a
@@ -547,7 +459,7 @@ async fn round(at: &mut Looping<'_, impl Calls>) -> Result<(), String> {
     told.tell(holdings, partitions, Instant::now());
     let live = client.beat(&cfg.me, cfg.member_ttl).await.map(|b| {
         pending.version = Some(b.version);
-        b.live
+        membership::trusted(cfg.secret.as_deref(), b.live)
     });
     if live.is_err() {
         pending.version = None;

@@ -199,6 +199,7 @@ fn replay(beats: &[(Duration, bool)], renewals: &[(Duration, bool)]) -> Vec<Vec<
         id: "a:1".into(),
         advertise: "a:1".into(),
         started_at_us: 1,
+        proof: None,
     });
     cfg.round = Duration::from_millis(100);
     cfg.lease = LeaseConfig::with_ttl(Duration::from_millis(500));

@@ -1,4 +1,4 @@
-//! What a node checks of the Redis Cluster before it joins the others (`node::spawn_for`), and
+//! What a node checks of the Redis Cluster before it joins the others (`start::spawn_for`), and
 //! what `punctual doctor --redis` reports: each master's `maxmemory-policy`, and how many
 //! replicas each master has against `--redis-wait-replicas`.
 //!

@@ -288,6 +288,7 @@ mod tests {
             id: id.into(),
             advertise: id.into(),
             started_at_us: 5,
+            proof: None,
         }
     }
 

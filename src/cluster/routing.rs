@@ -138,6 +138,7 @@ mod tests {
             id: id.into(),
             advertise: id.into(),
             started_at_us: 0,
+            proof: None,
         }
     }
 

@@ -5,7 +5,7 @@
 //!
 //! A request is answered on a shard's thread, which must never wait on Redis. So the shard
 //! asks [`Status`], and the read runs in [`Status::serve`], a task on the node's own thread
-//! (`punctual-node`, beside the loop and the reader: `node::spawn`), with a cluster client of
+//! (`punctual-node`, beside the loop and the reader: `start::spawn`), with a cluster client of
 //! its own, connected at the first ask and kept (one connection per master; never one per
 //! request). The shard's request waits asynchronously, at most its deadline
 //! ([`ASK_TIMEOUT`]), and is then answered 503.

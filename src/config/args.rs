@@ -78,6 +78,16 @@ pub struct ServeArgs {
     /// [default: false: such a start is refused].
     #[arg(long, env = "PUNCTUAL_REDIS_ALLOW_EVICTION", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]
     pub redis_allow_eviction: Option<String>,
+    /// The secret every node of a cluster shares (`--advertise` on a Redis Cluster), at least
+    /// 32 bytes: each node's record in Redis carries a proof of it, and a node counts only the
+    /// records that prove it (no partitions, no forwards for the others).
+    #[arg(
+        long,
+        env = "PUNCTUAL_CLUSTER_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub cluster_secret: Option<String>,
     /// With `[tenants.*]` tables in the config file, serve tenants that have none too
     /// [default: false: they are answered 401 unknown_tenant].
     #[arg(long, env = "PUNCTUAL_OPEN_TENANTS", value_name = "true|false", num_args = 0..=1, default_missing_value = "true")]

@@ -79,6 +79,7 @@ pub struct FileConfig {
     pub(super) redis_wait_replicas: Option<u64>,
     pub(super) redis_allow_eviction: Option<bool>,
     pub(super) advertise: Option<String>,
+    pub(super) cluster_secret: Option<String>,
     pub(super) spin_us: Option<u64>,
     pub(super) spin_adaptive: Option<bool>,
     pub(super) ring_capacity: Option<u64>,

@@ -142,8 +142,22 @@ impl Config {
         )?
         .unwrap_or(false);
         let advertise = pick::<String>("advertise", &args.advertise, file.advertise)?;
+        let cluster_secret =
+            pick::<String>("cluster_secret", &args.cluster_secret, file.cluster_secret)?;
+        if let Some(secret) = &cluster_secret {
+            check_secret("cluster_secret", secret)?;
+        }
         if let Some(a) = &advertise {
             check_advertise(a, redis.as_deref())?;
+            if cluster_secret.is_none() {
+                return Err(invalid(
+                    "cluster_secret",
+                    "(none)",
+                    "is required with `advertise`: the nodes of a cluster prove it to each other, \
+                     and count no node record in Redis that does not (`openssl rand -hex 32`, \
+                     the same on every node)",
+                ));
+            }
         }
         if redis_wait_replicas > 0 && store != StoreChoice::Redis {
             return Err(invalid(
@@ -276,6 +290,7 @@ impl Config {
             redis_wait_replicas,
             redis_allow_eviction,
             advertise,
+            cluster_secret,
             spin_us: u(
                 "spin_us",
                 &args.spin_us,
@@ -374,6 +389,9 @@ impl Config {
         shown.redis = shown.redis.as_deref().map(super::mask_url);
         if shown.metrics_token.is_some() {
             shown.metrics_token = Some("***".into());
+        }
+        if shown.cluster_secret.is_some() {
+            shown.cluster_secret = Some("***".into());
         }
         for t in shown.tenants.values_mut() {
             if t.token.is_some() {

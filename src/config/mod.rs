@@ -78,6 +78,9 @@ pub struct Config {
     /// `host:port` this node is reached at by other nodes of a Redis Cluster store (its id);
     /// checked and kept for the node's loop, which is not built yet.
     pub advertise: Option<String>,
+    /// The secret the nodes of a cluster share: a node counts only the records in Redis that
+    /// prove it (`cluster::membership::prove`).
+    pub cluster_secret: Option<String>,
     pub spin_us: u64,
     /// The spin window follows the measured wake-up latency, `spin_us` its ceiling.
     pub spin_adaptive: bool,
@@ -134,6 +137,7 @@ impl Default for Config {
             redis_wait_replicas: 0,
             redis_allow_eviction: false,
             advertise: None,
+            cluster_secret: None,
             spin_us: 100,
             spin_adaptive: false,
             ring_capacity: 65_536,

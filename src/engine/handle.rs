@@ -48,7 +48,7 @@ pub struct Handle {
 
 impl Handle {
     /// The shards as the node's loop hands them partitions to load and drop
-    /// (`cluster::node::spawn`). Only shards built with `EngineBuilder::partition_holders` act
+    /// (`cluster::start::spawn`). Only shards built with `EngineBuilder::partition_holders` act
     /// on them; others ignore them.
     pub fn partitions(&self) -> Arc<dyn crate::cluster::reader::Shards> {
         Arc::new(super::partitions::Rings(self.inner.rings.clone()))

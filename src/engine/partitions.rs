@@ -56,7 +56,7 @@ impl Shards for Rings {
                 "records of a gained partition left in Redis, not loaded"
             );
         }
-        ring.control(partition, Control::Load(records));
+        ring.control(partition, Control::Load(records, read.floor));
     }
 
     fn drop_partition(&self, partition: u32) {

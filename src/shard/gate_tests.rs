@@ -90,7 +90,7 @@ fn load(s: &mut Shard<FakeSource>, p: u32, keys: &[&str], at: UtcMicros) {
             deadline: at,
         })
         .collect();
-    s.ring.control(p, Control::Load(records));
+    s.ring.control(p, Control::Load(records, 0));
     assert_eq!(s.take_controls(None), 1);
 }
 
@@ -299,7 +299,7 @@ fn a_loaded_dead_letter_is_listed_and_a_drop_takes_it_out_of_the_listing_and_the
         version: 9,
         deadline: UtcMicros(1),
     };
-    s.ring.control(p, Control::Load(vec![loaded]));
+    s.ring.control(p, Control::Load(vec![loaded], 0));
     assert_eq!(s.take_controls(None), 1);
     assert_eq!(dead_keys(&mut s), [keys[0].clone()]);
     assert_eq!(
@@ -336,7 +336,7 @@ fn a_purge_goes_on_in_slices_and_its_partition_stays_closed_until_it_ends() {
         }
         Some(slice)
     };
-    s.ring.control(p, Control::Load(Vec::new()));
+    s.ring.control(p, Control::Load(Vec::new(), 0));
     assert_eq!(s.take_controls(over()), 1, "under way");
     assert!(s.purging.is_some());
     let left = s.table.len();
@@ -413,7 +413,7 @@ fn a_load_goes_in_a_chunk_a_pass_and_its_partition_opens_once_every_record_is_in
             k => record(k, later, false),
         })
         .collect();
-    s.ring.control(p, Control::Load(records));
+    s.ring.control(p, Control::Load(records, 0));
     let refused = Err(Error::PartitionNotHeld { partition: p });
     let mut passes = 0;
     loop {
@@ -432,7 +432,7 @@ fn a_load_goes_in_a_chunk_a_pass_and_its_partition_opens_once_every_record_is_in
         assert_eq!(s.gate.loaded_count(), 0);
         if passes == 1 {
             s.ring
-                .control(q, Control::Load(vec![record(&other, later, false)]));
+                .control(q, Control::Load(vec![record(&other, later, false)], 0));
         }
         assert!(get(&mut s, &other).is_err(), "q waits behind p's load");
         assert!(passes <= n, "the load ends");
@@ -468,7 +468,7 @@ fn a_record_due_while_its_partition_loads_fires_once_the_partition_is_open() {
         record(&keys[1], UtcMicros(now - 1_000_000), false),
     ];
     records.extend(keys[2..].iter().map(|k| record(k, later, false)));
-    s.ring.control(p, Control::Load(records));
+    s.ring.control(p, Control::Load(records, 0));
     assert_eq!(s.take_controls(over()), 1);
     let soon = s.table.get(timer(&keys[0]).identity()).map(|v| v.deadline);
     assert_eq!(soon, Some(UtcMicros(now + 1_000)), "in the table, due soon");
@@ -515,12 +515,12 @@ fn a_drop_s_dead_letters_leave_in_slices_each_given_back_once() {
         .unwrap_or_default();
     let (mut s, _, quota) = gated(&src, &held);
     let letters: Vec<Loaded> = keys.iter().map(|k| record(k, UtcMicros(1), true)).collect();
-    s.ring.control(p, Control::Load(letters));
+    s.ring.control(p, Control::Load(letters, 0));
     let q_letters = vec![
         record(&other, UtcMicros(1), true),
         record(&second, UtcMicros(1), true),
     ];
-    s.ring.control(q, Control::Load(q_letters));
+    s.ring.control(q, Control::Load(q_letters, 0));
     assert_eq!(s.take_controls(None), 2);
     let dead = s.metrics.webhooks.tenant("t");
     let counted = || dead.dead.load(Ordering::Relaxed);
@@ -615,7 +615,7 @@ fn load_steps_figure() {
                         record(k, at, false)
                     })
                     .collect();
-                s.ring.control(p, Control::Load(records));
+                s.ring.control(p, Control::Load(records, 0));
             }
             let (mut wall, mut cpu, mut total, mut steps, mut over_ms) =
                 (Duration::ZERO, Duration::ZERO, Duration::ZERO, 0, 0);

@@ -208,13 +208,18 @@ impl<S: TimeSource> Shard<S> {
                         self.gate.dropped(partition);
                         continue;
                     }
-                    Some((partition, Control::Load(records))) => purge.load.insert(Load {
-                        partition,
-                        total: records.len(),
-                        records: records.into_iter(),
-                        due: Vec::new(),
-                        refused: 0,
-                    }),
+                    Some((partition, Control::Load(records, floor))) => {
+                        // Versions only grow across owners: the old owner's clock may have
+                        // been ahead of this one's.
+                        self.table.observe_version(floor);
+                        purge.load.insert(Load {
+                            partition,
+                            total: records.len(),
+                            records: records.into_iter(),
+                            due: Vec::new(),
+                            refused: 0,
+                        })
+                    }
                 },
             };
             if self.insert_some(load, due_by) {

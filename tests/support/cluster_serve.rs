@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The cluster secret every node a test starts is given.
+pub const CLUSTER_SECRET: &str = "the-test-cluster-secret-0123456789abcdef";
+
 /// A free local address, as a node's id and advertised address.
 pub fn node_addr() -> SocketAddr {
     format!("127.0.0.1:{}", free_port())
@@ -42,6 +45,18 @@ impl Proc {
 
     /// [`Proc::spawn`] with `extra` arguments after the usual ones.
     pub fn spawn_with(addr: SocketAddr, url: &str, dir: &Path, name: &str, extra: &[&str]) -> Proc {
+        Proc::spawn_env(addr, url, dir, name, extra, &[])
+    }
+
+    /// [`Proc::spawn_with`] with `envs` set in the process's environment.
+    pub fn spawn_env(
+        addr: SocketAddr,
+        url: &str,
+        dir: &Path,
+        name: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Proc {
         let stderr = dir.join(format!("{name}.stderr"));
         let file = std::fs::File::create(&stderr).expect("stderr file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
@@ -57,6 +72,9 @@ impl Proc {
         for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PUNCTUAL_")) {
             cmd.env_remove(k);
         }
+        // Every node of a test's cluster shares one secret (a flag in `extra` overrides it).
+        cmd.env("PUNCTUAL_CLUSTER_SECRET", CLUSTER_SECRET);
+        cmd.envs(envs.iter().copied());
         Proc {
             child: cmd.spawn().expect("spawn punctual"),
             stderr,
@@ -141,6 +159,11 @@ impl Proc {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("still running 30 s after SIGTERM: {}", self.stderr_text());
+    }
+
+    /// The process's id, for signals a test sends itself (`SIGSTOP`, `SIGCONT`).
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
     }
 
     pub fn sigkill(&mut self) {
@@ -379,6 +402,47 @@ pub fn wait_all_fired(reader: &mut Reader<'_>, book: &Book) -> BTreeMap<String, 
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A configuration file in `dir` that opens every tenant and allows callbacks under
+/// `allow` (a receiver's base URL), with `more` top-level lines; the arguments that give it
+/// to `serve`.
+pub fn open_config(dir: &Path, allow: &str, more: &str) -> [String; 2] {
+    let config = dir.join("tenants.toml");
+    std::fs::write(
+        &config,
+        format!("{more}open_tenants = true\ncallback_allow = [{allow:?}]\n"),
+    )
+    .expect("config");
+    ["--config".to_owned(), config.to_string_lossy().into_owned()]
+}
+
+/// A Redis Cluster started for the test, a temporary directory, and in it [`open_config`]'s
+/// file (its arguments for `serve`).
+pub fn cluster_with_config(
+    allow: &str,
+    more: &str,
+) -> (RedisCluster, tempfile::TempDir, [String; 2]) {
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = open_config(dir.path(), allow, more);
+    (cluster, dir, config)
+}
+
+/// PUTs a webhook timer of `tenant` calling `url`, due in `delay_ms`; its answer's body.
+/// Panics unless answered 201.
+pub fn put_hook(
+    at: SocketAddr,
+    tenant: &str,
+    key: &str,
+    delay_ms: u64,
+    url: &str,
+) -> serde_json::Value {
+    let body = format!(r#"{{"delay_ms":{delay_ms},"callback":{{"url":"{url}"}}}}"#);
+    let path = format!("/v1/timers/{tenant}/{key}");
+    let r = try_request(at, "PUT", &path, &[], body.as_bytes()).expect("PUT answered");
+    assert_eq!(r.status, 201, "PUT {path}: {:?}", r.json());
+    r.json()
 }
 
 /// `/metrics` text.

@@ -71,7 +71,7 @@
 use super::cluster::fence::{self, is_fenced};
 use super::cluster::{ClusterClient, ClusterStats, Routed, Sent};
 use super::flush::{due, pause, Due};
-use super::layout::partition_of_key;
+use super::layout::{self, partition_of_key};
 use super::outbox::{Entry, PIPELINE_BYTES};
 use super::relay::{self, Relayed};
 use super::replies::transient;
@@ -269,9 +269,28 @@ fn settle_script(
     outcomes: &mut [Result<(), Error>],
 ) -> Result<(), String> {
     match reply {
-        Value::Array(items) if items.len() == group.owners.len() => {
-            for (&owner, item) in group.owners.iter().zip(items) {
+        Value::Array(items) if items.len() == group.owners.len() + usize::from(group.floor) => {
+            let mut items = items.into_iter();
+            for (&owner, item) in group.owners.iter().zip(items.by_ref()) {
                 settle(shared, owner, &item, outcomes)?;
+            }
+            // The floor's `ZADD`: refused (a Redis before 6.2 knows no `GT`), the records
+            // stand, but a later owner may count versions from below them. Said, not hidden.
+            if let Some(Value::ServerError(e)) = items.next() {
+                StoreMetrics::count(&shared.m().errors_total, 1);
+                // Said once per process: a Redis that refuses one refuses every batch's.
+                static SAID: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::error!(
+                        shard = shared.shard,
+                        partition = group.partition,
+                        code = e.code(),
+                        details = e.details().unwrap_or(""),
+                        "store: a partition's version floor was not raised (ZADD GT needs Redis 6.2 or later); \
+                         a node that gains it may count versions from below its writes (counted in errors_total)"
+                    );
+                }
             }
             Ok(())
         }
@@ -363,16 +382,30 @@ struct Group {
     /// The stream entries among the commands, written into the partition's relay: each
     /// command's index in the script, and what to relay once it is answered.
     relays: Vec<(usize, Relayed)>,
+    /// The script ends with the partition's version floor (`layout::versions_key`), one reply
+    /// more than `owners`.
+    floor: bool,
 }
 
 /// A partition's part of a batch being planned: whose commands (entry indexes), the keys they
-/// touch, the commands, in the outbox's order, and the stream entries among them (`Group`).
-type Pending = (
-    Vec<usize>,
-    Vec<String>,
-    Vec<redis::Cmd>,
-    Vec<(usize, Relayed)>,
-);
+/// touch, the commands, in the outbox's order, the stream entries among them (`Group`), and
+/// the highest version its records carry.
+#[derive(Default)]
+struct Pending {
+    owners: Vec<usize>,
+    keys: Vec<String>,
+    cmds: Vec<redis::Cmd>,
+    relays: Vec<(usize, Relayed)>,
+    top: Option<u64>,
+}
+
+impl Pending {
+    fn key(&mut self, key: &[u8]) {
+        if !self.keys.iter().any(|k| k.as_bytes() == key) {
+            self.keys.push(String::from_utf8_lossy(key).into_owned());
+        }
+    }
+}
 
 /// A batch as the two steps send it.
 #[derive(Default)]
@@ -416,28 +449,26 @@ impl Plan {
                     .and_then(|p| relay::divert(cmd, p));
                 if let Some((to_relay, r)) = diverted {
                     let relay_key = relay::relay_key(r.partition);
-                    let (owners, keys, cmds, relays) = parts
+                    let part = parts
                         .entry((r.partition, entry.holder.clone()))
                         .or_default();
-                    owners.push(i);
-                    if !keys.contains(&relay_key) {
-                        keys.push(relay_key);
-                    }
-                    relays.push((cmds.len(), r));
-                    cmds.push(to_relay);
+                    part.owners.push(i);
+                    part.key(relay_key.as_bytes());
+                    part.relays.push((part.cmds.len(), r));
+                    part.cmds.push(to_relay);
                     continue;
                 }
                 let key = key_of(cmd);
                 let partition = key.filter(|_| !is_xadd(cmd)).and_then(partition_of_key);
                 match (partition, key) {
                     (Some(p), Some(key)) => {
-                        let (owners, keys, cmds, _) =
-                            parts.entry((p, entry.holder.clone())).or_default();
-                        owners.push(i);
-                        if !keys.iter().any(|k| k.as_bytes() == key) {
-                            keys.push(String::from_utf8_lossy(key).into_owned());
+                        let part = parts.entry((p, entry.holder.clone())).or_default();
+                        part.owners.push(i);
+                        part.key(key);
+                        if let Some(v) = layout::written_version(cmd).filter(|_| fenced) {
+                            part.top = part.top.max(Some(v));
                         }
-                        cmds.push(cmd.clone());
+                        part.cmds.push(cmd.clone());
                     }
                     _ => {
                         plan.streams
@@ -447,7 +478,29 @@ impl Plan {
                 }
             }
         }
-        for ((partition, holder), (owners, keys, cmds, relays)) in parts {
+        for ((partition, holder), mut part) in parts {
+            // The partition's version floor rises with the records, in the same script, so
+            // a version the partition's next owner could repeat is never acknowledged
+            // (`layout::versions_key`). Answered after the entries' replies, and not theirs.
+            if let Some(top) = part.top {
+                let key = layout::versions_key(partition);
+                part.cmds.push(
+                    redis::cmd("ZADD")
+                        .arg(&key)
+                        .arg("GT")
+                        .arg(top)
+                        .arg(layout::VERSIONS_TOP)
+                        .clone(),
+                );
+                part.key(key.as_bytes());
+            }
+            let Pending {
+                owners,
+                keys,
+                cmds,
+                relays,
+                top,
+            } = part;
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
             // Fenced by the holder each entry was queued under, not by today's: a write queued
             // before this node lost and re-acquired the partition is refused, as it must be,
@@ -464,6 +517,7 @@ impl Plan {
                 owners,
                 holder,
                 relays,
+                floor: top.is_some(),
             };
             match script {
                 Some(s) => {

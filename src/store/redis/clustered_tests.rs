@@ -52,6 +52,24 @@ fn outbox_under(holder: impl Fn(u32) -> Option<Arc<str>>) -> Outbox {
     o
 }
 
+/// A script of partition `p` holding entries 0 and 1, fenced by `holder`; `floor`: it ends
+/// with the partition's version floor.
+fn two_entries(p: u32, holder: &str, floor: bool) -> Group {
+    Group {
+        partition: p,
+        owners: vec![0, 1],
+        holder: Some(holder.into()),
+        relays: Vec::new(),
+        floor,
+    }
+}
+
+/// Queues an `HDEL` of `field` in partition `p`'s hash under `holder`.
+fn push_hdel(o: &mut Outbox, p: u32, field: &str, holder: &str) {
+    let hdel = redis::cmd("HDEL").arg(timers_key(p)).arg(field).clone();
+    o.push(hdel, None, Ack::None, "shop", Some(Arc::from(holder)));
+}
+
 #[test]
 fn stream_entries_go_first_and_each_partition_gets_one_ordered_script() {
     let o = outbox();
@@ -150,13 +168,7 @@ fn with_holders_a_partition_is_fenced_by_its_holder_and_an_unheld_one_is_not_sen
 #[test]
 fn each_write_is_fenced_by_the_lease_it_was_queued_under_not_by_a_later_one() {
     let mut o = outbox_under(|_| Some(Arc::from("node-a:3")));
-    o.push(
-        redis::cmd("HDEL").arg(timers_key(7)).arg("shop/d").clone(),
-        None,
-        Ack::None,
-        "shop",
-        Some(Arc::from("node-a:4")),
-    );
+    push_hdel(&mut o, 7, "shop/d", "node-a:4");
     let plan = Plan::of(o.batch(0, 100, usize::MAX), true);
     let mut scripts: Vec<(u32, String, Vec<usize>)> = plan
         .groups
@@ -196,12 +208,7 @@ fn a_script_reply_settles_each_entry_and_fenced_refuses_them_all_and_tells_the_h
     let told = Arc::new(Told::default());
     let mut shared = crate::store::redis::detached_link();
     shared.holders = Some(told.clone());
-    let group = Group {
-        partition: 7,
-        owners: vec![0, 1],
-        holder: Some("n:1".into()),
-        relays: Vec::new(),
-    };
+    let group = two_entries(7, "n:1", false);
     let mut out: Vec<Result<(), Error>> = vec![Ok(()), Ok(())];
     let wrongtype = redis::parse_redis_value(b"-WRONGTYPE no\r\n").expect("RESP");
     settle_script(
@@ -234,4 +241,70 @@ fn a_script_reply_settles_each_entry_and_fenced_refuses_them_all_and_tells_the_h
         1,
         "only FENCED tells"
     );
+}
+
+/// A fenced script that writes records ends by raising its partition's version floor to the
+/// highest version among them, in the same script; an unfenced one (one node owns every
+/// partition) and one that writes no record leave it alone. The floor's reply is not an
+/// entry's.
+#[test]
+fn a_fenced_script_raises_its_partition_s_version_floor_with_its_records() {
+    let mut o = outbox_under(|_| Some(Arc::from("node-a:3")));
+    let hset = |v: u64| {
+        redis::cmd("HSET")
+            .arg(timers_key(9))
+            .arg("shop/e")
+            .arg(format!("{v} 2 {{}}"))
+            .clone()
+    };
+    o.push(
+        hset(40),
+        None,
+        Ack::None,
+        "shop",
+        Some(Arc::from("node-a:3")),
+    );
+    o.push(
+        hset(30),
+        None,
+        Ack::None,
+        "shop",
+        Some(Arc::from("node-a:3")),
+    );
+    let plan = Plan::of(o.batch(0, 100, usize::MAX), true);
+    let nine = plan
+        .groups
+        .iter()
+        .position(|g| g.partition == 9)
+        .expect("9");
+    assert!(plan.groups[nine].floor);
+    let a = args(&plan.scripts[nine]);
+    assert!(
+        a.contains(&"punctual:{p9}:versions".to_owned()),
+        "a key of the script: {a:?}"
+    );
+    assert_eq!(
+        a[a.len() - 6..],
+        ["5", "ZADD", "punctual:{p9}:versions", "GT", "40", "top"],
+        "last, the highest version written: {a:?}"
+    );
+    let plain = Plan::of(o.batch(0, 100, usize::MAX), false);
+    assert!(plain.groups.iter().all(|g| !g.floor));
+    assert!(plain
+        .scripts
+        .iter()
+        .all(|s| !args(s).contains(&"ZADD".to_owned())));
+    let mut only = Outbox::new(16, 16, Duration::from_secs(2));
+    push_hdel(&mut only, 5, "shop/f", "node-a:3");
+    let none = Plan::of(only.batch(0, 100, usize::MAX), true);
+    assert!(!none.groups[0].floor);
+
+    let shared = crate::store::redis::detached_link();
+    let mut out: Vec<Result<(), Error>> = vec![Ok(()), Ok(())];
+    let group = two_entries(9, "node-a:3", true);
+    let reply = Value::Array(vec![Value::Int(1), Value::Int(0), Value::Int(1)]);
+    settle_script(&shared, &group, reply, &mut out).expect("settled");
+    assert!(out.iter().all(Result::is_ok));
+    let short = Value::Array(vec![Value::Int(1), Value::Int(0)]);
+    assert!(settle_script(&shared, &group, short, &mut out).is_err());
 }

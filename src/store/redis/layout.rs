@@ -42,6 +42,34 @@ pub fn epoch_key(partition: u32) -> String {
     format!("punctual:{{p{partition}}}:epoch")
 }
 
+/// The highest version any owner of partition `p` has written: a sorted set of one member,
+/// [`VERSIONS_TOP`], whose score only grows (`ZADD … GT`, in the same fenced script as the
+/// records it covers), `punctual:{p<p>}:versions`. A node that gains the partition counts its
+/// versions on from above it, whatever its own clock says, so a key's versions only grow
+/// across owners (`cluster::load`).
+pub fn versions_key(partition: u32) -> String {
+    format!("punctual:{{p{partition}}}:versions")
+}
+
+/// The one member of [`versions_key`]'s sorted set.
+pub const VERSIONS_TOP: &str = "top";
+
+/// The version a command writes, if it writes a record: `HSET <hash> <field> <record>`, the
+/// record's leading decimal number (a pending timer's or a dead letter's, as
+/// [`encode_record`] writes them).
+pub fn written_version(cmd: &redis::Cmd) -> Option<u64> {
+    let mut args = cmd.args_iter().map(|a| match a {
+        redis::Arg::Simple(b) => b,
+        redis::Arg::Cursor => &[][..],
+    });
+    if !args.next()?.eq_ignore_ascii_case(b"HSET") {
+        return None;
+    }
+    let record = args.nth(2)?;
+    let end = record.iter().position(|&b| b == b' ')?;
+    std::str::from_utf8(&record[..end]).ok()?.parse().ok()
+}
+
 /// The live nodes of a cluster of punctual nodes: a sorted set, member the node's id,
 /// score the Redis time (ms) its heartbeat expires at (see `cluster::membership`).
 pub const MEMBERS_KEY: &str = "punctual:{members}:live";
@@ -165,6 +193,29 @@ pub fn decode_record(record: &[u8]) -> Option<Record<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_a_record_write_carries_is_read_back_and_other_commands_carry_none() {
+        let rec = Arg::Record {
+            version: 1_765_000_000_000_123,
+            fire_at_us: 9,
+            meta: b"x",
+            payload: b"{} y",
+        };
+        let hset = redis::cmd("HSET")
+            .arg(timers_key(3))
+            .arg(Arg::Field {
+                tenant: "t",
+                key: "k",
+            })
+            .arg(rec)
+            .clone();
+        assert_eq!(written_version(&hset), Some(1_765_000_000_000_123));
+        let hdel = redis::cmd("HDEL").arg(timers_key(3)).arg("t/k").clone();
+        assert_eq!(written_version(&hdel), None);
+        let odd = redis::cmd("HSET").arg("h").arg("f").arg("v").clone();
+        assert_eq!(written_version(&odd), None);
+    }
 
     #[test]
     fn record_round_trips_payload_with_spaces() {
