@@ -337,6 +337,8 @@ mod fate_tests;
 #[cfg(test)]
 mod gate_tests;
 #[cfg(test)]
+mod partitions_tests;
+#[cfg(test)]
 mod pass_tests;
 #[cfg(test)]
 mod tests;
