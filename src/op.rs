@@ -40,6 +40,15 @@ pub(crate) enum Op {
         timer: PackedTimer,
         reply: Reply<Result<Cancelled, Error>>,
     },
+    /// A schedule with terms (a condition, a debounce): boxed, so that the plain schedule's
+    /// op, the hot path's, keeps its size.
+    Guarded(Box<Guarded>),
+    /// Cancels the pending timer under (tenant, key) only if its version is `version`.
+    CancelIf {
+        timer: PackedTimer,
+        version: u64,
+        reply: Reply<Result<Cancelled, Error>>,
+    },
     Get {
         timer: PackedTimer,
         reply: Reply<Result<Option<TimerInfo>, Error>>,
@@ -72,9 +81,11 @@ impl Op {
         match self {
             Op::Schedule { timer, .. }
             | Op::Cancel { timer, .. }
+            | Op::CancelIf { timer, .. }
             | Op::Get { timer, .. }
             | Op::DeadRedrive { timer, .. }
             | Op::DeadDiscard { timer, .. } => Some(timer),
+            Op::Guarded(g) => Some(&g.timer),
             Op::DeadList { .. } => None,
         }
     }
@@ -93,8 +104,11 @@ impl Op {
             } => {
                 tracing::warn!(timer = ?timer, error = %e, "detached schedule refused");
             }
-            Op::Cancel { reply, .. } => {
+            Op::Cancel { reply, .. } | Op::CancelIf { reply, .. } => {
                 let _ = reply.send(Err(e));
+            }
+            Op::Guarded(g) => {
+                let _ = g.reply.send(Err(e));
             }
             Op::Get { reply, .. } => {
                 let _ = reply.send(Err(e));
@@ -110,6 +124,45 @@ impl Op {
             }
         }
     }
+}
+
+/// A schedule with terms: what a conditional or debounced PUT asks beyond an upsert.
+pub(crate) struct Guarded {
+    pub timer: PackedTimer,
+    pub deadline: Deadline,
+    pub terms: Terms,
+    pub reply: Reply<Result<Scheduled, Error>>,
+    /// A quota slot the caller already took for this timer (see `quota`).
+    pub slot: Option<QuotaSlot>,
+    /// Packed on the owning shard's own thread (see `Op::Schedule`).
+    pub home: bool,
+}
+
+/// What a schedule asks beyond an upsert (docs/API.md, "Conditional writes" and "Debounce").
+/// The owning shard checks it against its table in the same step as the write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Terms {
+    /// Applied only when the key is in this state.
+    pub cond: Option<Condition>,
+    /// Debounce: the deadline is never later than the burst's first arming plus this many
+    /// microseconds.
+    pub max_wait_us: Option<u64>,
+}
+
+impl Terms {
+    /// Nothing beyond an upsert.
+    pub fn is_plain(&self) -> bool {
+        self.cond.is_none() && self.max_wait_us.is_none()
+    }
+}
+
+/// The state a conditional write needs the key in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// No timer pending under the key (`"if": "absent"`).
+    Absent,
+    /// A timer pending under the key with this version (`"if_version": V`).
+    Version(u64),
 }
 
 /// A change of which partitions a shard may act on, from the node's loop (`cluster`), pushed

@@ -24,7 +24,7 @@ var operations = map[string]struct {
 }{
 	"putTimer":          {method: "Put"},
 	"getTimer":          {method: "Get"},
-	"cancelTimer":       {method: "Cancel"},
+	"cancelTimer":       {method: "CancelIf", query: reflect.TypeOf(punctual.CancelOptions{})},
 	"postBatch":         {method: "Batch"},
 	"listDeadLetters":   {method: "DeadLetters", query: reflect.TypeOf(punctual.DeadListOptions{})},
 	"redriveDeadLetter": {method: "Redrive"},
@@ -45,6 +45,8 @@ var schemas = map[string]reflect.Type{
 	"Callback":           reflect.TypeOf(punctual.Callback{}),
 	"Retry":              reflect.TypeOf(punctual.DeliveryRetry{}),
 	"Delivery":           reflect.TypeOf(punctual.Delivery{}),
+	"Debounce":           reflect.TypeOf(punctual.Debounce{}),
+	"DebounceState":      reflect.TypeOf(punctual.DebounceState{}),
 	"DeadLetter":         reflect.TypeOf(punctual.DeadLetter{}),
 	"WebhookDelivery":    reflect.TypeOf(punctual.WebhookDelivery{}),
 	"BatchItemScheduled": reflect.TypeOf(punctual.BatchResult{}),

@@ -23,7 +23,7 @@ mod running;
 mod shard_start;
 mod stats;
 
-pub use crate::op::{Cancelled, DeadInfo, Scheduled, TimerInfo};
+pub use crate::op::{Cancelled, Condition, DeadInfo, Scheduled, Terms, TimerInfo};
 pub use crate::store::journal::{Fsync, JournalConfig, OnFailure};
 pub use crate::store::redis::RedisConfig;
 pub use builder::{ClockChoice, EngineBuilder, ShardStartHook, StoreKind};

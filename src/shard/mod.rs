@@ -180,6 +180,7 @@ mod pass;
 mod purge;
 mod recover;
 pub(crate) mod spin;
+mod terms;
 mod wakee;
 pub(crate) mod watchdog;
 

@@ -1,6 +1,7 @@
 import { ApiError, PunctualError, TransportError } from "./errors.js";
 import { backoff, DEFAULT_RETRY, parseRetryAfter, retriable, RetryPolicy, sleep, linkedSignal } from "./retry.js";
 import type {
+  CancelOptions,
   BatchItem,
   BatchResult,
   ClusterStatus,
@@ -89,6 +90,17 @@ export class Client {
    * or removed by an earlier attempt of this call whose answer was lost). */
   cancel(tenant: string, key: string, opts?: CallOptions): Promise<void> {
     return this.run({ method: "DELETE", path: `/v1/timers/${seg(tenant)}/${seg(key)}`, safe: true, read: none }, opts);
+  }
+
+  /** Cancels the pending timer only if its version is `query.if_version` (any, when left
+   * out): another is ApiError `version_mismatch` (`conflict`), nothing cancelled. */
+  cancelIf(tenant: string, key: string, query: CancelOptions, opts?: CallOptions): Promise<void> {
+    const q: Record<string, string> = {};
+    if (query.if_version !== undefined) q.if_version = String(query.if_version);
+    return this.run(
+      { method: "DELETE", path: `/v1/timers/${seg(tenant)}/${seg(key)}`, query: q, safe: true, read: none },
+      opts,
+    );
   }
 
   /** Schedules up to 10,000 timers in order; each item fails alone (its result's `error`). */
@@ -238,7 +250,9 @@ function errorFrom(status: number, text: string, headers: Headers): ApiError {
   const retryAfter = parseRetryAfter(headers.get("retry-after"));
   try {
     const e = JSON.parse(text).error;
-    if (typeof e?.code === "string") return new ApiError(status, e.code, String(e.message), retryAfter);
+    if (typeof e?.code === "string") {
+      return new ApiError(status, e.code, String(e.message), retryAfter, e.version, e.fire_at_us);
+    }
   } catch {
     // not the error body
   }
@@ -253,5 +267,8 @@ function timerBody(t: TimerSpec): Record<string, unknown> {
   if (t.payload !== undefined) body.payload = t.payload;
   if (t.callback !== undefined) body.callback = t.callback;
   if (t.retry !== undefined) body.retry = t.retry;
+  if (t.if !== undefined) body.if = t.if;
+  if (t.if_version !== undefined) body.if_version = t.if_version;
+  if (t.debounce !== undefined) body.debounce = t.debounce;
   return body;
 }
