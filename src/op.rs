@@ -63,6 +63,13 @@ pub(crate) enum Op {
         bodies: bool,
         reply: Reply<Result<Vec<DeadInfo>, Error>>,
     },
+    /// A step of a listing: the shard's pending timers that `query` picks, looked for in the
+    /// slab entries from `from` on, a bounded step of them at a time.
+    ListTimers {
+        query: std::sync::Arc<ListQuery>,
+        from: u32,
+        reply: Reply<Result<Listing, Error>>,
+    },
     /// Re-drives the dead letter under (tenant, key): pending again, due now, a fresh budget.
     DeadRedrive {
         timer: PackedTimer,
@@ -86,7 +93,7 @@ impl Op {
             | Op::DeadRedrive { timer, .. }
             | Op::DeadDiscard { timer, .. } => Some(timer),
             Op::Guarded(g) => Some(&g.timer),
-            Op::DeadList { .. } => None,
+            Op::DeadList { .. } | Op::ListTimers { .. } => None,
         }
     }
 
@@ -114,6 +121,9 @@ impl Op {
                 let _ = reply.send(Err(e));
             }
             Op::DeadList { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Op::ListTimers { reply, .. } => {
                 let _ = reply.send(Err(e));
             }
             Op::DeadRedrive { reply, .. } => {
@@ -163,6 +173,54 @@ pub enum Condition {
     Absent,
     /// A timer pending under the key with this version (`"if_version": V`).
     Version(u64),
+}
+
+/// Which pending timers a listing picks: `tenant`'s, whose key starts with `prefix` and comes
+/// after `after`, the first `limit` by key; with their payloads when `payloads`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListQuery {
+    pub tenant: String,
+    pub prefix: String,
+    pub after: Option<String>,
+    pub limit: usize,
+    pub payloads: bool,
+}
+
+impl ListQuery {
+    /// Whether the listing picks `timer`.
+    pub fn picks(&self, timer: &PackedTimer) -> bool {
+        timer.tenant() == self.tenant
+            && timer.key().starts_with(&self.prefix)
+            && self.after.as_deref().is_none_or(|a| timer.key() > a)
+    }
+}
+
+/// A step's answer: the first timers it picked, by key, and the slab entry to go on from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub timers: Vec<Listed>,
+    /// `None` once the step reached the end of the shard's slab.
+    pub next: Option<u32>,
+}
+
+/// A pending timer as a listing shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    pub key: String,
+    /// Its own deadline, as `GET` shows it.
+    pub fire_at_us: u64,
+    pub version: u64,
+    /// Empty unless the listing asked for payloads.
+    pub payload: Vec<u8>,
+}
+
+impl Listed {
+    /// Keeps the first `limit` of `timers` by key, each key once.
+    pub fn keep_first(timers: &mut Vec<Listed>, limit: usize) {
+        timers.sort_by(|a, b| a.key.cmp(&b.key));
+        timers.dedup_by(|a, b| a.key == b.key);
+        timers.truncate(limit);
+    }
 }
 
 /// A change of which partitions a shard may act on, from the node's loop (`cluster`), pushed

@@ -422,6 +422,19 @@ func TestConditionalWritesAndCancels(t *testing.T) {
 	if err != nil || len(res) != 2 || res[0].Status != 201 || res[1].Status != 409 || !punctual.IsConflict(res[1].Err()) || res[1].Error.Version != res[0].Version {
 		t.Fatalf("batch: %+v %v", res, err)
 	}
+	for _, k := range []string{"cond-l1", "cond-l2", "cond-l3"} {
+		if _, err := c.Put(ctx(t), "shop", k, punctual.After(time.Hour).WithPayload(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := c.List(ctx(t), "shop", punctual.ListOptions{Prefix: "cond-l", Limit: 2, Payloads: true})
+	if err != nil || len(p.Timers) != 2 || p.Timers[0].Key != "cond-l1" || p.Next != "cond-l2" || string(p.Timers[0].Payload) != `"cond-l1"` {
+		t.Fatalf("list: %+v %v", p, err)
+	}
+	p, err = c.List(ctx(t), "shop", punctual.ListOptions{Prefix: "cond-l", After: p.Next})
+	if err != nil || len(p.Timers) != 1 || p.Timers[0].Key != "cond-l3" || p.Next != "" {
+		t.Fatalf("list, last page: %+v %v", p, err)
+	}
 	d, err := c.Put(ctx(t), "shop", "cond-d", punctual.After(time.Hour).WithDebounce(time.Minute))
 	if err != nil {
 		t.Fatal(err)

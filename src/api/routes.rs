@@ -116,6 +116,9 @@ impl App {
                 };
                 (name, limit, self.timer(&t, &k, req).await)
             }
+            Route::Batch(t) if req.method() == Method::GET => {
+                ("list_timers", limit, self.list(&t, req).await)
+            }
             Route::Batch(t) => {
                 let limit = self.shared.config.max_batch_body_bytes;
                 ("post_batch", limit, self.batch(&t, req).await)
@@ -239,11 +242,17 @@ impl App {
         }
     }
 
+    /// `GET /v1/timers/{tenant}`: the tenant's pending timers by key prefix (`list.rs`).
+    async fn list(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
+        self.check(tenant, &req)?;
+        self.list_timers(tenant, req).await
+    }
+
     async fn batch(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
         if req.method() != Method::POST {
             return Err(ApiError::MethodNotAllowed {
                 method: req.method().to_string(),
-                allow: "POST",
+                allow: "GET, POST",
             });
         }
         let arrival = self.handle.now();

@@ -135,6 +135,9 @@ impl<S: TimeSource> Shard<S> {
                 let range = (after.as_deref(), through.as_deref());
                 let _ = reply.send(Ok(self.dead_list(&tenant, range, limit, bodies)));
             }
+            Op::ListTimers { query, from, reply } => {
+                let _ = reply.send(Ok(self.list_step(&query, from)));
+            }
             Op::DeadRedrive { timer, reply } => self.redrive(timer, reply),
             Op::DeadDiscard { timer, reply } => self.discard(timer, reply),
         }

@@ -174,6 +174,7 @@ mod failure;
 mod fate;
 mod fire;
 pub(crate) mod gate;
+mod list;
 mod park;
 mod partitions;
 mod pass;

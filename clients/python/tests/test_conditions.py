@@ -30,6 +30,13 @@ def test_conditional_writes_and_cancels(open_server):
                                    BatchItem("cond-b", delay_ms=3_600_000, if_="absent")])
         assert [r.status for r in results] == [201, 409]
         assert results[1].error.code == "exists" and results[1].error.version == results[0].version
+        for k in ("cond-l1", "cond-l2", "cond-l3"):
+            c.put("shop", k, delay_ms=3_600_000, payload=k)
+        p = c.list("shop", prefix="cond-l", limit=2, payloads=True)
+        assert [t.key for t in p.timers] == ["cond-l1", "cond-l2"] and p.next == "cond-l2"
+        assert p.timers[0].payload == "cond-l1"
+        p = c.list("shop", prefix="cond-l", after=p.next)
+        assert [t.key for t in p.timers] == ["cond-l3"] and p.next is None
         d = c.put("shop", "cond-d", delay_ms=3_600_000, debounce=punctual.Debounce(60_000))
         got = c.get("shop", "cond-d")
         assert got.debounce.max_wait_ms == 60_000 and got.debounce.cap_us == got.debounce.first_at_us + 60_000_000

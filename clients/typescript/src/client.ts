@@ -8,8 +8,10 @@ import type {
   DeadLetter,
   DeadListOptions,
   Health,
+  ListOptions,
   PendingTimer,
   Scheduled,
+  TimerPage,
   TimerSpec,
 } from "./types.js";
 
@@ -116,6 +118,17 @@ export class Client {
       },
       opts,
     );
+  }
+
+  /** One page of the tenant's pending timers whose key starts with `query.prefix`, by key;
+   * the next page is after the page's `next` (left out on the last page). */
+  list(tenant: string, query: ListOptions = {}, opts?: CallOptions): Promise<TimerPage> {
+    const q: Record<string, string> = {};
+    if (query.prefix) q.prefix = query.prefix;
+    if (query.after !== undefined) q.after = query.after;
+    if (query.limit !== undefined) q.limit = String(query.limit);
+    if (query.payloads) q.payloads = "true";
+    return this.run({ method: "GET", path: `/v1/timers/${seg(tenant)}`, query: q, safe: true, read: json }, opts);
   }
 
   /** One page of the tenant's dead letters by key; the next page is after the last key. */

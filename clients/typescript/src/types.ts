@@ -170,6 +170,29 @@ export interface WebhookDelivery {
 }
 
 /** The query of the dead-letter list: at most `limit` (1 to 1,000) after the key `after`. */
+/** A page of a listing: keys that start with `prefix`, after `after` (the previous page's
+ * `next`), at most `limit` (1 to 10,000; the server's 1,000 when left out). */
+export interface ListOptions {
+  prefix?: string;
+  after?: string;
+  limit?: number;
+  payloads?: boolean;
+}
+
+/** A pending timer as a listing shows it; `payload` only when the listing asked for it. */
+export interface ListedTimer {
+  key: string;
+  fire_at_us: number;
+  version: number;
+  payload?: unknown;
+}
+
+/** One page of a listing; `next` is left out on the last page. */
+export interface TimerPage {
+  timers: ListedTimer[];
+  next?: string;
+}
+
 /** A conditional cancel: only the pending timer of `if_version`. */
 export interface CancelOptions {
   if_version?: number;

@@ -249,6 +249,14 @@ test("conditional writes and cancels", async () => {
   assert.deepEqual(results.map((r) => r.status), [201, 409]);
   assert.equal(results[1].error.code, "exists");
   assert.equal(results[1].error.version, results[0].version);
+  for (const k of ["cond-l1", "cond-l2", "cond-l3"]) await c.put("shop", k, { delay_ms: 3_600_000, payload: k });
+  let p = await c.list("shop", { prefix: "cond-l", limit: 2, payloads: true });
+  assert.deepEqual(p.timers.map((t) => t.key), ["cond-l1", "cond-l2"]);
+  assert.equal(p.next, "cond-l2");
+  assert.equal(p.timers[0].payload, "cond-l1");
+  p = await c.list("shop", { prefix: "cond-l", after: p.next });
+  assert.deepEqual(p.timers.map((t) => t.key), ["cond-l3"]);
+  assert.equal(p.next, undefined);
   const d = await c.put("shop", "cond-d", { delay_ms: 3_600_000, debounce: { max_wait_ms: 60_000 } });
   const got = await c.get("shop", "cond-d");
   assert.equal(got.debounce.max_wait_ms, 60_000);

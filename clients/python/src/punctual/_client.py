@@ -12,7 +12,7 @@ import httpx
 from . import _core
 from ._core import Call, RetryPolicy
 from ._errors import ApiError
-from ._types import BatchItem, BatchResult, Callback, ClusterStatus, DeadLetter, Debounce, DeliveryRetry, Health, PendingTimer, Scheduled
+from ._types import BatchItem, BatchResult, Callback, ClusterStatus, DeadLetter, Debounce, DeliveryRetry, Health, PendingTimer, Scheduled, TimerPage
 
 Deadline = Union[datetime.datetime, str, None]
 
@@ -101,6 +101,12 @@ class Client(_Base):
         """Schedules up to 10,000 timers in order; each item fails alone (its result's error)."""
         return self._run(_core.batch_call(tenant, items), timeout)
 
+    def list(self, tenant: str, *, prefix: Optional[str] = None, after: Optional[str] = None,
+             limit: Optional[int] = None, payloads: bool = False, timeout: Optional[float] = None) -> TimerPage:
+        """One page of the tenant's pending timers whose key starts with prefix, by key; the next
+        page is after the page's `next` (None on the last page)."""
+        return self._run(_core.list_call(tenant, prefix, after, limit, payloads), timeout)
+
     def dead_letters(self, tenant: str, *, limit: Optional[int] = None, after: Optional[str] = None,
                      timeout: Optional[float] = None) -> List[DeadLetter]:
         """One page of the tenant's dead letters by key; the next page is after the last key."""
@@ -177,6 +183,10 @@ class AsyncClient(_Base):
 
     async def batch(self, tenant: str, items: Sequence[BatchItem], *, timeout: Optional[float] = None) -> List[BatchResult]:
         return await self._run(_core.batch_call(tenant, items), timeout)
+
+    async def list(self, tenant: str, *, prefix: Optional[str] = None, after: Optional[str] = None,
+                   limit: Optional[int] = None, payloads: bool = False, timeout: Optional[float] = None) -> TimerPage:
+        return await self._run(_core.list_call(tenant, prefix, after, limit, payloads), timeout)
 
     async def dead_letters(self, tenant: str, *, limit: Optional[int] = None, after: Optional[str] = None,
                            timeout: Optional[float] = None) -> List[DeadLetter]:

@@ -188,6 +188,22 @@ def batch_call(tenant: str, items: Sequence[BatchItem]) -> Call:
     return Call("POST", f"/v1/timers/{seg(tenant)}", read, body={"timers": timers}, safe=True)
 
 
+def list_call(tenant: str, prefix: Optional[str], after: Optional[str], limit: Optional[int],
+              payloads: bool) -> Call:
+    from ._types import TimerPage
+
+    params = {}
+    if prefix:
+        params["prefix"] = prefix
+    if after is not None:
+        params["after"] = after
+    if limit is not None:
+        params["limit"] = str(limit)
+    if payloads:
+        params["payloads"] = "true"
+    return Call("GET", f"/v1/timers/{seg(tenant)}", lambda r: from_json(TimerPage, r.json()), params=params, safe=True)
+
+
 def dead_letters_call(tenant: str, limit: Optional[int], after: Optional[str]) -> Call:
     params = {}
     if limit is not None:

@@ -131,6 +131,24 @@ class DebounceState:
 
 
 @dataclass(frozen=True)
+class ListedTimer:
+    """A pending timer as a listing shows it; payload only when the listing asked for it."""
+
+    key: str
+    fire_at_us: int
+    version: int
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class TimerPage:
+    """One page of a listing; next (the key to list after) is None on the last page."""
+
+    timers: List[ListedTimer]
+    next: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class BatchItem:
     """One timer of a batch: a key and exactly one deadline (as for put)."""
 
