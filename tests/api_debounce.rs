@@ -1,9 +1,11 @@
 //! Debounce against the real binary: each PUT of a key moves its deadline, never past the
 //! burst's first arming plus `max_wait_ms`; the cap survives a SIGKILL and a restart on the
-//! journal; the fire ends the burst; a batch item debounces as a PUT does; bad input is a 400
+//! journal and on Redis; the fire ends the burst; a batch item debounces as a PUT does; bad input is a 400
 //! that names the field.
 
 mod api_support;
+#[path = "support/redis_server.rs"]
+mod redis_server;
 
 use api_support::{Configured, Server};
 use serde_json::{json, Value};
@@ -83,6 +85,42 @@ fn the_cap_survives_a_sigkill_and_the_fire_ends_the_burst() {
     put(&s.s, "k", json!({"delay_ms": 600_000}));
     let (_, g) = get(&s.s, "k");
     assert!(g.get("debounce").is_none(), "{g}");
+}
+
+#[test]
+fn the_cap_survives_a_sigkill_on_redis() {
+    let redis = redis_server::RedisServer::start();
+    let url = redis.url();
+    let args = ["--redis", url.as_str(), "--shards", "2"];
+    let mut s = Server::start(&args);
+    let body = json!({"delay_ms": 900_000, "debounce": {"max_wait_ms": 600_000}});
+    let (st, r) = put(&s, "k", body.clone());
+    assert_eq!(st, 201, "{r}");
+    let (_, g) = get(&s, "k");
+    let (first_at, cap) = (
+        us(&g["debounce"], "first_at_us"),
+        us(&g["debounce"], "cap_us"),
+    );
+    assert_eq!(us(&r, "fire_at_us"), cap, "the cap is the earlier: {r}");
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+    drop(s);
+    let s = Server::start(&args);
+    let (st, g) = get(&s, "k");
+    assert_eq!(st, 200, "{g}");
+    assert_eq!(
+        (
+            us(&g["debounce"], "first_at_us"),
+            us(&g["debounce"], "cap_us")
+        ),
+        (first_at, cap)
+    );
+    let (st, r) = put(
+        &s,
+        "k",
+        json!({"delay_ms": 900_000, "debounce": {"max_wait_ms": 600_000}}),
+    );
+    assert_eq!((st, us(&r, "fire_at_us")), (200, cap), "{r}");
 }
 
 #[test]
