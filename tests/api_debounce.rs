@@ -174,3 +174,29 @@ fn bad_debounce_is_400_naming_the_field() {
     );
     assert_eq!(get(&s, "k").0, 404);
 }
+
+#[test]
+fn a_webhook_timer_held_to_its_cap_shows_the_cap_as_its_deadline() {
+    let dir = tempfile::tempdir().expect("dir");
+    let s = Configured::journal(
+        dir.path(),
+        "callback_allow = [\"http://127.0.0.1:9/\"]\n",
+        &["--shards", "2"],
+    );
+    let body = |delay_ms: u64| {
+        json!({"delay_ms": delay_ms, "callback": {"url": "http://127.0.0.1:9/hook"},
+               "debounce": {"max_wait_ms": 600_000}})
+    };
+    put(&s.s, "w", body(300_000));
+    let (st, r) = put(&s.s, "w", body(900_000));
+    assert_eq!(st, 200, "{r}");
+    let (_, g) = get(&s.s, "w");
+    let cap = us(&g["debounce"], "cap_us");
+    assert_eq!(
+        (us(&r, "fire_at_us"), us(&g, "fire_at_us")),
+        (cap, cap),
+        "{g}"
+    );
+    assert_eq!(g["delivery"]["state"], "pending");
+    assert_eq!(g["callback"]["url"], "http://127.0.0.1:9/hook");
+}

@@ -19,6 +19,12 @@
 //! and is answered once the writes before it are durable (`Store::answer_after_writes`), so it
 //! never reports a state a restart could undo.
 //!
+//! A debounce (`"debounce": {"max_wait_ms"}`) is a term too: the burst (`timer::Debounce`,
+//! its first arming and its wait) is read from the pending timer's `meta`, or starts now when
+//! none leads it (no timer pending, a plain one, or one that fired: kept or retried for its
+//! delivery), and the new timer is due at its deadline or the burst's cap, whichever is the
+//! earlier, with the burst leading its `meta`, which every store persists with it.
+//!
 //! Cost: nothing on the plain schedule's path (`Op::Schedule` carries no terms); a schedule
 //! with terms is one boxed op and one more look-up of the key.
 
@@ -107,8 +113,17 @@ impl<S: TimeSource> Shard<S> {
             first_at,
             max_wait_us,
         };
-        let timer = timer.with_new_meta(&burst.lead(timer.meta()))?;
-        Some((timer, deadline.min(burst.cap())))
+        let capped = deadline.min(burst.cap());
+        // A callback's section names the timer's own deadline (what `GET` and the delivery
+        // show): the cap, when the cap is the earlier. A registration's section is fresh.
+        let sink = match crate::sink::webhook::describe(timer.meta()) {
+            Some(d) if capped != deadline => {
+                crate::sink::webhook::new_meta(d.callback, d.retry, capped.0)
+            }
+            _ => timer.meta().to_vec(),
+        };
+        let timer = timer.with_new_meta(&burst.lead(&sink))?;
+        Some((timer, capped))
     }
 
     /// Cancels the pending timer only if its version is `version`.
