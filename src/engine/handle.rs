@@ -531,13 +531,11 @@ fn merge(mut letters: Vec<DeadInfo>, limit: usize) -> Vec<DeadInfo> {
 }
 
 /// The shard's answer to an op, once it was pushed (`pushed`'s error, when it was not).
-fn answer<T: Send + 'static>(
+async fn answer<T: Send + 'static>(
     pushed: Result<()>,
     rx: futures_channel::oneshot::Receiver<Result<T>>,
-) -> impl Future<Output = Result<T>> + Send + 'static {
-    async move {
-        pushed?;
-        // Woken by the shard's thread: through this executor's doorbell, if it has one.
-        relay(rx).await.map_err(|_| Error::ShuttingDown)?
-    }
+) -> Result<T> {
+    pushed?;
+    // Woken by the shard's thread: through this executor's doorbell, if it has one.
+    relay(rx).await.map_err(|_| Error::ShuttingDown)?
 }
