@@ -35,6 +35,7 @@ pub mod error;
 mod forward;
 mod gather;
 mod http;
+mod list;
 mod listen;
 pub mod metrics;
 mod node;

@@ -117,12 +117,14 @@ mod failure;
 mod fate;
 mod fire;
 pub(crate) mod gate;
+mod list;
 mod park;
 mod partitions;
 mod pass;
 mod purge;
 mod recover;
 pub(crate) mod spin;
+mod terms;
 mod wakee;
 
 pub(crate) use failure::ShardFailure;

@@ -313,7 +313,7 @@ impl WebhookSink {
 
 impl Sink for WebhookSink {
     fn fired(&mut self, t: &FiredTimer<'_>) -> Next {
-        if t.meta.is_empty() {
+        if crate::timer::sink_meta(t.meta).is_empty() {
             return Next::Done;
         }
         if t.firing == Firing::Dead {
