@@ -40,13 +40,13 @@
 
 pub mod api;
 pub mod clock;
-pub mod cluster;
 pub mod config;
 pub mod cpus;
 pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod metrics;
+pub mod nodes;
 pub mod op;
 pub(crate) mod page;
 pub mod partition;

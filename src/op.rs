@@ -230,7 +230,7 @@ pub(crate) enum Control {
     /// The partition's records, read after its lease was gained: they replace whatever of the
     /// partition the shard holds, and the shard acts on it from then on. With them, the
     /// partition's version floor: the highest version any owner wrote there, which the
-    /// shard's next versions are above (`cluster::load::Read::floor`).
+    /// shard's next versions are above (`nodes::load::Read::floor`).
     Load(Vec<Loaded>, u64),
     /// The lease is gone: the shard forgets the partition's timers and dead letters, without
     /// firing or deleting anything in the store.

@@ -27,7 +27,7 @@ use api_support::try_request;
 use cluster_serve::{
     check, cluster_with_config, node_addr, put_hook, wait_all_fired, Book, Proc, Promise, Reader,
 };
-use punctual::cluster::rendezvous::owned_by;
+use punctual::nodes::rendezvous::owned_by;
 use punctual::partition::{partition_of, PARTITIONS};
 use punctual::store::redis::cluster::slot::{partition_slot, slot_of};
 use punctual::store::redis::dead::dead_key;

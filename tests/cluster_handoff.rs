@@ -19,7 +19,7 @@ mod redis_server;
 use cluster_serve::{
     check, counter, metrics, node_addr, sample, share, wait_all_fired, Book, Proc, Reader,
 };
-use punctual::cluster::membership::{self, NodeRecord};
+use punctual::nodes::membership::{self, NodeRecord};
 use punctual::partition::{partition_of, PARTITIONS};
 use punctual::store::redis::cluster::{parse_url, ClusterClient};
 use redis_cluster::{on_executor, RedisCluster};

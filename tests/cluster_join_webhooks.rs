@@ -22,7 +22,7 @@ mod redis_server;
 
 use api_support::try_request;
 use cluster_serve::{cluster_with_config, node_addr, put_hook, share, Proc};
-use punctual::cluster::rendezvous::owned_by;
+use punctual::nodes::rendezvous::owned_by;
 use punctual::partition::{partition_of, PARTITIONS};
 use receiver::{Receiver, Reply};
 use std::collections::{BTreeMap, BTreeSet};

@@ -20,7 +20,7 @@ mod redis_server;
 
 use api_support::{free_port, try_request};
 use cluster_serve::{check, counter, metrics, wait_all_fired, Book, Proc, Reader};
-use punctual::cluster::rendezvous::owned_by;
+use punctual::nodes::rendezvous::owned_by;
 use punctual::partition::{partition_of, PARTITIONS};
 use redis_cluster::RedisCluster;
 use std::collections::BTreeSet;

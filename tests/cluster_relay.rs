@@ -8,7 +8,7 @@
 #[path = "support/redis_cluster.rs"]
 mod redis_cluster;
 
-use punctual::cluster::lease::{self, Acquired, LeaseConfig};
+use punctual::nodes::lease::{self, Acquired, LeaseConfig};
 use punctual::store::redis::cluster::fence;
 use punctual::store::redis::cluster::{parse_url, ClusterClient, Routed};
 use punctual::store::redis::layout;

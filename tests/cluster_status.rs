@@ -18,8 +18,8 @@ mod redis_server;
 
 use api_support::{free_port, try_request, Server};
 use cluster_serve::Proc;
-use punctual::cluster::rendezvous::owned_by;
-use punctual::cluster::report::Report;
+use punctual::nodes::rendezvous::owned_by;
+use punctual::nodes::report::Report;
 use punctual::partition::PARTITIONS;
 use redis_cluster::RedisCluster;
 use std::collections::BTreeSet;

@@ -14,7 +14,7 @@ One run, on loopback and free ports, in a fresh directory:
  2. Three nodes A, B, C: `punctual serve --shards 2 --redis redis+cluster://… --advertise
     127.0.0.1:<port> --redis-wait-replicas 1`. The drill waits until each node has loaded
     exactly the partitions rendezvous hashing gives it (computed here with the same weights
-    as src/cluster/rendezvous.rs) and their sum is 1,024.
+    as src/nodes/rendezvous.rs) and their sum is 1,024.
  3. Load from LOAD_THREADS keep-alive connections, each request to a node picked at random
     among those a load balancer would send to: batch POSTs of new keys, single PUTs of new
     keys, re-PUTs (replace) and DELETEs of the thread's own pending keys whose deadline is at
@@ -98,7 +98,7 @@ JOIN_LIMIT_S = 5
 
 
 # ---------------------------------------------------------------------------------------------
-# The hashes of src/partition.rs and src/cluster/rendezvous.rs
+# The hashes of src/partition.rs and src/nodes/rendezvous.rs
 # ---------------------------------------------------------------------------------------------
 
 M64 = (1 << 64) - 1

@@ -8,8 +8,8 @@
 //! 404; Redis did not answer it: 503), or answered something that is not the report; 2 for
 //! a URL it cannot use.
 
-use crate::cluster::report::{Epochs, Holder, Report};
 use crate::config::{ClusterArgs, ClusterCommand};
+use crate::nodes::report::{Epochs, Holder, Report};
 use crate::runtime::hyperio::Io;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn long_ranges_wrap_after_a_comma_and_lose_nothing() {
-        let ranges = crate::cluster::report::ranges(&(0..1024).step_by(2).collect::<Vec<_>>());
+        let ranges = crate::nodes::report::ranges(&(0..1024).step_by(2).collect::<Vec<_>>());
         let mut out = String::new();
         wrapped(&mut out, "  ", &ranges);
         assert!(out.lines().count() > 10, "{out}");

@@ -1,10 +1,10 @@
 //! `GET /cluster`: on a node among others on a Redis Cluster, the live nodes, the partitions
 //! each holds the lease of and under which epochs, and this node's own view
-//! (`cluster::report`). An operator's route, like `/metrics`: no tenant token, and
+//! (`nodes::report`). An operator's route, like `/metrics`: no tenant token, and
 //! `metrics_token` when one is set.
 //!
 //! The handler runs on the shard that took the connection; the read of Redis does not: it
-//! asks the node's status service (`cluster::status`) and waits asynchronously, at most
+//! asks the node's status service (`nodes::status`) and waits asynchronously, at most
 //! `status::ASK_TIMEOUT`, for a read that one request or a thousand share. Past it, or when
 //! the read failed, the answer is `503 store_unavailable`. A node not in cluster mode answers
 //! `404 not_found`, saying so.
@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::respond::{self, Resp};
 use super::state::App;
 use super::unread::RequestBody;
-use crate::cluster::report::Report;
+use crate::nodes::report::Report;
 use hyper::{Request, StatusCode};
 use std::time::Instant;
 

@@ -7,7 +7,7 @@
 //! client over glommio sockets, on the shard's own executor) and the count of forwards in
 //! flight to it; the [`FORWARDED`] header; the deadline; and the [`ForwardStats`] that
 //! `/metrics` shows. Who owns a partition is the node loop's routing view
-//! (`cluster::routing`), read once per request ([`view`]).
+//! (`nodes::routing`), read once per request ([`view`]).
 //!
 //! # Invariants
 //!
@@ -56,8 +56,8 @@
 
 use super::error::ApiError;
 use super::respond::Resp;
-use crate::cluster::node::Holdings;
-use crate::cluster::routing::{Owner, Routing};
+use crate::nodes::node::Holdings;
+use crate::nodes::routing::{Owner, Routing};
 use crate::partition::partition_of;
 use crate::resolve::Caller;
 use crate::runtime::hyperio::Io;

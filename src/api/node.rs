@@ -1,5 +1,5 @@
 //! The node's loop as `serve` runs it, on a Redis Cluster shared with other nodes
-//! (`--redis redis+cluster://… --advertise host:port`): the loop (`cluster::node`) keeps this
+//! (`--redis redis+cluster://… --advertise host:port`): the loop (`nodes::node`) keeps this
 //! node's heartbeat and partition leases on a thread of its own, its [`Holdings`] fence every
 //! shard's writes and gate every shard's ops, and it hands the shards each partition to load
 //! when gained and to drop when lost (`Handle::partitions`).
@@ -12,15 +12,15 @@
 //! engine stops first, while the leases are still renewed, so that the shards' stores flush
 //! what they queued under them; then the loop (woken at once) releases every lease and leaves
 //! the live set, which the other nodes see at their next tick (50 ms) and take over, rather
-//! than at their next round or a TTL later (`cluster::node`). The wait for
+//! than at their next round or a TTL later (`nodes::node`). The wait for
 //! that is bounded ([`NodeLoop::stop`]); a node killed instead releases nothing, and its leases
 //! lapse within a TTL.
 
-use crate::cluster::node::Holdings;
-use crate::cluster::reader::Shards;
-use crate::cluster::start;
-use crate::cluster::status::Status;
 use crate::engine::RedisConfig;
+use crate::nodes::node::Holdings;
+use crate::nodes::reader::Shards;
+use crate::nodes::start;
+use crate::nodes::status::Status;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +38,7 @@ pub struct NodeLoop {
 }
 
 /// Starts the loop for the node advertised at `advertise` on the cluster of `redis`.
-/// `status` is served on the loop's thread (`cluster::status`) until the loop stops.
+/// `status` is served on the loop's thread (`nodes::status`) until the loop stops.
 pub fn start(
     redis: &RedisConfig,
     advertise: &str,

@@ -256,7 +256,7 @@ pub struct Health<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partitions: Option<u64>,
     /// On such a node: partitions it holds whose records have not been loaded for over 5 s
-    /// (`cluster::holdings::LOAD_OVERDUE`), as ranges; the status is then `degraded`.
+    /// (`nodes::holdings::LOAD_OVERDUE`), as ranges; the status is then `degraded`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partitions_not_loaded: Option<String>,
 }

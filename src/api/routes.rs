@@ -323,9 +323,9 @@ impl App {
         let node = self.shared.node.as_ref()?;
         let overdue = node.loading.overdue(
             std::time::Instant::now(),
-            crate::cluster::holdings::LOAD_OVERDUE,
+            crate::nodes::holdings::LOAD_OVERDUE,
         );
-        (!overdue.is_empty()).then(|| crate::cluster::report::ranges(&overdue))
+        (!overdue.is_empty()).then(|| crate::nodes::report::ranges(&overdue))
     }
 
     fn healthz(&self, req: &Request<RequestBody>) -> Result<Resp, ApiError> {

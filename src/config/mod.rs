@@ -73,13 +73,13 @@ pub struct Config {
     pub redis: Option<String>,
     pub redis_wait_replicas: u32,
     /// Whether a node among others starts under a master's evicting `maxmemory-policy`
-    /// (`allkeys-*`), which it otherwise refuses (`cluster::preflight`).
+    /// (`allkeys-*`), which it otherwise refuses (`nodes::preflight`).
     pub redis_allow_eviction: bool,
     /// `host:port` this node is reached at by other nodes of a Redis Cluster store (its id);
     /// checked and kept for the node's loop, which is not built yet.
     pub advertise: Option<String>,
     /// The secret the nodes of a cluster share: a node counts only the records in Redis that
-    /// prove it (`cluster::membership::prove`).
+    /// prove it (`nodes::membership::prove`).
     pub cluster_secret: Option<String>,
     pub spin_us: u64,
     /// The spin window follows the measured wake-up latency, `spin_us` its ceiling.

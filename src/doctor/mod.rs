@@ -16,7 +16,7 @@
 //! | `process`   | `process.timerslack`                                          |
 //! | `redis`     | `redis.maxmemory_policy`, `redis.wait_replicas` (with `--redis`) |
 //!
-//! The `redis` checks ask the Redis Cluster `--redis` names (`cluster::preflight`, what a node
+//! The `redis` checks ask the Redis Cluster `--redis` names (`nodes::preflight`, what a node
 //! checks at start); every other check reads files under [`Host`]'s root (`/` unless the hidden `--root` points
 //! at a fixture tree), never panics on what it finds, and says PASS, WARN or FAIL with
 //! what it found, why it matters and the fix (see [`report::Status`] for what each means).

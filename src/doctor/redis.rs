@@ -1,5 +1,5 @@
 //! Redis checks, with `--redis`: what a node checks of its Redis Cluster at start
-//! (`cluster::preflight`), as doctor findings.
+//! (`nodes::preflight`), as doctor findings.
 //!
 //! Owns `redis.maxmemory_policy` (FAIL under `allkeys-*`, which a node refuses to start under
 //! unless overridden; WARN under `volatile-*` or when unreadable) and `redis.wait_replicas`
@@ -7,7 +7,7 @@
 //! cluster's gets one WARN: only nodes among others on a Redis Cluster are checked.
 
 use super::report::{Check, Group};
-use crate::cluster::preflight::{self, Eviction};
+use crate::nodes::preflight::{self, Eviction};
 use crate::store::redis::endpoint::scrub;
 use crate::store::redis::RedisConfig;
 

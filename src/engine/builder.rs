@@ -206,7 +206,7 @@ impl EngineBuilder {
         self.store(StoreKind::Journal(config))
     }
 
-    /// For a node that shares a Redis Cluster with others (`cluster::node`): who holds each
+    /// For a node that shares a Redis Cluster with others (`nodes::node`): who holds each
     /// partition's lease. Each shard's store fences a partition's writes with its holder, and
     /// each shard acts only on the partitions it was handed to load (`Handle::partitions`)
     /// while their lease holds; start-up recovery loads none. Only with a Redis store.

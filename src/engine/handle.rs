@@ -50,9 +50,9 @@ pub struct Handle {
 
 impl Handle {
     /// The shards as the node's loop hands them partitions to load and drop
-    /// (`cluster::start::spawn`). Only shards built with `EngineBuilder::partition_holders` act
+    /// (`nodes::start::spawn`). Only shards built with `EngineBuilder::partition_holders` act
     /// on them; others ignore them.
-    pub fn partitions(&self) -> Arc<dyn crate::cluster::reader::Shards> {
+    pub fn partitions(&self) -> Arc<dyn crate::nodes::reader::Shards> {
         Arc::new(super::partitions::Rings(self.inner.rings.clone()))
     }
 

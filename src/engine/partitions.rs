@@ -1,4 +1,4 @@
-//! The shards as the node's loop sees them (`cluster::reader::Shards`): a partition read after
+//! The shards as the node's loop sees them (`nodes::reader::Shards`): a partition read after
 //! its lease was gained is handed to the shard that owns it to load, and a partition lost is
 //! handed over to drop, each pushed beside that shard's ring (`Ring::control`).
 //!
@@ -8,8 +8,8 @@
 //! shard is at most one control per partition. A record too large for a timer (it could not
 //! have been scheduled) is logged and left in Redis.
 
-use crate::cluster::load::Read;
-use crate::cluster::reader::Shards;
+use crate::nodes::load::Read;
+use crate::nodes::reader::Shards;
 use crate::op::{Control, Loaded};
 use crate::partition::PARTITIONS;
 use crate::ring::Ring;

@@ -87,18 +87,18 @@ fn the_parts_import_only_what_the_architecture_allows() {
                 "store" if b == "sink" => {
                     Some("store never imports sink: it sees a fire as a timer::FiredTimer")
                 }
-                "store" if b == "cluster" => Some(
-                    "store never imports cluster: leases are held above the store, which fences a write with the holder it is handed",
+                "store" if b == "nodes" => Some(
+                    "store never imports nodes: leases are held above the store, which fences a write with the holder it is handed",
                 ),
-                "cluster" if matches!(b, "shard" | "engine" | "api" | "sink") => Some(
-                    "cluster (membership, assignment, leases) sits beside the store: it never imports shard, engine, api or sink",
+                "nodes" if matches!(b, "shard" | "engine" | "api" | "sink") => Some(
+                    "nodes (membership, assignment, leases of a fleet on a Redis Cluster) sits beside the store: it never imports shard, engine, api or sink",
                 ),
                 "api" if matches!(b, "shard" | "ring" | "op" | "store") => {
                     Some("api reaches a shard only through engine::Handle")
                 }
                 "metrics" | "units" | "op" | "partition" | "quota" | "error" | "cpus"
                 | "runtime" | "timer"
-                    if matches!(b, "shard" | "engine" | "api" | "store" | "sink" | "cluster") =>
+                    if matches!(b, "shard" | "engine" | "api" | "store" | "sink" | "nodes") =>
                 {
                     Some("the shared leaves import no part above them")
                 }

@@ -8,12 +8,12 @@
 #[path = "../support/redis_cluster.rs"]
 mod redis_cluster;
 
-use punctual::cluster::lease::{self, Acquired, Lease, LeaseConfig, LeaseError};
-use punctual::cluster::load;
-use punctual::cluster::membership::{self, NodeRecord};
-use punctual::cluster::node::{self, Holdings, NodeConfig};
-use punctual::cluster::reader::{Partitions, Reader, Shards};
-use punctual::cluster::rendezvous;
+use punctual::nodes::lease::{self, Acquired, Lease, LeaseConfig, LeaseError};
+use punctual::nodes::load;
+use punctual::nodes::membership::{self, NodeRecord};
+use punctual::nodes::node::{self, Holdings, NodeConfig};
+use punctual::nodes::reader::{Partitions, Reader, Shards};
+use punctual::nodes::rendezvous;
 use punctual::partition::{partition_of, PARTITIONS};
 use punctual::store::redis::cluster::fence;
 use punctual::store::redis::cluster::{parse_url, ClusterClient, Routed};

@@ -29,7 +29,7 @@ pub fn node_addr() -> SocketAddr {
 /// How many partitions `me` owns among `all` by rendezvous hashing.
 pub fn share(me: SocketAddr, all: &[SocketAddr]) -> u64 {
     let ids: Vec<String> = all.iter().map(ToString::to_string).collect();
-    punctual::cluster::rendezvous::owned_by(&me.to_string(), &ids).len() as u64
+    punctual::nodes::rendezvous::owned_by(&me.to_string(), &ids).len() as u64
 }
 
 /// A `punctual serve` process on a Redis Cluster, its stderr in a file.

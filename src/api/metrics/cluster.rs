@@ -2,9 +2,9 @@
 //! the node loop's [`Holdings`] at scrape time.
 
 use crate::api::forward::ForwardStats;
-use crate::cluster::holdings::LOAD_OVERDUE;
-use crate::cluster::node::Holdings;
 use crate::engine::Handle;
+use crate::nodes::holdings::LOAD_OVERDUE;
+use crate::nodes::node::Holdings;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 use std::sync::atomic::{AtomicU64, Ordering};

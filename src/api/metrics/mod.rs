@@ -31,8 +31,8 @@ mod gauges;
 mod webhooks;
 
 use super::forward::ForwardStats;
-use crate::cluster::node::Holdings;
 use crate::engine::Handle;
+use crate::nodes::node::Holdings;
 use collector::EngineCollector;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

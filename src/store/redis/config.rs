@@ -45,7 +45,7 @@ pub struct RedisConfig {
     /// master. See `flush` for what happens while too few replicas answer.
     pub wait_replicas: u32,
     /// On a node among others: start even under a master's `allkeys-*` maxmemory-policy
-    /// (default false: refused, `cluster::preflight`).
+    /// (default false: refused, `nodes::preflight`).
     pub allow_eviction: bool,
 }
 

@@ -46,7 +46,7 @@ pub fn epoch_key(partition: u32) -> String {
 /// [`VERSIONS_TOP`], whose score only grows (`ZADD … GT`, in the same fenced script as the
 /// records it covers), `punctual:{p<p>}:versions`. A node that gains the partition counts its
 /// versions on from above it, whatever its own clock says, so a key's versions only grow
-/// across owners (`cluster::load`).
+/// across owners (`nodes::load`).
 pub fn versions_key(partition: u32) -> String {
     format!("punctual:{{p{partition}}}:versions")
 }
@@ -71,14 +71,14 @@ pub fn written_version(cmd: &redis::Cmd) -> Option<u64> {
 }
 
 /// The live nodes of a cluster of punctual nodes: a sorted set, member the node's id,
-/// score the Redis time (ms) its heartbeat expires at (see `cluster::membership`).
+/// score the Redis time (ms) its heartbeat expires at (see `nodes::membership`).
 pub const MEMBERS_KEY: &str = "punctual:{members}:live";
 
 /// Each node's record (JSON), by node id; in [`MEMBERS_KEY`]'s slot.
 pub const MEMBER_RECORDS_KEY: &str = "punctual:{members}:records";
 
 /// How many times the live set changed (a join, a leave, an expiry): a counter in
-/// [`MEMBERS_KEY`]'s slot that nodes poll between beats (see `cluster::membership`).
+/// [`MEMBERS_KEY`]'s slot that nodes poll between beats (see `nodes::membership`).
 pub const MEMBERS_VERSION_KEY: &str = "punctual:{members}:version";
 
 /// A command argument written straight into the command's buffer from its parts: the field

@@ -89,7 +89,7 @@ async fn load(
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
 ) -> Result<u64, String> {
     // With lease holders (a node among others) every partition comes through a load once its
-    // lease is held (`cluster::reader`): nothing is read here.
+    // lease is held (`nodes::reader`): nothing is read here.
     let mut todo = (0..PARTITIONS)
         .filter(|_| shared.holders.is_none())
         .filter(|&p| crate::partition::owns(shared.shard, shared.shards, p))

@@ -21,7 +21,7 @@
 //!
 //! The marker makes the relay idempotent: an entry relayed again (the `XDEL` was lost, the
 //! process died between the steps) finds it and adds nothing. A relay entry left behind is
-//! relayed by the node that holds the partition (`cluster::sweep`), at most a few seconds
+//! relayed by the node that holds the partition (`nodes::sweep`), at most a few seconds
 //! later. An entry reaches its tenant's stream once, unless its marker expired first (ten
 //! minutes: a partition no node held for that long); then it may repeat, with the same key
 //! and version, as a fire repeated after a crash does.
@@ -161,7 +161,7 @@ return 1
 
 /// Relays `entries` (each with its relay entry's id) to their tenants' streams, then deletes
 /// them from the relay streams and their markers: three calls. An error leaves the rest to
-/// the next sweep (`cluster::sweep`); nothing is relayed twice meanwhile.
+/// the next sweep (`nodes::sweep`); nothing is relayed twice meanwhile.
 pub async fn forward(
     client: &mut ClusterClient,
     entries: &[(Relayed, Vec<u8>)],

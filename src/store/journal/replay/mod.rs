@@ -50,7 +50,6 @@ pub use source::{Buf, Source};
 
 use super::record::{kind, Effect, End, Record, Timer};
 use super::scan::{Damage, Region, Role, Scan};
-use order::{InFileOrder, IN_ORDER_CHUNK};
 use parts::Parts;
 use report::gap;
 use std::hash::BuildHasher;
@@ -346,33 +345,6 @@ impl Replay {
     /// snapshot's, some of which later records may have replaced, and the index's live ones.
     pub fn live_bound(&self) -> usize {
         self.snapshot_entries.unwrap_or(0) as usize + self.index_live
-    }
-
-    /// Step 2: every live timer and dead letter with its frame (run [`Replay::index`] and
-    /// [`Replay::check_snapshot`] first; damage they passed is skipped here). A dead letter's
-    /// metadata says what it is (`sink::webhook::is_dead`, read by `shard::recover`).
-    ///
-    /// The segments' records are read in file order, a range of segments at a time
-    /// ([`InFileOrder`]), not in the index's order: that order is random over the files, a
-    /// cache and TLB miss per record once they outgrow the caches, and a read from the disk
-    /// per record once they outgrow the page cache. For a start, a change of shard count and
-    /// the check tool; compaction, which shares a serving shard's thread, paces on
-    /// [`Replay::live_steps`] instead.
-    ///
-    /// The ranges go newest first, and the snapshot last: the reverse of step 1's reading.
-    /// Files larger than the page cache keep only what step 1 read last; read again oldest
-    /// first, each read would miss and evict the next one to read (an LRU cache flooded in
-    /// its own order), where newest first reads what is still cached before the rest.
-    pub fn live(&self) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
-        InFileOrder::new(self, IN_ORDER_CHUNK)
-            .flatten()
-            .chain(self.snapshot_steps().flatten())
-    }
-
-    /// [`Replay::live`]'s segment entries, read in ranges of at most `chunk` live entries.
-    #[cfg(test)]
-    fn live_segments_in(&self, chunk: u64) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
-        InFileOrder::new(self, chunk).flatten()
     }
 
     /// [`Replay::live`], one item per record looked at: `None` for one that is not live (a

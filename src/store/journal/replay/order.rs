@@ -3,6 +3,35 @@
 
 use super::*;
 
+impl Replay {
+    /// Step 2: every live timer and dead letter with its frame (run [`Replay::index`] and
+    /// [`Replay::check_snapshot`] first; damage they passed is skipped here). A dead letter's
+    /// metadata says what it is (`sink::webhook::is_dead`, read by `shard::recover`).
+    ///
+    /// The segments' records are read in file order, a range of segments at a time
+    /// ([`InFileOrder`]), not in the index's order: that order is random over the files, a
+    /// cache and TLB miss per record once they outgrow the caches, and a read from the disk
+    /// per record once they outgrow the page cache. For a start, a change of shard count and
+    /// the check tool; compaction, which shares a serving shard's thread, paces on
+    /// [`Replay::live_steps`] instead.
+    ///
+    /// The ranges go newest first, and the snapshot last: the reverse of step 1's reading.
+    /// Files larger than the page cache keep only what step 1 read last; read again oldest
+    /// first, each read would miss and evict the next one to read (an LRU cache flooded in
+    /// its own order), where newest first reads what is still cached before the rest.
+    pub fn live(&self) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
+        InFileOrder::new(self, IN_ORDER_CHUNK)
+            .flatten()
+            .chain(self.snapshot_steps().flatten())
+    }
+
+    /// [`Replay::live`]'s segment entries, read in ranges of at most `chunk` live entries.
+    #[cfg(test)]
+    pub(super) fn live_segments_in(&self, chunk: u64) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
+        InFileOrder::new(self, chunk).flatten()
+    }
+}
+
 /// Live index entries sorted and read at a time, at most (128 MiB of locations). Each range
 /// costs a pass over the whole index: at 50 million entries in a shard's index, ranges of
 /// 4 M took 13 passes and their part of a 100 M start's hand-over was 2–3 s longer than with
@@ -15,7 +44,7 @@ pub(super) const IN_ORDER_CHUNK: u64 = 16 << 20;
 /// one pass over the index gathers its entries' locations, which are sorted, then read. Costs
 /// a pass over the index per range (its entries, not their frames) and the sort: at 50
 /// million entries in a shard's index, 4 passes and 4 sorts of up to 16 million.
-pub(super) struct InFileOrder<'a> {
+struct InFileOrder<'a> {
     replay: &'a Replay,
     /// Live entries per segment.
     per_segment: Vec<u64>,
@@ -29,7 +58,7 @@ pub(super) struct InFileOrder<'a> {
 }
 
 impl<'a> InFileOrder<'a> {
-    pub(super) fn new(replay: &'a Replay, chunk: u64) -> InFileOrder<'a> {
+    fn new(replay: &'a Replay, chunk: u64) -> InFileOrder<'a> {
         let mut per_segment = vec![0u64; replay.segments.len()];
         for l in replay.index.iter().filter(|l| l.live()) {
             if let Some(n) = per_segment.get_mut(l.src()) {

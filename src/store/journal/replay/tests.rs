@@ -161,7 +161,7 @@ fn live_reads_the_newest_segments_first_each_range_in_file_order_and_yields_what
         assert!(by_index.len() > 300, "{} live", by_index.len());
         // Versions rise through the files: in file order within a range, and each range
         // before the one it follows in the files.
-        for chunk in [1, 2, 150, super::IN_ORDER_CHUNK] {
+        for chunk in [1, 2, 150, super::order::IN_ORDER_CHUNK] {
             let read: Vec<u64> = replay
                 .live_segments_in(chunk)
                 .map(|(t, _)| t.version)

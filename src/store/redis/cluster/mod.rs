@@ -14,7 +14,7 @@
 //! A `redis+cluster://` store runs its writes, recovery and stream sampling through the client
 //! (`store::redis::clustered`); a `redis://` or `redis+sentinel://` store connects as before
 //! (`endpoint`). See `docs/SCALING.md` for how the cluster client, the partition leases
-//! (`crate::cluster`) and the fenced writes (`fence`) fit together, and what is not built yet.
+//! (`crate::nodes`) and the fenced writes (`fence`) fit together, and what is not built yet.
 
 pub mod client;
 pub mod fence;

@@ -220,7 +220,7 @@ fn holder(id: &str, of: &[(u32, u64)]) -> Holder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::membership::NodeRecord;
+    use crate::nodes::membership::NodeRecord;
 
     #[test]
     fn ranges_join_runs_and_keep_singles() {

@@ -2,8 +2,8 @@
 //! calls (`calls`).
 
 use super::*;
-use crate::cluster::lease::LeaseError;
-use crate::cluster::membership::{Beat, MembershipError};
+use crate::nodes::lease::LeaseError;
+use crate::nodes::membership::{Beat, MembershipError};
 use crate::store::redis::clustered::Holders;
 
 #[test]
