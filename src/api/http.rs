@@ -68,7 +68,7 @@ pub fn start_shard(
         let forwards = shared.forwards.clone();
         Metrics::new(handle.clone(), store, shared.node.clone(), forwards)
     });
-    let listener = Acceptor::new(shard, socket)?;
+    let mut listener = Acceptor::new(shard, socket)?;
     shared.listeners.fetch_add(1, Ordering::AcqRel);
     let drain = Rc::new(LocalDrain::default());
     let watcher = (shared.clone(), drain.clone());
@@ -86,7 +86,7 @@ pub fn start_shard(
         peers,
     });
     glommio::spawn_local(async move {
-        accept_loop(&listener, app.clone(), drain).await;
+        accept_loop(&mut listener, app.clone(), drain).await;
         // Leave the LISTEN state now, and end the acceptor's waiter.
         listener.shutdown();
         drop(listener);
@@ -96,7 +96,7 @@ pub fn start_shard(
     Ok(())
 }
 
-async fn accept_loop(listener: &Acceptor, app: Rc<App>, drain: Rc<LocalDrain>) {
+async fn accept_loop(listener: &mut Acceptor, app: Rc<App>, drain: Rc<LocalDrain>) {
     let shared = app.shared.clone();
     let mut drained = drain.wait();
     loop {
@@ -109,10 +109,9 @@ async fn accept_loop(listener: &Acceptor, app: Rc<App>, drain: Rc<LocalDrain>) {
             None => break,
             Some(Ok(s)) => s,
             Some(Err(e)) => {
-                // Out of descriptors or a peer that reset before accept: back off briefly.
-                tracing::warn!(shard = app.shard, "accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-                continue;
+                // The accept thread ended: the listener was shut down.
+                tracing::debug!(shard = app.shard, "acceptor ended: {e}");
+                break;
             }
         };
         let n = shared.connections.fetch_add(1, Ordering::AcqRel);
