@@ -98,13 +98,10 @@ fn during_recovery(
     (sent.len(), wrong)
 }
 
-/// Ignored until a defect it found is fixed: on a quiet host, with a recovery of a few
-/// seconds, connections accepted in the first milliseconds after the restart are reset (94 to
-/// 249 of 300 GETs in each run, `Connection reset by peer`); those that wait in the backlog
-/// are answered correctly. No GET, DELETE or PUT was answered from a partial table in any
-/// run. Run it with `cargo test --test journal_recovering -- --ignored`.
+/// Every request is answered: none of the connections made from the moment the restart
+/// listens (nor those made while the killed process was dying: they are refused, and the
+/// client retries) is reset.
 #[test]
-#[ignore = "connections accepted in the first milliseconds of a restart are reset: an open defect"]
 fn requests_while_the_journal_recovers_are_held_or_refused_never_answered_from_a_partial_table() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");

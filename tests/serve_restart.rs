@@ -151,6 +151,28 @@ fn restart_after_sigkill_with_open_connections_serves_again_every_time() {
     );
 }
 
+/// Once a killed server is reaped, nothing accepts on its address: a client that connects
+/// between the crash and the restart is refused (and may retry), never accepted into a dead
+/// process's backlog, whose connections are all reset when that socket finally closes. Each
+/// round kills a server that was serving (its shards accepting), then connects at once.
+#[test]
+fn a_killed_server_accepts_no_connection_once_reaped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    for round in 0..5 {
+        let mut server = Proc::spawn(addr, &[], dir.path(), &format!("kill-{round}"));
+        server.wait_healthy(addr).expect("start");
+        round_trip(addr, &format!("before-kill-{round}"));
+        server.sigkill();
+        let accepted = TcpStream::connect(addr);
+        assert!(
+            accepted.is_err(),
+            "round {round}: a connection to {addr} was accepted after its server was killed \
+             and reaped; its reset is only a matter of time"
+        );
+    }
+}
+
 #[test]
 fn a_port_held_by_a_live_listener_is_refused_after_the_retry_window() {
     let dir = tempfile::tempdir().expect("tempdir");

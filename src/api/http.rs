@@ -10,6 +10,7 @@
 //! and every connection is told to shut down gracefully: hyper finishes the request in
 //! flight, answers it, and closes.
 
+use super::accept::Acceptor;
 use super::clients::{Admit, Client};
 use super::drain::LocalDrain;
 use super::forward::Peers;
@@ -18,7 +19,7 @@ use super::state::{App, Servers};
 use crate::engine::Handle;
 use crate::runtime::hyperio::{Io, LocalTimer};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::{TcpListener, TcpStream};
+use glommio::net::TcpStream;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -67,7 +68,7 @@ pub fn start_shard(
         let forwards = shared.forwards.clone();
         Metrics::new(handle.clone(), store, shared.node.clone(), forwards)
     });
-    let (listener, fd) = super::listen::shard_listener(socket);
+    let mut listener = Acceptor::new(shard, socket)?;
     shared.listeners.fetch_add(1, Ordering::AcqRel);
     let drain = Rc::new(LocalDrain::default());
     let watcher = (shared.clone(), drain.clone());
@@ -85,12 +86,9 @@ pub fn start_shard(
         peers,
     });
     glommio::spawn_local(async move {
-        accept_loop(&listener, app.clone(), drain).await;
-        // Leave the LISTEN state now: a pending io_uring accept would otherwise keep the
-        // socket listening until the ring is torn down, after the process has exited.
-        // SAFETY: `fd` belongs to `listener`, which is alive here; shutdown(2) touches no
-        // memory of ours.
-        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        accept_loop(&mut listener, app.clone(), drain).await;
+        // Leave the LISTEN state now, and end the acceptor's waiter.
+        listener.shutdown();
         drop(listener);
         app.shared.listeners.fetch_sub(1, Ordering::AcqRel);
     })
@@ -98,7 +96,7 @@ pub fn start_shard(
     Ok(())
 }
 
-async fn accept_loop(listener: &TcpListener, app: Rc<App>, drain: Rc<LocalDrain>) {
+async fn accept_loop(listener: &mut Acceptor, app: Rc<App>, drain: Rc<LocalDrain>) {
     let shared = app.shared.clone();
     let mut drained = drain.wait();
     loop {
@@ -111,10 +109,9 @@ async fn accept_loop(listener: &TcpListener, app: Rc<App>, drain: Rc<LocalDrain>
             None => break,
             Some(Ok(s)) => s,
             Some(Err(e)) => {
-                // Out of descriptors or a peer that reset before accept: back off briefly.
-                tracing::warn!(shard = app.shard, "accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-                continue;
+                // The accept thread ended: the listener was shut down.
+                tracing::debug!(shard = app.shard, "acceptor ended: {e}");
+                break;
             }
         };
         let n = shared.connections.fetch_add(1, Ordering::AcqRel);

@@ -18,9 +18,11 @@
 //! SO_REUSEADDR + SO_REUSEPORT.
 //!
 //! 1. Unless that program set SO_REUSEPORT too, under the same user.
-//! 2. After `kill -9` the listeners outlive the process by a few milliseconds: io_uring
-//!    releases the sockets of its pending accepts when it tears the ring down, after exit.
-//!    A listener that joined them would lose the connections the kernel hands to them.
+//! 2. A killed punctual's listeners close as it dies, before it can be reaped: no io_uring
+//!    request ever holds them (`accept`). A listener that an io_uring request holds (an
+//!    accept pending) outlives its process until the ring is torn down, after exit; a
+//!    listener that joined it would lose the connections the kernel hands to it. The probe
+//!    also waits out such sockets of another program, or of a process not yet reaped.
 //! 3. Because the dead process's listeners set SO_REUSEADDR, which their connections inherit.
 //!    Without it, those connections hold the port for up to a minute (`tcp_fin_timeout`, or
 //!    TIME-WAIT) after a crash with clients connected.
@@ -47,10 +49,8 @@
 //! Cost: start-up only; two sockets per try (the lock and the probe), one try per
 //! [`RETRY_PAUSE`], then one per shard.
 
-use glommio::net::TcpListener;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener};
 use std::time::{Duration, Instant};
@@ -206,16 +206,6 @@ fn shard_sockets(addr: SocketAddr, shards: usize) -> io::Result<Vec<socket2::Soc
         sockets.push(socket);
     }
     Ok(sockets)
-}
-
-/// A shard's listener, from its socket (see [`bind_shards`]), handed to glommio on the
-/// shard's thread, and its descriptor (for a shutdown(2) when the shard stops accepting).
-pub fn shard_listener(socket: socket2::Socket) -> (TcpListener, RawFd) {
-    let fd = socket.into_raw_fd();
-    // SAFETY: `fd` is a bound, listening TCP socket that we own (just released from the
-    // socket2 socket); the glommio listener becomes its sole owner and closes it when dropped.
-    let listener = unsafe { TcpListener::from_raw_fd(fd) };
-    (listener, fd)
 }
 
 /// A listening socket on `addr` with SO_REUSEADDR + SO_REUSEPORT (every shard binds the same

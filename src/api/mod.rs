@@ -6,9 +6,10 @@
 //!   SIGTERM/SIGINT and drains.
 //! - `http` is the HTTP server on each shard: it owns connections and connection-level
 //!   limits (`clients` counts connections per client address); `state` what the servers
-//!   share; `listen` owns the listening
-//!   sockets' options and the start-up check that the address is free; `crate::runtime::hyperio` adapts
-//!   glommio's sockets and timers to hyper.
+//!   share; `listen` owns the listening sockets' options and the start-up check that the
+//!   address is free; `accept` takes a shard's connections without io_uring, so that a killed
+//!   process stops accepting as it dies; `crate::runtime::hyperio` adapts glommio's
+//!   sockets and timers to hyper.
 //! - `unread` keeps a connection alive after an answer given before the request's body was
 //!   read (or says `Connection: close` when it cannot).
 //! - `routes` and `batch` own request handling (`segment` percent-decodes tenant and key);
@@ -24,6 +25,7 @@
 //! Cost model: a request is parsed on the shard that accepted it, then one ring push and one
 //! reply travel to and from the shard that owns the key (possibly the same one).
 
+mod accept;
 mod array;
 mod batch;
 pub mod body;
