@@ -27,6 +27,7 @@
 mod array;
 mod batch;
 pub mod body;
+mod bulk;
 pub mod cli;
 mod clients;
 mod cluster;

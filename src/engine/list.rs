@@ -4,9 +4,9 @@
 //! `limit` of them, with the key to go on after when there is more.
 
 use super::handle::Handle;
-use crate::runtime::doorbell::relay;
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::op::{reply_channel, ListQuery, Listed, Op};
+use crate::runtime::doorbell::relay;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
