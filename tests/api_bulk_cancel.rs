@@ -1,8 +1,8 @@
 //! Bulk cancel against the real binary: `DELETE /v1/timers/{tenant}?prefix=` answers `202`
 //! with an action's id and cancels, in the background, every key pending under the prefix
 //! before the `202` (keys put while it runs do not hide any), none outside it; the action's
-//! progress; an empty prefix only with `all=true`; bad input; and a restart after it, which
-//! keeps its cancels and forgets the action.
+//! progress; an empty prefix only with `all=true`; bad input; a shard too busy for its
+//! cancels; and a restart after it, which keeps its cancels and forgets the action.
 
 mod api_support;
 
@@ -188,4 +188,22 @@ fn a_restart_keeps_what_the_action_cancelled_and_forgets_the_action() {
     );
     let again = bulk(&s.s, "t", "prefix=cart-");
     assert_ne!(again, id, "an id is never given twice");
+}
+
+#[test]
+fn a_shard_too_busy_for_a_cancel_is_asked_again_and_every_key_is_cancelled() {
+    // A ring of 16, of which a tenant may hold 4: the action sends 64 cancels at a time, so
+    // the shard refuses most of each burst, and each refused one is sent again.
+    let s = Server::start(&["--shards", "1", "--ring-capacity", "16"]);
+    for i in 0..300 {
+        put(&s, "t", &format!("busy-{i}"));
+    }
+    let id = bulk(&s, "t", "prefix=busy-");
+    let done = finished(&s, "t", &id);
+    assert!(done.get("error").is_none(), "{done}");
+    assert_eq!(
+        (&done["matched"], &done["cancelled"]),
+        (&json!(300), &json!(300))
+    );
+    assert!(!pending(&s, "t", "busy-0") && !pending(&s, "t", "busy-299"));
 }

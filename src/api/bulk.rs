@@ -31,15 +31,19 @@ use super::respond::{self, Resp};
 use super::routes::get_only;
 use super::state::{App, Servers};
 use super::unread::RequestBody;
-use crate::engine::{Cancelled, Handle, ListQuery};
+use crate::engine::{Cancelled, Handle, ListQuery, Listed};
 use crate::error::Error;
 use hyper::{Request, StatusCode};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 /// Timers listed per page of an action.
 const PAGE: usize = 1_000;
 /// Cancels an action has sent and not yet seen answered.
 const IN_FLIGHT: usize = 64;
+/// Times a step refused by a busy shard is asked again, and the wait before each.
+const RETRIES: u32 = 1_000;
+const RETRY_WAIT: Duration = Duration::from_millis(2);
 
 impl App {
     /// `DELETE /v1/timers/{tenant}?prefix=P[&all=true]` (admission checked by the caller).
@@ -104,7 +108,17 @@ async fn cancel_all(
             limit: PAGE,
             payloads: false,
         };
-        let page = handle.list_timers_async(query).await?;
+        let mut page = handle.list_timers_async(query.clone()).await;
+        for _ in 0..RETRIES {
+            match &page {
+                Err(e) if transient(e) => {
+                    glommio::timer::sleep(RETRY_WAIT).await;
+                    page = handle.list_timers_async(query.clone()).await;
+                }
+                _ => break,
+            }
+        }
+        let page = page?;
         let listed = u64::try_from(page.timers.len()).unwrap_or(u64::MAX);
         action.matched.fetch_add(listed, Ordering::Relaxed);
         for chunk in page.timers.chunks(IN_FLIGHT) {
@@ -113,15 +127,10 @@ async fn cancel_all(
                 .iter()
                 .map(|t| handle.cancel_if_async(tenant, &t.key, t.version))
                 .collect();
-            for ask in asks {
-                match ask.await {
-                    Ok(Cancelled::Cancelled { .. }) => {
-                        action.cancelled.fetch_add(1, Ordering::Relaxed);
-                        shared.actions.cancelled.inc();
-                    }
-                    // Fired, cancelled or put again since it was listed.
-                    Ok(Cancelled::NotFound) | Err(Error::VersionMismatch { .. }) => {}
-                    Err(e) => return Err(e),
+            for (t, ask) in chunk.iter().zip(asks) {
+                if cancelled(handle, tenant, t, ask.await).await? {
+                    action.cancelled.fetch_add(1, Ordering::Relaxed);
+                    shared.actions.cancelled.inc();
                 }
             }
         }
@@ -130,6 +139,41 @@ async fn cancel_all(
             None => return Ok(()),
         }
     }
+}
+
+/// Whether the cancel of `t` that answered `answer` cancelled it: `false` when it fired, was
+/// cancelled or was put again since it was listed. A shard too busy to take it (its ring or
+/// its store's queue full) is asked again [`RETRIES`] times, [`RETRY_WAIT`] apart.
+async fn cancelled(
+    handle: &Handle,
+    tenant: &str,
+    t: &Listed,
+    mut answer: Result<Cancelled, Error>,
+) -> Result<bool, Error> {
+    let mut tries = 0;
+    loop {
+        match answer {
+            Ok(Cancelled::Cancelled { .. }) => return Ok(true),
+            Ok(Cancelled::NotFound) | Err(Error::VersionMismatch { .. }) => return Ok(false),
+            Err(e) if transient(&e) && tries < RETRIES => {
+                tries += 1;
+                glommio::timer::sleep(RETRY_WAIT).await;
+                answer = handle.cancel_if_async(tenant, &t.key, t.version).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// An answer that a moment later may not give: the shard's ring, or its store's queue, full.
+fn transient(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::RingFull { .. }
+            | Error::RingShare { .. }
+            | Error::StoreShare { .. }
+            | Error::StoreUnavailable { .. }
+    )
 }
 
 /// The prefix a bulk cancel names: `prefix=P` (not empty), or an empty one with `all=true`.
