@@ -213,6 +213,8 @@ fn metrics_and_healthz_answer() {
         "punctual_conflicts_exists_total{shard=",
         "punctual_conflicts_version_mismatch_total{shard=",
         "punctual_conflicts_not_pending_total{shard=",
+        "punctual_bulk_actions_total 0",
+        "punctual_bulk_cancelled_total 0",
         "punctual_build_info{",
         "punctual_http_requests_total{shard=",
         "route=\"put_timer\",status=\"201\"",
@@ -256,7 +258,12 @@ fn unknown_routes_and_empty_segments_are_404_and_wrong_methods_405() {
     );
     assert_eq!(r.header("allow"), Some("PUT, GET, DELETE"));
     let r = s.req("PATCH", "/v1/timers/t", "");
-    assert_eq!((r.status, r.header("allow")), (405, Some("GET, POST")));
+    assert_eq!(
+        (r.status, r.header("allow")),
+        (405, Some("GET, POST, DELETE"))
+    );
+    let r = s.req("POST", "/v1/actions/t/1", "");
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET")));
     let r = s.req("DELETE", "/metrics", "");
     assert_eq!((r.status, r.header("allow")), (405, Some("GET")));
 }

@@ -132,6 +132,9 @@ fn bad_list_input_is_400_naming_the_parameter() {
         let message = e["error"]["message"].as_str().unwrap_or("");
         assert!(message.contains(names), "{query}: {message}");
     }
-    let r = s.req("DELETE", "/v1/timers/t", "");
-    assert_eq!((r.status, r.header("allow")), (405, Some("GET, POST")));
+    let r = s.req("PUT", "/v1/timers/t", "");
+    assert_eq!(
+        (r.status, r.header("allow")),
+        (405, Some("GET, POST, DELETE"))
+    );
 }

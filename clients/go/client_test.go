@@ -443,4 +443,26 @@ func TestConditionalWritesAndCancels(t *testing.T) {
 	if err != nil || got.Debounce == nil || got.Debounce.MaxWaitMs != 60000 || got.Debounce.CapUs != got.Debounce.FirstAtUs+60_000_000 || d.FireAtUs != got.Debounce.CapUs {
 		t.Fatalf("debounce: %+v %+v %v", d, got.Debounce, err)
 	}
+	id, err := c.CancelPrefix(ctx(t), "shop", punctual.CancelPrefixOptions{Prefix: "cond-l"})
+	if err != nil || id == "" {
+		t.Fatalf("bulk cancel: %q %v", id, err)
+	}
+	var act punctual.Action
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end) && act.State != "done"; time.Sleep(20 * time.Millisecond) {
+		if act, err = c.Action(ctx(t), "shop", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if act.ID != id || act.State != "done" || act.Matched != 3 || act.Cancelled != 3 {
+		t.Fatalf("bulk cancel's progress: %+v", act)
+	}
+	if _, err := c.Get(ctx(t), "shop", "cond-l1"); !punctual.IsNotFound(err) {
+		t.Fatalf("cond-l1 after the bulk cancel: %v", err)
+	}
+	if _, err := c.Action(ctx(t), "shop", "unknown"); !punctual.IsNotFound(err) {
+		t.Fatalf("an unknown action: %v", err)
+	}
+	if _, err := c.CancelPrefix(ctx(t), "shop", punctual.CancelPrefixOptions{}); err == nil {
+		t.Fatal("an empty prefix without All was accepted")
+	}
 }

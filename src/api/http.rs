@@ -66,7 +66,11 @@ pub fn start_shard(
     let store = handle.store_kind();
     shared.metrics.get_or_init(|| {
         let forwards = shared.forwards.clone();
-        Metrics::new(handle.clone(), store, shared.node.clone(), forwards)
+        let bulk = [
+            shared.actions.started.clone(),
+            shared.actions.cancelled.clone(),
+        ];
+        Metrics::new(handle.clone(), store, shared.node.clone(), forwards, bulk)
     });
     let mut listener = Acceptor::new(shard, socket)?;
     shared.listeners.fetch_add(1, Ordering::AcqRel);

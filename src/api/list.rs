@@ -135,6 +135,21 @@ fn rows(page: &TimerPage) -> Vec<Row> {
         .collect()
 }
 
+/// A `prefix=` parameter's value, percent-decoded: what can begin a key (a listing's, a
+/// bulk cancel's), else a refusal that names `prefix`.
+pub(super) fn prefix_of(v: &str) -> Result<String, ApiError> {
+    let v = decoded(v);
+    let bad = v.len() > MAX_NAME_LEN
+        || v.chars()
+            .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')));
+    if bad {
+        return Err(ApiError::InvalidField(format!(
+            "prefix {v:?} cannot begin a key: keys are 1 to {MAX_NAME_LEN} bytes of [A-Za-z0-9._:-]"
+        )));
+    }
+    Ok(v.into_owned())
+}
+
 /// `prefix`, `after`, `limit` and `payloads` of a listing; each refusal names its parameter.
 fn list_query(tenant: &str, query: Option<&str>) -> Result<ListQuery, ApiError> {
     let mut q = ListQuery {
@@ -147,19 +162,7 @@ fn list_query(tenant: &str, query: Option<&str>) -> Result<ListQuery, ApiError> 
     let mut limit = None;
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
-            Some(("prefix", v)) => {
-                let v = decoded(v);
-                let bad = v.len() > MAX_NAME_LEN
-                    || v.chars().any(|c| {
-                        !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
-                    });
-                if bad {
-                    return Err(ApiError::InvalidField(format!(
-                        "prefix {v:?} cannot begin a key: keys are 1 to {MAX_NAME_LEN} bytes of [A-Za-z0-9._:-]"
-                    )));
-                }
-                q.prefix = v.into_owned();
-            }
+            Some(("prefix", v)) => q.prefix = prefix_of(v)?,
             Some(("after", v)) => {
                 let v = decoded(v);
                 validate_name(NameKind::Key, &v)

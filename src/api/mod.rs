@@ -21,14 +21,18 @@
 //! - `tenants` owns bearer tokens and quotas; `metrics` owns `/metrics`; `webhooks` owns the
 //!   callbacks of registrations and the dead-letter routes; `cluster` owns `/cluster`, and
 //!   `cli` the `punctual cluster status` command that asks a node for it.
+//! - `list` lists a tenant's pending timers by key prefix; `bulk` runs a bulk cancel in the
+//!   background, and `actions` keeps the bulk actions' progress, a bounded number a tenant.
 //!
 //! Cost model: a request is parsed on the shard that accepted it, then one ring push and one
 //! reply travel to and from the shard that owns the key (possibly the same one).
 
 mod accept;
+mod actions;
 mod array;
 mod batch;
 pub mod body;
+mod bulk;
 pub mod cli;
 mod clients;
 mod cluster;

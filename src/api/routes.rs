@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 enum Route<'a> {
     Timer(Cow<'a, str>, Cow<'a, str>),
     Batch(Cow<'a, str>),
+    /// `/v1/actions/{tenant}/{id}`.
+    Action(Cow<'a, str>, Cow<'a, str>),
     /// `/v1/dead/{tenant}[/{key}[/retry]]`.
     Dead(Cow<'a, str>, Option<Cow<'a, str>>, bool),
     Metrics,
@@ -47,6 +49,7 @@ fn route(path: &str) -> Route<'_> {
         (Some("healthz"), None, ..) => Route::Healthz,
         (Some("cluster"), None, ..) => Route::Cluster,
         (Some("v1"), Some("timers"), Some(t), None, _) if !t.is_empty() => Route::Batch(decoded(t)),
+        (Some("v1"), Some("actions"), Some(t), Some(id), None) => action_route(t, id),
         (Some("v1"), Some("dead"), Some(t), None, _) => dead_route(t, None, false),
         (Some("v1"), Some("dead"), Some(t), Some(k), None) => dead_route(t, Some(k), false),
         (Some("v1"), Some("dead"), Some(t), Some(k), Some("retry")) if it.next().is_none() => {
@@ -57,6 +60,14 @@ fn route(path: &str) -> Route<'_> {
         }
         _ => Route::NotFound,
     }
+}
+
+/// `/v1/actions/{tenant}/{id}`, with no empty segment.
+fn action_route<'a>(tenant: &'a str, id: &'a str) -> Route<'a> {
+    if tenant.is_empty() || id.is_empty() {
+        return Route::NotFound;
+    }
+    Route::Action(decoded(tenant), decoded(id))
 }
 
 /// `/v1/dead/{tenant}[/{key}[/retry]]`, with no empty segment.
@@ -119,6 +130,10 @@ impl App {
             Route::Batch(t) if req.method() == Method::GET => {
                 ("list_timers", limit, self.list(&t, req).await)
             }
+            Route::Batch(t) if req.method() == Method::DELETE => {
+                ("bulk_cancel", limit, self.bulk(&t, &req))
+            }
+            Route::Action(t, id) => ("get_action", limit, self.action(&t, &id, &req)),
             Route::Batch(t) => {
                 let limit = self.shared.config.max_batch_body_bytes;
                 ("post_batch", limit, self.batch(&t, req).await)
@@ -248,11 +263,17 @@ impl App {
         self.list_timers(tenant, req).await
     }
 
+    /// `DELETE /v1/timers/{tenant}?prefix=`: a bulk cancel (`bulk.rs`).
+    fn bulk(&self, tenant: &str, req: &Request<RequestBody>) -> Result<Resp, ApiError> {
+        self.check(tenant, req)?;
+        self.bulk_cancel(tenant, req)
+    }
+
     async fn batch(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
         if req.method() != Method::POST {
             return Err(ApiError::MethodNotAllowed {
                 method: req.method().to_string(),
-                allow: "GET, POST",
+                allow: "GET, POST, DELETE",
             });
         }
         let arrival = self.handle.now();
@@ -492,7 +513,7 @@ fn not_pending(tenant: &str, key: &str) -> ApiError {
     ))
 }
 
-fn get_only(req: &Request<RequestBody>) -> Result<(), ApiError> {
+pub(super) fn get_only(req: &Request<RequestBody>) -> Result<(), ApiError> {
     if req.method() == Method::GET {
         Ok(())
     } else {

@@ -3,6 +3,7 @@
 //! connections share (its shard id, its handle on the engine, the only way the API reaches a
 //! shard, and its connections to the other nodes).
 
+use super::actions::Actions;
 use super::clients::Clients;
 use super::forward::{ForwardStats, Peers};
 use super::metrics::Metrics;
@@ -32,6 +33,8 @@ pub struct Servers {
     pub status: Option<Arc<Status>>,
     /// Forwards to the other nodes, all shards together.
     pub forwards: Arc<ForwardStats>,
+    /// Bulk cancels, every tenant's (`actions.rs`, `bulk.rs`).
+    pub(super) actions: Actions,
     pub(super) connections: AtomicUsize,
     /// Open connections per client address (`clients.rs`).
     pub(super) clients: Clients,
@@ -60,6 +63,7 @@ impl Servers {
             node,
             status,
             forwards: Arc::default(),
+            actions: Actions::default(),
             connections: AtomicUsize::new(0),
             listeners: AtomicUsize::new(0),
             draining: AtomicBool::new(false),

@@ -1,5 +1,7 @@
 """Conditional writes: if_="absent", if_version on put, batch items and cancel."""
 
+import time
+
 import pytest
 
 import punctual
@@ -37,6 +39,18 @@ def test_conditional_writes_and_cancels(open_server):
         assert p.timers[0].payload == "cond-l1"
         p = c.list("shop", prefix="cond-l", after=p.next)
         assert [t.key for t in p.timers] == ["cond-l3"] and p.next is None
+        action_id = c.cancel_prefix("shop", prefix="cond-l")
+        deadline = time.monotonic() + 20
+        while (a := c.action("shop", action_id)).state != "done" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (a.id, a.state, a.matched, a.cancelled) == (action_id, "done", 3, 3)
+        assert c.list("shop", prefix="cond-l").timers == []
+        with pytest.raises(ApiError) as e:
+            c.action("shop", "unknown")
+        assert e.value.status == 404
+        with pytest.raises(ApiError) as e:
+            c.cancel_prefix("shop")
+        assert e.value.status == 400 and e.value.code == "invalid_field"
         d = c.put("shop", "cond-d", delay_ms=3_600_000, debounce=punctual.Debounce(60_000))
         got = c.get("shop", "cond-d")
         assert got.debounce.max_wait_ms == 60_000 and got.debounce.cap_us == got.debounce.first_at_us + 60_000_000

@@ -14,6 +14,7 @@ from conftest import ROOT
 
 OPERATIONS = {
     "putTimer": "put", "getTimer": "get", "cancelTimer": "cancel", "postBatch": "batch", "listTimers": "list",
+    "bulkCancel": "cancel_prefix", "getAction": "action",
     "listDeadLetters": "dead_letters", "redriveDeadLetter": "redrive", "discardDeadLetter": "discard",
     "health": "health", "metrics": "metrics", "clusterStatus": "cluster",
 }
@@ -23,7 +24,8 @@ SCHEMAS = {
     "TimerFields": punctual.Client.put, "PutTimerRequest": punctual.Client.put,
     "BatchItemRequest": punctual.BatchItem, "Scheduled": punctual.Scheduled, "Timer": punctual.PendingTimer,
     "Callback": punctual.Callback, "Debounce": punctual.Debounce, "DebounceState": punctual.DebounceState, "Retry": punctual.DeliveryRetry, "Delivery": punctual.Delivery,
-    "DeadLetter": punctual.DeadLetter, "TimerPage": punctual.TimerPage, "ListedTimer": punctual.ListedTimer, "WebhookDelivery": punctual.WebhookDelivery,
+    "DeadLetter": punctual.DeadLetter, "TimerPage": punctual.TimerPage, "ListedTimer": punctual.ListedTimer,
+    "ActionStarted": punctual.Action, "Action": punctual.Action, "WebhookDelivery": punctual.WebhookDelivery,
     "BatchItemScheduled": punctual.BatchResult, "BatchItemFailed": punctual.BatchResult,
     "HealthOk": punctual.Health, "HealthDegraded": punctual.Health, "HealthUnavailable": punctual.Health, "HealthDraining": punctual.Health,
     "ErrorDetail": punctual.ErrorDetail, "ClusterStatus": punctual.ClusterStatus,

@@ -1,7 +1,10 @@
 import { ApiError, PunctualError, TransportError } from "./errors.js";
 import { backoff, DEFAULT_RETRY, parseRetryAfter, retriable, RetryPolicy, sleep, linkedSignal } from "./retry.js";
 import type {
+  Action,
+  ActionStarted,
   CancelOptions,
+  CancelPrefixOptions,
   BatchItem,
   BatchResult,
   ClusterStatus,
@@ -129,6 +132,30 @@ export class Client {
     if (query.limit !== undefined) q.limit = String(query.limit);
     if (query.payloads) q.payloads = "true";
     return this.run({ method: "GET", path: `/v1/timers/${seg(tenant)}`, query: q, safe: true, read: json }, opts);
+  }
+
+  /** Starts a bulk cancel of the tenant's pending timers whose key starts with
+   * `query.prefix` (an empty prefix needs `all`) and resolves to the action's id at once;
+   * `action` reads its progress. Never retried: a second call is a second action. */
+  cancelPrefix(tenant: string, query: CancelPrefixOptions, opts?: CallOptions): Promise<string> {
+    const q: Record<string, string> = {};
+    if (query.prefix) q.prefix = query.prefix;
+    if (query.all) q.all = "true";
+    return this.run(
+      {
+        method: "DELETE",
+        path: `/v1/timers/${seg(tenant)}`,
+        query: q,
+        read: (_, text) => (JSON.parse(text) as ActionStarted).id,
+      },
+      opts,
+    );
+  }
+
+  /** A bulk cancel's progress; ApiError `notFound` for an unknown action (a restart forgets
+   * every action, and each tenant keeps its last 64). */
+  action(tenant: string, id: string, opts?: CallOptions): Promise<Action> {
+    return this.run({ method: "GET", path: `/v1/actions/${seg(tenant)}/${seg(id)}`, safe: true, read: json }, opts);
   }
 
   /** One page of the tenant's dead letters by key; the next page is after the last key. */

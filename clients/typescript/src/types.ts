@@ -193,6 +193,28 @@ export interface TimerPage {
   next?: string;
 }
 
+/** What a bulk cancel cancels: the keys that start with `prefix`; an empty prefix (or none)
+ * cancels every pending timer of the tenant, and only with `all`. */
+export interface CancelPrefixOptions {
+  prefix?: string;
+  all?: boolean;
+}
+
+/** The server's answer to a bulk cancel: the action's id. */
+export interface ActionStarted {
+  id: string;
+}
+
+/** A bulk cancel's progress: `matched` counts the timers listed under the prefix,
+ * `cancelled` those the action cancelled; `error` says why it stopped before its end. */
+export interface Action {
+  id: string;
+  state: "running" | "done";
+  matched: number;
+  cancelled: number;
+  error?: string;
+}
+
 /** A conditional cancel: only the pending timer of `if_version`. */
 export interface CancelOptions {
   if_version?: number;

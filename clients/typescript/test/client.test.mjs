@@ -257,6 +257,17 @@ test("conditional writes and cancels", async () => {
   p = await c.list("shop", { prefix: "cond-l", after: p.next });
   assert.deepEqual(p.timers.map((t) => t.key), ["cond-l3"]);
   assert.equal(p.next, undefined);
+  const id = await c.cancelPrefix("shop", { prefix: "cond-l" });
+  let a = await c.action("shop", id);
+  for (const end = Date.now() + 20_000; a.state !== "done" && Date.now() < end; a = await c.action("shop", id)) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.deepEqual([a.id, a.state, a.matched, a.cancelled], [id, "done", 3, 3]);
+  assert.deepEqual((await c.list("shop", { prefix: "cond-l" })).timers, []);
+  const unknown = await c.action("shop", "unknown").catch((e) => e);
+  assert.ok(unknown instanceof ApiError && unknown.notFound);
+  const refused = await c.cancelPrefix("shop", {}).catch((e) => e);
+  assert.ok(refused instanceof ApiError && refused.status === 400 && refused.code === "invalid_field");
   const d = await c.put("shop", "cond-d", { delay_ms: 3_600_000, debounce: { max_wait_ms: 60_000 } });
   const got = await c.get("shop", "cond-d");
   assert.equal(got.debounce.max_wait_ms, 60_000);

@@ -14,6 +14,7 @@ import { ROOT } from "./harness.mjs";
 
 const OPERATIONS = {
   putTimer: "put", getTimer: "get", cancelTimer: ["cancelIf", "CancelOptions"], postBatch: "batch", listTimers: ["list", "ListOptions"],
+  bulkCancel: ["cancelPrefix", "CancelPrefixOptions"], getAction: "action",
   listDeadLetters: ["deadLetters", "DeadListOptions"], redriveDeadLetter: "redrive", discardDeadLetter: "discard",
   health: "health", metrics: "metrics", clusterStatus: "cluster",
 };
@@ -21,6 +22,7 @@ const OPERATIONS = {
 const SCHEMAS = {
   TimerFields: "TimerSpec", PutTimerRequest: "TimerSpec", BatchItemRequest: "BatchItem", Scheduled: "Scheduled",
   Timer: "PendingTimer", Callback: "Callback", Debounce: "Debounce", DebounceState: "DebounceState", Retry: "DeliveryRetry", Delivery: "Delivery", DeadLetter: "DeadLetter", TimerPage: "TimerPage", ListedTimer: "ListedTimer",
+  ActionStarted: "ActionStarted", Action: "Action",
   WebhookDelivery: "WebhookDelivery", BatchItemScheduled: "BatchResult", BatchItemFailed: "BatchResult",
   HealthOk: "Health", HealthDegraded: "Health", HealthUnavailable: "Health", HealthDraining: "Health", ErrorDetail: "ErrorDetail",
   ClusterStatus: "ClusterStatus", ClusterHolder: "ClusterHolder", ClusterPartitions: "ClusterPartitions",

@@ -79,12 +79,14 @@ fn latency_histogram() -> Histogram {
 impl Metrics {
     /// `store` ("journal", "memory" or "redis") goes into `punctual_build_info`.
     /// `node`: on a node that shares a Redis Cluster, its leases (`cluster.rs`), and
-    /// `forwards`, what it forwarded to the others.
+    /// `forwards`, what it forwarded to the others. `bulk`: bulk actions started and the
+    /// timers they cancelled (`api/bulk.rs`).
     pub fn new(
         handle: Handle,
         store: &'static str,
         node: Option<Arc<Holdings>>,
         forwards: Arc<ForwardStats>,
+        bulk: [Counter; 2],
     ) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
@@ -98,6 +100,17 @@ impl Metrics {
             "punctual_http_request_duration_seconds",
             "Time from a request's head to its response, by shard, route and status",
             latency.clone(),
+        );
+        let [started, cancelled] = bulk;
+        registry.register(
+            "punctual_bulk_actions",
+            "Bulk cancels started (DELETE /v1/timers/{tenant}?prefix=)",
+            started,
+        );
+        registry.register(
+            "punctual_bulk_cancelled",
+            "Timers cancelled by bulk cancels",
+            cancelled,
         );
         if node.is_some() {
             registry.register(

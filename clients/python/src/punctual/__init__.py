@@ -5,7 +5,7 @@ for asyncio."""
 from ._client import AsyncClient, Client
 from ._core import NO_RETRY, RetryPolicy
 from ._errors import ApiError, PunctualError, TransportError, WebhookVerificationError
-from ._types import (BatchItem, BatchResult, Callback, ClusterEpochs, ClusterHolder, ClusterPartitions, ClusterStatus,
+from ._types import (Action, BatchItem, BatchResult, Callback, ClusterEpochs, ClusterHolder, ClusterPartitions, ClusterStatus,
                      ClusterThisNode, DeadLetter, Debounce, DebounceState, Delivery, DeliveryRetry, ErrorDetail, Health, ListedTimer, PendingTimer, Scheduled, TimerPage,
                      WebhookDelivery)
 from .webhooks import verify
@@ -13,7 +13,7 @@ from .webhooks import verify
 __all__ = [
     "AsyncClient", "Client", "RetryPolicy", "NO_RETRY",
     "PunctualError", "ApiError", "TransportError", "WebhookVerificationError",
-    "BatchItem", "BatchResult", "Callback", "ClusterEpochs", "ClusterHolder", "ClusterPartitions", "ClusterStatus",
+    "Action", "BatchItem", "BatchResult", "Callback", "ClusterEpochs", "ClusterHolder", "ClusterPartitions", "ClusterStatus",
     "ClusterThisNode", "DeadLetter", "Debounce", "DebounceState", "Delivery", "DeliveryRetry", "ErrorDetail", "Health", "ListedTimer", "PendingTimer", "Scheduled", "TimerPage",
     "WebhookDelivery", "verify",
 ]

@@ -12,7 +12,7 @@ import httpx
 from . import _core
 from ._core import Call, RetryPolicy
 from ._errors import ApiError
-from ._types import BatchItem, BatchResult, Callback, ClusterStatus, DeadLetter, Debounce, DeliveryRetry, Health, PendingTimer, Scheduled, TimerPage
+from ._types import Action, BatchItem, BatchResult, Callback, ClusterStatus, DeadLetter, Debounce, DeliveryRetry, Health, PendingTimer, Scheduled, TimerPage
 
 Deadline = Union[datetime.datetime, str, None]
 
@@ -107,6 +107,18 @@ class Client(_Base):
         page is after the page's `next` (None on the last page)."""
         return self._run(_core.list_call(tenant, prefix, after, limit, payloads), timeout)
 
+    def cancel_prefix(self, tenant: str, *, prefix: Optional[str] = None, all: bool = False,
+                      timeout: Optional[float] = None) -> str:
+        """Starts a bulk cancel of the tenant's pending timers whose key starts with prefix (an
+        empty prefix needs all=True: every pending timer of the tenant); returns the action's id
+        at once, whose progress action() reads. Never retried."""
+        return self._run(_core.cancel_prefix_call(tenant, prefix, all), timeout)
+
+    def action(self, tenant: str, id: str, *, timeout: Optional[float] = None) -> Action:
+        """A bulk cancel's progress; ApiError not_found for an unknown action (a restart forgets
+        every action, and each tenant keeps its last 64)."""
+        return self._run(_core.action_call(tenant, id), timeout)
+
     def dead_letters(self, tenant: str, *, limit: Optional[int] = None, after: Optional[str] = None,
                      timeout: Optional[float] = None) -> List[DeadLetter]:
         """One page of the tenant's dead letters by key; the next page is after the last key."""
@@ -187,6 +199,13 @@ class AsyncClient(_Base):
     async def list(self, tenant: str, *, prefix: Optional[str] = None, after: Optional[str] = None,
                    limit: Optional[int] = None, payloads: bool = False, timeout: Optional[float] = None) -> TimerPage:
         return await self._run(_core.list_call(tenant, prefix, after, limit, payloads), timeout)
+
+    async def cancel_prefix(self, tenant: str, *, prefix: Optional[str] = None, all: bool = False,
+                            timeout: Optional[float] = None) -> str:
+        return await self._run(_core.cancel_prefix_call(tenant, prefix, all), timeout)
+
+    async def action(self, tenant: str, id: str, *, timeout: Optional[float] = None) -> Action:
+        return await self._run(_core.action_call(tenant, id), timeout)
 
     async def dead_letters(self, tenant: str, *, limit: Optional[int] = None, after: Optional[str] = None,
                            timeout: Optional[float] = None) -> List[DeadLetter]:

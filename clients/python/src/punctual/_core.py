@@ -204,6 +204,22 @@ def list_call(tenant: str, prefix: Optional[str], after: Optional[str], limit: O
     return Call("GET", f"/v1/timers/{seg(tenant)}", lambda r: from_json(TimerPage, r.json()), params=params, safe=True)
 
 
+def cancel_prefix_call(tenant: str, prefix: Optional[str], all_: bool) -> Call:
+    """A bulk cancel; never retried (a second one would be a second action)."""
+    params = {}
+    if prefix:
+        params["prefix"] = prefix
+    if all_:
+        params["all"] = "true"
+    return Call("DELETE", f"/v1/timers/{seg(tenant)}", lambda r: r.json()["id"], params=params)
+
+
+def action_call(tenant: str, action_id: str) -> Call:
+    from ._types import Action
+
+    return Call("GET", f"/v1/actions/{seg(tenant)}/{seg(action_id)}", lambda r: from_json(Action, r.json()), safe=True)
+
+
 def dead_letters_call(tenant: str, limit: Optional[int], after: Optional[str]) -> Call:
     params = {}
     if limit is not None:

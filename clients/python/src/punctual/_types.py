@@ -149,6 +149,19 @@ class TimerPage:
 
 
 @dataclass(frozen=True)
+class Action:
+    """A bulk cancel's progress: state is "running" or "done"; matched counts the timers listed
+    under the prefix, cancelled those the action cancelled; error says why it stopped before its
+    end, if it did."""
+
+    id: str
+    state: str
+    matched: int
+    cancelled: int
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class BatchItem:
     """One timer of a batch: a key and exactly one deadline (as for put)."""
 

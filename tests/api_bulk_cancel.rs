@@ -1,0 +1,209 @@
+//! Bulk cancel against the real binary: `DELETE /v1/timers/{tenant}?prefix=` answers `202`
+//! with an action's id and cancels, in the background, every key pending under the prefix
+//! before the `202` (keys put while it runs do not hide any), none outside it; the action's
+//! progress; an empty prefix only with `all=true`; bad input; a shard too busy for its
+//! cancels; and a restart after it, which keeps its cancels and forgets the action.
+
+mod api_support;
+
+use api_support::{eventually, Configured, Server};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+fn put(s: &Server, tenant: &str, key: &str) {
+    let (st, v) = s.json(
+        "PUT",
+        &format!("/v1/timers/{tenant}/{key}"),
+        &json!({"delay_ms": 600_000}).to_string(),
+    );
+    assert!(st == 201 || st == 200, "{key}: {v}");
+}
+
+fn pending(s: &Server, tenant: &str, key: &str) -> bool {
+    let r = s.req("GET", &format!("/v1/timers/{tenant}/{key}"), "");
+    assert!(r.status == 200 || r.status == 404, "{key}: {}", r.status);
+    r.status == 200
+}
+
+/// Starts a bulk cancel: the action's id.
+fn bulk(s: &Server, tenant: &str, query: &str) -> String {
+    let (st, v) = s.json("DELETE", &format!("/v1/timers/{tenant}?{query}"), "");
+    assert_eq!(st, 202, "{query}: {v}");
+    v["id"].as_str().expect("id").to_string()
+}
+
+/// The action's progress once it is done.
+fn finished(s: &Server, tenant: &str, id: &str) -> Value {
+    eventually("the bulk cancel to finish", || {
+        let (st, v) = s.json("GET", &format!("/v1/actions/{tenant}/{id}"), "");
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["id"], id, "{v}");
+        assert!(v["state"] == "running" || v["state"] == "done", "{v}");
+        (v["state"] == "done").then_some(v)
+    })
+}
+
+#[test]
+fn cancels_every_key_pending_under_the_prefix_while_keys_are_added_and_none_outside() {
+    let s = Arc::new(Server::start(&["--shards", "2"]));
+    let before: Vec<String> = (0..2_500).map(|i| format!("order-88{i:05}")).collect();
+    for key in &before {
+        put(&s, "t", key);
+    }
+    let outside = ["order-8", "order-9", "other", "ORDER-88x"];
+    for key in outside {
+        put(&s, "t", key);
+    }
+    put(&s, "u", "order-88000");
+    // Keys put while the cancel runs, under the prefix (after and among the listed ones)
+    // and outside it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let adder = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(Ordering::Acquire) && n < 2_000 {
+                put(&s, "t", &format!("order-88{n:05}-new"));
+                put(&s, "t", &format!("zz-{n}"));
+                n += 1;
+            }
+            n
+        })
+    };
+    let id = bulk(&s, "t", "prefix=order-88");
+    let done = finished(&s, "t", &id);
+    stop.store(true, Ordering::Release);
+    let added = adder.join().expect("adder");
+    let (matched, cancelled) = (done["matched"].as_u64(), done["cancelled"].as_u64());
+    assert!(matched >= Some(2_500) && cancelled >= Some(2_500), "{done}");
+    assert!(cancelled <= matched, "{done}");
+    assert!(done.get("error").is_none(), "{done}");
+    for key in &before {
+        assert!(!pending(&s, "t", key), "{key} is still pending: {done}");
+    }
+    for key in outside {
+        assert!(pending(&s, "t", key), "{key} was outside the prefix");
+    }
+    for n in (0..added).step_by(97) {
+        assert!(
+            pending(&s, "t", &format!("zz-{n}")),
+            "zz-{n} was outside the prefix"
+        );
+    }
+    assert!(pending(&s, "u", "order-88000"), "another tenant's key");
+    assert!(s.metric("punctual_bulk_actions") >= 1.0);
+    assert!(s.metric("punctual_bulk_cancelled") >= 2_500.0);
+}
+
+#[test]
+fn an_empty_prefix_needs_all_and_bad_input_is_refused_by_name() {
+    let s = Server::start(&["--shards", "2"]);
+    for key in ["a", "b-1", "c:2"] {
+        put(&s, "t", key);
+    }
+    put(&s, "u", "a");
+    for (query, names) in [
+        ("", "all=true"),
+        ("prefix=", "all=true"),
+        ("all=false", "all=true"),
+        ("prefix=a/b", "prefix"),
+        ("prefix=a%20b", "prefix"),
+        ("all=yes", "all"),
+        ("limit=5", "limit"),
+    ] {
+        let (st, e) = s.json("DELETE", &format!("/v1/timers/t?{query}"), "");
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (400, Some("invalid_field")),
+            "{query}: {e}"
+        );
+        let message = e["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(names), "{query}: {message}");
+    }
+    assert!(
+        pending(&s, "t", "a"),
+        "a refused bulk cancel cancels nothing"
+    );
+    let id = bulk(&s, "t", "all=true");
+    let done = finished(&s, "t", &id);
+    assert_eq!(
+        (&done["matched"], &done["cancelled"]),
+        (&json!(3), &json!(3))
+    );
+    for key in ["a", "b-1", "c:2"] {
+        assert!(!pending(&s, "t", key), "{key}");
+    }
+    assert!(pending(&s, "u", "a"), "another tenant's key");
+    // A prefix that matches nothing is done with nothing matched.
+    let id = bulk(&s, "u", "prefix=zzz");
+    let done = finished(&s, "u", &id);
+    assert_eq!(
+        (&done["matched"], &done["cancelled"]),
+        (&json!(0), &json!(0))
+    );
+    // Actions are the tenant's; an unknown one is 404.
+    for path in [
+        "/v1/actions/u/".to_string() + &id.replace('-', "x"),
+        format!("/v1/actions/t/{id}"),
+    ] {
+        let (st, e) = s.json("GET", &path, "");
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (404, Some("not_found")),
+            "{path}"
+        );
+        let message = e["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains("unknown action"), "{message}");
+    }
+}
+
+#[test]
+fn a_restart_keeps_what_the_action_cancelled_and_forgets_the_action() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = ["--shards", "2", "--fsync", "always"];
+    let s = Configured::journal(dir.path(), "", &args);
+    for i in 0..50 {
+        put(&s.s, "t", &format!("cart-{i}"));
+    }
+    put(&s.s, "t", "kept");
+    let id = bulk(&s.s, "t", "prefix=cart-");
+    let done = finished(&s.s, "t", &id);
+    assert_eq!(done["cancelled"], json!(50), "{done}");
+    s.sigkill();
+
+    let s = Configured::journal(dir.path(), "", &args);
+    for i in 0..50 {
+        assert!(
+            !pending(&s.s, "t", &format!("cart-{i}")),
+            "cart-{i} came back"
+        );
+    }
+    assert!(pending(&s.s, "t", "kept"));
+    let (st, e) = s.s.json("GET", &format!("/v1/actions/t/{id}"), "");
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{e}"
+    );
+    let again = bulk(&s.s, "t", "prefix=cart-");
+    assert_ne!(again, id, "an id is never given twice");
+}
+
+#[test]
+fn a_shard_too_busy_for_a_cancel_is_asked_again_and_every_key_is_cancelled() {
+    // A ring of 16, of which a tenant may hold 4: the action sends 64 cancels at a time, so
+    // the shard refuses most of each burst, and each refused one is sent again.
+    let s = Server::start(&["--shards", "1", "--ring-capacity", "16"]);
+    for i in 0..300 {
+        put(&s, "t", &format!("busy-{i}"));
+    }
+    let id = bulk(&s, "t", "prefix=busy-");
+    let done = finished(&s, "t", &id);
+    assert!(done.get("error").is_none(), "{done}");
+    assert_eq!(
+        (&done["matched"], &done["cancelled"]),
+        (&json!(300), &json!(300))
+    );
+    assert!(!pending(&s, "t", "busy-0") && !pending(&s, "t", "busy-299"));
+}
