@@ -27,7 +27,10 @@ impl Replay {
 
     /// [`Replay::live`]'s segment entries, read in ranges of at most `chunk` live entries.
     #[cfg(test)]
-    pub(super) fn live_segments_in(&self, chunk: u64) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
+    pub(super) fn live_segments_in(
+        &self,
+        chunk: u64,
+    ) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
         InFileOrder::new(self, chunk).flatten()
     }
 }
