@@ -46,32 +46,5 @@ pub fn owns(shard: usize, shards: usize, partition: u32) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn partition_is_stable_across_builds() {
-        // Pinned values: a change here orphans stored timers (see PARTITIONS).
-        assert_eq!(
-            partition_of("shop", "order-1"),
-            partition_of("shop", "order-1")
-        );
-        assert_ne!(partition_of("shop", "a"), partition_of("sho", "pa"));
-        let p = partition_of("shop", "order-8812");
-        assert!(p < PARTITIONS);
-        assert_eq!(p, 2, "FNV-1a of shop/order-8812 changed");
-    }
-
-    #[test]
-    fn every_partition_has_exactly_one_owner_for_any_shard_count() {
-        for shards in 1..=5 {
-            for p in 0..PARTITIONS {
-                assert_eq!((0..shards).filter(|&s| owns(s, shards, p)).count(), 1);
-            }
-            assert_eq!(
-                shard_of("shop", "order-8812", shards),
-                partition_of("shop", "order-8812") as usize % shards
-            );
-        }
-    }
-}
+#[path = "partition_tests.rs"]
+mod tests;

@@ -190,19 +190,5 @@ fn isolation(ctx: &Context) -> Check {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn isolcpus_flags_are_skipped() {
-        let cpus = kernel_param_cpus("managed_irq,domain,2-5,8", None).unwrap();
-        assert_eq!(cpus.to_string(), "2-5,8");
-    }
-
-    #[test]
-    fn all_means_every_online_cpu() {
-        let online = CpuSet::parse("0-7").unwrap();
-        assert_eq!(kernel_param_cpus("all", Some(&online)).unwrap(), online);
-        assert!(kernel_param_cpus("all", None).is_err());
-    }
-}
+#[path = "cores_tests.rs"]
+mod tests;

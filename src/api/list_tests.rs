@@ -1,0 +1,27 @@
+use super::*;
+
+#[test]
+fn a_query_reads_its_parameters_and_names_the_one_it_refuses() {
+    let q = list_query("t", Some("prefix=order-88&after=order-881&limit=5")).expect("ok");
+    assert_eq!(
+        (q.prefix.as_str(), q.after.as_deref(), q.limit, q.payloads),
+        ("order-88", Some("order-881"), 5, false)
+    );
+    assert_eq!(list_query("t", None).map(|q| q.limit), Ok(DEFAULT_LIMIT));
+    for (bad, names) in [
+        ("prefix=a/b", "prefix"),
+        ("prefix=a%20b", "prefix"),
+        ("limit=0", "limit"),
+        ("limit=10001", "limit"),
+        ("limit=x", "limit"),
+        ("after=a%2Fb", "after"),
+        ("payloads=yes", "payloads"),
+        ("payloads=true&limit=1001", "limit"),
+        ("sort=key", "sort"),
+    ] {
+        match list_query("t", Some(bad)) {
+            Err(ApiError::InvalidField(m)) => assert!(m.contains(names), "{bad}: {m}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+}
