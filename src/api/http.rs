@@ -77,7 +77,8 @@ pub fn start_shard(
     })
     .detach();
     let me = shared.config.advertise.as_deref().unwrap_or_default();
-    let peers = Rc::new(Peers::new(me, shared.forwards.clone()));
+    let secret = shared.config.cluster_secret.as_deref().map(str::as_bytes);
+    let peers = Rc::new(Peers::new(me, secret, shared.forwards.clone()));
     let app = Rc::new(App {
         shard,
         handle,
@@ -172,7 +173,10 @@ async fn serve_connection(
         let app = svc_app.clone();
         let linger = linger.clone();
         async move {
-            let resp = app.serve(req).await;
+            let resp = match super::forward_sign::admit(&app, req).await {
+                Ok(req) => app.serve(req).await,
+                Err(refused) => refused,
+            };
             if resp.headers().contains_key(hyper::header::CONNECTION) {
                 linger.set(true);
             }
