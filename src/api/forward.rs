@@ -77,8 +77,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The header a forwarded request carries (the id of the node that forwarded it).
-pub const FORWARDED: &str = "punctual-forwarded";
+pub use super::forward_sign::FORWARDED;
 
 /// The longest a forward takes, connect and answer together.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);

@@ -5,7 +5,7 @@
 //! # What this part owns
 //!
 //! The [`SIGNATURE`] header a node puts on every forward ([`sign`]), and the owner's check of
-//! it ([`admit`], before any handler runs), with the count of refusals that `/metrics` shows
+//! it ([`check_time`] then [`verify`], before any handler runs: `admit` in `http.rs`), with the count of refusals that `/metrics` shows
 //! (`punctual_cluster_forwards_refused`).
 //!
 //! # The signature
@@ -46,21 +46,15 @@
 //! copy of the wire bytes).
 
 use super::error::ApiError;
-pub use super::forward::FORWARDED;
-use super::gather::Gather;
-use super::respond::{self, Resp};
-use super::state::App;
-use super::unread::Source;
 use crate::runtime::cooperate::Slice;
-use bytes::Bytes;
 use hmac::Mac;
-use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_LENGTH};
-use hyper::Request;
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use subtle::ConstantTimeEq;
+
+/// The header a forwarded request carries (the id of the node that forwarded it).
+pub const FORWARDED: &str = "punctual-forwarded";
 
 /// The header a forward's signature travels in.
 pub const SIGNATURE: &str = "punctual-forward-signature";
@@ -210,7 +204,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    fn error(&self) -> ApiError {
+    pub fn error(&self) -> ApiError {
         ApiError::Unauthorized(match self {
             Refusal::Missing => format!(
                 "a forwarded request ({FORWARDED}) must carry {SIGNATURE}: requests between nodes are signed with the cluster's secret"
@@ -225,7 +219,7 @@ impl Refusal {
         })
     }
 
-    fn count(&self, r: &Refused) {
+    pub fn count(&self, r: &Refused) {
         let c = match self {
             Refusal::Missing => &r.missing,
             Refusal::Stale { .. } => &r.stale,
@@ -235,8 +229,11 @@ impl Refusal {
     }
 }
 
+/// A signature's time, nonce and MAC, its form and time checked.
+pub type Signed = (u64, String, [u8; 32]);
+
 /// The head's check: the signature's form and time (`now_ms`: this node's clock).
-fn check_time(headers: &HeaderMap, now_ms: u64) -> Result<(u64, String, [u8; 32]), Refusal> {
+pub fn check_time(headers: &HeaderMap, now_ms: u64) -> Result<Signed, Refusal> {
     let v = headers.get(SIGNATURE).and_then(|v| v.to_str().ok());
     let (t, n, s) = v.and_then(parse).ok_or(Refusal::Missing)?;
     let off_ms = t.abs_diff(now_ms);
@@ -247,10 +244,10 @@ fn check_time(headers: &HeaderMap, now_ms: u64) -> Result<(u64, String, [u8; 32]
 }
 
 /// Whether `body` and the head of `parts` carry the signature `given` under `secret`.
-async fn verify(
+pub async fn verify(
     secret: &[u8],
     parts: &hyper::http::request::Parts,
-    (t_ms, nonce, given): (u64, String, [u8; 32]),
+    (t_ms, nonce, given): Signed,
     body: &[u8],
 ) -> Result<(), Refusal> {
     let path = parts
@@ -277,88 +274,6 @@ async fn verify(
     } else {
         Err(Refusal::Wrong)
     }
-}
-
-/// `req` as the handlers get it: an ordinary request as it came; a forwarded one (on a node
-/// given the cluster's secret) read whole and verified, or the answer that refuses it.
-pub async fn admit(app: &App, req: Request<Incoming>) -> Result<Request<Source>, Resp> {
-    let secret = app.shared.config.cluster_secret.as_deref();
-    let Some(secret) = secret.filter(|_| req.headers().contains_key(FORWARDED)) else {
-        return Ok(req.map(Source::Wire));
-    };
-    let refused = &app.shared.forwards.refused;
-    let signed = match check_time(req.headers(), now_ms()) {
-        Ok(s) => s,
-        Err(why) => {
-            why.count(refused);
-            let mut resp = respond::error(&why.error());
-            if !hyper::body::Body::is_end_stream(req.body()) {
-                // Not read: the connection cannot go on after it.
-                respond::closing(&mut resp);
-            }
-            return Err(resp);
-        }
-    };
-    let (parts, body) = req.into_parts();
-    let cfg = &app.shared.config;
-    let limit = cfg.max_body_bytes.max(cfg.max_batch_body_bytes);
-    let body = match read_whole(&parts.headers, body, limit, cfg.body_timeout_ms).await {
-        Ok(b) => b,
-        Err(e) => {
-            let mut resp = respond::error(&e);
-            respond::closing(&mut resp);
-            return Err(resp);
-        }
-    };
-    match verify(secret.as_bytes(), &parts, signed, &body).await {
-        Ok(()) => Ok(Request::from_parts(parts, Source::Read(body))),
-        Err(why) => {
-            why.count(refused);
-            Err(respond::error(&why.error()))
-        }
-    }
-}
-
-/// The whole of `body`, at most `limit` bytes, within `timeout_ms`, a slice at a time.
-async fn read_whole(
-    headers: &HeaderMap,
-    body: Incoming,
-    limit: usize,
-    timeout_ms: u64,
-) -> Result<Bytes, ApiError> {
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::BodyTooLarge { limit });
-    }
-    let collect = async {
-        let mut body = Limited::new(body, limit);
-        let mut gather = Gather::new(declared.map(|n| (n as usize).min(limit)));
-        let mut slice = Slice::begin();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    ApiError::BodyTooLarge { limit }
-                } else {
-                    ApiError::MalformedJson(format!("the body could not be read: {e}"))
-                }
-            })?;
-            if let Ok(data) = frame.into_data() {
-                gather.push(data);
-            }
-            if slice.is_over() {
-                slice.next().await;
-            }
-        }
-        Ok(gather.finish(&mut slice).await)
-    };
-    let timeout = async {
-        glommio::timer::sleep(Duration::from_millis(timeout_ms)).await;
-        Err(ApiError::RequestTimeout(timeout_ms))
-    };
-    futures_lite::future::or(collect, timeout).await
 }
 
 #[cfg(test)]
