@@ -4,7 +4,7 @@
 //!
 //! - `forward_sign/put`: a forwarded PUT (`/v1/timers/shop/order-12345`, a bearer token, a
 //!   20-byte body): what the forwarding node computes and the owner recomputes to verify.
-//! - `forward_sign/nonce`: the 16 random bytes each forward draws from the OS.
+//! - `forward_sign/nonce`: each forward's nonce (a per-process random prefix and a count).
 //! - `forward_sign/sub-batch 1 MiB`: a sub-batch of about 10,000 small items, per byte.
 //!
 //! Run: `cargo bench --bench forward_sign` (about 20 s). Smoke test: `cargo bench --bench
