@@ -62,6 +62,15 @@ pub enum Error {
     /// loaded). Not applied; retrying is safe.
     #[error("partition {partition} is not held by this node now (another node owns it, or its timers are still loading); retry")]
     PartitionNotHeld { partition: u32 },
+    /// `"if": "absent"` while a timer is pending under the key: nothing changed.
+    #[error("a timer is pending under this key (version {version}, due at {fire_at_us} µs since the epoch); nothing changed")]
+    Exists { version: u64, fire_at_us: u64 },
+    /// `if_version` that is not the pending timer's version: nothing changed.
+    #[error("the pending timer's version is {current}, not {expected}; nothing changed")]
+    VersionMismatch { expected: u64, current: u64 },
+    /// `if_version` while no timer is pending under the key: nothing changed.
+    #[error("no timer is pending for tenant {tenant:?} and key {key:?} (unknown, fired or cancelled); nothing changed")]
+    NotPending { tenant: String, key: String },
     #[error("no dead letter for tenant {tenant:?} and key {key:?}")]
     DeadLetterNotFound { tenant: String, key: String },
     /// A dead letter cannot be re-driven while a timer is pending under its key.

@@ -40,6 +40,15 @@ pub(crate) enum Op {
         timer: PackedTimer,
         reply: Reply<Result<Cancelled, Error>>,
     },
+    /// A schedule with terms (a condition, a debounce): boxed, so that the plain schedule's
+    /// op, the hot path's, keeps its size.
+    Guarded(Box<Guarded>),
+    /// Cancels the pending timer under (tenant, key) only if its version is `version`.
+    CancelIf {
+        timer: PackedTimer,
+        version: u64,
+        reply: Reply<Result<Cancelled, Error>>,
+    },
     Get {
         timer: PackedTimer,
         reply: Reply<Result<Option<TimerInfo>, Error>>,
@@ -53,6 +62,13 @@ pub(crate) enum Op {
         limit: usize,
         bodies: bool,
         reply: Reply<Result<Vec<DeadInfo>, Error>>,
+    },
+    /// A step of a listing: the shard's pending timers that `query` picks, looked for in the
+    /// slab entries from `from` on, a bounded step of them at a time.
+    ListTimers {
+        query: std::sync::Arc<ListQuery>,
+        from: u32,
+        reply: Reply<Result<Listing, Error>>,
     },
     /// Re-drives the dead letter under (tenant, key): pending again, due now, a fresh budget.
     DeadRedrive {
@@ -72,10 +88,12 @@ impl Op {
         match self {
             Op::Schedule { timer, .. }
             | Op::Cancel { timer, .. }
+            | Op::CancelIf { timer, .. }
             | Op::Get { timer, .. }
             | Op::DeadRedrive { timer, .. }
             | Op::DeadDiscard { timer, .. } => Some(timer),
-            Op::DeadList { .. } => None,
+            Op::Guarded(g) => Some(&g.timer),
+            Op::DeadList { .. } | Op::ListTimers { .. } => None,
         }
     }
 
@@ -93,13 +111,19 @@ impl Op {
             } => {
                 tracing::warn!(timer = ?timer, error = %e, "detached schedule refused");
             }
-            Op::Cancel { reply, .. } => {
+            Op::Cancel { reply, .. } | Op::CancelIf { reply, .. } => {
                 let _ = reply.send(Err(e));
+            }
+            Op::Guarded(g) => {
+                let _ = g.reply.send(Err(e));
             }
             Op::Get { reply, .. } => {
                 let _ = reply.send(Err(e));
             }
             Op::DeadList { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Op::ListTimers { reply, .. } => {
                 let _ = reply.send(Err(e));
             }
             Op::DeadRedrive { reply, .. } => {
@@ -109,6 +133,93 @@ impl Op {
                 let _ = reply.send(Err(e));
             }
         }
+    }
+}
+
+/// A schedule with terms: what a conditional or debounced PUT asks beyond an upsert.
+pub(crate) struct Guarded {
+    pub timer: PackedTimer,
+    pub deadline: Deadline,
+    pub terms: Terms,
+    pub reply: Reply<Result<Scheduled, Error>>,
+    /// A quota slot the caller already took for this timer (see `quota`).
+    pub slot: Option<QuotaSlot>,
+    /// Packed on the owning shard's own thread (see `Op::Schedule`).
+    pub home: bool,
+}
+
+/// What a schedule asks beyond an upsert (docs/API.md, "Conditional writes" and "Debounce").
+/// The owning shard checks it against its table in the same step as the write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Terms {
+    /// Applied only when the key is in this state.
+    pub cond: Option<Condition>,
+    /// Debounce: the deadline is never later than the burst's first arming plus this many
+    /// microseconds.
+    pub max_wait_us: Option<u64>,
+}
+
+impl Terms {
+    /// Nothing beyond an upsert.
+    pub fn is_plain(&self) -> bool {
+        self.cond.is_none() && self.max_wait_us.is_none()
+    }
+}
+
+/// The state a conditional write needs the key in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// No timer pending under the key (`"if": "absent"`).
+    Absent,
+    /// A timer pending under the key with this version (`"if_version": V`).
+    Version(u64),
+}
+
+/// Which pending timers a listing picks: `tenant`'s, whose key starts with `prefix` and comes
+/// after `after`, the first `limit` by key; with their payloads when `payloads`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListQuery {
+    pub tenant: String,
+    pub prefix: String,
+    pub after: Option<String>,
+    pub limit: usize,
+    pub payloads: bool,
+}
+
+impl ListQuery {
+    /// Whether the listing picks `timer`.
+    pub fn picks(&self, timer: &PackedTimer) -> bool {
+        timer.tenant() == self.tenant
+            && timer.key().starts_with(&self.prefix)
+            && self.after.as_deref().is_none_or(|a| timer.key() > a)
+    }
+}
+
+/// A step's answer: the first timers it picked, by key, and the slab entry to go on from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub timers: Vec<Listed>,
+    /// `None` once the step reached the end of the shard's slab.
+    pub next: Option<u32>,
+}
+
+/// A pending timer as a listing shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    pub key: String,
+    /// Its own deadline, as `GET` shows it.
+    pub fire_at_us: u64,
+    pub version: u64,
+    /// Empty unless the listing asked for payloads.
+    pub payload: Vec<u8>,
+}
+
+impl Listed {
+    /// Keeps the first `limit` of `timers` by key, each key once.
+    pub fn keep_first(timers: &mut Vec<Listed>, limit: usize) {
+        timers.sort_by(|a, b| a.key.cmp(&b.key));
+        timers.dedup_by(|a, b| a.key == b.key);
+        timers.truncate(limit);
     }
 }
 

@@ -288,6 +288,65 @@ pub enum Firing {
     Dead,
 }
 
+/// A debounced timer's burst (docs/API.md, "Debounce"): when the key was first armed in it
+/// and how long past that its deadline may move. It leads the timer's `meta`, ahead of a
+/// sink's section, as `[b'D', 1][first_at_us: u64 LE][max_wait_us: u64 LE]`, so every store
+/// persists it with the timer as it persists `meta` (verbatim), and a restart, a partition's
+/// handoff and a page load bring it back. No sink's section starts with `b'D'` (a webhook's
+/// starts with `b'W'`), so a timer written before it reads as it did. Its fire ends the burst:
+/// a kept timer's new `meta` is its sink's alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Debounce {
+    pub first_at: UtcMicros,
+    pub max_wait_us: u64,
+}
+
+const DEBOUNCE_MAGIC: [u8; 2] = [b'D', 1];
+const DEBOUNCE_LEN: usize = 18;
+
+impl Debounce {
+    /// The latest deadline the burst allows.
+    pub fn cap(&self) -> UtcMicros {
+        self.first_at.saturating_add_micros(self.max_wait_us)
+    }
+
+    /// `meta` led by this burst (whatever burst led it before dropped).
+    pub fn lead(&self, meta: &[u8]) -> Vec<u8> {
+        let rest = sink_meta(meta);
+        let mut out = Vec::with_capacity(DEBOUNCE_LEN + rest.len());
+        out.extend_from_slice(&DEBOUNCE_MAGIC);
+        out.extend_from_slice(&self.first_at.0.to_le_bytes());
+        out.extend_from_slice(&self.max_wait_us.to_le_bytes());
+        out.extend_from_slice(rest);
+        out
+    }
+
+    /// The burst that leads `meta`, if one does.
+    pub fn of(meta: &[u8]) -> Option<Debounce> {
+        if meta.len() < DEBOUNCE_LEN || meta[..2] != DEBOUNCE_MAGIC {
+            return None;
+        }
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&meta[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        Some(Debounce {
+            first_at: UtcMicros(word(2)),
+            max_wait_us: word(10),
+        })
+    }
+}
+
+/// `meta` without the burst that may lead it: the sinks' section (empty for a timer without a
+/// callback).
+pub fn sink_meta(meta: &[u8]) -> &[u8] {
+    match Debounce::of(meta) {
+        Some(_) => &meta[DEBOUNCE_LEN..],
+        None => meta,
+    }
+}
+
 /// A payload as JSON text: the bytes as given, or `null` for an empty payload.
 pub fn payload_json(payload: &[u8]) -> &[u8] {
     if payload.is_empty() {
@@ -348,5 +407,33 @@ mod tests {
             assert_ne!(q, r);
             assert_eq!(r.clone(), r);
         }
+    }
+
+    #[test]
+    fn a_burst_leads_the_meta_and_leaves_a_sinks_section_as_it_was() {
+        let d = Debounce {
+            first_at: UtcMicros(1_796_110_651_546_380),
+            max_wait_us: 3_600_000_000,
+        };
+        for sink in [&b""[..], b"W\x03rest of a webhook's section"] {
+            let led = d.lead(sink);
+            assert_eq!(Debounce::of(&led), Some(d));
+            assert_eq!(sink_meta(&led), sink);
+            // Led again: one burst, the latest.
+            let later = Debounce {
+                max_wait_us: 5,
+                ..d
+            };
+            let again = later.lead(&led);
+            assert_eq!(
+                (Debounce::of(&again), sink_meta(&again)),
+                (Some(later), sink)
+            );
+        }
+        // Metadata written before bursts existed reads as it did.
+        for old in [&b""[..], b"W\x01abc", b"D", b"D\x01short"] {
+            assert_eq!((Debounce::of(old), sink_meta(old)), (None, old));
+        }
+        assert_eq!(d.cap(), UtcMicros(1_796_114_251_546_380));
     }
 }

@@ -210,6 +210,9 @@ fn metrics_and_healthz_answer() {
         "punctual_shard_watchdog_wakes_total{shard=",
         "punctual_executor_stalls_total{shard=",
         "punctual_shard_failed{shard=\"0\"}",
+        "punctual_conflicts_exists_total{shard=",
+        "punctual_conflicts_version_mismatch_total{shard=",
+        "punctual_conflicts_not_pending_total{shard=",
         "punctual_build_info{",
         "punctual_http_requests_total{shard=",
         "route=\"put_timer\",status=\"201\"",
@@ -252,8 +255,8 @@ fn unknown_routes_and_empty_segments_are_404_and_wrong_methods_405() {
         (405, "method_not_allowed".to_string())
     );
     assert_eq!(r.header("allow"), Some("PUT, GET, DELETE"));
-    let r = s.req("GET", "/v1/timers/t", "");
-    assert_eq!((r.status, r.header("allow")), (405, Some("POST")));
+    let r = s.req("PATCH", "/v1/timers/t", "");
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, POST")));
     let r = s.req("DELETE", "/metrics", "");
     assert_eq!((r.status, r.header("allow")), (405, Some("GET")));
 }

@@ -8,7 +8,7 @@ mod bare;
 #[path = "support/receiver.rs"]
 mod receiver;
 
-use api_support::Server;
+use api_support::{eventually, Server};
 use receiver::{Receiver, Reply};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -58,18 +58,6 @@ fn all_dead(s: &Server, tenant: &str, limit: usize) -> Vec<Value> {
         };
         after = last["key"].as_str().unwrap_or_default().to_string();
         all.extend(page);
-    }
-}
-
-/// Polls `f` until it returns `Some`, or 30 s pass.
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let give_up = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < give_up, "never happened: {what}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

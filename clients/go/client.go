@@ -171,12 +171,15 @@ func errorFrom(resp *http.Response, body []byte) *Error {
 	e := &Error{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
 	var eb struct {
 		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
+			Code     string `json:"code"`
+			Message  string `json:"message"`
+			Version  int64  `json:"version"`
+			FireAtUs int64  `json:"fire_at_us"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
 		e.Code, e.Message = eb.Error.Code, eb.Error.Message
+		e.Version, e.FireAtUs = eb.Error.Version, eb.Error.FireAtUs
 	} else {
 		e.Message = strings.TrimSpace(string(body))
 		if e.Message == "" {

@@ -386,3 +386,61 @@ func TestStoppedServerPutRetriesUntilContinued(t *testing.T) {
 	mu.Unlock()
 	open.signal(t, syscall.SIGCONT)
 }
+
+func TestConditionalWritesAndCancels(t *testing.T) {
+	c := punctual.New(open.URL)
+	first, err := c.Put(ctx(t), "shop", "cond", punctual.After(time.Hour).IfAbsent())
+	if err != nil || !first.Created {
+		t.Fatalf("create only: %+v %v", first, err)
+	}
+	_, err = c.Put(ctx(t), "shop", "cond", punctual.After(time.Minute).IfAbsent())
+	var e *punctual.Error
+	if !errors.As(err, &e) || !punctual.IsConflict(err) || e.Code != punctual.CodeExists || e.Version != first.Version || e.FireAtUs != first.FireAtUs {
+		t.Fatalf("exists: %#v (first %+v)", err, first)
+	}
+	_, err = c.Put(ctx(t), "shop", "cond", punctual.After(time.Minute).IfVersionIs(first.Version+1))
+	if !errors.As(err, &e) || e.Code != punctual.CodeVersionMismatch || e.Version != first.Version {
+		t.Fatalf("version_mismatch: %#v", err)
+	}
+	second, err := c.Put(ctx(t), "shop", "cond", punctual.After(time.Hour).IfVersionIs(first.Version))
+	if err != nil || second.Created || second.Version <= first.Version {
+		t.Fatalf("compare and set: %+v %v", second, err)
+	}
+	if _, err := c.Put(ctx(t), "shop", "cond-none", punctual.After(time.Hour).IfVersionIs(7)); !punctual.IsNotFound(err) {
+		t.Fatalf("if_version on an absent key: %v", err)
+	}
+	if err := c.CancelIf(ctx(t), "shop", "cond", punctual.CancelOptions{IfVersion: first.Version}); !punctual.IsConflict(err) {
+		t.Fatalf("cancel of an old version: %v", err)
+	}
+	if err := c.CancelIf(ctx(t), "shop", "cond", punctual.CancelOptions{IfVersion: second.Version}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Batch(ctx(t), "shop", []punctual.BatchItem{
+		{Key: "cond-b", Timer: punctual.After(time.Hour).IfAbsent()},
+		{Key: "cond-b", Timer: punctual.After(time.Hour).IfAbsent()},
+	})
+	if err != nil || len(res) != 2 || res[0].Status != 201 || res[1].Status != 409 || !punctual.IsConflict(res[1].Err()) || res[1].Error.Version != res[0].Version {
+		t.Fatalf("batch: %+v %v", res, err)
+	}
+	for _, k := range []string{"cond-l1", "cond-l2", "cond-l3"} {
+		if _, err := c.Put(ctx(t), "shop", k, punctual.After(time.Hour).WithPayload(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := c.List(ctx(t), "shop", punctual.ListOptions{Prefix: "cond-l", Limit: 2, Payloads: true})
+	if err != nil || len(p.Timers) != 2 || p.Timers[0].Key != "cond-l1" || p.Next != "cond-l2" || string(p.Timers[0].Payload) != `"cond-l1"` {
+		t.Fatalf("list: %+v %v", p, err)
+	}
+	p, err = c.List(ctx(t), "shop", punctual.ListOptions{Prefix: "cond-l", After: p.Next})
+	if err != nil || len(p.Timers) != 1 || p.Timers[0].Key != "cond-l3" || p.Next != "" {
+		t.Fatalf("list, last page: %+v %v", p, err)
+	}
+	d, err := c.Put(ctx(t), "shop", "cond-d", punctual.After(time.Hour).WithDebounce(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Get(ctx(t), "shop", "cond-d")
+	if err != nil || got.Debounce == nil || got.Debounce.MaxWaitMs != 60000 || got.Debounce.CapUs != got.Debounce.FirstAtUs+60_000_000 || d.FireAtUs != got.Debounce.CapUs {
+		t.Fatalf("debounce: %+v %+v %v", d, got.Debounce, err)
+	}
+}

@@ -64,3 +64,51 @@ func (c *Client) Discard(ctx context.Context, tenant, key string) error {
 	_, err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/dead/" + seg(tenant) + "/" + seg(key), safe: true})
 	return err
 }
+
+// ListOptions pages the listing of pending timers: keys that start with Prefix, after the
+// key After (the previous page's Next), at most Limit (1 to 10,000; 0 for the server's
+// 1,000), with their payloads when Payloads.
+type ListOptions struct {
+	Prefix   string `url:"prefix"`
+	After    string `url:"after"`
+	Limit    int    `url:"limit"`
+	Payloads bool   `url:"payloads"`
+}
+
+// ListedTimer is a pending timer as a listing shows it.
+type ListedTimer struct {
+	Key      string          `json:"key"`
+	FireAtUs int64           `json:"fire_at_us"`
+	Version  int64           `json:"version"`
+	Payload  json.RawMessage `json:"payload,omitempty"`
+}
+
+// TimerPage is one page of a listing; Next is empty on the last page.
+type TimerPage struct {
+	Timers []ListedTimer `json:"timers"`
+	Next   string        `json:"next,omitempty"`
+}
+
+// List lists the tenant's pending timers whose key starts with o.Prefix, by key, one page;
+// the next page is asked with After set to this page's Next.
+func (c *Client) List(ctx context.Context, tenant string, o ListOptions) (TimerPage, error) {
+	q := url.Values{}
+	if o.Prefix != "" {
+		q.Set("prefix", o.Prefix)
+	}
+	if o.After != "" {
+		q.Set("after", o.After)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Payloads {
+		q.Set("payloads", "true")
+	}
+	a, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/timers/" + seg(tenant), query: q, safe: true})
+	if err != nil {
+		return TimerPage{}, err
+	}
+	var p TimerPage
+	return p, c.decode(a, &p)
+}

@@ -21,6 +21,8 @@ const (
 	CodeUnknownTenant      = "unknown_tenant"
 	CodeNotFound           = "not_found"
 	CodeTimerPending       = "timer_pending"
+	CodeExists             = "exists"
+	CodeVersionMismatch    = "version_mismatch"
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodeRequestTimeout     = "request_timeout"
 	CodeBodyTooLarge       = "body_too_large"
@@ -44,6 +46,10 @@ type Error struct {
 	Code       string
 	Message    string
 	RetryAfter time.Duration
+	// Version is a conflict's (409 exists, 409 version_mismatch) pending version, else 0.
+	Version int64
+	// FireAtUs is the pending timer's deadline of a 409 exists, else 0.
+	FireAtUs int64
 }
 
 func (e *Error) Error() string {
@@ -65,6 +71,13 @@ func ErrorCode(err error) string {
 // IsNotFound reports whether err is the server's 404 not_found: nothing pending (or no dead
 // letter) under the key. After a retried Cancel it may mean an earlier attempt removed it.
 func IsNotFound(err error) bool { return ErrorCode(err) == CodeNotFound }
+
+// IsConflict reports whether err is a conditional write the key's state refused: 409 exists
+// or 409 version_mismatch. Nothing changed; the *Error names the pending Version.
+func IsConflict(err error) bool {
+	c := ErrorCode(err)
+	return c == CodeExists || c == CodeVersionMismatch
+}
 
 // RetryAfter is the Retry-After of the *Error in err's chain, zero when there is none.
 func RetryAfter(err error) time.Duration {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -23,6 +25,28 @@ type Timer struct {
 	Callback *Callback `json:"callback,omitempty"`
 	// Retry is the webhook's retry policy (the tenant's defaults when nil).
 	Retry *DeliveryRetry `json:"retry,omitempty"`
+	// If is "absent" to create only: a pending timer under the key refuses the write with
+	// 409 exists (IsConflict), whose Error carries its Version and FireAtUs.
+	If string `json:"if,omitempty"`
+	// IfVersion, when not zero, replaces only the pending timer of that version: another
+	// is 409 version_mismatch with the current Version, none pending IsNotFound.
+	IfVersion int64 `json:"if_version,omitempty"`
+	// Debounce makes the writes of the key one burst: each moves the deadline, never past
+	// the burst's first arming plus MaxWaitMs.
+	Debounce *Debounce `json:"debounce,omitempty"`
+}
+
+// Debounce holds a burst of writes to one deadline at most MaxWaitMs after its first.
+type Debounce struct {
+	MaxWaitMs int64 `json:"max_wait_ms"`
+}
+
+// DebounceState is a debounced timer's burst, as Get shows it.
+type DebounceState struct {
+	FirstAtUs int64 `json:"first_at_us"`
+	MaxWaitMs int64 `json:"max_wait_ms"`
+	// CapUs is the latest the deadline may move to: FirstAtUs + MaxWaitMs.
+	CapUs int64 `json:"cap_us"`
 }
 
 // After is a timer due d from the request's arrival (rounded down to the millisecond).
@@ -45,6 +69,18 @@ func (t Timer) WithPayload(payload any) Timer { t.Payload = payload; return t }
 
 // WithCallback returns t delivered to url when it fires.
 func (t Timer) WithCallback(url string) Timer { t.Callback = &Callback{URL: url}; return t }
+
+// WithDebounce makes the write part of a burst held to maxWait after its first write.
+func (t Timer) WithDebounce(maxWait time.Duration) Timer {
+	t.Debounce = &Debounce{MaxWaitMs: maxWait.Milliseconds()}
+	return t
+}
+
+// IfAbsent makes the write create only (see Timer.If).
+func (t Timer) IfAbsent() Timer { t.If = "absent"; return t }
+
+// IfVersionIs makes the write replace only the pending timer of version v (see Timer.IfVersion).
+func (t Timer) IfVersionIs(v int64) Timer { t.IfVersion = v; return t }
 
 // WithDeliveryRetry returns t with its webhook retried by r.
 func (t Timer) WithDeliveryRetry(r DeliveryRetry) Timer { t.Retry = &r; return t }
@@ -86,6 +122,7 @@ type PendingTimer struct {
 	Callback *Callback       `json:"callback,omitempty"`
 	Retry    *DeliveryRetry  `json:"retry,omitempty"`
 	Delivery *Delivery       `json:"delivery,omitempty"`
+	Debounce *DebounceState  `json:"debounce,omitempty"`
 }
 
 // FireAt is the deadline as a time.
@@ -134,6 +171,23 @@ func (c *Client) Cancel(ctx context.Context, tenant, key string) error {
 	return err
 }
 
+// CancelOptions makes a cancel conditional: with IfVersion not zero, only the pending timer
+// of that version is cancelled; another is 409 version_mismatch (IsConflict).
+type CancelOptions struct {
+	IfVersion int64 `url:"if_version"`
+}
+
+// CancelIf cancels the timer pending under (tenant, key) only if its version is o.IfVersion
+// (any version when zero, as Cancel).
+func (c *Client) CancelIf(ctx context.Context, tenant, key string, o CancelOptions) error {
+	q := url.Values{}
+	if o.IfVersion != 0 {
+		q.Set("if_version", strconv.FormatInt(o.IfVersion, 10))
+	}
+	_, err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/timers/" + seg(tenant) + "/" + seg(key), query: q, safe: true})
+	return err
+}
+
 // BatchItem is one timer of a batch.
 type BatchItem struct {
 	Key string `json:"key"`
@@ -155,13 +209,15 @@ func (r BatchResult) Err() error {
 	if r.Error == nil {
 		return nil
 	}
-	return &Error{Status: r.Status, Code: r.Error.Code, Message: r.Error.Message}
+	return &Error{Status: r.Status, Code: r.Error.Code, Message: r.Error.Message, Version: r.Error.Version, FireAtUs: r.Error.FireAtUs}
 }
 
-// ErrorDetail is an error body's content.
+// ErrorDetail is an error body's content; a conflict's also names the pending timer.
 type ErrorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	Code     string `json:"code"`
+	Message  string `json:"message"`
+	Version  int64  `json:"version,omitempty"`
+	FireAtUs int64  `json:"fire_at_us,omitempty"`
 }
 
 // Batch schedules up to 10,000 timers of one tenant in one request, applied in order; each

@@ -159,13 +159,14 @@ async fn local(
                         c.finish_chunk().await;
                         held = quota.and_then(QuotaSlot::reserve);
                     }
-                    let fut = Box::pin(app.handle.schedule_with_meta(
+                    let fut = Box::pin(app.handle.schedule_guarded(
                         tenant,
                         &key,
                         reg.deadline,
                         reg.payload,
                         &meta,
                         held,
+                        reg.terms,
                     ));
                     Slot::Waiting { key, fut }
                 }

@@ -6,7 +6,7 @@
 //! bad item fails alone.
 
 use super::error::ApiError;
-use crate::engine::MAX_PAYLOAD;
+use crate::engine::{Condition, Terms, MAX_PAYLOAD};
 use crate::units::{UtcMicros, TEN_YEARS_US};
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -25,6 +25,8 @@ pub struct Registration<'a> {
     pub payload: &'a [u8],
     pub callback: Option<String>,
     pub retry: Option<RetryBody>,
+    /// `"if"`, `"if_version"` (and later fields that ask more than an upsert).
+    pub terms: Terms,
 }
 
 /// `"callback": {"url": "https://…"}`.
@@ -85,6 +87,12 @@ struct PutBody<'a> {
     callback: Option<CallbackBody>,
     #[serde(default, deserialize_with = "present")]
     retry: Option<RetryBody>,
+    #[serde(default, borrow, rename = "if", deserialize_with = "present")]
+    cond: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    if_version: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    debounce: Option<&'a RawValue>,
 }
 
 /// The most bytes of JSON one batch item may take: its payload at most [`MAX_PAYLOAD`], and
@@ -122,6 +130,12 @@ struct ItemBody<'a> {
     callback: Option<CallbackBody>,
     #[serde(default, deserialize_with = "present")]
     retry: Option<RetryBody>,
+    #[serde(default, borrow, rename = "if", deserialize_with = "present")]
+    cond: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    if_version: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    debounce: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -206,12 +220,14 @@ fn expect_object(bytes: &[u8], what: &str) -> Result<(), ApiError> {
 pub fn parse_put(body: &[u8], now: UtcMicros) -> Result<Registration<'_>, ApiError> {
     expect_object(body, "the body")?;
     let b: PutBody = serde_json::from_slice(body).map_err(json_error)?;
+    let terms = terms_of(b.cond, b.if_version, b.debounce)?;
     let deadline = resolve_deadline(b.fire_at.as_deref(), b.fire_at_ms, b.delay_ms, now)?;
     Ok(Registration {
         deadline,
         payload: payload_bytes(b.payload)?,
         callback: b.callback.map(|c| c.url),
         retry: b.retry,
+        terms,
     })
 }
 
@@ -250,19 +266,83 @@ pub fn parse_item(
             return Err((key, e));
         }
     };
-    let reg = resolve_deadline(b.fire_at.as_deref(), b.fire_at_ms, b.delay_ms, now).and_then(
-        |deadline| {
-            Ok(Registration {
-                deadline,
-                payload: payload_bytes(b.payload)?,
-                callback: b.callback.clone().map(|c| c.url),
-                retry: b.retry,
-            })
-        },
-    );
+    let reg = terms_of(b.cond, b.if_version, b.debounce).and_then(|terms| {
+        let deadline = resolve_deadline(b.fire_at.as_deref(), b.fire_at_ms, b.delay_ms, now)?;
+        Ok(Registration {
+            deadline,
+            payload: payload_bytes(b.payload)?,
+            callback: b.callback.clone().map(|c| c.url),
+            retry: b.retry,
+            terms,
+        })
+    });
     match reg {
         Ok(r) => Ok((b.key, r)),
         Err(e) => Err((Some(b.key), e)),
+    }
+}
+
+/// `"debounce": {"max_wait_ms": N}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DebounceBody<'a> {
+    #[serde(borrow)]
+    max_wait_ms: &'a RawValue,
+}
+
+/// The terms of a write: `"if": "absent"` or `"if_version": V` (a whole number from 1), not
+/// both, and `"debounce": {"max_wait_ms": N}` (a whole number from 0 to 10 years). Each
+/// refusal is `invalid_field` and names the field.
+fn terms_of(
+    cond: Option<&RawValue>,
+    if_version: Option<&RawValue>,
+    debounce: Option<&RawValue>,
+) -> Result<Terms, ApiError> {
+    let max_wait_us = debounce.map(max_wait_of).transpose()?;
+    let cond = match (cond, if_version) {
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(ApiError::InvalidField(
+                "give at most one of \"if\" and \"if_version\"".into(),
+            ))
+        }
+        (Some(c), None) => match serde_json::from_str::<&str>(c.get()) {
+            Ok("absent") => Some(Condition::Absent),
+            _ => {
+                return Err(ApiError::InvalidField(format!(
+                    "\"if\" must be \"absent\", not {}",
+                    c.get()
+                )))
+            }
+        },
+        (None, Some(v)) => Some(Condition::Version(if_version_of(v.get())?)),
+    };
+    Ok(Terms { cond, max_wait_us })
+}
+
+/// `debounce`'s `max_wait_ms`, in µs.
+fn max_wait_of(debounce: &RawValue) -> Result<u64, ApiError> {
+    let bad = || {
+        ApiError::InvalidField(format!(
+            "\"debounce\" must be {{\"max_wait_ms\": N}}, N a whole number of milliseconds from 0 to 10 years (315,360,000,000), not {}",
+            debounce.get()
+        ))
+    };
+    let b: DebounceBody = serde_json::from_str(debounce.get()).map_err(|_| bad())?;
+    match b.max_wait_ms.get().parse::<u64>() {
+        Ok(ms) if ms <= TEN_YEARS_US / 1_000 => Ok(ms * 1_000),
+        _ => Err(bad()),
+    }
+}
+
+/// A version a condition names (`if_version` in a body or a query): a whole number from 1
+/// (versions are positive), else `invalid_field` naming it.
+pub fn if_version_of(text: &str) -> Result<u64, ApiError> {
+    match text.trim().parse::<u64>() {
+        Ok(v) if v > 0 => Ok(v),
+        _ => Err(ApiError::InvalidField(format!(
+            "\"if_version\" must be a version: a whole number from 1, not {text}"
+        ))),
     }
 }
 

@@ -198,3 +198,33 @@ fn an_item_past_the_bound_is_refused_and_a_refused_item_keeps_its_key() {
     assert_eq!(key.as_deref(), Some("k1"));
     assert_eq!(e.code(), "invalid_field");
 }
+
+#[test]
+fn terms_read_as_given_and_default_to_none() {
+    let terms = |body: &str| parse_put(body.as_bytes(), NOW).map(|r| r.terms);
+    assert_eq!(terms(r#"{"delay_ms":1}"#), Ok(Terms::default()));
+    assert_eq!(
+        terms(r#"{"delay_ms":1,"if":"absent"}"#).map(|t| t.cond),
+        Ok(Some(Condition::Absent))
+    );
+    assert_eq!(
+        terms(r#"{"delay_ms":1,"if_version":1796110651546380}"#).map(|t| t.cond),
+        Ok(Some(Condition::Version(1_796_110_651_546_380)))
+    );
+    assert_eq!(
+        terms(r#"{"delay_ms":1,"debounce":{"max_wait_ms":1500}}"#).map(|t| t.max_wait_us),
+        Ok(Some(1_500_000))
+    );
+    let item = RawValue::from_string(
+        r#"{"key":"k","delay_ms":1,"if":"absent","debounce":{"max_wait_ms":0}}"#.into(),
+    )
+    .expect("JSON");
+    let (_, reg) = parse_item(&item, NOW).expect("an item");
+    assert_eq!(
+        reg.terms,
+        Terms {
+            cond: Some(Condition::Absent),
+            max_wait_us: Some(0)
+        }
+    );
+}

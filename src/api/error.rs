@@ -6,6 +6,7 @@
 
 use crate::error::{Error as EngineError, NameKind};
 use hyper::StatusCode;
+use serde::Serialize;
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -38,6 +39,16 @@ pub enum ApiError {
     CallbackNotAllowed(String),
     #[error("{0}")]
     TimerPending(String),
+    /// `"if": "absent"` met a pending timer: its version and deadline come with the error.
+    #[error("{message}")]
+    Exists {
+        message: String,
+        version: u64,
+        fire_at_us: u64,
+    },
+    /// `if_version` met another version: the current one comes with the error.
+    #[error("{message}")]
+    VersionMismatch { message: String, version: u64 },
     #[error("{method} is not allowed here; allowed: {allow}")]
     MethodNotAllowed { method: String, allow: &'static str },
     #[error("the request body did not arrive within {0} ms")]
@@ -80,7 +91,7 @@ impl ApiError {
             | InvalidKey(_)
             | EmptyBatch
             | CallbackNotAllowed(_) => StatusCode::BAD_REQUEST,
-            TimerPending(_) => StatusCode::CONFLICT,
+            TimerPending(_) | Exists { .. } | VersionMismatch { .. } => StatusCode::CONFLICT,
             Unauthorized(_) | UnknownTenant(_) | MetricsUnauthorized(_) => StatusCode::UNAUTHORIZED,
             NotFound(_) => StatusCode::NOT_FOUND,
             MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -115,6 +126,8 @@ impl ApiError {
             NotFound(_) => "not_found",
             CallbackNotAllowed(_) => "callback_not_allowed",
             TimerPending(_) => "timer_pending",
+            Exists { .. } => "exists",
+            VersionMismatch { .. } => "version_mismatch",
             MethodNotAllowed { .. } => "method_not_allowed",
             RequestTimeout(_) => "request_timeout",
             BodyTooLarge { .. } => "body_too_large",
@@ -130,26 +143,57 @@ impl ApiError {
         }
     }
 
-    /// The full error body: `{"error": {"code", "message"}}`.
+    /// The pending timer's version and deadline a conflict reports beside its message
+    /// (`exists`: both; `version_mismatch`: the version).
+    pub fn conflict(&self) -> (Option<u64>, Option<u64>) {
+        match self {
+            ApiError::Exists {
+                version,
+                fire_at_us,
+                ..
+            } => (Some(*version), Some(*fire_at_us)),
+            ApiError::VersionMismatch { version, .. } => (Some(*version), None),
+            _ => (None, None),
+        }
+    }
+
+    /// The full error body: `{"error": {"code", "message"}}`, and a conflict's `version` and
+    /// `fire_at_us`.
     pub fn body(&self) -> Vec<u8> {
         #[derive(serde::Serialize)]
-        struct Body<'a> {
-            error: Inner<'a>,
-        }
-        #[derive(serde::Serialize)]
-        struct Inner<'a> {
-            code: &'a str,
-            message: String,
+        struct Body {
+            error: ErrorBody,
         }
         let body = Body {
-            error: Inner {
-                code: self.code(),
-                message: self.to_string(),
-            },
+            error: ErrorBody::of(self),
         };
         // A struct of two strings always serialises; fall back to a fixed body all the same.
         serde_json::to_vec(&body)
             .unwrap_or_else(|_| b"{\"error\":{\"code\":\"internal\"}}".to_vec())
+    }
+}
+
+/// `{"code", "message"}`: the inside of an error body; a conflict (`409 exists`,
+/// `409 version_mismatch`) adds the pending timer's `version` and `fire_at_us`.
+#[derive(Serialize)]
+pub struct ErrorBody {
+    pub code: &'static str,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fire_at_us: Option<u64>,
+}
+
+impl ErrorBody {
+    pub fn of(e: &ApiError) -> Self {
+        let (version, fire_at_us) = e.conflict();
+        ErrorBody {
+            code: e.code(),
+            message: e.to_string(),
+            version,
+            fire_at_us,
+        }
     }
 }
 
@@ -184,6 +228,19 @@ impl From<EngineError> for ApiError {
             },
             EngineError::DeadLetterNotFound { .. } => ApiError::NotFound(msg),
             EngineError::TimerPending { .. } => ApiError::TimerPending(msg),
+            EngineError::Exists {
+                version,
+                fire_at_us,
+            } => ApiError::Exists {
+                message: msg,
+                version,
+                fire_at_us,
+            },
+            EngineError::VersionMismatch { current, .. } => ApiError::VersionMismatch {
+                message: msg,
+                version: current,
+            },
+            EngineError::NotPending { .. } => ApiError::NotFound(msg),
             EngineError::Config(_) | EngineError::ShardStart { .. } => ApiError::Internal(msg),
         }
     }

@@ -36,6 +36,7 @@ mod forward;
 pub mod forward_sign;
 mod gather;
 mod http;
+mod list;
 mod listen;
 pub mod metrics;
 mod node;

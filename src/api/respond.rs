@@ -124,6 +124,17 @@ pub struct TimerBody<'a> {
     pub retry: Option<RetryView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivery: Option<DeliveryView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<DebounceView>,
+}
+
+/// `"debounce": {"first_at_us", "max_wait_ms", "cap_us"}`: a debounced timer's burst, and
+/// the latest its deadline may move to.
+#[derive(Serialize)]
+pub struct DebounceView {
+    pub first_at_us: u64,
+    pub max_wait_ms: u64,
+    pub cap_us: u64,
 }
 
 impl<'a> TimerBody<'a> {
@@ -138,6 +149,11 @@ impl<'a> TimerBody<'a> {
             callback: None,
             retry: None,
             delivery: None,
+            debounce: crate::timer::Debounce::of(&info.meta).map(|d| DebounceView {
+                first_at_us: d.first_at.0,
+                max_wait_ms: d.max_wait_us / 1_000,
+                cap_us: d.cap().0,
+            }),
         }
     }
 }
@@ -223,21 +239,7 @@ pub struct BatchBody {
     pub results: Vec<BatchItem>,
 }
 
-/// `{"code", "message"}`: the inside of an error body.
-#[derive(Serialize)]
-pub struct ErrorBody {
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl ErrorBody {
-    pub fn of(e: &ApiError) -> Self {
-        ErrorBody {
-            code: e.code(),
-            message: e.to_string(),
-        }
-    }
-}
+pub use super::error::ErrorBody;
 
 /// `GET /healthz`.
 #[derive(Serialize)]

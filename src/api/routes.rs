@@ -7,7 +7,7 @@
 //! this shard's other connections.
 
 use super::batch;
-use super::body::{parse_put, Registration};
+use super::body::{if_version_of, parse_put, Registration};
 use super::error::ApiError;
 use super::forward::{self, Here};
 use super::gather::Gather;
@@ -115,6 +115,9 @@ impl App {
                 };
                 (name, limit, self.timer(&t, &k, req).await)
             }
+            Route::Batch(t) if req.method() == Method::GET => {
+                ("list_timers", limit, self.list(&t, req).await)
+            }
             Route::Batch(t) => {
                 let limit = self.shared.config.max_batch_body_bytes;
                 ("post_batch", limit, self.batch(&t, req).await)
@@ -197,6 +200,11 @@ impl App {
             Here::Local(req) => req,
             Here::Forwarded(resp) => return Ok(resp),
         };
+        // `DELETE ?if_version=V`; the query is otherwise ignored.
+        let if_version = match (&method, req.uri().query()) {
+            (&Method::DELETE, Some(q)) => if_version_in(q)?,
+            _ => None,
+        };
         match method {
             Method::PUT => {
                 let limit = self.shared.config.max_body_bytes;
@@ -220,18 +228,30 @@ impl App {
                 )),
                 None => Err(not_pending(tenant, key)),
             },
-            _ => match self.handle.cancel_async(tenant, key).await? {
-                Cancelled::Cancelled { .. } => Ok(respond::empty(StatusCode::NO_CONTENT)),
-                Cancelled::NotFound => Err(not_pending(tenant, key)),
-            },
+            _ => {
+                let cancelled = match if_version {
+                    Some(v) => self.handle.cancel_if_async(tenant, key, v).await?,
+                    None => self.handle.cancel_async(tenant, key).await?,
+                };
+                match cancelled {
+                    Cancelled::Cancelled { .. } => Ok(respond::empty(StatusCode::NO_CONTENT)),
+                    Cancelled::NotFound => Err(not_pending(tenant, key)),
+                }
+            }
         }
+    }
+
+    /// `GET /v1/timers/{tenant}`: the tenant's pending timers by key prefix (`list.rs`).
+    async fn list(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
+        self.check(tenant, &req)?;
+        self.list_timers(tenant, req).await
     }
 
     async fn batch(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
         if req.method() != Method::POST {
             return Err(ApiError::MethodNotAllowed {
                 method: req.method().to_string(),
-                allow: "POST",
+                allow: "GET, POST",
             });
         }
         let arrival = self.handle.now();
@@ -396,7 +416,15 @@ impl App {
     ) -> Result<Scheduled, ApiError> {
         let meta = self.meta_for(tenant, reg)?;
         self.handle
-            .schedule_with_meta(tenant, key, reg.deadline, reg.payload, &meta, None)
+            .schedule_guarded(
+                tenant,
+                key,
+                reg.deadline,
+                reg.payload,
+                &meta,
+                None,
+                reg.terms,
+            )
             .await
             .map_err(ApiError::from)
     }
@@ -444,6 +472,17 @@ impl App {
         };
         futures_lite::future::or(collect, timeout).await
     }
+}
+
+/// `if_version=V` in a query, the last one given.
+fn if_version_in(query: &str) -> Result<Option<u64>, ApiError> {
+    let mut found = None;
+    for pair in query.split('&') {
+        if let Some(v) = pair.strip_prefix("if_version=") {
+            found = Some(if_version_of(v)?);
+        }
+    }
+    Ok(found)
 }
 
 fn not_pending(tenant: &str, key: &str) -> ApiError {

@@ -11,7 +11,7 @@
 use super::array::read_array;
 use super::body::Registration;
 use super::error::ApiError;
-use super::forward::{self, Here};
+use super::forward::Here;
 use super::respond::{self, CallbackView, DeliveryView, Resp, RetryView, TimerBody};
 use super::state::App;
 use super::unread::RequestBody;
@@ -20,8 +20,6 @@ use crate::error::{validate_name, NameKind};
 use crate::runtime::cooperate::Slice;
 use crate::sink::webhook::settings::CallbackError;
 use crate::sink::webhook::{describe, new_meta};
-use bytes::Bytes;
-use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -121,31 +119,7 @@ impl App {
     /// other has not dropped yet) is listed once.
     async fn list_dead(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
         let (limit, after) = list_query(req.uri().query())?;
-        let others = forward::view(self.shared.node.as_ref(), req.headers())
-            .map(|v| v.others())
-            .unwrap_or_default();
-        let auth = req.headers().get(AUTHORIZATION).cloned();
-        let path = req
-            .uri()
-            .path_and_query()
-            .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
-        // One task per peer on this shard, so the asks go out together.
-        let asks: Vec<glommio::Task<_>> = others
-            .iter()
-            .map(|peer| {
-                let (peers, peer, path, auth) =
-                    (self.peers.clone(), peer.clone(), path.clone(), auth.clone());
-                glommio::spawn_local(async move {
-                    let out = forward::Outgoing {
-                        method: Method::GET,
-                        path: &path,
-                        auth: auth.as_ref(),
-                        body: Bytes::new(),
-                    };
-                    peers.forward(&peer, out).await
-                })
-            })
-            .collect();
+        let (others, asks) = self.ask_others(&req);
         let mine = self
             .handle
             .dead_letters_async(tenant, after.as_deref(), limit)

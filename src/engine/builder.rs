@@ -244,7 +244,7 @@ impl EngineBuilder {
         self
     }
 
-    /// The watchdog's period and grace (default 1 ms each; see `shard::watchdog`). Zero
+    /// The watchdog's period and grace (default 1 ms each; see `runtime::watchdog`). Zero
     /// period turns it off: only for tests that show what it prevents.
     #[doc(hidden)]
     pub fn watchdog(mut self, period: Duration, grace: Duration) -> Self {

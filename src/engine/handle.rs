@@ -8,7 +8,9 @@
 use crate::clock::clock_ns;
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::metrics::ShardMetrics;
-use crate::op::{reply_channel, Cancelled, DeadInfo, Op, Reply, Scheduled, TimerInfo};
+use crate::op::{
+    reply_channel, Cancelled, DeadInfo, Guarded, Op, Reply, Scheduled, Terms, TimerInfo,
+};
 use crate::quota::{Quota, QuotaSlot, Quotas};
 use crate::ring::Ring;
 use crate::runtime::doorbell::relay;
@@ -196,11 +198,60 @@ impl Handle {
     ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
         let (tx, rx) = reply_channel();
         let pushed = self.push_schedule(tenant, key, deadline, payload, meta, Some(tx), slot);
-        async move {
-            pushed?;
-            // Woken by the shard's thread: through this executor's doorbell, if it has one.
-            relay(rx).await.map_err(|_| Error::ShuttingDown)?
-        }
+        answer(pushed, rx)
+    }
+
+    /// `schedule_with_meta` with terms (a condition, a debounce), which the owning shard
+    /// checks against its table in the same step as the write: `Exists`, `VersionMismatch`
+    /// or `NotPending` when the condition does not hold (nothing changed). Plain terms are a
+    /// plain schedule.
+    #[allow(clippy::too_many_arguments)]
+    pub fn schedule_guarded(
+        &self,
+        tenant: &str,
+        key: &str,
+        deadline: Deadline,
+        payload: &[u8],
+        meta: &[u8],
+        slot: Option<QuotaSlot>,
+        terms: Terms,
+    ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
+        let (tx, rx) = reply_channel();
+        let pushed = if terms.is_plain() {
+            self.push_schedule(tenant, key, deadline, payload, meta, Some(tx), slot)
+        } else {
+            self.checked_deadline(deadline)
+                .and_then(|()| self.pack_with_meta(tenant, key, meta, payload))
+                .and_then(|timer| {
+                    let shard = self.shard_for(tenant, key);
+                    let op = Op::Guarded(Box::new(Guarded {
+                        timer,
+                        deadline,
+                        terms,
+                        reply: tx,
+                        slot,
+                        home: crate::shard::on_thread() == Some(shard),
+                    }));
+                    self.push_to(shard, tenant, op)
+                })
+        };
+        answer(pushed, rx)
+    }
+
+    /// Cancels the pending timer under (tenant, key) only if its version is `version`:
+    /// `VersionMismatch` (nothing changed) when another version is pending, `NotFound` when
+    /// none is.
+    pub fn cancel_if_async(
+        &self,
+        tenant: &str,
+        key: &str,
+        version: u64,
+    ) -> impl Future<Output = Result<Cancelled>> + Send + 'static {
+        self.call(tenant, key, move |timer, reply| Op::CancelIf {
+            timer,
+            version,
+            reply,
+        })
     }
 
     /// Up to `limit` dead letters of `tenant` with a key after `after`, by key, gathered
@@ -355,11 +406,7 @@ impl Handle {
         let pushed = self
             .pack(tenant, key, &[])
             .and_then(|timer| self.push(tenant, key, make(timer, tx)));
-        async move {
-            pushed?;
-            // Woken by the shard's thread: through this executor's doorbell, if it has one.
-            relay(rx).await.map_err(|_| Error::ShuttingDown)?
-        }
+        answer(pushed, rx)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -373,11 +420,7 @@ impl Handle {
         reply: Option<Reply<Result<Scheduled>>>,
         slot: Option<QuotaSlot>,
     ) -> Result<()> {
-        if deadline.0 > self.now().0.saturating_add(TEN_YEARS_US) {
-            return Err(Error::DeadlineOutOfRange {
-                deadline_us: deadline.0,
-            });
-        }
+        self.checked_deadline(deadline)?;
         let timer = self.pack_with_meta(tenant, key, meta, payload)?;
         let shard = self.shard_for(tenant, key);
         let op = Op::Schedule {
@@ -388,6 +431,16 @@ impl Handle {
             home: crate::shard::on_thread() == Some(shard),
         };
         self.push_to(shard, tenant, op)
+    }
+
+    /// `DeadlineOutOfRange` past now + 10 years.
+    fn checked_deadline(&self, deadline: Deadline) -> Result<()> {
+        if deadline.0 > self.now().0.saturating_add(TEN_YEARS_US) {
+            return Err(Error::DeadlineOutOfRange {
+                deadline_us: deadline.0,
+            });
+        }
+        Ok(())
     }
 
     fn pack(&self, tenant: &str, key: &str, payload: &[u8]) -> Result<PackedTimer> {
@@ -475,4 +528,14 @@ fn merge(mut letters: Vec<DeadInfo>, limit: usize) -> Vec<DeadInfo> {
     letters.sort_by(|a, b| a.key.cmp(&b.key));
     letters.truncate(limit);
     letters
+}
+
+/// The shard's answer to an op, once it was pushed (`pushed`'s error, when it was not).
+async fn answer<T: Send + 'static>(
+    pushed: Result<()>,
+    rx: futures_channel::oneshot::Receiver<Result<T>>,
+) -> Result<T> {
+    pushed?;
+    // Woken by the shard's thread: through this executor's doorbell, if it has one.
+    relay(rx).await.map_err(|_| Error::ShuttingDown)?
 }

@@ -17,17 +17,21 @@
 
 mod builder;
 mod handle;
+mod list;
 mod partitions;
 mod placement;
 mod running;
 mod shard_start;
 mod stats;
 
-pub use crate::op::{Cancelled, DeadInfo, Scheduled, TimerInfo};
+pub use crate::op::{
+    Cancelled, Condition, DeadInfo, ListQuery, Listed, Scheduled, Terms, TimerInfo,
+};
 pub use crate::store::journal::{Fsync, JournalConfig, OnFailure};
 pub use crate::store::redis::RedisConfig;
 pub use builder::{ClockChoice, EngineBuilder, ShardStartHook, StoreKind};
 pub use handle::{Handle, BODIES_PER_ASK, MAX_PAYLOAD};
+pub use list::TimerPage;
 pub use placement::{available_cores, Pinning};
 pub use running::Engine;
 pub use stats::ShardStats;

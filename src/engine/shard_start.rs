@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// glommio's preemption timer: its own default. Shards yield on their own and never rely on
-/// being preempted; a shorter timer brings back a glommio stall (see `shard::watchdog`).
+/// being preempted; a shorter timer brings back a glommio stall (see `runtime::watchdog`).
 pub(super) const PREEMPT_TIMER: Duration = Duration::from_millis(100);
 
 /// What one shard needs to start.

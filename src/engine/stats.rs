@@ -19,13 +19,16 @@ pub struct ShardStats {
     pub clock_set_backs_total: u64,
     /// The shard's clock reads clock_gettime, not the TSC.
     pub clock_fallback: bool,
-    /// Times the watchdog had to wake the shard (`shard::watchdog`).
+    /// Times the watchdog had to wake the shard (`runtime::watchdog`).
     pub watchdog_wakes_total: u64,
     /// Times the watchdog found the shard's executor asleep with the shard's work due.
     pub executor_stalls_total: u64,
     pub executor_runnable_sleeps_total: u64,
     /// Wakes that went through glommio because the shard's doorbell failed (`doorbell`).
     pub doorbell_fallback_wakes_total: u64,
+    /// Conditional writes refused, by what they met: a pending timer (`"if": "absent"`), another
+    /// version, no timer (`if_version`).
+    pub conflicts: [u64; 3],
     /// The shard's thread panicked: its ring is closed (`shard::failure`).
     pub failed: bool,
     pub lateness: crate::metrics::HistogramSnapshot,
@@ -60,6 +63,11 @@ impl Handle {
                     doorbell_fallback_wakes_total: m
                         .doorbell_fallback_wakes_total
                         .load(Ordering::Relaxed),
+                    conflicts: [
+                        m.conflicts_exists_total.load(Ordering::Relaxed),
+                        m.conflicts_version_total.load(Ordering::Relaxed),
+                        m.conflicts_absent_total.load(Ordering::Relaxed),
+                    ],
                     failed: m.failed.load(Ordering::Relaxed) != 0,
                     lateness: m.lateness.snapshot(),
                     wheel_timers: std::array::from_fn(|l| {

@@ -45,10 +45,10 @@ pub struct ShardMetrics {
     /// 1 when the shard's clock fell back to clock_gettime (no invariant TSC), else 0.
     pub clock_fallback: AtomicU64,
     /// Times the watchdog woke this shard because it had not run well past its time
-    /// (`shard::watchdog`).
+    /// (`runtime::watchdog`).
     pub watchdog_wakes_total: AtomicU64,
     /// Times the watchdog found this shard's executor asleep in io_uring 1 ms or more past
-    /// the shard's time (`shard::watchdog`): a timer or I/O that came late, or glommio asleep
+    /// the shard's time (`runtime::watchdog`): a timer or I/O that came late, or glommio asleep
     /// with the shard runnable.
     pub executor_stalls_total: AtomicU64,
     /// Of those, the times the shard's task had been runnable for 1 ms or more (what it
@@ -65,6 +65,12 @@ pub struct ShardMetrics {
     /// On a node that shares a Redis Cluster: due timers this shard took off its wheel unfired,
     /// their partition's lease no longer valid (`shard::gate`).
     pub unfired_total: AtomicU64,
+    /// Conditional writes refused: `"if": "absent"` with a timer pending (`shard::terms`).
+    pub conflicts_exists_total: AtomicU64,
+    /// Conditional writes refused: `if_version` not the pending timer's version.
+    pub conflicts_version_total: AtomicU64,
+    /// Conditional writes refused: `if_version` with no timer pending.
+    pub conflicts_absent_total: AtomicU64,
     /// Pending timers on each level of the wheel (0 to 8), then on its expired list; sampled
     /// at every clock anchor.
     pub wheel_timers: [AtomicU64; WHEEL_GAUGES],
@@ -81,6 +87,9 @@ impl Default for ShardMetrics {
             fired_total: AtomicU64::new(0),
             partitions_loaded: AtomicU64::new(0),
             unfired_total: AtomicU64::new(0),
+            conflicts_exists_total: AtomicU64::new(0),
+            conflicts_version_total: AtomicU64::new(0),
+            conflicts_absent_total: AtomicU64::new(0),
             lateness: Histogram::new(&LATENESS_BOUNDS_NS, 1e9),
             clock_offset_ns: AtomicI64::new(0),
             clock_steps_total: AtomicU64::new(0),

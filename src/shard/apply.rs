@@ -88,84 +88,14 @@ impl<S: TimeSource> Shard<S> {
                 reply,
                 slot,
                 home,
-            } => {
-                let scheduled = self
-                    .store
-                    .admit(timer.tenant())
-                    .and_then(|()| self.admit_room(&timer))
-                    .and_then(|()| self.admit_quota(&timer, slot))
-                    .and_then(|slot| {
-                        let version = self.table.next_version(self.clock.now().as_micros());
-                        let (placed, replaced) = self.place(timer, deadline, version, home)?;
-                        settle_quota(slot, replaced);
-                        let s = Scheduled {
-                            version,
-                            deadline,
-                            replaced,
-                        };
-                        Ok((placed, s))
-                    });
-                match scheduled {
-                    Ok((Placed::Wheel(at), s)) => {
-                        if s.replaced {
-                            self.forget_replaced(at);
-                        }
-                        let ack = reply.map_or(Ack::None, |tx| Ack::Schedule(tx, s));
-                        match self.table.timer_at(at) {
-                            Some(timer) => self.store.schedule(timer, &s, ack),
-                            // Just inserted: always there.
-                            None => ack.answer(Ok(())),
-                        }
-                    }
-                    Ok((Placed::Paged(timer), s)) => {
-                        let ack = reply.map_or(Ack::None, |tx| Ack::Schedule(tx, s));
-                        self.store.schedule(&timer, &s, ack);
-                    }
-                    Err(e) => refuse_schedule(self.id, reply, e),
-                }
-            }
-            Op::Cancel { timer, reply } => {
-                let paged = match self.table.get(timer.identity()) {
-                    Some(_) => None,
-                    None => match self.pager.as_ref().and_then(|p| p.find(timer.identity())) {
-                        Some(p) => Some(p),
-                        None => {
-                            // Not durable until the writes before it are: a first DELETE's
-                            // cancel may still wait (`Store::answer_after_writes`).
-                            let ack = Ack::Cancel(reply, Cancelled::NotFound);
-                            self.store.answer_after_writes(timer.tenant(), ack);
-                            return;
-                        }
-                    },
-                };
-                if let Err(e) = self.store.admit(timer.tenant()) {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                if paged.is_some() {
-                    if let Some(p) = self.pager.as_mut().and_then(|p| p.remove(timer.identity())) {
-                        self.release_quota(timer.tenant());
-                        let answer = Cancelled::Cancelled {
-                            version: p.version,
-                            deadline: p.deadline,
-                        };
-                        self.store
-                            .cancel(timer.tenant(), timer.key(), Ack::Cancel(reply, answer));
-                    }
-                } else if let Some((deadline, record)) = self.table.cancel(timer.identity()) {
-                    self.forget_in_sinks(&record.timer);
-                    self.release_quota(record.timer.tenant());
-                    let answer = Cancelled::Cancelled {
-                        version: record.version,
-                        deadline,
-                    };
-                    self.store.cancel(
-                        record.timer.tenant(),
-                        record.timer.key(),
-                        Ack::Cancel(reply, answer),
-                    );
-                }
-            }
+            } => self.schedule(timer, deadline, reply, slot, home),
+            Op::Guarded(g) => self.guarded(*g),
+            Op::CancelIf {
+                timer,
+                version,
+                reply,
+            } => self.cancel_if(timer, version, reply),
+            Op::Cancel { timer, reply } => self.cancel(timer, reply),
             Op::Get { timer, reply } => {
                 let info = self
                     .table
@@ -205,8 +135,102 @@ impl<S: TimeSource> Shard<S> {
                 let range = (after.as_deref(), through.as_deref());
                 let _ = reply.send(Ok(self.dead_list(&tenant, range, limit, bodies)));
             }
+            Op::ListTimers { query, from, reply } => {
+                let _ = reply.send(Ok(self.list_step(&query, from)));
+            }
             Op::DeadRedrive { timer, reply } => self.redrive(timer, reply),
             Op::DeadDiscard { timer, reply } => self.discard(timer, reply),
+        }
+    }
+
+    /// Cancels the pending timer under (tenant, key), in the wheel or paged.
+    pub(super) fn cancel(&mut self, timer: PackedTimer, reply: Reply<Result<Cancelled, Error>>) {
+        let paged = match self.table.get(timer.identity()) {
+            Some(_) => None,
+            None => match self.pager.as_ref().and_then(|p| p.find(timer.identity())) {
+                Some(p) => Some(p),
+                None => {
+                    // Not durable until the writes before it are: a first DELETE's
+                    // cancel may still wait (`Store::answer_after_writes`).
+                    let ack = Ack::Cancel(reply, Cancelled::NotFound);
+                    self.store.answer_after_writes(timer.tenant(), ack);
+                    return;
+                }
+            },
+        };
+        if let Err(e) = self.store.admit(timer.tenant()) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        if paged.is_some() {
+            if let Some(p) = self.pager.as_mut().and_then(|p| p.remove(timer.identity())) {
+                self.release_quota(timer.tenant());
+                let answer = Cancelled::Cancelled {
+                    version: p.version,
+                    deadline: p.deadline,
+                };
+                self.store
+                    .cancel(timer.tenant(), timer.key(), Ack::Cancel(reply, answer));
+            }
+        } else if let Some((deadline, record)) = self.table.cancel(timer.identity()) {
+            self.forget_in_sinks(&record.timer);
+            self.release_quota(record.timer.tenant());
+            let answer = Cancelled::Cancelled {
+                version: record.version,
+                deadline,
+            };
+            self.store.cancel(
+                record.timer.tenant(),
+                record.timer.key(),
+                Ack::Cancel(reply, answer),
+            );
+        }
+    }
+
+    /// A schedule (upsert): admitted by the store, the room and the quota, placed with a new
+    /// version, and written.
+    #[inline]
+    pub(super) fn schedule(
+        &mut self,
+        timer: PackedTimer,
+        deadline: UtcMicros,
+        reply: Option<Reply<Result<Scheduled, Error>>>,
+        slot: Option<QuotaSlot>,
+        home: bool,
+    ) {
+        let scheduled = self
+            .store
+            .admit(timer.tenant())
+            .and_then(|()| self.admit_room(&timer))
+            .and_then(|()| self.admit_quota(&timer, slot))
+            .and_then(|slot| {
+                let version = self.table.next_version(self.clock.now().as_micros());
+                let (placed, replaced) = self.place(timer, deadline, version, home)?;
+                settle_quota(slot, replaced);
+                let s = Scheduled {
+                    version,
+                    deadline,
+                    replaced,
+                };
+                Ok((placed, s))
+            });
+        match scheduled {
+            Ok((Placed::Wheel(at), s)) => {
+                if s.replaced {
+                    self.forget_replaced(at);
+                }
+                let ack = reply.map_or(Ack::None, |tx| Ack::Schedule(tx, s));
+                match self.table.timer_at(at) {
+                    Some(timer) => self.store.schedule(timer, &s, ack),
+                    // Just inserted: always there.
+                    None => ack.answer(Ok(())),
+                }
+            }
+            Ok((Placed::Paged(timer), s)) => {
+                let ack = reply.map_or(Ack::None, |tx| Ack::Schedule(tx, s));
+                self.store.schedule(&timer, &s, ack);
+            }
+            Err(e) => refuse_schedule(self.id, reply, e),
         }
     }
 
@@ -236,7 +260,11 @@ impl<S: TimeSource> Shard<S> {
         if !self.holds(timer.identity()) && self.pending() >= self.table.capacity() {
             return Err(self.upsert_error(UpsertError::Capacity, deadline));
         }
-        if let Some(pager) = self.pager.as_mut().filter(|p| p.is_far(deadline)) {
+        // A debounced timer stays in the wheel: its next PUT reads its burst there.
+        let far = |p: &&mut crate::page::Pager| {
+            p.is_far(deadline) && crate::timer::Debounce::of(timer.meta()).is_none()
+        };
+        if let Some(pager) = self.pager.as_mut().filter(far) {
             if let Ok(old) = pager.put(&timer, deadline, version) {
                 let in_wheel = self.table.cancel(timer.identity());
                 if let Some((_, record)) = &in_wheel {

@@ -100,7 +100,7 @@
 //!
 //! The loop's file names only what the files without an `impl Shard` define (`pass.rs`,
 //! `purge.rs`, `wakee.rs`, `dead.rs`, `spin.rs`, `gate.rs`); the files that add
-//! to `Shard` import it from here, never the other way (`tests/architecture.rs`).
+//! to `Shard` import it from here, never the other way (`tests/architecture/`).
 //!
 //! # Cost
 //!
@@ -117,12 +117,14 @@ mod failure;
 mod fate;
 mod fire;
 pub(crate) mod gate;
+mod list;
 mod park;
 mod partitions;
 mod pass;
 mod purge;
 mod recover;
 pub(crate) mod spin;
+mod terms;
 mod wakee;
 
 pub(crate) use failure::ShardFailure;
@@ -336,5 +338,9 @@ fn worked(drained: usize, fired: u64, freed: usize, more: More) -> bool {
 mod fate_tests;
 #[cfg(test)]
 mod gate_tests;
+#[cfg(test)]
+mod partitions_tests;
+#[cfg(test)]
+mod pass_tests;
 #[cfg(test)]
 mod tests;

@@ -142,7 +142,7 @@ impl<O: Queue> Durable<O> {
     /// than it, even while the task is stuck on the disk or on Redis. The shard passes at
     /// least every 100 ms (its clock anchor is a deadline of its own), and a shard its
     /// executor failed to wake is woken by the watchdog within about 10 ms of that
-    /// (`shard::watchdog`); the store's task also answers expired callers whenever it runs.
+    /// (`runtime::watchdog`); the store's task also answers expired callers whenever it runs.
     /// So a caller waits at most the ack timeout plus about 110 ms.
     pub fn after_pass(&self) {
         let mut outbox = self.outbox.borrow_mut();

@@ -72,6 +72,11 @@ pub enum Ack {
     None,
     Schedule(Reply<Result<Scheduled, Error>>, Scheduled),
     Cancel(Reply<Result<Cancelled, Error>>, Cancelled),
+    /// A conditional write refused by the state of its key: the refusal, once the writes
+    /// that made that state are durable (else the store's error).
+    Refused(Reply<Result<Scheduled, Error>>, Error),
+    /// A conditional cancel refused by the state of its key, likewise.
+    CancelRefused(Reply<Result<Cancelled, Error>>, Error),
 }
 
 impl Ack {
@@ -88,6 +93,12 @@ impl Ack {
             }
             Ack::Cancel(tx, c) => {
                 let _ = tx.send(outcome.map(|()| c));
+            }
+            Ack::Refused(tx, e) => {
+                let _ = tx.send(Err(outcome.err().unwrap_or(e)));
+            }
+            Ack::CancelRefused(tx, e) => {
+                let _ = tx.send(Err(outcome.err().unwrap_or(e)));
             }
         }
     }

@@ -6,7 +6,7 @@
 //! cold, so each step of the walk is a cache and TLB miss, and nothing can be asked for ahead.
 //! The walk runs when the slot becomes the lowest level's earliest, that is once the timers
 //! due before it have fired, and the slot's first timers wait for it: spread deadlines (W1 of
-//! `benches/jitter.rs`, 100,000 timers over 10 s) put 2,600 entries in each 262 ms slot of
+//! `benches/jitter/main.rs`, 100,000 timers over 10 s) put 2,600 entries in each 262 ms slot of
 //! level 3, and their cascade made the first timer after each slot's start late by a median
 //! of 160–230 µs (`docs/bench/2026-12-06/NOTES.md`, "W1: where the tail went"). Cascading
 //! earlier is not an option: the level below still holds the slot before.

@@ -46,6 +46,18 @@ mod ports;
 
 pub use ports::free_port;
 
+/// Polls `f` until it returns `Some`, or 30 s pass.
+pub fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < give_up, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A port on 127.0.0.1 that refuses connections for as long as the returned socket lives:
 /// bound and never listened on, so that no other test's server can take it meanwhile (a port
 /// found free and let go can be, and then it answers).

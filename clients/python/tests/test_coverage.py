@@ -5,6 +5,7 @@ added to the document fails this test until the client has it."""
 
 import dataclasses
 import inspect
+import keyword
 
 import yaml
 
@@ -12,7 +13,7 @@ import punctual
 from conftest import ROOT
 
 OPERATIONS = {
-    "putTimer": "put", "getTimer": "get", "cancelTimer": "cancel", "postBatch": "batch",
+    "putTimer": "put", "getTimer": "get", "cancelTimer": "cancel", "postBatch": "batch", "listTimers": "list",
     "listDeadLetters": "dead_letters", "redriveDeadLetter": "redrive", "discardDeadLetter": "discard",
     "health": "health", "metrics": "metrics", "clusterStatus": "cluster",
 }
@@ -21,8 +22,8 @@ OPERATIONS = {
 SCHEMAS = {
     "TimerFields": punctual.Client.put, "PutTimerRequest": punctual.Client.put,
     "BatchItemRequest": punctual.BatchItem, "Scheduled": punctual.Scheduled, "Timer": punctual.PendingTimer,
-    "Callback": punctual.Callback, "Retry": punctual.DeliveryRetry, "Delivery": punctual.Delivery,
-    "DeadLetter": punctual.DeadLetter, "WebhookDelivery": punctual.WebhookDelivery,
+    "Callback": punctual.Callback, "Debounce": punctual.Debounce, "DebounceState": punctual.DebounceState, "Retry": punctual.DeliveryRetry, "Delivery": punctual.Delivery,
+    "DeadLetter": punctual.DeadLetter, "TimerPage": punctual.TimerPage, "ListedTimer": punctual.ListedTimer, "WebhookDelivery": punctual.WebhookDelivery,
     "BatchItemScheduled": punctual.BatchResult, "BatchItemFailed": punctual.BatchResult,
     "HealthOk": punctual.Health, "HealthDegraded": punctual.Health, "HealthUnavailable": punctual.Health, "HealthDraining": punctual.Health,
     "ErrorDetail": punctual.ErrorDetail, "ClusterStatus": punctual.ClusterStatus,
@@ -52,10 +53,15 @@ def is_error_body(s):
     return any(sub.get("$ref") == "#/components/schemas/Error" for sub in s.get("allOf", []))
 
 
+def api_name(name):
+    """A Python name as the API spells it: `if_` carries the field `if`, a keyword of Python's."""
+    return name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name
+
+
 def names_of(carrier):
     if dataclasses.is_dataclass(carrier):
-        return {f.name for f in dataclasses.fields(carrier)}
-    return set(inspect.signature(carrier).parameters)
+        return {api_name(f.name) for f in dataclasses.fields(carrier)}
+    return {api_name(p) for p in inspect.signature(carrier).parameters}
 
 
 def test_every_route_has_a_method_on_both_clients():

@@ -1,14 +1,17 @@
 import { ApiError, PunctualError, TransportError } from "./errors.js";
 import { backoff, DEFAULT_RETRY, parseRetryAfter, retriable, RetryPolicy, sleep, linkedSignal } from "./retry.js";
 import type {
+  CancelOptions,
   BatchItem,
   BatchResult,
   ClusterStatus,
   DeadLetter,
   DeadListOptions,
   Health,
+  ListOptions,
   PendingTimer,
   Scheduled,
+  TimerPage,
   TimerSpec,
 } from "./types.js";
 
@@ -91,6 +94,17 @@ export class Client {
     return this.run({ method: "DELETE", path: `/v1/timers/${seg(tenant)}/${seg(key)}`, safe: true, read: none }, opts);
   }
 
+  /** Cancels the pending timer only if its version is `query.if_version` (any, when left
+   * out): another is ApiError `version_mismatch` (`conflict`), nothing cancelled. */
+  cancelIf(tenant: string, key: string, query: CancelOptions, opts?: CallOptions): Promise<void> {
+    const q: Record<string, string> = {};
+    if (query.if_version !== undefined) q.if_version = String(query.if_version);
+    return this.run(
+      { method: "DELETE", path: `/v1/timers/${seg(tenant)}/${seg(key)}`, query: q, safe: true, read: none },
+      opts,
+    );
+  }
+
   /** Schedules up to 10,000 timers in order; each item fails alone (its result's `error`). */
   batch(tenant: string, items: BatchItem[], opts?: CallOptions): Promise<BatchResult[]> {
     const timers = items.map(({ key, ...t }) => ({ key, ...timerBody(t) }));
@@ -104,6 +118,17 @@ export class Client {
       },
       opts,
     );
+  }
+
+  /** One page of the tenant's pending timers whose key starts with `query.prefix`, by key;
+   * the next page is after the page's `next` (left out on the last page). */
+  list(tenant: string, query: ListOptions = {}, opts?: CallOptions): Promise<TimerPage> {
+    const q: Record<string, string> = {};
+    if (query.prefix) q.prefix = query.prefix;
+    if (query.after !== undefined) q.after = query.after;
+    if (query.limit !== undefined) q.limit = String(query.limit);
+    if (query.payloads) q.payloads = "true";
+    return this.run({ method: "GET", path: `/v1/timers/${seg(tenant)}`, query: q, safe: true, read: json }, opts);
   }
 
   /** One page of the tenant's dead letters by key; the next page is after the last key. */
@@ -238,7 +263,9 @@ function errorFrom(status: number, text: string, headers: Headers): ApiError {
   const retryAfter = parseRetryAfter(headers.get("retry-after"));
   try {
     const e = JSON.parse(text).error;
-    if (typeof e?.code === "string") return new ApiError(status, e.code, String(e.message), retryAfter);
+    if (typeof e?.code === "string") {
+      return new ApiError(status, e.code, String(e.message), retryAfter, e.version, e.fire_at_us);
+    }
   } catch {
     // not the error body
   }
@@ -253,5 +280,8 @@ function timerBody(t: TimerSpec): Record<string, unknown> {
   if (t.payload !== undefined) body.payload = t.payload;
   if (t.callback !== undefined) body.callback = t.callback;
   if (t.retry !== undefined) body.retry = t.retry;
+  if (t.if !== undefined) body.if = t.if;
+  if (t.if_version !== undefined) body.if_version = t.if_version;
+  if (t.debounce !== undefined) body.debounce = t.debounce;
   return body;
 }

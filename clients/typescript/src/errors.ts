@@ -16,8 +16,18 @@ export class ApiError extends PunctualError {
     readonly code: string,
     readonly detail: string,
     readonly retryAfterMs?: number,
+    /** A conflict's pending version (409 `exists`, `version_mismatch`). */
+    readonly version?: number,
+    /** 409 `exists`: the pending timer's deadline. */
+    readonly fireAtUs?: number,
   ) {
     super(`${status} ${code}: ${detail}${retryAfterMs ? ` (retry after ${retryAfterMs} ms)` : ""}`);
+  }
+
+  /** A conditional write the key's state refused (409 `exists` or `version_mismatch`):
+   * nothing changed; `version` names the pending timer. */
+  get conflict(): boolean {
+    return this.code === "exists" || this.code === "version_mismatch";
   }
 
   /** Nothing pending (or no dead letter) under the key; after a retried cancel it may mean an

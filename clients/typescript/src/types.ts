@@ -21,6 +21,26 @@ export interface TimerSpec {
   payload?: unknown;
   callback?: Callback;
   retry?: DeliveryRetry;
+  /** `"absent"`: create only; a pending timer refuses it with 409 `exists` (`ApiError.conflict`). */
+  if?: "absent";
+  /** Replace only the pending timer of this version: another is 409 `version_mismatch`, none
+   * pending 404 `not_found`. */
+  if_version?: number;
+  /** Each write of the key moves its deadline, never past the burst's first arming plus
+   * `max_wait_ms`. */
+  debounce?: Debounce;
+}
+
+/** A burst of writes held to one deadline at most `max_wait_ms` after its first. */
+export interface Debounce {
+  max_wait_ms: number;
+}
+
+/** A debounced timer's burst, as `get` shows it; `cap_us` is the latest its deadline may move to. */
+export interface DebounceState {
+  first_at_us: number;
+  max_wait_ms: number;
+  cap_us: number;
 }
 
 /** One timer of a batch. */
@@ -57,11 +77,16 @@ export interface PendingTimer {
   callback?: Callback;
   retry?: DeliveryRetry;
   delivery?: Delivery;
+  debounce?: DebounceState;
 }
 
 export interface ErrorDetail {
   code: string;
   message: string;
+  /** A conflict's (409 `exists`, `version_mismatch`): the pending timer's version. */
+  version?: number;
+  /** 409 `exists`: the pending timer's deadline. */
+  fire_at_us?: number;
 }
 
 /** One batch item's outcome, in the items' order; `key` is null when the item had none. */
@@ -145,6 +170,34 @@ export interface WebhookDelivery {
 }
 
 /** The query of the dead-letter list: at most `limit` (1 to 1,000) after the key `after`. */
+/** A page of a listing: keys that start with `prefix`, after `after` (the previous page's
+ * `next`), at most `limit` (1 to 10,000; the server's 1,000 when left out). */
+export interface ListOptions {
+  prefix?: string;
+  after?: string;
+  limit?: number;
+  payloads?: boolean;
+}
+
+/** A pending timer as a listing shows it; `payload` only when the listing asked for it. */
+export interface ListedTimer {
+  key: string;
+  fire_at_us: number;
+  version: number;
+  payload?: unknown;
+}
+
+/** One page of a listing; `next` is left out on the last page. */
+export interface TimerPage {
+  timers: ListedTimer[];
+  next?: string;
+}
+
+/** A conditional cancel: only the pending timer of `if_version`. */
+export interface CancelOptions {
+  if_version?: number;
+}
+
 export interface DeadListOptions {
   limit?: number;
   after?: string;

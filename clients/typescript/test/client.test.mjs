@@ -223,3 +223,43 @@ test("a SIGSTOPped server: the PUT retries until it is continued; deadlines and 
     open.child.kill("SIGCONT");
   }
 });
+
+test("conditional writes and cancels", async () => {
+  const c = new Client(open.url);
+  const first = await c.put("shop", "cond", { delay_ms: 3_600_000, if: "absent" });
+  assert.ok(first.created);
+  let e = await rejects(c.put("shop", "cond", { delay_ms: 60_000, if: "absent" }));
+  assert.ok(e instanceof ApiError && e.status === 409 && e.code === "exists" && e.conflict);
+  assert.equal(e.version, first.version);
+  assert.equal(e.fireAtUs, first.fire_at_us);
+  e = await rejects(c.put("shop", "cond", { delay_ms: 60_000, if_version: first.version + 1 }));
+  assert.equal(e.code, "version_mismatch");
+  assert.equal(e.version, first.version);
+  const second = await c.put("shop", "cond", { delay_ms: 3_600_000, if_version: first.version });
+  assert.ok(!second.created && second.version > first.version);
+  e = await rejects(c.put("shop", "cond-none", { delay_ms: 1, if_version: 7 }));
+  assert.ok(e.notFound);
+  e = await rejects(c.cancelIf("shop", "cond", { if_version: first.version }));
+  assert.ok(e.conflict && e.version === second.version);
+  await c.cancelIf("shop", "cond", { if_version: second.version });
+  const results = await c.batch("shop", [
+    { key: "cond-b", delay_ms: 3_600_000, if: "absent" },
+    { key: "cond-b", delay_ms: 3_600_000, if: "absent" },
+  ]);
+  assert.deepEqual(results.map((r) => r.status), [201, 409]);
+  assert.equal(results[1].error.code, "exists");
+  assert.equal(results[1].error.version, results[0].version);
+  for (const k of ["cond-l1", "cond-l2", "cond-l3"]) await c.put("shop", k, { delay_ms: 3_600_000, payload: k });
+  let p = await c.list("shop", { prefix: "cond-l", limit: 2, payloads: true });
+  assert.deepEqual(p.timers.map((t) => t.key), ["cond-l1", "cond-l2"]);
+  assert.equal(p.next, "cond-l2");
+  assert.equal(p.timers[0].payload, "cond-l1");
+  p = await c.list("shop", { prefix: "cond-l", after: p.next });
+  assert.deepEqual(p.timers.map((t) => t.key), ["cond-l3"]);
+  assert.equal(p.next, undefined);
+  const d = await c.put("shop", "cond-d", { delay_ms: 3_600_000, debounce: { max_wait_ms: 60_000 } });
+  const got = await c.get("shop", "cond-d");
+  assert.equal(got.debounce.max_wait_ms, 60_000);
+  assert.equal(got.debounce.cap_us, got.debounce.first_at_us + 60_000_000);
+  assert.equal(d.fire_at_us, got.debounce.cap_us);
+});

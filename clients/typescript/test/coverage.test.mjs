@@ -13,14 +13,14 @@ import { Client } from "punctual-client";
 import { ROOT } from "./harness.mjs";
 
 const OPERATIONS = {
-  putTimer: "put", getTimer: "get", cancelTimer: "cancel", postBatch: "batch",
+  putTimer: "put", getTimer: "get", cancelTimer: ["cancelIf", "CancelOptions"], postBatch: "batch", listTimers: ["list", "ListOptions"],
   listDeadLetters: ["deadLetters", "DeadListOptions"], redriveDeadLetter: "redrive", discardDeadLetter: "discard",
   health: "health", metrics: "metrics", clusterStatus: "cluster",
 };
 // Schema → the interface that carries its properties.
 const SCHEMAS = {
   TimerFields: "TimerSpec", PutTimerRequest: "TimerSpec", BatchItemRequest: "BatchItem", Scheduled: "Scheduled",
-  Timer: "PendingTimer", Callback: "Callback", Retry: "DeliveryRetry", Delivery: "Delivery", DeadLetter: "DeadLetter",
+  Timer: "PendingTimer", Callback: "Callback", Debounce: "Debounce", DebounceState: "DebounceState", Retry: "DeliveryRetry", Delivery: "Delivery", DeadLetter: "DeadLetter", TimerPage: "TimerPage", ListedTimer: "ListedTimer",
   WebhookDelivery: "WebhookDelivery", BatchItemScheduled: "BatchResult", BatchItemFailed: "BatchResult",
   HealthOk: "Health", HealthDegraded: "Health", HealthUnavailable: "Health", HealthDraining: "Health", ErrorDetail: "ErrorDetail",
   ClusterStatus: "ClusterStatus", ClusterHolder: "ClusterHolder", ClusterPartitions: "ClusterPartitions",

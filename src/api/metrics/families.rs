@@ -103,7 +103,7 @@ pub(super) fn rows(handle: &Handle) -> Vec<Row> {
 pub(super) type Pick = fn(&Row) -> Value<'_>;
 
 /// The engine's families, one series per shard.
-pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 14] = [
+pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 17] = [
     (
         "punctual_timers_pending",
         "Timers pending on the shard",
@@ -187,6 +187,24 @@ pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 14] = [
         "1 once the shard's thread panicked: its ring is closed and every call to it is refused",
         MetricType::Gauge,
         |r| Value::Gauge(i64::from(r.s.failed)),
+    ),
+    (
+        "punctual_conflicts_exists",
+        "Conditional writes refused 409 exists: \"if\": \"absent\" with a timer pending under the key",
+        MetricType::Counter,
+        |r| Value::Counter(r.s.conflicts[0]),
+    ),
+    (
+        "punctual_conflicts_version_mismatch",
+        "Conditional writes and cancels refused 409 version_mismatch: if_version not the pending timer's version",
+        MetricType::Counter,
+        |r| Value::Counter(r.s.conflicts[1]),
+    ),
+    (
+        "punctual_conflicts_not_pending",
+        "Conditional writes refused 404: if_version with no timer pending under the key",
+        MetricType::Counter,
+        |r| Value::Counter(r.s.conflicts[2]),
     ),
 ];
 

@@ -210,7 +210,8 @@ impl Delivery {
 
     /// `None` for an empty or malformed section.
     pub fn decode(meta: &[u8]) -> Option<Delivery> {
-        let mut r = Reader(meta);
+        // A debounced timer's burst leads the section (`timer::Debounce`).
+        let mut r = Reader(crate::timer::sink_meta(meta));
         let magic = r.take(2)?;
         let with_busy = magic == MAGIC_BUSY;
         let with_cuts = magic == MAGIC_CUTS || with_busy;
@@ -266,7 +267,7 @@ impl Delivery {
 /// a callback, or with a section that cannot be read), a step of its delivery, or a dead
 /// letter's. The shard reads it once per fire and carries it on the `FiredTimer`.
 pub fn firing_of(meta: &[u8]) -> Firing {
-    if meta.is_empty() {
+    if crate::timer::sink_meta(meta).is_empty() {
         return Firing::Own;
     }
     match Delivery::decode(meta).map(|d| d.state) {

@@ -58,7 +58,7 @@
 //! # What the other parts see of it
 //!
 //! The delivery state is this sink's own: the shard, the API and the configuration reach it
-//! through the few names exported here, never through `meta.rs` (`tests/architecture.rs`
+//! through the few names exported here, never through `meta.rs` (`tests/architecture/`
 //! checks it): [`firing_of`] (which firing a fire is, read once per fire by the shard),
 //! [`is_dead`] (recovery), [`redriven`] (a re-drive), [`new_meta`] (a registration's
 //! metadata), [`describe`] (a timer's delivery, as `GET` shows it and a dead letter keeps
@@ -313,7 +313,7 @@ impl WebhookSink {
 
 impl Sink for WebhookSink {
     fn fired(&mut self, t: &FiredTimer<'_>) -> Next {
-        if t.meta.is_empty() {
+        if crate::timer::sink_meta(t.meta).is_empty() {
             return Next::Done;
         }
         if t.firing == Firing::Dead {

@@ -6,7 +6,7 @@ from ._client import AsyncClient, Client
 from ._core import NO_RETRY, RetryPolicy
 from ._errors import ApiError, PunctualError, TransportError, WebhookVerificationError
 from ._types import (BatchItem, BatchResult, Callback, ClusterEpochs, ClusterHolder, ClusterPartitions, ClusterStatus,
-                     ClusterThisNode, DeadLetter, Delivery, DeliveryRetry, ErrorDetail, Health, PendingTimer, Scheduled,
+                     ClusterThisNode, DeadLetter, Debounce, DebounceState, Delivery, DeliveryRetry, ErrorDetail, Health, ListedTimer, PendingTimer, Scheduled, TimerPage,
                      WebhookDelivery)
 from .webhooks import verify
 
@@ -14,7 +14,7 @@ __all__ = [
     "AsyncClient", "Client", "RetryPolicy", "NO_RETRY",
     "PunctualError", "ApiError", "TransportError", "WebhookVerificationError",
     "BatchItem", "BatchResult", "Callback", "ClusterEpochs", "ClusterHolder", "ClusterPartitions", "ClusterStatus",
-    "ClusterThisNode", "DeadLetter", "Delivery", "DeliveryRetry", "ErrorDetail", "Health", "PendingTimer", "Scheduled",
+    "ClusterThisNode", "DeadLetter", "Debounce", "DebounceState", "Delivery", "DeliveryRetry", "ErrorDetail", "Health", "ListedTimer", "PendingTimer", "Scheduled", "TimerPage",
     "WebhookDelivery", "verify",
 ]
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ import httpx
 from . import _core
 from ._core import Call, RetryPolicy
 from ._errors import ApiError
-from ._types import BatchItem, BatchResult, Callback, ClusterStatus, DeadLetter, DeliveryRetry, Health, PendingTimer, Scheduled
+from ._types import BatchItem, BatchResult, Callback, ClusterStatus, DeadLetter, Debounce, DeliveryRetry, Health, PendingTimer, Scheduled, TimerPage
 
 Deadline = Union[datetime.datetime, str, None]
 
@@ -75,25 +75,37 @@ class Client(_Base):
 
     def put(self, tenant: str, key: str, *, delay_ms: Optional[int] = None, fire_at: Deadline = None,
             fire_at_ms: Optional[int] = None, payload: Any = None, callback: Union[str, Callback, None] = None,
-            retry: Optional[DeliveryRetry] = None, timeout: Optional[float] = None) -> Scheduled:
+            retry: Optional[DeliveryRetry] = None, if_: Optional[str] = None, if_version: Optional[int] = None,
+            debounce: Optional[Debounce] = None, timeout: Optional[float] = None) -> Scheduled:
         """Schedules a timer under (tenant, key) with exactly one of delay_ms, fire_at (an aware
         datetime or RFC 3339) and fire_at_ms, replacing the one pending there (an upsert, so it
-        is retried). `created` says whether one was pending."""
-        body = _core.timer_body(delay_ms, fire_at, fire_at_ms, payload, callback, retry)
+        is retried). `created` says whether one was pending. if_="absent" creates only, and
+        if_version=V replaces only version V: otherwise ApiError with `conflict` (409) or
+        not_found, and nothing changed. debounce holds a burst of writes to one deadline at most
+        max_wait_ms after its first."""
+        body = _core.timer_body(delay_ms, fire_at, fire_at_ms, payload, callback, retry, if_, if_version, debounce)
         return self._run(_core.put_call(tenant, key, body), timeout)
 
     def get(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> PendingTimer:
         """The timer pending under (tenant, key); ApiError not_found when none is."""
         return self._run(_core.get_call(tenant, key), timeout)
 
-    def cancel(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> None:
+    def cancel(self, tenant: str, key: str, *, if_version: Optional[int] = None,
+               timeout: Optional[float] = None) -> None:
         """Cancels the pending timer; ApiError not_found when nothing is pending (fired,
-        cancelled, or removed by an earlier attempt of this call whose answer was lost)."""
-        self._run(_core.cancel_call(tenant, key), timeout)
+        cancelled, or removed by an earlier attempt of this call whose answer was lost). With
+        if_version, only that version: another is ApiError version_mismatch (`conflict`)."""
+        self._run(_core.cancel_call(tenant, key, if_version), timeout)
 
     def batch(self, tenant: str, items: Sequence[BatchItem], *, timeout: Optional[float] = None) -> List[BatchResult]:
         """Schedules up to 10,000 timers in order; each item fails alone (its result's error)."""
         return self._run(_core.batch_call(tenant, items), timeout)
+
+    def list(self, tenant: str, *, prefix: Optional[str] = None, after: Optional[str] = None,
+             limit: Optional[int] = None, payloads: bool = False, timeout: Optional[float] = None) -> TimerPage:
+        """One page of the tenant's pending timers whose key starts with prefix, by key; the next
+        page is after the page's `next` (None on the last page)."""
+        return self._run(_core.list_call(tenant, prefix, after, limit, payloads), timeout)
 
     def dead_letters(self, tenant: str, *, limit: Optional[int] = None, after: Optional[str] = None,
                      timeout: Optional[float] = None) -> List[DeadLetter]:
@@ -156,18 +168,25 @@ class AsyncClient(_Base):
 
     async def put(self, tenant: str, key: str, *, delay_ms: Optional[int] = None, fire_at: Deadline = None,
                   fire_at_ms: Optional[int] = None, payload: Any = None, callback: Union[str, Callback, None] = None,
-                  retry: Optional[DeliveryRetry] = None, timeout: Optional[float] = None) -> Scheduled:
-        body = _core.timer_body(delay_ms, fire_at, fire_at_ms, payload, callback, retry)
+                  retry: Optional[DeliveryRetry] = None, if_: Optional[str] = None,
+                  if_version: Optional[int] = None, debounce: Optional[Debounce] = None,
+                  timeout: Optional[float] = None) -> Scheduled:
+        body = _core.timer_body(delay_ms, fire_at, fire_at_ms, payload, callback, retry, if_, if_version, debounce)
         return await self._run(_core.put_call(tenant, key, body), timeout)
 
     async def get(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> PendingTimer:
         return await self._run(_core.get_call(tenant, key), timeout)
 
-    async def cancel(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> None:
-        await self._run(_core.cancel_call(tenant, key), timeout)
+    async def cancel(self, tenant: str, key: str, *, if_version: Optional[int] = None,
+                     timeout: Optional[float] = None) -> None:
+        await self._run(_core.cancel_call(tenant, key, if_version), timeout)
 
     async def batch(self, tenant: str, items: Sequence[BatchItem], *, timeout: Optional[float] = None) -> List[BatchResult]:
         return await self._run(_core.batch_call(tenant, items), timeout)
+
+    async def list(self, tenant: str, *, prefix: Optional[str] = None, after: Optional[str] = None,
+                   limit: Optional[int] = None, payloads: bool = False, timeout: Optional[float] = None) -> TimerPage:
+        return await self._run(_core.list_call(tenant, prefix, after, limit, payloads), timeout)
 
     async def dead_letters(self, tenant: str, *, limit: Optional[int] = None, after: Optional[str] = None,
                            timeout: Optional[float] = None) -> List[DeadLetter]:

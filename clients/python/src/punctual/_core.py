@@ -14,7 +14,7 @@ from urllib.parse import quote
 import httpx
 
 from ._errors import ApiError, TransportError
-from ._types import BatchItem, BatchResult, Callback, DeadLetter, DeliveryRetry, PendingTimer, Scheduled, from_json
+from ._types import BatchItem, BatchResult, Callback, DeadLetter, Debounce, DeliveryRetry, PendingTimer, Scheduled, from_json
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,8 @@ def error_from(r: httpx.Response) -> ApiError:
     retry_after = parse_retry_after(r.headers.get("retry-after"))
     try:
         e = r.json()["error"]
-        return ApiError(r.status_code, str(e["code"]), str(e["message"]), retry_after)
+        return ApiError(r.status_code, str(e["code"]), str(e["message"]), retry_after,
+                        e.get("version"), e.get("fire_at_us"))
     except (ValueError, KeyError, TypeError):
         return ApiError(r.status_code, "", r.text.strip() or r.reason_phrase, retry_after)
 
@@ -126,8 +127,17 @@ def timer_body(
     payload: Any = None,
     callback: Union[str, Callback, None] = None,
     retry: Optional[DeliveryRetry] = None,
+    if_: Optional[str] = None,
+    if_version: Optional[int] = None,
+    debounce: Optional[Debounce] = None,
 ) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
+    if debounce is not None:
+        body["debounce"] = debounce.to_json()
+    if if_ is not None:
+        body["if"] = if_
+    if if_version is not None:
+        body["if_version"] = int(if_version)
     if delay_ms is not None:
         body["delay_ms"] = int(delay_ms)
     if fire_at is not None:
@@ -161,19 +171,37 @@ def get_call(tenant: str, key: str) -> Call:
     return Call("GET", f"/v1/timers/{seg(tenant)}/{seg(key)}", lambda r: from_json(PendingTimer, r.json()), safe=True)
 
 
-def cancel_call(tenant: str, key: str) -> Call:
-    return Call("DELETE", f"/v1/timers/{seg(tenant)}/{seg(key)}", lambda r: None, safe=True)
+def cancel_call(tenant: str, key: str, if_version: Optional[int] = None) -> Call:
+    params = {} if if_version is None else {"if_version": str(int(if_version))}
+    return Call("DELETE", f"/v1/timers/{seg(tenant)}/{seg(key)}", lambda r: None, params=params, safe=True)
 
 
 def batch_call(tenant: str, items: Sequence[BatchItem]) -> Call:
     timers = []
     for i in items:
-        timers.append({"key": i.key, **timer_body(i.delay_ms, i.fire_at, i.fire_at_ms, i.payload, i.callback, i.retry)})
+        timers.append({"key": i.key, **timer_body(i.delay_ms, i.fire_at, i.fire_at_ms, i.payload, i.callback, i.retry,
+                                                   i.if_, i.if_version, i.debounce)})
 
     def read(r: httpx.Response) -> List[BatchResult]:
         return [from_json(BatchResult, x) for x in r.json()["results"]]
 
     return Call("POST", f"/v1/timers/{seg(tenant)}", read, body={"timers": timers}, safe=True)
+
+
+def list_call(tenant: str, prefix: Optional[str], after: Optional[str], limit: Optional[int],
+              payloads: bool) -> Call:
+    from ._types import TimerPage
+
+    params = {}
+    if prefix:
+        params["prefix"] = prefix
+    if after is not None:
+        params["after"] = after
+    if limit is not None:
+        params["limit"] = str(limit)
+    if payloads:
+        params["payloads"] = "true"
+    return Call("GET", f"/v1/timers/{seg(tenant)}", lambda r: from_json(TimerPage, r.json()), params=params, safe=True)
 
 
 def dead_letters_call(tenant: str, limit: Optional[int], after: Optional[str]) -> Call:

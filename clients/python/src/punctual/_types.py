@@ -94,6 +94,7 @@ class PendingTimer:
     callback: Optional[Callback] = None
     retry: Optional[DeliveryRetry] = None
     delivery: Optional[Delivery] = None
+    debounce: Optional["DebounceState"] = None
 
     @property
     def fire_at(self) -> datetime.datetime:
@@ -104,6 +105,47 @@ class PendingTimer:
 class ErrorDetail:
     code: str
     message: str
+    # A conflict's (409 exists, 409 version_mismatch): the pending timer's version, and for
+    # exists its deadline.
+    version: Optional[int] = None
+    fire_at_us: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Debounce:
+    """A burst of writes held to one deadline at most max_wait_ms after its first."""
+
+    max_wait_ms: int
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"max_wait_ms": int(self.max_wait_ms)}
+
+
+@dataclass(frozen=True)
+class DebounceState:
+    """A debounced timer's burst, as get shows it; cap_us is the latest its deadline may move to."""
+
+    first_at_us: int
+    max_wait_ms: int
+    cap_us: int
+
+
+@dataclass(frozen=True)
+class ListedTimer:
+    """A pending timer as a listing shows it; payload only when the listing asked for it."""
+
+    key: str
+    fire_at_us: int
+    version: int
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class TimerPage:
+    """One page of a listing; next (the key to list after) is None on the last page."""
+
+    timers: List[ListedTimer]
+    next: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +159,10 @@ class BatchItem:
     payload: Any = None
     callback: Optional[Any] = None
     retry: Optional[DeliveryRetry] = None
+    # "if" in the API ("absent": create only); a trailing underscore, as "if" is Python's.
+    if_: Optional[str] = None
+    if_version: Optional[int] = None
+    debounce: Optional[Debounce] = None
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod peers;
+mod report;
+use peers::{run_delay_queue, run_floor, run_tokio_sleep};
+use report::{print_ratios, print_table, round1};
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -423,131 +428,6 @@ fn report_registration(first_deadline_us: u64, w: &Workload) {
     );
 }
 
-fn tokio_runtime(multi: bool) -> tokio::runtime::Runtime {
-    if multi {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_time()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-    }
-    .expect("tokio runtime")
-}
-
-/// Maps a UTC µs deadline onto tokio's monotonic clock, via one (realtime, Instant) pair.
-fn instant_mapper() -> impl Fn(u64) -> tokio::time::Instant + Clone {
-    let rt0 = clock_ns(libc::CLOCK_REALTIME);
-    let i0 = tokio::time::Instant::now();
-    move |d_us: u64| {
-        let d_ns = d_us * 1_000;
-        if d_ns >= rt0 {
-            i0 + Duration::from_nanos(d_ns - rt0)
-        } else {
-            i0
-        }
-    }
-}
-
-/// Runs `body` on a runtime: the current-thread one on its own thread pinned to the shard core.
-fn on_runtime(multi: bool, body: impl FnOnce(&tokio::runtime::Runtime) + Send + 'static) {
-    if multi {
-        body(&tokio_runtime(true));
-    } else {
-        std::thread::spawn(move || {
-            pin(SHARD_CORE);
-            body(&tokio_runtime(false));
-        })
-        .join()
-        .expect("tokio thread");
-    }
-}
-
-fn run_tokio_sleep(deadlines: &[u64], rec: &Arc<Recorder>, last: u64, w: &Workload, multi: bool) {
-    let deadlines = deadlines.to_vec();
-    let rec = rec.clone();
-    let grace = grace(w);
-    on_runtime(multi, move |rt| {
-        rt.block_on(async move {
-            let map = instant_mapper();
-            for (i, &d) in deadlines.iter().enumerate() {
-                let at = map(d);
-                let rec = rec.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep_until(at).await;
-                    rec.fire(i);
-                });
-            }
-            let until = map(last) + grace;
-            while rec.fired() < deadlines.len() && tokio::time::Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        });
-    });
-}
-
-fn run_delay_queue(deadlines: &[u64], rec: &Arc<Recorder>, last: u64, w: &Workload, multi: bool) {
-    use futures_util::StreamExt;
-    let deadlines = deadlines.to_vec();
-    let rec = rec.clone();
-    let grace = grace(w);
-    on_runtime(multi, move |rt| {
-        rt.block_on(async move {
-            let map = instant_mapper();
-            let until = map(last) + grace;
-            let task = tokio::spawn(async move {
-                let mut q = tokio_util::time::DelayQueue::with_capacity(deadlines.len());
-                for (i, &d) in deadlines.iter().enumerate() {
-                    q.insert_at(i, map(d));
-                }
-                while let Ok(Some(expired)) = tokio::time::timeout_at(until, q.next()).await {
-                    rec.fire(expired.into_inner());
-                }
-            });
-            let _ = task.await;
-        });
-    });
-}
-
-fn run_floor(deadlines: &[u64], rec: &Arc<Recorder>, spin: bool) {
-    let mut order: Vec<usize> = (0..deadlines.len()).collect();
-    order.sort_by_key(|&i| deadlines[i]);
-    let deadlines = deadlines.to_vec();
-    let rec = rec.clone();
-    std::thread::spawn(move || {
-        pin(SHARD_CORE);
-        set_timer_slack_1ns();
-        for i in order {
-            let d_ns = deadlines[i] * 1_000;
-            if spin {
-                while clock_ns(libc::CLOCK_REALTIME) < d_ns {
-                    std::hint::spin_loop();
-                }
-            } else {
-                let ts = libc::timespec {
-                    tv_sec: (d_ns / 1_000_000_000) as libc::time_t,
-                    tv_nsec: (d_ns % 1_000_000_000) as libc::c_long,
-                };
-                // SAFETY: `ts` is a valid timespec; a null remainder is allowed with TIMER_ABSTIME.
-                while unsafe {
-                    libc::clock_nanosleep(
-                        libc::CLOCK_REALTIME,
-                        libc::TIMER_ABSTIME,
-                        &ts,
-                        std::ptr::null_mut(),
-                    )
-                } == libc::EINTR
-                {}
-            }
-            rec.fire(i);
-        }
-    })
-    .join()
-    .expect("floor thread");
-}
-
 const SYSTEMS: [&str; 12] = [
     "punctual-spin",
     "punctual-spin-2shards",
@@ -638,96 +518,5 @@ fn main() {
                 "p999_us": round1(r.p999_us), "max_us": round1(r.max_us), "cpu_s": round1(r.cpu_s * 100.0) / 100.0,
             })
         );
-    }
-}
-
-fn round1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
-}
-
-fn print_table(rows: &[Row]) {
-    println!(
-        "{:<16} {:<4} {:>9} {:>9} {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>7}",
-        "system",
-        "wl",
-        "n",
-        "fired",
-        "lost",
-        "early",
-        "min µs",
-        "p50 µs",
-        "p90 µs",
-        "p99 µs",
-        "p99.9 µs",
-        "max µs",
-        "cpu s"
-    );
-    for r in rows {
-        println!(
-            "{:<16} {:<4} {:>9} {:>9} {:>5} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>11.1} {:>7.2}",
-            r.system, r.workload, r.n, r.fired, r.lost, r.early, r.min_us, r.p50_us, r.p90_us, r.p99_us, r.p999_us, r.max_us, r.cpu_s
-        );
-    }
-}
-
-/// The targets as ratios against baselines measured in this run, printed so that a reader sees
-/// them without arithmetic. A ratio whose systems were not run (`--only`) is left out.
-fn print_ratios(rows: &[Row]) {
-    let row = |system: &str, wl: &str| rows.iter().find(|r| r.system == system && r.workload == wl);
-    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::INFINITY };
-    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
-    println!("ratios against this run's baselines:");
-    if let (Some(p), Some(f)) = (row("punctual-spin", "W1"), row("floor-spin", "W1")) {
-        let r99 = ratio(p.p99_us, f.p99_us);
-        let r999 = ratio(p.p999_us, f.p999_us);
-        println!(
-            "  W1 punctual-spin / floor-spin: p99 {r99:.2}x (target <= 1.2x: {}), p99.9 {r999:.2}x (target <= 2x: {})",
-            verdict(r99 <= 1.2),
-            verdict(r999 <= 2.0)
-        );
-    }
-    let tokio = [
-        "tokio-sleep-ct",
-        "tokio-sleep-mt",
-        "delayqueue-ct",
-        "delayqueue-mt",
-    ]
-    .iter()
-    .filter_map(|s| row(s, "W1"))
-    .min_by(|a, b| a.p99_us.total_cmp(&b.p99_us));
-    if let (Some(p), Some(t)) = (row("punctual-spin", "W1"), tokio) {
-        let r = ratio(t.p99_us, p.p99_us);
-        println!(
-            "  W1 p99 of tokio's best mode ({}) / punctual-spin: {r:.0}x (target >= 100x: {})",
-            t.system,
-            verdict(r >= 100.0)
-        );
-    }
-    if let (Some(p), Some(f)) = (row("punctual-spin-2shards", "W2"), row("floor-spin", "W2")) {
-        let r = ratio(p.max_us, f.max_us / 2.0);
-        println!(
-            "  W2 last fire, punctual-spin-2shards / half of floor-spin's: {r:.2}x (target <= 1.2x: {})",
-            verdict(r <= 1.2)
-        );
-    }
-    if let (Some(p), Some(f)) = (row("punctual-spin", "W2"), row("floor-spin", "W2")) {
-        println!(
-            "  W2 last fire, punctual-spin / floor-spin (one thread each): {:.2}x",
-            ratio(p.max_us, f.max_us)
-        );
-    }
-    // The spin window's settings: lateness beside the CPU it costs, against the fixed window.
-    if let Some(base) = row("punctual-spin", "W1") {
-        for s in ["punctual-adaptive", "punctual-nospin"] {
-            if let Some(r) = row(s, "W1") {
-                println!(
-                    "  W1 {s} / punctual-spin: p99 {:.2}x, p99.9 {:.2}x, max {:.2}x, cpu {:.2}x",
-                    ratio(r.p99_us, base.p99_us),
-                    ratio(r.p999_us, base.p999_us),
-                    ratio(r.max_us, base.max_us),
-                    ratio(r.cpu_s, base.cpu_s)
-                );
-            }
-        }
     }
 }

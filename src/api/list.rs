@@ -1,0 +1,242 @@
+//! `GET /v1/timers/{tenant}?prefix=P&after=KEY&limit=N[&payloads=true]`: the tenant's pending
+//! timers whose key starts with `P`, by key, a page at a time, paged as the dead-letter list
+//! is (`after` the last key of the page before, `limit` at most): 200
+//! `{"timers": [{"key", "fire_at_us", "version"[, "payload"]}], "next": "KEY"}`, `next` left
+//! out on the last page. On a node among others, every live node is asked for the same page
+//! at once and the pages merged by key, as the dead-letter list is (`webhooks.rs`): each
+//! node's first `limit` are all it can give to the first `limit` of the whole.
+
+use super::error::ApiError;
+use super::forward;
+use super::respond::{self, Resp};
+use super::segment::decoded;
+use super::state::App;
+use super::unread::RequestBody;
+use crate::engine::{ListQuery, TimerPage};
+use crate::error::{validate_name, NameKind, MAX_NAME_LEN};
+use bytes::Bytes;
+use hyper::header::AUTHORIZATION;
+use hyper::{Method, Request, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use std::sync::Arc;
+
+/// Timers listed when the request names no limit, and the most it may name.
+const DEFAULT_LIMIT: usize = 1_000;
+const MAX_LIMIT: usize = 10_000;
+/// The most a page with payloads may list: 1,000 payloads of 64 KiB are 64 MiB already.
+const MAX_LIMIT_WITH_PAYLOADS: usize = 1_000;
+
+/// One listed timer, as the page shows it (and as a peer's page is read back).
+#[derive(Serialize, Deserialize)]
+struct Row {
+    key: String,
+    fire_at_us: u64,
+    version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    payload: Option<Box<RawValue>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Page {
+    timers: Vec<Row>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+/// What every other live node answered to the same `GET`, each asked by a task of its own
+/// on this shard, so that the asks go out together.
+pub(super) type Asks = Vec<glommio::Task<Result<forward::Answer, forward::ForwardError>>>;
+
+impl App {
+    /// Asks every other live node for the same `GET` as `req` (a gathered list: the timers by
+    /// prefix, the dead letters), at once; none on a lone node, or for a request that came
+    /// forwarded (it is answered from this node's partitions alone).
+    pub(super) fn ask_others(&self, req: &Request<RequestBody>) -> (Vec<Arc<str>>, Asks) {
+        let others = forward::view(self.shared.node.as_ref(), req.headers())
+            .map(|v| v.others())
+            .unwrap_or_default();
+        let auth = req.headers().get(AUTHORIZATION).cloned();
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
+        let asks = others
+            .iter()
+            .map(|peer| {
+                let (peers, peer, path, auth) =
+                    (self.peers.clone(), peer.clone(), path.clone(), auth.clone());
+                glommio::spawn_local(async move {
+                    let out = forward::Outgoing {
+                        method: Method::GET,
+                        path: &path,
+                        auth: auth.as_ref(),
+                        body: Bytes::new(),
+                    };
+                    peers.forward(&peer, out).await
+                })
+            })
+            .collect();
+        (others, asks)
+    }
+
+    /// `GET /v1/timers/{tenant}` (admission checked by the caller).
+    pub(super) async fn list_timers(
+        &self,
+        tenant: &str,
+        req: Request<RequestBody>,
+    ) -> Result<Resp, ApiError> {
+        let query = list_query(tenant, req.uri().query())?;
+        let limit = query.limit;
+        let (others, asks) = self.ask_others(&req);
+        let mine = self.handle.list_timers_async(query).await?;
+        let mut page = Page {
+            timers: rows(&mine),
+            next: mine.next,
+        };
+        for (peer, ask) in others.iter().zip(asks) {
+            let answer = ask.await?;
+            let unusable = |why: String| {
+                ApiError::PeerUnavailable(format!(
+                    "the node {peer} did not give its timers ({why}); the list needs every node's"
+                ))
+            };
+            if answer.status != StatusCode::OK {
+                return Err(unusable(format!("it answered {}", answer.status)));
+            }
+            let theirs: Page =
+                serde_json::from_slice(&answer.body).map_err(|e| unusable(e.to_string()))?;
+            let more = page.next.is_some() || theirs.next.is_some();
+            page.timers.extend(theirs.timers);
+            page.timers.sort_by(|a, b| a.key.cmp(&b.key));
+            page.timers.dedup_by(|a, b| a.key == b.key);
+            page.next = (more || page.timers.len() > limit)
+                .then(|| {
+                    page.timers
+                        .get(limit.min(page.timers.len()).saturating_sub(1))
+                })
+                .flatten()
+                .map(|r| r.key.clone());
+            page.timers.truncate(limit);
+        }
+        Ok(respond::json_of(StatusCode::OK, &page))
+    }
+}
+
+fn rows(page: &TimerPage) -> Vec<Row> {
+    page.timers
+        .iter()
+        .map(|t| Row {
+            key: t.key.clone(),
+            fire_at_us: t.fire_at_us,
+            version: t.version,
+            payload: (!t.payload.is_empty()).then(|| respond::payload(&t.payload).to_owned()),
+        })
+        .collect()
+}
+
+/// `prefix`, `after`, `limit` and `payloads` of a listing; each refusal names its parameter.
+fn list_query(tenant: &str, query: Option<&str>) -> Result<ListQuery, ApiError> {
+    let mut q = ListQuery {
+        tenant: tenant.to_string(),
+        prefix: String::new(),
+        after: None,
+        limit: DEFAULT_LIMIT,
+        payloads: false,
+    };
+    let mut limit = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("prefix", v)) => {
+                let v = decoded(v);
+                let bad = v.len() > MAX_NAME_LEN
+                    || v.chars().any(|c| {
+                        !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
+                    });
+                if bad {
+                    return Err(ApiError::InvalidField(format!(
+                        "prefix {v:?} cannot begin a key: keys are 1 to {MAX_NAME_LEN} bytes of [A-Za-z0-9._:-]"
+                    )));
+                }
+                q.prefix = v.into_owned();
+            }
+            Some(("after", v)) => {
+                let v = decoded(v);
+                validate_name(NameKind::Key, &v)
+                    .map_err(|e| ApiError::InvalidField(format!("after: {e}")))?;
+                q.after = Some(v.into_owned());
+            }
+            Some(("limit", v)) => {
+                let n = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::InvalidField(format!(
+                            "limit must be a whole number from 1 to {MAX_LIMIT}, not {v:?}"
+                        ))
+                    })?;
+                limit = Some(n);
+            }
+            Some(("payloads", v)) => {
+                q.payloads = match v {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(ApiError::InvalidField(format!(
+                            "payloads must be true or false, not {v:?}"
+                        )))
+                    }
+                };
+            }
+            _ => {
+                return Err(ApiError::InvalidField(format!(
+                    "unknown query parameter {pair:?}; expected prefix, after, limit and payloads"
+                )))
+            }
+        }
+    }
+    let most = if q.payloads {
+        MAX_LIMIT_WITH_PAYLOADS
+    } else {
+        MAX_LIMIT
+    };
+    q.limit = limit.unwrap_or(DEFAULT_LIMIT).min(most);
+    if limit.is_some_and(|n| n > most) {
+        return Err(ApiError::InvalidField(format!(
+            "limit must be 1 to {most} with payloads=true"
+        )));
+    }
+    Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_reads_its_parameters_and_names_the_one_it_refuses() {
+        let q = list_query("t", Some("prefix=order-88&after=order-881&limit=5")).expect("ok");
+        assert_eq!(
+            (q.prefix.as_str(), q.after.as_deref(), q.limit, q.payloads),
+            ("order-88", Some("order-881"), 5, false)
+        );
+        assert_eq!(list_query("t", None).map(|q| q.limit), Ok(DEFAULT_LIMIT));
+        for (bad, names) in [
+            ("prefix=a/b", "prefix"),
+            ("prefix=a%20b", "prefix"),
+            ("limit=0", "limit"),
+            ("limit=10001", "limit"),
+            ("limit=x", "limit"),
+            ("after=a%2Fb", "after"),
+            ("payloads=yes", "payloads"),
+            ("payloads=true&limit=1001", "limit"),
+            ("sort=key", "sort"),
+        ] {
+            match list_query("t", Some(bad)) {
+                Err(ApiError::InvalidField(m)) => assert!(m.contains(names), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+}

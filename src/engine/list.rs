@@ -1,0 +1,69 @@
+//! Listing a tenant's pending timers by key prefix, gathered from every shard: each shard is
+//! asked in steps (`shard/list.rs`), each step a bounded run of its slab, until it has looked
+//! at all of it; the shards' first `limit + 1` keys are merged, and the page is the first
+//! `limit` of them, with the key to go on after when there is more.
+
+use super::handle::Handle;
+use crate::error::{validate_name, Error, NameKind, Result};
+use crate::op::{reply_channel, ListQuery, Listed, Op};
+use crate::runtime::doorbell::relay;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A page of a listing: the timers, by key, and the key the next page starts after (`None`
+/// on the last page).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimerPage {
+    pub timers: Vec<Listed>,
+    pub next: Option<String>,
+}
+
+impl Handle {
+    /// The first `query.limit` pending timers of `query.tenant` whose key starts with
+    /// `query.prefix` and comes after `query.after`, by key, from every shard.
+    pub fn list_timers_async(
+        &self,
+        query: ListQuery,
+    ) -> impl Future<Output = Result<TimerPage>> + Send + 'static {
+        let checked = validate_name(NameKind::Tenant, &query.tenant);
+        let inner = self.inner.clone();
+        let limit = query.limit;
+        // One more than the page, to know whether another page follows.
+        let query = Arc::new(ListQuery {
+            limit: limit.saturating_add(1),
+            ..query
+        });
+        async move {
+            checked?;
+            let mut all: Vec<Listed> = Vec::new();
+            for ring in &inner.rings {
+                let mut from = 0;
+                loop {
+                    if inner.stopping.load(Ordering::Acquire) {
+                        return Err(Error::ShuttingDown);
+                    }
+                    let (tx, rx) = reply_channel();
+                    let op = Op::ListTimers {
+                        query: query.clone(),
+                        from,
+                        reply: tx,
+                    };
+                    ring.push(&query.tenant, op)?;
+                    let step = relay(rx).await.map_err(|_| Error::ShuttingDown)??;
+                    all.extend(step.timers);
+                    Listed::keep_first(&mut all, query.limit);
+                    match step.next {
+                        Some(next) => from = next,
+                        None => break,
+                    }
+                }
+            }
+            let next = (all.len() > limit)
+                .then(|| all.get(limit.saturating_sub(1)).map(|t| t.key.clone()))
+                .flatten();
+            all.truncate(limit);
+            Ok(TimerPage { timers: all, next })
+        }
+    }
+}

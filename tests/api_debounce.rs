@@ -1,0 +1,202 @@
+//! Debounce against the real binary: each PUT of a key moves its deadline, never past the
+//! burst's first arming plus `max_wait_ms`; the cap survives a SIGKILL and a restart on the
+//! journal and on Redis; the fire ends the burst; a batch item debounces as a PUT does; bad input is a 400
+//! that names the field.
+
+mod api_support;
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use api_support::{Configured, Server};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+fn put(s: &Server, key: &str, body: Value) -> (u16, Value) {
+    s.json("PUT", &format!("/v1/timers/t/{key}"), &body.to_string())
+}
+
+fn get(s: &Server, key: &str) -> (u16, Value) {
+    s.json("GET", &format!("/v1/timers/t/{key}"), "")
+}
+
+fn us(v: &Value, field: &str) -> u64 {
+    v[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {v}"))
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+#[test]
+fn the_cap_survives_a_sigkill_and_the_fire_ends_the_burst() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = ["--shards", "2", "--fsync", "always"];
+    let s = Configured::journal(dir.path(), "", &args);
+    let max_wait_ms = 8_000u64;
+    let body = |delay_ms: u64, n: u64| json!({"delay_ms": delay_ms, "payload": n, "debounce": {"max_wait_ms": max_wait_ms}});
+    let before = now_us();
+    let (st, first) = put(&s.s, "k", body(2_000, 1));
+    assert_eq!(st, 201, "{first}");
+    let (_, g) = get(&s.s, "k");
+    let first_at = us(&g["debounce"], "first_at_us");
+    let cap = us(&g["debounce"], "cap_us");
+    assert!(first_at >= before && first_at <= now_us(), "{g}");
+    assert_eq!(cap, first_at + max_wait_ms * 1_000);
+    assert_eq!(g["debounce"]["max_wait_ms"], max_wait_ms);
+    // A second PUT moves the deadline, keeps the burst, and its payload is the latest.
+    let (st, second) = put(&s.s, "k", body(3_000, 2));
+    assert_eq!(st, 200, "{second}");
+    assert!(us(&second, "fire_at_us") > us(&first, "fire_at_us"));
+    let (_, g) = get(&s.s, "k");
+    assert_eq!(
+        (us(&g["debounce"], "first_at_us"), &g["payload"]),
+        (first_at, &json!(2))
+    );
+
+    s.sigkill();
+    let s = Configured::journal(dir.path(), "", &args);
+    let (st, g) = get(&s.s, "k");
+    assert_eq!(st, 200, "{g}");
+    assert_eq!(us(&g["debounce"], "first_at_us"), first_at, "{g}");
+    assert_eq!(us(&g["debounce"], "cap_us"), cap);
+    // After the restart a PUT still cannot move the deadline past the cap.
+    let (st, r) = put(&s.s, "k", body(600_000, 3));
+    assert_eq!((st, us(&r, "fire_at_us")), (200, cap), "{r}");
+    assert!(
+        now_us() < cap,
+        "the restart took the whole burst; the test proves nothing"
+    );
+
+    // It fires at the cap (never before), and that ends the burst: the next PUT starts anew.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while get(&s.s, "k").0 == 200 {
+        assert!(Instant::now() < give_up, "never fired");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(now_us() >= cap, "fired before its cap");
+    put(&s.s, "k", body(600_000, 4));
+    let (_, g) = get(&s.s, "k");
+    assert!(us(&g["debounce"], "first_at_us") >= cap, "{g}");
+    // A PUT without debounce ends the burst too.
+    put(&s.s, "k", json!({"delay_ms": 600_000}));
+    let (_, g) = get(&s.s, "k");
+    assert!(g.get("debounce").is_none(), "{g}");
+}
+
+#[test]
+fn the_cap_survives_a_sigkill_on_redis() {
+    let redis = redis_server::RedisServer::start();
+    let url = redis.url();
+    let args = ["--redis", url.as_str(), "--shards", "2"];
+    let mut s = Server::start(&args);
+    let body = json!({"delay_ms": 900_000, "debounce": {"max_wait_ms": 600_000}});
+    let (st, r) = put(&s, "k", body.clone());
+    assert_eq!(st, 201, "{r}");
+    let (_, g) = get(&s, "k");
+    let (first_at, cap) = (
+        us(&g["debounce"], "first_at_us"),
+        us(&g["debounce"], "cap_us"),
+    );
+    assert_eq!(us(&r, "fire_at_us"), cap, "the cap is the earlier: {r}");
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+    drop(s);
+    let s = Server::start(&args);
+    let (st, g) = get(&s, "k");
+    assert_eq!(st, 200, "{g}");
+    assert_eq!(
+        (
+            us(&g["debounce"], "first_at_us"),
+            us(&g["debounce"], "cap_us")
+        ),
+        (first_at, cap)
+    );
+    let (st, r) = put(
+        &s,
+        "k",
+        json!({"delay_ms": 900_000, "debounce": {"max_wait_ms": 600_000}}),
+    );
+    assert_eq!((st, us(&r, "fire_at_us")), (200, cap), "{r}");
+}
+
+#[test]
+fn a_batch_item_debounces_as_a_put_does() {
+    let s = Server::start(&["--shards", "2"]);
+    let item = |delay_ms: u64| json!({"key": "b", "delay_ms": delay_ms, "debounce": {"max_wait_ms": 60_000}});
+    let body = json!({"timers": [item(30_000), item(600_000), item(1_000)]});
+    let (st, out) = s.json("POST", "/v1/timers/t", &body.to_string());
+    assert_eq!(st, 200, "{out}");
+    let r = out["results"].as_array().expect("results");
+    let (_, g) = get(&s, "b");
+    let cap = us(&g["debounce"], "cap_us");
+    assert_eq!(
+        us(&r[1], "fire_at_us"),
+        cap,
+        "the second item is held to the cap: {out}"
+    );
+    assert!(
+        us(&r[2], "fire_at_us") < cap,
+        "and the third moves it earlier: {out}"
+    );
+    assert_eq!(us(&g, "fire_at_us"), us(&r[2], "fire_at_us"));
+}
+
+#[test]
+fn bad_debounce_is_400_naming_the_field() {
+    let s = Server::start(&[]);
+    for d in [
+        json!({}),
+        json!(null),
+        json!(5),
+        json!({"max_wait_ms": -1}),
+        json!({"max_wait_ms": "5"}),
+        json!({"max_wait_ms": 1.5}),
+        json!({"max_wait_ms": 315_360_000_001u64}),
+        json!({"max_wait_ms": 5, "min_wait_ms": 1}),
+    ] {
+        let (st, e) = put(&s, "k", json!({"delay_ms": 1, "debounce": d}));
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (400, Some("invalid_field")),
+            "{d}"
+        );
+        let message = e["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains("debounce"), "{d}: {message}");
+    }
+    let (st, e) = put(&s, "k", json!({"debounce": {"max_wait_ms": 5}}));
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (400, Some("invalid_deadline"))
+    );
+    assert_eq!(get(&s, "k").0, 404);
+}
+
+#[test]
+fn a_webhook_timer_held_to_its_cap_shows_the_cap_as_its_deadline() {
+    let dir = tempfile::tempdir().expect("dir");
+    let s = Configured::journal(
+        dir.path(),
+        "callback_allow = [\"http://127.0.0.1:9/\"]\n",
+        &["--shards", "2"],
+    );
+    let body = |delay_ms: u64| {
+        json!({"delay_ms": delay_ms, "callback": {"url": "http://127.0.0.1:9/hook"},
+               "debounce": {"max_wait_ms": 600_000}})
+    };
+    put(&s.s, "w", body(300_000));
+    let (st, r) = put(&s.s, "w", body(900_000));
+    assert_eq!(st, 200, "{r}");
+    let (_, g) = get(&s.s, "w");
+    let cap = us(&g["debounce"], "cap_us");
+    assert_eq!(
+        (us(&r, "fire_at_us"), us(&g, "fire_at_us")),
+        (cap, cap),
+        "{g}"
+    );
+    assert_eq!(g["delivery"]["state"], "pending");
+    assert_eq!(g["callback"]["url"], "http://127.0.0.1:9/hook");
+}
