@@ -19,7 +19,8 @@ mod redis_cluster;
 mod redis_server;
 
 use api_support::{free_port, try_request};
-use cluster_serve::{check, counter, metrics, wait_all_fired, Book, Proc, Reader};
+use cluster_serve::CLUSTER_SECRET;
+use cluster_serve::{check, counter, forwarded, metrics, wait_all_fired, Book, Proc, Reader};
 use punctual::nodes::rendezvous::owned_by;
 use punctual::partition::{partition_of, PARTITIONS};
 use redis_cluster::RedisCluster;
@@ -29,6 +30,30 @@ use std::time::{Duration, Instant};
 
 /// The header of a request another node forwarded: such a request is never forwarded again.
 const FORWARDED: (&str, &str) = ("punctual-forwarded", "127.0.0.1:1");
+
+/// The headers of a request another node forwarded, signed now with the cluster's secret,
+/// then `extra`.
+fn as_forwarded(
+    method: &str,
+    path: &str,
+    extra: &[(&'static str, &str)],
+    body: &[u8],
+) -> Vec<(&'static str, String)> {
+    let auth = extra
+        .iter()
+        .find(|(k, _)| *k == "authorization")
+        .map_or("", |(_, v)| *v);
+    let now = punctual::api::forward_sign::now_ms();
+    let signed = forwarded(CLUSTER_SECRET, FORWARDED.1, now, (method, path, auth, body));
+    let mut h = Vec::from(signed);
+    h.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    h
+}
+
+/// `h` as `try_request` takes headers.
+fn refs<'a>(h: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    h.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
 
 /// A node: its process, address, and the partitions rendezvous hashing gives it of the two.
 struct Node {
@@ -120,7 +145,8 @@ fn two_nodes_split_the_partitions_and_each_timer_fires_once_from_its_owner() {
         let path = format!("/v1/timers/shop0/{key}");
         let p = partition_of("shop0", &key);
         for (method, body) in [("PUT", &br#"{"delay_ms":1000}"#[..]), ("GET", b"")] {
-            let r = try_request(other.addr, method, &path, &[FORWARDED], body).expect("answered");
+            let h = as_forwarded(method, &path, &[], body);
+            let r = try_request(other.addr, method, &path, &refs(&h), body).expect("answered");
             let text = String::from_utf8_lossy(&r.body);
             assert_eq!(r.status, 503, "{method} {path} at the other node: {text}");
             assert!(text.contains(&format!("partition {p} ")), "{text}");
@@ -324,7 +350,8 @@ fn any_node_answers_any_key_forwarding_to_its_owner_and_batches_are_split_by_own
     );
     assert_eq!(timed, Some(sent), "each answered forward timed");
     let path = format!("/v1/timers/shop1/{}", on_b[0]);
-    let r = try_request(a.addr, "GET", &path, &[FORWARDED], b"").expect("answered");
+    let h = as_forwarded("GET", &path, &[], b"");
+    let r = try_request(a.addr, "GET", &path, &refs(&h), b"").expect("answered");
     assert_eq!((r.status, r.code()), (503, "store_unavailable".into()));
     assert_eq!(forwards(a.addr, "answered"), sent, "not forwarded again");
     // Authentication: A checks it first, and B checks it again whatever the header says.
@@ -333,14 +360,14 @@ fn any_node_answers_any_key_forwarding_to_its_owner_and_batches_are_split_by_own
     let bearer = format!("Bearer {TOKEN}");
     let token = ("authorization", bearer.as_str());
     let wrong = ("authorization", "Bearer guess");
+    let put = br#"{"delay_ms":600000}"#;
     for (via, headers) in [
-        (a.addr, &[][..]),
-        (a.addr, &[wrong][..]),
-        (b.addr, &[FORWARDED][..]),
-        (b.addr, &[FORWARDED, wrong][..]),
+        (a.addr, vec![]),
+        (a.addr, vec![("authorization", wrong.1.to_string())]),
+        (b.addr, as_forwarded("PUT", &path, &[], put)),
+        (b.addr, as_forwarded("PUT", &path, &[wrong], put)),
     ] {
-        let r =
-            try_request(via, "PUT", &path, headers, br#"{"delay_ms":600000}"#).expect("answered");
+        let r = try_request(via, "PUT", &path, &refs(&headers), put).expect("answered");
         assert_eq!(r.status, 401, "{headers:?}: {:?}", r.json());
     }
     let r =
@@ -522,7 +549,8 @@ fn the_dead_letter_list_is_the_whole_cluster_s_through_either_node_page_by_page(
     // Each node's own letters, once every delivery has failed (bounded).
     let until = Instant::now() + Duration::from_secs(30);
     loop {
-        let own = [&nodes[0], &nodes[1]].map(|n| list(n.addr, "limit=1000", &[FORWARDED]));
+        let h = as_forwarded("GET", "/v1/dead/shop?limit=1000", &[], b"");
+        let own = [&nodes[0], &nodes[1]].map(|n| list(n.addr, "limit=1000", &refs(&h)));
         if own == [on_a.clone(), on_b.clone()] {
             break;
         }

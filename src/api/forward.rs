@@ -16,7 +16,9 @@
 //!   which for a partition it does not hold is the shard's `503 store_unavailable` naming it.
 //! - **The owner decides.** The forward carries the caller's `Authorization` as it came; the
 //!   owner checks the tenant's admission again as for any request, so the header grants
-//!   nothing (anyone may set it: it only stops a further hop). The node that forwards has
+//!   nothing but stopping a further hop. Under the cluster's secret every forward is signed
+//!   and the owner refuses a [`FORWARDED`] request that does not prove it
+//!   (`forward_sign.rs`): only a node of the cluster can mark one. The node that forwards has
 //!   checked the admission first, so a request it refuses costs the owner nothing; a
 //!   forwarded request counts against the tenant's rate on both nodes.
 //! - **Relayed, never invented.** What the caller gets is the owner's status, body and the
@@ -75,8 +77,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The header a forwarded request carries (the id of the node that forwarded it).
-pub const FORWARDED: &str = "punctual-forwarded";
+pub use super::forward_sign::FORWARDED;
 
 /// The longest a forward takes, connect and answer together.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -132,6 +133,9 @@ pub struct ForwardStats {
     pub unreachable: AtomicU64,
     /// How long the answered forwards took.
     pub latency: Histogram,
+    /// Forwarded requests this node refused, their signature missing, stale or wrong
+    /// (`forward_sign.rs`).
+    pub refused: super::forward_sign::Refused,
 }
 
 impl Default for ForwardStats {
@@ -143,6 +147,7 @@ impl Default for ForwardStats {
             unreachable: AtomicU64::new(0),
             // 100 µs to about 6.5 s, in powers of 2: past the deadline (5 s) nothing is answered.
             latency: Histogram::new(exponential_buckets(1e-4, 2.0, 17)),
+            refused: Default::default(),
         }
     }
 }
@@ -231,6 +236,8 @@ struct Peer {
 /// One shard's connections to its peers (used only on the shard's thread).
 pub struct Peers {
     me: HeaderValue,
+    /// The cluster's secret, that every forward is signed with (`forward_sign.rs`).
+    secret: Option<Arc<[u8]>>,
     peers: RefCell<HashMap<Arc<str>, Peer>>,
     stats: Arc<ForwardStats>,
 }
@@ -256,10 +263,12 @@ impl Drop for InFlight<'_> {
 }
 
 impl Peers {
-    /// `me`: this node's id, sent in [`FORWARDED`].
-    pub fn new(me: &str, stats: Arc<ForwardStats>) -> Peers {
+    /// `me`: this node's id, sent in [`FORWARDED`]; `secret`: the cluster's, that signs
+    /// every forward.
+    pub fn new(me: &str, secret: Option<&[u8]>, stats: Arc<ForwardStats>) -> Peers {
         Peers {
             me: HeaderValue::from_str(me).unwrap_or(HeaderValue::from_static("node")),
+            secret: secret.map(Arc::from),
             peers: RefCell::new(HashMap::new()),
             stats,
         }
@@ -278,7 +287,8 @@ impl Peers {
                 limit: MAX_IN_FLIGHT,
             }),
             Some(_slot) => {
-                let exchange = self.exchange(peer, &out);
+                let signature = self.sign(&out).await;
+                let exchange = self.exchange(peer, &out, signature.as_ref());
                 let expire = async {
                     glommio::timer::sleep(FORWARD_TIMEOUT).await;
                     Err(ForwardError::Timeout {
@@ -315,7 +325,20 @@ impl Peers {
         Some(InFlight { peers: self, peer })
     }
 
-    async fn exchange(&self, peer: &Arc<str>, out: &Outgoing<'_>) -> Result<Answer, ForwardError> {
+    /// The signature of `out` under the cluster's secret (none without one).
+    async fn sign(&self, out: &Outgoing<'_>) -> Option<HeaderValue> {
+        let secret = self.secret.as_deref()?;
+        let auth = out.auth.map_or(&[][..], HeaderValue::as_bytes);
+        let (method, me) = (out.method.as_str(), self.me.as_bytes());
+        super::forward_sign::sign(secret, method, out.path, me, auth, &out.body).await
+    }
+
+    async fn exchange(
+        &self,
+        peer: &Arc<str>,
+        out: &Outgoing<'_>,
+        signature: Option<&HeaderValue>,
+    ) -> Result<Answer, ForwardError> {
         let fail = |reason: String| ForwardError::Unreachable {
             peer: peer.to_string(),
             reason,
@@ -324,13 +347,17 @@ impl Peers {
             Some(c) => (c, true),
             None => (connect(peer).await.map_err(fail)?, false),
         };
-        let resp = match conn.sender.send_request(self.request(peer, out)).await {
+        let resp = match conn
+            .sender
+            .send_request(self.request(peer, out, signature))
+            .await
+        {
             Ok(r) => r,
             // A pooled connection the peer closed while idle: once more on a fresh one.
             Err(e) if pooled && (e.is_canceled() || e.is_closed() || e.is_incomplete_message()) => {
                 conn = connect(peer).await.map_err(fail)?;
                 conn.sender
-                    .send_request(self.request(peer, out))
+                    .send_request(self.request(peer, out, signature))
                     .await
                     .map_err(|e| fail(format!("request failed: {e}")))?
             }
@@ -356,7 +383,12 @@ impl Peers {
         })
     }
 
-    fn request(&self, peer: &str, out: &Outgoing<'_>) -> Request<Full<Bytes>> {
+    fn request(
+        &self,
+        peer: &str,
+        out: &Outgoing<'_>,
+        signature: Option<&HeaderValue>,
+    ) -> Request<Full<Bytes>> {
         let mut req = Request::new(Full::new(out.body.clone()));
         *req.method_mut() = out.method.clone();
         if let Ok(uri) = out.path.parse() {
@@ -367,6 +399,9 @@ impl Peers {
             h.insert(HOST, host);
         }
         h.insert(FORWARDED, self.me.clone());
+        if let Some(s) = signature {
+            h.insert(super::forward_sign::SIGNATURE, s.clone());
+        }
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(auth) = out.auth {
             h.insert(AUTHORIZATION, auth.clone());

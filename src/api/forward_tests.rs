@@ -37,7 +37,7 @@ fn get(path: &str) -> Outgoing<'_> {
 #[test]
 fn the_forwards_in_flight_to_a_peer_are_capped_and_one_more_is_refused_at_once() {
     let stats = Arc::new(ForwardStats::default());
-    let peers = Peers::new("me:1", stats.clone());
+    let peers = Peers::new("me:1", None, stats.clone());
     let peer: Arc<str> = Arc::from("127.0.0.1:9");
     let other: Arc<str> = Arc::from("127.0.0.1:10");
     let mut held: Vec<InFlight<'_>> = (0..MAX_IN_FLIGHT)
@@ -68,7 +68,7 @@ fn a_peer_that_never_answers_is_given_up_at_the_deadline() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
     let addr: Arc<str> = Arc::from(silent.local_addr().expect("bound").to_string());
     let stats = Arc::new(ForwardStats::default());
-    let peers = Peers::new("me:1", stats.clone());
+    let peers = Peers::new("me:1", None, stats.clone());
     let answer = on_executor(peers.forward(&addr, get("/v1/timers/t/k")));
     assert!(
         matches!(answer, Err(ForwardError::Timeout { .. })),
@@ -143,7 +143,7 @@ fn keep_alive_peer() -> (String, Seen) {
 fn forwards_reuse_a_kept_alive_connection_and_relay_the_answer() {
     let (addr, seen) = keep_alive_peer();
     let peer: Arc<str> = Arc::from(addr.as_str());
-    let peers = Peers::new("10.0.0.1:7480", Arc::new(ForwardStats::default()));
+    let peers = Peers::new("10.0.0.1:7480", None, Arc::new(ForwardStats::default()));
     let auth = HeaderValue::from_static("Bearer t0ken");
     let answers = on_executor(async {
         let mut answers = Vec::new();
@@ -187,7 +187,7 @@ fn forwards_reuse_a_kept_alive_connection_and_relay_the_answer() {
 /// forwarding to ever new addresses (nodes replaced) does not grow a shard's map.
 #[test]
 fn peers_with_nothing_in_flight_and_no_connection_are_forgotten() {
-    let peers = Peers::new("me:1", Arc::new(ForwardStats::default()));
+    let peers = Peers::new("me:1", None, Arc::new(ForwardStats::default()));
     for _ in 0..20 {
         // A port nobody listens on: refused at once.
         let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");

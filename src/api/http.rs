@@ -4,7 +4,8 @@
 //! Limits enforced here: the connection cap and the cap per client address (`clients.rs`;
 //! over either, a 503 is written and the connection closed), the request-head size (hyper's buffer: 431 past it), the idle / slow-header
 //! timeout (hyper's header-read timeout), and the write-stall timeout (in `io`). Body size
-//! and body timeout are checked per request in `routes`.
+//! and body timeout are checked per request in `routes`; a request marked forwarded is read
+//! whole and its signature checked before it is served ([`admit`], `forward_sign.rs`).
 //!
 //! Draining: when [`Servers::drain`] is called, every acceptor stops and drops its listener,
 //! and every connection is told to shut down gracefully: hyper finishes the request in
@@ -13,13 +14,28 @@
 use super::accept::Acceptor;
 use super::clients::{Admit, Client};
 use super::drain::LocalDrain;
+use super::error::ApiError;
 use super::forward::Peers;
+use super::forward_sign;
+use super::gather::Gather;
 use super::metrics::Metrics;
+use super::respond::{self, Resp};
 use super::state::{App, Servers};
+use super::unread::Source;
 use crate::engine::Handle;
+use crate::runtime::cooperate::Slice;
 use crate::runtime::hyperio::{Io, LocalTimer};
+use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
+<<<<<<< HEAD
 use glommio::net::TcpStream;
+=======
+use glommio::net::{TcpListener, TcpStream};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, CONTENT_LENGTH};
+use hyper::Request;
+>>>>>>> wt-cluster2
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -82,7 +98,8 @@ pub fn start_shard(
     })
     .detach();
     let me = shared.config.advertise.as_deref().unwrap_or_default();
-    let peers = Rc::new(Peers::new(me, shared.forwards.clone()));
+    let secret = shared.config.cluster_secret.as_deref().map(str::as_bytes);
+    let peers = Rc::new(Peers::new(me, secret, shared.forwards.clone()));
     let app = Rc::new(App {
         shard,
         handle,
@@ -173,7 +190,10 @@ async fn serve_connection(
         let app = svc_app.clone();
         let linger = linger.clone();
         async move {
-            let resp = app.serve(req).await;
+            let resp = match admit(&app, req).await {
+                Ok(req) => app.serve(req).await,
+                Err(refused) => refused,
+            };
             if resp.headers().contains_key(hyper::header::CONNECTION) {
                 linger.set(true);
             }
@@ -224,4 +244,87 @@ async fn refuse(mut stream: TcpStream, _slot: ConnSlot, full: Full) {
         Ok(())
     })
     .await;
+}
+
+/// `req` as the handlers get it: an ordinary request as it came; a forwarded one (on a node
+/// given the cluster's secret) read whole and verified, or the answer that refuses it.
+pub(super) async fn admit(app: &App, req: Request<Incoming>) -> Result<Request<Source>, Resp> {
+    let secret = app.shared.config.cluster_secret.as_deref();
+    let Some(secret) = secret.filter(|_| req.headers().contains_key(forward_sign::FORWARDED))
+    else {
+        return Ok(req.map(Source::Wire));
+    };
+    let refused = &app.shared.forwards.refused;
+    let signed = match forward_sign::check_time(req.headers(), forward_sign::now_ms()) {
+        Ok(s) => s,
+        Err(why) => {
+            why.count(refused);
+            let mut resp = respond::error(&why.error());
+            if !hyper::body::Body::is_end_stream(req.body()) {
+                // Not read: the connection cannot go on after it.
+                respond::closing(&mut resp);
+            }
+            return Err(resp);
+        }
+    };
+    let (parts, body) = req.into_parts();
+    let cfg = &app.shared.config;
+    let limit = cfg.max_body_bytes.max(cfg.max_batch_body_bytes);
+    let body = match read_whole(&parts.headers, body, limit, cfg.body_timeout_ms).await {
+        Ok(b) => b,
+        Err(e) => {
+            let mut resp = respond::error(&e);
+            respond::closing(&mut resp);
+            return Err(resp);
+        }
+    };
+    match forward_sign::verify(secret.as_bytes(), &parts, signed, &body).await {
+        Ok(()) => Ok(Request::from_parts(parts, Source::Read(body))),
+        Err(why) => {
+            why.count(refused);
+            Err(respond::error(&why.error()))
+        }
+    }
+}
+
+/// The whole of `body`, at most `limit` bytes, within `timeout_ms`, a slice at a time.
+async fn read_whole(
+    headers: &HeaderMap,
+    body: Incoming,
+    limit: usize,
+    timeout_ms: u64,
+) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::BodyTooLarge { limit });
+    }
+    let collect = async {
+        let mut body = Limited::new(body, limit);
+        let mut gather = Gather::new(declared.map(|n| (n as usize).min(limit)));
+        let mut slice = Slice::begin();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    ApiError::BodyTooLarge { limit }
+                } else {
+                    ApiError::MalformedJson(format!("the body could not be read: {e}"))
+                }
+            })?;
+            if let Ok(data) = frame.into_data() {
+                gather.push(data);
+            }
+            if slice.is_over() {
+                slice.next().await;
+            }
+        }
+        Ok(gather.finish(&mut slice).await)
+    };
+    let timeout = async {
+        glommio::timer::sleep(Duration::from_millis(timeout_ms)).await;
+        Err(ApiError::RequestTimeout(timeout_ms))
+    };
+    futures_lite::future::or(collect, timeout).await
 }

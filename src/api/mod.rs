@@ -39,6 +39,7 @@ mod cluster;
 mod drain;
 pub mod error;
 mod forward;
+pub mod forward_sign;
 mod gather;
 mod http;
 mod list;

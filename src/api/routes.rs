@@ -22,7 +22,6 @@ use crate::error::{validate_name, NameKind};
 use crate::runtime::cooperate::Slice;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH};
 use hyper::{Method, Request, StatusCode};
 use std::borrow::Cow;
@@ -82,7 +81,7 @@ impl App {
     /// Answers one request; never fails (errors become JSON error responses). What its
     /// handler left unread of the body is read and discarded, or the answer says
     /// `Connection: close` (`unread.rs`).
-    pub async fn serve(&self, req: Request<Incoming>) -> Resp {
+    pub async fn serve(&self, req: Request<unread::Source>) -> Resp {
         let start = Instant::now();
         let (parts, body) = req.into_parts();
         let (body, left) = RequestBody::new(body);

@@ -49,10 +49,22 @@ pub enum Unread {
 /// Where a [`RequestBody`] leaves what was not read of it.
 pub type Left = Rc<Cell<Unread>>;
 
+/// Where a request's body comes from: the connection, or memory (a forwarded request, read
+/// whole to verify its signature: `forward_sign.rs`).
+pub enum Source {
+    Wire(Incoming),
+    Read(Bytes),
+}
+
+/// The frames a body already read is handed out in, so a reader looks at its slice between.
+const READ_FRAME: usize = 64 * 1024;
+
 /// A request's body as its handler sees it: hyper's body, which hands what was not read of it
 /// to [`Left`] when dropped.
 pub struct RequestBody {
     inner: Option<Incoming>,
+    /// What is left of a body read already (handed out before `inner`, which is then none).
+    read_whole: Bytes,
     read: u64,
     broken: bool,
     left: Left,
@@ -60,10 +72,15 @@ pub struct RequestBody {
 
 impl RequestBody {
     /// `body`, and where its unread rest will be left.
-    pub fn new(body: Incoming) -> (RequestBody, Left) {
+    pub fn new(body: Source) -> (RequestBody, Left) {
         let left = Left::default();
+        let (inner, read_whole) = match body {
+            Source::Wire(b) => (Some(b), Bytes::new()),
+            Source::Read(b) => (None, b),
+        };
         let body = RequestBody {
-            inner: Some(body),
+            inner,
+            read_whole,
             read: 0,
             broken: false,
             left: left.clone(),
@@ -80,6 +97,12 @@ impl Body for RequestBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if !self.read_whole.is_empty() {
+            let n = self.read_whole.len().min(READ_FRAME);
+            let frame = self.read_whole.split_to(n);
+            self.read += n as u64;
+            return Poll::Ready(Some(Ok(Frame::data(frame))));
+        }
         let Some(inner) = self.inner.as_mut() else {
             return Poll::Ready(None);
         };
@@ -97,13 +120,15 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
+        self.read_whole.is_empty() && self.inner.as_ref().is_none_or(Incoming::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner
-            .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
+        // A body read already has no `inner`.
+        self.inner.as_ref().map_or_else(
+            || SizeHint::with_exact(self.read_whole.len() as u64),
+            Incoming::size_hint,
+        )
     }
 }
 

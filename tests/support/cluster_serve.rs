@@ -468,3 +468,24 @@ pub fn counter(text: &str, name: &str) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
+
+/// The headers of a request forwarded by the node `from`, signed with `secret` at `t_ms`
+/// (`punctual::api::forward_sign`), for a caller that sent `auth` (empty: none).
+pub fn forwarded(
+    secret: &str,
+    from: &str,
+    t_ms: u64,
+    (method, path, auth, body): (&str, &str, &str, &[u8]),
+) -> [(&'static str, String); 2] {
+    use punctual::api::forward_sign::{signature, Head, FORWARDED, SIGNATURE};
+    let head = Head {
+        method,
+        path,
+        node: from.as_bytes(),
+        auth: auth.as_bytes(),
+        t_ms,
+        nonce: &punctual::api::forward_sign::nonce(),
+    };
+    let s = signature(secret.as_bytes(), &head, body);
+    [(FORWARDED, from.to_owned()), (SIGNATURE, s)]
+}

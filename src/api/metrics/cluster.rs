@@ -120,5 +120,21 @@ pub(super) fn encode_forwards(
             .encode_family(&[("outcome", outcome)])?
             .encode_counter::<(), _, u64>(&v.load(Ordering::Relaxed), None)?;
     }
+    let mut family = encoder.encode_descriptor(
+        "punctual_cluster_forwards_refused",
+        "Requests marked forwarded that this node refused (401), by reason: missing (no signature of the cluster's secret), stale (signed outside the window), wrong (another secret, or changed on the way)",
+        None,
+        MetricType::Counter,
+    )?;
+    let r = &f.refused;
+    for (reason, v) in [
+        ("missing", &r.missing),
+        ("stale", &r.stale),
+        ("wrong", &r.wrong),
+    ] {
+        family
+            .encode_family(&[("reason", reason)])?
+            .encode_counter::<(), _, u64>(&v.load(Ordering::Relaxed), None)?;
+    }
     Ok(())
 }
