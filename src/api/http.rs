@@ -27,15 +27,11 @@ use crate::runtime::cooperate::Slice;
 use crate::runtime::hyperio::{Io, LocalTimer};
 use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-<<<<<<< HEAD
 use glommio::net::TcpStream;
-=======
-use glommio::net::{TcpListener, TcpStream};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, CONTENT_LENGTH};
 use hyper::Request;
->>>>>>> wt-cluster2
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
