@@ -54,14 +54,23 @@ pub struct RetryBody {
 /// number or one past `u64` is refused (`invalid_field`).
 fn present_whole<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let n = Number::deserialize(d)?;
-    if let Some(u) = n.as_u64() {
-        return Ok(Some(u));
-    }
-    match n.as_f64() {
-        Some(f) if f.fract() == 0.0 && (0.0..u64::MAX as f64).contains(&f) => Ok(Some(f as u64)),
-        _ => Err(serde::de::Error::custom(format_args!(
+    match whole_u64(&n) {
+        Some(u) => Ok(Some(u)),
+        None => Err(serde::de::Error::custom(format_args!(
             "invalid value: {n}, expected a whole number from 0"
         ))),
+    }
+}
+
+/// `n` as a whole number from 0, however JSON wrote it (`1000`, `1000.0`, `1e3`); `None` for a
+/// fraction, a negative number or one past `u64`.
+fn whole_u64(n: &Number) -> Option<u64> {
+    if let Some(u) = n.as_u64() {
+        return Some(u);
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && (0.0..u64::MAX as f64).contains(&f) => Some(f as u64),
+        _ => None,
     }
 }
 
@@ -336,10 +345,12 @@ fn max_wait_of(debounce: &RawValue) -> Result<u64, ApiError> {
 }
 
 /// A version a condition names (`if_version` in a body or a query): a whole number from 1
-/// (versions are positive), else `invalid_field` naming it.
+/// (versions are positive), written as JSON may write one (`7`, `7.0`: JSON Schema's
+/// `integer`), else `invalid_field` naming it.
 pub fn if_version_of(text: &str) -> Result<u64, ApiError> {
-    match text.trim().parse::<u64>() {
-        Ok(v) if v > 0 => Ok(v),
+    let number = serde_json::from_str::<Number>(text.trim()).ok();
+    match number.as_ref().and_then(whole_u64) {
+        Some(v) if v > 0 => Ok(v),
         _ => Err(ApiError::InvalidField(format!(
             "\"if_version\" must be a version: a whole number from 1, not {text}"
         ))),

@@ -228,3 +228,15 @@ fn terms_read_as_given_and_default_to_none() {
         }
     );
 }
+
+#[test]
+fn a_condition_s_version_is_a_whole_number_as_json_writes_one() {
+    // JSON Schema's `integer`, which the document gives `if_version`, counts `7.0` and `7e0`.
+    for text in ["7", "7.0", "7e0", " 7 "] {
+        assert_eq!(if_version_of(text).ok(), Some(7), "{text}");
+    }
+    assert_eq!(if_version_of("18446744073709551615").ok(), Some(u64::MAX));
+    for text in ["0", "7.5", "-7", "x", "", "49903661065811599360", "\"7\""] {
+        assert!(if_version_of(text).is_err(), "{text}");
+    }
+}

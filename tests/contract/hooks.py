@@ -13,7 +13,11 @@ refused for a rule no JSON Schema can state, each verified here against the requ
 - `invalid_field` "max_delay_ms must be at least base_delay_ms": a comparison of two fields
   (one of them perhaps the tenant's default);
 - `payload_too_large`: at most 65,536 bytes of JSON text, as sent (a size of the encoding,
-  not of the value).
+  not of the value);
+- `invalid_field` on `DELETE /v1/timers/{tenant}` with an empty or missing `prefix`: cancelling
+  a tenant's every timer takes `all=true` as well (a rule between two parameters);
+- `invalid_field` on `GET /v1/timers/{tenant}` with `payloads=true` and a `limit` over 1,000:
+  a page with payloads holds at most 1,000 timers (a rule between two parameters).
 
 Every other failure stands, and so does every other check on these requests (status,
 headers, body schema, no 5xx).
@@ -114,12 +118,32 @@ atexit.register(
 )
 
 
+def _query_refusal_is_right(case, status, error):
+    """Whether refusing `case` for its query follows a rule between two parameters."""
+    if status != 400 or error.get("code") != "invalid_field":
+        return False
+    path = getattr(case.operation, "path", "")
+    query = case.query if isinstance(case.query, dict) else {}
+    message = error.get("message", "")
+    if case.method.upper() == "DELETE" and path == "/v1/timers/{tenant}" and "add all=true" in message:
+        return not query.get("prefix") and str(query.get("all", "")).lower() != "true"
+    if case.method.upper() == "GET" and path == "/v1/timers/{tenant}" and "with payloads=true" in message:
+        try:
+            limit = int(query.get("limit"))
+        except (TypeError, ValueError):
+            return False
+        return str(query.get("payloads", "")).lower() == "true" and limit > 1000
+    return False
+
+
 @schemathesis.hook
 def filter_failure(context, failure, case, response):
     if getattr(failure, "code", None) != "ST202":
         return True
     error = _error(response)
-    if _refusal_is_right(case.body, response.status_code, error):
+    if _refusal_is_right(case.body, response.status_code, error) or _query_refusal_is_right(
+        case, response.status_code, error
+    ):
         DROPPED[error.get("code")] += 1
         return False
     return True
