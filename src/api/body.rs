@@ -338,8 +338,9 @@ fn max_wait_of(debounce: &RawValue) -> Result<u64, ApiError> {
         ))
     };
     let b: DebounceBody = serde_json::from_str(debounce.get()).map_err(|_| bad())?;
-    match b.max_wait_ms.get().parse::<u64>() {
-        Ok(ms) if ms <= TEN_YEARS_US / 1_000 => Ok(ms * 1_000),
+    let ms = serde_json::from_str::<Number>(b.max_wait_ms.get()).ok();
+    match ms.as_ref().and_then(whole_u64) {
+        Some(ms) if ms <= TEN_YEARS_US / 1_000 => Ok(ms * 1_000),
         _ => Err(bad()),
     }
 }

@@ -240,3 +240,22 @@ fn a_condition_s_version_is_a_whole_number_as_json_writes_one() {
         assert!(if_version_of(text).is_err(), "{text}");
     }
 }
+
+#[test]
+fn a_debounce_s_wait_is_a_whole_number_as_json_writes_one() {
+    for (text, us) in [
+        ("1000", 1_000_000),
+        ("1000.0", 1_000_000),
+        ("1e3", 1_000_000),
+        ("0", 0),
+    ] {
+        let raw = format!(r#"{{"max_wait_ms": {text}}}"#);
+        let raw: Box<RawValue> = serde_json::from_str(&raw).expect("json");
+        assert_eq!(max_wait_of(&raw).ok(), Some(us), "{text}");
+    }
+    for text in ["1000.5", "-1", "\"1000\"", "315360000001", "null"] {
+        let raw = format!(r#"{{"max_wait_ms": {text}}}"#);
+        let raw: Box<RawValue> = serde_json::from_str(&raw).expect("json");
+        assert!(max_wait_of(&raw).is_err(), "{text}");
+    }
+}
