@@ -5,8 +5,13 @@
 //! come, and they are joined at the end into a buffer of their total, a frame at a time with
 //! a look at the slice between (a body of one frame is not copied at all).
 
+use super::error::ApiError;
 use crate::runtime::cooperate::Slice;
 use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Body;
+use hyper::header::{HeaderMap, CONTENT_LENGTH};
+use std::time::Duration;
 
 pub struct Gather {
     /// The buffer of a declared length, or the frames of a body without one.
@@ -58,3 +63,52 @@ impl Gather {
 #[cfg(test)]
 #[path = "gather_tests.rs"]
 mod tests;
+
+/// The whole of `body`, refusing one over `limit` bytes (413, at once when its
+/// `Content-Length` says so) or slower than `timeout_ms` (408). Frame by frame, a slice at a
+/// time (`cooperate`), into one [`Gather`] never grown: collecting the frames and joining them
+/// in one go copies the whole body (16 MiB for a large batch, with a page fault per fresh page)
+/// in one stretch of the shard's thread, and so does a buffer doubling as it fills.
+pub async fn read_whole<B>(
+    headers: &HeaderMap,
+    body: B,
+    limit: usize,
+    timeout_ms: u64,
+) -> Result<Bytes, ApiError>
+where
+    B: Body<Data = Bytes, Error = hyper::Error>,
+{
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::BodyTooLarge { limit });
+    }
+    let collect = async {
+        let mut body = std::pin::pin!(Limited::new(body, limit));
+        let mut gather = Gather::new(declared.map(|n| (n as usize).min(limit)));
+        let mut slice = Slice::begin();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    ApiError::BodyTooLarge { limit }
+                } else {
+                    ApiError::MalformedJson(format!("the body could not be read: {e}"))
+                }
+            })?;
+            if let Ok(data) = frame.into_data() {
+                gather.push(data);
+            }
+            if slice.is_over() {
+                slice.next().await;
+            }
+        }
+        Ok(gather.finish(&mut slice).await)
+    };
+    let timeout = async {
+        glommio::timer::sleep(Duration::from_millis(timeout_ms)).await;
+        Err(ApiError::RequestTimeout(timeout_ms))
+    };
+    futures_lite::future::or(collect, timeout).await
+}

@@ -14,23 +14,17 @@
 use super::accept::Acceptor;
 use super::clients::{Admit, Client};
 use super::drain::LocalDrain;
-use super::error::ApiError;
 use super::forward::Peers;
 use super::forward_sign;
-use super::gather::Gather;
 use super::metrics::Metrics;
 use super::respond::{self, Resp};
 use super::state::{App, Servers};
 use super::unread::Source;
 use crate::engine::Handle;
-use crate::runtime::cooperate::Slice;
 use crate::runtime::hyperio::{Io, LocalTimer};
-use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, CONTENT_LENGTH};
 use hyper::Request;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -266,14 +260,15 @@ pub(super) async fn admit(app: &App, req: Request<Incoming>) -> Result<Request<S
     let (parts, body) = req.into_parts();
     let cfg = &app.shared.config;
     let limit = cfg.max_body_bytes.max(cfg.max_batch_body_bytes);
-    let body = match read_whole(&parts.headers, body, limit, cfg.body_timeout_ms).await {
-        Ok(b) => b,
-        Err(e) => {
-            let mut resp = respond::error(&e);
-            respond::closing(&mut resp);
-            return Err(resp);
-        }
-    };
+    let body =
+        match super::gather::read_whole(&parts.headers, body, limit, cfg.body_timeout_ms).await {
+            Ok(b) => b,
+            Err(e) => {
+                let mut resp = respond::error(&e);
+                respond::closing(&mut resp);
+                return Err(resp);
+            }
+        };
     match forward_sign::verify(secret.as_bytes(), &parts, signed, &body).await {
         Ok(()) => Ok(Request::from_parts(parts, Source::Read(body))),
         Err(why) => {
@@ -281,46 +276,4 @@ pub(super) async fn admit(app: &App, req: Request<Incoming>) -> Result<Request<S
             Err(respond::error(&why.error()))
         }
     }
-}
-
-/// The whole of `body`, at most `limit` bytes, within `timeout_ms`, a slice at a time.
-async fn read_whole(
-    headers: &HeaderMap,
-    body: Incoming,
-    limit: usize,
-    timeout_ms: u64,
-) -> Result<Bytes, ApiError> {
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::BodyTooLarge { limit });
-    }
-    let collect = async {
-        let mut body = Limited::new(body, limit);
-        let mut gather = Gather::new(declared.map(|n| (n as usize).min(limit)));
-        let mut slice = Slice::begin();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    ApiError::BodyTooLarge { limit }
-                } else {
-                    ApiError::MalformedJson(format!("the body could not be read: {e}"))
-                }
-            })?;
-            if let Ok(data) = frame.into_data() {
-                gather.push(data);
-            }
-            if slice.is_over() {
-                slice.next().await;
-            }
-        }
-        Ok(gather.finish(&mut slice).await)
-    };
-    let timeout = async {
-        glommio::timer::sleep(Duration::from_millis(timeout_ms)).await;
-        Err(ApiError::RequestTimeout(timeout_ms))
-    };
-    futures_lite::future::or(collect, timeout).await
 }

@@ -10,7 +10,6 @@ use super::batch;
 use super::body::{if_version_of, parse_put, Registration};
 use super::error::ApiError;
 use super::forward::{self, Here};
-use super::gather::Gather;
 use super::metrics::{RequestLabels, ScrapeRefused, WAITING_SCRAPES};
 use super::respond::{self, Resp};
 use super::segment::decoded;
@@ -19,10 +18,8 @@ use super::state::App;
 use super::unread::{self, RequestBody};
 use crate::engine::{Cancelled, Scheduled};
 use crate::error::{validate_name, NameKind};
-use crate::runtime::cooperate::Slice;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
-use hyper::header::{AUTHORIZATION, CONTENT_LENGTH};
+use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request, StatusCode};
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -453,45 +450,9 @@ impl App {
     /// Reads the whole body, refusing one over `limit` bytes (413) or slower than the body
     /// timeout (408).
     async fn read_body(&self, req: Request<RequestBody>, limit: usize) -> Result<Bytes, ApiError> {
-        let declared = req
-            .headers()
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
-            return Err(ApiError::BodyTooLarge { limit });
-        }
+        let (parts, body) = req.into_parts();
         let timeout_ms = self.shared.config.body_timeout_ms;
-        // Frame by frame, a slice at a time (`cooperate`), into one buffer never grown
-        // (`gather.rs`): collecting the frames and joining them in one go copies the whole body
-        // (16 MiB for a large batch, with a page fault per fresh page) in one stretch of the
-        // shard's thread, and so does a buffer doubling as it fills.
-        let collect = async {
-            let mut body = Limited::new(req.into_body(), limit);
-            let mut gather = Gather::new(declared.map(|n| (n as usize).min(limit)));
-            let mut slice = Slice::begin();
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        ApiError::BodyTooLarge { limit }
-                    } else {
-                        ApiError::MalformedJson(format!("the body could not be read: {e}"))
-                    }
-                })?;
-                if let Ok(data) = frame.into_data() {
-                    gather.push(data);
-                }
-                if slice.is_over() {
-                    slice.next().await;
-                }
-            }
-            Ok(gather.finish(&mut slice).await)
-        };
-        let timeout = async {
-            glommio::timer::sleep(Duration::from_millis(timeout_ms)).await;
-            Err(ApiError::RequestTimeout(timeout_ms))
-        };
-        futures_lite::future::or(collect, timeout).await
+        super::gather::read_whole(&parts.headers, body, limit, timeout_ms).await
     }
 }
 
