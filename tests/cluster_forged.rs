@@ -17,12 +17,8 @@ mod redis_cluster;
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use api_support::try_request;
-use cluster_serve::{metrics, node_addr, sample, Proc, Reader};
+use cluster_serve::{list_member, metrics, put_keys, sample, shop_node};
 use punctual::partition::PARTITIONS;
-use punctual::store::redis::cluster::slot::slot_of;
-use punctual::store::redis::layout::{MEMBERS_KEY, MEMBERS_VERSION_KEY, MEMBER_RECORDS_KEY};
-use redis_cluster::RedisCluster;
 use std::net::TcpListener;
 use std::time::Duration;
 
@@ -32,40 +28,14 @@ const TOKEN: &str = "tenant-token-that-only-nodes-may-see-0123";
 
 #[test]
 fn a_record_added_to_redis_by_hand_gets_no_partition_no_forward_and_no_token() {
-    let cluster = RedisCluster::start();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let config = dir.path().join("tenants.toml");
-    std::fs::write(&config, format!("[tenants.shop]\ntoken = \"{TOKEN}\"\n")).expect("config");
-    let config = config.to_string_lossy().into_owned();
-    let a = node_addr();
-    let extra = ["--config", &config, "--cluster-secret", SECRET];
-    let mut node = Proc::spawn_with(a, &cluster.url(), dir.path(), "a", &extra);
-    node.wait_healthy(a);
+    let (cluster, _dir, a, _node) = shop_node(TOKEN, &["--cluster-secret", SECRET]);
 
     // A forged record: alive for an hour, pointing at a listener that would collect tokens.
     let trap = TcpListener::bind("127.0.0.1:0").expect("bind");
     trap.set_nonblocking(true).expect("non-blocking");
     let forged = trap.local_addr().expect("addr").to_string();
-    let mut reader = Reader::new(&cluster);
-    let con = reader.master(slot_of(MEMBERS_KEY.as_bytes()));
-    let (secs, _): (u64, u64) = redis::cmd("TIME").query(con).expect("TIME");
     let record = format!(r#"{{"id":"{forged}","advertise":"{forged}","started_at_us":1}}"#);
-    let _: () = redis::pipe()
-        .cmd("ZADD")
-        .arg(MEMBERS_KEY)
-        .arg((secs + 3_600) * 1_000)
-        .arg(&forged)
-        .ignore()
-        .cmd("HSET")
-        .arg(MEMBER_RECORDS_KEY)
-        .arg(&forged)
-        .arg(&record)
-        .ignore()
-        .cmd("INCR")
-        .arg(MEMBERS_VERSION_KEY)
-        .ignore()
-        .query(con)
-        .expect("the forged record written");
+    list_member(&cluster, &forged, &record);
     // Past a tick that sees the counter move and a round after it.
     std::thread::sleep(Duration::from_millis(2_500));
 
@@ -81,17 +51,8 @@ fn a_record_added_to_redis_by_hand_gets_no_partition_no_forward_and_no_token() {
         "a partition given up for the forged record"
     );
     let auth = format!("Bearer {TOKEN}");
-    for i in 0..200 {
-        let path = format!("/v1/timers/shop/k-{i}");
-        let r = try_request(
-            a,
-            "PUT",
-            &path,
-            &[("authorization", &auth)],
-            br#"{"delay_ms":600000}"#,
-        )
-        .expect("PUT answered");
-        assert_eq!(r.status, 201, "PUT {path}: {:?}", r.json());
+    for (key, r) in put_keys(a, &auth, 200) {
+        assert_eq!(r.status, 201, "PUT {key}: {:?}", r.json());
     }
     assert!(
         matches!(trap.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),

@@ -6,8 +6,9 @@
 //! body. The node refuses, with `401` and a count in `/metrics` by reason, a forwarded request
 //! with no signature, one under another secret, one whose body changed after signing and one
 //! signed outside the window (a replay); it stores nothing for any of them. A forward signed
-//! with the right secret is served, and an ordinary request is untouched. Every wait is
-//! bounded.
+//! with the right secret is served once: the same forward sent again within the window (a
+//! copy taken on the way) is refused `401` and counted `replayed`, and changes nothing. An
+//! ordinary request is untouched. Every wait is bounded.
 
 mod api_support;
 #[path = "support/cluster_serve.rs"]
@@ -18,9 +19,8 @@ mod redis_cluster;
 mod redis_server;
 
 use api_support::try_request;
-use cluster_serve::{forwarded, metrics, node_addr, Proc, CLUSTER_SECRET};
+use cluster_serve::{forwarded, metrics, shop_node, CLUSTER_SECRET};
 use punctual::api::forward_sign::{now_ms, FORWARDED, WINDOW};
-use redis_cluster::RedisCluster;
 
 const TOKEN: &str = "tenant-token-that-only-nodes-may-see-0123";
 
@@ -35,15 +35,8 @@ fn refused(text: &str, reason: &str) -> u64 {
 }
 
 #[test]
-fn a_forward_counts_only_signed_with_the_cluster_s_secret_fresh_and_unchanged() {
-    let cluster = RedisCluster::start();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let config = dir.path().join("tenants.toml");
-    std::fs::write(&config, format!("[tenants.shop]\ntoken = \"{TOKEN}\"\n")).expect("config");
-    let config = config.to_string_lossy().into_owned();
-    let a = node_addr();
-    let mut node = Proc::spawn_with(a, &cluster.url(), dir.path(), "a", &["--config", &config]);
-    node.wait_healthy(a);
+fn a_forward_counts_only_signed_with_the_cluster_s_secret_fresh_unchanged_and_once() {
+    let (_cluster, _dir, a, _node) = shop_node(TOKEN, &[]);
 
     let auth = format!("Bearer {TOKEN}");
     let body = br#"{"delay_ms":600000}"#;
@@ -119,6 +112,32 @@ fn a_forward_counts_only_signed_with_the_cluster_s_secret_fresh_and_unchanged() 
     assert_eq!(r.status, 201, "a signed forward: {:?}", r.json());
     let r = try_request(a, "GET", signed, &[("authorization", &auth)], b"").expect("GET");
     assert_eq!(r.status, 200, "the signed forward's timer: {:?}", r.json());
+    // The same forward again, within the window: a replay, refused; the timer is as the first
+    // forward left it.
+    let once = "/v1/timers/shop/once";
+    let headers = sign(CLUSTER_SECRET, now_ms(), once, body);
+    let r = put(once, &headers, body);
+    assert_eq!(r.status, 201, "the first forward: {:?}", r.json());
+    let version = |r: &api_support::Resp| r.json()["version"].as_u64();
+    let first = try_request(a, "GET", once, &[("authorization", &auth)], b"").expect("GET");
+    let r = put(once, &headers, body);
+    assert_eq!(
+        (r.status, r.code()),
+        (401, "unauthorized".into()),
+        "a replayed forward was served: {:?}",
+        r.json()
+    );
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("replay")));
+    let after = try_request(a, "GET", once, &[("authorization", &auth)], b"").expect("GET");
+    assert_eq!(
+        version(&after),
+        version(&first),
+        "the replay changed the timer"
+    );
+    assert_eq!(refused(&metrics(a), "replayed"), 1, "the replay counted");
+
     // An ordinary request carries no signature and needs none.
     let r = put("/v1/timers/shop/plain", &[], body);
     assert_eq!(r.status, 201, "an ordinary PUT: {:?}", r.json());

@@ -24,7 +24,9 @@
 //! - **Relayed, never invented.** What the caller gets is the owner's status, body and the
 //!   headers that matter (`content-type`, `retry-after`, `www-authenticate`, `allow`), or a
 //!   `503 peer_unavailable` when the owner gave no answer: an answer of success only ever
-//!   comes from the owner. A forward that timed out may still have been applied there (as
+//!   comes from the owner. Under the cluster's secret only an answer that proves it for this
+//!   very forward is relayed (`forward_answer.rs`); any other is an error too, logged and
+//!   counted (`unverified`), and its connection is closed. A forward that timed out may still have been applied there (as
 //!   any request whose answer was lost): asking again is safe, a PUT replaces.
 //!
 //! # Bounds, and what waits when a peer stops answering
@@ -57,6 +59,7 @@
 //! answer read whole (up to [`MAX_ANSWER`]) by hyper, plus one network round trip.
 
 use super::error::ApiError;
+use super::forward_answer::{verify, AnswerHead, ANSWER_SIGNATURE, RELAYED};
 use super::respond::Resp;
 use crate::nodes::node::Holdings;
 use crate::nodes::routing::{Owner, Routing};
@@ -66,9 +69,7 @@ use crate::runtime::hyperio::Io;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{
-    HeaderMap, HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, HOST, RETRY_AFTER, WWW_AUTHENTICATE,
-};
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, Response, StatusCode};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use std::cell::RefCell;
@@ -105,6 +106,8 @@ pub enum ForwardError {
     Timeout { peer: String, ms: u64 },
     #[error("the node {peer} that owns this partition cannot be reached: {reason}")]
     Unreachable { peer: String, reason: String },
+    #[error("the answer of {peer}, given as the node that owns this partition, was not relayed: {reason}; the request may or may not have been applied there")]
+    Unverified { peer: String, reason: &'static str },
 }
 
 impl From<ForwardError> for ApiError {
@@ -131,6 +134,8 @@ pub struct ForwardStats {
     pub timeout: AtomicU64,
     /// No connection, or the exchange failed.
     pub unreachable: AtomicU64,
+    /// Answered without proving the cluster's secret: not relayed (`forward_answer.rs`).
+    pub unverified: AtomicU64,
     /// How long the answered forwards took.
     pub latency: Histogram,
     /// Forwarded requests this node refused, their signature missing, stale or wrong
@@ -145,6 +150,7 @@ impl Default for ForwardStats {
             busy: AtomicU64::new(0),
             timeout: AtomicU64::new(0),
             unreachable: AtomicU64::new(0),
+            unverified: AtomicU64::new(0),
             // 100 µs to about 6.5 s, in powers of 2: past the deadline (5 s) nothing is answered.
             latency: Histogram::new(exponential_buckets(1e-4, 2.0, 17)),
             refused: Default::default(),
@@ -162,6 +168,7 @@ impl ForwardStats {
             Err(ForwardError::Busy { .. }) => &self.busy,
             Err(ForwardError::Timeout { .. }) => &self.timeout,
             Err(ForwardError::Unreachable { .. }) => &self.unreachable,
+            Err(ForwardError::Unverified { .. }) => &self.unverified,
         };
         c.fetch_add(1, Ordering::Relaxed);
     }
@@ -287,8 +294,7 @@ impl Peers {
                 limit: MAX_IN_FLIGHT,
             }),
             Some(_slot) => {
-                let signature = self.sign(&out).await;
-                let exchange = self.exchange(peer, &out, signature.as_ref());
+                let exchange = self.exchange(peer, &out);
                 let expire = async {
                     glommio::timer::sleep(FORWARD_TIMEOUT).await;
                     Err(ForwardError::Timeout {
@@ -300,8 +306,14 @@ impl Peers {
             }
         };
         self.stats.count(&result, started.elapsed());
-        if let Err(e) = &result {
-            tracing::debug!(%peer, error = %e, "forward failed");
+        match &result {
+            Err(e @ ForwardError::Unverified { .. }) => tracing::warn!(
+                %peer,
+                error = %e,
+                "forward: an answer that does not prove the cluster's secret was refused, and the caller answered 503 peer_unavailable; if this address is not a node of this cluster, someone holding the secret listed it"
+            ),
+            Err(e) => tracing::debug!(%peer, error = %e, "forward failed"),
+            Ok(_) => {}
         }
         result
     }
@@ -333,12 +345,7 @@ impl Peers {
         super::forward_sign::sign(secret, method, out.path, me, auth, &out.body).await
     }
 
-    async fn exchange(
-        &self,
-        peer: &Arc<str>,
-        out: &Outgoing<'_>,
-        signature: Option<&HeaderValue>,
-    ) -> Result<Answer, ForwardError> {
+    async fn exchange(&self, peer: &Arc<str>, out: &Outgoing<'_>) -> Result<Answer, ForwardError> {
         let fail = |reason: String| ForwardError::Unreachable {
             peer: peer.to_string(),
             reason,
@@ -347,17 +354,20 @@ impl Peers {
             Some(c) => (c, true),
             None => (connect(peer).await.map_err(fail)?, false),
         };
+        let mut signature = self.sign(out).await;
         let resp = match conn
             .sender
-            .send_request(self.request(peer, out, signature))
+            .send_request(self.request(peer, out, signature.as_ref()))
             .await
         {
             Ok(r) => r,
-            // A pooled connection the peer closed while idle: once more on a fresh one.
+            // A pooled connection the peer closed while idle: once more on a fresh one, signed
+            // anew (the owner serves a nonce once, and may have read the first).
             Err(e) if pooled && (e.is_canceled() || e.is_closed() || e.is_incomplete_message()) => {
                 conn = connect(peer).await.map_err(fail)?;
+                signature = self.sign(out).await;
                 conn.sender
-                    .send_request(self.request(peer, out, signature))
+                    .send_request(self.request(peer, out, signature.as_ref()))
                     .await
                     .map_err(|e| fail(format!("request failed: {e}")))?
             }
@@ -365,16 +375,32 @@ impl Peers {
         };
         let status = resp.status();
         let mut headers = HeaderMap::new();
-        for name in [CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE, ALLOW] {
+        for name in RELAYED {
             if let Some(v) = resp.headers().get(&name) {
                 headers.insert(name, v.clone());
             }
         }
+        let given = resp.headers().get(ANSWER_SIGNATURE).cloned();
         let body = Limited::new(resp.into_body(), MAX_ANSWER)
             .collect()
             .await
             .map_err(|e| fail(format!("the answer could not be read: {e}")))?
             .to_bytes();
+        if let Some(secret) = self.secret.as_deref() {
+            let request = signature.as_ref().map_or(&[][..], HeaderValue::as_bytes);
+            let h = AnswerHead {
+                request,
+                status,
+                headers: &headers,
+            };
+            // Refused: the connection is dropped with it.
+            verify(secret, &h, given.as_ref(), &body)
+                .await
+                .map_err(|why| ForwardError::Unverified {
+                    peer: peer.to_string(),
+                    reason: why.reason(),
+                })?;
+        }
         self.put_idle(peer, conn);
         Ok(Answer {
             status,

@@ -30,12 +30,13 @@
 //!   `advertise` either (the configuration requires both together), so it routes nothing and
 //!   the header means nothing there.
 //!
-//! # What it does not do
+//! # Replays and answers
 //!
-//! A replay within [`WINDOW`] is not detected: the nonce makes every signature unique, but
-//! the owner keeps no memory of the nonces it saw. Replaying needs a copy of the forward,
-//! that is, a place on the path between nodes, which also reads the caller's token in the
-//! clear: only TLS between the nodes closes that (`docs/SCALING.md`).
+//! A forward is served once: after its MAC is verified the owner remembers its nonce until
+//! its time leaves the window (`forward_replay.rs`) and refuses it again (`401`, counted
+//! `replayed`). The owner's answer to a forward is signed in turn (`forward_answer.rs`),
+//! bound to this forward's signature, and the forwarding node relays only an answer that
+//! proves it.
 //!
 //! # Cost model
 //!
@@ -67,7 +68,10 @@ pub const WINDOW: Duration = Duration::from_secs(30);
 /// The part of the MAC fed at a time between looks at the slice.
 const CHUNK: usize = 64 * 1024;
 
-type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+/// The length of a nonce: 32 hex digits ([`nonce`]).
+pub const NONCE_LEN: usize = 32;
+
+pub(super) type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
 /// What a forward's MAC covers besides its body.
 #[derive(Clone, Copy, Debug)]
@@ -93,12 +97,19 @@ pub struct Refused {
     pub stale: AtomicU64,
     /// The MAC does not match: another secret, or a part changed.
     pub wrong: AtomicU64,
+    /// A nonce already served within the window (`forward_replay.rs`).
+    pub replayed: AtomicU64,
+}
+
+/// An HMAC-SHA256 under `secret` (HMAC takes a key of any length; the fallback is never
+/// taken).
+pub(super) fn keyed(secret: &[u8]) -> HmacSha256 {
+    HmacSha256::new_from_slice(secret)
+        .unwrap_or_else(|_| <HmacSha256 as Mac>::new(&Default::default()))
 }
 
 fn mac_of_head(secret: &[u8], h: &Head<'_>) -> HmacSha256 {
-    // HMAC takes a key of any length; the fallback is never taken.
-    let mut m = HmacSha256::new_from_slice(secret)
-        .unwrap_or_else(|_| <HmacSha256 as Mac>::new(&Default::default()));
+    let mut m = keyed(secret);
     let t = h.t_ms.to_string();
     for part in [
         &b"punctual forward"[..],
@@ -117,7 +128,11 @@ fn mac_of_head(secret: &[u8], h: &Head<'_>) -> HmacSha256 {
 
 /// The MAC of `h` and `body`, the body fed a chunk at a time with a look at the slice.
 async fn mac_of(secret: &[u8], h: &Head<'_>, body: &[u8]) -> [u8; 32] {
-    let mut m = mac_of_head(secret, h);
+    fed(mac_of_head(secret, h), body).await
+}
+
+/// `m` fed `body` a chunk at a time with a look at the slice between, and finished.
+pub(super) async fn fed(mut m: HmacSha256, body: &[u8]) -> [u8; 32] {
     let mut slice = Slice::begin();
     for chunk in body.chunks(CHUNK) {
         m.update(chunk);
@@ -192,7 +207,9 @@ fn parse(v: &str) -> Option<(u64, &str, [u8; 32])> {
     for part in v.split(',') {
         match part.trim().split_once('=')? {
             ("t", x) => t = Some(x.parse().ok()?),
-            ("n", x) if !x.is_empty() && x.len() <= 64 => n = Some(x),
+            ("n", x) if x.len() == NONCE_LEN && x.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                n = Some(x)
+            }
             ("s", x) => s = Some(<[u8; 32]>::try_from(hex::decode(x).ok()?).ok()?),
             _ => return None,
         }
@@ -204,8 +221,17 @@ fn parse(v: &str) -> Option<(u64, &str, [u8; 32])> {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
     Missing,
-    Stale { off_ms: u64 },
+    Stale {
+        off_ms: u64,
+    },
     Wrong,
+    /// Its nonce was served already, within the window.
+    Replayed,
+    /// Signed at or before the oldest time this node's memory of nonces still covers (it is
+    /// full: `forward_replay.rs`), so a replay could not be told apart.
+    Forgotten {
+        behind_ms: u64,
+    },
 }
 
 impl Refusal {
@@ -221,14 +247,22 @@ impl Refusal {
             Refusal::Wrong => format!(
                 "the forward's {SIGNATURE} does not prove the cluster's secret: a node with another secret, or a request changed on the way"
             ),
+            Refusal::Replayed => format!(
+                "the forward's nonce was already served by this node within the last {} s: a replay of a forward, refused",
+                WINDOW.as_secs()
+            ),
+            Refusal::Forgotten { behind_ms } => format!(
+                "the forward was signed {behind_ms} ms before the oldest forward this node still remembers (its memory of nonces is full under this rate of forwards), so a replay could not be told apart: refused; a forward signed now is served"
+            ),
         })
     }
 
     pub fn count(&self, r: &Refused) {
         let c = match self {
             Refusal::Missing => &r.missing,
-            Refusal::Stale { .. } => &r.stale,
+            Refusal::Stale { .. } | Refusal::Forgotten { .. } => &r.stale,
             Refusal::Wrong => &r.wrong,
+            Refusal::Replayed => &r.replayed,
         };
         c.fetch_add(1, Ordering::Relaxed);
     }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::runtime::cooperate::on_executor;
+use hyper::header::RETRY_AFTER;
 
 #[test]
 fn addresses_split_into_host_and_port() {

@@ -5,7 +5,8 @@
 //! over either, a 503 is written and the connection closed), the request-head size (hyper's buffer: 431 past it), the idle / slow-header
 //! timeout (hyper's header-read timeout), and the write-stall timeout (in `io`). Body size
 //! and body timeout are checked per request in `routes`; a request marked forwarded is read
-//! whole and its signature checked before it is served ([`admit`], `forward_sign.rs`).
+//! whole, its signature checked and its nonce remembered before it is served ([`admit`],
+//! `forward_sign.rs`, `forward_replay.rs`), and its answer signed (`forward_answer.rs`).
 //!
 //! Draining: when [`Servers::drain`] is called, every acceptor stops and drops its listener,
 //! and every connection is told to shut down gracefully: hyper finishes the request in
@@ -15,6 +16,7 @@ use super::accept::Acceptor;
 use super::clients::{Admit, Client};
 use super::drain::LocalDrain;
 use super::forward::Peers;
+use super::forward_answer;
 use super::forward_sign;
 use super::metrics::Metrics;
 use super::respond::{self, Resp};
@@ -180,9 +182,18 @@ async fn serve_connection(
         let app = svc_app.clone();
         let linger = linger.clone();
         async move {
+            let secret = app.shared.config.cluster_secret.as_deref();
+            let secret = secret.filter(|_| req.headers().contains_key(forward_sign::FORWARDED));
+            let bound = secret.map(|_| forward_answer::bound_to(req.headers()));
             let resp = match admit(&app, req).await {
                 Ok(req) => app.serve(req).await,
                 Err(refused) => refused,
+            };
+            let resp = match (secret, bound) {
+                (Some(secret), Some(bound)) => {
+                    forward_answer::sign(secret.as_bytes(), &bound, resp).await
+                }
+                _ => resp,
             };
             if resp.headers().contains_key(hyper::header::CONNECTION) {
                 linger.set(true);
@@ -269,7 +280,12 @@ pub(super) async fn admit(app: &App, req: Request<Incoming>) -> Result<Request<S
                 return Err(resp);
             }
         };
-    match forward_sign::verify(secret.as_bytes(), &parts, signed, &body).await {
+    let (t_ms, nonce) = (signed.0, signed.1.clone());
+    let fresh = match forward_sign::verify(secret.as_bytes(), &parts, signed, &body).await {
+        Ok(()) => app.shared.seen.admit(t_ms, &nonce, forward_sign::now_ms()),
+        Err(why) => Err(why),
+    };
+    match fresh {
         Ok(()) => Ok(Request::from_parts(parts, Source::Read(body))),
         Err(why) => {
             why.count(refused);

@@ -39,6 +39,8 @@ mod cluster;
 mod drain;
 pub mod error;
 mod forward;
+pub mod forward_answer;
+pub mod forward_replay;
 pub mod forward_sign;
 mod gather;
 mod http;

@@ -33,6 +33,9 @@ pub struct Servers {
     pub status: Option<Arc<Status>>,
     /// Forwards to the other nodes, all shards together.
     pub forwards: Arc<ForwardStats>,
+    /// The forwards this node served within the window, all shards together
+    /// (`forward_replay.rs`).
+    pub seen: super::forward_replay::Seen,
     /// Bulk cancels, every tenant's (`actions.rs`, `bulk.rs`).
     pub(super) actions: Actions,
     pub(super) connections: AtomicUsize,
@@ -63,6 +66,7 @@ impl Servers {
             node,
             status,
             forwards: Arc::default(),
+            seen: Default::default(),
             actions: Actions::default(),
             connections: AtomicUsize::new(0),
             listeners: AtomicUsize::new(0),

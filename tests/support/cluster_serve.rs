@@ -489,3 +489,68 @@ pub fn forwarded(
     let s = signature(secret.as_bytes(), &head, body);
     [(FORWARDED, from.to_owned()), (SIGNATURE, s)]
 }
+
+/// A tenants file in `dir` that gives the tenant `shop` the token `token`: its path.
+pub fn shop_config(dir: &Path, token: &str) -> String {
+    let config = dir.join("tenants.toml");
+    std::fs::write(&config, format!("[tenants.shop]\ntoken = \"{token}\"\n")).expect("config");
+    config.to_string_lossy().into_owned()
+}
+
+/// Lists `id` in the cluster's membership as alive for an hour, with the record `json`, as a
+/// hand with write access to Redis could (and moves the counter the nodes watch).
+pub fn list_member(cluster: &RedisCluster, id: &str, json: &str) {
+    let mut reader = Reader::new(cluster);
+    let con = reader.master(slot_of(layout::MEMBERS_KEY.as_bytes()));
+    let (secs, _): (u64, u64) = redis::cmd("TIME").query(con).expect("TIME");
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(layout::MEMBERS_KEY)
+        .arg((secs + 3_600) * 1_000)
+        .arg(id)
+        .ignore()
+        .cmd("HSET")
+        .arg(layout::MEMBER_RECORDS_KEY)
+        .arg(id)
+        .arg(json)
+        .ignore()
+        .cmd("INCR")
+        .arg(layout::MEMBERS_VERSION_KEY)
+        .ignore()
+        .query(con)
+        .expect("the record written");
+}
+
+/// `PUT /v1/timers/shop/k-{i}` (ten minutes ahead) at `addr` for `i` in `0..n`, with `auth`:
+/// each key and its answer.
+pub fn put_keys(addr: SocketAddr, auth: &str, n: usize) -> Vec<(String, super::api_support::Resp)> {
+    (0..n)
+        .map(|i| {
+            let key = format!("k-{i}");
+            let path = format!("/v1/timers/shop/{key}");
+            let body = br#"{"delay_ms":600000}"#;
+            let r = try_request(addr, "PUT", &path, &[("authorization", auth)], body);
+            (key, r.expect("PUT answered"))
+        })
+        .collect()
+}
+
+/// A Redis Cluster and one healthy node on it that serves the tenant `shop` (token `token`),
+/// `extra` arguments after its tenants file: the cluster, the node's folder, address and
+/// process.
+pub fn shop_node(
+    token: &str,
+    extra: &[&str],
+) -> (RedisCluster, tempfile::TempDir, SocketAddr, Proc) {
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = shop_config(dir.path(), token);
+    let a = node_addr();
+    let args: Vec<&str> = ["--config", config.as_str()]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let mut node = Proc::spawn_with(a, &cluster.url(), dir.path(), "a", &args);
+    node.wait_healthy(a);
+    (cluster, dir, a, node)
+}

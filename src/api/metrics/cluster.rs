@@ -106,7 +106,7 @@ pub(super) fn encode_forwards(
 ) -> Result<(), std::fmt::Error> {
     let mut family = encoder.encode_descriptor(
         "punctual_cluster_forwards",
-        "Requests and sub-batches forwarded to the node that owns their partition, by outcome: answered (whatever its status), busy (too many in flight to that node), timeout, unreachable",
+        "Requests and sub-batches forwarded to the node that owns their partition, by outcome: answered (whatever its status), busy (too many in flight to that node), timeout, unreachable, unverified (an answer without a valid punctual-answer-signature, not relayed)",
         None,
         MetricType::Counter,
     )?;
@@ -115,6 +115,7 @@ pub(super) fn encode_forwards(
         ("busy", &f.busy),
         ("timeout", &f.timeout),
         ("unreachable", &f.unreachable),
+        ("unverified", &f.unverified),
     ] {
         family
             .encode_family(&[("outcome", outcome)])?
@@ -122,7 +123,7 @@ pub(super) fn encode_forwards(
     }
     let mut family = encoder.encode_descriptor(
         "punctual_cluster_forwards_refused",
-        "Requests marked forwarded that this node refused (401), by reason: missing (no signature of the cluster's secret), stale (signed outside the window), wrong (another secret, or changed on the way)",
+        "Requests marked forwarded that this node refused (401), by reason: missing (no signature of the cluster's secret), stale (signed outside the window), wrong (another secret, or changed on the way), replayed (a nonce already served within the window)",
         None,
         MetricType::Counter,
     )?;
@@ -131,6 +132,7 @@ pub(super) fn encode_forwards(
         ("missing", &r.missing),
         ("stale", &r.stale),
         ("wrong", &r.wrong),
+        ("replayed", &r.replayed),
     ] {
         family
             .encode_family(&[("reason", reason)])?
