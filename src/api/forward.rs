@@ -310,7 +310,7 @@ impl Peers {
             Err(e @ ForwardError::Unverified { .. }) => tracing::warn!(
                 %peer,
                 error = %e,
-                "forward: an answer that does not prove the cluster's secret was refused, and the caller answered 503 peer_unavailable; if this address is not a node of this cluster, someone holding the secret listed it"
+                "forward: an answer that does not prove the cluster's secret was not relayed (the caller is answered 503 peer_unavailable): a node with another secret or of an earlier version, a node refusing connections over its cap, or a listener at this address that is not a node"
             ),
             Err(e) => tracing::debug!(%peer, error = %e, "forward failed"),
             Ok(_) => {}

@@ -128,7 +128,7 @@ pub enum Unproven {
 impl Unproven {
     pub fn reason(self) -> &'static str {
         match self {
-            Unproven::Missing => "it carries no punctual-answer-signature: not a node of this cluster, or one that predates signed answers",
+            Unproven::Missing => "it carries no punctual-answer-signature: not a node of this cluster, a node of a version that predates signed answers, or a node refusing connections over its cap",
             Unproven::Wrong => "its punctual-answer-signature does not prove the cluster's secret for this forward: a node with another secret, an answer changed on the way, or one replayed from another forward",
         }
     }
