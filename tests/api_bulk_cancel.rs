@@ -111,6 +111,9 @@ fn an_empty_prefix_needs_all_and_bad_input_is_refused_by_name() {
         ("prefix=a%20b", "prefix"),
         ("all=yes", "all"),
         ("limit=5", "limit"),
+        // Two prefixes are refused, never one of them cancelled.
+        ("prefix=a&prefix=b-", "prefix"),
+        ("prefix=a&all=true&all=false", "all"),
     ] {
         let (st, e) = s.json("DELETE", &format!("/v1/timers/t?{query}"), "");
         assert_eq!(
@@ -156,6 +159,10 @@ fn an_empty_prefix_needs_all_and_bad_input_is_refused_by_name() {
         let message = e["error"]["message"].as_str().unwrap_or("");
         assert!(message.contains("unknown action"), "{message}");
     }
+    // Counted: the two actions started (the refused ones never started) and the three
+    // timers they cancelled.
+    assert_eq!(s.metric("punctual_bulk_actions"), 2.0);
+    assert_eq!(s.metric("punctual_bulk_cancelled"), 3.0);
 }
 
 #[test]

@@ -179,19 +179,14 @@ fn transient(e: &Error) -> bool {
 /// The prefix a bulk cancel names: `prefix=P` (not empty), or an empty one with `all=true`.
 fn bulk_query(query: Option<&str>) -> Result<String, ApiError> {
     let (mut prefix, mut all) = (String::new(), false);
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("prefix", v)) => prefix = prefix_of(v)?,
-            Some(("all", "true")) => all = true,
-            Some(("all", "false")) => all = false,
-            Some(("all", v)) => {
+    for (name, v) in super::query::pairs(query, &["prefix", "all"])? {
+        match (name, v) {
+            ("prefix", v) => prefix = prefix_of(v)?,
+            (_, "true") => all = true,
+            (_, "false") => all = false,
+            (_, v) => {
                 return Err(ApiError::InvalidField(format!(
                     "all must be true or false, not {v:?}"
-                )))
-            }
-            _ => {
-                return Err(ApiError::InvalidField(format!(
-                    "unknown query parameter {pair:?}; expected prefix and all"
                 )))
             }
         }

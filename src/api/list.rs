@@ -160,16 +160,17 @@ fn list_query(tenant: &str, query: Option<&str>) -> Result<ListQuery, ApiError> 
         payloads: false,
     };
     let mut limit = None;
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("prefix", v)) => q.prefix = prefix_of(v)?,
-            Some(("after", v)) => {
+    let known = ["prefix", "after", "limit", "payloads"];
+    for (name, v) in super::query::pairs(query, &known)? {
+        match name {
+            "prefix" => q.prefix = prefix_of(v)?,
+            "after" => {
                 let v = decoded(v);
                 validate_name(NameKind::Key, &v)
                     .map_err(|e| ApiError::InvalidField(format!("after: {e}")))?;
                 q.after = Some(v.into_owned());
             }
-            Some(("limit", v)) => {
+            "limit" => {
                 let n = v
                     .parse::<usize>()
                     .ok()
@@ -181,7 +182,8 @@ fn list_query(tenant: &str, query: Option<&str>) -> Result<ListQuery, ApiError> 
                     })?;
                 limit = Some(n);
             }
-            Some(("payloads", v)) => {
+            // `payloads`, the last that `pairs` lets through.
+            _ => {
                 q.payloads = match v {
                     "true" => true,
                     "false" => false,
@@ -191,11 +193,6 @@ fn list_query(tenant: &str, query: Option<&str>) -> Result<ListQuery, ApiError> 
                         )))
                     }
                 };
-            }
-            _ => {
-                return Err(ApiError::InvalidField(format!(
-                    "unknown query parameter {pair:?}; expected prefix, after, limit and payloads"
-                )))
             }
         }
     }

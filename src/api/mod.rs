@@ -46,6 +46,7 @@ mod list;
 mod listen;
 pub mod metrics;
 mod node;
+mod query;
 mod respond;
 mod routes;
 mod scan;
