@@ -12,7 +12,8 @@
 //!   sockets and timers to hyper.
 //! - `unread` keeps a connection alive after an answer given before the request's body was
 //!   read (or says `Connection: close` when it cannot).
-//! - `routes` and `batch` own request handling (`segment` percent-decodes tenant and key);
+//! - `routes` and `batch` own request handling (`segment` percent-decodes tenant and key;
+//!   `query` reads the parameters of the routes that take some, each at most once);
 //!   `body` owns parsing and validation of request JSON; `error` owns the error codes and
 //!   their mapping to HTTP statuses (one function); `respond` builds responses.
 //! - `forward` sends a keyed request for a partition another node owns to that node (on a
