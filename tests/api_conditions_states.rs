@@ -1,14 +1,17 @@
 //! Each condition (`"if": "absent"`, `"if_version"` on a PUT, `?if_version` on a DELETE, of the
-//! key's own version and of another) against every state a key can be in, on the real binary
-//! with the journal store: absent (never scheduled, and fired and done), pending (in the wheel,
-//! and paged beyond `--page-horizon-s`), in flight to a webhook (a real receiver holding the
-//! request), retrying (the receiver answers 500) and a dead letter. One key per pair, so that
-//! each answer is checked against a key nothing else touched, with what it left behind, and
-//! the conflicts' counters at the end (docs/API.md, "Conditional writes").
+//! key's own version and of another) against every state a key can be in, on the real binary,
+//! with the journal store and with Redis: absent (never scheduled, and fired and done),
+//! pending (in the wheel, and on the journal paged beyond `--page-horizon-s`), in flight to a
+//! webhook (a real receiver holding the request), retrying (the receiver answers 500) and a
+//! dead letter. One key per pair, so that each answer is checked against a key nothing else
+//! touched, with what it left behind, and the conflicts' counters at the end (docs/API.md,
+//! "Conditional writes").
 
 mod api_support;
 #[path = "support/receiver.rs"]
 mod receiver;
+#[path = "support/redis_server.rs"]
+mod redis_server;
 
 use api_support::{eventually, Configured, Server};
 use receiver::{Receiver, Reply};
@@ -227,10 +230,10 @@ fn check(s: &Server, state: State, probe: Probe, armed: Armed) {
     }
 }
 
-#[test]
-fn each_condition_against_every_state_of_a_key() {
+/// A receiver that holds `/hold` well past the probes (the timers stay in flight while they
+/// run) and answers everything else 500, and the configuration that lets the server call it.
+fn receiver() -> (Receiver, String) {
     let rx = Receiver::start(|r, _| match r.path.as_str() {
-        // Held well past the probes: the timers stay in flight while they run.
         "/hold" => Reply::status(200).after(Duration::from_secs(60)),
         _ => Reply::status(500),
     });
@@ -238,18 +241,18 @@ fn each_condition_against_every_state_of_a_key() {
         "callback_allow = [{:?}]\ncallback_allow_networks = [\"127.0.0.1/32\"]\nwebhook_timeout_ms = 120000\n",
         rx.base()
     );
-    let dir = tempfile::tempdir().expect("dir");
-    let args = ["--shards", "2", "--page-horizon-s", "600"];
-    let server = Configured::journal(dir.path(), &config, &args);
-    let s = &server.s;
+    (rx, config)
+}
 
+/// Every probe against every one of `states`, then the letters and the counters.
+fn every_probe(s: &Server, rx: &Receiver, states: &[State]) {
     let mut armed = Vec::new();
-    for state in STATES {
+    for &state in states {
         for probe in PROBES {
-            armed.push((state, probe, arm(s, &rx, state, &key(state, probe))));
+            armed.push((state, probe, arm(s, rx, state, &key(state, probe))));
         }
     }
-    for state in STATES {
+    for &state in states {
         settle(s, state);
     }
     for &(state, probe, a) in &armed {
@@ -266,12 +269,34 @@ fn each_condition_against_every_state_of_a_key() {
     }
     // Refusals counted: `exists` once per pending state, `version_mismatch` twice (a PUT and
     // a DELETE), and `not_pending` for each `if_version` PUT that found nothing.
-    let pending = STATES.iter().filter(|s| s.pending()).count() as f64;
-    let not = STATES.len() as f64 - pending;
+    let pending = states.iter().filter(|s| s.pending()).count() as f64;
+    let not = states.len() as f64 - pending;
     assert_eq!(s.metric("punctual_conflicts_exists"), pending);
     assert_eq!(
         s.metric("punctual_conflicts_version_mismatch"),
         2.0 * pending
     );
     assert_eq!(s.metric("punctual_conflicts_not_pending"), 2.0 * not);
+}
+
+#[test]
+fn each_condition_against_every_state_of_a_key() {
+    let (rx, config) = receiver();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = ["--shards", "2", "--page-horizon-s", "600"];
+    let server = Configured::journal(dir.path(), &config, &args);
+    every_probe(&server.s, &rx, &STATES);
+}
+
+#[test]
+fn each_condition_against_every_state_of_a_key_on_redis() {
+    let (rx, config) = receiver();
+    let redis = redis_server::RedisServer::start();
+    let mut file = tempfile::NamedTempFile::new().expect("config file");
+    std::io::Write::write_all(&mut file, config.as_bytes()).expect("write config");
+    let (path, url) = (file.path().to_string_lossy().into_owned(), redis.url());
+    let s = Server::start(&["--config", &path, "--redis", &url, "--shards", "2"]);
+    // No paging on Redis: every other state.
+    let states: Vec<State> = STATES.into_iter().filter(|&s| s != State::Paged).collect();
+    every_probe(&s, &rx, &states);
 }

@@ -275,3 +275,40 @@ fn after_a_sigkill_a_debounced_webhook_fires_at_its_cap_and_a_batch_item_is_held
     assert_eq!(a["version"], item["version"], "{a}");
     assert!(us(&a, "fired_at_us") >= cap_a, "fired before its cap: {a}");
 }
+
+#[test]
+fn a_condition_is_checked_before_the_burst_and_a_refusal_leaves_it() {
+    let s = Server::start(&["--shards", "2"]);
+    let body = |delay_ms: u64, cond: Value| {
+        let mut b = json!({"delay_ms": delay_ms, "debounce": {"max_wait_ms": 600_000}});
+        if let (Some(b), Some(c)) = (b.as_object_mut(), cond.as_object()) {
+            b.extend(c.clone());
+        }
+        b
+    };
+    let (st, r) = put(&s, "k", body(300_000, json!({"if": "absent"})));
+    assert_eq!(st, 201, "{r}");
+    let v = us(&r, "version");
+    let (_, g) = get(&s, "k");
+    let burst = g["debounce"].clone();
+    // Refused: nothing moves, the burst included.
+    let (st, e) = put(&s, "k", body(1_000, json!({"if": "absent"})));
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (409, Some("exists")),
+        "{e}"
+    );
+    let (st, e) = put(&s, "k", body(1_000, json!({"if_version": v + 1})));
+    assert_eq!(st, 409, "{e}");
+    let (_, g) = get(&s, "k");
+    assert_eq!((us(&g, "version"), &g["debounce"]), (v, &burst), "{g}");
+    // Applied by its version: the same burst, held to its cap.
+    let (st, r) = put(&s, "k", body(900_000, json!({"if_version": v})));
+    assert_eq!(
+        (st, us(&r, "fire_at_us")),
+        (200, us(&burst, "cap_us")),
+        "{r}"
+    );
+    let (_, g) = get(&s, "k");
+    assert_eq!(g["debounce"], burst, "{g}");
+}
