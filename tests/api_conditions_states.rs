@@ -267,6 +267,13 @@ fn every_probe(s: &Server, rx: &Receiver, states: &[State]) {
             "{probe:?}: {letters:?}"
         );
     }
+    // Nor does a plain DELETE of its key: the letter goes only through /v1/dead.
+    let k = key(State::Dead, Probe::DeleteOwnVersion);
+    assert_eq!(
+        s.req("DELETE", &format!("/v1/timers/t/{k}"), "").status,
+        404
+    );
+    assert!(dead_keys(s).contains(&k), "{k}");
     // Refusals counted: `exists` once per pending state, `version_mismatch` twice (a PUT and
     // a DELETE), and `not_pending` for each `if_version` PUT that found nothing.
     let pending = states.iter().filter(|s| s.pending()).count() as f64;
