@@ -33,6 +33,7 @@ mod array;
 mod batch;
 pub mod body;
 mod bulk;
+mod bulk_run;
 pub mod cli;
 mod clients;
 mod cluster;
