@@ -20,9 +20,12 @@
 //! as a forwarded `DELETE ?if_version=V` does (`bulk_run.rs` says how, and why so). Its
 //! progress is kept by the node that took it: `GET` it there.
 //!
-//! Actions live in this process's memory: a restart forgets them (what they cancelled stays
-//! cancelled; `GET` answers `404 not_found`, "unknown action"), and an id carries the
-//! process's start so that none is ever given twice. Each tenant keeps its last [`KEEP`]
+//! With the journal, each action is recorded under the data directory, at its start (before
+//! the `202`), after each page and at its end (`action_records.rs`): one that a restart cut
+//! short is answered after it as `"state": "interrupted"`, with what it had done by its last
+//! page; it is not resumed. With another store actions live in this process's memory only: a
+//! restart forgets them (what they cancelled stays cancelled; `GET` answers `404 not_found`,
+//! "unknown action"). An id carries the process's start so that none is ever given twice. Each tenant keeps its last [`KEEP`]
 //! actions: a new one makes room by forgetting the tenant's oldest finished action; with
 //! [`KEEP`] still running, a new one is refused `503 overloaded`.
 
@@ -41,13 +44,15 @@ use std::sync::atomic::Ordering;
 
 impl App {
     /// `DELETE /v1/timers/{tenant}?prefix=P[&all=true]` (admission checked by the caller).
-    pub(super) fn bulk_cancel(
+    pub(super) async fn bulk_cancel(
         &self,
         tenant: &str,
         req: &Request<RequestBody>,
     ) -> Result<Resp, ApiError> {
         let prefix = bulk_query(req.uri().query())?;
-        let action = self.shared.actions.begin(tenant)?;
+        let action = self.shared.actions.begin(tenant, &prefix)?;
+        // Recorded before the `202`: a restart from here on reports it.
+        self.shared.actions.save(&action).await;
         let body = serde_json::json!({ "id": action.id });
         let run = Rc::new(Run {
             handle: self.handle.clone(),
@@ -64,6 +69,7 @@ impl App {
                 *lock(&action.error) = Some(e);
             }
             action.done.store(true, Ordering::Release);
+            run.shared.actions.save(&action).await;
         })
         .detach();
         Ok(respond::json_of(StatusCode::ACCEPTED, &body))

@@ -113,6 +113,8 @@ impl Run {
                     return Err(e);
                 }
             }
+            *super::actions::lock(&self.action.after) = page.next.clone();
+            self.shared.actions.save(&self.action).await;
             match page.next {
                 Some(next) => after = Some(next),
                 None => return Ok(()),

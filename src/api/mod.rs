@@ -28,6 +28,7 @@
 //! reply travel to and from the shard that owns the key (possibly the same one).
 
 mod accept;
+mod action_records;
 mod actions;
 mod array;
 mod batch;
