@@ -8,7 +8,7 @@
 
 mod api_support;
 
-use api_support::{eventually, Configured, Server};
+use api_support::{eventually, put_batches, Configured, Server};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -191,21 +191,6 @@ fn a_restart_keeps_what_the_action_cancelled_and_the_action_as_it_ended() {
     assert_ne!(again, id, "an id is never given twice");
 }
 
-/// Schedules `keys` of `tenant` 10 minutes out, in batches.
-fn put_all(s: &Server, tenant: &str, keys: &[String]) {
-    for chunk in keys.chunks(5_000) {
-        let items: Vec<Value> = chunk
-            .iter()
-            .map(|k| json!({"key": k, "delay_ms": 600_000}))
-            .collect();
-        let body = json!({ "timers": items }).to_string();
-        let (st, v) = s.json("POST", &format!("/v1/timers/{tenant}"), &body);
-        assert_eq!(st, 200);
-        let ok = v["results"].as_array().into_iter().flatten();
-        assert_eq!(ok.filter(|r| r["status"] == 201).count(), chunk.len());
-    }
-}
-
 #[test]
 fn an_action_cut_short_by_sigkill_reads_back_as_interrupted_with_what_it_had_done() {
     let dir = tempfile::tempdir().expect("dir");
@@ -222,7 +207,7 @@ fn an_action_cut_short_by_sigkill_reads_back_as_interrupted_with_what_it_had_don
     ];
     let mut s = Server::start(&args);
     let keys: Vec<String> = (0..40_000).map(|i| format!("big-{i:05}")).collect();
-    put_all(&s, "t", &keys);
+    put_batches(s.addr, "t", &keys);
     put(&s, "t", "kept");
     let id = bulk(&s, "t", "prefix=big-");
     // Killed once the second page is listed (the first one's cancels answered and recorded),

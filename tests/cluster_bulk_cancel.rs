@@ -13,7 +13,7 @@ mod redis_cluster;
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use api_support::{eventually, try_request};
+use api_support::{eventually, put_batches, try_request};
 use cluster_serve::{node_addr, share, Proc};
 use punctual::nodes::rendezvous::owned_by;
 use punctual::partition::partition_of;
@@ -26,27 +26,6 @@ fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) 
     let r = try_request(addr, method, path, &[], body.as_bytes()).expect("answered");
     let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     (r.status, v)
-}
-
-/// Schedules `keys` of `tenant` 10 minutes out through `addr`, in batches (each item goes to
-/// its owner); their versions.
-fn put_all(addr: SocketAddr, tenant: &str, keys: &[String]) -> BTreeMap<String, u64> {
-    let mut versions = BTreeMap::new();
-    for chunk in keys.chunks(5_000) {
-        let items: Vec<Value> = chunk
-            .iter()
-            .map(|k| json!({"key": k, "delay_ms": 600_000}))
-            .collect();
-        let body = json!({ "timers": items }).to_string();
-        let (st, v) = call(addr, "POST", &format!("/v1/timers/{tenant}"), &body);
-        assert_eq!(st, 200, "{v}");
-        for r in v["results"].as_array().expect("results") {
-            assert!(r["status"] == 201 || r["status"] == 200, "{r}");
-            let key = r["key"].as_str().expect("key").to_string();
-            versions.insert(key, r["version"].as_u64().expect("version"));
-        }
-    }
-    versions
 }
 
 /// The pending keys of `tenant` under `prefix`, with their versions, as `addr` lists them.
@@ -110,15 +89,15 @@ fn a_bulk_cancel_sent_to_one_node_cancels_the_prefix_on_every_node_and_nothing_e
             "the keys are spread over both nodes: {on} on one"
         );
     }
-    put_all(addrs[0], "shop", &keys);
+    put_batches(addrs[0], "shop", &keys);
     let outside: Vec<String> = (0..200).map(|i| format!("other-{i}")).collect();
-    let mut kept = put_all(addrs[1], "shop", &outside);
-    kept.extend(put_all(
+    let mut kept = put_batches(addrs[1], "shop", &outside);
+    kept.extend(put_batches(
         addrs[1],
         "shop",
         &["ORDER-1".to_string(), "order".to_string()],
     ));
-    let mall = put_all(addrs[0], "mall", &keys[..300]);
+    let mall = put_batches(addrs[0], "mall", &keys[..300]);
 
     // Sent to the second node; progress read there.
     let (st, v) = call(addrs[1], "DELETE", "/v1/timers/shop?prefix=order-", "");
@@ -131,7 +110,7 @@ fn a_bulk_cancel_sent_to_one_node_cancels_the_prefix_on_every_node_and_nothing_e
         (v["matched"].as_u64() >= Some(2_000) || v["state"] == "done").then_some(())
     });
     let again: Vec<String> = keys[..1_000].iter().step_by(50).cloned().collect();
-    let renewed = put_all(addrs[0], "shop", &again);
+    let renewed = put_batches(addrs[0], "shop", &again);
     // A third node joins while the action runs: partitions move between the nodes.
     procs.push(Proc::spawn(addrs[2], &url, dir.path(), "node2"));
     let done = eventually("the bulk cancel to finish", || {
