@@ -22,7 +22,8 @@
 //!   checked the admission first, so a request it refuses costs the owner nothing; a
 //!   forwarded request counts against the tenant's rate on both nodes.
 //! - **Relayed, never invented.** What the caller gets is the owner's status, body and the
-//!   headers that matter (`content-type`, `retry-after`, `www-authenticate`, `allow`), or a
+//!   headers that matter (`content-type`, `retry-after`, `www-authenticate`, `allow`; and a
+//!   listing's `punctual-covered`, `list.rs`, read by the node that merges it), or a
 //!   `503 peer_unavailable` when the owner gave no answer: an answer of success only ever
 //!   comes from the owner. A forward that timed out may still have been applied there (as
 //!   any request whose answer was lost): asking again is safe, a PUT replaces.
@@ -95,6 +96,11 @@ const IDLE_MAX: Duration = Duration::from_secs(10);
 
 /// The largest answer read (a batch of 10,000 results is about a megabyte).
 const MAX_ANSWER: usize = 32 * 1024 * 1024;
+
+/// The header a node's answer to a forwarded listing carries (`list.rs`): the partitions it
+/// listed whole (`engine/list.rs`), as ranges (`0-511,700`). A bulk cancel lists a page again
+/// until the nodes' answers cover every partition (`bulk_run.rs`).
+pub const COVERED: &str = "punctual-covered";
 
 /// Why a forward got no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -193,6 +199,11 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// One of the headers kept from the peer's answer.
+    pub fn header(&self, name: &str) -> Option<&HeaderValue> {
+        self.headers.get(name)
+    }
+
     /// The answer as this node's response.
     pub fn into_resp(self) -> Resp {
         let mut r = Response::new(Full::new(self.body));
@@ -369,6 +380,11 @@ impl Peers {
             if let Some(v) = resp.headers().get(&name) {
                 headers.insert(name, v.clone());
             }
+        }
+        // What a node listed whole, for a bulk cancel (`list.rs`): never relayed to a caller,
+        // as a forwarded listing's answer is merged, not relayed.
+        if let Some(v) = resp.headers().get(COVERED) {
+            headers.insert(COVERED, v.clone());
         }
         let body = Limited::new(resp.into_body(), MAX_ANSWER)
             .collect()

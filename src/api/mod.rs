@@ -29,11 +29,13 @@
 //! reply travel to and from the shard that owns the key (possibly the same one).
 
 mod accept;
+mod action_records;
 mod actions;
 mod array;
 mod batch;
 pub mod body;
 mod bulk;
+mod bulk_run;
 pub mod cli;
 mod clients;
 mod cluster;

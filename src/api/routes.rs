@@ -127,7 +127,7 @@ impl App {
                 ("list_timers", limit, self.list(&t, req).await)
             }
             Route::Batch(t) if req.method() == Method::DELETE => {
-                ("bulk_cancel", limit, self.bulk(&t, &req))
+                ("bulk_cancel", limit, self.bulk(&t, &req).await)
             }
             Route::Action(t, id) => ("get_action", limit, self.action(&t, &id, &req)),
             Route::Batch(t) => {
@@ -260,9 +260,9 @@ impl App {
     }
 
     /// `DELETE /v1/timers/{tenant}?prefix=`: a bulk cancel (`bulk.rs`).
-    fn bulk(&self, tenant: &str, req: &Request<RequestBody>) -> Result<Resp, ApiError> {
+    async fn bulk(&self, tenant: &str, req: &Request<RequestBody>) -> Result<Resp, ApiError> {
         self.check(tenant, req)?;
-        self.bulk_cancel(tenant, req)
+        self.bulk_cancel(tenant, req).await
     }
 
     async fn batch(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
