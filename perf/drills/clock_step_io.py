@@ -7,7 +7,8 @@ import os
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from common import serve_webhooks
 
 
 NS = 1_000_000_000
@@ -95,43 +96,24 @@ class Receiver:
         self.deliveries = []
         self.keys = set()
         self.bad_requests = 0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # punctual keeps its connections alive
-
-            def do_POST(self):
-                arrival = time.time_ns()  # first thing: the head has just been read
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length)
-                key = self.headers.get("Idempotency-Key")
-                attempt = self.headers.get("Punctual-Attempt")
-                try:
-                    doc = json.loads(body)
-                except ValueError:
-                    doc = None
-                with receiver.lock:
-                    if key is None or doc is None:
-                        receiver.bad_requests += 1
-                    else:
-                        receiver.deliveries.append((arrival, key, attempt, doc))
-                        receiver.keys.add(key)
-                # Answer at once: a slow answer would be retried and repeat legitimately.
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 1024
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd = serve_webhooks(self.on_post)
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="receiver", daemon=True)
-        self.thread.start()
+
+    def on_post(self, path, headers, body, arrival):
+        key = headers.get("Idempotency-Key")
+        attempt = headers.get("Punctual-Attempt")
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+        with self.lock:
+            if key is None or doc is None:
+                self.bad_requests += 1
+            else:
+                self.deliveries.append((arrival, key, attempt, doc))
+                self.keys.add(key)
+        # Answer at once: a slow answer would be retried and repeat legitimately.
+        return 200
 
     def delivered_keys(self):
         with self.lock:

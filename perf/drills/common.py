@@ -1,10 +1,13 @@
 """What the drills share: knobs from the environment, clocks, free ports, percentiles, one
-keep-alive HTTP connection and a log line. Python standard library only."""
+keep-alive HTTP connection, a webhook receiver and a log line. Python standard library only."""
 
 import http.client
 import os
 import socket
+import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 def env_int(name, default):
@@ -82,3 +85,39 @@ def http_get(port, path):
         return r.status, r.read()
     finally:
         c.close()
+
+
+def serve_webhooks(on_post):
+    """A webhook receiver on a free loopback port, in threads of its own: on_post(path,
+    headers, body bytes, received_ns) answers each POST's status, the receipt read first thing
+    after the request's head. Returns the server; its port is server.server_address[1]."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"   # punctual keeps its connections alive
+
+        def do_POST(self):
+            received = time.time_ns()
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(on_post(self.path, self.headers, body, received))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        # Python's default accept backlog is 5: a burst of connects from the server's
+        # per-host slots (64 a shard) overflowed it, and each dropped SYN cost a 1 s (then
+        # 3 s) retransmission, so a drill measured its own receiver. A real receiver
+        # listens with the kernel's somaxconn.
+        request_queue_size = 1024
+
+        def handle_error(self, request, client_address):
+            # A punctual killed or stopped resets its keep-alive connections: expected.
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, name="receiver", daemon=True).start()
+    return server

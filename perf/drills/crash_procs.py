@@ -7,12 +7,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from common import free_port, now_us
+from common import free_port, now_us, serve_webhooks
 from crash_model import Client, Uncertain
 from redis_nodes import Resp, RespError
 
@@ -40,50 +38,23 @@ class Receiver:
         self.lock = threading.Lock()
         self.attempts = []           # dicts: tenant key version attempt fire_at fired_at recv status
         self.bad = []
-        rec = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                recv = now_us()
-                n = int(self.headers.get("Content-Length", "0"))
-                body = self.rfile.read(n)
-                try:
-                    j = json.loads(body)
-                except ValueError:
-                    j = None
-                kind = self.path.strip("/").split("/")[0]
-                status = 200
-                if kind == "flaky":
-                    h = hashlib.sha256(f"{self.headers.get('Idempotency-Key')}/{self.headers.get('Punctual-Attempt')}".encode()).digest()
-                    status = 503 if h[0] & 1 else 200
-                elif kind == "reject":
-                    status = 400
-                rec.record(kind, j, self.headers, body, recv, status)
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        class Quiet(ThreadingHTTPServer):
-            # Python's default accept backlog is 5: a burst of connects from the server's
-            # per-host slots (64 a shard) overflowed it, and each dropped SYN cost a 1 s (then
-            # 3 s) retransmission, so the drill measured its own receiver. A real receiver
-            # listens with the kernel's somaxconn.
-            request_queue_size = 1024
-
-            def handle_error(self, request, client_address):
-                # A SIGKILLed punctual resets its keep-alive connections: expected here.
-                if not isinstance(sys.exc_info()[1], ConnectionError):
-                    super().handle_error(request, client_address)
-
-        self.server = Quiet(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = serve_webhooks(self.on_post)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def on_post(self, path, headers, body, received_ns):
+        try:
+            j = json.loads(body)
+        except ValueError:
+            j = None
+        kind = path.strip("/").split("/")[0]
+        status = 200
+        if kind == "flaky":
+            h = hashlib.sha256(f"{headers.get('Idempotency-Key')}/{headers.get('Punctual-Attempt')}".encode()).digest()
+            status = 503 if h[0] & 1 else 200
+        elif kind == "reject":
+            status = 400
+        self.record(kind, j, headers, body, received_ns // 1000, status)
+        return status
 
     def record(self, kind, j, headers, body, recv, status):
         with self.lock:

@@ -9,9 +9,8 @@ import re
 import subprocess
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from common import env_int, now_us
+from common import env_int, serve_webhooks
 from flood_load import Client, key_of, put_body
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -108,41 +107,26 @@ class Hooks:
         self.got = {}           # "calm/<key>/<version>" -> (received_us, fire_at_us, fired_at_us)
         self.repeats = 0
         self.bad = []
-        hooks = self
-
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self):
-                t = now_us()
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                idem = self.headers.get("Idempotency-Key", "")
-                try:
-                    j = json.loads(body)
-                    rec = (t, j["fire_at_us"], j["fired_at_us"])
-                    if idem != f"{j['tenant']}/{j['key']}/{j['version']}":
-                        raise ValueError(f"Idempotency-Key {idem!r} does not match the body")
-                except (ValueError, KeyError) as e:
-                    with hooks.lock:
-                        hooks.bad.append(f"{idem}: {e}")
-                    rec = None
-                if rec is not None:
-                    with hooks.lock:
-                        if idem in hooks.got:
-                            hooks.repeats += 1
-                        else:
-                            hooks.got[idem] = rec
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *a):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
+        self.httpd = serve_webhooks(self.on_post)
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def on_post(self, path, headers, body, received_ns):
+        idem = headers.get("Idempotency-Key", "")
+        try:
+            j = json.loads(body)
+            rec = (received_ns // 1000, j["fire_at_us"], j["fired_at_us"])
+            if idem != f"{j['tenant']}/{j['key']}/{j['version']}":
+                raise ValueError(f"Idempotency-Key {idem!r} does not match the body")
+        except (ValueError, KeyError) as e:
+            with self.lock:
+                self.bad.append(f"{idem}: {e}")
+            return 200
+        with self.lock:
+            if idem in self.got:
+                self.repeats += 1
+            else:
+                self.got[idem] = rec
+        return 200
 
     def delivered(self, idem):
         with self.lock:
