@@ -25,14 +25,18 @@ import time
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def thread_ids(pid):
+    """The ids of the live threads of `pid` (none once it is gone)."""
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+
+
 def thread_times(pid):
     """{thread name without digits: CPU seconds} for the live threads of `pid`."""
     out = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
+    for tid in thread_ids(pid):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
                 stat = f.read()

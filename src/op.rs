@@ -4,6 +4,7 @@
 //! (`Reply`); the caller keeps the receiving half, on whatever thread or executor it runs.
 
 use crate::error::Error;
+use crate::partition::PartitionSet;
 use crate::quota::QuotaSlot;
 use crate::timer::PackedTimer;
 use crate::units::{Deadline, UtcMicros};
@@ -201,6 +202,11 @@ pub struct Listing {
     pub timers: Vec<Listed>,
     /// `None` once the step reached the end of the shard's slab.
     pub next: Option<u32>,
+    /// The partitions the shard could act on as it took the step (loaded, held, settled:
+    /// `shard/gate.rs`), and how many times its gate had changed by then: a partition open
+    /// at every step of a listing, under the same count, was listed whole.
+    pub open: PartitionSet,
+    pub changes: u64,
 }
 
 /// A pending timer as a listing shows it.

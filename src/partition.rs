@@ -45,6 +45,58 @@ pub fn owns(shard: usize, shards: usize, partition: u32) -> bool {
     partition as usize % shards.max(1) == shard
 }
 
+/// A set of partitions, a bit each: which partitions a listing saw whole (`shard/list.rs`,
+/// `engine/list.rs`), and, on a cluster of nodes, whether every node's together cover them all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionSet([u64; PARTITIONS as usize / 64]);
+
+impl PartitionSet {
+    /// Every partition.
+    pub fn full() -> Self {
+        PartitionSet([u64::MAX; PARTITIONS as usize / 64])
+    }
+
+    pub fn insert(&mut self, partition: u32) {
+        if let Some(w) = self.0.get_mut(partition as usize / 64) {
+            *w |= 1 << (partition % 64);
+        }
+    }
+
+    pub fn contains(&self, partition: u32) -> bool {
+        self.0
+            .get(partition as usize / 64)
+            .is_some_and(|w| w & (1 << (partition % 64)) != 0)
+    }
+
+    pub fn union(mut self, other: &Self) -> Self {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a |= b;
+        }
+        self
+    }
+
+    pub fn intersection(mut self, other: &Self) -> Self {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a &= b;
+        }
+        self
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.0.iter().all(|&w| w == u64::MAX)
+    }
+
+    /// The partitions in the set, increasing.
+    pub fn members(&self) -> Vec<u32> {
+        (0..PARTITIONS).filter(|&p| self.contains(p)).collect()
+    }
+
+    /// The partitions not in the set, increasing.
+    pub fn missing(&self) -> Vec<u32> {
+        (0..PARTITIONS).filter(|&p| !self.contains(p)).collect()
+    }
+}
+
 #[cfg(test)]
 #[path = "partition_tests.rs"]
 mod tests;

@@ -25,3 +25,23 @@ fn every_partition_has_exactly_one_owner_for_any_shard_count() {
         );
     }
 }
+
+#[test]
+fn a_partition_set_unites_and_intersects_and_says_what_it_misses() {
+    let (mut a, mut b) = (PartitionSet::default(), PartitionSet::default());
+    for p in 0..PARTITIONS / 2 {
+        a.insert(p);
+    }
+    for p in PARTITIONS / 2 - 1..PARTITIONS {
+        b.insert(p);
+    }
+    a.insert(PARTITIONS);
+    assert!(!a.contains(PARTITIONS) && a.contains(0) && !a.contains(PARTITIONS - 1));
+    assert!(a.union(&b).is_full() && !a.is_full());
+    assert_eq!(a.intersection(&b).members(), [PARTITIONS / 2 - 1]);
+    assert_eq!(
+        a.missing(),
+        (PARTITIONS / 2..PARTITIONS).collect::<Vec<_>>()
+    );
+    assert!(PartitionSet::full().missing().is_empty());
+}

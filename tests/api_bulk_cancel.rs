@@ -2,11 +2,13 @@
 //! with an action's id and cancels, in the background, every key pending under the prefix
 //! before the `202` (keys put while it runs do not hide any), none outside it; the action's
 //! progress; an empty prefix only with `all=true`; bad input; a shard too busy for its
-//! cancels; and a restart after it, which keeps its cancels and forgets the action.
+//! cancels; a restart after it, which keeps its cancels and the action as it ended; and a
+//! SIGKILL in the middle of one, after which the action reads back as `interrupted` with what
+//! it had done.
 
 mod api_support;
 
-use api_support::{eventually, Configured, Server};
+use api_support::{eventually, put_batches, Configured, Server};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -111,6 +113,9 @@ fn an_empty_prefix_needs_all_and_bad_input_is_refused_by_name() {
         ("prefix=a%20b", "prefix"),
         ("all=yes", "all"),
         ("limit=5", "limit"),
+        // Two prefixes are refused, never one of them cancelled.
+        ("prefix=a&prefix=b-", "prefix"),
+        ("prefix=a&all=true&all=false", "all"),
     ] {
         let (st, e) = s.json("DELETE", &format!("/v1/timers/t?{query}"), "");
         assert_eq!(
@@ -156,10 +161,14 @@ fn an_empty_prefix_needs_all_and_bad_input_is_refused_by_name() {
         let message = e["error"]["message"].as_str().unwrap_or("");
         assert!(message.contains("unknown action"), "{message}");
     }
+    // Counted: the two actions started (the refused ones never started) and the three
+    // timers they cancelled.
+    assert_eq!(s.metric("punctual_bulk_actions"), 2.0);
+    assert_eq!(s.metric("punctual_bulk_cancelled"), 3.0);
 }
 
 #[test]
-fn a_restart_keeps_what_the_action_cancelled_and_forgets_the_action() {
+fn a_restart_keeps_what_the_action_cancelled_and_the_action_as_it_ended() {
     let dir = tempfile::tempdir().expect("dir");
     let args = ["--shards", "2", "--fsync", "always"];
     let s = Configured::journal(dir.path(), "", &args);
@@ -180,14 +189,73 @@ fn a_restart_keeps_what_the_action_cancelled_and_forgets_the_action() {
         );
     }
     assert!(pending(&s.s, "t", "kept"));
-    let (st, e) = s.s.json("GET", &format!("/v1/actions/t/{id}"), "");
-    assert_eq!(
-        (st, e["error"]["code"].as_str()),
-        (404, Some("not_found")),
-        "{e}"
-    );
+    let (st, v) = s.s.json("GET", &format!("/v1/actions/t/{id}"), "");
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v, done, "the action as it ended");
+    let (st, e) = s.s.json("GET", &format!("/v1/actions/u/{id}"), "");
+    assert_eq!((st, e["error"]["code"].as_str()), (404, Some("not_found")));
     let again = bulk(&s.s, "t", "prefix=cart-");
     assert_ne!(again, id, "an id is never given twice");
+}
+
+#[test]
+fn an_action_cut_short_by_sigkill_reads_back_as_interrupted_with_what_it_had_done() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().to_string_lossy().into_owned();
+    let args = [
+        "--shards",
+        "2",
+        "--fsync",
+        "always",
+        "--store",
+        "journal",
+        "--data-dir",
+        &data,
+    ];
+    let mut s = Server::start(&args);
+    let keys: Vec<String> = (0..40_000).map(|i| format!("big-{i:05}")).collect();
+    put_batches(s.addr, "t", &keys);
+    put(&s, "t", "kept");
+    let id = bulk(&s, "t", "prefix=big-");
+    // Killed once the second page is listed (the first one's cancels answered and recorded),
+    // long before the fortieth.
+    let at_kill = eventually("the second page listed", || {
+        let (_, v) = s.json("GET", &format!("/v1/actions/t/{id}"), "");
+        (v["matched"].as_u64() >= Some(2_000)).then_some(v)
+    });
+    assert_eq!(at_kill["state"], "running", "{at_kill}");
+    s.child.kill().expect("SIGKILL");
+    s.child.wait().expect("reaped");
+
+    for round in 0..2 {
+        let s = Server::start_at(s.addr, &args);
+        let (st, v) = s.json("GET", &format!("/v1/actions/t/{id}"), "");
+        assert_eq!(st, 200, "restart {round}: {v}");
+        assert_eq!(
+            (&v["id"], &v["state"]),
+            (&json!(id), &json!("interrupted")),
+            "{v}"
+        );
+        let (matched, cancelled) = (
+            v["matched"].as_u64().unwrap_or(0),
+            v["cancelled"].as_u64().unwrap_or(0),
+        );
+        // What it recorded is whole pages, cancelled in key order, and stays cancelled.
+        assert!(cancelled >= 1_000 && cancelled % 1_000 == 0, "{v}");
+        assert_eq!(matched, cancelled, "nothing was put again: {v}");
+        for key in keys[..cancelled as usize].iter().step_by(37) {
+            assert!(!pending(&s, "t", key), "{key} came back: {v}");
+        }
+        assert!(pending(&s, "t", "kept"));
+        drop(s);
+    }
+    // Started again under a new id, a new action goes on from the start of the prefix.
+    let s = Server::start_at(s.addr, &args);
+    let again = bulk(&s, "t", "prefix=big-");
+    assert_ne!(again, id);
+    let (st, v) = s.json("GET", &format!("/v1/actions/t/{again}"), "");
+    assert_eq!(st, 200, "{v}");
+    assert!(v["state"] == "running" || v["state"] == "done", "{v}");
 }
 
 #[test]

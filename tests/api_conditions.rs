@@ -1,16 +1,13 @@
 //! Conditional writes against the real binary: `"if": "absent"` and `"if_version": V` on a
-//! PUT and in batch items, `?if_version=V` on a DELETE, against every state of a key (absent,
-//! pending, in flight to a webhook, retrying, dead letter), their bad input, and the
-//! conflicts' counters in `/metrics`.
+//! PUT and in batch items, `?if_version=V` on a DELETE, a key's whole life through them
+//! (absent, pending, replaced, cancelled), their bad input, and the conflicts' counters in
+//! `/metrics`. Every condition against every state of a key (in flight, retrying, paged, a
+//! dead letter) is `api_conditions_states.rs`.
 
 mod api_support;
-#[path = "support/receiver.rs"]
-mod receiver;
 
-use api_support::{eventually, Server};
-use receiver::{Receiver, Reply};
+use api_support::Server;
 use serde_json::{json, Value};
-use std::time::Duration;
 
 fn put(s: &Server, key: &str, body: Value) -> (u16, Value) {
     s.json("PUT", &format!("/v1/timers/t/{key}"), &body.to_string())
@@ -112,92 +109,36 @@ fn each_condition_against_an_absent_and_a_pending_key() {
     assert_eq!(s.metric("punctual_conflicts_exists"), 1.0);
     assert_eq!(s.metric("punctual_conflicts_version_mismatch"), 3.0);
     assert_eq!(s.metric("punctual_conflicts_not_pending"), 1.0);
+    // And per tenant: another tenant's refusal is its own.
+    let path = "/v1/timers/u/k";
+    s.json("PUT", path, &json!({"delay_ms": 600_000}).to_string());
+    let (st, _) = s.json(
+        "PUT",
+        path,
+        &json!({"delay_ms": 1, "if": "absent"}).to_string(),
+    );
+    assert_eq!(st, 409);
+    for (tenant, code, n) in [
+        ("t", "exists", 1.0),
+        ("t", "version_mismatch", 3.0),
+        ("t", "not_pending", 1.0),
+        ("u", "exists", 1.0),
+        ("u", "version_mismatch", 0.0),
+    ] {
+        assert_eq!(tenant_conflicts(&s, tenant, code), n, "{tenant} {code}");
+    }
+    assert_eq!(s.metric("punctual_conflicts_exists"), 2.0);
 }
 
-#[test]
-fn a_timer_in_flight_or_retrying_is_pending_and_a_dead_letter_is_absent() {
-    let rx = Receiver::start(|r, _| match r.path.as_str() {
-        "/slow" => Reply::status(200).after(Duration::from_secs(4)),
-        "/fail" => Reply::status(503),
-        _ => Reply::status(500),
-    });
-    let config = format!(
-        "callback_allow = [{:?}]\ncallback_allow_networks = [\"127.0.0.1/32\"]\nwebhook_timeout_ms = 10000\n",
-        rx.base()
-    );
-    let dir = tempfile::tempdir().expect("dir");
-    let s = api_support::Configured::journal(dir.path(), &config, &["--shards", "2"]);
-    let s = &s.s;
-    let with = |path: &str, attempts: u64| {
-        json!({"delay_ms": 0, "callback": {"url": rx.url(path)},
-               "retry": {"max_attempts": attempts, "base_delay_ms": 60_000, "max_delay_ms": 60_000}})
-    };
-    let state = |key: &str| {
-        let (st, g) = get(s, key);
-        (st == 200).then(|| g["delivery"]["state"].as_str().unwrap_or("").to_string())
-    };
-
-    // In flight: pending to every condition, under the version it was scheduled with, and
-    // its own deadline (not the safety net it waits at).
-    let (_, r) = put(s, "flying", with("slow", 3));
-    let (v, fire_at) = (version(&r), r["fire_at_us"].as_u64());
-    eventually("in flight", || {
-        (state("flying").as_deref() == Some("in_flight")).then_some(())
-    });
-    let (st, e) = put(s, "flying", json!({"delay_ms": 1, "if": "absent"}));
-    assert_eq!((st, e["error"]["version"].as_u64()), (409, Some(v)), "{e}");
-    assert_eq!(e["error"]["fire_at_us"].as_u64(), fire_at);
-    let (st, e) = put(s, "flying", json!({"delay_ms": 1, "if_version": v + 1}));
-    assert_eq!(
-        (st, e["error"]["code"].as_str()),
-        (409, Some("version_mismatch"))
-    );
-    let (st, r) = put(
-        s,
-        "flying",
-        json!({"delay_ms": 600_000, "if_version": v, "payload": "replaced"}),
-    );
-    assert_eq!(st, 200, "replacing a timer in flight by its version: {r}");
-    assert_eq!(
-        state("flying").as_deref(),
-        Some(""),
-        "no delivery state left"
-    );
-
-    // Retrying: the same.
-    let (_, r) = put(s, "again", with("fail", 3));
-    let v = version(&r);
-    eventually("retrying", || {
-        (state("again").as_deref() == Some("retrying")).then_some(())
-    });
-    let (st, e) = put(s, "again", json!({"delay_ms": 1, "if": "absent"}));
-    assert_eq!((st, e["error"]["version"].as_u64()), (409, Some(v)), "{e}");
-    let (st, _) = delete_if(s, "again", &(v + 1).to_string());
-    assert_eq!(st, 409);
-    assert_eq!(delete_if(s, "again", &v.to_string()).0, 204);
-    assert_eq!(get(s, "again").0, 404);
-
-    // A dead letter: no timer is pending under its key.
-    let (_, r) = put(s, "gone", with("dead", 1));
-    let v = version(&r);
-    eventually("a dead letter", || {
-        let (_, d) = s.json("GET", "/v1/dead/t", "");
-        (d["dead"].as_array().map_or(0, Vec::len) == 1).then_some(())
-    });
-    let (st, e) = put(s, "gone", json!({"delay_ms": 1, "if_version": v}));
-    assert_eq!(
-        (st, e["error"]["code"].as_str()),
-        (404, Some("not_found")),
-        "{e}"
-    );
-    assert_eq!(delete_if(s, "gone", &v.to_string()).0, 404);
-    let (st, r) = put(s, "gone", json!({"delay_ms": 600_000, "if": "absent"}));
-    assert_eq!(st, 201, "{r}");
-    let (_, d) = s.json("GET", "/v1/dead/t", "");
-    assert_eq!(
-        d["dead"][0]["key"], "gone",
-        "the letter stays beside the new timer"
-    );
+/// `punctual_tenant_conflicts_total` of `tenant` and `code`, all shards together.
+fn tenant_conflicts(s: &Server, tenant: &str, code: &str) -> f64 {
+    let text = String::from_utf8_lossy(&s.req("GET", "/metrics", "").body).into_owned();
+    let (t, c) = (format!("tenant=\"{tenant}\""), format!("code=\"{code}\""));
+    text.lines()
+        .filter(|l| l.starts_with("punctual_tenant_conflicts_total{"))
+        .filter(|l| l.contains(&t) && l.contains(&c))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 #[test]
@@ -211,7 +152,9 @@ fn batch_items_carry_their_own_conditions() {
         {"key": "b", "delay_ms": 600_000, "if_version": v + 1},
         {"key": "b", "delay_ms": 600_000, "if_version": v},
         {"key": "c", "delay_ms": 600_000, "if_version": v},
-        {"key": "d", "delay_ms": 600_000, "if": "later"}
+        {"key": "d", "delay_ms": 600_000, "if": "later"},
+        {"key": "e", "delay_ms": 600_000, "if_version": "12"},
+        {"key": "f", "debounce": {"max_wait_ms": 5}}
     ]});
     let (st, out) = s.json("POST", "/v1/timers/t", &body.to_string());
     assert_eq!(st, 200, "{out}");
@@ -220,13 +163,26 @@ fn batch_items_carry_their_own_conditions() {
         .iter()
         .map(|i| i["status"].as_u64().unwrap_or(0))
         .collect();
-    assert_eq!(statuses, [201, 409, 409, 200, 404, 400], "{out}");
+    assert_eq!(statuses, [201, 409, 409, 200, 404, 400, 400, 400], "{out}");
     assert_eq!(r[1]["error"]["code"], "exists");
     assert_eq!(r[1]["error"]["version"], r[0]["version"]);
     assert_eq!(r[1]["error"]["fire_at_us"], r[0]["fire_at_us"]);
     assert_eq!(r[2]["error"]["code"], "version_mismatch");
     assert_eq!(r[2]["error"]["version"].as_u64(), Some(v));
     assert_eq!(r[5]["error"]["code"], "invalid_field");
+    assert!(r[5]["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("\"if\""));
+    assert_eq!(r[6]["error"]["code"], "invalid_field");
+    assert!(r[6]["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("if_version"));
+    assert_eq!(
+        r[7]["error"]["code"], "invalid_deadline",
+        "a debounce needs a deadline"
+    );
 }
 
 #[test]
@@ -241,6 +197,11 @@ fn bad_conditions_are_400_naming_the_field() {
         (json!({"delay_ms": 1, "if_version": 1.5}), "if_version"),
         (json!({"delay_ms": 1, "if_version": -3}), "if_version"),
         (
+            json!({"delay_ms": 1, "if_version": 18_446_744_073_709_551_616.0}),
+            "if_version",
+        ),
+        (json!({"delay_ms": 1, "if_version": null}), "if_version"),
+        (
             json!({"delay_ms": 1, "if": "absent", "if_version": 3}),
             "if_version",
         ),
@@ -254,14 +215,24 @@ fn bad_conditions_are_400_naming_the_field() {
         let message = e["error"]["message"].as_str().unwrap_or("");
         assert!(message.contains(field), "{body}: {message}");
     }
-    let (st, e) = delete_if(&s, "k", "x");
-    assert_eq!(
-        (st, e["error"]["code"].as_str()),
-        (400, Some("invalid_field"))
-    );
-    assert!(e["error"]["message"]
-        .as_str()
-        .unwrap_or("")
-        .contains("if_version"));
+    // A DELETE's condition: not a number, out of range, or given twice (which one holds?).
+    for v in [
+        "x",
+        "0",
+        "-1",
+        "1.5",
+        "",
+        "18446744073709551616",
+        "5&if_version=6",
+    ] {
+        let (st, e) = delete_if(&s, "k", v);
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (400, Some("invalid_field")),
+            "{v}: {e}"
+        );
+        let message = e["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains("if_version"), "{v}: {message}");
+    }
     assert_eq!(get(&s, "k").0, 404, "nothing was scheduled");
 }

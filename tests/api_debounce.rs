@@ -1,9 +1,12 @@
 //! Debounce against the real binary: each PUT of a key moves its deadline, never past the
 //! burst's first arming plus `max_wait_ms`; the cap survives a SIGKILL and a restart on the
-//! journal and on Redis; the fire ends the burst; a batch item debounces as a PUT does; bad input is a 400
-//! that names the field.
+//! journal and on Redis; after a SIGKILL a webhook timer fires at its cap (one whose cap passed
+//! while the server was down, at once) and a batch item is held to it; the fire ends the
+//! burst; a batch item debounces as a PUT does; bad input is a 400 that names the field.
 
 mod api_support;
+#[path = "support/receiver.rs"]
+mod receiver;
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
@@ -36,7 +39,8 @@ fn the_cap_survives_a_sigkill_and_the_fire_ends_the_burst() {
     let dir = tempfile::tempdir().expect("dir");
     let args = ["--shards", "2", "--fsync", "always"];
     let s = Configured::journal(dir.path(), "", &args);
-    let max_wait_ms = 8_000u64;
+    // The burst outlasts a slow restart: the second deadline is 15 s out, the cap 16 s.
+    let max_wait_ms = 16_000u64;
     let body = |delay_ms: u64, n: u64| json!({"delay_ms": delay_ms, "payload": n, "debounce": {"max_wait_ms": max_wait_ms}});
     let before = now_us();
     let (st, first) = put(&s.s, "k", body(2_000, 1));
@@ -48,7 +52,7 @@ fn the_cap_survives_a_sigkill_and_the_fire_ends_the_burst() {
     assert_eq!(cap, first_at + max_wait_ms * 1_000);
     assert_eq!(g["debounce"]["max_wait_ms"], max_wait_ms);
     // A second PUT moves the deadline, keeps the burst, and its payload is the latest.
-    let (st, second) = put(&s.s, "k", body(3_000, 2));
+    let (st, second) = put(&s.s, "k", body(15_000, 2));
     assert_eq!(st, 200, "{second}");
     assert!(us(&second, "fire_at_us") > us(&first, "fire_at_us"));
     let (_, g) = get(&s.s, "k");
@@ -199,4 +203,112 @@ fn a_webhook_timer_held_to_its_cap_shows_the_cap_as_its_deadline() {
     );
     assert_eq!(g["delivery"]["state"], "pending");
     assert_eq!(g["callback"]["url"], "http://127.0.0.1:9/hook");
+}
+
+#[test]
+fn after_a_sigkill_a_debounced_webhook_fires_at_its_cap_and_a_batch_item_is_held_to_it() {
+    let rx = receiver::Receiver::ok();
+    let config = format!(
+        "callback_allow = [{:?}]\ncallback_allow_networks = [\"127.0.0.1/32\"]\n",
+        rx.base()
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let args = ["--shards", "2", "--fsync", "always"];
+    let s = Configured::journal(dir.path(), &config, &args);
+    let hook = |delay_ms: u64, max_wait_ms: u64, n: u64| {
+        json!({"delay_ms": delay_ms, "payload": n, "callback": {"url": rx.url("hook")},
+               "debounce": {"max_wait_ms": max_wait_ms}})
+    };
+    // "a": a burst of two writes whose cap is still ahead after the restart.
+    put(&s.s, "a", hook(2_000, 15_000, 1));
+    put(&s.s, "a", hook(14_000, 15_000, 2));
+    let (_, g) = get(&s.s, "a");
+    let cap_a = us(&g["debounce"], "cap_us");
+    // "b": due in ten minutes, but capped two seconds after its first write, a cap that
+    // passes while the server is down.
+    let (_, r) = put(&s.s, "b", hook(600_000, 2_000, 1));
+    let (_, g) = get(&s.s, "b");
+    let cap_b = us(&g["debounce"], "cap_us");
+    assert_eq!(us(&r, "fire_at_us"), cap_b, "{r}");
+
+    s.sigkill();
+    while now_us() <= cap_b + 200_000 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = Configured::journal(dir.path(), &config, &args);
+    // A batch item of "a" after the restart is held to the burst's cap as a PUT is.
+    let body = json!({"timers": [{"key": "a", "delay_ms": 600_000, "payload": 3,
+        "callback": {"url": rx.url("hook")}, "debounce": {"max_wait_ms": 15_000}}]});
+    let (st, out) = s.s.json("POST", "/v1/timers/t", &body.to_string());
+    assert_eq!(st, 200, "{out}");
+    let item = &out["results"][0];
+    assert_eq!(
+        (item["status"].as_u64(), us(item, "fire_at_us")),
+        (Some(200), cap_a),
+        "{out}"
+    );
+    assert!(
+        now_us() < cap_a,
+        "the restart took the whole burst; the test proves nothing"
+    );
+
+    // Each fires at its cap: the deadline its delivery names, never the later one it was
+    // written with; and not before it.
+    let fired = |key: &str| {
+        let got = rx.wait(Duration::from_secs(30), |all| {
+            all.iter().any(|d| d.json()["key"] == key)
+        });
+        got.into_iter()
+            .map(|d| d.json())
+            .find(|d| d["key"] == key)
+            .unwrap_or_else(|| panic!("{key} never delivered"))
+    };
+    let b = fired("b");
+    assert_eq!(us(&b, "fire_at_us"), cap_b, "{b}");
+    assert!(us(&b, "fired_at_us") >= cap_b, "{b}");
+    let a = fired("a");
+    assert_eq!(
+        (us(&a, "fire_at_us"), &a["payload"]),
+        (cap_a, &json!(3)),
+        "{a}"
+    );
+    assert_eq!(a["version"], item["version"], "{a}");
+    assert!(us(&a, "fired_at_us") >= cap_a, "fired before its cap: {a}");
+}
+
+#[test]
+fn a_condition_is_checked_before_the_burst_and_a_refusal_leaves_it() {
+    let s = Server::start(&["--shards", "2"]);
+    let body = |delay_ms: u64, cond: Value| {
+        let mut b = json!({"delay_ms": delay_ms, "debounce": {"max_wait_ms": 600_000}});
+        if let (Some(b), Some(c)) = (b.as_object_mut(), cond.as_object()) {
+            b.extend(c.clone());
+        }
+        b
+    };
+    let (st, r) = put(&s, "k", body(300_000, json!({"if": "absent"})));
+    assert_eq!(st, 201, "{r}");
+    let v = us(&r, "version");
+    let (_, g) = get(&s, "k");
+    let burst = g["debounce"].clone();
+    // Refused: nothing moves, the burst included.
+    let (st, e) = put(&s, "k", body(1_000, json!({"if": "absent"})));
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (409, Some("exists")),
+        "{e}"
+    );
+    let (st, e) = put(&s, "k", body(1_000, json!({"if_version": v + 1})));
+    assert_eq!(st, 409, "{e}");
+    let (_, g) = get(&s, "k");
+    assert_eq!((us(&g, "version"), &g["debounce"]), (v, &burst), "{g}");
+    // Applied by its version: the same burst, held to its cap.
+    let (st, r) = put(&s, "k", body(900_000, json!({"if_version": v})));
+    assert_eq!(
+        (st, us(&r, "fire_at_us")),
+        (200, us(&burst, "cap_us")),
+        "{r}"
+    );
+    let (_, g) = get(&s, "k");
+    assert_eq!(g["debounce"], burst, "{g}");
 }

@@ -122,6 +122,15 @@ fn bad_list_input_is_400_naming_the_parameter() {
         ("after=a%2Fb", "after"),
         ("payloads=1", "payloads"),
         ("color=red", "color"),
+        // Characters no key holds, a prefix longer than any key, a parameter given twice.
+        ("prefix=a*", "prefix"),
+        ("prefix=%C3%A9", "prefix"),
+        ("prefix=a%00", "prefix"),
+        (&format!("prefix={}", "a".repeat(129)), "prefix"),
+        ("prefix=a&prefix=b", "prefix"),
+        ("limit=5&limit=6", "limit"),
+        ("after=a&after=b", "after"),
+        ("payloads=true&limit=1001", "limit"),
     ] {
         let (st, e) = s.json("GET", &format!("/v1/timers/t?{query}"), "");
         assert_eq!(
@@ -137,4 +146,81 @@ fn bad_list_input_is_400_naming_the_parameter() {
         (r.status, r.header("allow")),
         (405, Some("GET, POST, DELETE"))
     );
+}
+
+#[test]
+fn churn_between_every_page_lists_no_key_twice_and_misses_none_that_stayed() {
+    let s = Server::start(&["--shards", "4"]);
+    let mut rng = fastrand::Rng::with_seed(7);
+    let initial: Vec<String> = (0..150).map(|i| format!("c{:04}", i * 10)).collect();
+    for k in &initial {
+        put(&s, "t", k);
+    }
+    // Between pages: keys added (anywhere: behind the cursor, ahead of it), keys cancelled
+    // and keys replaced. Each change is remembered with the cursor it was made at.
+    let mut live: BTreeSet<String> = initial.iter().cloned().collect();
+    let mut gone_ahead = BTreeSet::new(); // cancelled ahead of the cursor, never put again
+    let mut added_ahead = BTreeSet::new(); // put ahead of the cursor, still pending
+    let mut seen: Vec<String> = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let query = match &after {
+            Some(a) => format!("prefix=c&limit=7&after={a}"),
+            None => "prefix=c&limit=7".to_string(),
+        };
+        let p = page(&s, &query);
+        pages += 1;
+        seen.extend(keys(&p));
+        let Some(next) = p["next"].as_str().map(str::to_string) else {
+            break;
+        };
+        for _ in 0..3 {
+            let k = format!("c{:04}", rng.u32(0..1_500) * 10 + rng.u32(1..10));
+            put(&s, "t", &k);
+            gone_ahead.remove(&k);
+            if k > next {
+                added_ahead.insert(k.clone());
+            }
+            live.insert(k);
+        }
+        for _ in 0..2 {
+            let pick: Vec<&String> = live.iter().collect();
+            let k = pick[rng.usize(0..pick.len())].clone();
+            assert_eq!(
+                s.req("DELETE", &format!("/v1/timers/t/{k}"), "").status,
+                204
+            );
+            live.remove(&k);
+            added_ahead.remove(&k);
+            if k > next {
+                gone_ahead.insert(k);
+            }
+        }
+        let pick: Vec<&String> = live.iter().collect();
+        let replaced = pick[rng.usize(0..pick.len())].clone();
+        put(&s, "t", &replaced);
+        after = Some(next);
+    }
+    assert!(pages > 20, "{pages} pages: too few to churn between");
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted, seen, "not by key, or a key listed twice");
+    let listed: BTreeSet<&String> = seen.iter().collect();
+    for k in initial.iter().filter(|k| live.contains(*k)) {
+        assert!(listed.contains(k), "{k} stayed pending and was missed");
+    }
+    for k in &added_ahead {
+        assert!(
+            listed.contains(k),
+            "{k}, put ahead of the cursor, was missed"
+        );
+    }
+    for k in &gone_ahead {
+        assert!(
+            !listed.contains(k),
+            "{k}, cancelled ahead of the cursor, was listed"
+        );
+    }
 }

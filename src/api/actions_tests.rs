@@ -3,19 +3,22 @@ use super::*;
 #[test]
 fn a_tenant_keeps_its_last_actions_and_refuses_past_that_many_running() {
     let actions = Actions::default();
-    let first = actions.begin("t").expect("first");
+    let first = actions.begin("t", "p").expect("first");
     let mut rest = Vec::new();
     for _ in 1..KEEP {
-        rest.push(actions.begin("t").expect("room"));
+        rest.push(actions.begin("t", "p").expect("room"));
     }
-    assert!(matches!(actions.begin("t"), Err(ApiError::Overloaded(_))));
+    assert!(matches!(
+        actions.begin("t", "p"),
+        Err(ApiError::Overloaded(_))
+    ));
     assert!(
-        actions.begin("u").is_ok(),
+        actions.begin("u", "p").is_ok(),
         "another tenant has its own room"
     );
     first.done.store(true, Ordering::Release);
     let next = actions
-        .begin("t")
+        .begin("t", "p")
         .expect("the oldest finished one makes room");
     assert!(actions.find("t", &first.id).is_none());
     assert!(actions.find("t", &next.id).is_some());

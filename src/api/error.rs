@@ -74,10 +74,6 @@ pub enum ApiError {
     /// deadline.
     #[error("{0}")]
     PeerUnavailable(String),
-    /// A request this node cannot serve as it is deployed (a bulk cancel on a node among
-    /// others).
-    #[error("{0}")]
-    NotImplemented(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -109,7 +105,6 @@ impl ApiError {
             | StoreUnavailable { .. }
             | ShuttingDown
             | PeerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -144,7 +139,6 @@ impl ApiError {
             StoreUnavailable { .. } => "store_unavailable",
             ShuttingDown => "shutting_down",
             PeerUnavailable(_) => "peer_unavailable",
-            NotImplemented(_) => "not_implemented",
             Internal(_) => "internal",
         }
     }

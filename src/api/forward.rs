@@ -22,7 +22,8 @@
 //!   checked the admission first, so a request it refuses costs the owner nothing; a
 //!   forwarded request counts against the tenant's rate on both nodes.
 //! - **Relayed, never invented.** What the caller gets is the owner's status, body and the
-//!   headers that matter (`content-type`, `retry-after`, `www-authenticate`, `allow`), or a
+//!   headers that matter (`content-type`, `retry-after`, `www-authenticate`, `allow`; and a
+//!   listing's `punctual-covered`, `list.rs`, read by the node that merges it), or a
 //!   `503 peer_unavailable` when the owner gave no answer: an answer of success only ever
 //!   comes from the owner. Under the cluster's secret only an answer that proves it for this
 //!   very forward is relayed (`forward_answer.rs`); any other is an error too, logged and
@@ -96,6 +97,8 @@ const IDLE_MAX: Duration = Duration::from_secs(10);
 
 /// The largest answer read (a batch of 10,000 results is about a megabyte).
 const MAX_ANSWER: usize = 32 * 1024 * 1024;
+
+pub use super::forward_answer::COVERED;
 
 /// Why a forward got no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -200,6 +203,11 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// One of the headers kept from the peer's answer.
+    pub fn header(&self, name: &str) -> Option<&HeaderValue> {
+        self.headers.get(name)
+    }
+
     /// The answer as this node's response.
     pub fn into_resp(self) -> Resp {
         let mut r = Response::new(Full::new(self.body));
@@ -379,6 +387,11 @@ impl Peers {
             if let Some(v) = resp.headers().get(&name) {
                 headers.insert(name, v.clone());
             }
+        }
+        // What a node listed whole, for a bulk cancel (`list.rs`): never relayed to a caller,
+        // as a forwarded listing's answer is merged, not relayed; signed with the answer.
+        if let Some(v) = resp.headers().get(COVERED) {
+            headers.insert(COVERED, v.clone());
         }
         let given = resp.headers().get(ANSWER_SIGNATURE).cloned();
         let body = Limited::new(resp.into_body(), MAX_ANSWER)

@@ -50,6 +50,12 @@ pub const ANSWER_SIGNATURE: &str = "punctual-answer-signature";
 /// The headers of an answer that are relayed to the caller, and signed.
 pub const RELAYED: [HeaderName; 4] = [CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE, ALLOW];
 
+/// The header a node's answer to a forwarded listing carries (`list.rs`): the partitions it
+/// listed whole (`engine/list.rs`), as ranges (`0-511,700`). A bulk cancel lists a page again
+/// until the nodes' answers cover every partition (`bulk_run.rs`). Kept by the forwarding
+/// node, never relayed to a caller, and signed with the answer.
+pub const COVERED: &str = "punctual-covered";
+
 /// What an answer's MAC covers besides its body.
 #[derive(Clone, Copy, Debug)]
 pub struct AnswerHead<'a> {
@@ -74,6 +80,12 @@ fn mac_of_head(secret: &[u8], h: &AnswerHead<'_>) -> HmacSha256 {
         m.update(h.headers.get(name).map_or(&[][..], HeaderValue::as_bytes));
         m.update(b"\n");
     }
+    m.update(
+        h.headers
+            .get(COVERED)
+            .map_or(&[][..], HeaderValue::as_bytes),
+    );
+    m.update(b"\n");
     m
 }
 

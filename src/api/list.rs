@@ -8,17 +8,20 @@
 
 use super::error::ApiError;
 use super::forward;
+use super::forward::{Peers, COVERED};
 use super::respond::{self, Resp};
 use super::segment::decoded;
 use super::state::App;
 use super::unread::RequestBody;
-use crate::engine::{ListQuery, TimerPage};
+use crate::engine::{Handle, ListQuery, TimerPage};
 use crate::error::{validate_name, NameKind, MAX_NAME_LEN};
+use crate::partition::{PartitionSet, PARTITIONS};
 use bytes::Bytes;
-use hyper::header::AUTHORIZATION;
+use hyper::header::{HeaderValue, AUTHORIZATION};
 use hyper::{Method, Request, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// Timers listed when the request names no limit, and the most it may name.
@@ -29,19 +32,19 @@ const MAX_LIMIT_WITH_PAYLOADS: usize = 1_000;
 
 /// One listed timer, as the page shows it (and as a peer's page is read back).
 #[derive(Serialize, Deserialize)]
-struct Row {
-    key: String,
+pub(super) struct Row {
+    pub(super) key: String,
     fire_at_us: u64,
-    version: u64,
+    pub(super) version: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     payload: Option<Box<RawValue>>,
 }
 
 #[derive(Serialize, Deserialize)]
-struct Page {
-    timers: Vec<Row>,
+pub(super) struct Page {
+    pub(super) timers: Vec<Row>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    next: Option<String>,
+    pub(super) next: Option<String>,
 }
 
 /// What every other live node answered to the same `GET`, each asked by a task of its own
@@ -61,66 +64,118 @@ impl App {
             .uri()
             .path_and_query()
             .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
-        let asks = others
-            .iter()
-            .map(|peer| {
-                let (peers, peer, path, auth) =
-                    (self.peers.clone(), peer.clone(), path.clone(), auth.clone());
-                glommio::spawn_local(async move {
-                    let out = forward::Outgoing {
-                        method: Method::GET,
-                        path: &path,
-                        auth: auth.as_ref(),
-                        body: Bytes::new(),
-                    };
-                    peers.forward(&peer, out).await
-                })
-            })
-            .collect();
+        let asks = ask(&self.peers, &others, &path, auth.as_ref());
         (others, asks)
     }
 
-    /// `GET /v1/timers/{tenant}` (admission checked by the caller).
+    /// `GET /v1/timers/{tenant}` (admission checked by the caller). A forwarded one's answer
+    /// says which partitions it listed whole ([`COVERED`]).
     pub(super) async fn list_timers(
         &self,
         tenant: &str,
         req: Request<RequestBody>,
     ) -> Result<Resp, ApiError> {
         let query = list_query(tenant, req.uri().query())?;
-        let limit = query.limit;
         let (others, asks) = self.ask_others(&req);
-        let mine = self.handle.list_timers_async(query).await?;
-        let mut page = Page {
-            timers: rows(&mine),
-            next: mine.next,
-        };
-        for (peer, ask) in others.iter().zip(asks) {
-            let answer = ask.await?;
-            let unusable = |why: String| {
-                ApiError::PeerUnavailable(format!(
-                    "the node {peer} did not give its timers ({why}); the list needs every node's"
-                ))
-            };
-            if answer.status != StatusCode::OK {
-                return Err(unusable(format!("it answered {}", answer.status)));
+        let forwarded = req.headers().contains_key(forward::FORWARDED);
+        let (page, covered) = gather_page(&self.handle, query, &others, asks).await?;
+        let mut resp = respond::json_of(StatusCode::OK, &page);
+        if forwarded {
+            let ranges = crate::nodes::report::ranges(&covered.members());
+            if let Ok(v) = HeaderValue::from_str(&ranges) {
+                resp.headers_mut().insert(COVERED, v);
             }
-            let theirs: Page =
-                serde_json::from_slice(&answer.body).map_err(|e| unusable(e.to_string()))?;
-            let more = page.next.is_some() || theirs.next.is_some();
-            page.timers.extend(theirs.timers);
-            page.timers.sort_by(|a, b| a.key.cmp(&b.key));
-            page.timers.dedup_by(|a, b| a.key == b.key);
-            page.next = (more || page.timers.len() > limit)
-                .then(|| {
-                    page.timers
-                        .get(limit.min(page.timers.len()).saturating_sub(1))
-                })
-                .flatten()
-                .map(|r| r.key.clone());
-            page.timers.truncate(limit);
         }
-        Ok(respond::json_of(StatusCode::OK, &page))
+        Ok(resp)
     }
+}
+
+/// Asks each of `others` for `GET path`, at once, each by a task of its own.
+pub(super) fn ask(
+    peers: &Rc<Peers>,
+    others: &[Arc<str>],
+    path: &str,
+    auth: Option<&HeaderValue>,
+) -> Asks {
+    others
+        .iter()
+        .map(|peer| {
+            let (peers, peer, path, auth) =
+                (peers.clone(), peer.clone(), path.to_owned(), auth.cloned());
+            glommio::spawn_local(async move {
+                let out = forward::Outgoing {
+                    method: Method::GET,
+                    path: &path,
+                    auth: auth.as_ref(),
+                    body: Bytes::new(),
+                };
+                peers.forward(&peer, out).await
+            })
+        })
+        .collect()
+}
+
+/// This node's page of `query` merged by key with what `others` answered to `asks`, and
+/// the partitions listed whole, this node's and the others' together. A node that gives
+/// no page fails it (`503 peer_unavailable`).
+pub(super) async fn gather_page(
+    handle: &Handle,
+    query: ListQuery,
+    others: &[Arc<str>],
+    asks: Asks,
+) -> Result<(Page, PartitionSet), ApiError> {
+    let limit = query.limit;
+    let mine = handle.list_timers_async(query).await?;
+    let mut covered = mine.covered;
+    let mut page = Page {
+        timers: rows(&mine),
+        next: mine.next,
+    };
+    for (peer, ask) in others.iter().zip(asks) {
+        let answer = ask.await?;
+        let unusable = |why: String| {
+            ApiError::PeerUnavailable(format!(
+                "the node {peer} did not give its timers ({why}); the list needs every node's"
+            ))
+        };
+        if answer.status != StatusCode::OK {
+            return Err(unusable(format!("it answered {}", answer.status)));
+        }
+        let theirs: Page =
+            serde_json::from_slice(&answer.body).map_err(|e| unusable(e.to_string()))?;
+        if let Some(set) = answer.header(COVERED).and_then(covered_of) {
+            covered = covered.union(&set);
+        }
+        let more = page.next.is_some() || theirs.next.is_some();
+        page.timers.extend(theirs.timers);
+        page.timers.sort_by(|a, b| a.key.cmp(&b.key));
+        page.timers.dedup_by(|a, b| a.key == b.key);
+        page.next = (more || page.timers.len() > limit)
+            .then(|| {
+                page.timers
+                    .get(limit.min(page.timers.len()).saturating_sub(1))
+            })
+            .flatten()
+            .map(|r| r.key.clone());
+        page.timers.truncate(limit);
+    }
+    Ok((page, covered))
+}
+
+/// A [`COVERED`] header's partitions; `None` when it is not ranges of partitions.
+pub(super) fn covered_of(v: &HeaderValue) -> Option<PartitionSet> {
+    let mut set = PartitionSet::default();
+    for range in v.to_str().ok()?.split(',').filter(|r| !r.is_empty()) {
+        let (first, last) = range.split_once('-').unwrap_or((range, range));
+        let (first, last) = (first.parse::<u32>().ok()?, last.parse::<u32>().ok()?);
+        if first > last || last >= PARTITIONS {
+            return None;
+        }
+        for p in first..=last {
+            set.insert(p);
+        }
+    }
+    Some(set)
 }
 
 fn rows(page: &TimerPage) -> Vec<Row> {
@@ -160,16 +215,17 @@ fn list_query(tenant: &str, query: Option<&str>) -> Result<ListQuery, ApiError> 
         payloads: false,
     };
     let mut limit = None;
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("prefix", v)) => q.prefix = prefix_of(v)?,
-            Some(("after", v)) => {
+    let known = ["prefix", "after", "limit", "payloads"];
+    for (name, v) in super::query::pairs(query, &known)? {
+        match name {
+            "prefix" => q.prefix = prefix_of(v)?,
+            "after" => {
                 let v = decoded(v);
                 validate_name(NameKind::Key, &v)
                     .map_err(|e| ApiError::InvalidField(format!("after: {e}")))?;
                 q.after = Some(v.into_owned());
             }
-            Some(("limit", v)) => {
+            "limit" => {
                 let n = v
                     .parse::<usize>()
                     .ok()
@@ -181,7 +237,8 @@ fn list_query(tenant: &str, query: Option<&str>) -> Result<ListQuery, ApiError> 
                     })?;
                 limit = Some(n);
             }
-            Some(("payloads", v)) => {
+            // `payloads`, the last that `pairs` lets through.
+            _ => {
                 q.payloads = match v {
                     "true" => true,
                     "false" => false,
@@ -191,11 +248,6 @@ fn list_query(tenant: &str, query: Option<&str>) -> Result<ListQuery, ApiError> 
                         )))
                     }
                 };
-            }
-            _ => {
-                return Err(ApiError::InvalidField(format!(
-                    "unknown query parameter {pair:?}; expected prefix, after, limit and payloads"
-                )))
             }
         }
     }

@@ -25,3 +25,19 @@ fn a_query_reads_its_parameters_and_names_the_one_it_refuses() {
         }
     }
 }
+
+#[test]
+fn a_covered_header_reads_back_as_the_partitions_it_names() {
+    let set = covered_of(&HeaderValue::from_static("0-3,7,1020-1023")).expect("ranges");
+    assert_eq!(set.members(), [0, 1, 2, 3, 7, 1020, 1021, 1022, 1023]);
+    for bad in ["3-1", "0-1024", "x", "1-", "-1"] {
+        assert!(
+            covered_of(&HeaderValue::from_static(bad)).is_none(),
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        covered_of(&HeaderValue::from_static("")),
+        Some(PartitionSet::default())
+    );
+}

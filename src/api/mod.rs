@@ -12,7 +12,8 @@
 //!   sockets and timers to hyper.
 //! - `unread` keeps a connection alive after an answer given before the request's body was
 //!   read (or says `Connection: close` when it cannot).
-//! - `routes` and `batch` own request handling (`segment` percent-decodes tenant and key);
+//! - `routes` and `batch` own request handling (`segment` percent-decodes tenant and key;
+//!   `query` reads the parameters of the routes that take some, each at most once);
 //!   `body` owns parsing and validation of request JSON; `error` owns the error codes and
 //!   their mapping to HTTP statuses (one function); `respond` builds responses.
 //! - `forward` sends a keyed request for a partition another node owns to that node (on a
@@ -28,11 +29,13 @@
 //! reply travel to and from the shard that owns the key (possibly the same one).
 
 mod accept;
+mod action_records;
 mod actions;
 mod array;
 mod batch;
 pub mod body;
 mod bulk;
+mod bulk_run;
 pub mod cli;
 mod clients;
 mod cluster;
@@ -48,6 +51,7 @@ mod list;
 mod listen;
 pub mod metrics;
 mod node;
+mod query;
 mod respond;
 mod routes;
 mod scan;

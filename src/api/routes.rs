@@ -127,7 +127,7 @@ impl App {
                 ("list_timers", limit, self.list(&t, req).await)
             }
             Route::Batch(t) if req.method() == Method::DELETE => {
-                ("bulk_cancel", limit, self.bulk(&t, &req))
+                ("bulk_cancel", limit, self.bulk(&t, &req).await)
             }
             Route::Action(t, id) => ("get_action", limit, self.action(&t, &id, &req)),
             Route::Batch(t) => {
@@ -260,9 +260,9 @@ impl App {
     }
 
     /// `DELETE /v1/timers/{tenant}?prefix=`: a bulk cancel (`bulk.rs`).
-    fn bulk(&self, tenant: &str, req: &Request<RequestBody>) -> Result<Resp, ApiError> {
+    async fn bulk(&self, tenant: &str, req: &Request<RequestBody>) -> Result<Resp, ApiError> {
         self.check(tenant, req)?;
-        self.bulk_cancel(tenant, req)
+        self.bulk_cancel(tenant, req).await
     }
 
     async fn batch(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
@@ -456,12 +456,18 @@ impl App {
     }
 }
 
-/// `if_version=V` in a query, the last one given.
+/// `if_version=V` in a query (other parameters are ignored); given twice, refused, as
+/// `query::pairs` refuses any parameter given twice.
 fn if_version_in(query: &str) -> Result<Option<u64>, ApiError> {
     let mut found = None;
-    for pair in query.split('&') {
-        if let Some(v) = pair.strip_prefix("if_version=") {
-            found = Some(if_version_of(v)?);
+    for v in query
+        .split('&')
+        .filter_map(|p| p.strip_prefix("if_version="))
+    {
+        if found.replace(if_version_of(v)?).is_some() {
+            return Err(ApiError::InvalidField(
+                "query parameter if_version given twice; give it once".to_string(),
+            ));
         }
     }
     Ok(found)

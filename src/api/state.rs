@@ -3,12 +3,13 @@
 //! connections share (its shard id, its handle on the engine, the only way the API reaches a
 //! shard, and its connections to the other nodes).
 
+use super::action_records::Records;
 use super::actions::Actions;
 use super::clients::Clients;
 use super::forward::{ForwardStats, Peers};
 use super::metrics::Metrics;
 use super::tenants::Tenants;
-use crate::config::Config;
+use crate::config::{Config, StoreChoice};
 use crate::engine::Handle;
 use crate::nodes::node::Holdings;
 use crate::nodes::status::Status;
@@ -57,6 +58,16 @@ impl Servers {
         // Checked when the configuration was resolved.
         let exempt = parse_networks(&config.max_connections_per_address_exempt).unwrap_or_default();
         let clients = Clients::new(config.max_connections_per_address, exempt);
+        let actions = match config.store {
+            StoreChoice::Journal => match Records::open(&config.data_dir) {
+                Ok(records) => Actions::recorded(records),
+                Err(e) => {
+                    tracing::warn!(error = %e, "bulk actions cannot be recorded under the data directory; they live in memory");
+                    Actions::default()
+                }
+            },
+            _ => Actions::default(),
+        };
         Servers {
             clients,
             config,
@@ -67,7 +78,7 @@ impl Servers {
             status,
             forwards: Arc::default(),
             seen: Default::default(),
-            actions: Actions::default(),
+            actions,
             connections: AtomicUsize::new(0),
             listeners: AtomicUsize::new(0),
             draining: AtomicBool::new(false),

@@ -213,27 +213,17 @@ fn merge_pages(mut all: Vec<(String, Box<RawValue>)>, limit: usize) -> Vec<Box<R
 fn list_query(query: Option<&str>) -> Result<(usize, Option<String>), ApiError> {
     let mut limit = DEFAULT_LIMIT;
     let mut after = None;
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("limit", v)) => {
-                limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=MAX_LIMIT).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::InvalidField(format!("limit must be 1 to {MAX_LIMIT}"))
-                    })?;
-            }
-            Some(("after", v)) => {
-                let v = super::segment::decoded(v);
-                validate_name(NameKind::Key, &v)?;
-                after = Some(v.into_owned());
-            }
-            _ => {
-                return Err(ApiError::InvalidField(format!(
-                    "unknown query parameter {pair:?}; expected limit and after"
-                )))
-            }
+    for (name, v) in super::query::pairs(query, &["limit", "after"])? {
+        if name == "limit" {
+            limit = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_LIMIT).contains(n))
+                .ok_or_else(|| ApiError::InvalidField(format!("limit must be 1 to {MAX_LIMIT}")))?;
+        } else {
+            let v = super::segment::decoded(v);
+            validate_name(NameKind::Key, &v)?;
+            after = Some(v.into_owned());
         }
     }
     Ok((limit, after))

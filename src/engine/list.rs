@@ -1,11 +1,14 @@
 //! Listing a tenant's pending timers by key prefix, gathered from every shard: each shard is
 //! asked in steps (`shard/list.rs`), each step a bounded run of its slab, until it has looked
 //! at all of it; the shards' first `limit + 1` keys are merged, and the page is the first
-//! `limit` of them, with the key to go on after when there is more.
+//! `limit` of them, with the key to go on after when there is more. The page also says which
+//! partitions it saw whole: those open on their shard at every step of its listing, its gate
+//! unchanged from the first step to the last (`shard/gate.rs`); on a node alone, every one.
 
 use super::handle::Handle;
 use crate::error::{validate_name, Error, NameKind, Result};
 use crate::op::{reply_channel, ListQuery, Listed, Op};
+use crate::partition::PartitionSet;
 use crate::runtime::doorbell::relay;
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -17,6 +20,9 @@ use std::sync::Arc;
 pub struct TimerPage {
     pub timers: Vec<Listed>,
     pub next: Option<String>,
+    /// The partitions listed whole: every pending timer of theirs that the page's range
+    /// holds is in it.
+    pub covered: PartitionSet,
 }
 
 impl Handle {
@@ -37,8 +43,10 @@ impl Handle {
         async move {
             checked?;
             let mut all: Vec<Listed> = Vec::new();
+            let mut covered = PartitionSet::default();
             for ring in &inner.rings {
                 let mut from = 0;
+                let mut seen: Option<(PartitionSet, u64)> = None;
                 loop {
                     if inner.stopping.load(Ordering::Acquire) {
                         return Err(Error::ShuttingDown);
@@ -53,17 +61,31 @@ impl Handle {
                     let step = relay(rx).await.map_err(|_| Error::ShuttingDown)??;
                     all.extend(step.timers);
                     Listed::keep_first(&mut all, query.limit);
+                    seen = Some(match seen {
+                        None => (step.open, step.changes),
+                        Some((open, changes)) if changes == step.changes => {
+                            (open.intersection(&step.open), changes)
+                        }
+                        Some((_, changes)) => (PartitionSet::default(), changes),
+                    });
                     match step.next {
                         Some(next) => from = next,
                         None => break,
                     }
+                }
+                if let Some((open, _)) = seen {
+                    covered = covered.union(&open);
                 }
             }
             let next = (all.len() > limit)
                 .then(|| all.get(limit.saturating_sub(1)).map(|t| t.key.clone()))
                 .flatten();
             all.truncate(limit);
-            Ok(TimerPage { timers: all, next })
+            Ok(TimerPage {
+                timers: all,
+                next,
+                covered,
+            })
         }
     }
 }

@@ -9,7 +9,7 @@
 //! | `counter.rs` | the add of a counter with one writer |
 //! | `histogram.rs` | the fixed-bucket [`Histogram`] and its snapshot |
 //! | `store.rs` | [`StoreMetrics`] and [`StoreState`]: the durable store's figures |
-//! | `webhook.rs` | [`WebhookMetrics`]: webhook deliveries per tenant, with a bound on tenants |
+//! | `webhook.rs` | [`WebhookMetrics`]: webhook deliveries and refused conditional writes per tenant, with a bound on tenants |
 
 mod counter;
 mod histogram;
@@ -20,8 +20,8 @@ pub use counter::single_writer_add;
 pub use histogram::{Histogram, HistogramSnapshot};
 pub use store::{StoreMetrics, StoreState, BATCH_BOUNDS, FLUSH_BOUNDS_NS};
 pub use webhook::{
-    DeliveryMetrics, WebhookMetrics, DELIVERY_BOUNDS_NS, FAILURE_CLASSES, OTHER_TENANTS,
-    SERIES_IDLE, TENANT_SERIES,
+    DeliveryMetrics, WebhookMetrics, CONFLICT_CODES, DELIVERY_BOUNDS_NS, FAILURE_CLASSES,
+    OTHER_TENANTS, SERIES_IDLE, TENANT_SERIES,
 };
 
 use std::sync::atomic::{AtomicI64, AtomicU64};
@@ -76,7 +76,7 @@ pub struct ShardMetrics {
     pub wheel_timers: [AtomicU64; WHEEL_GAUGES],
     /// The durable store's figures (all zero, state `InMemory`, without one).
     pub store: StoreMetrics,
-    /// Webhook deliveries, per tenant.
+    /// Webhook deliveries and refused conditional writes, per tenant.
     pub webhooks: WebhookMetrics,
 }
 

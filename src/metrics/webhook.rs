@@ -1,5 +1,6 @@
-//! Webhook deliveries, per tenant on one shard: [`DeliveryMetrics`] for each tenant, and
-//! [`WebhookMetrics`], which bounds how many tenants have series of their own.
+//! Webhook deliveries, and the conditional writes refused, per tenant on one shard:
+//! [`DeliveryMetrics`] for each tenant, and [`WebhookMetrics`], which bounds how many tenants
+//! have series of their own.
 
 use super::counter::single_writer_add;
 use super::histogram::{one_two_five, Histogram};
@@ -20,7 +21,12 @@ pub const DELIVERY_BOUNDS_NS: [u64; 20] = one_two_five(
 /// Why a delivery attempt failed: the `class` label of `punctual_webhook_failures_total`.
 pub const FAILURE_CLASSES: [&str; 5] = ["connect", "timeout", "5xx", "throttled", "permanent"];
 
-/// One tenant's deliveries on one shard.
+/// Why a conditional write or cancel was refused: the `code` label of
+/// `punctual_tenant_conflicts_total` (the error's code; `not_pending` is the `404` of an
+/// `if_version` with nothing pending).
+pub const CONFLICT_CODES: [&str; 3] = ["exists", "version_mismatch", "not_pending"];
+
+/// One tenant's deliveries on one shard, and its conditional writes refused there.
 pub struct DeliveryMetrics {
     pub attempts: AtomicU64,
     pub successes: AtomicU64,
@@ -40,6 +46,9 @@ pub struct DeliveryMetrics {
     pub held_back: AtomicI64,
     /// The answer's arrival minus the timer's deadline, ns, for successful deliveries.
     pub latency: Histogram,
+    /// Conditional writes and cancels refused (`shard::terms`), by code, in the order of
+    /// [`CONFLICT_CODES`].
+    pub conflicts: [AtomicU64; 3],
 }
 
 impl Default for DeliveryMetrics {
@@ -55,6 +64,7 @@ impl Default for DeliveryMetrics {
             in_flight: AtomicI64::new(0),
             held_back: AtomicI64::new(0),
             latency: Histogram::new(&DELIVERY_BOUNDS_NS, 1e9),
+            conflicts: Default::default(),
         }
     }
 }
@@ -72,6 +82,7 @@ impl DeliveryMetrics {
         ]
         .into_iter()
         .chain(&self.failures)
+        .chain(&self.conflicts)
         .map(get)
         .fold(0u64, u64::wrapping_add)
     }
@@ -81,6 +92,13 @@ impl DeliveryMetrics {
         [&self.dead, &self.in_flight, &self.held_back]
             .into_iter()
             .any(|g| g.load(Ordering::Relaxed) != 0)
+    }
+
+    /// Counts a refusal of `code` (one of [`CONFLICT_CODES`]).
+    pub fn conflict(&self, code: &str) {
+        if let Some(i) = CONFLICT_CODES.iter().position(|c| *c == code) {
+            single_writer_add(&self.conflicts[i], 1);
+        }
     }
 
     /// Counts a failure of `class` (one of [`FAILURE_CLASSES`]).
@@ -99,7 +117,7 @@ impl DeliveryMetrics {
     }
 }
 
-/// The webhook figures of one shard: one [`DeliveryMetrics`] per tenant seen, for at most
+/// The per-tenant figures of one shard: one [`DeliveryMetrics`] per tenant seen, for at most
 /// [`TENANT_SERIES`] tenants at once; a tenant that finds them all taken is counted under one
 /// shared entry exported as `tenant="other"`, so that tenants a server does not know (an open
 /// server) cannot grow the exposition without bound.

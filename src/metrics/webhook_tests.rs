@@ -59,3 +59,30 @@ fn an_idle_tenants_series_is_retired_and_its_place_reused() {
     assert!(snap.iter().any(|(t, _)| t == "new"));
     assert!(!snap.iter().any(|(t, _)| t == OTHER_TENANTS));
 }
+
+/// A tenant that only has conditional writes refused keeps its series while they count, and
+/// each refusal lands under its code.
+#[test]
+fn refused_conditional_writes_count_by_code_and_keep_the_series() {
+    use std::time::{Duration, Instant};
+    let w = WebhookMetrics::default();
+    let t = w.tenant("t");
+    t.conflict("exists");
+    t.conflict("version_mismatch");
+    t.conflict("version_mismatch");
+    t.conflict("no such code");
+    let counts: Vec<u64> = t
+        .conflicts
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .collect();
+    assert_eq!(counts, [1, 2, 0]);
+    let (idle, t0) = (Duration::from_secs(600), Instant::now());
+    assert!(w.retire_idle(t0, idle, |_| false).is_empty());
+    w.tenant("t").conflict("not_pending");
+    assert!(
+        w.retire_idle(t0 + idle, idle, |_| false).is_empty(),
+        "it counted"
+    );
+    assert_eq!(w.retire_idle(t0 + idle * 2, idle, |_| false), ["t"]);
+}

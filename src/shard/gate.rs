@@ -31,7 +31,7 @@
 //! load. An open gate costs one branch.
 
 use crate::error::Error;
-use crate::partition::{partition_of, PARTITIONS};
+use crate::partition::{partition_of, PartitionSet, PARTITIONS};
 use crate::ring::Ring;
 use crate::store::redis::clustered::Holders;
 use crate::timer::PackedTimer;
@@ -48,6 +48,9 @@ pub(crate) struct Gate {
     filled: Vec<bool>,
     /// Partitions loaded (`true` in `loaded`).
     count: u64,
+    /// Loads, drops and partitions closed so far: a listing whose steps saw the same count
+    /// saw the same partitions loaded throughout ([`Gate::open_now`]).
+    changes: u64,
 }
 
 impl Gate {
@@ -59,6 +62,7 @@ impl Gate {
             loaded: vec![false; n as usize],
             filled: vec![false; n as usize],
             count: 0,
+            changes: 0,
         }
     }
 
@@ -111,6 +115,7 @@ impl Gate {
             if *loaded {
                 *loaded = false;
                 self.count = self.count.saturating_sub(1);
+                self.changes += 1;
                 tracing::warn!(
                     partition,
                     "a due timer of a partition whose lease is no longer valid was not fired; \
@@ -141,6 +146,7 @@ impl Gate {
             if *l {
                 *l = false;
                 self.count = self.count.saturating_sub(1);
+                self.changes += 1;
             }
         }
     }
@@ -160,7 +166,23 @@ impl Gate {
             }
             *l = on;
             *f = on;
+            self.changes += 1;
         }
+    }
+
+    /// The partitions the shard may act on now (an open gate: every one, each shard owning
+    /// its own for good), and the count of the gate's changes so far.
+    pub fn open_now(&self, ring: &Ring) -> (PartitionSet, u64) {
+        if self.holders.is_none() {
+            return (PartitionSet::full(), self.changes);
+        }
+        let mut open = PartitionSet::default();
+        for (p, &loaded) in (0..PARTITIONS).zip(&self.loaded) {
+            if loaded && self.open(p, ring) {
+                open.insert(p);
+            }
+        }
+        (open, self.changes)
     }
 
     /// Partitions loaded (whether their lease is still valid or not).

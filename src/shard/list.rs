@@ -48,9 +48,12 @@ impl<S: TimeSource> Shard<S> {
             }
         }
         Listed::keep_first(&mut timers, query.limit);
+        let (open, changes) = self.gate.open_now(&self.ring);
         Listing {
             timers,
             next: (end < bound).then_some(end),
+            open,
+            changes,
         }
     }
 }

@@ -69,7 +69,7 @@ impl<S: TimeSource> Shard<S> {
     pub(super) fn guarded(&mut self, g: Guarded) {
         let current = self.current(g.timer.identity());
         if let Some(e) = refusal(g.terms.cond, current, &g.timer) {
-            self.count_conflict(&e);
+            self.count_conflict(&e, g.timer.tenant());
             // Dropping the slot gives it back.
             drop(g.slot);
             let tenant = g.timer.tenant().to_string();
@@ -138,20 +138,26 @@ impl<S: TimeSource> Shard<S> {
             // Absent: the plain cancel answers `NotFound`, as a DELETE without a condition.
             None | Some(Error::NotPending { .. }) => self.cancel(timer, reply),
             Some(e) => {
-                self.count_conflict(&e);
+                self.count_conflict(&e, timer.tenant());
                 self.store
                     .answer_after_writes(timer.tenant(), Ack::CancelRefused(reply, e));
             }
         }
     }
 
-    fn count_conflict(&self, e: &Error) {
-        let counter = match e {
-            Error::Exists { .. } => &self.metrics.conflicts_exists_total,
-            Error::VersionMismatch { .. } => &self.metrics.conflicts_version_total,
-            _ => &self.metrics.conflicts_absent_total,
+    /// Counts a refusal in the shard's totals and in the tenant's series (the tenants past
+    /// the series' bound together under `other`; `metrics::WebhookMetrics`). A refusal is
+    /// rare, so the look-up of the tenant's series (a short lock) is paid only then.
+    fn count_conflict(&self, e: &Error, tenant: &str) {
+        let (counter, code) = match e {
+            Error::Exists { .. } => (&self.metrics.conflicts_exists_total, "exists"),
+            Error::VersionMismatch { .. } => {
+                (&self.metrics.conflicts_version_total, "version_mismatch")
+            }
+            _ => (&self.metrics.conflicts_absent_total, "not_pending"),
         };
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.metrics.webhooks.tenant(tenant).conflict(code);
     }
 }
 

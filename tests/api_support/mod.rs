@@ -408,3 +408,32 @@ pub fn read_response(s: &mut TcpStream) -> std::io::Result<Resp> {
         body,
     })
 }
+
+/// Schedules `keys` of `tenant` 10 minutes out through `addr`, in batches of 5,000 (on a node
+/// among others each item goes to its owner); each key's version. Any item refused fails the
+/// test.
+pub fn put_batches(
+    addr: SocketAddr,
+    tenant: &str,
+    keys: &[String],
+) -> std::collections::BTreeMap<String, u64> {
+    let mut versions = std::collections::BTreeMap::new();
+    for chunk in keys.chunks(5_000) {
+        let items: Vec<serde_json::Value> = chunk
+            .iter()
+            .map(|k| serde_json::json!({"key": k, "delay_ms": 600_000}))
+            .collect();
+        let body = serde_json::json!({ "timers": items }).to_string();
+        let path = format!("/v1/timers/{tenant}");
+        let r = try_request(addr, "POST", &path, &[], body.as_bytes()).expect("answered");
+        let v = r.json();
+        assert_eq!(r.status, 200, "{v}");
+        for item in v["results"].as_array().into_iter().flatten() {
+            assert!(item["status"] == 201 || item["status"] == 200, "{item}");
+            let key = item["key"].as_str().unwrap_or("").to_string();
+            versions.insert(key, item["version"].as_u64().unwrap_or(0));
+        }
+    }
+    assert_eq!(versions.len(), keys.len());
+    versions
+}

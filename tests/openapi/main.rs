@@ -28,11 +28,10 @@ max_pending = 2
 /// Error codes that no cheap request provokes: a shard full at `shard_capacity`, a forward to
 /// another node that gave no answer (only nodes on a Redis Cluster forward:
 /// `tests/cluster_nodes.rs` provokes it), a request still waiting when the shards stop, and a
-/// server bug, and a bulk cancel on a node among others.
-const NOT_PROVOKED: [&str; 5] = [
+/// server bug.
+const NOT_PROVOKED: [&str; 4] = [
     "capacity_exceeded",
     "internal",
-    "not_implemented",
     "peer_unavailable",
     "shutting_down",
 ];

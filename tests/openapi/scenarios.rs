@@ -331,6 +331,7 @@ pub(super) fn dead_letters(spec: &Spec) {
     }
     for (query, code) in [
         ("/v1/dead/t?limit=0", "invalid_field"),
+        ("/v1/dead/t?limit=1&limit=2", "invalid_field"),
         ("/v1/dead/t?after=a%2F", "invalid_key"),
         ("/v1/dead/a%20b", "invalid_tenant"),
     ] {

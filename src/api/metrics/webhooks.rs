@@ -1,15 +1,16 @@
-//! `punctual_webhook_*`: webhook deliveries, per shard and tenant, for the tenants that had
-//! deliveries.
+//! `punctual_webhook_*`: webhook deliveries, and `punctual_tenant_conflicts_total`: refused
+//! conditional writes, per shard and tenant, for the tenants that had either.
 
 use super::families::per_bucket;
 use crate::engine::Handle;
-use crate::metrics::{DeliveryMetrics, FAILURE_CLASSES};
+use crate::metrics::{DeliveryMetrics, CONFLICT_CODES, FAILURE_CLASSES};
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-/// `punctual_webhook_*`: per shard and tenant, for the tenants that had deliveries.
+/// `punctual_webhook_*` and `punctual_tenant_conflicts_total`: per shard and tenant, for the
+/// tenants that had deliveries or refusals.
 pub(super) fn encode_webhooks(
     handle: &Handle,
     encoder: &mut DescriptorEncoder,
@@ -57,22 +58,36 @@ pub(super) fn encode_webhooks(
                 .encode_counter::<(), _, u64>(&get(d), None)?;
         }
     }
-    let mut family = encoder.encode_descriptor(
-        "punctual_webhook_failures",
-        "Failed delivery attempts, by class: connect, timeout, 5xx, throttled (408, 429), permanent",
-        None,
-        MetricType::Counter,
-    )?;
-    for (shard, tenant, d) in &rows {
-        for (i, class) in FAILURE_CLASSES.iter().enumerate() {
-            let labels = [
-                ("shard", shard.as_str()),
-                ("tenant", tenant.as_str()),
-                ("class", class),
-            ];
-            family
-                .encode_family(&labels)?
-                .encode_counter::<(), _, u64>(&d.failures[i].load(Relaxed), None)?;
+    type Each = fn(&DeliveryMetrics) -> &[std::sync::atomic::AtomicU64];
+    let by_label: [(&str, &str, &str, &[&str], Each); 2] = [
+        (
+            "punctual_tenant_conflicts",
+            "Conditional writes and cancels refused, by code: exists and version_mismatch (409), not_pending (404: if_version with nothing pending)",
+            "code",
+            &CONFLICT_CODES,
+            |d| &d.conflicts,
+        ),
+        (
+            "punctual_webhook_failures",
+            "Failed delivery attempts, by class: connect, timeout, 5xx, throttled (408, 429), permanent",
+            "class",
+            &FAILURE_CLASSES,
+            |d| &d.failures,
+        ),
+    ];
+    for (name, help, label, values, each) in by_label {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (shard, tenant, d) in &rows {
+            for (value, count) in values.iter().zip(each(d)) {
+                let labels = [
+                    ("shard", shard.as_str()),
+                    ("tenant", tenant.as_str()),
+                    (label, value),
+                ];
+                family
+                    .encode_family(&labels)?
+                    .encode_counter::<(), _, u64>(&count.load(Relaxed), None)?;
+            }
         }
     }
     type Gauge = fn(&DeliveryMetrics) -> i64;
