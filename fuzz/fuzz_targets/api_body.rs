@@ -13,11 +13,19 @@ use punctual::api::body::{parse_item, parse_put, MAX_BATCH_ITEMS, MAX_ITEM_BYTES
 use punctual::api::error::ApiError;
 use punctual::api::scan::parse_batch;
 use punctual::units::{UtcMicros, TEN_YEARS_US};
+use serde_json::value::RawValue;
 
 #[path = "../../src/api/scan_reference.rs"]
 mod reference;
 
 const NOW: UtcMicros = UtcMicros(1_800_000_000_000_000);
+
+/// A batch's answer with its items as text, to compare.
+fn texts<'a>(r: &Result<Vec<&'a RawValue>, ApiError>) -> Result<Vec<&'a str>, ApiError> {
+    r.as_ref()
+        .map(|items| items.iter().map(|i| i.get()).collect())
+        .map_err(Clone::clone)
+}
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(reg) = parse_put(data, NOW) {
@@ -26,11 +34,6 @@ fuzz_target!(|data: &[u8]| {
     }
     let ours = parse_batch(data);
     if data.len() <= MAX_ITEM_BYTES {
-        let texts = |r: &Result<Vec<&serde_json::value::RawValue>, ApiError>| {
-            r.as_ref()
-                .map(|items| items.iter().map(|i| i.get()).collect::<Vec<_>>())
-                .map_err(Clone::clone)
-        };
         assert_eq!(
             texts(&ours),
             texts(&reference::parse_batch(data)),
