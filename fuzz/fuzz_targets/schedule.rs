@@ -13,7 +13,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let (head, rest) = data.split_at(8);
-    let after = UtcMicros(u64::from_le_bytes(head.try_into().unwrap_or([0; 8])) % (9_000_000_000 * 1_000_000));
+    let after = UtcMicros(
+        u64::from_le_bytes(head.try_into().unwrap_or([0; 8])) % (9_000_000_000 * 1_000_000),
+    );
     let Ok(text) = std::str::from_utf8(rest) else {
         return;
     };
@@ -21,7 +23,12 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(spec) = serde_json::from_str::<ScheduleSpec>(text) {
         specs.push(spec);
     }
-    for zone in ["UTC", "America/New_York", "Australia/Lord_Howe", "Pacific/Apia"] {
+    for zone in [
+        "UTC",
+        "America/New_York",
+        "Australia/Lord_Howe",
+        "Pacific/Apia",
+    ] {
         specs.push(ScheduleSpec {
             cron: Some(text.to_string()),
             time_zone: Some(zone.to_string()),
@@ -38,6 +45,9 @@ fuzz_target!(|data: &[u8]| {
             last = o.at;
         }
         let due = s.due(Cursor::default(), last, Duration::from_secs(1));
-        assert!(due.fires.windows(2).all(|w| w[0].occurrence.at < w[1].occurrence.at));
+        assert!(due
+            .fires
+            .windows(2)
+            .all(|w| w[0].occurrence.at < w[1].occurrence.at));
     }
 });

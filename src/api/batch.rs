@@ -201,8 +201,8 @@ pub async fn encode(body: BatchBody) -> Result<Vec<u8>, serde_json::Error> {
     Ok(out)
 }
 
-/// The body's items, or the error the whole-body parse would give, scanned a slice at a time
-/// whatever the body holds (`scan.rs`).
+/// The body's items, or its refusal, scanned a slice at a time whatever the body holds
+/// (`scan.rs`, the one batch parser).
 async fn scan(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
     let mut scan = BatchScan::new(body);
     let mut slice = Slice::begin();

@@ -2,13 +2,13 @@
 //! the bytes and the server's clock (so they can be property-tested without a socket).
 //!
 //! A payload is kept as the JSON text the client sent (`RawValue`), so it comes back byte for
-//! byte and its size is measured as sent. A batch's items are parsed one by one, so that one
-//! bad item fails alone.
+//! byte and its size is measured as sent. A batch body is split into its items by `scan.rs`;
+//! the items are parsed here one by one, so that one bad item fails alone.
 
 use super::error::ApiError;
 use crate::engine::{Condition, Terms, MAX_PAYLOAD};
 use crate::units::{UtcMicros, TEN_YEARS_US};
-use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Number;
@@ -147,54 +147,6 @@ struct ItemBody<'a> {
     debounce: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BatchBody<'a> {
-    #[serde(borrow)]
-    timers: Items<'a>,
-}
-
-/// The batch's items, or how many there were when there were too many (not kept in memory).
-struct Items<'a>(Result<Vec<&'a RawValue>, usize>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Items<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Items<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an array of timers")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Items<'a>, A::Error> {
-                let mut items = Vec::new();
-                while items.len() < MAX_BATCH_ITEMS {
-                    match seq.next_element::<&'de RawValue>()? {
-                        Some(v) => items.push(v),
-                        None => return Ok(Items(Ok(items))),
-                    }
-                }
-                let mut count = items.len();
-                while seq.next_element::<IgnoredAny>()?.is_some() {
-                    count += 1;
-                }
-                Ok(Items(if count > MAX_BATCH_ITEMS {
-                    Err(count)
-                } else {
-                    Ok(items)
-                }))
-            }
-        }
-        d.deserialize_seq(V(std::marker::PhantomData))
-    }
-}
-
-/// serde's verdict on `text` as a batch body (the checks [`parse_batch`] makes after it, an
-/// empty or too long array, aside), for the scan, which parses only the part of a body where
-/// it stops being the plain shape.
-pub(super) fn batch_syntax(text: &[u8]) -> Result<(), serde_json::Error> {
-    serde_json::from_slice::<BatchBody>(text).map(drop)
-}
-
 /// The error the API gives for serde's `e`: syntax for `malformed_json`, the wrong shape or
 /// type for `invalid_field`; its message is `message` (serde's, without its position).
 pub(super) fn json_error_at(e: &serde_json::Error, message: String) -> ApiError {
@@ -238,20 +190,6 @@ pub fn parse_put(body: &[u8], now: UtcMicros) -> Result<Registration<'_>, ApiErr
         retry: b.retry,
         terms,
     })
-}
-
-/// Parses the body of `POST /v1/timers/{tenant}` into its items' raw JSON.
-pub fn parse_batch(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
-    expect_object(body, "the body")?;
-    let b: BatchBody = serde_json::from_slice(body).map_err(json_error)?;
-    match b.timers.0 {
-        Ok(items) if items.is_empty() => Err(ApiError::EmptyBatch),
-        Ok(items) => Ok(items),
-        Err(count) => Err(ApiError::TooManyItems {
-            count,
-            limit: MAX_BATCH_ITEMS,
-        }),
-    }
 }
 
 /// Parses one batch item. The key (when one could be read) comes back even on error.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::api::scan::parse_batch;
 use proptest::prelude::*;
 
 const NOW: UtcMicros = UtcMicros(1_800_000_000_000_000);

@@ -14,8 +14,9 @@
 //!   read (or says `Connection: close` when it cannot).
 //! - `routes` and `batch` own request handling (`segment` percent-decodes tenant and key;
 //!   `query` reads the parameters of the routes that take some, each at most once);
-//!   `body` owns parsing and validation of request JSON; `error` owns the error codes and
-//!   their mapping to HTTP statuses (one function); `respond` builds responses.
+//!   `body` owns parsing and validation of request JSON, and `scan` a batch body's grammar
+//!   and its refusals (the one batch parser, read a slice at a time); `error` owns the error
+//!   codes and their mapping to HTTP statuses (one function); `respond` builds responses.
 //! - `forward` sends a keyed request for a partition another node owns to that node (on a
 //!   Redis Cluster shared with others) and relays its answer; `split` splits a batch by owner
 //!   and merges the answers in the items' order.
@@ -54,7 +55,7 @@ mod node;
 mod query;
 mod respond;
 mod routes;
-mod scan;
+pub mod scan;
 mod segment;
 mod service;
 mod split;

@@ -1,32 +1,30 @@
-//! A batch body (`{"timers": [ … ]}`) split into its items a piece at a time, so that a
+//! The batch body (`{"timers": [ … ]}`): the one parser that says what a batch is and what
+//! error each body that is not one gets, and that reads a body a piece at a time, so that a
 //! 16 MiB body is never parsed in one synchronous pass on the shard that read it: the caller
 //! scans for a slice of time, yields to the executor (the shard's wheel runs), and goes on.
+//! [`parse_batch`] is the same scan without slices, for callers that hold no shard.
 //!
-//! The scan answers as the whole-body parse does ([`super::body::parse_batch`]), for every
-//! body, valid or not: the items, or the same error (kind, message and position). It walks
-//! the body's structure itself and hands serde one value at a time (an item, or an element of
-//! a body that is an array), at most [`MAX_ITEM_BYTES`] of it. Where a body stops being a
-//! batch, serde parses only what follows: a short text that stands for everything already
-//! scanned (`{"timers":[""`, as well formed as what it replaces), then the body from where the
-//! scan stopped, and the error's position is moved back to the body's own. So no body,
-//! however it is written (an escaped `"timers"`, a field after the array, a trailing comma,
-//! an array of numbers), costs more than one value's parse in a step.
+//! The grammar is the batch's own: an object with one field, `timers`, an array of at least
+//! one and at most [`MAX_BATCH_ITEMS`] items, each any JSON value (each item is checked on
+//! its own later, so that one bad item fails alone). Its refusals ([`Fault`]) are worded as
+//! serde_json words them, position included, so that a client reads the same kind of message
+//! for a bad batch as for a bad single registration (`body.rs`). serde reads only values: one
+//! item (or one element of a body that is an array), one key, and a `timers` or a body that is
+//! not an array or an object (to word its type), each from a window of at most
+//! [`MAX_ITEM_BYTES`] of the body.
 //!
 //! What no valid body holds is refused by its bound, without reading it all: an item that
-//! does not end within `MAX_ITEM_BYTES` (`413`: a 16 MiB item was 45 ms of one step, and as
-//! much again for each later parse of it), and a field name or value beside the array longer
-//! than that (`400 invalid_field`; serde would copy the name into its message). A body that
-//! is not an object is refused as one without reading past a first value that long.
+//! does not end within `MAX_ITEM_BYTES` (`413`: a 16 MiB item was 45 ms of one step), and a
+//! field name or value beside the array longer than that (`400 invalid_field`; serde would
+//! copy the name into its message). A body that is not an object is refused as one without
+//! reading past a first value that long.
 //!
-//! Cost: one serde pass over each item (as the whole-body parse makes), a count of its
-//! newlines, and a few bytes of punctuation between items.
+//! Cost: one serde pass over each item, a count of its newlines, and a few bytes of
+//! punctuation between items.
 
-use super::body::{
-    batch_syntax, item_too_large, json_error_at, not_an_object, parse_batch, MAX_BATCH_ITEMS,
-    MAX_ITEM_BYTES,
-};
+use super::body::{item_too_large, json_error_at, not_an_object, MAX_BATCH_ITEMS, MAX_ITEM_BYTES};
 use super::error::ApiError;
-use serde::de::IgnoredAny;
+use serde::de::{Deserialize, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
@@ -36,18 +34,21 @@ pub enum Step<'a> {
     Done(Vec<&'a RawValue>),
     /// The slice of time is up; call again.
     More,
-    /// Not a batch the service takes: the error the whole-body parse gives, or a refusal by
-    /// a bound (see the module doc).
+    /// Not a batch the service takes: the error its grammar gives, or a refusal by a bound
+    /// (see the module doc).
     Refused(ApiError),
 }
 
-/// What the body turned out to be.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    /// An object: a batch, if well formed.
-    Batch,
-    /// An array: refused once it is known to be JSON, as serde would read a struct from it.
-    Array,
+/// The body's items, or the error the scan gives, in one go.
+pub fn parse_batch(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
+    let mut scan = BatchScan::new(body);
+    loop {
+        match scan.step(|| false) {
+            Step::Done(items) => return Ok(items),
+            Step::More => continue,
+            Step::Refused(e) => return Err(e),
+        }
+    }
 }
 
 /// What the scan expects next.
@@ -55,8 +56,8 @@ enum Shape {
 enum At {
     /// The body's value.
     Start,
-    /// After `{`: the key `timers`.
-    Key,
+    /// After `{`: the key `timers`, or `}`.
+    FirstKey,
     /// After the key: `:`.
     Colon,
     /// After `:`: `[`.
@@ -65,30 +66,102 @@ enum At {
     First,
     /// After an item: `,` or `]`.
     AfterItem,
-    /// After `,`: an item.
-    Item,
-    /// After `]`: `}` (a batch) or the body's end (an array).
+    /// After `]`: `}` (or `,` and a second key, refused).
     Close,
+    /// A body that is an array, refused once it is known to be JSON: after `[`.
+    ArrayFirst,
+    /// After one of its elements: `,` or `]`.
+    ArrayAfter,
+    /// After `,`: an element.
+    ArrayItem,
     /// After the body's value: nothing but whitespace.
     End,
 }
 
-/// The text that stands, for serde, for a well-formed body scanned up to `at`.
-fn head(shape: Shape, at: At) -> &'static [u8] {
-    match (shape, at) {
-        (_, At::Start) => b"",
-        (Shape::Batch, At::Key) => b"{",
-        (Shape::Batch, At::Colon) => br#"{"timers""#,
-        (Shape::Batch, At::Open) => br#"{"timers":"#,
-        (Shape::Batch, At::First) => br#"{"timers":["#,
-        (Shape::Batch, At::AfterItem) => br##"{"timers":["""##,
-        (Shape::Batch, At::Item) => br#"{"timers":["","#,
-        (Shape::Batch, At::Close) => br#"{"timers":[""]"#,
-        (Shape::Batch, At::End) => br#"{"timers":[""]}"#,
-        (Shape::Array, At::Key | At::Colon | At::Open | At::First) => b"[",
-        (Shape::Array, At::AfterItem) => br##"["""##,
-        (Shape::Array, At::Item) => br#"["","#,
-        (Shape::Array, At::Close | At::End) => br#"[""]"#,
+/// Why a body is not a batch, at a byte: the grammar's refusals, in serde_json's words.
+enum Fault {
+    /// `EOF while parsing an object` (a `{` not closed).
+    EofInObject,
+    /// `EOF while parsing a list`.
+    EofInList,
+    /// `EOF while parsing a value`.
+    EofInValue,
+    /// `expected `:``, after the key.
+    Colon,
+    /// `expected `,` or `]``, after an item.
+    ListCommaOrEnd,
+    /// `expected `,` or `}``, after the array.
+    ObjectCommaOrEnd,
+    /// `key must be a string`.
+    KeyNotString,
+    /// `trailing comma`, before `]` or `}`.
+    TrailingComma,
+    /// `trailing characters`, after the body's value.
+    TrailingCharacters,
+    /// `missing field `timers``, `duplicate field `timers``, `unknown field …` (a field of
+    /// the object: `invalid_field`).
+    Field(String),
+}
+
+impl Fault {
+    fn words(&self) -> &str {
+        match self {
+            Fault::EofInObject => "EOF while parsing an object",
+            Fault::EofInList => "EOF while parsing a list",
+            Fault::EofInValue => "EOF while parsing a value",
+            Fault::Colon => "expected `:`",
+            Fault::ListCommaOrEnd => "expected `,` or `]`",
+            Fault::ObjectCommaOrEnd => "expected `,` or `}`",
+            Fault::KeyNotString => "key must be a string",
+            Fault::TrailingComma => "trailing comma",
+            Fault::TrailingCharacters => "trailing characters",
+            Fault::Field(m) => m,
+        }
+    }
+
+    fn error(&self, message: String) -> ApiError {
+        match self {
+            Fault::Field(_) => ApiError::InvalidField(message),
+            _ => ApiError::MalformedJson(message),
+        }
+    }
+}
+
+/// A field's refusal in serde's words (`missing field `timers``, …).
+fn field(e: serde_json::Error) -> Fault {
+    Fault::Field(e.to_string())
+}
+
+/// What serde made of the value at the scan's position.
+enum Read<T> {
+    /// The value, and where it ends.
+    Value(T, usize),
+    /// A number or a literal that ends where a byte that cannot follow one stands; the
+    /// value is not kept (the grammar refuses what follows).
+    Ended(usize),
+    /// It does not end within the window (`MAX_ITEM_BYTES`).
+    Long,
+    /// Not a JSON value: serde's error, in the window's lines and columns.
+    Bad(serde_json::Error),
+}
+
+/// `timers` that is not an array: serde's refusal of its type, in its words ("invalid type:
+/// string \"x\", expected an array of timers").
+struct NotArray;
+
+impl<'de> Deserialize<'de> for NotArray {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NotArray;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of timers")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<NotArray, A::Error> {
+                Ok(NotArray)
+            }
+        }
+        d.deserialize_seq(V)
     }
 }
 
@@ -98,22 +171,16 @@ fn head(shape: Shape, at: At) -> &'static [u8] {
 const ASK_EVERY: usize = 16;
 const ASK_BYTES: usize = 4096;
 
-/// The longest key read as a string to compare with `timers`: each of its six characters
-/// escaped as `\uXXXX`, and the quotes.
-const KEY_BYTES: usize = 2 + 6 * 6;
-
 pub struct BatchScan<'a> {
     body: &'a [u8],
     pos: usize,
     at: At,
-    shape: Shape,
     items: Vec<&'a RawValue>,
     /// Items scanned past the first [`MAX_BATCH_ITEMS`] (or every element of an array).
     beyond: usize,
     /// The line (from 1) of `counted`, and where that line starts: the newlines before
     /// `counted` are counted as the scan goes, a slice at a time (at each `Step::More`), so
-    /// that a refusal counts at most one slice's bytes. (Counted an item at a time, they were
-    /// a loop of its own per registration.)
+    /// that a refusal counts at most one slice's bytes.
     line: usize,
     line_start: usize,
     counted: usize,
@@ -129,7 +196,6 @@ impl<'a> BatchScan<'a> {
             body,
             pos: 0,
             at: At::Start,
-            shape: Shape::Batch,
             items: Vec::new(),
             beyond: 0,
             line: 1,
@@ -144,232 +210,302 @@ impl<'a> BatchScan<'a> {
     /// after every 16 items, or sooner after large ones: `ASK_EVERY`).
     pub fn step(&mut self, over: impl Fn() -> bool) -> Step<'a> {
         loop {
-            let at = self.at;
-            match at {
-                At::Start => match self.peek() {
-                    Some(b'{') => self.pass(At::Key),
-                    Some(b'[') => {
-                        self.shape = Shape::Array;
-                        self.pass(At::First);
+            let next = self.peek();
+            let went = match (self.at, next) {
+                (At::Start, Some(b'{')) => self.pass(At::FirstKey),
+                (At::Start, Some(b'[')) => self.pass(At::ArrayFirst),
+                (At::Start, None) => Err(self.fault(Fault::EofInValue, self.pos)),
+                (At::Start, Some(_)) => self.first_value(),
+                (At::FirstKey, Some(b'}')) => {
+                    let missing = <serde_json::Error as serde::de::Error>::missing_field;
+                    Err(self.field_fault(missing("timers"), self.pos))
+                }
+                (At::FirstKey, Some(b'"')) => self.key(false),
+                (At::FirstKey | At::Colon | At::Close, None) => {
+                    Err(self.fault(Fault::EofInObject, self.pos))
+                }
+                (At::FirstKey, Some(_)) => Err(self.peek_fault(Fault::KeyNotString)),
+                (At::Colon, Some(b':')) => self.pass(At::Open),
+                (At::Colon, Some(_)) => Err(self.peek_fault(Fault::Colon)),
+                (At::Open, Some(b'[')) => self.pass(At::First),
+                (At::Open, None) => Err(self.fault(Fault::EofInValue, self.pos)),
+                (At::Open, Some(_)) => self.not_array(),
+                (At::First | At::AfterItem | At::ArrayFirst | At::ArrayAfter, None) => {
+                    Err(self.fault(Fault::EofInList, self.pos))
+                }
+                (At::First | At::AfterItem, Some(b']')) => self.pass(At::Close),
+                (At::ArrayFirst | At::ArrayAfter, Some(b']')) => self.pass(At::End),
+                (At::AfterItem, Some(b',')) => {
+                    self.pos += 1;
+                    match self.peek() {
+                        Some(b']') => Err(self.peek_fault(Fault::TrailingComma)),
+                        None => Err(self.fault(Fault::EofInValue, self.pos)),
+                        Some(_) => self.item(),
                     }
-                    _ => return self.refuse(),
-                },
-                At::Key if self.key() => self.at = At::Colon,
-                At::Colon if self.punct(b':') => self.at = At::Open,
-                At::Open if self.punct(b'[') => self.at = At::First,
-                At::First if self.peek() == Some(b']') => self.pass(At::Close),
-                At::First | At::Item => {
-                    match self.item() {
-                        Ok(item)
-                            if self.shape == Shape::Batch && self.items.len() < MAX_BATCH_ITEMS =>
-                        {
-                            self.items.push(item)
-                        }
-                        Ok(_) => self.beyond += 1,
-                        Err(Unscanned::TooLarge) => return Step::Refused(self.too_large()),
-                        Err(Unscanned::NotValue) => return self.refuse(),
+                }
+                (At::ArrayAfter, Some(b',')) => self.pass(At::ArrayItem),
+                (At::AfterItem | At::ArrayAfter, Some(_)) => {
+                    Err(self.peek_fault(Fault::ListCommaOrEnd))
+                }
+                (At::First, Some(_)) => self.item(),
+                (At::ArrayFirst | At::ArrayItem, Some(_)) => self.element(),
+                (At::ArrayItem, None) => Err(self.fault(Fault::EofInValue, self.pos)),
+                (At::Close, Some(b'}')) => self.pass(At::End),
+                (At::Close, Some(b',')) => {
+                    self.pos += 1;
+                    match self.peek() {
+                        Some(b'"') => self.key(true),
+                        Some(b'}') => Err(self.peek_fault(Fault::TrailingComma)),
+                        Some(_) => Err(self.peek_fault(Fault::KeyNotString)),
+                        None => Err(self.fault(Fault::EofInValue, self.pos)),
                     }
-                    self.at = At::AfterItem;
+                }
+                (At::Close, Some(_)) => Err(self.peek_fault(Fault::ObjectCommaOrEnd)),
+                (At::End, Some(_)) => Err(self.peek_fault(Fault::TrailingCharacters)),
+                (At::End, None) => return self.finish(),
+            };
+            match went {
+                Err(e) => return Step::Refused(e),
+                Ok(false) => {}
+                Ok(true) => {
                     self.unasked += 1 + (self.pos - self.asked_at) / ASK_BYTES;
                     self.asked_at = self.pos;
                     if self.unasked >= ASK_EVERY {
                         self.unasked = 0;
                         if over() {
-                            self.count_lines();
+                            self.count_lines(self.pos);
                             return Step::More;
                         }
                     }
                 }
-                At::AfterItem if self.punct(b',') => self.at = At::Item,
-                At::AfterItem if self.punct(b']') => self.at = At::Close,
-                At::Close if self.shape == Shape::Array => self.at = At::End,
-                At::Close if self.punct(b'}') => self.at = At::End,
-                At::End if self.peek().is_none() => return self.finish(),
-                _ => return self.refuse(),
             }
         }
     }
 
     /// The answer for a body that ended well formed.
     fn finish(&mut self) -> Step<'a> {
-        match self.shape {
-            Shape::Array => Step::Refused(not_an_object("the body")),
-            Shape::Batch if self.beyond > 0 => Step::Refused(ApiError::TooManyItems {
-                count: MAX_BATCH_ITEMS + self.beyond,
-                limit: MAX_BATCH_ITEMS,
-            }),
-            Shape::Batch if self.items.is_empty() => Step::Refused(ApiError::EmptyBatch),
-            Shape::Batch => Step::Done(std::mem::take(&mut self.items)),
-        }
-    }
-
-    /// The error for a body that stops being a batch where the scan stands: serde's, on the
-    /// text that stands for what was scanned and the body from here on (at most
-    /// `MAX_ITEM_BYTES` of it: past the array nothing valid is longer, and within it the
-    /// scan has already found the item it stopped on to end or to break within them).
-    fn refuse(&mut self) -> Step<'a> {
-        self.skip_ws();
-        self.count_lines();
-        let head = head(self.shape, self.at);
-        let from = self.pos;
-        let to = self.body.len().min(from.saturating_add(MAX_ITEM_BYTES));
-        let mut text = Vec::with_capacity(head.len() + (to - from));
-        text.extend_from_slice(head);
-        text.extend_from_slice(&self.body[from..to]);
-        let batch = self.shape == Shape::Batch && self.at != At::Start;
-        let verdict = if batch {
-            batch_syntax(&text)
-        } else {
-            serde_json::from_slice::<IgnoredAny>(&text).map(drop)
-        };
-        let e = match verdict {
-            Err(e) => e,
-            // Well formed and not an object (what serde reads of a first value so long).
-            Ok(()) if !batch => return Step::Refused(not_an_object("the body")),
-            // The scan stopped where serde goes on: the whole body decides.
-            Ok(()) => {
-                return match parse_batch(self.body) {
-                    Ok(items) => Step::Done(items),
-                    Err(e) => Step::Refused(e),
-                }
-            }
-        };
-        if e.is_eof() && to < self.body.len() {
-            return Step::Refused(if batch {
-                ApiError::InvalidField(format!(
-                    "a batch body holds one field, `timers`, an array of items; a field name or \
-                     value of more than {MAX_ITEM_BYTES} bytes is not read"
-                ))
-            } else {
-                not_an_object("the body")
+        if self.beyond > 0 || self.items.is_empty() {
+            return Step::Refused(match self.body.get(self.skip_ws(0)) {
+                Some(b'{') if self.beyond > 0 => ApiError::TooManyItems {
+                    count: MAX_BATCH_ITEMS + self.beyond,
+                    limit: MAX_BATCH_ITEMS,
+                },
+                Some(b'{') => ApiError::EmptyBatch,
+                _ => not_an_object("the body"),
             });
         }
-        let message = self.message_at(&e, head.len(), from);
-        Step::Refused(json_error_at(&e, message))
+        Step::Done(std::mem::take(&mut self.items))
     }
 
-    /// serde's message for `e` on the text of `head` bytes then the body from `from`, with
-    /// the position moved back to the body's own (serde counts lines from 1, and columns as
-    /// the bytes before the error on its line).
-    fn message_at(&self, e: &serde_json::Error, head: usize, from: usize) -> String {
-        let full = e.to_string();
-        if e.line() == 0 {
-            return full;
-        }
-        let suffix = format!(" at line {} column {}", e.line(), e.column());
-        let Some(what) = full.strip_suffix(&suffix) else {
-            return full;
-        };
-        let (line, column) = if e.line() == 1 {
-            // The head has no newline: the error is on the line the scan stopped on.
-            let column = (e.column() + from).saturating_sub(head + self.line_start);
-            (self.line, column)
-        } else {
-            (self.line + e.line() - 1, e.column())
-        };
-        format!("{what} at line {line} column {column}")
-    }
-
-    /// The refusal of the item (or array element) that does not end within `MAX_ITEM_BYTES`.
-    fn too_large(&self) -> ApiError {
-        match self.shape {
-            Shape::Batch => {
-                item_too_large(&format!("batch item {}", self.items.len() + self.beyond))
-            }
-            Shape::Array => not_an_object("the body"),
-        }
-    }
-
-    /// Counts the newlines between the last count and `pos`.
-    fn count_lines(&mut self) {
-        let seen = &self.body[self.counted..self.pos];
-        let newlines = seen.iter().filter(|&&b| b == b'\n').count();
-        if newlines > 0 {
-            self.line += newlines;
-            if let Some(i) = seen.iter().rposition(|&b| b == b'\n') {
-                self.line_start = self.counted + i + 1;
-            }
-        }
-        self.counted = self.pos;
-    }
-
-    /// Steps over the byte `peek` just saw, and on to `at`.
-    fn pass(&mut self, at: At) {
+    /// Steps over the byte `peek` just saw, and on to `at`. (Each step is `Ok(true)` when
+    /// it read an item or an element, which `over` is asked after.)
+    fn pass(&mut self, at: At) -> Result<bool, ApiError> {
         self.pos += 1;
         self.at = at;
+        Ok(false)
     }
 
-    fn skip_ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.body.get(self.pos) {
-            self.pos += 1;
+    /// A body that is neither an object nor an array: refused as not an object once it is
+    /// known to be JSON.
+    fn first_value(&mut self) -> Result<bool, ApiError> {
+        match self.read::<IgnoredAny>(MAX_ITEM_BYTES) {
+            Read::Value(_, end) | Read::Ended(end) => {
+                self.pos = end;
+                self.at = At::End;
+                Ok(false)
+            }
+            Read::Long => Err(not_an_object("the body")),
+            Read::Bad(e) => Err(self.value_fault(&e)),
         }
     }
 
-    fn peek(&mut self) -> Option<u8> {
-        self.skip_ws();
-        self.body.get(self.pos).copied()
-    }
-
-    /// Skips whitespace and `c`; false if the next byte is not `c`.
-    fn punct(&mut self, c: u8) -> bool {
-        if self.peek() == Some(c) {
-            self.pos += 1;
-            true
+    /// The key at `pos` (a `"`): `timers` the first time, else the field's refusal.
+    fn key(&mut self, again: bool) -> Result<bool, ApiError> {
+        let (key, end) = if self.body[self.pos..].starts_with(br#""timers""#) {
+            (Cow::Borrowed("timers"), self.pos + 8)
         } else {
-            false
+            match self.read::<Cow<'a, str>>(MAX_ITEM_BYTES) {
+                Read::Value(key, end) => (key, end),
+                Read::Bad(e) => return Err(self.value_fault(&e)),
+                Read::Ended(_) | Read::Long => return Err(not_read()),
+            }
+        };
+        use serde::de::Error;
+        match &*key {
+            "timers" if again => Err(self.field_fault(Error::duplicate_field("timers"), end)),
+            "timers" => {
+                self.pos = end;
+                self.at = At::Colon;
+                Ok(false)
+            }
+            other => Err(self.field_fault(Error::unknown_field(other, &["timers"]), end)),
         }
     }
 
-    /// The key `timers`, written plainly or with escapes; false for any other.
-    fn key(&mut self) -> bool {
-        if self.peek() != Some(b'"') {
-            return false;
-        }
-        let rest: &'a [u8] = &self.body[self.pos..];
-        if rest.starts_with(br#""timers""#) {
-            self.pos += 8;
-            return true;
-        }
-        let window = &rest[..rest.len().min(KEY_BYTES)];
-        let mut keys = serde_json::Deserializer::from_slice(window).into_iter::<Cow<'_, str>>();
-        match keys.next() {
-            Some(Ok(key)) if key == "timers" => {
-                self.pos += keys.byte_offset();
-                true
-            }
-            _ => false,
+    /// `timers` that is not an array: serde's words for its type.
+    fn not_array(&mut self) -> Result<bool, ApiError> {
+        match self.read::<NotArray>(MAX_ITEM_BYTES) {
+            Read::Bad(e) => Err(self.value_fault(&e)),
+            Read::Value(..) | Read::Ended(_) | Read::Long => Err(not_read()),
         }
     }
 
-    /// The next item's JSON text (any value: the whole-body parse takes any, and each item is
-    /// checked on its own later). At most [`MAX_ITEM_BYTES`] are read for it, so one item
-    /// costs at most that much parsing, whatever the body holds.
-    fn item(&mut self) -> Result<&'a RawValue, Unscanned> {
-        if self.peek().is_none() {
-            return Err(Unscanned::NotValue);
-        }
-        let rest: &'a [u8] = &self.body[self.pos..];
-        // One byte past the bound, to tell an item of exactly the bound (or a number cut by
-        // the window, which serde would read as ended) from a longer one.
-        let window = &rest[..rest.len().min(MAX_ITEM_BYTES + 1)];
-        let mut values = serde_json::Deserializer::from_slice(window).into_iter::<&'a RawValue>();
-        match values.next() {
-            Some(Ok(_)) if values.byte_offset() > MAX_ITEM_BYTES => Err(Unscanned::TooLarge),
-            Some(Ok(item)) => {
-                self.pos += values.byte_offset();
-                Ok(item)
+    /// An item of the batch: its JSON text, any value. At most [`MAX_ITEM_BYTES`] are read
+    /// for it, so one item costs at most that much parsing, whatever the body holds.
+    fn item(&mut self) -> Result<bool, ApiError> {
+        self.at = At::AfterItem;
+        let too_large = || {
+            let items = self.items.len() + self.beyond;
+            item_too_large(&format!("batch item {items}"))
+        };
+        // One byte past the bound, to tell an item of exactly the bound from a longer one.
+        match self.read::<&'a RawValue>(MAX_ITEM_BYTES + 1) {
+            Read::Value(_, end) | Read::Ended(end) if end - self.pos > MAX_ITEM_BYTES => {
+                Err(too_large())
             }
-            Some(Err(e)) if e.is_eof() && rest.len() > window.len() => Err(Unscanned::TooLarge),
-            _ => Err(Unscanned::NotValue),
+            Read::Value(item, end) => {
+                if self.items.len() < MAX_BATCH_ITEMS {
+                    self.items.push(item);
+                } else {
+                    self.beyond += 1;
+                }
+                self.pos = end;
+                Ok(true)
+            }
+            Read::Ended(end) => {
+                self.pos = end;
+                Ok(true)
+            }
+            Read::Long => Err(too_large()),
+            Read::Bad(e) => Err(self.value_fault(&e)),
         }
+    }
+
+    /// An element of a body that is an array (read as serde reads any value, not kept).
+    fn element(&mut self) -> Result<bool, ApiError> {
+        self.at = At::ArrayAfter;
+        match self.read::<IgnoredAny>(MAX_ITEM_BYTES + 1) {
+            Read::Value(_, end) | Read::Ended(end) if end - self.pos <= MAX_ITEM_BYTES => {
+                self.pos = end;
+                Ok(true)
+            }
+            Read::Bad(e) => Err(self.value_fault(&e)),
+            Read::Value(..) | Read::Ended(_) | Read::Long => Err(not_an_object("the body")),
+        }
+    }
+
+    /// serde's reading of one value of type `T` at `pos`, from at most `window` bytes.
+    fn read<T: Deserialize<'a>>(&self, window: usize) -> Read<T> {
+        let rest: &'a [u8] = &self.body[self.pos..];
+        let cut = rest.len() > window;
+        let seen = &rest[..rest.len().min(window)];
+        // A number or a literal is not known to end where the window cuts it.
+        let delimited = matches!(seen.first(), Some(b'"' | b'[' | b'{'));
+        let mut values = serde_json::Deserializer::from_slice(seen).into_iter::<T>();
+        let next = values.next();
+        let end = values.byte_offset();
+        match next {
+            _ if cut && end == seen.len() && !delimited => Read::Long,
+            Some(Ok(value)) => Read::Value(value, self.pos + end),
+            // serde read a number or a literal, then a byte no value may be followed by.
+            Some(Err(_)) if end > 0 => Read::Ended(self.pos + end),
+            Some(Err(e)) if e.is_eof() && cut => Read::Long,
+            Some(Err(e)) => Read::Bad(e),
+            None => Read::Long,
+        }
+    }
+
+    /// `fault` at the byte index `at` (serde's index: the bytes it had read).
+    fn fault(&mut self, fault: Fault, at: usize) -> ApiError {
+        let (line, column) = self.position(at);
+        fault.error(format!("{} at line {line} column {column}", fault.words()))
+    }
+
+    /// `fault` at the byte `peek` saw (serde counts it as read).
+    fn peek_fault(&mut self, fault: Fault) -> ApiError {
+        let at = self.body.len().min(self.pos + 1);
+        self.fault(fault, at)
+    }
+
+    /// A field's refusal, raised where its key ends (`at`): serde counts the whitespace after
+    /// it as read, and the object's `}` if that comes next.
+    fn field_fault(&mut self, e: serde_json::Error, at: usize) -> ApiError {
+        let mut at = self.skip_ws(at);
+        if self.body.get(at) == Some(&b'}') {
+            at += 1;
+        }
+        self.fault(field(e), at)
+    }
+
+    /// serde's error for the value at `pos`, its line and column moved from the window's
+    /// to the body's.
+    fn value_fault(&mut self, e: &serde_json::Error) -> ApiError {
+        let full = e.to_string();
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        let what = match full.strip_suffix(&suffix) {
+            Some(what) if e.line() > 0 => what,
+            _ => return json_error_at(e, full),
+        };
+        // The window's line `e.line()` starts after its `e.line() - 1`th newline.
+        let window = &self.body[self.pos..];
+        let line_start = match e.line() - 1 {
+            0 => 0,
+            n => window
+                .iter()
+                .enumerate()
+                .filter(|(_, &b)| b == b'\n')
+                .nth(n - 1)
+                .map_or(window.len(), |(i, _)| i + 1),
+        };
+        let at = (self.pos + line_start + e.column()).min(self.body.len());
+        let (line, column) = self.position(at);
+        json_error_at(e, format!("{what} at line {line} column {column}"))
+    }
+
+    /// The line (from 1) and column (the bytes before it on its line) of the byte index `at`,
+    /// as serde counts them.
+    fn position(&mut self, at: usize) -> (usize, usize) {
+        if at < self.counted {
+            self.line = 1;
+            self.line_start = 0;
+            self.counted = 0;
+        }
+        self.count_lines(at);
+        (self.line, at - self.line_start)
+    }
+
+    /// Counts the newlines between the last count and `to`.
+    fn count_lines(&mut self, to: usize) {
+        let seen = &self.body[self.counted..to];
+        if let Some(i) = seen.iter().rposition(|&b| b == b'\n') {
+            self.line += seen.iter().filter(|&&b| b == b'\n').count();
+            self.line_start = self.counted + i + 1;
+        }
+        self.counted = to;
+    }
+
+    /// Where the whitespace from `from` ends.
+    fn skip_ws(&self, from: usize) -> usize {
+        let rest = self.body.get(from..).unwrap_or_default();
+        from + rest
+            .iter()
+            .take_while(|&&b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .count()
+    }
+
+    /// The next byte past whitespace, which the scan then stands on.
+    fn peek(&mut self) -> Option<u8> {
+        self.pos = self.skip_ws(self.pos);
+        self.body.get(self.pos).copied()
     }
 }
 
-/// Why an item was not scanned.
-enum Unscanned {
-    /// Not a JSON value: the whole-body parse's error is found by `refuse`.
-    NotValue,
-    TooLarge,
+/// The refusal of a field name or value beside the array that does not end within the bound.
+fn not_read() -> ApiError {
+    ApiError::InvalidField(format!(
+        "a batch body holds one field, `timers`, an array of items; a field name or value of \
+         more than {MAX_ITEM_BYTES} bytes is not read"
+    ))
 }
 
 #[cfg(test)]

@@ -1,8 +1,12 @@
-//! The scan against the whole-body parse: the same answer for every shape of body, valid or
-//! not, across steps; the bounds that refuse without reading it all.
+//! The scan against serde_json's reading of the whole body (`scan_reference.rs`): the same
+//! answer for every shape of body, valid or not, across steps; the bounds that refuse without
+//! reading it all.
 
 use super::*;
 use proptest::prelude::*;
+
+#[path = "scan_reference.rs"]
+mod reference;
 
 /// The scan's answer, one item a step (every slice already over: the most steps).
 fn answer(body: &[u8]) -> Result<Vec<String>, ApiError> {
@@ -16,9 +20,9 @@ fn answer(body: &[u8]) -> Result<Vec<String>, ApiError> {
     }
 }
 
-/// The whole-body parse's answer.
+/// serde's answer, from the whole body at once.
 fn whole(body: &[u8]) -> Result<Vec<String>, ApiError> {
-    parse_batch(body).map(|items| items.iter().map(|i| i.get().to_string()).collect())
+    reference::parse_batch(body).map(|items| items.iter().map(|i| i.get().to_string()).collect())
 }
 
 /// The step the scan ends with, in as few steps as it takes.
@@ -187,6 +191,37 @@ fn every_shape_gets_the_whole_body_parses_answer() {
         b"",
         b"{\"timers\":[{\"key\":\"\xff\"}]}",
         b"{\"timers\":[{\"key\":\"a\"}\n\n,\n\n\xff]}",
+        // Where serde places a field's refusal: past the whitespace after the key, and past
+        // the object's `}` when that follows.
+        b"{ }",
+        b"{\n\"x\"  }",
+        b"{\"x\"  :1}",
+        b"{\"timers\":[1] , \"timers\" }",
+        b"{\"timers\":[1],\"\\u0074imers\":[2]}",
+        // A number or a literal that runs into a byte no value is followed by.
+        b"{\"timers\":[1x]}",
+        b"[1x]",
+        b"12x",
+        b"{\"timers\":[tru]}",
+        b"{\"timers\":1e400}",
+        b"{\"timers\":-}",
+        b"{\"timers\":\"\\u00\"}",
+        b"{\"timers\":[\"\\ud800\"]}",
+        b"\x0c{\"timers\":[1]}",
+        b"{\"timers\":[1]}x",
+        b"{\"timers\" 1}",
+        b"{\"timers\":[1]",
+        b"{\"timers\":[1],}",
+        b"{\"timers\":[1],1}",
+        b"{\"timers\":[1],",
+        b"{\"timers\":[1,",
+        b"{\"timers\":",
+        b"{\"timers\":[1] ]",
+        b"[1,",
+        b"[",
+        b"[1 2]",
+        b"[1,]",
+        b"{\"timers\":[\n1,\n{\"k\":\n\"\x01\"}]}",
     ] {
         bodies.push(body.to_vec());
     }
@@ -383,6 +418,10 @@ fn fragment() -> impl Strategy<Value = String> {
         Just(r#"{"key":"a","delay_ms":1}"#.to_string()),
         Just("\"".to_string()),
         Just("\\".to_string()),
+        Just("x".to_string()),
+        Just("tru".to_string()),
+        Just("-".to_string()),
+        Just("\"x\"".to_string()),
     ]
 }
 
