@@ -50,7 +50,7 @@
 //!
 //! The shard: two relaxed stores and a `CLOCK_MONOTONIC` read per `await`, none per fire.
 //! The watchdog: one wake-up every [`PERIOD`] (1,000 a second) that reads one atomic per
-//! shard, and a read of one `/proc` file per late shard. A wake it sends is counted
+//! shard, and a `pread` of one or two `/proc` files, kept open, per late shard. A wake it sends is counted
 //! (`punctual_shard_watchdog_wakes_total`) and logged: each means a shard's executor slept
 //! through its work (the episode is counted once as a stall).
 
@@ -103,7 +103,7 @@ pub(crate) struct Pulse {
     /// `CLOCK_MONOTONIC` ns by which the shard expects to run again, or [`RUNNING`],
     /// [`STALLED`] or [`STARTING`].
     due_ns: AtomicU64,
-    /// The shard thread's id (0 until it runs), for [`asleep_in_io_uring`].
+    /// The shard thread's id (0 until it runs), for [`TaskProbe`].
     tid: AtomicI32,
     /// Polls of the shard's start so far; a nudge is sent only once the last one was
     /// answered by a poll, so at most one is ever outstanding.
@@ -442,11 +442,13 @@ impl Drop for Watchdog {
 }
 
 fn watch(shards: &[Watched], stop: &AtomicBool, period: Duration, grace: Duration) {
+    let probes: Vec<std::cell::RefCell<TaskProbe>> =
+        shards.iter().map(|_| Default::default()).collect();
     while !stop.load(Ordering::Acquire) {
         std::thread::park_timeout(period);
         let now = monotonic_ns();
-        for (id, (pulse, metrics)) in shards.iter().enumerate() {
-            let look = pulse.check(now, grace, asleep_in_io_uring);
+        for ((id, (pulse, metrics)), probe) in shards.iter().enumerate().zip(&probes) {
+            let look = pulse.check(now, grace, |tid| probe.borrow_mut().asleep_in_io_uring(tid));
             if look == Look::Nothing {
                 continue;
             }
@@ -482,34 +484,76 @@ fn watch(shards: &[Watched], stop: &AtomicBool, period: Duration, grace: Duratio
     }
 }
 
-/// Whether thread `tid` of this process is asleep in `io_uring_enter`: a glommio executor
+/// Whether a thread of this process is asleep in `io_uring_enter`: a glommio executor
 /// sleeping. Read from `/proc/self/task/TID/syscall` (its first field is the syscall the
 /// thread is blocked in) and `stat` (its state: `S`, sleeping, not `R`, woken and waiting for
 /// a CPU, which is the host's delay, not glommio's); false when either cannot be read.
-fn asleep_in_io_uring(tid: i32) -> bool {
-    if tid <= 0 {
-        return false;
+///
+/// Both files stay open between looks and are read again from their start (a `/proc` file
+/// is made anew by each read at offset 0): a look at a late shard is one or two `pread`s.
+/// Opened, measured and closed at each look, it was four system calls a file, about a third
+/// of the watchdog's own time under a batch load on a busy host, where a look finds a shard
+/// late (its thread waiting for a CPU) every few milliseconds.
+#[derive(Default)]
+struct TaskProbe {
+    /// The thread the files are open for, and its `syscall` and `stat`.
+    open: Option<(i32, std::fs::File, std::fs::File)>,
+}
+
+impl TaskProbe {
+    fn asleep_in_io_uring(&mut self, tid: i32) -> bool {
+        if self.syscall(tid) != Some(libc::SYS_io_uring_enter) {
+            return false;
+        }
+        let mut buf = [0u8; 512];
+        let Some(stat) = self.read(tid, |(_, _, stat)| stat, &mut buf) else {
+            return false;
+        };
+        // "TID (COMM) STATE ...": the name may hold spaces and parentheses, the state follows
+        // the last ')'.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            == Some("S")
     }
-    let task = format!("/proc/self/task/{tid}");
-    let Ok(syscall) = std::fs::read_to_string(format!("{task}/syscall")) else {
-        return false;
-    };
-    let in_uring = syscall
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse::<libc::c_long>().ok())
-        == Some(libc::SYS_io_uring_enter);
-    if !in_uring {
-        return false;
+
+    /// The system call thread `tid` is in now, if its `syscall` file says one.
+    fn syscall(&mut self, tid: i32) -> Option<libc::c_long> {
+        let mut buf = [0u8; 128];
+        self.read(tid, |(_, syscall, _)| syscall, &mut buf)?
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
     }
-    let Ok(stat) = std::fs::read_to_string(format!("{task}/stat")) else {
-        return false;
-    };
-    // "TID (COMM) STATE ...": the name may hold spaces and parentheses, the state follows
-    // the last ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        == Some("S")
+
+    /// One of `tid`'s files (`which`), read from its start into `buf`: opened first when
+    /// the files open are another thread's, closed when a read fails (the thread ended).
+    fn read<'b>(
+        &mut self,
+        tid: i32,
+        which: impl Fn(&(i32, std::fs::File, std::fs::File)) -> &std::fs::File,
+        buf: &'b mut [u8],
+    ) -> Option<&'b str> {
+        use std::os::unix::fs::FileExt;
+        if tid <= 0 {
+            return None;
+        }
+        if self.open.as_ref().is_none_or(|(t, ..)| *t != tid) {
+            let task = format!("/proc/self/task/{tid}");
+            let syscall = std::fs::File::open(format!("{task}/syscall")).ok();
+            let stat = std::fs::File::open(format!("{task}/stat")).ok();
+            self.open = syscall
+                .zip(stat)
+                .map(|(syscall, stat)| (tid, syscall, stat));
+        }
+        let read = which(self.open.as_ref()?).read_at(buf, 0);
+        match read {
+            Ok(n) => std::str::from_utf8(buf.get(..n)?).ok(),
+            Err(_) => {
+                self.open = None;
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]

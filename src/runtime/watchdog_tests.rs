@@ -224,7 +224,7 @@ fn the_io_uring_probe_sees_an_idle_glommio_executor_asleep() {
     let give_up = std::time::Instant::now() + Duration::from_secs(3);
     let mut seen = false;
     while !seen && std::time::Instant::now() < give_up {
-        seen = asleep_in_io_uring(tid);
+        seen = TaskProbe::default().asleep_in_io_uring(tid);
         std::thread::sleep(Duration::from_millis(5));
     }
     ex.join().expect("executor ran");
@@ -237,9 +237,10 @@ fn the_io_uring_probe_sees_an_idle_glommio_executor_asleep() {
 fn the_io_uring_probe_reads_a_running_thread_as_awake() {
     // SAFETY: gettid takes no arguments and cannot fail.
     let me = unsafe { libc::gettid() };
-    assert!(!asleep_in_io_uring(me));
-    assert!(!asleep_in_io_uring(0));
-    assert!(!asleep_in_io_uring(i32::MAX));
+    let mut probe = TaskProbe::default();
+    assert!(!probe.asleep_in_io_uring(me));
+    assert!(!probe.asleep_in_io_uring(0));
+    assert!(!probe.asleep_in_io_uring(i32::MAX));
 }
 
 /// While a shard starts, it is nudged every START_NUDGE, but never again before it
@@ -300,5 +301,49 @@ fn leaving_releases_every_task_waker_on_the_shards_thread() {
     assert_eq!(
         *released.lock().expect("released"),
         Some(std::thread::current().id())
+    );
+}
+
+/// The probe keeps a thread's files open and reads them again at each look: it follows the
+/// same thread from a blocking read into an idle glommio executor's `io_uring_enter`, then
+/// sees it gone once it ended.
+#[test]
+fn the_io_uring_probe_follows_a_thread_through_its_kept_files() {
+    use std::io::{Read, Write};
+    let (mut bell, mut wait) = std::os::unix::net::UnixStream::pair().expect("pair");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        // SAFETY: gettid takes no arguments and cannot fail.
+        let _ = tx.send(unsafe { libc::gettid() });
+        let mut byte = [0u8; 1];
+        wait.read_exact(&mut byte).expect("bell");
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("executor")
+            .run(glommio::timer::sleep(Duration::from_millis(500)));
+    });
+    let tid = rx.recv_timeout(Duration::from_secs(10)).expect("tid");
+    let mut probe = TaskProbe::default();
+    let until = |f: &mut dyn FnMut() -> bool| {
+        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+        while !f() && std::time::Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        f()
+    };
+    assert!(until(&mut || probe.syscall(tid) == Some(libc::SYS_read)));
+    assert!(
+        !probe.asleep_in_io_uring(tid),
+        "blocked in read, not io_uring"
+    );
+    bell.write_all(&[1]).expect("ring");
+    assert!(
+        until(&mut || probe.asleep_in_io_uring(tid)),
+        "the same open files show the executor's sleep"
+    );
+    thread.join().expect("thread");
+    assert!(
+        !probe.asleep_in_io_uring(tid),
+        "an ended thread is not asleep"
     );
 }
