@@ -331,7 +331,8 @@ fn the_io_uring_probe_follows_a_thread_through_its_kept_files() {
         }
         f()
     };
-    assert!(until(&mut || probe.syscall(tid) == Some(libc::SYS_read)));
+    // A socket's blocking read is a `recvfrom`.
+    assert!(until(&mut || probe.syscall(tid) == Some(libc::SYS_recvfrom)));
     assert!(
         !probe.asleep_in_io_uring(tid),
         "blocked in read, not io_uring"
