@@ -130,6 +130,8 @@ impl<S: TimeSource> Shard<S> {
                 v.deadline <= self.clock.now().as_micros()
                     && crate::sink::webhook::firing_of(v.timer.meta()) == Firing::Own
             })
+            // A store that refuses writes now refuses this one at once, as any (`defer.rs`).
+            && self.store.admit(timer.tenant()).is_ok()
     }
 
     /// Applies one op: the table changes at once, the store makes it durable and answers.

@@ -13,17 +13,21 @@
 //! # What
 //!
 //! A schedule (plain or with terms) of a key whose pending timer is due (deadline ≤ now) and
-//! not yet fireable waits here, in arrival order, until that timer has fired (about one group
-//! commit: the commit makes it fireable, the next fire pass fires it), and is then applied as
-//! it would have been; its caller's answer comes that much later. Every later op of the same
+//! has not fired yet (its own firing, not a step of its webhook's delivery) waits here, in
+//! arrival order, until that timer has fired (about one group commit: the commit makes it
+//! fireable, the next fire pass fires it), and is then applied as it would have been; its
+//! caller's answer comes that much later. The wait is for the fire, not for durability alone:
+//! the drain runs before the fire in a pass, and a timer made fireable by the last commit but
+//! replaced by the drain would start its burst over. Every later op of the same
 //! key waits behind it (a GET, a cancel, a bulk cancel's cancels too), so the key's ops keep
 //! their order. By debounce's terms a write that arrives after its burst's cap belongs to the
 //! next burst anyway, and a plain PUT onto a timer already due meets, on every store, a timer
 //! that fires first: the memory store fires it at its deadline.
 //!
 //! Held back rather than made durable sooner: the commit cannot be hurried, and firing the
-//! not-durable version would break the rule above. A write on a key whose timer is due and
-//! durable, or not due, is never held.
+//! not-durable version would break the rule above. A write on a key whose timer is not due,
+//! or is kept for its delivery, is never held. On the memory store a due timer fires in the
+//! pass it is due in, so a write waits at most one pass.
 //!
 //! # Ends
 //!
@@ -36,8 +40,12 @@
 //!   refused, unapplied, with 503 `store_unavailable` and a Retry-After of 1 s (retrying is
 //!   safe).
 //!
-//! Cost: nothing while the queue is empty but one table look-up and a clock read per schedule
-//! of a key that is pending; with ops held, one hash look-up of each keyed op's identity.
+//! Cost: one table look-up per schedule, and a clock read when its key is pending; with ops
+//! held, one hash look-up of each keyed op's identity.
+//!
+//! A store that refuses writes (`Store::admit`: a failed journal, a full outbox) refuses a
+//! write that would wait at once, as it refuses any: a failed journal never fires a timer whose
+//! record it did not write, and a write held behind one would wait for nothing.
 
 use crate::op::Op;
 use std::collections::{HashMap, VecDeque};
