@@ -312,3 +312,103 @@ fn a_condition_is_checked_before_the_burst_and_a_refusal_leaves_it() {
     let (_, g) = get(&s, "k");
     assert_eq!(g["debounce"], burst, "{g}");
 }
+
+/// Clients writing the key at once: enough that a write is always on its way while the
+/// journal commits.
+const WRITERS: usize = 8;
+
+/// PUTs each client writes before it reads their answers.
+const PIPELINED: usize = 32;
+
+/// A key written without pause keeps the cap's promise on the journal: each burst fires about
+/// at its cap although the PUTs of the next keep coming, never before it, and the last PUT's
+/// payload is delivered. (Before, each new PUT replaced the due timer with a version not yet
+/// durable, and the key fired only once the writes stopped.)
+#[test]
+fn a_key_written_without_pause_fires_at_each_cap_on_the_journal() {
+    let rx = receiver::Receiver::ok();
+    let config = format!(
+        "callback_allow = [{:?}]\ncallback_allow_networks = [\"127.0.0.1/32\"]\n",
+        rx.base()
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let s = Configured::journal(dir.path(), &config, &["--shards", "1", "--fsync", "always"]);
+    let n = std::sync::atomic::AtomicU64::new(0);
+    let end = Instant::now() + Duration::from_secs(4);
+    std::thread::scope(|sc| {
+        for _ in 0..WRITERS {
+            sc.spawn(|| {
+                while Instant::now() < end {
+                    // Pipelined: a burst of PUTs written at once on a connection that the
+                    // last one closes, then their answers.
+                    let mut out = Vec::new();
+                    for k in 0..PIPELINED {
+                        let i = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let body = json!({"delay_ms": 60_000, "payload": i,
+                            "callback": {"url": rx.url("hook")},
+                            "debounce": {"max_wait_ms": 500}})
+                        .to_string();
+                        let close = if k + 1 == PIPELINED {
+                            "close"
+                        } else {
+                            "keep-alive"
+                        };
+                        out.extend_from_slice(
+                            format!(
+                                "PUT /v1/timers/t/k HTTP/1.1\r\nhost: x\r\n\
+                                 connection: {close}\r\n\
+                                 content-type: application/json\r\n\
+                                 content-length: {}\r\n\r\n{body}",
+                                body.len()
+                            )
+                            .as_bytes(),
+                        );
+                    }
+                    let mut c = s.s.connect();
+                    std::io::Write::write_all(&mut c, &out).expect("write");
+                    let mut answers = String::new();
+                    std::io::Read::read_to_string(&mut c, &mut answers).expect("answers");
+                    let ok = ["HTTP/1.1 200", "HTTP/1.1 201", "HTTP/1.1 503"]
+                        .iter()
+                        .map(|st| answers.matches(st).count())
+                        .sum::<usize>();
+                    assert_eq!(ok, PIPELINED, "{answers}");
+                }
+            });
+        }
+    });
+    // The last write, after all the others were answered.
+    let last = "last";
+    let body = json!({"delay_ms": 60_000, "payload": last,
+        "callback": {"url": rx.url("hook")}, "debounce": {"max_wait_ms": 500}});
+    let (st, r) = put(&s.s, "k", body);
+    assert!([200, 201].contains(&st), "{st} {r}");
+    let got = rx.wait(Duration::from_secs(10), |all| {
+        all.iter().any(|d| d.json()["payload"] == json!(last))
+    });
+    let fires: Vec<Value> = got.iter().map(|d| d.json()).collect();
+    assert!(
+        fires.iter().any(|d| d["payload"] == json!(last)),
+        "the last PUT was not delivered: {} fires",
+        fires.len()
+    );
+    eprintln!("{} PUTs, {} fires", n.into_inner(), fires.len());
+    let late: Vec<u64> = fires
+        .iter()
+        .map(|d| {
+            let (at, due) = (us(d, "fired_at_us"), us(d, "fire_at_us"));
+            assert!(at >= due, "fired before its cap: {d}");
+            at - due
+        })
+        .collect();
+    assert!(
+        fires.len() >= 5,
+        "{} fires in 4 s of writes with a 500 ms cap (late by µs: {late:?})",
+        fires.len()
+    );
+    // The last burst may end with the writes, at its deadline a minute on; it has not, here.
+    assert!(
+        late.iter().all(|&l| l < 1_000_000),
+        "a burst fired more than 1 s after its cap: late by µs {late:?}"
+    );
+}

@@ -248,6 +248,7 @@ async fn run_shard(seed: ShardSeed) {
         gate: Gate::new(holders),
         purging: None,
         pager,
+        deferred: Default::default(),
     };
     shard.publish_initial();
     if let Some(hook) = hook {

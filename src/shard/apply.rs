@@ -29,7 +29,7 @@ use crate::quota::QuotaSlot;
 use crate::ring::Taken;
 use crate::runtime::cooperate::Slice;
 use crate::store::Ack;
-use crate::timer::PackedTimer;
+use crate::timer::{Firing, PackedTimer};
 use crate::units::UtcMicros;
 use crate::wheel::UpsertError;
 use std::sync::atomic::Ordering;
@@ -45,7 +45,7 @@ impl<S: TimeSource> Shard<S> {
     /// shard's timers and other tasks would wait for all of them.
     pub(super) fn drain(&mut self, slice: Option<Slice>) -> usize {
         let batch = self.store.ops_per_pass();
-        let mut n = 0;
+        let mut n = self.apply_deferred();
         let mut taken = Taken::default();
         while n < batch {
             if n % DRAIN_CHECK == DRAIN_CHECK - 1 {
@@ -60,7 +60,7 @@ impl<S: TimeSource> Shard<S> {
             if n == 0 {
                 self.store.begin_pass();
             }
-            self.apply(op);
+            self.apply_or_defer(op);
             n += 1;
         }
         self.ring.give_back(&mut taken);
@@ -70,6 +70,68 @@ impl<S: TimeSource> Shard<S> {
                 .store(self.pending() as u64, Ordering::Relaxed);
         }
         n
+    }
+
+    /// Applies `op`, or holds it back behind its key's due timer whose record is not durable
+    /// yet, or behind an earlier held op of its key (`defer.rs`); refused (503) when the
+    /// shard holds as many as it may.
+    fn apply_or_defer(&mut self, op: Op) {
+        if !self.must_wait(&op) {
+            self.apply(op);
+        } else if self.deferred.is_full() {
+            op.refuse(Error::StoreUnavailable { retry_after_s: 1 });
+        } else {
+            self.deferred.push(op);
+        }
+    }
+
+    /// Applies the held ops that need wait no more, in order, holding the others again; how
+    /// many it applied.
+    pub(super) fn apply_deferred(&mut self) -> usize {
+        if self.deferred.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        for op in self.deferred.take() {
+            if self.must_wait(&op) {
+                self.deferred.push(op);
+                continue;
+            }
+            if n == 0 {
+                self.store.begin_pass();
+            }
+            self.apply(op);
+            n += 1;
+        }
+        n
+    }
+
+    /// At a stop: every held op applied, in order, before the store closes.
+    pub(super) fn apply_all_deferred(&mut self) {
+        for op in self.deferred.take() {
+            self.apply(op);
+        }
+    }
+
+    /// Whether `op` must wait (`defer.rs`): an op of a key with an op held, or a schedule of a
+    /// key whose pending timer is due and has not fired yet: its own firing, not a step of its
+    /// delivery (a timer kept for its webhook has fired). Not only one whose record is not
+    /// durable: one made durable by the last commit fires at this pass's fire, after the
+    /// drain; replaced first, its burst would start over.
+    fn must_wait(&self, op: &Op) -> bool {
+        let Some(timer) = op.keyed() else {
+            return false;
+        };
+        if self.deferred.holds(timer.identity()) {
+            return true;
+        }
+        matches!(op, Op::Schedule { .. } | Op::Guarded(_))
+            && self.table.get(timer.identity()).is_some_and(|v| {
+                v.deadline <= self.clock.now().as_micros()
+                    && crate::sink::webhook::firing_of(v.timer.meta()) == Firing::Own
+            })
+            // A store that refuses writes now refuses this one at once, as any (`defer.rs`).
+            && self.store.admit(timer.tenant()).is_ok()
     }
 
     /// Applies one op: the table changes at once, the store makes it durable and answers.

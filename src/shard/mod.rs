@@ -88,6 +88,7 @@
 //! | `wakee.rs` | the wake socket a parked shard waits on (`Wakee`) and the thread's timer slack |
 //! | `spin.rs` | the spin window, fixed or following the measured wake-up latency |
 //! | `apply.rs` | the one `apply(op)` for every op from the ring, and the quota it settles |
+//! | `defer.rs` | the writes held back behind a due timer whose record is not durable yet (`Deferred`) |
 //! | `gate.rs` | which partitions the shard may act on: all, or on a cluster of nodes those it loaded and holds the lease of |
 //! | `partitions.rs` | a partition loaded or dropped at run time (a cluster of nodes), run a slice at a time |
 //! | `purge.rs` | the purge and loads under way between two passes (`Purge`) |
@@ -99,7 +100,7 @@
 //! | `failure.rs` | what a panic does |
 //!
 //! The loop's file names only what the files without an `impl Shard` define (`pass.rs`,
-//! `purge.rs`, `wakee.rs`, `dead.rs`, `spin.rs`, `gate.rs`); the files that add
+//! `purge.rs`, `wakee.rs`, `dead.rs`, `spin.rs`, `gate.rs`, `defer.rs`); the files that add
 //! to `Shard` import it from here, never the other way (`tests/architecture/`).
 //!
 //! # Cost
@@ -112,6 +113,7 @@
 
 mod apply;
 mod dead;
+mod defer;
 mod delivery;
 mod failure;
 mod fate;
@@ -190,6 +192,8 @@ pub(crate) struct Shard<S: TimeSource> {
     pub purging: Option<purge::Purge>,
     /// Timers due beyond the horizon, on disk (`page`): with the journal, when it pages.
     pub pager: Option<Pager>,
+    /// Writes held back behind a due timer whose record is not durable yet (`defer.rs`).
+    pub deferred: defer::Deferred,
 }
 
 /// The shard's delivery state: dead letters, the follow-ups its sinks hand it, and reusable
@@ -245,9 +249,14 @@ impl<S: TimeSource> Shard<S> {
                         continue;
                     }
                     More::No if self.ring.has_work() || !self.spent.is_empty() => continue,
+                    More::No if !self.deferred.is_empty() => {
+                        // Writes wait for a timer's fire (`defer.rs`): look again soon.
+                        self.nap(&mut wakee, HELD_BACK_NAP, &mut buf).await;
+                    }
                     More::No => self.wait(&mut wakee, &mut buf).await,
                 }
             }
+            self.apply_all_deferred();
             self.finish_deliveries().await;
             self.store.close().await;
         }

@@ -60,6 +60,7 @@ pub(super) fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<
         gate: Default::default(),
         purging: None,
         pager: None,
+        deferred: Default::default(),
     };
     (shard, seen)
 }
