@@ -237,7 +237,7 @@ pub(crate) enum Control {
     /// partition the shard holds, and the shard acts on it from then on. With them, the
     /// partition's version floor: the highest version any owner wrote there, which the
     /// shard's next versions are above (`nodes::load::Read::floor`).
-    Load(Vec<Loaded>, u64),
+    Load(Vec<LoadedTimer>, u64),
     /// The lease is gone: the shard forgets the partition's timers and dead letters, without
     /// firing or deleting anything in the store.
     Drop,
@@ -245,7 +245,7 @@ pub(crate) enum Control {
 
 /// A record of a partition being loaded, as recovery inserts it: a pending timer, or a dead
 /// letter (its metadata says which).
-pub(crate) struct Loaded {
+pub(crate) struct LoadedTimer {
     pub timer: PackedTimer,
     pub version: u64,
     pub deadline: UtcMicros,

@@ -37,7 +37,7 @@ struct Acked {
 }
 
 #[derive(Default)]
-struct Loaded {
+struct LoadRun {
     acked: Vec<Acked>,
     refused: usize,
     errors: usize,
@@ -58,9 +58,9 @@ fn load(
     batch: usize,
     period: Duration,
     stop: Arc<AtomicBool>,
-) -> Loaded {
+) -> LoadRun {
     let mut c = KeepAlive::new(addr, Duration::from_secs(10));
-    let mut out = Loaded::default();
+    let mut out = LoadRun::default();
     let mut seq = 0;
     let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) {

@@ -1,6 +1,6 @@
 //! How long the purge of a partition (a load or drop of one that was loaded, on a node of a
 //! Redis Cluster) holds a shard's thread, walked in one go as before and in slices as the
-//! shard walks it now (`src/shard/partitions.rs`): one table of `n` timers over the 1,024
+//! shard walks it now (`src/shard/load_drop.rs`): one table of `n` timers over the 1,024
 //! partitions, one partition purged each way.
 //!
 //! ```sh

@@ -53,7 +53,7 @@ impl Handle {
     /// (`nodes::start::spawn`). Only shards built with `EngineBuilder::partition_holders` act
     /// on them; others ignore them.
     pub fn partitions(&self) -> Arc<dyn crate::nodes::reader::Shards> {
-        Arc::new(super::partitions::Rings(self.inner.rings.clone()))
+        Arc::new(super::handover::Rings(self.inner.rings.clone()))
     }
 
     /// On a node that shares a Redis Cluster: the partitions its shards have loaded and act

@@ -17,8 +17,8 @@
 
 mod builder;
 mod handle;
+mod handover;
 mod list;
-mod partitions;
 mod placement;
 mod running;
 mod shard_start;

@@ -284,15 +284,15 @@ impl Files {
     }
 
     /// Marks `bucket` as loading: nothing more is appended to it or written of it.
-    pub fn begin_load(&self, bucket: u32) -> Rc<Loaded> {
+    pub fn begin_load(&self, bucket: u32) -> Rc<PageChunks> {
         if let Some(b) = self.buckets.borrow_mut().get_mut(&bucket) {
             b.loading = true;
         }
-        Rc::new(Loaded::default())
+        Rc::new(PageChunks::default())
     }
 
     /// Reads `bucket` for its load into `out`, a chunk at a time (see the module doc).
-    pub async fn read_task(files: Rc<Files>, bucket: u32, out: Rc<Loaded>) {
+    pub async fn read_task(files: Rc<Files>, bucket: u32, out: Rc<PageChunks>) {
         // The write in flight ends first, so that what is on disk is all there.
         let on_disk = loop {
             let listener = files.kick.listen();
@@ -492,7 +492,7 @@ fn write_page(d: &Disk, path: &std::path::Path, at: u64, bytes: &[u8]) -> std::i
 
 /// Where a record's bytes are.
 pub enum Bytes {
-    Here(record::Record),
+    Here(record::PageRecord),
     OnDisk(Read),
     Gone,
 }
@@ -504,7 +504,7 @@ pub struct Read {
 }
 
 impl Read {
-    pub async fn run(self) -> std::io::Result<record::Record> {
+    pub async fn run(self) -> std::io::Result<record::PageRecord> {
         let path = self.files.path(self.at.bucket);
         let offset = u64::from(self.at.offset);
         let bytes = self
@@ -547,7 +547,7 @@ impl Drop for Read {
 
 /// A load's chunks, from its read task to the shard.
 #[derive(Default)]
-pub struct Loaded {
+pub struct PageChunks {
     pub chunks: RefCell<VecDeque<Arc<Vec<u8>>>>,
     pub done: Cell<bool>,
 }

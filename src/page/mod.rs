@@ -47,7 +47,7 @@ pub use record::Loc;
 use crate::store::journal::io::Disk;
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-use files::{Bytes, Files, Loaded};
+use files::{Bytes, Files, PageChunks};
 use index::{Far, FarIndex, Id, Keyed};
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -134,7 +134,7 @@ pub(crate) struct Pager {
 /// A bucket being loaded.
 struct Load {
     bucket: u32,
-    loaded: Rc<Loaded>,
+    loaded: Rc<PageChunks>,
     /// Bytes of the file not yet taken, starting at offset `pos`.
     carry: Vec<u8>,
     pos: u64,
@@ -317,7 +317,8 @@ impl Pager {
     pub fn read(
         &self,
         identity: &[u8],
-    ) -> Option<impl std::future::Future<Output = std::io::Result<record::Record>> + 'static> {
+    ) -> Option<impl std::future::Future<Output = std::io::Result<record::PageRecord>> + 'static>
+    {
         let far = *self.index.get(self.keyed.id(identity))?;
         let bytes = self.files.record_at(far.at);
         Some(async move {

@@ -80,8 +80,8 @@ fn put_with(
     Some(())
 }
 
-/// A record read back.
-pub struct Record {
+/// A paged timer's record, read back from its page.
+pub struct PageRecord {
     pub deadline: UtcMicros,
     pub version: u64,
     pub timer: PackedTimer,
@@ -90,7 +90,7 @@ pub struct Record {
 /// What [`take`] found at the front of some bytes.
 pub enum Taken {
     /// A whole record, and how many bytes it took.
-    Record(Record, usize),
+    Record(PageRecord, usize),
     /// The bytes end inside a record: read more.
     Short,
     /// Not a record: a bad CRC, an impossible length, or a timer that does not unpack.
@@ -120,7 +120,7 @@ pub fn take(bytes: &[u8]) -> Taken {
     }
     match PackedTimer::from_packed(&bytes[HEAD..8 + len]) {
         Some(timer) => Taken::Record(
-            Record {
+            PageRecord {
                 deadline: UtcMicros(long(8)),
                 version: long(16),
                 timer,

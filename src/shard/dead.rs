@@ -13,7 +13,7 @@
 //! bodies in consecutive key ranges of at most `engine::BODIES_PER_ASK` bytes, so that no op
 //! copies more than about a megabyte on the shard's thread.
 //!
-//! A purge (a partition dropped or reloaded, `partitions.rs`) walks the letters by tenant, then
+//! A purge (a partition dropped or reloaded, `load_drop.rs`) walks the letters by tenant, then
 //! by key, from a cursor ([`DeadLetters::purge_from`]), so that it can stop when its slice is
 //! over and go on at the next pass from the last (tenant, key) it looked at.
 //!

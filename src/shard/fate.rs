@@ -241,7 +241,7 @@ impl Settle<'_> {
     }
 
     /// A due timer of the partition being loaded was set aside by the load, to go in again
-    /// with its last step (`partitions.rs`): its slot goes back, and that insert takes it
+    /// with its last step (`load_drop.rs`): its slot goes back, and that insert takes it
     /// again.
     pub fn set_aside(&mut self, tenant: &str) {
         release(self.quotas, tenant);
@@ -261,7 +261,7 @@ impl<S: TimeSource> Shard<S> {
         let identity = f.timer.identity();
         let current = self.table.get(identity);
         // A timer of a partition being purged is gone already, or about to be: a re-armed
-        // entry could land below the purge's cursor and escape it (`partitions.rs`).
+        // entry could land below the purge's cursor and escape it (`load_drop.rs`).
         let purged = self
             .purging
             .as_ref()

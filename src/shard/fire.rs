@@ -41,7 +41,7 @@
 //! quota slot goes back, the sinks forget it, and the store hears nothing (its record stays for
 //! the partition's holder: `Settle::unfired`). The partition is then not acted on until it is loaded again. One
 //! exception: a due timer of the partition whose load is under way is set aside by the load
-//! (`partitions.rs`), and goes in again, still unfired, as the partition opens.
+//! (`load_drop.rs`), and goes in again, still unfired, as the partition opens.
 //!
 //! # Cost
 //!
@@ -207,7 +207,7 @@ impl<S: TimeSource> Shard<S> {
                         .is_some_and(|p| p.set_aside(deadline, record))
                     {
                         // Of the partition being loaded: it goes in again, unfired, with the
-                        // load's last step (`partitions.rs`).
+                        // load's last step (`load_drop.rs`).
                         settle.set_aside(tenant);
                         return Fate::Done;
                     }

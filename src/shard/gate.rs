@@ -8,7 +8,7 @@
 //! A partition is open when both hold:
 //!
 //! - **loaded**: the node's loop gained its lease and the shard took the partition's records
-//!   (a `Control::Load`, `partitions.rs`), and has not dropped it since;
+//!   (a `Control::Load`, `load_drop.rs`), and has not dropped it since;
 //! - **held now**: the holders name a lease whose local deadline has not passed;
 //! - **settled**: no load or drop of it waits on the shard's ring (`Ring::awaits_control`):
 //!   the loop has decided, and what the shard holds of it is about to be replaced or dropped.

@@ -4,7 +4,7 @@ use super::tests::{callback_meta, shard, Told, DEAD};
 use super::*;
 use crate::clock::FakeSource;
 use crate::error::Error;
-use crate::op::{reply_channel, Control, Loaded, Op};
+use crate::op::{reply_channel, Control, LoadedTimer, Op};
 use crate::partition::partition_of;
 use crate::store::redis::clustered::Holders;
 use crate::timer::PackedTimer;
@@ -84,7 +84,7 @@ pub(super) fn get(s: &mut Shard<FakeSource>, key: &str) -> Result<bool, Error> {
 pub(super) fn load(s: &mut Shard<FakeSource>, p: u32, keys: &[&str], at: UtcMicros) {
     let records = keys
         .iter()
-        .map(|k| Loaded {
+        .map(|k| LoadedTimer {
             timer: timer(k),
             version: 5,
             deadline: at,
@@ -294,7 +294,7 @@ fn a_loaded_dead_letter_is_listed_and_a_drop_takes_it_out_of_the_listing_and_the
     let dead = callback_meta(DEAD);
     assert!(crate::sink::webhook::is_dead(&dead));
     let letter = PackedTimer::with_meta("t", &keys[0], &dead, b"{}").expect("small");
-    let loaded = Loaded {
+    let loaded = LoadedTimer {
         timer: letter,
         version: 9,
         deadline: UtcMicros(1),

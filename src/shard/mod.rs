@@ -90,7 +90,7 @@
 //! | `apply.rs` | the one `apply(op)` for every op from the ring, and the quota it settles |
 //! | `defer.rs` | the writes held back behind a due timer whose record is not durable yet (`Deferred`) |
 //! | `gate.rs` | which partitions the shard may act on: all, or on a cluster of nodes those it loaded and holds the lease of |
-//! | `partitions.rs` | a partition loaded or dropped at run time (a cluster of nodes), run a slice at a time |
+//! | `load_drop.rs` | a partition loaded or dropped at run time (a cluster of nodes), run a slice at a time |
 //! | `purge.rs` | the purge and loads under way between two passes (`Purge`) |
 //! | `fire.rs` | the fire pass: what is due, in deadline order, to the sinks, within its budget |
 //! | `fate.rs` | a timer's end, one function per transition: its fate at its fire (`Settle::fate`: kept, retired or buried), the follow-ups' outcomes (delivered, retried, dead), re-drives and discards, the ways out of a purge, and the one quota release (`fate::release`) |
@@ -120,8 +120,8 @@ mod fate;
 mod fire;
 pub(crate) mod gate;
 mod list;
+mod load_drop;
 mod park;
-mod partitions;
 mod pass;
 mod purge;
 mod recover;
@@ -188,7 +188,7 @@ pub(crate) struct Shard<S: TimeSource> {
     /// nodes.
     pub gate: gate::Gate,
     /// The purge of partitions being loaded or dropped, while it goes on in slices
-    /// (`partitions.rs`).
+    /// (`load_drop.rs`).
     pub purging: Option<purge::Purge>,
     /// Timers due beyond the horizon, on disk (`page`): with the journal, when it pages.
     pub pager: Option<Pager>,
@@ -348,7 +348,7 @@ mod fate_tests;
 #[cfg(test)]
 mod gate_tests;
 #[cfg(test)]
-mod partitions_tests;
+mod load_drop_tests;
 #[cfg(test)]
 mod pass_tests;
 #[cfg(test)]

@@ -1,13 +1,13 @@
-//! A purge of partitions under way, and the loads it holds (`partitions.rs` runs them, a
+//! A purge of partitions under way, and the loads it holds (`load_drop.rs` runs them, a
 //! slice at a time): what the shard keeps between two passes, and what the fire pass asks of
-//! it ([`Purge::covers`], [`Purge::set_aside`]). Apart from `partitions.rs` so that the
+//! it ([`Purge::covers`], [`Purge::set_aside`]). Apart from `load_drop.rs` so that the
 //! shard's own state (`mod.rs`) holds it without importing the file that runs it.
 //!
 //! Cost: [`Purge::covers`] is a map lookup and a comparison; [`Purge::set_aside`] a partition
 //! hash and, for a record of the partition being loaded, one clone of its timer's handle.
 
 use super::dead::PurgeCursor;
-use crate::op::{Control, Loaded};
+use crate::op::{Control, LoadedTimer};
 use crate::partition::partition_of;
 use crate::units::UtcMicros;
 use crate::wheel::TimerRecord;
@@ -40,10 +40,10 @@ pub(crate) struct Purge {
 /// they are due.
 pub(super) struct Load {
     pub(super) partition: u32,
-    pub(super) records: std::vec::IntoIter<Loaded>,
+    pub(super) records: std::vec::IntoIter<LoadedTimer>,
     /// Due records of the partition, out of the table until it opens: a due timer of a
     /// partition that is not open would leave the wheel unfired.
-    pub(super) due: Vec<Loaded>,
+    pub(super) due: Vec<LoadedTimer>,
     pub(super) total: usize,
     pub(super) refused: usize,
 }
@@ -66,7 +66,7 @@ impl Purge {
         if partition_of(record.timer.tenant(), record.timer.key()) != load.partition {
             return false;
         }
-        load.due.push(Loaded {
+        load.due.push(LoadedTimer {
             timer: record.timer.clone(),
             version: record.version,
             deadline,

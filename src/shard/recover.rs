@@ -6,7 +6,7 @@
 //! the dead-letter table, not the wheel.
 //!
 //! A record is inserted by [`Loader`], the one path for a stored timer into the shard: at
-//! start, and for a partition loaded at run time (`partitions.rs`).
+//! start, and for a partition loaded at run time (`load_drop.rs`).
 
 use super::dead::{DeadLetters, Letter};
 use super::Shard;

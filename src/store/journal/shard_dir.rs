@@ -14,7 +14,7 @@ use super::replay::{Buf, Replay, Source};
 use std::path::{Path, PathBuf};
 
 /// A shard directory's files, loaded, and what a start may delete once they are found good.
-pub struct Loaded {
+pub struct ShardFiles {
     pub snapshot: Option<Source>,
     pub segments: Vec<Source>,
     /// Older snapshots, the segments the newest snapshot covers, unfinished snapshots, and a
@@ -61,7 +61,7 @@ pub fn load_dir(
     dir: &Path,
     skip_corrupt: bool,
     owner: Option<Owner>,
-) -> std::result::Result<Loaded, String> {
+) -> std::result::Result<ShardFiles, String> {
     let listing = Listing::read(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
     let mut obsolete = listing.leftovers.clone();
     let snap_seq = listing.snapshots.last().copied();
@@ -117,7 +117,7 @@ pub fn load_dir(
             }
         }
     };
-    Ok(Loaded {
+    Ok(ShardFiles {
         snapshot,
         segments,
         obsolete,

@@ -157,9 +157,9 @@ fn write_record(
     w.write_all(payload)
 }
 
-/// A decoded record.
+/// A timer's record in its partition's Redis hash, decoded (as [`encode_record`] writes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Record<'a> {
+pub struct HashRecord<'a> {
     pub version: u64,
     pub fire_at_us: u64,
     pub meta: &'a [u8],
@@ -167,7 +167,7 @@ pub struct Record<'a> {
 }
 
 /// Decodes a record; `None` when it is malformed.
-pub fn decode_record(record: &[u8]) -> Option<Record<'_>> {
+pub fn decode_record(record: &[u8]) -> Option<HashRecord<'_>> {
     let mut parts = record.splitn(3, |&b| b == b' ');
     let version = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
     let fire_at_us = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
@@ -182,7 +182,7 @@ pub fn decode_record(record: &[u8]) -> Option<Record<'_>> {
         }
         None => (&b""[..], rest),
     };
-    Some(Record {
+    Some(HashRecord {
         version,
         fire_at_us,
         meta,

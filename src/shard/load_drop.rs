@@ -74,7 +74,7 @@ use std::sync::atomic::Ordering;
 /// look (a clock read, about 20 ns) costs well under 1%. A few inserts take far longer,
 /// read as the table's growth (a part of its index doubling, fresh pages): while a million
 /// records went in, the longest step took 0.35–0.59 ms of CPU with 32, 0.44–0.82 ms with 64
-/// (`partitions_tests::load_steps_figure`, on a shared 2-vCPU host).
+/// (`load_drop_tests::load_steps_figure`, on a shared 2-vCPU host).
 pub(super) const LOAD_CHECK: usize = 32;
 
 impl<S: TimeSource> Shard<S> {

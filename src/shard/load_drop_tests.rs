@@ -6,7 +6,7 @@ use super::tests::{callback_meta, DEAD};
 use super::*;
 use crate::clock::FakeSource;
 use crate::error::Error;
-use crate::op::{reply_channel, Control, Loaded, Op};
+use crate::op::{reply_channel, Control, LoadedTimer, Op};
 use crate::partition::partition_of;
 use crate::timer::PackedTimer;
 use crate::units::{UtcMicros, UtcNanos};
@@ -78,13 +78,13 @@ fn over() -> Option<crate::runtime::cooperate::Slice> {
 }
 
 /// A record of `key` due at `at`, a dead letter when `dead`.
-fn record(key: &str, at: UtcMicros, dead: bool) -> Loaded {
+fn record(key: &str, at: UtcMicros, dead: bool) -> LoadedTimer {
     let timer = if dead {
         PackedTimer::with_meta("t", key, &callback_meta(DEAD), b"{}").expect("small")
     } else {
         timer(key)
     };
-    Loaded {
+    LoadedTimer {
         timer,
         version: 5,
         deadline: at,
@@ -97,7 +97,7 @@ fn record(key: &str, at: UtcMicros, dead: bool) -> Loaded {
 /// those the table cannot take left out, and the quota and the gauges count what is in.
 #[test]
 fn a_load_goes_in_a_chunk_a_pass_and_its_partition_opens_once_every_record_is_in() {
-    use super::partitions::LOAD_CHECK;
+    use super::load_drop::LOAD_CHECK;
     let n = 4 * LOAD_CHECK + 10;
     let (src, held, (p, keys), (q, other)) = two(n);
     let (mut s, _, quota) = gated(&src, &held);
@@ -156,7 +156,7 @@ fn a_load_goes_in_a_chunk_a_pass_and_its_partition_opens_once_every_record_is_in
 /// partition opens, then fires once.
 #[test]
 fn a_record_due_while_its_partition_loads_fires_once_the_partition_is_open() {
-    use super::partitions::LOAD_CHECK;
+    use super::load_drop::LOAD_CHECK;
     let n = 3 * LOAD_CHECK;
     let (src, held, (p, keys), _) = two(n);
     let (mut s, store, quota) = gated(&src, &held);
@@ -213,7 +213,7 @@ fn a_drop_s_dead_letters_leave_in_slices_each_given_back_once() {
         .find(|k| partition_of("t", k) == q)
         .unwrap_or_default();
     let (mut s, _, quota) = gated(&src, &held);
-    let letters: Vec<Loaded> = keys.iter().map(|k| record(k, UtcMicros(1), true)).collect();
+    let letters: Vec<LoadedTimer> = keys.iter().map(|k| record(k, UtcMicros(1), true)).collect();
     s.ring.control(p, Control::Load(letters, 0));
     let q_letters = vec![
         record(&other, UtcMicros(1), true),

@@ -10,7 +10,7 @@
 
 use crate::nodes::load::Read;
 use crate::nodes::reader::Shards;
-use crate::op::{Control, Loaded};
+use crate::op::{Control, LoadedTimer};
 use crate::partition::PARTITIONS;
 use crate::ring::Ring;
 use crate::timer::PackedTimer;
@@ -41,7 +41,7 @@ impl Shards for Rings {
             .filter_map(|s| {
                 let timer = PackedTimer::with_meta(&s.tenant, &s.key, &s.meta, &s.payload);
                 left += usize::from(timer.is_none());
-                Some(Loaded {
+                Some(LoadedTimer {
                     timer: timer?,
                     version: s.version,
                     deadline: s.deadline,
