@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 /// What is kept of one action.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct Record {
+pub(super) struct ActionRecord {
     pub(super) tenant: String,
     pub(super) id: String,
     pub(super) prefix: String,
@@ -55,7 +55,7 @@ impl Records {
 
     /// Writes `record` whole, durably: a temporary file, fsynced, renamed over the record,
     /// and the directory fsynced.
-    pub(super) fn write(&self, record: &Record) -> std::io::Result<()> {
+    pub(super) fn write(&self, record: &ActionRecord) -> std::io::Result<()> {
         let bytes = serde_json::to_vec(record)?;
         let tmp = self.dir.join(format!("{}.json.tmp", record.id));
         let mut f = std::fs::File::create(&tmp)?;
@@ -78,7 +78,7 @@ impl Records {
 
     /// Every record, oldest first; a running one is recorded `interrupted` first. A file that
     /// is not a record (a temporary one a crash left, a damaged one) is removed, and said.
-    pub(super) fn recover(&self) -> Vec<Record> {
+    pub(super) fn recover(&self) -> Vec<ActionRecord> {
         let mut records = Vec::new();
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return records;
@@ -87,7 +87,7 @@ impl Records {
             let path = entry.path();
             let read = std::fs::read(&path)
                 .ok()
-                .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
+                .and_then(|b| serde_json::from_slice::<ActionRecord>(&b).ok())
                 .filter(|r| path.file_name() == self.path(&r.id).file_name());
             let Some(mut record) = read else {
                 tracing::warn!(path = %path.display(), "not a bulk action's record; removed");

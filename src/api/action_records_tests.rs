@@ -1,7 +1,7 @@
 use super::*;
 
-fn record(id: &str, state: &str) -> Record {
-    Record {
+fn record(id: &str, state: &str) -> ActionRecord {
+    ActionRecord {
         tenant: "t".to_string(),
         id: id.to_string(),
         prefix: "order-".to_string(),

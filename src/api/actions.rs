@@ -4,7 +4,7 @@
 //! action is also recorded on disk (`action_records.rs`), and those a restart cut short are
 //! known again after it, as `interrupted`.
 
-use super::action_records::{order, Record, Records};
+use super::action_records::{order, ActionRecord, Records};
 use super::error::ApiError;
 use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
@@ -178,8 +178,8 @@ impl Action {
     }
 
     /// What is recorded of it now.
-    fn record(&self) -> Record {
-        Record {
+    fn record(&self) -> ActionRecord {
+        ActionRecord {
             tenant: self.tenant.clone(),
             id: self.id.clone(),
             prefix: self.prefix.clone(),
