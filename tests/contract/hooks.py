@@ -136,8 +136,34 @@ def _query_refusal_is_right(case, status, error):
     return False
 
 
+def _read_after_bulk_cancel(failure, case):
+    """ST301 ("deleted resource still available") on a read after a bulk cancel.
+
+    `DELETE /v1/timers/{tenant}?prefix=P` shares its path with the listing and is the parent of
+    `/v1/timers/{tenant}/{key}`, so schemathesis reads it as deleting both. It deletes neither:
+    the listing is the tenant's collection of pending timers, which exists (and answers 200,
+    empty or not) whatever was cancelled, and the bulk cancel is asynchronous (202: a read right
+    after it may come before its cancels) and reaches only the keys under its prefix, so a key
+    outside it stays. What a bulk cancel does is checked by tests/api_bulk_cancel.rs.
+    """
+    if getattr(failure, "code", None) != "ST301":
+        return False
+    # `free` is the deleting request, "DELETE /v1/timers/<tenant>": one path segment after
+    # /v1/timers/ is the bulk cancel's (a single key's DELETE has two).
+    free = str(getattr(failure, "free", ""))
+    return (
+        case.method.upper() == "GET"
+        and case.path in ("/v1/timers/{tenant}", "/v1/timers/{tenant}/{key}")
+        and free.startswith("DELETE /v1/timers/")
+        and "/" not in free[len("DELETE /v1/timers/") :].split("?")[0]
+    )
+
+
 @schemathesis.hook
 def filter_failure(context, failure, case, response):
+    if _read_after_bulk_cancel(failure, case):
+        DROPPED["a read after a bulk cancel (ST301)"] += 1
+        return False
     if getattr(failure, "code", None) != "ST202":
         return True
     error = _error(response)
