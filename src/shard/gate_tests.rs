@@ -1,7 +1,7 @@
 //! A shard handed the lease holders: its gate, and partitions loaded and dropped at run time.
 
-use super::tests::{callback_meta, shard, Told, DEAD};
-use super::*;
+use super::super::tests::{callback_meta, shard, Told, DEAD};
+use super::super::*;
 use crate::clock::FakeSource;
 use crate::error::Error;
 use crate::op::{reply_channel, Control, LoadedTimer, Op};
@@ -15,10 +15,10 @@ use std::time::Duration;
 
 /// Holds the partitions in its set.
 #[derive(Default)]
-pub(super) struct Held(Mutex<Vec<u32>>);
+pub(in crate::shard) struct Held(Mutex<Vec<u32>>);
 
 impl Held {
-    pub(super) fn set(&self, partitions: &[u32]) {
+    pub(in crate::shard) fn set(&self, partitions: &[u32]) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = partitions.to_vec();
     }
 }
@@ -32,7 +32,7 @@ impl Holders for Held {
 }
 
 /// `n` keys of tenant `t` in partition `p` (`k…`), and one key in another partition.
-pub(super) fn keys_in(p: u32, n: usize) -> (Vec<String>, String) {
+pub(in crate::shard) fn keys_in(p: u32, n: usize) -> (Vec<String>, String) {
     let mut same = Vec::new();
     let mut other = None;
     for i in 0.. {
@@ -49,12 +49,16 @@ pub(super) fn keys_in(p: u32, n: usize) -> (Vec<String>, String) {
     (same, other.unwrap_or_default())
 }
 
-pub(super) fn timer(key: &str) -> PackedTimer {
+pub(in crate::shard) fn timer(key: &str) -> PackedTimer {
     PackedTimer::new("t", key, b"{}").expect("small")
 }
 
 /// Applies a schedule of `key` due at `at`; the shard's answer.
-pub(super) fn schedule(s: &mut Shard<FakeSource>, key: &str, at: UtcMicros) -> Result<(), Error> {
+pub(in crate::shard) fn schedule(
+    s: &mut Shard<FakeSource>,
+    key: &str,
+    at: UtcMicros,
+) -> Result<(), Error> {
     let (tx, mut rx) = reply_channel();
     s.apply(Op::Schedule {
         timer: timer(key),
@@ -69,7 +73,7 @@ pub(super) fn schedule(s: &mut Shard<FakeSource>, key: &str, at: UtcMicros) -> R
     }
 }
 
-pub(super) fn get(s: &mut Shard<FakeSource>, key: &str) -> Result<bool, Error> {
+pub(in crate::shard) fn get(s: &mut Shard<FakeSource>, key: &str) -> Result<bool, Error> {
     let (tx, mut rx) = reply_channel();
     s.apply(Op::Get {
         timer: timer(key),
@@ -81,7 +85,7 @@ pub(super) fn get(s: &mut Shard<FakeSource>, key: &str) -> Result<bool, Error> {
     }
 }
 
-pub(super) fn load(s: &mut Shard<FakeSource>, p: u32, keys: &[&str], at: UtcMicros) {
+pub(in crate::shard) fn load(s: &mut Shard<FakeSource>, p: u32, keys: &[&str], at: UtcMicros) {
     let records = keys
         .iter()
         .map(|k| LoadedTimer {
@@ -95,7 +99,7 @@ pub(super) fn load(s: &mut Shard<FakeSource>, p: u32, keys: &[&str], at: UtcMicr
 }
 
 /// Loads `keys` into `p` and `other` into `q`, all due at `at`.
-pub(super) fn load_two(
+pub(in crate::shard) fn load_two(
     s: &mut Shard<FakeSource>,
     (p, keys): (u32, &[String]),
     (q, other): (u32, &str),
@@ -108,7 +112,7 @@ pub(super) fn load_two(
 
 /// A shard on the fake clock with a quota of 100 for tenant `t`, a store that notes what it
 /// hears, and a gate over `held`.
-pub(super) fn gated(
+pub(in crate::shard) fn gated(
     src: &FakeSource,
     held: &Arc<Held>,
 ) -> (Shard<FakeSource>, Told, Arc<crate::quota::Quota>) {
@@ -125,7 +129,9 @@ pub(super) fn gated(
 type Keyed<K> = (u32, K);
 
 /// A fake clock, and holders of two partitions: `p` with `n` keys, `q` with one.
-pub(super) fn two(n: usize) -> (FakeSource, Arc<Held>, Keyed<Vec<String>>, Keyed<String>) {
+pub(in crate::shard) fn two(
+    n: usize,
+) -> (FakeSource, Arc<Held>, Keyed<Vec<String>>, Keyed<String>) {
     let p = partition_of("t", "k0");
     let (keys, other) = keys_in(p, n);
     let q = partition_of("t", &other);
@@ -271,7 +277,7 @@ fn a_shard_without_holders_ignores_loads_and_drops() {
 }
 
 /// The tenant `t`'s dead letters, keys only.
-pub(super) fn dead_keys(s: &mut Shard<FakeSource>) -> Vec<String> {
+pub(in crate::shard) fn dead_keys(s: &mut Shard<FakeSource>) -> Vec<String> {
     let (tx, mut rx) = reply_channel();
     s.apply(Op::DeadList {
         tenant: "t".into(),
@@ -350,4 +356,69 @@ fn a_listing_step_says_which_partitions_were_open_and_when_the_gate_changed() {
         s.list_step(&query, 0).changes > loaded.changes,
         "a drop is a change"
     );
+}
+
+/// The gate alone, without a shard.
+mod unit {
+    use super::super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Holds every partition while `held` is set.
+    struct All(AtomicBool);
+
+    impl Holders for All {
+        fn holder(&self, _: u32) -> Option<std::sync::Arc<str>> {
+            self.0.load(Ordering::Relaxed).then(|| "n:1".into())
+        }
+    }
+
+    fn ring() -> Ring {
+        Ring::new(0, 4).expect("ring").0
+    }
+
+    #[test]
+    fn an_open_gate_admits_and_fires_everything() {
+        let mut g = Gate::default();
+        let t = PackedTimer::new("shop", "a", b"").expect("short");
+        let r = ring();
+        r.control(partition_of("shop", "a"), crate::op::Control::Drop);
+        assert!(!g.is_closed());
+        assert_eq!(g.admit(&t, &r), Ok(()));
+        assert!(g.may_fire("shop", "a", &r));
+    }
+
+    #[test]
+    fn a_partition_is_open_only_loaded_and_held_and_a_lapse_unloads_it_at_its_first_fire() {
+        let holders = Arc::new(All(AtomicBool::new(true)));
+        let mut g = Gate::new(Some(holders.clone()));
+        let t = PackedTimer::new("shop", "a", b"").expect("short");
+        let p = partition_of("shop", "a");
+        let r = ring();
+        assert_eq!(
+            g.admit(&t, &r),
+            Err(Error::PartitionNotHeld { partition: p }),
+            "held, not loaded"
+        );
+        g.loaded(p);
+        g.loaded(p);
+        assert!(g.is_filled(p));
+        assert_eq!(g.loaded_count(), 1);
+        assert_eq!(g.admit(&t, &r), Ok(()));
+        assert!(g.may_fire("shop", "a", &r));
+        holders.0.store(false, Ordering::Relaxed);
+        assert!(g.admit(&t, &r).is_err(), "loaded, lease lapsed");
+        assert!(!g.may_fire("shop", "a", &r));
+        assert_eq!(g.loaded_count(), 0);
+        holders.0.store(true, Ordering::Relaxed);
+        assert!(
+            g.admit(&t, &r).is_err(),
+            "a renewal alone does not reopen it: it waits for a fresh load"
+        );
+        assert!(
+            g.is_filled(p),
+            "its timers are still in the table: purge them"
+        );
+        g.dropped(p);
+        assert!(!g.is_filled(p) && g.admit(&t, &r).is_err());
+    }
 }

@@ -1,7 +1,7 @@
 //! A shard's partitions loaded and dropped at run time a slice at a time: the purge, the load's
 //! chunks, what falls due while a partition loads, and a drop's dead letters.
 
-use super::gate_tests::{dead_keys, gated, get, load_two, schedule, timer, two, Held};
+use super::gate::tests::{dead_keys, gated, get, load_two, schedule, timer, two, Held};
 use super::tests::{callback_meta, DEAD};
 use super::*;
 use crate::clock::FakeSource;

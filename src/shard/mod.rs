@@ -346,8 +346,6 @@ fn worked(drained: usize, fired: u64, freed: usize, more: More) -> bool {
 #[cfg(test)]
 mod fate_tests;
 #[cfg(test)]
-mod gate_tests;
-#[cfg(test)]
 mod load_drop_tests;
 #[cfg(test)]
 mod pass_tests;
