@@ -212,9 +212,12 @@ impl App {
             Here::Local(req) => req,
             Here::Forwarded(resp) => return Ok(resp),
         };
-        // `DELETE ?if_version=V`; the query is otherwise ignored.
-        let if_version = match (&method, req.uri().query()) {
-            (&Method::DELETE, Some(q)) => if_version_in(q)?,
+        // `DELETE ?if_version=V`. A write takes no parameter it does not know: a misspelt
+        // `?if_verison=5` read as nothing would cancel without its condition, and a PUT's
+        // `?if_version=5` would replace without one. A GET's query is ignored.
+        let if_version = match method {
+            Method::DELETE => if_version_in(req.uri().query())?,
+            Method::PUT => no_query(req.uri().query())?,
             _ => None,
         };
         match method {
@@ -456,21 +459,22 @@ impl App {
     }
 }
 
-/// `if_version=V` in a query (other parameters are ignored); given twice, refused, as
-/// `query::pairs` refuses any parameter given twice.
-fn if_version_in(query: &str) -> Result<Option<u64>, ApiError> {
-    let mut found = None;
-    for v in query
-        .split('&')
-        .filter_map(|p| p.strip_prefix("if_version="))
-    {
-        if found.replace(if_version_of(v)?).is_some() {
-            return Err(ApiError::InvalidField(
-                "query parameter if_version given twice; give it once".to_string(),
-            ));
-        }
-    }
-    Ok(found)
+/// A DELETE's `if_version=V`, if given; any other parameter, or this one twice, is refused
+/// (`query::pairs`).
+fn if_version_in(query: Option<&str>) -> Result<Option<u64>, ApiError> {
+    let pairs = super::query::pairs(query, &["if_version"])?;
+    pairs.first().map(|(_, v)| if_version_of(v)).transpose()
+}
+
+/// A PUT's query: none. Its conditions and terms are fields of its body.
+fn no_query(query: Option<&str>) -> Result<Option<u64>, ApiError> {
+    super::query::pairs(query, &[]).map_err(|e| match e {
+        ApiError::InvalidField(m) => ApiError::InvalidField(format!(
+            "{m}: a PUT takes its conditions and terms (if, if_version, debounce) in its body"
+        )),
+        other => other,
+    })?;
+    Ok(None)
 }
 
 fn not_pending(tenant: &str, key: &str) -> ApiError {
