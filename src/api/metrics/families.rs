@@ -45,7 +45,7 @@ pub(super) struct Row {
     pub journal_compaction_holds: u64,
     pub journal_torn: u64,
     pub journal_corrupt: u64,
-    pub page: [u64; 6],
+    pub page: [u64; 7],
 }
 
 /// Every shard's row.
@@ -92,6 +92,7 @@ pub(super) fn rows(handle: &Handle) -> Vec<Row> {
                     get(|m| m.page_write_errors_total.load(Relaxed)),
                     get(|m| m.page_read_errors_total.load(Relaxed)),
                     get(|m| m.page_damaged_total.load(Relaxed)),
+                    get(|m| m.page_lost_timers.load(Relaxed)),
                 ],
                 s,
             }
@@ -209,7 +210,7 @@ pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 17] = [
 ];
 
 /// The store's families, one series per shard (zero without a durable store).
-pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 32] = [
+pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 33] = [
     (
         "punctual_page_timers",
         "Timers paged: due beyond the horizon, kept on disk (--page-horizon-s)",
@@ -245,6 +246,12 @@ pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 32] = [
         "Page records that read back damaged: their timers load at the next start, from the journal",
         MetricType::Counter,
         |r| Value::Counter(r.page[5]),
+    ),
+    (
+        "punctual_page_lost_timers",
+        "Paged timers a damaged page lost: they do not fire until a restart loads them from the journal",
+        MetricType::Gauge,
+        |r| Value::Gauge(r.page[6] as i64),
     ),
     (
         "punctual_store_flush_seconds",
