@@ -95,7 +95,8 @@ struct ListView {
 }
 
 /// What a write does to the stored schedule (`None`: there is none).
-type Change<'a> = dyn Fn(Option<ScheduleRecord>, UtcMicros) -> Result<ScheduleRecord, ApiError> + 'a;
+type Change<'a> =
+    dyn Fn(Option<ScheduleRecord>, UtcMicros) -> Result<ScheduleRecord, ApiError> + 'a;
 
 impl App {
     /// `/v1/schedules/{tenant}[/{key}[/{action}]]`.
@@ -278,7 +279,9 @@ impl App {
             };
             let meta = meta.unwrap_or(&old_meta);
             let bytes = record.encode();
-            let put = self.handle.put_schedule_async(tenant, key, at, &bytes, meta, cond);
+            let put = self
+                .handle
+                .put_schedule_async(tenant, key, at, &bytes, meta, cond);
             match put.await {
                 Ok(s) => {
                     let info = TimerInfo {
@@ -415,9 +418,7 @@ fn invalid(e: SpecError) -> ApiError {
 }
 
 fn no_schedule(tenant: &str, key: &str) -> ApiError {
-    ApiError::NotFound(format!(
-        "no schedule for tenant {tenant:?} and key {key:?}"
-    ))
+    ApiError::NotFound(format!("no schedule for tenant {tenant:?} and key {key:?}"))
 }
 
 #[cfg(test)]

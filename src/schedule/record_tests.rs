@@ -25,7 +25,8 @@ fn each_fire_spends_its_occurrence_and_arms_the_next() {
 #[test]
 fn a_fire_after_a_backward_step_fires_nothing_again() {
     let (mut r, s) = every_second("");
-    assert_eq!(r.fire(&s, UtcMicros(T + 2 * S)).fires.len(), 1);
+    // Both occurrences are within a second of the fire: on time.
+    assert_eq!(r.fire(&s, UtcMicros(T + 2 * S)).fires.len(), 2);
     let again = r.fire(&s, UtcMicros(T + S + 500));
     assert!(again.fires.is_empty(), "{again:?}");
     assert_eq!(again.arm, Some(UtcMicros(T + 3 * S)));
@@ -61,8 +62,8 @@ fn a_paused_schedule_spends_nothing_and_its_resume_catches_up_by_policy() {
 #[test]
 fn a_replacement_keeps_the_cursor_so_sequence_counts_on() {
     let (mut old, s) = every_second("");
-    old.fire(&s, UtcMicros(T + 3 * S));
-    old.fire(&s, UtcMicros(T + 4 * S));
+    old.fire(&s, UtcMicros(T + S));
+    old.fire(&s, UtcMicros(T + 4 * S + S / 2));
     let (new, _) = ScheduleRecord::create(
         r#"{"every_ms": 2000}"#,
         UtcMicros(T + 4 * S - 10),
@@ -70,8 +71,12 @@ fn a_replacement_keeps_the_cursor_so_sequence_counts_on() {
     )
     .expect("valid");
     let new = new.replacing(&old);
-    assert_eq!(new.sequence, 2);
-    assert_eq!(new.through_us, Some(T + 4 * S));
+    assert_eq!(new.sequence, 2, "T+1s on time, then T+4s on time (T+2s, T+3s missed)");
+    assert_eq!(
+        new.through_us,
+        Some(T + 4 * S + S / 2),
+        "the later of the two cursors"
+    );
 }
 
 #[test]

@@ -342,10 +342,12 @@ impl<S: TimeSource> Shard<S> {
     /// version; or, the schedule ended, it is gone and its quota slot goes back.
     ///
     /// The store hears the occurrences first and the schedule's record after, in one call
-    /// of the shard: a crash that keeps the record keeps the occurrences, so none is lost;
-    /// one that keeps neither fires the same occurrences again at the restart. An occurrence
-    /// already pending under its key (armed before a crash that lost the record after it) is
-    /// not armed twice. Each occurrence takes a quota slot past the quota (`Quota::force`):
+    /// of the shard, and an occurrence fires only once its record is durable: a crash that
+    /// keeps the record keeps the occurrences, so none is lost; one that keeps neither fires
+    /// the same occurrences again at the restart (none of them was delivered). An occurrence
+    /// already pending under its key (armed before a crash that lost the record after it; its
+    /// delivery's outcome comes after the record in the log, so it is still pending) is not
+    /// armed twice. Each occurrence takes a quota slot past the quota (`Quota::force`):
     /// it stands for a schedule already admitted, and leaves through `release` as any timer.
     pub(super) fn recur(&mut self, now: UtcMicros, timer: &PackedTimer) {
         let (tenant, internal) = (timer.tenant(), timer.key());

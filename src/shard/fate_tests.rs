@@ -335,14 +335,30 @@ fn a_schedule_arms_each_occurrence_before_itself_and_its_end_releases_the_slot_o
     w.check("scheduled", 1, &["schedule t/@k"]);
     fire_schedule(&mut w, 1_001);
     let o1 = format!("schedule t/@k@{first}");
-    w.check("fired: its occurrence, then itself", 2, &[&o1, "schedule t/@k"]);
+    w.check(
+        "fired: its occurrence, then itself",
+        2,
+        &[&o1, "schedule t/@k"],
+    );
     w.fire(0, Next::Done);
-    w.check("the occurrence delivered", 1, &[&format!("fired t/@k@{first}")]);
+    w.check(
+        "the occurrence delivered",
+        1,
+        &[&format!("fired t/@k@{first}")],
+    );
     fire_schedule(&mut w, 1_000);
     let o2 = format!("schedule t/@k@{}", first + 1_000_000);
-    w.check("the last occurrence: the schedule ends", 1, &[&o2, "cancel t/@k"]);
+    w.check(
+        "the last occurrence: the schedule ends",
+        1,
+        &[&o2, "cancel t/@k"],
+    );
     w.fire(0, Next::Done);
-    w.check("all delivered", 0, &[&format!("fired t/@k@{}", first + 1_000_000)]);
+    w.check(
+        "all delivered",
+        0,
+        &[&format!("fired t/@k@{}", first + 1_000_000)],
+    );
 }
 
 #[test]

@@ -37,7 +37,11 @@ pub(super) fn schedules(api: &Api) {
         ("GET", "/v1/schedules/shop/nightly?next=0", ""),
         ("GET", "/v1/schedules/shop?limit=0", ""),
     ] {
-        assert_eq!(api.ask(method, path, body).sc(), (400, "invalid_field"), "{path} {body}");
+        assert_eq!(
+            api.ask(method, path, body).sc(),
+            (400, "invalid_field"),
+            "{path} {body}"
+        );
     }
     assert_eq!(api.ask("PUT", p, "not json").sc(), (400, "invalid_field"));
     let bad_key = "/v1/schedules/shop/a%20b";
@@ -48,7 +52,10 @@ pub(super) fn schedules(api: &Api) {
         let a = api.ask("POST", &format!("{bad_key}/{action}"), "");
         assert_eq!(a.sc(), (400, "invalid_key"));
     }
-    let big = format!(r#"{{"every_ms": 60000, "payload": "{}"}}"#, "x".repeat(70_000));
+    let big = format!(
+        r#"{{"every_ms": 60000, "payload": "{}"}}"#,
+        "x".repeat(70_000)
+    );
     assert_eq!(api.ask("PUT", p, &big).sc(), (413, "payload_too_large"));
     assert_eq!(api.ask("DELETE", p, "").status, 204);
     for (method, path) in [
@@ -57,9 +64,17 @@ pub(super) fn schedules(api: &Api) {
         ("POST", format!("{p}/pause")),
         ("POST", format!("{p}/resume")),
     ] {
-        assert_eq!(api.ask(method, &path, "").sc(), (404, "not_found"), "{method} {path}");
+        assert_eq!(
+            api.ask(method, &path, "").sc(),
+            (404, "not_found"),
+            "{method} {path}"
+        );
     }
     for (method, path, _) in schedule_routes("shop") {
-        assert_eq!(api.oversized_head(method, &path).status, 431, "{method} {path}");
+        assert_eq!(
+            api.oversized_head(method, &path).status,
+            431,
+            "{method} {path}"
+        );
     }
 }
