@@ -177,7 +177,9 @@ fn an_every_second_schedule_fires_each_occurrence_once_on_time_across_a_sigkill(
         "the occurrences missed while down fire, each once, caught up: {missed:?}"
     );
     assert!(
-        after_kill.iter().all(|g| g.occurrence_us < restarted_us || !g.caught_up),
+        after_kill
+            .iter()
+            .all(|g| g.occurrence_us < restarted_us || !g.caught_up),
         "an occurrence after the restart fired as caught up: {after_kill:?}"
     );
     eprintln!(

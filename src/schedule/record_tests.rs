@@ -71,7 +71,10 @@ fn a_replacement_keeps_the_cursor_so_sequence_counts_on() {
     )
     .expect("valid");
     let new = new.replacing(&old);
-    assert_eq!(new.sequence, 2, "T+1s on time, then T+4s on time (T+2s, T+3s missed)");
+    assert_eq!(
+        new.sequence, 2,
+        "T+1s on time, then T+4s on time (T+2s, T+3s missed)"
+    );
     assert_eq!(
         new.through_us,
         Some(T + 4 * S + S / 2),
