@@ -76,6 +76,9 @@ pub enum ApiError {
     PeerUnavailable(String),
     #[error("{0}")]
     Internal(String),
+    /// A route this deployment does not serve (recurring schedules on the Redis store).
+    #[error("{0}")]
+    NotImplemented(String),
 }
 
 impl ApiError {
@@ -106,6 +109,7 @@ impl ApiError {
             | ShuttingDown
             | PeerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
         }
     }
 
@@ -140,6 +144,7 @@ impl ApiError {
             ShuttingDown => "shutting_down",
             PeerUnavailable(_) => "peer_unavailable",
             Internal(_) => "internal",
+            NotImplemented(_) => "not_implemented",
         }
     }
 

@@ -32,6 +32,8 @@ enum Route<'a> {
     Action(Cow<'a, str>, Cow<'a, str>),
     /// `/v1/dead/{tenant}[/{key}[/retry]]`.
     Dead(Cow<'a, str>, Option<Cow<'a, str>>, bool),
+    /// `/v1/schedules/{tenant}[/{key}[/{action}]]`.
+    Schedule(Cow<'a, str>, Option<Cow<'a, str>>, Option<&'a str>),
     Metrics,
     Healthz,
     Cluster,
@@ -51,6 +53,16 @@ fn route(path: &str) -> Route<'_> {
         (Some("v1"), Some("dead"), Some(t), Some(k), Some("retry")) if it.next().is_none() => {
             dead_route(t, Some(k), true)
         }
+        (Some("v1"), Some("schedules"), Some(t), None, _) => schedule_route(t, None, None, true),
+        (Some("v1"), Some("schedules"), Some(t), Some(k), None) => {
+            schedule_route(t, Some(k), None, true)
+        }
+        (Some("v1"), Some("schedules"), Some(t), Some(k), Some("pause")) => {
+            schedule_route(t, Some(k), Some("pause"), it.next().is_none())
+        }
+        (Some("v1"), Some("schedules"), Some(t), Some(k), Some("resume")) => {
+            schedule_route(t, Some(k), Some("resume"), it.next().is_none())
+        }
         (Some("v1"), Some("timers"), Some(t), Some(k), None) if !t.is_empty() && !k.is_empty() => {
             Route::Timer(decoded(t), decoded(k))
         }
@@ -64,6 +76,20 @@ fn action_route<'a>(tenant: &'a str, id: &'a str) -> Route<'a> {
         return Route::NotFound;
     }
     Route::Action(decoded(tenant), decoded(id))
+}
+
+/// `/v1/schedules/{tenant}[/{key}[/pause|/resume]]`, with no empty segment and nothing after
+/// the action (`ends`).
+fn schedule_route<'a>(
+    tenant: &'a str,
+    key: Option<&'a str>,
+    action: Option<&'static str>,
+    ends: bool,
+) -> Route<'a> {
+    if !ends || tenant.is_empty() || key.is_some_and(str::is_empty) {
+        return Route::NotFound;
+    }
+    Route::Schedule(decoded(tenant), key.map(decoded), action)
 }
 
 /// `/v1/dead/{tenant}[/{key}[/retry]]`, with no empty segment.
@@ -141,6 +167,17 @@ impl App {
                     (Some(_), false) => "discard_dead",
                 };
                 (name, limit, self.dead(&t, k.as_deref(), retry, req).await)
+            }
+            Route::Schedule(t, k, a) => {
+                let name = match (&k, a, req.method().clone()) {
+                    (None, ..) => "list_schedules",
+                    (Some(_), Some(_), _) => "schedule_action",
+                    (Some(_), None, Method::PUT) => "put_schedule",
+                    (Some(_), None, Method::DELETE) => "delete_schedule",
+                    (Some(_), None, _) => "get_schedule",
+                };
+                let answer = self.schedules(&t, k.as_deref(), a, req).await;
+                (name, limit, answer)
             }
             Route::Metrics => ("metrics", limit, self.metrics(&req).await),
             Route::Healthz => ("healthz", limit, self.healthz(&req)),
@@ -452,7 +489,11 @@ impl App {
 
     /// Reads the whole body, refusing one over `limit` bytes (413) or slower than the body
     /// timeout (408).
-    async fn read_body(&self, req: Request<RequestBody>, limit: usize) -> Result<Bytes, ApiError> {
+    pub(super) async fn read_body(
+        &self,
+        req: Request<RequestBody>,
+        limit: usize,
+    ) -> Result<Bytes, ApiError> {
         let (parts, body) = req.into_parts();
         let timeout_ms = self.shared.config.body_timeout_ms;
         super::gather::read_whole(&parts.headers, body, limit, timeout_ms).await

@@ -434,7 +434,7 @@ impl Handle {
     }
 
     /// `DeadlineOutOfRange` past now + 10 years.
-    fn checked_deadline(&self, deadline: Deadline) -> Result<()> {
+    pub(super) fn checked_deadline(&self, deadline: Deadline) -> Result<()> {
         if deadline.0 > self.now().0.saturating_add(TEN_YEARS_US) {
             return Err(Error::DeadlineOutOfRange {
                 deadline_us: deadline.0,
@@ -473,7 +473,7 @@ impl Handle {
         self.push_to(self.shard_for(tenant, key), tenant, op)
     }
 
-    fn push_to(&self, shard: usize, tenant: &str, op: Op) -> Result<()> {
+    pub(super) fn push_to(&self, shard: usize, tenant: &str, op: Op) -> Result<()> {
         if self.inner.stopping.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
@@ -531,7 +531,7 @@ fn merge(mut letters: Vec<DeadInfo>, limit: usize) -> Vec<DeadInfo> {
 }
 
 /// The shard's answer to an op, once it was pushed (`pushed`'s error, when it was not).
-async fn answer<T: Send + 'static>(
+pub(super) async fn answer<T: Send + 'static>(
     pushed: Result<()>,
     rx: futures_channel::oneshot::Receiver<Result<T>>,
 ) -> Result<T> {

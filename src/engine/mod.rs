@@ -21,6 +21,7 @@ mod handover;
 mod list;
 mod placement;
 mod running;
+mod schedules;
 mod shard_start;
 mod stats;
 

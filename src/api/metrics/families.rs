@@ -104,7 +104,7 @@ pub(super) fn rows(handle: &Handle) -> Vec<Row> {
 pub(super) type Pick = fn(&Row) -> Value<'_>;
 
 /// The engine's families, one series per shard.
-pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 17] = [
+pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 19] = [
     (
         "punctual_timers_pending",
         "Timers pending on the shard",
@@ -206,6 +206,18 @@ pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 17] = [
         "Conditional writes refused 404: if_version with no timer pending under the key",
         MetricType::Counter,
         |r| Value::Counter(r.s.conflicts[2]),
+    ),
+    (
+        "punctual_schedule_occurrences",
+        "Occurrences of recurring schedules fired: each armed as a timer that delivers it",
+        MetricType::Counter,
+        |r| Value::Counter(r.s.schedules[0]),
+    ),
+    (
+        "punctual_schedule_skipped",
+        "Missed occurrences of recurring schedules that their catch-up policy passed over",
+        MetricType::Counter,
+        |r| Value::Counter(r.s.schedules[1]),
     ),
 ];
 
