@@ -76,6 +76,9 @@ pub enum ApiError {
     PeerUnavailable(String),
     #[error("{0}")]
     Internal(String),
+    /// A route the store in use does not serve (the pull queues on Redis).
+    #[error("{0}")]
+    NotImplemented(String),
 }
 
 impl ApiError {
@@ -106,6 +109,7 @@ impl ApiError {
             | ShuttingDown
             | PeerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
         }
     }
 
@@ -139,6 +143,7 @@ impl ApiError {
             StoreUnavailable { .. } => "store_unavailable",
             ShuttingDown => "shutting_down",
             PeerUnavailable(_) => "peer_unavailable",
+            NotImplemented(_) => "not_implemented",
             Internal(_) => "internal",
         }
     }

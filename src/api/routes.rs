@@ -32,6 +32,8 @@ enum Route<'a> {
     Action(Cow<'a, str>, Cow<'a, str>),
     /// `/v1/dead/{tenant}[/{key}[/retry]]`.
     Dead(Cow<'a, str>, Option<Cow<'a, str>>, bool),
+    /// `/v1/queues/{tenant}[/{receive|ack|nack|extend}]`.
+    Queue(Cow<'a, str>, Option<&'a str>),
     Metrics,
     Healthz,
     Cluster,
@@ -46,6 +48,12 @@ fn route(path: &str) -> Route<'_> {
         (Some("cluster"), None, ..) => Route::Cluster,
         (Some("v1"), Some("timers"), Some(t), None, _) if !t.is_empty() => Route::Batch(decoded(t)),
         (Some("v1"), Some("actions"), Some(t), Some(id), None) => action_route(t, id),
+        (Some("v1"), Some("queues"), Some(t), None, _) if !t.is_empty() => {
+            Route::Queue(decoded(t), None)
+        }
+        (Some("v1"), Some("queues"), Some(t), Some(a), None) if !t.is_empty() => {
+            Route::Queue(decoded(t), Some(a))
+        }
         (Some("v1"), Some("dead"), Some(t), None, _) => dead_route(t, None, false),
         (Some("v1"), Some("dead"), Some(t), Some(k), None) => dead_route(t, Some(k), false),
         (Some("v1"), Some("dead"), Some(t), Some(k), Some("retry")) if it.next().is_none() => {
@@ -141,6 +149,17 @@ impl App {
                     (Some(_), false) => "discard_dead",
                 };
                 (name, limit, self.dead(&t, k.as_deref(), retry, req).await)
+            }
+            Route::Queue(t, action) => {
+                let name = match action {
+                    None => "get_queue",
+                    Some("receive") => "queue_receive",
+                    Some("ack") => "queue_ack",
+                    Some("nack") => "queue_nack",
+                    Some("extend") => "queue_extend",
+                    Some(_) => "other",
+                };
+                (name, limit, self.queue(&t, action, req).await)
             }
             Route::Metrics => ("metrics", limit, self.metrics(&req).await),
             Route::Healthz => ("healthz", limit, self.healthz(&req)),
@@ -449,7 +468,11 @@ impl App {
 
     /// Reads the whole body, refusing one over `limit` bytes (413) or slower than the body
     /// timeout (408).
-    async fn read_body(&self, req: Request<RequestBody>, limit: usize) -> Result<Bytes, ApiError> {
+    pub(super) async fn read_body(
+        &self,
+        req: Request<RequestBody>,
+        limit: usize,
+    ) -> Result<Bytes, ApiError> {
         let (parts, body) = req.into_parts();
         let timeout_ms = self.shared.config.body_timeout_ms;
         super::gather::read_whole(&parts.headers, body, limit, timeout_ms).await

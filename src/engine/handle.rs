@@ -37,6 +37,8 @@ pub(super) struct Shards {
     /// "journal", "memory" or "redis" (`StoreKind::name`).
     pub(super) store_kind: &'static str,
     pub(super) quotas: Arc<Quotas>,
+    /// The tenants' pull queues (`queue`).
+    pub(super) queues: Arc<crate::queue::PullQueues>,
     pub(super) rings: Vec<Arc<Ring>>,
     pub(super) metrics: Vec<Arc<ShardMetrics>>,
     pub(super) stopping: AtomicBool,
@@ -396,7 +398,7 @@ impl Handle {
 
     /// Sends the op `make` builds for (tenant, key) to the shard that owns it; the future
     /// resolves to the shard's answer (`ShuttingDown` if the shard stops first).
-    fn call<T: Send + 'static>(
+    pub(super) fn call<T: Send + 'static>(
         &self,
         tenant: &str,
         key: &str,
@@ -473,7 +475,7 @@ impl Handle {
         self.push_to(self.shard_for(tenant, key), tenant, op)
     }
 
-    fn push_to(&self, shard: usize, tenant: &str, op: Op) -> Result<()> {
+    pub(super) fn push_to(&self, shard: usize, tenant: &str, op: Op) -> Result<()> {
         if self.inner.stopping.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
@@ -531,7 +533,7 @@ fn merge(mut letters: Vec<DeadInfo>, limit: usize) -> Vec<DeadInfo> {
 }
 
 /// The shard's answer to an op, once it was pushed (`pushed`'s error, when it was not).
-async fn answer<T: Send + 'static>(
+pub(super) async fn answer<T: Send + 'static>(
     pushed: Result<()>,
     rx: futures_channel::oneshot::Receiver<Result<T>>,
 ) -> Result<T> {

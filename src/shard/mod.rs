@@ -124,12 +124,14 @@ mod load_drop;
 mod park;
 mod pass;
 mod purge;
+mod queue;
 mod recover;
 pub(crate) mod spin;
 mod terms;
 mod wakee;
 
 pub(crate) use failure::ShardFailure;
+pub(crate) use queue::ShardQueues;
 pub(crate) use wakee::{set_timer_slack_ns, Wakee};
 
 use crate::clock::{Clock, TimeSource};
@@ -194,6 +196,8 @@ pub(crate) struct Shard<S: TimeSource> {
     pub pager: Option<Pager>,
     /// Writes held back behind a due timer whose record is not durable yet (`defer.rs`).
     pub deferred: defer::Deferred,
+    /// The ready index of the pull queues, and their settings (`queue.rs`).
+    pub queues: ShardQueues,
 }
 
 /// The shard's delivery state: dead letters, the follow-ups its sinks hand it, and reusable
