@@ -51,8 +51,17 @@ fn route(path: &str) -> Route<'_> {
         (Some("v1"), Some("queues"), Some(t), None, _) if !t.is_empty() => {
             Route::Queue(decoded(t), None)
         }
-        (Some("v1"), Some("queues"), Some(t), Some(a), None) if !t.is_empty() => {
-            Route::Queue(decoded(t), Some(a))
+        (Some("v1"), Some("queues"), Some(t), Some("receive"), None) if !t.is_empty() => {
+            Route::Queue(decoded(t), Some("receive"))
+        }
+        (Some("v1"), Some("queues"), Some(t), Some("ack"), None) if !t.is_empty() => {
+            Route::Queue(decoded(t), Some("ack"))
+        }
+        (Some("v1"), Some("queues"), Some(t), Some("nack"), None) if !t.is_empty() => {
+            Route::Queue(decoded(t), Some("nack"))
+        }
+        (Some("v1"), Some("queues"), Some(t), Some("extend"), None) if !t.is_empty() => {
+            Route::Queue(decoded(t), Some("extend"))
         }
         (Some("v1"), Some("dead"), Some(t), None, _) => dead_route(t, None, false),
         (Some("v1"), Some("dead"), Some(t), Some(k), None) => dead_route(t, Some(k), false),

@@ -15,12 +15,7 @@
 //! (`Store::answer_after_writes`): an acked message never comes back after a crash, and a
 //! leased one comes back at its deadline, from the store's record, like any timer.
 //!
-//! # The ready index
-//!
-//! Per tenant, the (key, version) of each message that became ready, oldest first. An entry
-//! is only a hint: a receive checks the table (same version, still `Ready`) and skips one
-//! whose message moved on (replaced, cancelled). A message is ready at most once between two
-//! receives, so an entry is never doubled. Start-up fills it from the recovered records.
+//! Ready messages are found through the shard's ready index (`ready.rs`).
 //!
 //! Cost: a receive is a pop, a table lookup and a re-arm per message; a settle is a lookup and
 //! a re-arm or removal. A count (`GET /v1/queues/{tenant}`) walks the tenant's entries on the
@@ -40,55 +35,8 @@ use crate::store::Ack;
 use crate::timer::{sink_meta, FiredTimer, Firing, PackedTimer};
 use crate::units::UtcMicros;
 use crate::wheel::TimerTable;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-/// The shard's ready index and the keys of its messages out of the queue (leased, delayed).
-pub(crate) struct ShardQueues {
-    pub shared: Arc<PullQueues>,
-    ready: HashMap<Box<str>, VecDeque<(Box<str>, u64)>>,
-    /// Keys of messages leased or delayed, per tenant: what a count looks at beside the ready
-    /// index. Pruned by the count.
-    out: HashMap<Box<str>, HashSet<Box<str>>>,
-    next_lease: u64,
-}
-
-impl ShardQueues {
-    pub fn new(shared: Arc<PullQueues>) -> ShardQueues {
-        ShardQueues {
-            shared,
-            ready: HashMap::new(),
-            out: HashMap::new(),
-            next_lease: 0,
-        }
-    }
-
-    /// A message of `tenant` under `key` became ready as `version`.
-    pub fn made_ready(&mut self, tenant: &str, key: &str, version: u64) {
-        self.ready
-            .entry(tenant.into())
-            .or_default()
-            .push_back((key.into(), version));
-        self.shared.bump();
-    }
-
-    fn made_out(&mut self, tenant: &str, key: &str) {
-        self.out
-            .entry(tenant.into())
-            .or_default()
-            .insert(key.into());
-    }
-
-    /// A stored message came back (start-up, a partition's load): indexed by its state.
-    pub fn recovered(&mut self, timer: &PackedTimer, version: u64) {
-        match Message::decode(timer.meta()).map(|m| m.state) {
-            Some(MessageState::Ready) => self.made_ready(timer.tenant(), timer.key(), version),
-            Some(_) => self.made_out(timer.tenant(), timer.key()),
-            None => {}
-        }
-    }
-}
 
 /// The message a fired timer enters its tenant's queue as, when it is its own firing, it has
 /// no callback, and its tenant's queue is on: kept for [`RETENTION`], ready.
