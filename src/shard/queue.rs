@@ -306,3 +306,7 @@ impl<S: TimeSource> Shard<S> {
         c
     }
 }
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;
