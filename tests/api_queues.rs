@@ -335,6 +335,15 @@ fn after_a_sigkill_acked_messages_stay_gone_and_leased_ones_come_back() {
         );
         acked.insert(m["key"].as_str().expect("key").to_string());
     }
+    // Five more fired and ready, never received, at the kill.
+    let ready: Vec<String> = (0..5).map(|i| format!("r{i}")).collect();
+    for k in &ready {
+        put_due(&first.s, k, 0);
+    }
+    eventually("the five are ready", || {
+        let (_, d) = call(&first.s, TOKEN, "GET", "/v1/queues/shop", &Value::Null);
+        (d["ready"] == 5).then_some(())
+    });
     first.sigkill();
     let mut config = tempfile::NamedTempFile::new().expect("config file");
     config.write_all(toml.as_bytes()).expect("write config");
@@ -352,21 +361,24 @@ fn after_a_sigkill_acked_messages_stay_gone_and_leased_ones_come_back() {
             "2",
         ],
     );
-    let back = receive_n(&second, keys.len() - acked.len(), 60_000);
+    let back = receive_n(&second, keys.len() - acked.len() + ready.len(), 60_000);
+    let count_of = |k: &str| by_key(&back, k)["receive_count"].clone();
     let back_keys: BTreeSet<String> = back
         .iter()
         .map(|m| m["key"].as_str().expect("key").to_string())
         .collect();
-    let unacked: BTreeSet<String> = keys
+    let mut unacked: BTreeSet<String> = keys
         .iter()
         .filter(|k| !acked.contains(*k))
         .cloned()
         .collect();
+    assert!(unacked.iter().all(|k| count_of(k) == 2), "{back:?}");
+    assert!(ready.iter().all(|k| count_of(k) == 1), "{back:?}");
+    unacked.extend(ready.iter().cloned());
     assert_eq!(
         back_keys, unacked,
-        "every leased message comes back, no acked one"
+        "every leased and ready message comes back, no acked one"
     );
-    assert!(back.iter().all(|m| m["receive_count"] == 2), "{back:?}");
     assert!(
         receive(&second, 100, 500, 1000).is_empty(),
         "nothing more comes back"
@@ -382,4 +394,35 @@ fn after_a_sigkill_acked_messages_stay_gone_and_leased_ones_come_back() {
         );
         assert_eq!(status, 404, "{k} was acked");
     }
+}
+
+#[test]
+fn a_waiting_receive_answers_an_empty_list_when_the_server_is_stopped() {
+    let (mut s, _f) = memory(10, "1");
+    let addr = s.addr;
+    let started = Instant::now();
+    let poll = std::thread::spawn(move || {
+        let auth = format!("Bearer {TOKEN}");
+        let body = json!({"wait_ms": 20_000}).to_string();
+        let path = "/v1/queues/shop/receive";
+        let r = api_support::request(
+            addr,
+            "POST",
+            path,
+            &[("authorization", &auth)],
+            body.as_bytes(),
+        );
+        (r.status, r.json(), started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = s.child.id() as i32;
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let (status, body, took) = poll.join().expect("poll");
+    assert_eq!((status, body), (200, json!({"messages": []})));
+    assert!(
+        took < Duration::from_secs(15),
+        "answered at the stop, not at wait_ms: {took:?}"
+    );
+    assert_eq!(s.child.wait().expect("wait").code(), Some(0));
 }
