@@ -170,13 +170,17 @@ pub struct ReceiptOf {
     pub lease: u64,
 }
 
-/// The tenants whose queue is on, the receipts' key, and the count every ready message bumps
-/// (a waiting receive looks at it to know when to ask the shards again). Shared by all
-/// shards and servers.
+/// The tenants whose queue is on, the receipts' key, and per tenant the count each of its
+/// messages bumps as it becomes ready (a waiting receive looks at it to know when to ask the
+/// shards again). Shared by all shards and servers; the tenants are fixed at start, so the
+/// map is read without a lock.
 pub struct PullQueues {
-    /// Tenant → its `max_receives`.
-    tenants: HashMap<String, u32>,
+    tenants: HashMap<String, TenantQueue>,
     secret: [u8; 32],
+}
+
+struct TenantQueue {
+    max_receives: u32,
     ready: AtomicU64,
 }
 
@@ -194,30 +198,40 @@ impl PullQueues {
             secret[..8].copy_from_slice(&t.to_le_bytes());
         }
         PullQueues {
-            tenants: tenants.into_iter().collect(),
+            tenants: tenants
+                .into_iter()
+                .map(|(name, max_receives)| {
+                    let ready = AtomicU64::new(0);
+                    (
+                        name,
+                        TenantQueue {
+                            max_receives,
+                            ready,
+                        },
+                    )
+                })
+                .collect(),
             secret,
-            ready: AtomicU64::new(0),
         }
     }
 
     /// `tenant`'s `max_receives` if its queue is on.
     pub fn max_receives(&self, tenant: &str) -> Option<u32> {
-        self.tenants.get(tenant).copied()
+        self.tenants.get(tenant).map(|t| t.max_receives)
     }
 
-    /// Whether any tenant has a queue.
-    pub fn any(&self) -> bool {
-        !self.tenants.is_empty()
+    /// A message of `tenant` became ready on some shard, after its table changed.
+    pub fn bump(&self, tenant: &str) {
+        if let Some(t) = self.tenants.get(tenant) {
+            t.ready.fetch_add(1, Ordering::Release);
+        }
     }
 
-    /// A message became ready somewhere (a shard, after its table changed).
-    pub fn bump(&self) {
-        self.ready.fetch_add(1, Ordering::Release);
-    }
-
-    /// The count [`PullQueues::bump`] raises.
-    pub fn ready_count(&self) -> u64 {
-        self.ready.load(Ordering::Acquire)
+    /// The count [`PullQueues::bump`] raises for `tenant` (0 for a tenant without a queue).
+    pub fn ready_count(&self, tenant: &str) -> u64 {
+        self.tenants
+            .get(tenant)
+            .map_or(0, |t| t.ready.load(Ordering::Acquire))
     }
 
     /// The MAC over a receipt's names, keyed by this process's secret.

@@ -75,3 +75,17 @@ fn a_redriven_message_is_delayed_with_its_receives_counted_afresh() {
     assert_eq!(back.queued_at_us, 50);
     assert_eq!(redriven(b"", 50), None);
 }
+
+#[test]
+fn a_ready_message_wakes_its_own_tenants_receives_only() {
+    let q = PullQueues::new([("a".to_string(), 3), ("b".to_string(), 3)]);
+    q.bump("a");
+    q.bump("a");
+    q.bump("none");
+    assert_eq!((q.ready_count("a"), q.ready_count("b")), (2, 0));
+    assert_eq!(q.ready_count("none"), 0);
+    assert_eq!(
+        (q.max_receives("b"), q.max_receives("none")),
+        (Some(3), None)
+    );
+}

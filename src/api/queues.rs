@@ -1,9 +1,10 @@
 //! `/v1/queues/{tenant}`: the pull queues' routes (`crate::queue`; the contract is docs/API.md,
 //! "Pull queues"). A receive waits for messages (its `wait_ms`, a long poll) on this shard's
 //! executor without holding any shard: it asks the tenant's shards once, and while it has
-//! nothing, looks every millisecond at the count a shard raises when a message becomes ready
-//! (`PullQueues::ready_count`), asking the shards again only when it moved. A stopping server
-//! answers a waiting receive at once, with what it has (nothing).
+//! nothing, looks every millisecond at the count a shard raises when one of the tenant's
+//! messages becomes ready (`PullQueues::ready_count`), asking the shards again only when it
+//! moved: another tenant's traffic never wakes it. A stopping server answers a waiting receive
+//! at once, with what it has (nothing).
 
 use super::error::{ApiError, ErrorBody};
 use super::respond::{self, Resp};
@@ -207,7 +208,7 @@ impl App {
         let queues = self.handle.pull_queues().clone();
         let until = Instant::now() + Duration::from_millis(wait_ms);
         let got = loop {
-            let seen = queues.ready_count();
+            let seen = queues.ready_count(tenant);
             let got = self
                 .handle
                 .queue_receive_async(tenant, max, visibility_ms)
@@ -215,7 +216,7 @@ impl App {
             if !got.is_empty() || Instant::now() >= until || self.shared.is_draining() {
                 break got;
             }
-            while queues.ready_count() == seen
+            while queues.ready_count(tenant) == seen
                 && Instant::now() < until
                 && !self.shared.is_draining()
             {

@@ -38,7 +38,7 @@ impl ShardQueues {
             .entry(tenant.into())
             .or_default()
             .push_back((key.into(), version));
-        self.shared.bump();
+        self.shared.bump(tenant);
     }
 
     pub(super) fn made_out(&mut self, tenant: &str, key: &str) {
