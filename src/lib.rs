@@ -50,6 +50,7 @@ pub mod nodes;
 pub mod op;
 pub(crate) mod page;
 pub mod partition;
+pub mod queue;
 pub mod quota;
 pub mod resolve;
 pub mod ring;

@@ -5,6 +5,7 @@
 
 use crate::error::Error;
 use crate::partition::PartitionSet;
+use crate::queue::{QueueCounts, Received, Settled, Settlement};
 use crate::quota::QuotaSlot;
 use crate::timer::PackedTimer;
 use crate::units::{Deadline, UtcMicros};
@@ -81,6 +82,28 @@ pub(crate) enum Op {
         timer: PackedTimer,
         reply: Reply<Result<Cancelled, Error>>,
     },
+    /// Receives up to `max` of the shard's ready messages of `tenant`, each leased for
+    /// `visibility_ms` (`queue`).
+    QueueReceive {
+        tenant: String,
+        max: usize,
+        visibility_ms: u64,
+        reply: Reply<Result<Vec<Received>, Error>>,
+    },
+    /// Acks, nacks or extends the message under `timer`'s (tenant, key), if it is still
+    /// leased as `version` and `lease`.
+    QueueSettle {
+        timer: PackedTimer,
+        version: u64,
+        lease: u64,
+        how: Settlement,
+        reply: Reply<Result<Settled, Error>>,
+    },
+    /// The shard's count of `tenant`'s messages.
+    QueueCount {
+        tenant: String,
+        reply: Reply<Result<QueueCounts, Error>>,
+    },
 }
 
 impl Op {
@@ -92,9 +115,13 @@ impl Op {
             | Op::CancelIf { timer, .. }
             | Op::Get { timer, .. }
             | Op::DeadRedrive { timer, .. }
-            | Op::DeadDiscard { timer, .. } => Some(timer),
+            | Op::DeadDiscard { timer, .. }
+            | Op::QueueSettle { timer, .. } => Some(timer),
             Op::Guarded(g) => Some(&g.timer),
-            Op::DeadList { .. } | Op::ListTimers { .. } => None,
+            Op::DeadList { .. }
+            | Op::ListTimers { .. }
+            | Op::QueueReceive { .. }
+            | Op::QueueCount { .. } => None,
         }
     }
 
@@ -131,6 +158,15 @@ impl Op {
                 let _ = reply.send(Err(e));
             }
             Op::DeadDiscard { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Op::QueueReceive { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Op::QueueSettle { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Op::QueueCount { reply, .. } => {
                 let _ = reply.send(Err(e));
             }
         }

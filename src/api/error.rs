@@ -76,7 +76,8 @@ pub enum ApiError {
     PeerUnavailable(String),
     #[error("{0}")]
     Internal(String),
-    /// A route this deployment does not serve (recurring schedules on the Redis store).
+    /// A route the store in use does not serve (recurring schedules and the pull queues on
+    /// Redis).
     #[error("{0}")]
     NotImplemented(String),
 }

@@ -54,6 +54,7 @@ mod listen;
 pub mod metrics;
 mod node;
 mod query;
+mod queues;
 mod respond;
 mod routes;
 pub mod scan;

@@ -34,6 +34,8 @@ enum Route<'a> {
     Dead(Cow<'a, str>, Option<Cow<'a, str>>, bool),
     /// `/v1/schedules/{tenant}[/{key}[/{action}]]`.
     Schedule(Cow<'a, str>, Option<Cow<'a, str>>, Option<&'a str>),
+    /// `/v1/queues/{tenant}[/{receive|ack|nack|extend}]`.
+    Queue(Cow<'a, str>, Option<&'a str>),
     Metrics,
     Healthz,
     Cluster,
@@ -48,6 +50,21 @@ fn route(path: &str) -> Route<'_> {
         (Some("cluster"), None, ..) => Route::Cluster,
         (Some("v1"), Some("timers"), Some(t), None, _) if !t.is_empty() => Route::Batch(decoded(t)),
         (Some("v1"), Some("actions"), Some(t), Some(id), None) => action_route(t, id),
+        (Some("v1"), Some("queues"), Some(t), None, _) if !t.is_empty() => {
+            Route::Queue(decoded(t), None)
+        }
+        (Some("v1"), Some("queues"), Some(t), Some("receive"), None) if !t.is_empty() => {
+            Route::Queue(decoded(t), Some("receive"))
+        }
+        (Some("v1"), Some("queues"), Some(t), Some("ack"), None) if !t.is_empty() => {
+            Route::Queue(decoded(t), Some("ack"))
+        }
+        (Some("v1"), Some("queues"), Some(t), Some("nack"), None) if !t.is_empty() => {
+            Route::Queue(decoded(t), Some("nack"))
+        }
+        (Some("v1"), Some("queues"), Some(t), Some("extend"), None) if !t.is_empty() => {
+            Route::Queue(decoded(t), Some("extend"))
+        }
         (Some("v1"), Some("dead"), Some(t), None, _) => dead_route(t, None, false),
         (Some("v1"), Some("dead"), Some(t), Some(k), None) => dead_route(t, Some(k), false),
         (Some("v1"), Some("dead"), Some(t), Some(k), Some("retry")) if it.next().is_none() => {
@@ -178,6 +195,17 @@ impl App {
                 };
                 let answer = self.schedules(&t, k.as_deref(), a, req).await;
                 (name, limit, answer)
+            }
+            Route::Queue(t, action) => {
+                let name = match action {
+                    None => "get_queue",
+                    Some("receive") => "queue_receive",
+                    Some("ack") => "queue_ack",
+                    Some("nack") => "queue_nack",
+                    Some("extend") => "queue_extend",
+                    Some(_) => "other",
+                };
+                (name, limit, self.queue(&t, action, req).await)
             }
             Route::Metrics => ("metrics", limit, self.metrics(&req).await),
             Route::Healthz => ("healthz", limit, self.healthz(&req)),

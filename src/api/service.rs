@@ -95,6 +95,13 @@ pub fn serve(config: Config) -> Result<(), String> {
         if let Some(limit) = t.max_pending {
             builder = builder.quota(tenant.clone(), limit);
         }
+        // The Redis store keeps no queue: its fired timers go to the stream (docs/STORES.md).
+        if t.queue == Some(true) && config.store != StoreChoice::Redis {
+            let max = t
+                .queue_max_receives
+                .map_or(crate::queue::DEFAULT_MAX_RECEIVES, |n| n as u32);
+            builder = builder.queue(tenant.clone(), max);
+        }
     }
     builder = match (config.store, &redis) {
         (StoreChoice::Redis, Some(redis)) => builder.redis_config(redis.clone()).streams_off(

@@ -59,6 +59,11 @@ pub struct TenantConfig {
     pub webhooks: Option<bool>,
     /// Fired timers written to the Redis Stream (default true).
     pub stream: Option<bool>,
+    /// A pull queue: this tenant's fired timers without a callback wait as messages until a
+    /// consumer receives and acknowledges them (default false; the journal and memory stores).
+    pub queue: Option<bool>,
+    /// Receives of one message before it becomes a dead letter (default 10, 1 to 1,000).
+    pub queue_max_receives: Option<u64>,
 }
 
 /// What the file may hold: the same keys, all optional; unknown keys are an error.

@@ -263,6 +263,13 @@ impl Config {
                     "must be at least 1 (leave it out for no quota)",
                 ));
             }
+            if let Some(n) = t.queue_max_receives.filter(|n| !(1..=1000).contains(n)) {
+                return Err(invalid(
+                    &format!("{key}.queue_max_receives"),
+                    n,
+                    "must be from 1 to 1000",
+                ));
+            }
             check_rate(&key, t)?;
         }
         let open_tenants =

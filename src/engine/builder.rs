@@ -71,6 +71,8 @@ pub struct EngineBuilder {
     start_timeout: Option<Duration>,
     shutdown_timeout: Duration,
     quotas: Vec<(String, u64)>,
+    /// Tenants whose queue is on, with their `max_receives` (`queue`).
+    queues: Vec<(String, u32)>,
     webhooks: Option<Arc<WebhookSettings>>,
     holders: Option<Arc<dyn Holders>>,
 }
@@ -96,6 +98,7 @@ impl Default for EngineBuilder {
             start_timeout: None,
             shutdown_timeout: super::running::SHUTDOWN_LIMIT,
             quotas: Vec::new(),
+            queues: Vec::new(),
             webhooks: None,
             holders: None,
             watchdog: (
@@ -228,6 +231,14 @@ impl EngineBuilder {
         self
     }
 
+    /// Turns `tenant`'s pull queue on (`queue`): its fired timers without a callback wait as
+    /// messages until a consumer receives and acknowledges them, and become dead letters after
+    /// `max_receives` receives.
+    pub fn queue(mut self, tenant: impl Into<String>, max_receives: u32) -> Self {
+        self.queues.push((tenant.into(), max_receives.max(1)));
+        self
+    }
+
     /// Delivers timers registered with a callback (`sink::webhook`) with these settings.
     /// Without it, a timer's callback is ignored and it fires like any other.
     pub fn webhooks(mut self, settings: Arc<WebhookSettings>) -> Self {
@@ -339,6 +350,7 @@ impl EngineBuilder {
                 metrics: handle.inner.metrics[id].clone(),
                 pulse: pulses[id].clone(),
                 quotas: handle.inner.quotas.clone(),
+                queues: handle.inner.queues.clone(),
                 stop: stop.clone(),
                 source: match self.clock {
                     ClockChoice::Detect => HostSource::detect,
@@ -415,6 +427,7 @@ impl EngineBuilder {
             inner: Arc::new(Shards {
                 store_kind: self.store.name(),
                 quotas,
+                queues: Arc::new(crate::queue::PullQueues::new(self.queues.clone())),
                 rings,
                 metrics: (0..self.shards)
                     .map(|_| Arc::new(ShardMetrics::default()))

@@ -37,6 +37,8 @@ pub(super) struct Shards {
     /// "journal", "memory" or "redis" (`StoreKind::name`).
     pub(super) store_kind: &'static str,
     pub(super) quotas: Arc<Quotas>,
+    /// The tenants' pull queues (`queue`).
+    pub(super) queues: Arc<crate::queue::PullQueues>,
     pub(super) rings: Vec<Arc<Ring>>,
     pub(super) metrics: Vec<Arc<ShardMetrics>>,
     pub(super) stopping: AtomicBool,
@@ -396,7 +398,7 @@ impl Handle {
 
     /// Sends the op `make` builds for (tenant, key) to the shard that owns it; the future
     /// resolves to the shard's answer (`ShuttingDown` if the shard stops first).
-    fn call<T: Send + 'static>(
+    pub(super) fn call<T: Send + 'static>(
         &self,
         tenant: &str,
         key: &str,

@@ -20,6 +20,7 @@ mod handle;
 mod handover;
 mod list;
 mod placement;
+mod queue;
 mod running;
 mod schedules;
 mod shard_start;

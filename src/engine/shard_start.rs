@@ -51,6 +51,7 @@ pub(super) struct ShardSeed {
     /// What the watchdog watches of this shard.
     pub pulse: Arc<Pulse>,
     pub quotas: Arc<Quotas>,
+    pub queues: Arc<crate::queue::PullQueues>,
     /// Raised when the engine stops.
     pub stop: Arc<AtomicBool>,
     /// The clock's tick source: detected, or clock_gettime.
@@ -158,6 +159,7 @@ async fn run_shard(seed: ShardSeed) {
         metrics,
         pulse,
         quotas,
+        queues,
         stop,
         source,
         set_generation,
@@ -240,6 +242,7 @@ async fn run_shard(seed: ShardSeed) {
         stop,
         pulse,
         quotas,
+        queues: crate::shard::ShardQueues::new(queues),
         deliveries: Deliveries {
             inbox,
             ..Default::default()

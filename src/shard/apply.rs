@@ -202,6 +202,22 @@ impl<S: TimeSource> Shard<S> {
             }
             Op::DeadRedrive { timer, reply } => self.redrive(timer, reply),
             Op::DeadDiscard { timer, reply } => self.discard(timer, reply),
+            Op::QueueReceive {
+                tenant,
+                max,
+                visibility_ms,
+                reply,
+            } => self.queue_receive(&tenant, max, visibility_ms, reply),
+            Op::QueueSettle {
+                timer,
+                version,
+                lease,
+                how,
+                reply,
+            } => self.queue_settle(&timer, (version, lease), how, reply),
+            Op::QueueCount { tenant, reply } => {
+                let _ = reply.send(Ok(self.queue_count(&tenant)));
+            }
         }
     }
 

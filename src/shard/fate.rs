@@ -37,11 +37,14 @@
 //! | due, not this node's | [`Settle::unfired`], [`Settle::set_aside`] | — (the record stays for the partition's holder) | release (a set-aside one is taken again by its load) |
 //! | pending or dead, purged with its partition | [`purged`], [`letter_purged`] | — | release |
 //! | a schedule's timer fired → its occurrences armed, itself re-armed at its next one, or ended | [`Shard::recur`] | `schedule` per occurrence, then `schedule` of the record (ended: `cancel`) | forced per occurrence / — (ended: release) |
+//! | a queued message's: enqueued, received, acked, nacked, extended, expired | `queue.rs`, one function each (its table) | `fired_kept`, `schedule`, `cancel`, `dead` | held; an ack releases |
 //!
 //! Every release goes through [`release`]; nothing else in the shard gives a slot back (a
 //! schedule's reservation not kept is given back by its `QuotaSlot`, in `quota`, before it
-//! was ever a timer's). A new state (a timer leased to a consumer, acked or nacked) is a row
-//! in each table above and a function here, as a recurring schedule's is ([`Shard::recur`]).
+//! was ever a timer's). A new state is a row in each table above and a function here, as a
+//! recurring schedule's is ([`Shard::recur`]), or a table of its own beside it, as a queued
+//! message's is (`queue.rs`, one function per transition; an ack gives its slot back through
+//! [`release`]).
 //!
 //! # Kept, settled in the call that fires it
 //!
@@ -70,6 +73,7 @@ use crate::error::Error;
 use crate::metrics::{DeliveryMetrics, ShardMetrics};
 use crate::op::{Cancelled, Reply, Scheduled};
 use crate::partition::{occurrence_key, partition_of, schedule_of};
+use crate::queue;
 use crate::quota::Quotas;
 use crate::schedule::{Limits, ScheduleRecord};
 use crate::sink::webhook::{for_occurrence, redriven};
@@ -433,7 +437,7 @@ impl<S: TimeSource> Shard<S> {
 
     /// Files a dead letter (already out of the table) with the store, like a fired one
     /// (`Settle::bury`), without a fire.
-    fn bury(&mut self, letter: PackedTimer, version: u64, fire_at: UtcMicros) {
+    pub(super) fn bury(&mut self, letter: PackedTimer, version: u64, fire_at: UtcMicros) {
         Settle {
             id: self.id,
             store: &mut *self.store,
@@ -456,8 +460,9 @@ impl<S: TimeSource> Shard<S> {
     /// slot moves with it.
     pub(super) fn redrive(&mut self, timer: PackedTimer, reply: Reply<Result<Scheduled, Error>>) {
         let (tenant, key) = (timer.tenant(), timer.key());
+        let now_us = self.clock.now().as_micros().0;
         let meta = match self.deliveries.dead.get(tenant, key) {
-            Some(l) => redriven(l.timer.meta()),
+            Some(l) => redriven(l.timer.meta()).or_else(|| queue::redriven(l.timer.meta(), now_us)),
             None => {
                 let _ = reply.send(Err(Error::DeadLetterNotFound {
                     tenant: tenant.to_string(),

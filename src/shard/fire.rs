@@ -61,9 +61,11 @@
 
 use super::fate::Settle;
 use super::pass::More;
+use super::queue::{enqueued, message_fired};
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::partition::schedule_of;
+use crate::queue::{Message, MessageState};
 use crate::runtime::cooperate::Slice;
 use crate::sink::{webhook, Next};
 use crate::timer::{FiredTimer, Firing, PackedTimer};
@@ -194,12 +196,13 @@ impl<S: TimeSource> Shard<S> {
             dead: &mut self.deliveries.dead,
             horizon: self.table.horizon(),
         };
-        let (sinks, spent, gate, ring, purging) = (
+        let (sinks, spent, gate, ring, purging, queues) = (
             &mut self.sinks,
             &mut self.spent,
             &mut self.gate,
             &*self.ring,
             &mut self.purging,
+            &mut self.queues,
         );
         // Schedules' timers that fired: their occurrences are armed after the poll, when the
         // table takes inserts again (`Shard::recur`, `fate.rs`).
@@ -259,14 +262,31 @@ impl<S: TimeSource> Shard<S> {
                     payload: record.timer.payload(),
                     firing,
                 };
-                let mut next = Next::Done;
-                for sink in sinks.iter_mut() {
-                    let n = sink.fired(&f);
-                    if n != Next::Done {
-                        next = n;
+                // A queued message changes state at its deadline; the sinks never see it.
+                let next = match Message::decode(f.meta) {
+                    Some(m) => message_fired(&queues.shared, &f, m),
+                    None => {
+                        let mut next = Next::Done;
+                        for sink in sinks.iter_mut() {
+                            let n = sink.fired(&f);
+                            if n != Next::Done {
+                                next = n;
+                            }
+                        }
+                        match next {
+                            Next::Done => enqueued(&queues.shared, &f).unwrap_or(Next::Done),
+                            next => next,
+                        }
+                    }
+                };
+                let fate = settle.fate(&f, &record.timer, next);
+                if let Fate::Rearm(_, kept) = &fate {
+                    if Message::decode(kept.meta()).is_some_and(|m| m.state == MessageState::Ready)
+                    {
+                        queues.made_ready(f.tenant, f.key, f.version);
                     }
                 }
-                settle.fate(&f, &record.timer, next)
+                fate
             },
             |timer| spent.keep(timer),
         );

@@ -239,6 +239,7 @@ impl<S: TimeSource> Shard<S> {
     /// What inserts a load's records, as recovery's (`recover.rs`).
     fn loader(&mut self) -> Loader<'_> {
         Loader {
+            queues: &mut self.queues,
             table: &mut self.table,
             dead: &mut self.deliveries.dead,
             quotas: &self.quotas,

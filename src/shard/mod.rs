@@ -93,6 +93,8 @@
 //! | `load_drop.rs` | a partition loaded or dropped at run time (a cluster of nodes), run a slice at a time |
 //! | `purge.rs` | the purge and loads under way between two passes (`Purge`) |
 //! | `fire.rs` | the fire pass: what is due, in deadline order, to the sinks, within its budget |
+//! | `queue.rs` | a pull queue's message: its transitions (enqueued at its fire, received, acked, nacked, extended, expired, dead after `max_receives`), one function each |
+//! | `ready.rs` | the pull queues' ready index, by tenant |
 //! | `fate.rs` | a timer's end, one function per transition: its fate at its fire (`Settle::fate`: kept, retired or buried), the follow-ups' outcomes (delivered, retried, dead), re-drives and discards, the ways out of a purge, and the one quota release (`fate::release`) |
 //! | `delivery.rs` | the sinks' follow-ups taken a slice at a time, the deliveries finished at a stop, the dead letters' room and listing |
 //! | `dead.rs` | the dead-letter table |
@@ -124,12 +126,15 @@ mod load_drop;
 mod park;
 mod pass;
 mod purge;
+mod queue;
+mod ready;
 mod recover;
 pub(crate) mod spin;
 mod terms;
 mod wakee;
 
 pub(crate) use failure::ShardFailure;
+pub(crate) use ready::ShardQueues;
 pub(crate) use wakee::{set_timer_slack_ns, Wakee};
 
 use crate::clock::{Clock, TimeSource};
@@ -194,6 +199,8 @@ pub(crate) struct Shard<S: TimeSource> {
     pub pager: Option<Pager>,
     /// Writes held back behind a due timer whose record is not durable yet (`defer.rs`).
     pub deferred: defer::Deferred,
+    /// The ready index of the pull queues, and their settings (`queue.rs`).
+    pub queues: ShardQueues,
 }
 
 /// The shard's delivery state: dead letters, the follow-ups its sinks hand it, and reusable

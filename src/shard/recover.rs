@@ -36,6 +36,7 @@ impl<S: TimeSource> Shard<S> {
         }
         let (ring, stop, store) = (&self.ring, &self.stop, &mut self.store);
         let mut loader = Loader {
+            queues: &mut self.queues,
             table: &mut self.table,
             dead: &mut self.deliveries.dead,
             quotas: &self.quotas,
@@ -95,6 +96,8 @@ impl<S: TimeSource> Shard<S> {
 /// What inserting a stored record touches of the shard: borrowed apart, so that the store's
 /// recovery can hand records over while the shard's ring is being held.
 pub(super) struct Loader<'a> {
+    /// Where a queued message is indexed (`queue.rs`).
+    pub queues: &'a mut super::ShardQueues,
     pub table: &'a mut TimerTable,
     pub dead: &'a mut DeadLetters,
     pub quotas: &'a Quotas,
@@ -111,7 +114,11 @@ impl Loader<'_> {
         let Some(pager) = self.pager.as_deref_mut() else {
             return false;
         };
-        if !pager.is_far(r.deadline) || r.dead.unwrap_or_else(|| webhook::is_dead(r.meta)) {
+        // A queued message stays in the table, where a receive finds it (`queue.rs`).
+        if !pager.is_far(r.deadline)
+            || r.dead.unwrap_or_else(|| webhook::is_dead(r.meta))
+            || crate::queue::is_message(r.meta)
+        {
             return false;
         }
         let parts = (r.tenant, r.key, r.meta, r.payload);
@@ -161,8 +168,12 @@ impl Loader<'_> {
             }
             return true;
         }
+        let message = crate::queue::is_message(timer.meta()).then(|| timer.clone());
         match self.table.insert_with_version(timer, deadline, version) {
             Ok(u) => {
+                if let Some(m) = message {
+                    self.queues.recovered(&m, version);
+                }
                 if !u.replaced {
                     if let Some(q) = quota {
                         q.force();

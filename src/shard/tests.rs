@@ -61,6 +61,7 @@ pub(super) fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<
         purging: None,
         pager: None,
         deferred: Default::default(),
+        queues: super::ShardQueues::new(Arc::default()),
     };
     (shard, seen)
 }

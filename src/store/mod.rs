@@ -77,6 +77,8 @@ pub enum Ack {
     Refused(Reply<Result<Scheduled, Error>>, Error),
     /// A conditional cancel refused by the state of its key, likewise.
     CancelRefused(Reply<Result<Cancelled, Error>>, Error),
+    /// Any other answer (a queue's receive, ack, nack or extend): called with the outcome.
+    Then(Box<dyn FnOnce(Result<(), Error>) + Send>),
 }
 
 impl Ack {
@@ -100,6 +102,7 @@ impl Ack {
             Ack::CancelRefused(tx, e) => {
                 let _ = tx.send(Err(outcome.err().unwrap_or(e)));
             }
+            Ack::Then(f) => f(outcome),
         }
     }
 

@@ -379,6 +379,23 @@ pub(super) fn admission(api: &Api) {
             ("GET", format!("/v1/dead/{t}"), ""),
             ("DELETE", format!("/v1/dead/{t}/k"), ""),
             ("POST", format!("/v1/dead/{t}/k/retry"), ""),
+            ("GET", format!("/v1/queues/{t}"), ""),
+            ("POST", format!("/v1/queues/{t}/receive"), "{}"),
+            (
+                "POST",
+                format!("/v1/queues/{t}/ack"),
+                r#"{"receipts": ["x"]}"#,
+            ),
+            (
+                "POST",
+                format!("/v1/queues/{t}/nack"),
+                r#"{"receipts": ["x"]}"#,
+            ),
+            (
+                "POST",
+                format!("/v1/queues/{t}/extend"),
+                r#"{"receipts": ["x"]}"#,
+            ),
         ]
     };
     let with_schedules = |t: &str| {
@@ -446,6 +463,11 @@ pub(super) fn store_down(spec: &Spec) {
     for (method, path, body) in schedule_routes("t") {
         let a = api.ask(method, &path, body);
         assert_eq!(a.sc(), (501, "not_implemented"), "{method} {path}");
+    }
+    for p in ["", "/receive", "/ack", "/nack", "/extend"] {
+        let method = if p.is_empty() { "GET" } else { "POST" };
+        let a = api.ask(method, &format!("/v1/queues/t{p}"), "{}");
+        assert_eq!(a.sc(), (501, "not_implemented"), "{method} {p}");
     }
 }
 

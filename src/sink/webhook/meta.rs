@@ -267,6 +267,10 @@ impl Delivery {
 /// a callback, or with a section that cannot be read), a step of its delivery, or a dead
 /// letter's. The shard reads it once per fire and carries it on the `FiredTimer`.
 pub fn firing_of(meta: &[u8]) -> Firing {
+    // A queued message's state changes are steps, never its own firing again.
+    if crate::queue::is_message(meta) {
+        return Firing::Step;
+    }
     if crate::timer::sink_meta(meta).is_empty() {
         return Firing::Own;
     }

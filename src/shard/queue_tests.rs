@@ -1,0 +1,147 @@
+//! A message's life on one shard, on a fake clock: it holds its tenant's quota slot from its
+//! fire until its ack (given back once), comes back ready with one more receive when its lease
+//! passes, and becomes a dead letter, still holding its slot, after `max_receives`.
+
+use crate::clock::FakeSource;
+use crate::op::{reply_channel, Op};
+use crate::queue::{PullQueues, Received, Settled, Settlement};
+use crate::shard::tests::shard;
+use crate::timer::PackedTimer;
+use crate::units::{UtcMicros, UtcNanos};
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Q {
+    src: FakeSource,
+    s: crate::shard::Shard<FakeSource>,
+    quota: Arc<crate::quota::Quota>,
+}
+
+impl Q {
+    fn new(max_receives: u32) -> Q {
+        let src = FakeSource::new(UtcNanos(1_750_000_000_000_000_000), 2_900);
+        let (mut s, _) = shard(&src);
+        s.quotas = Arc::new(crate::quota::Quotas::new([("t".to_string(), 10)], 1));
+        let shared = Arc::new(PullQueues::new([("t".to_string(), max_receives)]));
+        s.queues = crate::shard::ShardQueues::new(shared);
+        let quota = s.quotas.get("t").cloned().expect("a quota");
+        Q { src, s, quota }
+    }
+
+    fn schedule(&mut self, key: &str) {
+        let timer = PackedTimer::new("t", key, b"{\"n\":1}").expect("small");
+        let at = UtcMicros(self.s.clock.now().as_micros().0 + 1_000);
+        self.s.apply(Op::Schedule {
+            timer,
+            deadline: at,
+            reply: None,
+            slot: None,
+            home: true,
+        });
+    }
+
+    fn pass(&mut self, ms: u64) {
+        self.src.advance(Duration::from_millis(ms));
+        self.s.fire_due(usize::MAX, None);
+    }
+
+    fn receive(&mut self, visibility_ms: u64) -> Vec<Received> {
+        let (tx, mut rx) = reply_channel();
+        self.s.apply(Op::QueueReceive {
+            tenant: "t".into(),
+            max: 10,
+            visibility_ms,
+            reply: tx,
+        });
+        rx.try_recv().expect("answered").expect("sent").expect("ok")
+    }
+
+    fn settle(&mut self, m: &Received, how: Settlement) -> Settled {
+        let (tx, mut rx) = reply_channel();
+        self.s.apply(Op::QueueSettle {
+            timer: PackedTimer::new("t", &m.key, b"").expect("small"),
+            version: m.version,
+            lease: m.lease,
+            how,
+            reply: tx,
+        });
+        rx.try_recv().expect("answered").expect("sent").expect("ok")
+    }
+}
+
+#[test]
+fn a_message_holds_its_slot_until_its_ack_which_gives_it_back_once() {
+    let mut q = Q::new(5);
+    q.schedule("a");
+    assert_eq!(q.quota.pending(), 1);
+    assert!(q.receive(1000).is_empty(), "not fired yet");
+    q.pass(2);
+    assert_eq!(
+        (q.quota.pending(), q.s.pending()),
+        (1, 1),
+        "queued: still held"
+    );
+    let got = q.receive(1000);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].key.as_str(), got[0].receive_count), ("a", 1));
+    assert!(q.receive(1000).is_empty(), "leased: not received twice");
+    assert_eq!(q.settle(&got[0], Settlement::Ack), Settled::Done);
+    assert_eq!(
+        (q.quota.pending(), q.s.pending()),
+        (0, 0),
+        "acked: released"
+    );
+    assert_eq!(q.settle(&got[0], Settlement::Ack), Settled::LeaseExpired);
+    assert_eq!(q.quota.pending(), 0, "a second ack releases nothing");
+}
+
+#[test]
+fn a_lease_that_passes_brings_it_back_and_the_last_makes_a_dead_letter() {
+    let mut q = Q::new(2);
+    q.schedule("a");
+    q.pass(2);
+    let first = q.receive(50);
+    q.pass(60);
+    assert_eq!(
+        q.settle(&first[0], Settlement::Ack),
+        Settled::LeaseExpired,
+        "too late"
+    );
+    let second = q.receive(50);
+    assert_eq!(second[0].receive_count, 2);
+    q.pass(60);
+    assert!(q.receive(50).is_empty(), "two receives: dead");
+    assert!(q.s.deliveries.dead.get("t", "a").is_some());
+    assert_eq!(
+        (q.quota.pending(), q.s.pending()),
+        (1, 0),
+        "the letter holds the slot"
+    );
+}
+
+#[test]
+fn a_nack_with_a_delay_hides_it_until_then_and_an_extend_keeps_the_receipt() {
+    let mut q = Q::new(5);
+    q.schedule("a");
+    q.pass(2);
+    let first = q.receive(50);
+    assert_eq!(
+        q.settle(&first[0], Settlement::Extend { visibility_ms: 500 }),
+        Settled::Done
+    );
+    q.pass(100);
+    assert!(
+        q.receive(50).is_empty(),
+        "extended past its first visibility"
+    );
+    assert_eq!(
+        q.settle(&first[0], Settlement::Nack { delay_ms: 200 }),
+        Settled::Done
+    );
+    assert!(q.receive(50).is_empty(), "delayed");
+    q.pass(210);
+    let again = q.receive(50);
+    assert_eq!((again.len(), again[0].receive_count), (1, 2));
+    let c = q.s.queue_count("t");
+    assert_eq!((c.ready, c.in_flight, c.delayed), (0, 1, 0));
+}
