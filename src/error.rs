@@ -110,6 +110,15 @@ pub fn validate_name(kind: NameKind, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks the key of a dead letter: a timer's key, or the key of a recurring schedule's
+/// occurrence (`@key@N`, `partition::occurrence_key`), under which the letter of an
+/// occurrence whose delivery failed for good is listed, re-driven and discarded. No client can
+/// schedule a timer under such a key.
+pub fn validate_letter_key(key: &str) -> Result<()> {
+    let named = crate::partition::occurrence_of(key).map_or(key, |(schedule, _)| schedule);
+    validate_name(NameKind::Key, named)
+}
+
 #[cfg(test)]
 #[path = "error_tests.rs"]
 mod tests;

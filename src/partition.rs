@@ -46,6 +46,16 @@ pub fn schedule_of(key: &str) -> Option<&str> {
         .filter(|k| !k.is_empty() && !k.contains(INTERNAL))
 }
 
+/// The schedule's key and the occurrence's instant when `key` is an occurrence's timer
+/// ([`occurrence_key`]), else `None`.
+pub fn occurrence_of(key: &str) -> Option<(&str, u64)> {
+    let (schedule, at) = key.strip_prefix(INTERNAL)?.split_once(INTERNAL)?;
+    if schedule.is_empty() || at.is_empty() || !at.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((schedule, at.parse().ok()?))
+}
+
 /// The key a timer is routed by: the schedule's own key for an internal one.
 fn routing_key(key: &str) -> &str {
     match key.strip_prefix(INTERNAL) {

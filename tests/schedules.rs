@@ -387,3 +387,74 @@ fn the_preview_follows_the_zone_and_its_daylight_saving_policy() {
     assert_eq!(status, 200, "{replaced}");
     assert_eq!(replaced["sequence"], 0);
 }
+
+/// An occurrence whose delivery fails for good is a dead letter under its own key
+/// (`@key@occurrence_us`), as the dead-letter list shows it: that key pages the list, and
+/// re-drives (delivered once the receiver answers) and discards the letter, as for a timer's.
+#[test]
+fn an_occurrences_dead_letter_is_paged_re_driven_and_discarded_by_its_key() {
+    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let f = failing.clone();
+    let rx = Receiver::start(
+        move |_, _| match f.load(std::sync::atomic::Ordering::SeqCst) {
+            true => Reply::status(400),
+            false => Reply::status(200),
+        },
+    );
+    let config = config_for(&rx);
+    let cfg = config.path().to_string_lossy();
+    let s = Server::start(&["--config", &cfg, "--shards", "2"]);
+    let body = format!(
+        r#"{{"every_ms": 1000, "callback": {{"url": "{}"}}, "retry": {{"max_attempts": 1}}}}"#,
+        rx.url("dead")
+    );
+    let (status, put) = s.json("PUT", "/v1/schedules/shop/d", &body);
+    assert_eq!(status, 201, "{put}");
+    let dead_keys = |s: &Server, query: &str| -> Vec<String> {
+        let (status, page) = s.json("GET", &format!("/v1/dead/shop{query}"), "");
+        assert_eq!(status, 200, "{query}: {page}");
+        let keys = page["dead"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["key"].as_str().map(str::to_string))
+            .collect();
+        keys
+    };
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while dead_keys(&s, "").len() < 2 {
+        assert!(std::time::Instant::now() < give_up, "no two dead letters");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(s.req("DELETE", "/v1/schedules/shop/d", "").status, 204);
+    // Paged by the last key of each page, as for a timer's letters.
+    let first = dead_keys(&s, "?limit=1");
+    assert_eq!(first.len(), 1);
+    assert!(first[0].starts_with("@d@"), "{first:?}");
+    let after = &first[0];
+    let second = dead_keys(&s, &format!("?limit=1&after={after}"));
+    assert_eq!(second.len(), 1, "the page after {after}");
+    assert!(second[0] > first[0], "{first:?} then {second:?}");
+
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let before = rx.received().len();
+    let r = s.req("POST", &format!("/v1/dead/shop/{}/retry", first[0]), "");
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    rx.wait(Duration::from_secs(10), |r| {
+        r.len() > before
+            && r.last()
+                .is_some_and(|x| x.json()["key"] == first[0].as_str())
+    });
+    let r = s.req("DELETE", &format!("/v1/dead/shop/{}", second[0]), "");
+    assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
+    let left = dead_keys(&s, "");
+    assert!(
+        !left.contains(&first[0]) && !left.contains(&second[0]),
+        "re-driven and discarded letters still listed: {left:?}"
+    );
+    // A key that only looks internal is still refused.
+    for bad in ["@", "@d@", "@d@1x", "@@1"] {
+        let r = s.req("DELETE", &format!("/v1/dead/shop/{bad}"), "");
+        assert_eq!(r.status, 400, "{bad}: {}", String::from_utf8_lossy(&r.body));
+    }
+}

@@ -87,7 +87,7 @@ impl App {
         let Some(key) = key else {
             return self.list_dead(tenant, req).await;
         };
-        validate_name(NameKind::Key, key)?;
+        crate::error::validate_letter_key(key)?;
         let req = match self.route_keyed(tenant, key, req).await? {
             Here::Local(req) => req,
             Here::Forwarded(resp) => return Ok(resp),
@@ -222,7 +222,7 @@ fn list_query(query: Option<&str>) -> Result<(usize, Option<String>), ApiError> 
                 .ok_or_else(|| ApiError::InvalidField(format!("limit must be 1 to {MAX_LIMIT}")))?;
         } else {
             let v = super::segment::decoded(v);
-            validate_name(NameKind::Key, &v)?;
+            crate::error::validate_letter_key(&v)?;
             after = Some(v.into_owned());
         }
     }

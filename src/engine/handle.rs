@@ -337,7 +337,7 @@ impl Handle {
         tenant: &str,
         key: &str,
     ) -> impl Future<Output = Result<Scheduled>> + Send + 'static {
-        self.call(tenant, key, |timer, reply| Op::DeadRedrive { timer, reply })
+        self.call_letter(tenant, key, |timer, reply| Op::DeadRedrive { timer, reply })
     }
 
     /// Discards the dead letter under (tenant, key): `Cancelled`, or `NotFound` without one.
@@ -346,7 +346,28 @@ impl Handle {
         tenant: &str,
         key: &str,
     ) -> impl Future<Output = Result<Cancelled>> + Send + 'static {
-        self.call(tenant, key, |timer, reply| Op::DeadDiscard { timer, reply })
+        self.call_letter(tenant, key, |timer, reply| Op::DeadDiscard { timer, reply })
+    }
+
+    /// [`Handle::call`] for a dead letter, whose key may be a schedule occurrence's
+    /// (`error::validate_letter_key`).
+    fn call_letter<T: Send + 'static>(
+        &self,
+        tenant: &str,
+        key: &str,
+        make: impl FnOnce(PackedTimer, Reply<Result<T>>) -> Op,
+    ) -> impl Future<Output = Result<T>> + Send + 'static {
+        let (tx, rx) = reply_channel();
+        let pushed = validate_name(NameKind::Tenant, tenant)
+            .and_then(|()| crate::error::validate_letter_key(key))
+            .and_then(|()| {
+                PackedTimer::new(tenant, key, b"").ok_or(Error::NameTooLong {
+                    kind: NameKind::Key,
+                    len: key.len(),
+                })
+            })
+            .and_then(|timer| self.push(tenant, key, make(timer, tx)));
+        answer(pushed, rx)
     }
 
     /// The quota of `tenant`, if it has one.
