@@ -7,7 +7,11 @@
 //! cargo bench --bench pending -- --timers 100000000 --shards 8   # a host with 16 cores
 //! cargo bench --bench pending -- --timers 10000000 --thp-off      # as `punctual serve` runs
 //! cargo bench --bench pending -- --timers 100000000 --thp-off --page-horizon-s 3600  # paged
+//! cargo bench --bench pending -- --timers 10000000 --page-horizon-s 3600 --probes-s 90
 //! ```
+//!
+//! With `--probes-s S`, timers due during the restart's recovery and the minute after it are
+//! measured too: how late each fires (`pending/probes.rs`).
 //!
 //! With `--page-horizon-s S` the journal pages timers due more than S seconds ahead
 //! (`page`): nearly all of them with an hour, since the timers start an hour ahead. Printed
@@ -32,6 +36,8 @@
 
 #[path = "journal/measure.rs"]
 mod measure;
+#[path = "pending/probes.rs"]
+mod probes;
 
 use measure::{allocated_bytes, store_sum};
 use punctual::engine::Pinning;
@@ -50,12 +56,15 @@ const IN_FLIGHT: usize = 4_096;
 
 /// `--page-horizon-s`: 0 pages nothing.
 static HORIZON_S: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// `--probes-s`: 0 schedules no probes.
+static PROBES_S: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The flags that take a value, and those that do not (`--bench` is cargo's).
-const WITH_VALUE: [&str; 5] = [
+const WITH_VALUE: [&str; 6] = [
     "--timers",
     "--shards",
     "--page-horizon-s",
+    "--probes-s",
     "--register",
     "--recover",
 ];
@@ -76,7 +85,7 @@ fn check_args(args: &[String]) {
             eprintln!("pending: unknown flag or missing value: {a}");
         }
         eprintln!(
-            "usage: pending [--timers N] [--shards N] [--page-horizon-s S] [--thp-off]\n\
+            "usage: pending [--timers N] [--shards N] [--page-horizon-s S] [--probes-s S] [--thp-off]\n\
              (see the doc at the top of benches/pending.rs; the default is 100,000,000 timers)"
         );
         std::process::exit(if help { 0 } else { 2 });
@@ -84,6 +93,7 @@ fn check_args(args: &[String]) {
 }
 
 fn main() {
+    let start_us = probes::now_us();
     let args: Vec<String> = std::env::args().collect();
     check_args(&args);
     let value = |flag: &str| {
@@ -98,6 +108,9 @@ fn main() {
     let horizon: Option<u64> =
         value("--page-horizon-s").map(|v| v.parse().expect("--page-horizon-s takes seconds"));
     HORIZON_S.store(horizon.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+    let probes_s: u64 =
+        value("--probes-s").map_or(0, |v| v.parse().expect("--probes-s takes seconds"));
+    PROBES_S.store(probes_s, std::sync::atomic::Ordering::Relaxed);
     if thp_off {
         punctual::engine::transparent_huge_pages_off().expect("PR_SET_THP_DISABLE");
         if value("--register").is_none() && value("--recover").is_none() {
@@ -109,7 +122,7 @@ fn main() {
         return;
     }
     if let Some(dir) = value("--recover") {
-        recover(Path::new(dir), n, shards);
+        recover(Path::new(dir), n, shards, start_us);
         return;
     }
     let root = std::env::var_os("PUNCTUAL_BENCH_DIR")
@@ -130,6 +143,7 @@ fn main() {
                     .flatten(),
             )
             .args(thp_off.then_some("--thp-off"))
+            .args(["--probes-s".to_string(), probes_s.to_string()])
             .stderr(std::process::Stdio::inherit())
             .output()
             .expect("bench process");
@@ -141,11 +155,15 @@ fn main() {
 
 /// Registers `n` timers into a fresh engine on `dir` and prints the rate, memory and disk.
 fn register(dir: &Path, n: usize, shards: usize) {
-    let e = engine(dir, n, shards);
+    let e = engine(dir, n, shards, None);
     let rss0 = rss_bytes();
     let started = Instant::now();
     schedule_all(&e.handle(), n, shards);
     let secs = started.elapsed().as_secs_f64();
+    let probes_s = PROBES_S.load(std::sync::atomic::Ordering::Relaxed);
+    if probes_s > 0 {
+        probes::schedule(&e.handle(), dir, probes_s);
+    }
     let rss = rss_bytes();
     let written = store_sum(&e.handle(), |s| &s.journal_disk_bytes);
     let (paged, pages) = paged(&e.handle());
@@ -187,10 +205,12 @@ fn paged(h: &punctual::Handle) -> (u64, u64) {
 
 /// Starts an engine with room for `n` timers on `dir`, waits for every shard to recover and
 /// prints how long it took.
-fn recover(dir: &Path, n: usize, shards: usize) {
+fn recover(dir: &Path, n: usize, shards: usize, start_us: u64) {
     let started = Instant::now();
-    let e = engine(dir, n, shards);
+    let fires = probes::Fires::default();
+    let e = engine(dir, n, shards, Some(&fires));
     let secs = started.elapsed().as_secs_f64();
+    let ready_us = probes::now_us();
     let timers = store_sum(&e.handle(), |s| &s.recovered_timers);
     let rss = rss_bytes();
     println!(
@@ -204,20 +224,37 @@ fn recover(dir: &Path, n: usize, shards: usize) {
             gib(pages)
         );
     }
-    assert_eq!(timers, n as u64, "every registered timer is recovered");
+    let probes_s = PROBES_S.load(std::sync::atomic::Ordering::Relaxed);
+    // Probes that fell due before the registering process ended fired there.
+    assert!(
+        (n as u64..=n as u64 + probes_s * 100).contains(&timers),
+        "every registered timer is recovered"
+    );
+    if probes_s > 0 {
+        fires.report(dir, start_us, ready_us);
+    }
     e.shutdown().expect("shutdown");
 }
 
-fn engine(dir: &Path, capacity: usize, shards: usize) -> punctual::Engine {
+fn engine(
+    dir: &Path,
+    capacity: usize,
+    shards: usize,
+    fires: Option<&probes::Fires>,
+) -> punctual::Engine {
     let mut cfg = JournalConfig::new(dir);
     cfg.ack_timeout = Duration::from_secs(60);
     let horizon = HORIZON_S.load(std::sync::atomic::Ordering::Relaxed);
     cfg.page_horizon = (horizon > 0).then(|| Duration::from_secs(horizon));
-    let e = EngineBuilder::new()
+    let mut b = EngineBuilder::new();
+    if let Some(f) = fires {
+        b = b.on_fire(f.handler());
+    }
+    let e = b
         .shards(shards)
         .pinning(Pinning::Auto)
         .spin(Duration::ZERO)
-        .shard_capacity(capacity)
+        .shard_capacity(capacity + 100_000)
         .journal_config(cfg)
         .build()
         .expect("engine");

@@ -224,11 +224,20 @@ pub struct ListQuery {
 }
 
 impl ListQuery {
-    /// Whether the listing picks `timer`.
+    /// Whether the listing picks `timer`. A recurring schedule's internal timers
+    /// (`partition::INTERNAL`) are not timers of the tenant's: a listing (and the bulk cancel
+    /// that lists) never picks them, unless its prefix is internal itself, and then it picks
+    /// the schedules' own timers only, never their occurrences'.
     pub fn picks(&self, timer: &PackedTimer) -> bool {
+        let key = timer.key();
+        let kind_fits = match self.prefix.starts_with(crate::partition::INTERNAL) {
+            true => crate::partition::schedule_of(key).is_some(),
+            false => !key.starts_with(crate::partition::INTERNAL),
+        };
         timer.tenant() == self.tenant
-            && timer.key().starts_with(&self.prefix)
-            && self.after.as_deref().is_none_or(|a| timer.key() > a)
+            && kind_fits
+            && key.starts_with(&self.prefix)
+            && self.after.as_deref().is_none_or(|a| key > a)
     }
 }
 

@@ -13,13 +13,45 @@ pub const PARTITIONS: u32 = 1024;
 
 /// The partition of (tenant, key): FNV-1a (64-bit) over `tenant`, a 0xff separator (a byte no
 /// valid name holds) and `key`, modulo [`PARTITIONS`]. FNV is written out here on purpose: the
-/// value is stored, so it must never change with a dependency's version.
+/// value is stored, so it must never change with a dependency's version. A recurring
+/// schedule's internal keys ([`schedule_key`], [`occurrence_key`]) go where the schedule's
+/// own key would: the schedule's timer and its occurrences share one shard.
 pub fn partition_of(tenant: &str, key: &str) -> u32 {
     let bytes = tenant
         .bytes()
         .chain(std::iter::once(0xff))
-        .chain(key.bytes());
+        .chain(routing_key(key).bytes());
     (fnv1a64(bytes) % u64::from(PARTITIONS)) as u32
+}
+
+/// What begins every internal key of a recurring schedule: a byte no valid key holds
+/// (`error::validate_name`), so no client can name, list or cancel one as a timer.
+pub const INTERNAL: char = '@';
+
+/// The key of schedule `key`'s one pending timer (whose payload is its record): `@key`.
+pub fn schedule_key(key: &str) -> String {
+    format!("{INTERNAL}{key}")
+}
+
+/// The key of the timer that delivers schedule `key`'s occurrence at `occurrence_us`:
+/// `@key@occurrence_us`, one per occurrence, so that the same occurrence armed twice (a
+/// repeat after a crash) is one timer.
+pub fn occurrence_key(key: &str, occurrence_us: u64) -> String {
+    format!("{INTERNAL}{key}{INTERNAL}{occurrence_us}")
+}
+
+/// The schedule's key when `key` is a schedule's timer ([`schedule_key`]), else `None`.
+pub fn schedule_of(key: &str) -> Option<&str> {
+    key.strip_prefix(INTERNAL)
+        .filter(|k| !k.is_empty() && !k.contains(INTERNAL))
+}
+
+/// The key a timer is routed by: the schedule's own key for an internal one.
+fn routing_key(key: &str) -> &str {
+    match key.strip_prefix(INTERNAL) {
+        Some(rest) => rest.split(INTERNAL).next().unwrap_or(rest),
+        None => key,
+    }
 }
 
 /// FNV-1a (64-bit) over `bytes`: the stored partition function's hash, and the one the

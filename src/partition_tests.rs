@@ -45,3 +45,17 @@ fn a_partition_set_unites_and_intersects_and_says_what_it_misses() {
     );
     assert!(PartitionSet::full().missing().is_empty());
 }
+
+#[test]
+fn a_schedule_its_occurrences_and_its_key_share_a_partition() {
+    let p = partition_of("shop", "nightly");
+    assert_eq!(partition_of("shop", &schedule_key("nightly")), p);
+    assert_eq!(
+        partition_of("shop", &occurrence_key("nightly", 1_805_000_000_000_000)),
+        p
+    );
+    assert_eq!(schedule_of(&schedule_key("nightly")), Some("nightly"));
+    assert_eq!(schedule_of(&occurrence_key("nightly", 5)), None);
+    assert_eq!(schedule_of("nightly"), None);
+    assert_eq!(schedule_of("@"), None);
+}

@@ -236,3 +236,56 @@ fn bad_conditions_are_400_naming_the_field() {
     }
     assert_eq!(get(&s, "k").0, 404, "nothing was scheduled");
 }
+
+/// A write's query holds only what the route knows: a misspelt `?if_verison=5` on a DELETE
+/// must not cancel without its condition, a PUT's `?if_version=5` must not replace without
+/// one, and neither may change anything. A GET's query is ignored.
+#[test]
+fn a_write_with_a_parameter_it_does_not_know_is_refused_and_changes_nothing() {
+    let s = Server::start(&["--shards", "2"]);
+    let (st, v) = put(&s, "k", json!({"delay_ms": 600_000, "payload": 1}));
+    assert_eq!(st, 201, "{v}");
+    let first = version(&v);
+    for query in ["if_verison=5", "if_version=1&force=true", "if_version"] {
+        let r = s.req("DELETE", &format!("/v1/timers/t/k?{query}"), "");
+        assert_eq!(
+            r.status,
+            400,
+            "DELETE ?{query}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let e = r.json();
+        assert_eq!(e["error"]["code"].as_str(), Some("invalid_field"), "{e}");
+        let message = e["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains("unknown query parameter"), "{message}");
+    }
+    let body = json!({"delay_ms": 1_000_000, "payload": 2}).to_string();
+    for query in ["if_version=99", "if=absent"] {
+        let r = s.req("PUT", &format!("/v1/timers/t/k?{query}"), &body);
+        assert_eq!(
+            r.status,
+            400,
+            "PUT ?{query}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let message = r.json()["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(message.contains("in its body"), "{message}");
+    }
+    let r = s.req("PUT", "/v1/timers/t/new?if=absent", &body);
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(get(&s, "new").0, 404, "a refused PUT made nothing");
+    let (st, v) = s.json("GET", "/v1/timers/t/k?pretty=1", "");
+    assert_eq!(st, 200, "a GET's query is ignored: {v}");
+    assert_eq!(
+        (version(&v), v["payload"].clone()),
+        (first, json!(1)),
+        "nothing above changed the timer"
+    );
+    // The condition itself still works, and an empty query is no parameter.
+    assert_eq!(delete_if(&s, "k", &(first + 1).to_string()).0, 409);
+    let r = s.req("DELETE", "/v1/timers/t/k?", "");
+    assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
+}

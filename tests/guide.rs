@@ -82,4 +82,9 @@ fn the_guides_commands_work_against_punctual_serve() {
         said.contains("\"state\":\""),
         "the action's progress: {said}"
     );
+    // The nightly schedule, and its next three nights in New York time.
+    let (st, night) = s.json("GET", "/v1/schedules/shop/nightly-reconcile", "");
+    assert_eq!(st, 200, "{said}");
+    assert_eq!(night["definition"]["time_zone"], "America/New_York");
+    assert!(said.contains("\"local\":\""), "the preview: {said}");
 }

@@ -425,3 +425,105 @@ fn a_damaged_page_ends_the_process_and_the_restart_fires_every_timer() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A dense page loading while other timers fall due: 3,000 timers paged into the buckets of
+/// one 400 ms span, and 300 in the wheel due over the seconds their load runs. Every timer
+/// fires exactly once (no delivery repeated, none lost), none before its deadline, and none
+/// absurdly late: a bound of seconds, for correctness on a shared debug host, not a figure
+/// (the figure, lateness percentiles while a million paged timers load:
+/// `cargo run --release --example page_load_lateness`, in BENCHMARKS.md).
+#[test]
+fn a_dense_page_loading_fires_each_timer_once_and_none_absurdly_late() {
+    const DENSE: usize = 3_000;
+    const NEAR: usize = 300;
+    /// Fired this long after its deadline or later is no timer service.
+    const ABSURD_US: u64 = 3_000_000;
+    let data = tempfile::tempdir().expect("data dir");
+    let rx = Receiver::ok();
+    let toml = format!("callback_allow = [{:?}]\n", rx.base());
+    let s = serve(data.path(), &toml);
+    let url = rx.url("fire");
+    let dense_at = now_us() / 1_000 + 3_500;
+    let mut expected = BTreeSet::new();
+    let mut batch = |items: Vec<Value>| {
+        let (st, r) = s.s.json(
+            "POST",
+            "/v1/timers/t",
+            &json!({"timers": items}).to_string(),
+        );
+        assert_eq!(st, 200, "{r}");
+        for res in r["results"].as_array().into_iter().flatten() {
+            let key = res["key"].as_str().expect("key").to_string();
+            expected.insert((key, res["version"].as_u64().expect("version")));
+        }
+    };
+    for chunk in (0..DENSE).collect::<Vec<_>>().chunks(500) {
+        batch(
+            chunk
+                .iter()
+                .map(|i| json!({"key": format!("d{i}"), "fire_at_ms": dense_at + (*i as u64 % 400), "payload": i, "callback": {"url": url}}))
+                .collect(),
+        );
+    }
+    assert!(
+        metric_until(&s.s, "punctual_page_timers", |v| v >= DENSE as f64) >= DENSE as f64,
+        "the dense span was paged"
+    );
+    let now_ms = now_us() / 1_000;
+    assert!(
+        now_ms + 2_000 < dense_at,
+        "registration took too long to test a load"
+    );
+    batch(
+        (0..NEAR)
+            .map(|i| json!({"key": format!("n{i}"), "fire_at_ms": now_ms + 300 + (i as u64 * (dense_at - now_ms - 300)) / NEAR as u64, "payload": i, "callback": {"url": url}}))
+            .collect(),
+    );
+    let all = DENSE + NEAR;
+    let got = rx.wait(Duration::from_secs(30), |r| r.len() >= all);
+    // Time for a repeated delivery to show.
+    std::thread::sleep(Duration::from_millis(500));
+    let got = if got.len() >= all { rx.received() } else { got };
+    let mut seen = BTreeMap::new();
+    let mut late = Vec::new();
+    for d in &got {
+        let b: Value = d.json();
+        let id = (
+            b["key"].as_str().unwrap_or("").to_string(),
+            b["version"].as_u64().unwrap_or(0),
+        );
+        let (due, fired) = (
+            b["fire_at_us"].as_u64().expect("fire_at_us"),
+            b["fired_at_us"].as_u64().expect("fired_at_us"),
+        );
+        assert!(fired >= due, "fired before its deadline: {b}");
+        if fired - due > ABSURD_US {
+            late.push((id.0.clone(), fired - due));
+        }
+        *seen.entry(id).or_insert(0u32) += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "delivered more than once: {:?}",
+        &twice[..twice.len().min(5)]
+    );
+    let fired: BTreeSet<_> = seen.keys().cloned().collect();
+    let lost: Vec<_> = expected.difference(&fired).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {all} never fired: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert_eq!(
+        fired.len(),
+        all,
+        "fired, but not one of the timers scheduled"
+    );
+    assert!(
+        late.is_empty(),
+        "fired absurdly late (µs): {:?}",
+        &late[..late.len().min(5)]
+    );
+}

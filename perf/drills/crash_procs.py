@@ -75,6 +75,7 @@ class Receiver:
                 "tenant": j.get("tenant"), "key": j.get("key"), "version": j.get("version"),
                 "attempt": j.get("attempt"), "fire_at": j.get("fire_at_us"),
                 "fired_at": j.get("fired_at_us"), "recv": recv, "status": status,
+                "payload": j.get("payload"),
             })
 
 

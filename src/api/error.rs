@@ -76,7 +76,8 @@ pub enum ApiError {
     PeerUnavailable(String),
     #[error("{0}")]
     Internal(String),
-    /// A route the store in use does not serve (the pull queues on Redis).
+    /// A route this deployment does not serve (recurring schedules, or the pull queues, on
+    /// the Redis store).
     #[error("{0}")]
     NotImplemented(String),
 }
@@ -143,8 +144,8 @@ impl ApiError {
             StoreUnavailable { .. } => "store_unavailable",
             ShuttingDown => "shutting_down",
             PeerUnavailable(_) => "peer_unavailable",
-            NotImplemented(_) => "not_implemented",
             Internal(_) => "internal",
+            NotImplemented(_) => "not_implemented",
         }
     }
 

@@ -23,6 +23,7 @@
 //! - `tenants` owns bearer tokens and quotas; `metrics` owns `/metrics`; `webhooks` owns the
 //!   callbacks of registrations and the dead-letter routes; `cluster` owns `/cluster`, and
 //!   `cli` the `punctual cluster status` command that asks a node for it.
+//! - `schedules` owns the recurring schedules' routes (`/v1/schedules`).
 //! - `list` lists a tenant's pending timers by key prefix; `bulk` runs a bulk cancel in the
 //!   background, and `actions` keeps the bulk actions' progress, a bounded number a tenant.
 //!
@@ -57,6 +58,7 @@ mod queues;
 mod respond;
 mod routes;
 pub mod scan;
+mod schedules;
 mod segment;
 mod service;
 mod split;

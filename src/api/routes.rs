@@ -34,6 +34,8 @@ enum Route<'a> {
     Dead(Cow<'a, str>, Option<Cow<'a, str>>, bool),
     /// `/v1/queues/{tenant}[/{receive|ack|nack|extend}]`.
     Queue(Cow<'a, str>, Option<&'a str>),
+    /// `/v1/schedules/{tenant}[/{key}[/{action}]]`.
+    Schedule(Cow<'a, str>, Option<Cow<'a, str>>, Option<&'a str>),
     Metrics,
     Healthz,
     Cluster,
@@ -68,6 +70,16 @@ fn route(path: &str) -> Route<'_> {
         (Some("v1"), Some("dead"), Some(t), Some(k), Some("retry")) if it.next().is_none() => {
             dead_route(t, Some(k), true)
         }
+        (Some("v1"), Some("schedules"), Some(t), None, _) => schedule_route(t, None, None, true),
+        (Some("v1"), Some("schedules"), Some(t), Some(k), None) => {
+            schedule_route(t, Some(k), None, true)
+        }
+        (Some("v1"), Some("schedules"), Some(t), Some(k), Some("pause")) => {
+            schedule_route(t, Some(k), Some("pause"), it.next().is_none())
+        }
+        (Some("v1"), Some("schedules"), Some(t), Some(k), Some("resume")) => {
+            schedule_route(t, Some(k), Some("resume"), it.next().is_none())
+        }
         (Some("v1"), Some("timers"), Some(t), Some(k), None) if !t.is_empty() && !k.is_empty() => {
             Route::Timer(decoded(t), decoded(k))
         }
@@ -81,6 +93,20 @@ fn action_route<'a>(tenant: &'a str, id: &'a str) -> Route<'a> {
         return Route::NotFound;
     }
     Route::Action(decoded(tenant), decoded(id))
+}
+
+/// `/v1/schedules/{tenant}[/{key}[/pause|/resume]]`, with no empty segment and nothing after
+/// the action (`ends`).
+fn schedule_route<'a>(
+    tenant: &'a str,
+    key: Option<&'a str>,
+    action: Option<&'static str>,
+    ends: bool,
+) -> Route<'a> {
+    if !ends || tenant.is_empty() || key.is_some_and(str::is_empty) {
+        return Route::NotFound;
+    }
+    Route::Schedule(decoded(tenant), key.map(decoded), action)
 }
 
 /// `/v1/dead/{tenant}[/{key}[/retry]]`, with no empty segment.
@@ -170,6 +196,17 @@ impl App {
                 };
                 (name, limit, self.queue(&t, action, req).await)
             }
+            Route::Schedule(t, k, a) => {
+                let name = match (&k, a, req.method().clone()) {
+                    (None, ..) => "list_schedules",
+                    (Some(_), Some(_), _) => "schedule_action",
+                    (Some(_), None, Method::PUT) => "put_schedule",
+                    (Some(_), None, Method::DELETE) => "delete_schedule",
+                    (Some(_), None, _) => "get_schedule",
+                };
+                let answer = self.schedules(&t, k.as_deref(), a, req).await;
+                (name, limit, answer)
+            }
             Route::Metrics => ("metrics", limit, self.metrics(&req).await),
             Route::Healthz => ("healthz", limit, self.healthz(&req)),
             Route::Cluster => ("cluster", limit, self.cluster(&req).await),
@@ -240,9 +277,12 @@ impl App {
             Here::Local(req) => req,
             Here::Forwarded(resp) => return Ok(resp),
         };
-        // `DELETE ?if_version=V`; the query is otherwise ignored.
-        let if_version = match (&method, req.uri().query()) {
-            (&Method::DELETE, Some(q)) => if_version_in(q)?,
+        // `DELETE ?if_version=V`. A write takes no parameter it does not know: a misspelt
+        // `?if_verison=5` read as nothing would cancel without its condition, and a PUT's
+        // `?if_version=5` would replace without one. A GET's query is ignored.
+        let if_version = match method {
+            Method::DELETE => if_version_in(req.uri().query())?,
+            Method::PUT => no_query(req.uri().query())?,
             _ => None,
         };
         match method {
@@ -488,21 +528,22 @@ impl App {
     }
 }
 
-/// `if_version=V` in a query (other parameters are ignored); given twice, refused, as
-/// `query::pairs` refuses any parameter given twice.
-fn if_version_in(query: &str) -> Result<Option<u64>, ApiError> {
-    let mut found = None;
-    for v in query
-        .split('&')
-        .filter_map(|p| p.strip_prefix("if_version="))
-    {
-        if found.replace(if_version_of(v)?).is_some() {
-            return Err(ApiError::InvalidField(
-                "query parameter if_version given twice; give it once".to_string(),
-            ));
-        }
-    }
-    Ok(found)
+/// A DELETE's `if_version=V`, if given; any other parameter, or this one twice, is refused
+/// (`query::pairs`).
+fn if_version_in(query: Option<&str>) -> Result<Option<u64>, ApiError> {
+    let pairs = super::query::pairs(query, &["if_version"])?;
+    pairs.first().map(|(_, v)| if_version_of(v)).transpose()
+}
+
+/// A PUT's query: none. Its conditions and terms are fields of its body.
+fn no_query(query: Option<&str>) -> Result<Option<u64>, ApiError> {
+    super::query::pairs(query, &[]).map_err(|e| match e {
+        ApiError::InvalidField(m) => ApiError::InvalidField(format!(
+            "{m}: a PUT takes its conditions and terms (if, if_version, debounce) in its body"
+        )),
+        other => other,
+    })?;
+    Ok(None)
 }
 
 fn not_pending(tenant: &str, key: &str) -> ApiError {

@@ -436,7 +436,7 @@ impl Handle {
     }
 
     /// `DeadlineOutOfRange` past now + 10 years.
-    fn checked_deadline(&self, deadline: Deadline) -> Result<()> {
+    pub(super) fn checked_deadline(&self, deadline: Deadline) -> Result<()> {
         if deadline.0 > self.now().0.saturating_add(TEN_YEARS_US) {
             return Err(Error::DeadlineOutOfRange {
                 deadline_us: deadline.0,

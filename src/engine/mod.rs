@@ -22,6 +22,7 @@ mod list;
 mod placement;
 mod queue;
 mod running;
+mod schedules;
 mod shard_start;
 mod stats;
 

@@ -29,6 +29,9 @@ pub struct ShardStats {
     /// Conditional writes refused, by what they met: a pending timer (`"if": "absent"`), another
     /// version, no timer (`if_version`).
     pub conflicts: [u64; 3],
+    /// Occurrences of recurring schedules fired, and missed ones their catch-up policy passed
+    /// over.
+    pub schedules: [u64; 2],
     /// The shard's thread panicked: its ring is closed (`shard::failure`).
     pub failed: bool,
     pub lateness: crate::metrics::HistogramSnapshot,
@@ -67,6 +70,10 @@ impl Handle {
                         m.conflicts_exists_total.load(Ordering::Relaxed),
                         m.conflicts_version_total.load(Ordering::Relaxed),
                         m.conflicts_absent_total.load(Ordering::Relaxed),
+                    ],
+                    schedules: [
+                        m.schedule_occurrences_total.load(Ordering::Relaxed),
+                        m.schedule_skipped_total.load(Ordering::Relaxed),
                     ],
                     failed: m.failed.load(Ordering::Relaxed) != 0,
                     lateness: m.lateness.snapshot(),

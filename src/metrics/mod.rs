@@ -71,6 +71,10 @@ pub struct ShardMetrics {
     pub conflicts_version_total: AtomicU64,
     /// Conditional writes refused: `if_version` with no timer pending.
     pub conflicts_absent_total: AtomicU64,
+    /// Occurrences of recurring schedules fired: armed as timers for delivery (`shard::fate`).
+    pub schedule_occurrences_total: AtomicU64,
+    /// Missed occurrences of recurring schedules passed over by their catch-up policy.
+    pub schedule_skipped_total: AtomicU64,
     /// Pending timers on each level of the wheel (0 to 8), then on its expired list; sampled
     /// at every clock anchor.
     pub wheel_timers: [AtomicU64; WHEEL_GAUGES],
@@ -90,6 +94,8 @@ impl Default for ShardMetrics {
             conflicts_exists_total: AtomicU64::new(0),
             conflicts_version_total: AtomicU64::new(0),
             conflicts_absent_total: AtomicU64::new(0),
+            schedule_occurrences_total: AtomicU64::new(0),
+            schedule_skipped_total: AtomicU64::new(0),
             lateness: Histogram::new(&LATENESS_BOUNDS_NS, 1e9),
             clock_offset_ns: AtomicI64::new(0),
             clock_steps_total: AtomicU64::new(0),

@@ -110,6 +110,8 @@ pub struct StoreMetrics {
     pub page_write_errors_total: AtomicU64,
     pub page_read_errors_total: AtomicU64,
     pub page_damaged_total: AtomicU64,
+    /// Paging: timers a damaged page lost, pending in the journal until a restart fires them.
+    pub page_lost_timers: AtomicU64,
     /// (tenant, length) of every fired stream, sampled by shard 0 (Redis only). Only the
     /// sampling task and a scrape take this lock, never a shard's loop.
     pub stream_lengths: std::sync::Mutex<Vec<(String, u64)>>,
@@ -151,6 +153,7 @@ impl Default for StoreMetrics {
             page_write_errors_total: AtomicU64::new(0),
             page_read_errors_total: AtomicU64::new(0),
             page_damaged_total: AtomicU64::new(0),
+            page_lost_timers: AtomicU64::new(0),
             stream_lengths: std::sync::Mutex::new(Vec::new()),
         }
     }

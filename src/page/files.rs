@@ -22,8 +22,16 @@
 //! where the timers would be without paging. A page that cannot be read back (a failed read, a
 //! damaged record) holds timers that are only in the journal now: `Files::lost` ends the
 //! process where the journal would on a failed sync (`OnFailure::Exit`), so that a restart
-//! pages them again; else it logs and counts, a failed read is retried after `RETRY`, and a
-//! damaged page's timers wait for the next start.
+//! pages them again. Else a failed read is retried after `RETRY`, and a damaged record is
+//! passed over: the load goes on at the next mark after it (a record start kept at least every
+//! `MARK` bytes of a bucket), so that one bad sector costs the timers of about `MARK` bytes,
+//! not the rest of the page. A bucket counts the entries that point at it (`live`); those its
+//! load did not take are lost from the pages: the bucket stays, marked lost, until each of
+//! them is cancelled or replaced, so that no entry points at a bucket that is gone, a GET of
+//! one answers that it cannot be read (503), and the count is logged and published
+//! (`punctual_page_lost_timers`). They are in the journal: a restart fires them.
+
+mod write;
 
 use super::record;
 use super::Loc;
@@ -46,6 +54,9 @@ pub const JOB_BYTES: usize = 8 << 20;
 pub const CHUNK: u64 = 1 << 20;
 /// The wait before a failed write or read is tried again.
 pub const RETRY: Duration = Duration::from_secs(1);
+/// A bucket keeps the offset of a record start at least every this many bytes: where a load
+/// goes on past a damaged record (4 bytes per `MARK` of page: 4 MB of marks for 4 GB of pages).
+pub const MARK: u32 = 4 << 10;
 
 #[derive(Default)]
 struct Bucket {
@@ -58,6 +69,14 @@ struct Bucket {
     loaded: bool,
     /// GETs reading the file: it is unlinked once they are done.
     reads: u32,
+    /// Index entries that point at this bucket: counted up by each append (each is followed
+    /// by its entry) and down by [`Files::forget`].
+    live: u64,
+    /// Offsets of record starts, ascending, at least `MARK` bytes apart.
+    marks: Vec<u32>,
+    /// Its load could not take every record its entries point at (a damaged page): those
+    /// `live` entries are lost from the pages, and the bucket stays until they are gone.
+    lost: bool,
 }
 
 impl Bucket {
@@ -92,6 +111,8 @@ pub struct Stats {
     pub read_errors: Cell<u64>,
     pub damaged: Cell<u64>,
     pub bytes_on_disk: Cell<u64>,
+    /// Paged timers whose page lost them: they fire after a restart, from the journal.
+    pub lost: Cell<u64>,
 }
 
 impl Files {
@@ -153,129 +174,16 @@ impl Files {
             b.pending.truncate(before);
             return None;
         }
+        if b.marks.last().is_none_or(|m| offset - m >= MARK) {
+            b.marks.push(offset);
+        }
+        b.live += 1;
         let buffered = self.buffered.get() + added;
         self.buffered.set(buffered);
         if (before < WRITE_AT && b.pending.len() >= WRITE_AT) || buffered >= BUFFERED_MAX {
             self.kick.notify(1);
         }
         Some(Loc { bucket, offset })
-    }
-
-    /// Takes the next write: the buckets with `WRITE_AT` bytes of appends or more or, once all
-    /// of them hold `BUFFERED_MAX`, those with the most, up to `JOB_BYTES` in all (at least
-    /// one bucket); their bytes move to `writing`. One job for many buckets, so that a start,
-    /// which pages what recovery hands over faster than one bucket's write a turn would take
-    /// away, keeps its buffers bounded.
-    fn next_write(&self) -> Vec<(u32, u64, Arc<Vec<u8>>)> {
-        let mut buckets = self.buckets.borrow_mut();
-        let over = self.buffered.get() >= BUFFERED_MAX;
-        let writable = |b: &Bucket| b.writing.is_none() && !b.loading && !b.pending.is_empty();
-        let mut picked: Vec<(u32, usize)> = buckets
-            .iter()
-            .filter(|(_, b)| writable(b) && (over || b.pending.len() >= WRITE_AT))
-            .map(|(n, b)| (*n, b.pending.len()))
-            .collect();
-        if over {
-            picked.sort_unstable_by_key(|p| std::cmp::Reverse(p.1));
-        }
-        let mut total = 0;
-        let mut jobs = Vec::new();
-        for (n, len) in picked {
-            if total > 0 && total + len > JOB_BYTES {
-                break;
-            }
-            total += len;
-            let Some(b) = buckets.get_mut(&n) else {
-                continue;
-            };
-            let bytes = Arc::new(std::mem::take(&mut b.pending));
-            b.writing = Some(bytes.clone());
-            jobs.push((n, b.on_disk, bytes));
-        }
-        jobs
-    }
-
-    /// The write of `bucket` ended; false when it failed.
-    fn written(&self, bucket: u32, result: std::io::Result<()>) -> bool {
-        let mut buckets = self.buckets.borrow_mut();
-        let Some(b) = buckets.get_mut(&bucket) else {
-            return true;
-        };
-        let Some(bytes) = b.writing.take() else {
-            return true;
-        };
-        match result {
-            Ok(()) => {
-                b.on_disk += bytes.len() as u64;
-                self.buffered.set(self.buffered.get() - bytes.len());
-                self.stats
-                    .bytes_on_disk
-                    .set(self.stats.bytes_on_disk.get() + bytes.len() as u64);
-                true
-            }
-            Err(e) => {
-                let n = self.stats.write_errors.get() + 1;
-                self.stats.write_errors.set(n);
-                if n == 1 || n.is_power_of_two() {
-                    tracing::warn!(bucket, error = %e, errors = n, "paging: a page could not be written; its timers stay in memory and the write is tried again");
-                }
-                let mut back = Arc::try_unwrap(bytes).unwrap_or_else(|a| (*a).clone());
-                back.append(&mut b.pending);
-                b.pending = back;
-                false
-            }
-        }
-    }
-
-    /// Writes pages as their buckets fill, until the files are closed.
-    pub async fn write_task(files: Rc<Files>) {
-        while !files.closed.get() {
-            let listener = files.kick.listen();
-            let jobs = files.next_write();
-            if jobs.is_empty() {
-                listener.await;
-                continue;
-            }
-            drop(listener);
-            let paths: Vec<_> = jobs.iter().map(|(b, _, _)| files.path(*b)).collect();
-            let writes: Vec<_> = jobs
-                .iter()
-                .map(|(_, at, bytes)| (*at, bytes.clone()))
-                .collect();
-            // One result per bucket, in order; the job stops at the first failure, and the
-            // buckets after it count as failed too (written again later).
-            let results = files
-                .io
-                .run(move |d| {
-                    let mut out = Vec::with_capacity(paths.len());
-                    for (path, (at, bytes)) in paths.iter().zip(&writes) {
-                        let r = write_page(d, path, *at, bytes);
-                        let failed = r.is_err();
-                        out.push(r);
-                        if failed {
-                            break;
-                        }
-                    }
-                    Ok(out)
-                })
-                .await;
-            let mut results = match results {
-                Ok(r) => r.into_iter(),
-                Err(e) => vec![Err(e)].into_iter(),
-            };
-            let mut failed = false;
-            for (bucket, _, _) in jobs {
-                let r = results.next().unwrap_or_else(|| {
-                    Err(std::io::Error::other("not written: an earlier page failed"))
-                });
-                failed |= !files.written(bucket, r);
-            }
-            if failed {
-                glommio::timer::sleep(RETRY).await;
-            }
-            // A load may be waiting for this write to end.
-            files.kick.notify(usize::MAX);
-        }
     }
 
     pub fn close(&self) {
@@ -389,8 +297,8 @@ impl Files {
 
     /// A page's timers cannot be loaded from it (a read that failed, a damaged record). They
     /// are in the journal: with `exit_on_loss` the process ends now (status 1), so that its
-    /// supervisor restarts it and recovery pages them again; else they wait, and the log says
-    /// to restart.
+    /// supervisor restarts it and recovery pages them again; else the load goes on past the
+    /// damage, and its end counts and logs the timers it could not take (`end_load`).
     pub fn lost(&self, bucket: u32, offset: u64, what: &str) {
         if self.exit_on_loss {
             tracing::error!(
@@ -403,7 +311,7 @@ impl Files {
         tracing::error!(
             bucket,
             offset,
-            "paging: a page {what}. Its timers are safe in the journal but cannot be loaded from this page: restart the service to load them from the journal. Check the disk (dmesg, SMART)."
+            "paging: a page {what}. The load goes on at the next record it can find; the timers it cannot take are counted when it ends."
         );
     }
 
@@ -412,19 +320,64 @@ impl Files {
         self.kick.notify(usize::MAX);
     }
 
-    /// `bucket`'s load is done: its file goes once no read is under way.
+    /// `bucket`'s load is done: its file goes once no read is under way and no entry points
+    /// at it. Entries that still do are those whose records the load could not take (a
+    /// damaged page): the bucket is marked lost, and the count logged and published.
     pub fn end_load(self: &Rc<Files>, bucket: u32) {
         if let Some(b) = self.buckets.borrow_mut().get_mut(&bucket) {
             b.loaded = true;
+            if b.live > 0 {
+                b.lost = true;
+                self.stats.lost.set(self.stats.lost.get() + b.live);
+                tracing::error!(
+                    bucket,
+                    timers = b.live,
+                    lost = self.stats.lost.get(),
+                    "paging: timers of a damaged page could not be loaded from it. They are safe in the journal and fire after a restart, late; until then they do not fire, a GET of one answers 503, and a cancel or a replace of one works. Restart the service soon. Check the disk (dmesg, SMART)."
+                );
+            }
         }
         self.release(bucket);
+    }
+
+    /// `n` entries that pointed at `bucket` point elsewhere now, or are gone (a load took
+    /// them, a cancel, a replace).
+    pub fn forget(self: &Rc<Files>, bucket: u32, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let lost = {
+            let mut buckets = self.buckets.borrow_mut();
+            let Some(b) = buckets.get_mut(&bucket) else {
+                return;
+            };
+            debug_assert!(
+                b.live >= n,
+                "bucket {bucket}: {n} of {} entries forgotten",
+                b.live
+            );
+            b.live = b.live.saturating_sub(n);
+            b.lost
+        };
+        if lost {
+            self.stats.lost.set(self.stats.lost.get().saturating_sub(n));
+            self.release(bucket);
+        }
+    }
+
+    /// The first record start kept after offset `at` of `bucket` (see `MARK`).
+    pub fn mark_after(&self, bucket: u32, at: u64) -> Option<u64> {
+        let buckets = self.buckets.borrow();
+        let marks = &buckets.get(&bucket)?.marks;
+        let i = marks.partition_point(|m| u64::from(*m) <= at);
+        marks.get(i).map(|m| u64::from(*m))
     }
 
     fn release(self: &Rc<Files>, bucket: u32) {
         let gone = {
             let mut buckets = self.buckets.borrow_mut();
             match buckets.get(&bucket) {
-                Some(b) if b.loaded && b.reads == 0 => buckets.remove(&bucket),
+                Some(b) if b.loaded && b.reads == 0 && b.live == 0 => buckets.remove(&bucket),
                 _ => None,
             }
         };
@@ -452,6 +405,9 @@ impl Files {
         let Some(b) = buckets.get_mut(&at.bucket) else {
             return Bytes::Gone;
         };
+        if b.lost {
+            return Bytes::Lost;
+        }
         let offset = u64::from(at.offset);
         if offset < b.on_disk {
             b.reads += 1;
@@ -477,24 +433,13 @@ impl Files {
     }
 }
 
-/// Writes `bytes` at `at` of `path`, creating the file with its first write.
-fn write_page(d: &Disk, path: &std::path::Path, at: u64, bytes: &[u8]) -> std::io::Result<()> {
-    let f = if at == 0 {
-        match d.create_new(path) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => d.open(path)?,
-            other => other?,
-        }
-    } else {
-        d.open(path)?
-    };
-    d.write_all_at(&f, bytes, at)
-}
-
 /// Where a record's bytes are.
 pub enum Bytes {
     Here(record::PageRecord),
     OnDisk(Read),
     Gone,
+    /// Its page was damaged: only the journal holds it now.
+    Lost,
 }
 
 /// A read of one record from its page file (a GET); the file stays until it is done.

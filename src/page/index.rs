@@ -97,6 +97,8 @@ pub struct FarIndex {
     len: usize,
     /// A start's entries not in their parts yet, a batch per part; empty outside a start.
     batches: Vec<Vec<Far>>,
+    /// The entries a start's inserts replaced, until [`FarIndex::recovered`].
+    replaced: Vec<Far>,
 }
 
 impl Default for FarIndex {
@@ -105,6 +107,7 @@ impl Default for FarIndex {
             parts: (0..PARTS).map(|_| HashTable::new()).collect(),
             len: 0,
             batches: Vec::new(),
+            replaced: Vec::new(),
         }
     }
 }
@@ -142,23 +145,26 @@ impl FarIndex {
         }
     }
 
-    /// Puts in what a start's inserts left in their batches; how many of them met an entry
-    /// of their id (two timers whose ids are equal: the later replaced the earlier).
-    pub fn recovered(&mut self) -> usize {
-        let met = (0..self.batches.len()).map(|p| self.put_batch(p)).sum();
+    /// Puts in what a start's inserts left in their batches; the entries an insert met and
+    /// replaced (two timers whose ids are equal: the later replaced the earlier), all of the
+    /// start's.
+    pub fn recovered(&mut self) -> Vec<Far> {
+        for p in 0..self.batches.len() {
+            self.put_batch(p);
+        }
         self.batches = Vec::new();
-        met
+        std::mem::take(&mut self.replaced)
     }
 
-    /// Puts in part `p`'s batch; how many met an entry of their id.
-    fn put_batch(&mut self, p: usize) -> usize {
+    /// Puts in part `p`'s batch; the entries it replaced go to `replaced`.
+    fn put_batch(&mut self, p: usize) {
         let (part, batch) = (&mut self.parts[p], &mut self.batches[p]);
-        let mut met = 0;
         for far in batch.drain(..) {
-            met += usize::from(put(part, far).is_some());
+            if let Some(old) = put(part, far) {
+                self.len -= 1;
+                self.replaced.push(old);
+            }
         }
-        self.len -= met;
-        met
     }
 
     /// Room for about `n` more entries, spread over the parts as the ids will be: each takes

@@ -26,7 +26,7 @@ fn a_starts_batched_inserts_are_exact_once_it_is_over() {
     }
     index.insert_recovered(far(&keyed, "k9", 2, n));
     assert_eq!(index.len(), n as usize + 1, "counted as they come");
-    assert_eq!(index.recovered(), 1, "one met its id");
+    assert_eq!(index.recovered().len(), 1, "one met its id");
     assert_eq!(index.len(), n as usize);
     for i in 0..n {
         let f = index

@@ -16,6 +16,11 @@
 //!     version, and removes the entry; then the file goes
 //! ```
 //!
+//! A loaded timer the wheel cannot take now (its slab's index space spent, a deadline past
+//! its range) is not dropped: it is held here, its entry pointing at `HELD`, still found,
+//! read, cancelled and replaced as a paged timer is, and offered to the wheel again at every
+//! step of the loads until it goes in. A damaged page's timers are `files.rs`'s to tell.
+//!
 //! The journal stays what makes a timer durable: every record is written there as without
 //! paging, and a start rebuilds the pages from it (`Loader` pages what recovery hands over).
 //! The pages are a second copy in another order, written without `fsync`, and emptied at each
@@ -36,22 +41,26 @@
 //! | `mod.rs` | [`Pager`]: which timers are paged, and the loads |
 //! | `index.rs` | the in-memory entries, by keyed hash |
 //! | `files.rs` | the page files, their writes, reads, and the loads' reads |
+//! | `take.rs` | a load's records taken into the wheel, past a damaged one |
 //! | `record.rs` | a record's bytes, and where one lies (`Loc`) |
 
 mod files;
 pub mod index;
 pub mod record;
+mod take;
 
 pub use record::Loc;
+use record::HELD;
 
 use crate::store::journal::io::Disk;
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
-use files::{Bytes, Files, PageChunks};
+use files::{Bytes, Files};
 use index::{Far, FarIndex, Id, Keyed};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
+use take::{take_records, Load, Step};
 
 /// The directory under a journal's data directory that holds every shard's pages.
 pub(crate) fn pages_dir(data_dir: &std::path::Path) -> PathBuf {
@@ -112,9 +121,6 @@ fn remove_all(dirs: &[PathBuf]) {
 /// journal shares with every tenant.
 const MAX_BUCKETS: u32 = 16_384;
 
-/// Records a load puts into the wheel between two looks at its slice.
-const LOAD_CHECK: usize = 8;
-
 /// A shard's paged timers (see the module doc).
 pub(crate) struct Pager {
     horizon_us: u64,
@@ -127,18 +133,10 @@ pub(crate) struct Pager {
     keyed: Keyed,
     files: Rc<Files>,
     load: Option<Load>,
+    /// Loaded timers the wheel did not take, with their ids; their entries point at `HELD`.
+    held: Vec<(Id, record::PageRecord)>,
     /// Writes the pages; cancelled when the pager goes.
     _writer: glommio::Task<()>,
-}
-
-/// A bucket being loaded.
-struct Load {
-    bucket: u32,
-    loaded: Rc<PageChunks>,
-    /// Bytes of the file not yet taken, starting at offset `pos`.
-    carry: Vec<u8>,
-    pos: u64,
-    _reader: glommio::Task<()>,
 }
 
 /// What a paged timer is, without its bytes.
@@ -175,6 +173,7 @@ impl Pager {
             keyed: Keyed::new(),
             files,
             load: None,
+            held: Vec::new(),
             _writer: writer,
         };
         pager.line = pager.first_unloaded(now);
@@ -187,10 +186,12 @@ impl Pager {
         u32::try_from(ahead.div_ceil(self.width_us)).unwrap_or(u32::MAX)
     }
 
-    /// The bucket of `deadline`, if it has one.
+    /// The bucket of `deadline`, if it has one (never `HELD`'s number).
     fn bucket(&self, deadline: UtcMicros) -> Option<u32> {
         let from = deadline.0.checked_sub(self.origin)?;
-        u32::try_from(from / self.width_us).ok()
+        u32::try_from(from / self.width_us)
+            .ok()
+            .filter(|b| *b != HELD.bucket)
     }
 
     /// Paged timers.
@@ -254,7 +255,11 @@ impl Pager {
 
     /// The start's recovery is over: its paged timers go into the index.
     pub fn recovered(&mut self) {
-        let met = self.index.recovered();
+        let replaced = self.index.recovered();
+        let met = replaced.len();
+        for old in &replaced {
+            self.forget(old);
+        }
         if met > 0 {
             tracing::error!(
                 timers = met,
@@ -292,6 +297,9 @@ impl Pager {
             version,
             at,
         });
+        if let Some(old) = &old {
+            self.forget(old);
+        }
         Ok(old.map(|f| Paged {
             deadline: f.deadline,
             version: f.version,
@@ -305,10 +313,27 @@ impl Pager {
 
     /// Removes the paged timer `identity` (a cancel, or a replace into the wheel).
     pub fn remove(&mut self, identity: &[u8]) -> Option<Paged> {
-        self.index.remove(self.keyed.id(identity)).map(|f| Paged {
-            deadline: f.deadline,
-            version: f.version,
+        let far = self.index.remove(self.keyed.id(identity))?;
+        self.forget(&far);
+        Some(Paged {
+            deadline: far.deadline,
+            version: far.version,
         })
+    }
+
+    /// `far`'s entry is gone or points elsewhere now: its bucket counts one entry less, or its
+    /// held timer goes.
+    fn forget(&mut self, far: &Far) {
+        if far.at == HELD {
+            self.held.retain(|(id, _)| *id != far.id);
+        } else {
+            self.files.forget(far.at.bucket, 1);
+        }
+    }
+
+    /// Timers held because the wheel did not take them (see the module doc).
+    pub fn held(&self) -> usize {
+        self.held.len()
     }
 
     /// Reads the paged timer `identity` back (a GET): its timer as it was paged, with its
@@ -320,27 +345,38 @@ impl Pager {
     ) -> Option<impl std::future::Future<Output = std::io::Result<record::PageRecord>> + 'static>
     {
         let far = *self.index.get(self.keyed.id(identity))?;
-        let bytes = self.files.record_at(far.at);
+        let bytes = match self
+            .held
+            .iter()
+            .find(|(id, _)| far.at == HELD && *id == far.id)
+        {
+            Some((_, r)) => Bytes::Here(r.clone()),
+            None => self.files.record_at(far.at),
+        };
         Some(async move {
             match bytes {
                 Bytes::Here(r) => Ok(r),
                 Bytes::OnDisk(read) => read.run().await,
                 Bytes::Gone => Err(std::io::Error::other("the page holds no such record")),
+                Bytes::Lost => Err(std::io::Error::other(
+                    "its page was damaged: the journal holds it, and a restart fires it",
+                )),
             }
         })
     }
 
     /// One step of the loads: starts the next that is due, and puts what its reads brought
     /// into the wheel through `insert` (deadline, version), until `stop` says so (asked every
-    /// `LOAD_CHECK` records: the shard's slice is over, or a timer is due). How many timers went
-    /// in.
+    /// `take::LOAD_CHECK` records: the shard's slice is over, or a timer is due). `insert` hands
+    /// back a timer the wheel did not take: it is held, and offered again at the next step.
+    /// How many timers went in.
     pub fn load_step(
         &mut self,
         now: UtcMicros,
         mut stop: impl FnMut() -> bool,
-        mut insert: impl FnMut(PackedTimer, UtcMicros, u64),
+        mut insert: impl FnMut(PackedTimer, UtcMicros, u64) -> Result<(), PackedTimer>,
     ) -> usize {
-        let mut n = 0;
+        let mut n = self.offer_held(&mut insert);
         loop {
             if self.load.is_none() && !self.begin_load(now) {
                 return n;
@@ -353,6 +389,7 @@ impl Pager {
                 &mut self.index,
                 &self.keyed,
                 &self.files,
+                &mut self.held,
                 &mut stop,
                 &mut insert,
             ) {
@@ -365,6 +402,34 @@ impl Pager {
                 }
             }
         }
+    }
+
+    /// Offers the held timers to the wheel again; how many went in. One whose entry no longer
+    /// points at `HELD` was cancelled or replaced since: it goes.
+    fn offer_held(
+        &mut self,
+        insert: &mut impl FnMut(PackedTimer, UtcMicros, u64) -> Result<(), PackedTimer>,
+    ) -> usize {
+        if self.held.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        for (id, mut r) in std::mem::take(&mut self.held) {
+            if self.index.get(id).is_none_or(|f| f.at != HELD) {
+                continue;
+            }
+            match insert(r.timer, r.deadline, r.version) {
+                Ok(()) => {
+                    self.index.remove(id);
+                    n += 1;
+                }
+                Err(timer) => {
+                    r.timer = timer;
+                    self.held.push((id, r));
+                }
+            }
+        }
+        n
     }
 
     /// Begins the load of the next bucket that holds anything and starts within `horizon` of
@@ -387,6 +452,7 @@ impl Pager {
             loaded,
             carry: Vec::new(),
             pos: 0,
+            skip: 0,
             _reader: reader,
         });
         true
@@ -407,6 +473,11 @@ impl Pager {
             s.bytes_on_disk.get(),
         )
     }
+
+    /// Paged timers a damaged page lost: the journal holds them, and a restart fires them.
+    pub fn lost(&self) -> u64 {
+        self.files.stats.lost.get()
+    }
 }
 
 impl Drop for Pager {
@@ -417,86 +488,7 @@ impl Drop for Pager {
     }
 }
 
-enum Step {
-    /// The load goes on: the slice is over, or its read has not brought more yet.
-    More(usize),
-    Done(usize),
-}
-
-/// Puts the records of `load` that arrived into the wheel (see [`Pager::load_step`]).
-fn take_records(
-    load: &mut Load,
-    index: &mut FarIndex,
-    keyed: &Keyed,
-    files: &Files,
-    stop: &mut impl FnMut() -> bool,
-    insert: &mut impl FnMut(PackedTimer, UtcMicros, u64),
-) -> Step {
-    let mut n = 0;
-    let mut at = 0;
-    let mut looked = 0usize;
-    let step = loop {
-        looked += 1;
-        if looked % LOAD_CHECK == 0 && stop() {
-            break Step::More(n);
-        }
-        match record::take(&load.carry[at..]) {
-            record::Taken::Record(r, len) => {
-                let offset = u32::try_from(load.pos + at as u64).unwrap_or(u32::MAX);
-                let where_ = Loc {
-                    bucket: load.bucket,
-                    offset,
-                };
-                if index
-                    .remove_at(keyed.id(r.timer.identity()), where_)
-                    .is_some()
-                {
-                    insert(r.timer, r.deadline, r.version);
-                    n += 1;
-                }
-                at += len;
-            }
-            record::Taken::Short => {
-                let chunk = load.loaded.chunks.borrow_mut().pop_front();
-                match chunk {
-                    Some(chunk) => {
-                        files.took_chunk();
-                        load.carry.drain(..at);
-                        load.pos += at as u64;
-                        at = 0;
-                        load.carry.extend_from_slice(&chunk);
-                    }
-                    None if load.loaded.done.get() => {
-                        if at < load.carry.len() {
-                            damaged(files, load, at);
-                        }
-                        break Step::Done(n);
-                    }
-                    None => break Step::More(n),
-                }
-            }
-            record::Taken::Damaged => {
-                damaged(files, load, at);
-                break Step::Done(n);
-            }
-        }
-    };
-    load.carry.drain(..at.min(load.carry.len()));
-    load.pos += at as u64;
-    step
-}
-
-/// A page that does not read back as records: the rest of its timers cannot be loaded from
-/// it (`Files::lost`).
-fn damaged(files: &Files, load: &Load, at: usize) {
-    let d = &files.stats.damaged;
-    d.set(d.get() + 1);
-    files.lost(
-        load.bucket,
-        load.pos + at as u64,
-        "is damaged after this offset",
-    );
-}
-
+#[cfg(test)]
+mod loss_tests;
 #[cfg(test)]
 mod tests;

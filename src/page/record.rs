@@ -18,6 +18,12 @@ pub struct Loc {
     pub offset: u32,
 }
 
+/// Where the entry of a held timer points (no bucket is numbered so: `Pager::bucket` in `page`).
+pub const HELD: Loc = Loc {
+    bucket: u32::MAX,
+    offset: 0,
+};
+
 /// Bytes before the packed timer: CRC, length, deadline, version.
 pub const HEAD: usize = 24;
 
@@ -81,6 +87,7 @@ fn put_with(
 }
 
 /// A paged timer's record, read back from its page.
+#[derive(Clone)]
 pub struct PageRecord {
     pub deadline: UtcMicros,
     pub version: u64,

@@ -3,14 +3,14 @@ use crate::runtime::cooperate::on_executor;
 use crate::store::journal::faults::{Fault, Faults};
 use std::collections::BTreeMap;
 
-const SECOND: u64 = 1_000_000;
-const T0: u64 = 1_750_000_000 * SECOND;
+pub(super) const SECOND: u64 = 1_000_000;
+pub(super) const T0: u64 = 1_750_000_000 * SECOND;
 
-fn timer(key: &str, payload: &[u8]) -> PackedTimer {
+pub(super) fn timer(key: &str, payload: &[u8]) -> PackedTimer {
     PackedTimer::with_meta("acme", key, b"m", payload).expect("small")
 }
 
-async fn pager(dir: &std::path::Path, horizon_s: u64, disk: Disk) -> Pager {
+pub(super) async fn pager(dir: &std::path::Path, horizon_s: u64, disk: Disk) -> Pager {
     Pager::open(
         dir.join("pages"),
         0,
@@ -25,7 +25,7 @@ async fn pager(dir: &std::path::Path, horizon_s: u64, disk: Disk) -> Pager {
 }
 
 /// Waits (at most 3 s) until the pager has written a page to disk.
-async fn until_written(p: &Pager) {
+pub(super) async fn until_written(p: &Pager) {
     for _ in 0..3_000 {
         if p.stats().3 > 0 {
             return;
@@ -35,7 +35,7 @@ async fn until_written(p: &Pager) {
 }
 
 /// The one page file under `dir`'s pages.
-fn the_page(dir: &std::path::Path) -> std::path::PathBuf {
+pub(super) fn the_page(dir: &std::path::Path) -> std::path::PathBuf {
     std::fs::read_dir(dir.join("pages"))
         .expect("dir")
         .next()
@@ -45,18 +45,25 @@ fn the_page(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 /// What a test expects: key → (deadline, version, payload).
-type Model = BTreeMap<String, (UtcMicros, u64, Vec<u8>)>;
+pub(super) type Model = BTreeMap<String, (UtcMicros, u64, Vec<u8>)>;
 
 /// Walks `now` from T0 to `until` in `step` steps, loading as the shard does, and returns
 /// what went into the wheel; each timer may go in only once.
-async fn walk(p: &mut Pager, until: u64, step: u64) -> Model {
+pub(super) async fn walk(p: &mut Pager, until: u64, step: u64) -> Model {
     let mut wheel = Model::new();
     let mut now = T0;
     while now <= until {
         // Give the read task its turns, as the shard's passes do.
         for _ in 0..50 {
             let mut went = Vec::new();
-            p.load_step(UtcMicros(now), || false, |t, d, v| went.push((t, d, v)));
+            p.load_step(
+                UtcMicros(now),
+                || false,
+                |t, d, v| {
+                    went.push((t, d, v));
+                    Ok(())
+                },
+            );
             for (t, d, v) in went {
                 assert!(
                     d.0 >= now,
@@ -215,8 +222,9 @@ fn a_failed_page_write_is_tried_again_and_loses_nothing() {
     });
 }
 
-/// A page damaged on disk: the records before the damage load, the rest are counted and
-/// logged (the journal still holds them), and nothing is read as another timer.
+/// A page damaged on disk: the records before the damage load, the damage is counted and
+/// logged (the journal still holds what it lost), and nothing is read as another timer (what
+/// loads past it, and the count of the lost: `loss_tests.rs`).
 #[test]
 fn a_damaged_page_loads_what_precedes_the_damage_and_says_so() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -303,7 +311,7 @@ fn a_page_read_that_keeps_failing_is_retried_and_logged_sparsely() {
             // The load begins and its reads fail, once a second, until five have.
             let mut went = 0;
             for _ in 0..2_000 {
-                went += p.load_step(UtcMicros(T0 + 2 * SECOND), || false, |_, _, _| {});
+                went += p.load_step(UtcMicros(T0 + 2 * SECOND), || false, |_, _, _| Ok(()));
                 if p.stats().1 >= 5 {
                     break;
                 }
@@ -319,7 +327,10 @@ fn a_page_read_that_keeps_failing_is_retried_and_logged_sparsely() {
                 p.load_step(
                     UtcMicros(T0 + 2 * SECOND),
                     || false,
-                    |t, d, v| went.push((t, d, v)),
+                    |t, d, v| {
+                        went.push((t, d, v));
+                        Ok(())
+                    },
                 );
                 for (t, d, v) in went {
                     let old = all.insert(t.key().to_string(), (d, v, t.payload().to_vec()));
@@ -395,6 +406,7 @@ fn page_load_steps_figure() {
                 || slice.is_over(),
                 |t, d, v| {
                     table.insert_loaded(t, d, v).expect("fits");
+                    Ok(())
                 },
             );
             if n > 0 {
@@ -487,7 +499,10 @@ fn ops_interleaved_with_loads_keep_the_wheel_and_pages_exact() {
                     budget = budget.saturating_sub(1);
                     budget == 0
                 },
-                |t, d, v| went.push((t, d, v)),
+                |t, d, v| {
+                    went.push((t, d, v));
+                    Ok(())
+                },
             );
             for (t, d, v) in went {
                 assert!(d.0 >= now, "{} loaded after its deadline", t.key());

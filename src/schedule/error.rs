@@ -6,6 +6,8 @@ use thiserror::Error;
 /// A schedule definition that cannot be compiled. `field()` names the JSON field at fault.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SpecError {
+    #[error("the definition is not a JSON object of a schedule: {0}")]
+    Definition(String),
     #[error("cron and every_ms: give exactly one of them (a cron expression or a fixed period)")]
     NeitherRule,
     #[error("cron and every_ms: give only one of them, not both")]
@@ -40,6 +42,7 @@ impl SpecError {
     /// The JSON field the error is about (`catch_up.window_ms` for a nested one).
     pub fn field(&self) -> &'static str {
         match self {
+            SpecError::Definition(_) => "definition",
             SpecError::NeitherRule | SpecError::BothRules => "cron",
             SpecError::Cron(_) | SpecError::NeverFires { .. } => "cron",
             SpecError::PeriodTooShort { .. } | SpecError::PeriodTooLong { .. } => "every_ms",

@@ -1,10 +1,10 @@
 //! Recurring schedules: when a cron expression or a fixed period fires, in any time zone,
 //! under an explicit daylight-saving policy, and what fires after a downtime.
 //!
-//! This is the calculus only, a leaf: it imports `units` and nothing else of the crate, and
-//! no part of the service uses it yet (the `punctual schedules next` command does). The
-//! shard, the store and the API will keep one armed occurrence per schedule and ask this
-//! module for the next; the contract below is what they may rely on.
+//! This is the calculus, a leaf: it imports `units` and nothing else of the crate. The shard
+//! and the API keep one armed timer per schedule, whose payload is the schedule's record
+//! (`record.rs`), and ask this module what is due when it fires and when it fires next (the
+//! `punctual schedules next` command asks it too); the contract below is what they rely on.
 //!
 //! | file | owns |
 //! |---|---|
@@ -15,6 +15,7 @@
 //! | `error.rs` | [`SpecError`]: one variant per rule, each naming its field |
 //! | `cron.rs` | a cron expression (parsed by croner) as sets of wall-clock values; the next matching civil second |
 //! | `zoned.rs` | civil seconds to instants in a zone: gaps and overlaps under the policy |
+//! | `record.rs` | [`ScheduleRecord`]: the definition and the cursor as the service keeps them, what one fire of the schedule's timer delivers and arms |
 //! | `catch_up.rs` | the [`Cursor`] a schedule keeps, and [`Schedule::due`]: what fires now, what was missed, what is armed next |
 //! | `cli.rs` | `punctual schedules next` |
 //!
@@ -54,6 +55,7 @@ mod compile;
 mod cron;
 mod dst;
 mod error;
+mod record;
 mod rule;
 mod spec;
 mod zoned;
@@ -62,5 +64,6 @@ pub use catch_up::{Cursor, Due, Fire, MAX_FIRES_PER_CALL};
 pub use cron::MAX_CRON_LEN;
 pub use dst::{DstSpec, Gap, Overlap};
 pub use error::SpecError;
+pub use record::{Recurrence, ScheduleRecord, ON_TIME, PARK_US};
 pub use rule::{Occurrence, Schedule};
 pub use spec::{CatchUpPolicy, CatchUpSpec, Limits, ScheduleSpec, DEFAULT_WINDOW_MS, MAX_EVERY_MS};

@@ -22,6 +22,7 @@
 //! | kept for delivery | the table, re-armed at its safety net with the sink's metadata | the kept record (`Store::fired_kept`) | held |
 //! | retried | the table, at its backoff (a follow-up's `Reschedule`) | the record rewritten | held |
 //! | dead letter | `DeadLetters` (`dead.rs`) | the letter (`Store::dead`, `Store::fired_dead`) | held |
+//! | a schedule's timer | the table, at its next occurrence (or a year ahead, paused), its record as payload (`schedule::ScheduleRecord`) | that record | held |
 //! | retired, cancelled, discarded | gone | nothing (`Store::fired`, `Store::cancel`, `Store::dead_removed`) | released |
 //!
 //! | transition | function | store | quota |
@@ -35,14 +36,15 @@
 //! | dead → discarded | [`Shard::discard`] | `dead_removed` | release |
 //! | due, not this node's | [`Settle::unfired`], [`Settle::set_aside`] | — (the record stays for the partition's holder) | release (a set-aside one is taken again by its load) |
 //! | pending or dead, purged with its partition | [`purged`], [`letter_purged`] | — | release |
+//! | a schedule's timer fired → its occurrences armed, itself re-armed at its next one, or ended | [`Shard::recur`] | `schedule` per occurrence, then `schedule` of the record (ended: `cancel`) | forced per occurrence / — (ended: release) |
 //! | a queued message's: enqueued, received, acked, nacked, extended, expired | `queue.rs`, one function each (its table) | `fired_kept`, `schedule`, `cancel`, `dead` | held; an ack releases |
 //!
 //! Every release goes through [`release`]; nothing else in the shard gives a slot back (a
 //! schedule's reservation not kept is given back by its `QuotaSlot`, in `quota`, before it
-//! was ever a timer's). A new state (a schedule re-armed for its next occurrence; a timer
-//! leased to a consumer, acked or nacked: `queue.rs`, whose own table has one function per
-//! transition, and whose ack gives its slot back through [`release`]) is a row in each table
-//! above and a function here.
+//! was ever a timer's). A new state is a row in each table above and a function here, as a
+//! recurring schedule's is ([`Shard::recur`]); a timer leased to a consumer, acked or nacked,
+//! has its own table and one function per transition in `queue.rs`, whose ack gives its slot
+//! back through [`release`].
 //!
 //! # Kept, settled in the call that fires it
 //!
@@ -70,10 +72,11 @@ use crate::clock::TimeSource;
 use crate::error::Error;
 use crate::metrics::{DeliveryMetrics, ShardMetrics};
 use crate::op::{Cancelled, Reply, Scheduled};
-use crate::partition::partition_of;
+use crate::partition::{occurrence_key, partition_of, schedule_of};
 use crate::queue;
 use crate::quota::Quotas;
-use crate::sink::webhook::redriven;
+use crate::schedule::{Limits, ScheduleRecord};
+use crate::sink::webhook::{for_occurrence, redriven};
 use crate::sink::{Followup, Next, Sink};
 use crate::store::{Ack, Store};
 use crate::timer::{FiredTimer, Firing, PackedTimer};
@@ -334,6 +337,102 @@ impl<S: TimeSource> Shard<S> {
         self.metrics
             .pending
             .store(self.pending() as u64, Ordering::Relaxed);
+    }
+
+    /// A recurring schedule's timer fired at `now` (it left the table in the poll, unseen by
+    /// the sinks): the occurrences due are armed as timers of their own, due at their nominal
+    /// time (fired by the next pass, delivered as any timer), and the schedule's timer is
+    /// armed again at its next occurrence, its record carrying the moved cursor under a new
+    /// version; or, the schedule ended, it is gone and its quota slot goes back.
+    ///
+    /// The store hears the occurrences first and the schedule's record after, in one call
+    /// of the shard, and an occurrence fires only once its record is durable: a crash that
+    /// keeps the record keeps the occurrences, so none is lost; one that keeps neither fires
+    /// the same occurrences again at the restart (none of them was delivered). An occurrence
+    /// already pending under its key (armed before a crash that lost the record after it; its
+    /// delivery's outcome comes after the record in the log, so it is still pending) is not
+    /// armed twice. Each occurrence takes a quota slot past the quota (`Quota::force`):
+    /// it stands for a schedule already admitted, and leaves through `release` as any timer.
+    pub(super) fn recur(&mut self, now: UtcMicros, timer: &PackedTimer) {
+        let (tenant, internal) = (timer.tenant(), timer.key());
+        let Some(key) = schedule_of(internal) else {
+            return;
+        };
+        let planned = ScheduleRecord::decode(timer.payload())
+            .ok_or_else(|| "its record does not read".to_string())
+            .and_then(|mut r| {
+                let s = r.schedule(&Limits::default()).map_err(|e| e.to_string())?;
+                Ok((r.fire(&s, now), r))
+            });
+        let (plan, record) = match planned {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::error!(shard = self.id, tenant, key, why = %why, "a recurring schedule cannot go on and is removed");
+                self.store.cancel(tenant, internal, Ack::None);
+                self.release_quota(tenant);
+                return;
+            }
+        };
+        for fire in &plan.fires {
+            let at = fire.occurrence.at;
+            let meta = match timer.meta().is_empty() {
+                true => Some(Vec::new()),
+                false => for_occurrence(timer.meta(), at.0),
+            };
+            let body = record.occurrence_body(key, fire);
+            let o = meta.and_then(|m| {
+                PackedTimer::with_meta(tenant, &occurrence_key(key, at.0), &m, &body)
+            });
+            let Some(o) = o.filter(|o| self.table.get(o.identity()).is_none()) else {
+                continue;
+            };
+            if let Some(q) = self.quotas.get(tenant) {
+                q.force();
+            }
+            if !self.arm_internal(o, at, now) {
+                self.release_quota(tenant);
+            }
+        }
+        self.metrics
+            .schedule_occurrences_total
+            .fetch_add(plan.fires.len() as u64, Ordering::Relaxed);
+        self.metrics
+            .schedule_skipped_total
+            .fetch_add(plan.skipped, Ordering::Relaxed);
+        let again = plan.arm.and_then(|at| {
+            let t = PackedTimer::with_meta(tenant, internal, timer.meta(), &record.encode())?;
+            Some((t, at))
+        });
+        let armed = again.is_some_and(|(t, at)| self.arm_internal(t, at, now));
+        if !armed {
+            self.store.cancel(tenant, internal, Ack::None);
+            self.release_quota(tenant);
+        }
+    }
+
+    /// Puts an internal timer of a schedule into the table under a new version, past the
+    /// capacity (it stands for a schedule admitted already), and writes it; false (logged)
+    /// when the wheel cannot take it.
+    fn arm_internal(&mut self, timer: PackedTimer, at: UtcMicros, now: UtcMicros) -> bool {
+        let version = self.table.next_version(now);
+        match self.table.insert_loaded(timer, at, version) {
+            Ok(u) => {
+                let s = Scheduled {
+                    version,
+                    deadline: at,
+                    replaced: u.replaced,
+                };
+                if let Some(t) = self.table.timer_at(u.slot) {
+                    self.store.schedule(t, &s, Ack::None);
+                }
+                true
+            }
+            Err(e) => {
+                let e = self.upsert_error(e, at);
+                tracing::error!(shard = self.id, error = %e, "a recurring schedule's timer could not be armed");
+                false
+            }
+        }
     }
 
     /// Files a dead letter (already out of the table) with the store, like a fired one

@@ -303,3 +303,76 @@ fn only_the_timers_end_gives_a_quota_slot_back() {
     }
     assert!(files > 10, "read the shard's files");
 }
+
+/// A recurring schedule's timer (`@k`, its record as payload) due at its first occurrence.
+fn put_schedule(w: &mut Walk, def: &str) -> u64 {
+    use crate::schedule::{Limits, ScheduleRecord};
+    let now = w.s.clock.now().as_micros();
+    let (r, s) = ScheduleRecord::create(def, now, &Limits::default()).expect("valid");
+    let at = r.armed_at(&s, now).expect("an occurrence");
+    let timer = PackedTimer::new("t", "@k", &r.encode()).expect("small");
+    w.s.apply(Op::Schedule {
+        timer,
+        deadline: at,
+        reply: None,
+        slot: None,
+        home: true,
+    });
+    at.0
+}
+
+/// Fires what is due within the next `ms` without a sink's answer (a schedule's own timer
+/// asks none).
+fn fire_schedule(w: &mut Walk, ms: u64) {
+    w.src.advance(Duration::from_millis(ms));
+    w.s.fire_due(usize::MAX, None);
+}
+
+#[test]
+fn a_schedule_arms_each_occurrence_before_itself_and_its_end_releases_the_slot_once() {
+    let mut w = Walk::new();
+    let first = put_schedule(&mut w, r#"{"every_ms": 1000, "max_occurrences": 2}"#);
+    w.check("scheduled", 1, &["schedule t/@k"]);
+    fire_schedule(&mut w, 1_001);
+    let o1 = format!("schedule t/@k@{first}");
+    w.check(
+        "fired: its occurrence, then itself",
+        2,
+        &[&o1, "schedule t/@k"],
+    );
+    w.fire(0, Next::Done);
+    w.check(
+        "the occurrence delivered",
+        1,
+        &[&format!("fired t/@k@{first}")],
+    );
+    fire_schedule(&mut w, 1_000);
+    let o2 = format!("schedule t/@k@{}", first + 1_000_000);
+    w.check(
+        "the last occurrence: the schedule ends",
+        1,
+        &[&o2, "cancel t/@k"],
+    );
+    w.fire(0, Next::Done);
+    w.check(
+        "all delivered",
+        0,
+        &[&format!("fired t/@k@{}", first + 1_000_000)],
+    );
+}
+
+#[test]
+fn a_schedule_whose_record_does_not_read_is_removed_and_gives_its_slot_back() {
+    let mut w = Walk::new();
+    let at = UtcMicros(w.s.clock.now().as_micros().0 + 1_000);
+    w.s.apply(Op::Schedule {
+        timer: PackedTimer::new("t", "@k", b"{\"order\": 1}").expect("small"),
+        deadline: at,
+        reply: None,
+        slot: None,
+        home: true,
+    });
+    w.check("scheduled", 1, &["schedule t/@k"]);
+    fire_schedule(&mut w, 2);
+    w.check("removed", 0, &["cancel t/@k"]);
+}

@@ -34,6 +34,13 @@
 //! timers due after it may fire first. With the journal that is one group commit, about a
 //! millisecond.
 //!
+//! # A schedule's timer
+//!
+//! A recurring schedule's one pending timer (`partition::schedule_key`) fires like any, never
+//! before its deadline, but no sink sees it: it leaves the table in the poll, and after the
+//! poll `Shard::recur` (`fate.rs`) arms the timers that deliver its due occurrences and the
+//! schedule's timer again at its next one.
+//!
 //! # A timer this node may not fire
 //!
 //! On a cluster of nodes, a due timer of a partition the shard may not act on now (its lease
@@ -57,10 +64,11 @@ use super::pass::More;
 use super::queue::{enqueued, message_fired};
 use super::Shard;
 use crate::clock::TimeSource;
+use crate::partition::schedule_of;
 use crate::queue::{Message, MessageState};
 use crate::runtime::cooperate::Slice;
 use crate::sink::{webhook, Next};
-use crate::timer::{FiredTimer, Firing};
+use crate::timer::{FiredTimer, Firing, PackedTimer};
 use crate::units::{UtcMicros, UtcNanos};
 use crate::wheel::Fate;
 use std::sync::atomic::Ordering;
@@ -196,7 +204,10 @@ impl<S: TimeSource> Shard<S> {
             &mut self.purging,
             &mut self.queues,
         );
-        self.table.poll_keeping(
+        // Schedules' timers that fired: their occurrences are armed after the poll, when the
+        // table takes inserts again (`Shard::recur`, `fate.rs`).
+        let mut recurring: Vec<PackedTimer> = Vec::new();
+        let more = self.table.poll_keeping(
             now,
             n,
             |deadline, record| {
@@ -224,6 +235,11 @@ impl<S: TimeSource> Shard<S> {
                     // replaced. Due again after the store's next commit.
                     *unwritten = true;
                     return Fate::Rearm(deadline, record.timer.clone());
+                }
+                if schedule_of(record.timer.key()).is_some() {
+                    // A schedule's own timer: not a delivery, so no sink sees it.
+                    recurring.push(record.timer.clone());
+                    return Fate::Done;
                 }
                 // The mapping, moved up to the reading the pass fires by: never before it, so
                 // never before the deadline.
@@ -273,6 +289,10 @@ impl<S: TimeSource> Shard<S> {
                 fate
             },
             |timer| spent.keep(timer),
-        )
+        );
+        for timer in recurring {
+            self.recur(now, &timer);
+        }
+        more
     }
 }

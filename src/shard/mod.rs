@@ -288,13 +288,27 @@ impl<S: TimeSource> Shard<S> {
         let stop = || {
             slice.is_some_and(|s| s.is_over()) || next.is_some_and(|d| clock.now().as_micros() >= d)
         };
-        pager.load_step(now, stop, |timer, deadline, version| {
-            // The capacity counted it while paged; its deadline was in range when paged,
-            // and the wheel's range only grows.
-            if let Err(e) = table.insert_loaded(timer, deadline, version) {
-                tracing::error!(shard = id, error = ?e, "paging: a loaded timer did not fit the wheel; it is in the journal, and the next start loads it");
+        let held = pager.held();
+        let n = pager.load_step(now, stop, |timer, deadline, version| {
+            // The capacity counted it while paged; its deadline was in range when paged, and
+            // the wheel's range only grows. A slab whose index space is spent hands it back:
+            // the pager holds it, and offers it again at the next step.
+            if !table.fits(deadline) {
+                return Err(timer);
             }
-        })
+            if let Err(e) = table.insert_loaded(timer, deadline, version) {
+                tracing::error!(shard = id, error = ?e, "paging: a loaded timer the wheel said it would take was refused; it is in the journal, and the next start loads it");
+            }
+            Ok(())
+        });
+        if pager.held() > held {
+            tracing::error!(
+                shard = id,
+                held = pager.held(),
+                "paging: the wheel cannot take loaded timers now (its slab is full); they stay paged, in memory, and are offered to it at every pass"
+            );
+        }
+        n
     }
 
     pub fn publish_initial(&self) {
@@ -330,6 +344,7 @@ impl<S: TimeSource> Shard<S> {
                 (&m.page_write_errors_total, write_errors),
                 (&m.page_read_errors_total, read_errors),
                 (&m.page_damaged_total, damaged),
+                (&m.page_lost_timers, p.lost()),
             ] {
                 gauge.store(v, Ordering::Relaxed);
             }

@@ -209,6 +209,11 @@ impl<T> Wheel<T> {
         deadline.0 <= self.elapsed || (level_for(self.elapsed, deadline.0) as usize) < LEVELS
     }
 
+    /// Whether [`Wheel::insert`] of an entry due at `deadline` would succeed.
+    pub fn fits(&self, deadline: UtcMicros) -> bool {
+        self.in_range(deadline) && self.slab.has_room()
+    }
+
     /// Schedules `value` at `deadline`.
     pub fn insert(&mut self, deadline: UtcMicros, value: T) -> Result<EntryRef, InsertError> {
         if !self.in_range(deadline) {

@@ -66,6 +66,11 @@ impl<T> Slab<T> {
         self.high
     }
 
+    /// Whether [`Slab::insert`] would take a value: a freed entry, or index space left.
+    pub fn has_room(&self) -> bool {
+        self.free_head != NIL || u32::try_from(self.high).is_ok_and(|i| i != NIL)
+    }
+
     /// Stores `value` and returns its index. `None` when the index space (u32) is spent.
     pub fn insert(&mut self, deadline: u64, value: T) -> Option<u32> {
         let index = if self.free_head != NIL {

@@ -259,6 +259,12 @@ impl TimerTable {
         self.wheel.in_range(deadline)
     }
 
+    /// Whether [`TimerTable::insert_loaded`] of a timer due at `deadline` would succeed: its
+    /// deadline in range, and room in the slab.
+    pub fn fits(&self, deadline: UtcMicros) -> bool {
+        self.wheel.fits(deadline)
+    }
+
     fn insert_as(
         &mut self,
         timer: PackedTimer,

@@ -50,9 +50,9 @@ fn the_parts_import_only_what_the_architecture_allows() {
             if a == b {
                 continue;
             }
-            if b == "schedule" {
+            if b == "schedule" && !matches!(a, "shard" | "api") {
                 broken.push(format!(
-                    "{} imports {}: schedule is a leaf that no part uses yet (the binary's `schedules` command does)",
+                    "{} imports {}: schedule, the recurring-schedule calculus, is used by the shard (which fires schedules) and the API (which writes and reads them) only",
                     show(from),
                     show(to)
                 ));

@@ -179,6 +179,7 @@ fn real_answers_match_the_openapi_document() {
         let s = Server::start(&args);
         let api = Api { spec: &spec, s: &s };
         timer_route(&api);
+        schedules(&api);
         batch_and_operations(&api);
         unlisted_methods(&api);
     });
@@ -323,4 +324,6 @@ fn route(path: &str) -> Route<'_> {
 
 mod queues;
 mod scenarios;
+mod schedules;
 use scenarios::*;
+use schedules::*;

@@ -45,7 +45,7 @@ pub(super) struct Row {
     pub journal_compaction_holds: u64,
     pub journal_torn: u64,
     pub journal_corrupt: u64,
-    pub page: [u64; 6],
+    pub page: [u64; 7],
 }
 
 /// Every shard's row.
@@ -92,6 +92,7 @@ pub(super) fn rows(handle: &Handle) -> Vec<Row> {
                     get(|m| m.page_write_errors_total.load(Relaxed)),
                     get(|m| m.page_read_errors_total.load(Relaxed)),
                     get(|m| m.page_damaged_total.load(Relaxed)),
+                    get(|m| m.page_lost_timers.load(Relaxed)),
                 ],
                 s,
             }
@@ -103,7 +104,7 @@ pub(super) fn rows(handle: &Handle) -> Vec<Row> {
 pub(super) type Pick = fn(&Row) -> Value<'_>;
 
 /// The engine's families, one series per shard.
-pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 17] = [
+pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 19] = [
     (
         "punctual_timers_pending",
         "Timers pending on the shard",
@@ -206,10 +207,22 @@ pub(super) const ENGINE_FAMILIES: [(&str, &str, MetricType, Pick); 17] = [
         MetricType::Counter,
         |r| Value::Counter(r.s.conflicts[2]),
     ),
+    (
+        "punctual_schedule_occurrences",
+        "Occurrences of recurring schedules fired: each armed as a timer that delivers it",
+        MetricType::Counter,
+        |r| Value::Counter(r.s.schedules[0]),
+    ),
+    (
+        "punctual_schedule_skipped",
+        "Missed occurrences of recurring schedules that their catch-up policy passed over",
+        MetricType::Counter,
+        |r| Value::Counter(r.s.schedules[1]),
+    ),
 ];
 
 /// The store's families, one series per shard (zero without a durable store).
-pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 32] = [
+pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 33] = [
     (
         "punctual_page_timers",
         "Timers paged: due beyond the horizon, kept on disk (--page-horizon-s)",
@@ -245,6 +258,12 @@ pub(super) const STORE_FAMILIES: [(&str, &str, MetricType, Pick); 32] = [
         "Page records that read back damaged: their timers load at the next start, from the journal",
         MetricType::Counter,
         |r| Value::Counter(r.page[5]),
+    ),
+    (
+        "punctual_page_lost_timers",
+        "Paged timers a damaged page lost: they do not fire until a restart loads them from the journal",
+        MetricType::Gauge,
+        |r| Value::Gauge(r.page[6] as i64),
     ),
     (
         "punctual_store_flush_seconds",

@@ -304,6 +304,14 @@ pub fn redriven(meta: &[u8]) -> Option<Vec<u8>> {
     Some(d.encode())
 }
 
+/// The metadata of one occurrence of a recurring schedule whose callback is `meta`'s: a fresh
+/// delivery to the same URL under the same retry policy, its own deadline the occurrence's.
+/// `None` when `meta` holds no delivery that reads.
+pub fn for_occurrence(meta: &[u8], fire_at_us: u64) -> Option<Vec<u8>> {
+    let d = Delivery::decode(meta)?;
+    Some(Delivery::new(d.url, d.retry, fire_at_us).encode())
+}
+
 /// `s`, cut to at most `max` bytes at a character boundary.
 fn cut(s: &str, max: usize) -> &str {
     if s.len() <= max {

@@ -204,3 +204,14 @@ fn a_cut_within_the_allowance_does_not_spend_an_attempt() {
     assert_eq!(d.attempts, 3);
     assert!(!d.has_budget());
 }
+
+#[test]
+fn an_occurrence_gets_a_fresh_delivery_to_the_schedules_callback() {
+    let mut used = sample();
+    used.attempts = 3;
+    let fresh = Delivery::decode(&for_occurrence(&used.encode(), 42).expect("a delivery"))
+        .expect("decodes");
+    assert_eq!(fresh, Delivery::new(used.url.clone(), used.retry, 42));
+    assert_eq!(firing_of(&fresh.encode()), Firing::Own);
+    assert_eq!(for_occurrence(b"", 42), None);
+}

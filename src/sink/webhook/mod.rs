@@ -91,7 +91,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use meta::{firing_of, is_dead, redriven, RetryPolicy};
+pub use meta::{firing_of, for_occurrence, is_dead, redriven, RetryPolicy};
 
 /// The delivery metadata of a timer registered with a callback to `url`: its first attempt
 /// waits for its own deadline, `fire_at_us`.
