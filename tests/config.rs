@@ -135,6 +135,15 @@ fn file_errors_name_the_key_and_unknown_keys_are_refused() {
         &ServeArgs::default(),
     ));
     assert!(e.contains("tenants.a.max_pending"), "{e}");
+    for n in ["0", "1001"] {
+        let e = err_text(Config::resolve(
+            file(&format!(
+                "[tenants.a]\nqueue = true\nqueue_max_receives = {n}\n"
+            )),
+            &ServeArgs::default(),
+        ));
+        assert!(e.contains("tenants.a.queue_max_receives"), "{e}");
+    }
     let e = err_text(Config::resolve(
         file("[tenants.a]\ntoken = \"\"\n"),
         &ServeArgs::default(),
