@@ -275,3 +275,54 @@ fn a_shard_too_busy_for_a_cancel_is_asked_again_and_every_key_is_cancelled() {
     );
     assert!(!pending(&s, "t", "busy-0") && !pending(&s, "t", "busy-299"));
 }
+
+/// Timers paged beyond `--page-horizon-s` on the journal are listed by prefix, payloads and
+/// all, merged by key with those in the wheel, and reached by a bulk cancel as they are.
+#[test]
+fn paged_timers_are_listed_and_bulk_cancelled_as_those_in_the_wheel() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = ["--shards", "2", "--page-horizon-s", "60"];
+    let s = Configured::journal(dir.path(), "", &args);
+    let put_in = |key: &str, delay_ms: u64| {
+        let body = json!({"delay_ms": delay_ms, "payload": {"k": key}}).to_string();
+        let (st, v) = s.s.json("PUT", &format!("/v1/timers/t/{key}"), &body);
+        assert_eq!(st, 201, "{key}: {v}");
+    };
+    // Even keys due in 10 minutes, beyond the horizon: paged. Odd ones in the wheel.
+    let keys: Vec<String> = (0..40).map(|i| format!("o-{i:02}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        put_in(key, if i % 2 == 0 { 600_000 } else { 40_000 });
+    }
+    put_in("kept", 600_000);
+    let mut listed = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let query = match &after {
+            Some(a) => format!("prefix=o-&limit=15&payloads=true&after={a}"),
+            None => "prefix=o-&limit=15&payloads=true".to_string(),
+        };
+        let (st, page) = s.s.json("GET", &format!("/v1/timers/t?{query}"), "");
+        assert_eq!(st, 200, "{page}");
+        for t in page["timers"].as_array().expect("timers") {
+            let key = t["key"].as_str().expect("key").to_string();
+            assert_eq!(t["payload"], json!({"k": key}), "{t}");
+            listed.push(key);
+        }
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(listed, keys, "every key once, in key order, paged or not");
+    let id = bulk(&s.s, "t", "prefix=o-");
+    let done = finished(&s.s, "t", &id);
+    assert_eq!(
+        (&done["matched"], &done["cancelled"]),
+        (&json!(40), &json!(40)),
+        "{done}"
+    );
+    for key in &keys {
+        assert!(!pending(&s.s, "t", key), "{key} is still pending: {done}");
+    }
+    assert!(pending(&s.s, "t", "kept"), "outside the prefix");
+}

@@ -1,9 +1,8 @@
-//! Listing a tenant's pending timers by key prefix, gathered from every shard: each shard is
-//! asked in steps (`shard/list.rs`), each step a bounded run of its slab, until it has looked
-//! at all of it; the shards' first `limit + 1` keys are merged, and the page is the first
-//! `limit` of them, with the key to go on after when there is more. The page also says which
-//! partitions it saw whole: those open on their shard at every step of its listing, its gate
-//! unchanged from the first step to the last (`shard/gate.rs`); on a node alone, every one.
+//! Listing a tenant's pending timers by key prefix, gathered from every shard: each shard,
+//! asked at once, answers its first `limit + 1` keys from its key order (`shard/list.rs`), the shards' keys
+//! are merged, and the page is the first `limit` of them, with the key to go on after when
+//! there is more. The page also says which partitions it saw whole: those open on their shard
+//! as it listed (`shard/gate.rs`); on a node alone, every one.
 
 use super::handle::Handle;
 use crate::error::{validate_name, Error, NameKind, Result};
@@ -34,6 +33,7 @@ impl Handle {
     ) -> impl Future<Output = Result<TimerPage>> + Send + 'static {
         let checked = validate_name(NameKind::Tenant, &query.tenant);
         let inner = self.inner.clone();
+        let handle = self.clone();
         let limit = query.limit;
         // One more than the page, to know whether another page follows.
         let query = Arc::new(ListQuery {
@@ -44,43 +44,33 @@ impl Handle {
             checked?;
             let mut all: Vec<Listed> = Vec::new();
             let mut covered = PartitionSet::default();
+            if inner.stopping.load(Ordering::Acquire) {
+                return Err(Error::ShuttingDown);
+            }
+            // Every shard asked at once, so that they list side by side.
+            let mut asked = Vec::with_capacity(inner.rings.len());
             for ring in &inner.rings {
-                let mut from = 0;
-                let mut seen: Option<(PartitionSet, u64)> = None;
-                loop {
-                    if inner.stopping.load(Ordering::Acquire) {
-                        return Err(Error::ShuttingDown);
-                    }
-                    let (tx, rx) = reply_channel();
-                    let op = Op::ListTimers {
-                        query: query.clone(),
-                        from,
-                        reply: tx,
-                    };
-                    ring.push(&query.tenant, op)?;
-                    let step = relay(rx).await.map_err(|_| Error::ShuttingDown)??;
-                    all.extend(step.timers);
-                    Listed::keep_first(&mut all, query.limit);
-                    seen = Some(match seen {
-                        None => (step.open, step.changes),
-                        Some((open, changes)) if changes == step.changes => {
-                            (open.intersection(&step.open), changes)
-                        }
-                        Some((_, changes)) => (PartitionSet::default(), changes),
-                    });
-                    match step.next {
-                        Some(next) => from = next,
-                        None => break,
-                    }
-                }
-                if let Some((open, _)) = seen {
-                    covered = covered.union(&open);
-                }
+                let (tx, rx) = reply_channel();
+                let op = Op::ListTimers {
+                    query: query.clone(),
+                    reply: tx,
+                };
+                ring.push(&query.tenant, op)?;
+                asked.push(rx);
+            }
+            for rx in asked {
+                let listing = relay(rx).await.map_err(|_| Error::ShuttingDown)??;
+                all.extend(listing.timers);
+                Listed::keep_first(&mut all, query.limit);
+                covered = covered.union(&listing.open);
             }
             let next = (all.len() > limit)
                 .then(|| all.get(limit.saturating_sub(1)).map(|t| t.key.clone()))
                 .flatten();
             all.truncate(limit);
+            if query.payloads {
+                read_paged(&handle, &query.tenant, &mut all).await?;
+            }
             Ok(TimerPage {
                 timers: all,
                 next,
@@ -88,4 +78,25 @@ impl Handle {
             })
         }
     }
+}
+
+/// Reads back the payloads of the paged timers among `timers` (`Listed::paged`), each as a
+/// `GET` reads it, with the version and deadline it reads; a timer gone meanwhile leaves the
+/// page.
+async fn read_paged(handle: &Handle, tenant: &str, timers: &mut Vec<Listed>) -> Result<()> {
+    let mut gone = Vec::new();
+    for (i, t) in timers.iter_mut().enumerate().filter(|(_, t)| t.paged) {
+        match handle.get_async(tenant, &t.key).await? {
+            Some(info) => {
+                t.payload = info.payload;
+                t.version = info.version;
+                t.fire_at_us = info.deadline.0;
+            }
+            None => gone.push(i),
+        }
+    }
+    for i in gone.into_iter().rev() {
+        timers.remove(i);
+    }
+    Ok(())
 }

@@ -25,8 +25,9 @@
 //!
 //! A paged timer is exact as a timer in the wheel is: a GET reads its record back (from
 //! memory while its bucket's appends are not yet written); a replace or a cancel finds it by
-//! its id; its tenant's quota and the shard's capacity count it; its version is the one the
-//! journal has. A load is `horizon` ahead of its bucket: with a one-hour horizon, a bucket of
+//! its id; a listing by key prefix, and so a bulk cancel, finds it by its key, kept in memory
+//! in key order beside the index (`keys.rs`); its tenant's quota and the shard's capacity
+//! count it; its version is the one the journal has. A load is `horizon` ahead of its bucket: with a one-hour horizon, a bucket of
 //! 15 minutes starts loading an hour before its first timer is due.
 //!
 //! # Files
@@ -35,11 +36,13 @@
 //! |---|---|
 //! | `mod.rs` | [`Pager`]: which timers are paged, and the loads |
 //! | `index.rs` | the in-memory entries, by keyed hash |
+//! | `keys.rs` | the paged timers' keys, by tenant in key order, for listings |
 //! | `files.rs` | the page files, their writes, reads, and the loads' reads |
 //! | `record.rs` | a record's bytes, and where one lies (`Loc`) |
 
 mod files;
 pub mod index;
+mod keys;
 pub mod record;
 
 pub use record::Loc;
@@ -49,6 +52,7 @@ use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
 use files::{Bytes, Files, PageChunks};
 use index::{Far, FarIndex, Id, Keyed};
+use keys::PagedKeys;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
@@ -125,6 +129,8 @@ pub(crate) struct Pager {
     line: u32,
     index: FarIndex,
     keyed: Keyed,
+    /// The paged timers' keys, in key order.
+    keys: PagedKeys,
     files: Rc<Files>,
     load: Option<Load>,
     /// Writes the pages; cancelled when the pager goes.
@@ -173,6 +179,7 @@ impl Pager {
             line: 0,
             index: FarIndex::default(),
             keyed: Keyed::new(),
+            keys: PagedKeys::default(),
             files,
             load: None,
             _writer: writer,
@@ -223,9 +230,32 @@ impl Pager {
         version: u64,
     ) -> Result<Option<Paged>, ()> {
         let id = self.keyed.id(timer.identity());
-        self.page(id, deadline, version, |out| {
+        let old = self.page(id, deadline, version, |out| {
             record::put(out, timer, deadline, version)
-        })
+        })?;
+        self.keys.insert(timer.tenant(), timer.key());
+        Ok(old)
+    }
+
+    /// The keys of `tenant`'s paged timers from `start` on (after it, when `after`), in key
+    /// order, each with its deadline and version.
+    pub fn keys_from<'a>(
+        &'a self,
+        tenant: &'a str,
+        start: &'a str,
+        after: bool,
+    ) -> impl Iterator<Item = (&'a str, Paged)> + 'a {
+        self.keys
+            .range_from(tenant, start, after)
+            .filter_map(move |key| {
+                let id = self.keyed.id_of(tenant, key)?;
+                let far = self.index.get(id)?;
+                let paged = Paged {
+                    deadline: far.deadline,
+                    version: far.version,
+                };
+                Some((key, paged))
+            })
     }
 
     /// [`Pager::put`] of a timer a start recovered, in its parts (tenant, key, metadata,
@@ -249,6 +279,7 @@ impl Pager {
             version,
             at,
         });
+        self.keys.insert(parts.0, parts.1);
         Ok(())
     }
 
@@ -303,11 +334,14 @@ impl Pager {
         self.index.reserve(n);
     }
 
-    /// Removes the paged timer `identity` (a cancel, or a replace into the wheel).
-    pub fn remove(&mut self, identity: &[u8]) -> Option<Paged> {
-        self.index.remove(self.keyed.id(identity)).map(|f| Paged {
-            deadline: f.deadline,
-            version: f.version,
+    /// Removes the paged timer of `timer`'s tenant and key (a cancel, or a replace into the
+    /// wheel).
+    pub fn remove(&mut self, timer: &PackedTimer) -> Option<Paged> {
+        let far = self.index.remove(self.keyed.id(timer.identity()))?;
+        self.keys.remove(timer.tenant(), timer.key());
+        Some(Paged {
+            deadline: far.deadline,
+            version: far.version,
         })
     }
 
@@ -350,7 +384,7 @@ impl Pager {
             };
             match take_records(
                 load,
-                &mut self.index,
+                (&mut self.index, &mut self.keys),
                 &self.keyed,
                 &self.files,
                 &mut stop,
@@ -426,7 +460,7 @@ enum Step {
 /// Puts the records of `load` that arrived into the wheel (see [`Pager::load_step`]).
 fn take_records(
     load: &mut Load,
-    index: &mut FarIndex,
+    (index, keys): (&mut FarIndex, &mut PagedKeys),
     keyed: &Keyed,
     files: &Files,
     stop: &mut impl FnMut() -> bool,
@@ -451,6 +485,7 @@ fn take_records(
                     .remove_at(keyed.id(r.timer.identity()), where_)
                     .is_some()
                 {
+                    keys.remove(r.timer.tenant(), r.timer.key());
                     insert(r.timer, r.deadline, r.version);
                     n += 1;
                 }

@@ -95,7 +95,7 @@ fn loads_exactly_the_paged_timers_each_once_under_its_last_version() {
             let payload = vec![b'x'; rng.usize(0..200)];
             if i % 10 == 9 {
                 assert_eq!(
-                    p.remove(timer(&key, b"").identity()).is_some(),
+                    p.remove(&timer(&key, b"")).is_some(),
                     model.remove(&key).is_some()
                 );
                 continue;
@@ -421,7 +421,8 @@ fn page_load_steps_figure() {
 /// Ops interleaved with the loads, as the shard applies them between passes: schedules that
 /// page or go to the wheel (taking the timer out of the other), cancels and reads of timers
 /// being loaded, loads cut short after a few records. At every step the wheel and the pages
-/// together hold exactly the model's timers, and every read answers as the model.
+/// together hold exactly the model's timers, every read answers as the model, and the paged
+/// keys list in key order exactly the model's timers that are not in the wheel.
 #[test]
 fn ops_interleaved_with_loads_keep_the_wheel_and_pages_exact() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -452,14 +453,13 @@ fn ops_interleaved_with_loads_keep_the_wheel_and_pages_exact() {
                         if paged {
                             wheel.remove(&key);
                         } else {
-                            p.remove(id.identity());
+                            p.remove(&id);
                             wheel.insert(key.clone(), (d, version, payload.clone()));
                         }
                         model.insert(key, (d, version, payload));
                     }
                     6 | 7 => {
-                        let gone =
-                            p.remove(id.identity()).is_some() || wheel.remove(&key).is_some();
+                        let gone = p.remove(&id).is_some() || wheel.remove(&key).is_some();
                         assert_eq!(gone, model.remove(&key).is_some(), "cancel {key}");
                     }
                     _ => match p.read(id.identity()) {
@@ -510,6 +510,16 @@ fn ops_interleaved_with_loads_keep_the_wheel_and_pages_exact() {
                 model.len(),
                 "step {step}: wheel and pages hold the model"
             );
+            let listed: Vec<(String, u64)> = p
+                .keys_from("acme", "", false)
+                .map(|(k, paged)| (k.to_string(), paged.version))
+                .collect();
+            let paged: Vec<(String, u64)> = model
+                .iter()
+                .filter(|(k, _)| !wheel.contains_key(*k))
+                .map(|(k, m)| (k.clone(), m.1))
+                .collect();
+            assert_eq!(listed, paged, "step {step}: the paged keys");
             if step % 8 == 0 {
                 glommio::timer::sleep(Duration::from_micros(100)).await;
             }
