@@ -44,7 +44,7 @@
 //! the run falls below a quarter of [`RUN_MAX`]. Listing: the insert's search, then O(1) per timer read.
 //! Memory: about 4 bytes per pending timer in runs (over the runs' fill: a row put in key
 //! order fills its runs, random order about 70%), 4 bytes per slab entry of home, and per run
-//! a few dozen bytes and its separator twice: 8 to 11 bytes per pending timer in all.
+//! a few dozen bytes and its separator twice: 8 to 12 bytes per pending timer in all.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;

@@ -22,7 +22,7 @@
 //! Memory per pending timer: one slab entry (40 bytes: deadline, links, generation, position,
 //! version and the packed timer's one pointer) plus one index bucket (8 bytes and a control byte, 7/16 to
 //! 7/8 full), besides the packed bytes themselves; one bit per slab entry, to sweep the
-//! index after a poll that fired many; and 8 to 11 bytes in the key order.
+//! index after a poll that fired many; and 8 to 12 bytes in the key order.
 
 use super::fired::{FiredBits, FiredList};
 use super::index::Index;
