@@ -65,11 +65,9 @@ pub(crate) enum Op {
         bodies: bool,
         reply: Reply<Result<Vec<DeadInfo>, Error>>,
     },
-    /// A step of a listing: the shard's pending timers that `query` picks, looked for in the
-    /// slab entries from `from` on, a bounded step of them at a time.
+    /// A listing: the shard's first `query.limit` pending timers that `query` picks, by key.
     ListTimers {
         query: std::sync::Arc<ListQuery>,
-        from: u32,
         reply: Reply<Result<Listing, Error>>,
     },
     /// Re-drives the dead letter under (tenant, key): pending again, due now, a fresh budget.
@@ -241,15 +239,12 @@ impl ListQuery {
     }
 }
 
-/// A step's answer: the first timers it picked, by key, and the slab entry to go on from.
+/// A shard's answer to a listing: the first timers it picked, by key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Listing {
     pub timers: Vec<Listed>,
-    /// `None` once the step reached the end of the shard's slab.
-    pub next: Option<u32>,
-    /// The partitions the shard could act on as it took the step (loaded, held, settled:
-    /// `shard/gate.rs`), and how many times its gate had changed by then: a partition open
-    /// at every step of a listing, under the same count, was listed whole.
+    /// The partitions the shard could act on as it listed (loaded, held, settled:
+    /// `shard/gate.rs`), listed whole; and how many times its gate had changed by then.
     pub open: PartitionSet,
     pub changes: u64,
 }

@@ -16,7 +16,6 @@ use super::respond::{self, CallbackView, DeliveryView, Resp, RetryView, TimerBod
 use super::state::App;
 use super::unread::RequestBody;
 use crate::engine::{Cancelled, DeadInfo, TimerInfo};
-use crate::error::{validate_name, NameKind};
 use crate::runtime::cooperate::Slice;
 use crate::sink::webhook::settings::CallbackError;
 use crate::sink::webhook::{describe, new_meta};

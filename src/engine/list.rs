@@ -1,9 +1,8 @@
-//! Listing a tenant's pending timers by key prefix, gathered from every shard: each shard is
-//! asked in steps (`shard/list.rs`), each step a bounded run of its slab, until it has looked
-//! at all of it; the shards' first `limit + 1` keys are merged, and the page is the first
-//! `limit` of them, with the key to go on after when there is more. The page also says which
-//! partitions it saw whole: those open on their shard at every step of its listing, its gate
-//! unchanged from the first step to the last (`shard/gate.rs`); on a node alone, every one.
+//! Listing a tenant's pending timers by key prefix, gathered from every shard: each shard,
+//! asked at once, answers its first `limit + 1` keys from its key order (`shard/list.rs`), the shards' keys
+//! are merged, and the page is the first `limit` of them, with the key to go on after when
+//! there is more. The page also says which partitions it saw whole: those open on their shard
+//! as it listed (`shard/gate.rs`); on a node alone, every one.
 
 use super::handle::Handle;
 use crate::error::{validate_name, Error, NameKind, Result};
@@ -44,38 +43,25 @@ impl Handle {
             checked?;
             let mut all: Vec<Listed> = Vec::new();
             let mut covered = PartitionSet::default();
+            if inner.stopping.load(Ordering::Acquire) {
+                return Err(Error::ShuttingDown);
+            }
+            // Every shard asked at once, so that they list side by side.
+            let mut asked = Vec::with_capacity(inner.rings.len());
             for ring in &inner.rings {
-                let mut from = 0;
-                let mut seen: Option<(PartitionSet, u64)> = None;
-                loop {
-                    if inner.stopping.load(Ordering::Acquire) {
-                        return Err(Error::ShuttingDown);
-                    }
-                    let (tx, rx) = reply_channel();
-                    let op = Op::ListTimers {
-                        query: query.clone(),
-                        from,
-                        reply: tx,
-                    };
-                    ring.push(&query.tenant, op)?;
-                    let step = relay(rx).await.map_err(|_| Error::ShuttingDown)??;
-                    all.extend(step.timers);
-                    Listed::keep_first(&mut all, query.limit);
-                    seen = Some(match seen {
-                        None => (step.open, step.changes),
-                        Some((open, changes)) if changes == step.changes => {
-                            (open.intersection(&step.open), changes)
-                        }
-                        Some((_, changes)) => (PartitionSet::default(), changes),
-                    });
-                    match step.next {
-                        Some(next) => from = next,
-                        None => break,
-                    }
-                }
-                if let Some((open, _)) = seen {
-                    covered = covered.union(&open);
-                }
+                let (tx, rx) = reply_channel();
+                let op = Op::ListTimers {
+                    query: query.clone(),
+                    reply: tx,
+                };
+                ring.push(&query.tenant, op)?;
+                asked.push(rx);
+            }
+            for rx in asked {
+                let listing = relay(rx).await.map_err(|_| Error::ShuttingDown)??;
+                all.extend(listing.timers);
+                Listed::keep_first(&mut all, query.limit);
+                covered = covered.union(&listing.open);
             }
             let next = (all.len() > limit)
                 .then(|| all.get(limit.saturating_sub(1)).map(|t| t.key.clone()))

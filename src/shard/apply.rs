@@ -130,8 +130,9 @@ impl<S: TimeSource> Shard<S> {
                 v.deadline <= self.clock.now().as_micros()
                     && crate::sink::webhook::firing_of(v.timer.meta()) == Firing::Own
             })
-            // A store that refuses writes now refuses this one at once, as any (`defer.rs`).
-            && self.store.admit(timer.tenant()).is_ok()
+            // A store that refuses writes now refuses this one at once, as any (`defer.rs`),
+            // counted then: the look here counts nothing.
+            && self.store.has_room(timer.tenant())
     }
 
     /// Applies one op: the table changes at once, the store makes it durable and answers.
@@ -197,8 +198,8 @@ impl<S: TimeSource> Shard<S> {
                 let range = (after.as_deref(), through.as_deref());
                 let _ = reply.send(Ok(self.dead_list(&tenant, range, limit, bodies)));
             }
-            Op::ListTimers { query, from, reply } => {
-                let _ = reply.send(Ok(self.list_step(&query, from)));
+            Op::ListTimers { query, reply } => {
+                let _ = reply.send(Ok(self.list_step(&query)));
             }
             Op::DeadRedrive { timer, reply } => self.redrive(timer, reply),
             Op::DeadDiscard { timer, reply } => self.discard(timer, reply),

@@ -43,8 +43,8 @@
 //! Cost: one table look-up per schedule, and a clock read when its key is pending; with ops
 //! held, one hash look-up of each keyed op's identity.
 //!
-//! A store that refuses writes (`Store::admit`: a failed journal, a full outbox) refuses a
-//! write that would wait at once, as it refuses any: a failed journal never fires a timer whose
+//! A store that refuses writes (`Store::has_room` says no: a failed journal, a full outbox)
+//! refuses a write that would wait at once, as it refuses any, and counts that refusal once: a failed journal never fires a timer whose
 //! record it did not write, and a write held behind one would wait for nothing.
 
 use crate::op::Op;
@@ -88,3 +88,7 @@ impl Deferred {
         std::mem::take(&mut self.ops)
     }
 }
+
+#[cfg(test)]
+#[path = "defer_tests.rs"]
+mod tests;

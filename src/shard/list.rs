@@ -1,57 +1,47 @@
-//! A step of a listing by key prefix (`GET /v1/timers/{tenant}?prefix=`): the shard's pending
-//! timers of the tenant whose key starts with the prefix and comes after the page's last key,
-//! found by a look at a bounded run of slab entries, so that a listing over millions of
-//! timers never holds the shard's thread for more than one step (the caller asks for the next
-//! run, from where the step stopped, as a new op: the timers due meanwhile fire between two
-//! steps). A step keeps only the first `limit` keys it found.
+//! A listing by key prefix (`GET /v1/timers/{tenant}?prefix=`): the shard's pending timers of
+//! the tenant whose key starts with the prefix and comes after the page's last key, read in
+//! key order from the table's key order (`wheel/keys.rs`): the search to the page's first key
+//! and then only the page, however many timers the shard holds, in one op.
 //!
-//! Cost: a look at each slab entry of the run (a few nanoseconds each), and for each timer
-//! picked one look-up by key and a copy of its key (and payload, when asked). No index is
-//! kept for listings: a pending timer costs no more memory.
+//! Timers paged beyond the horizon (`page`) are not listed: their keys are on disk only, and
+//! a copy in memory would cost as much again as paging keeps (docs/API.md says so).
+//!
+//! Cost: O(log n) to the first key (key comparisons through the table), then for each timer
+//! listed a copy of its key (and payload, when asked); `limit + 1` at most, 10,001.
 
+use super::terms::Current;
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::op::{ListQuery, Listed, Listing};
 
-/// Slab entries one step looks at: about 0.2–0.5 ms at a few nanoseconds an entry.
-const STEP: u32 = 1 << 16;
-
 impl<S: TimeSource> Shard<S> {
-    /// The timers `query` picks among the slab entries from `from` on, a step of them.
-    pub(super) fn list_step(&self, query: &ListQuery, from: u32) -> Listing {
-        let bound = self.table.slab_bound();
-        let end = from.saturating_add(STEP).min(bound);
+    /// The first `query.limit` timers `query` picks, by key.
+    pub(super) fn list_step(&self, query: &ListQuery) -> Listing {
         let mut timers: Vec<Listed> = Vec::new();
-        for slot in from..end {
-            let Some(timer) = self.table.timer_at(slot).filter(|t| query.picks(t)) else {
-                continue;
-            };
-            // A fired timer whose slab entry is not yet freed has no index entry.
-            let Some(current) = self.current(timer.identity()) else {
-                continue;
-            };
-            let payload = match query.payloads {
-                true => self
-                    .table
-                    .get(timer.identity())
-                    .map_or_else(Vec::new, |v| v.timer.payload().to_vec()),
-                false => Vec::new(),
-            };
+        let limit = query.limit.max(1);
+        let (start, after) = match query.after.as_deref() {
+            Some(a) if a >= query.prefix.as_str() => (a, true),
+            _ => (query.prefix.as_str(), false),
+        };
+        self.table.walk_keys(&query.tenant, start, after, |view| {
+            if !view.timer.key().starts_with(&query.prefix) {
+                return false;
+            }
+            let current = Current::of(&view);
             timers.push(Listed {
-                key: timer.key().to_string(),
+                key: view.timer.key().to_string(),
                 fire_at_us: current.fire_at_us,
                 version: current.version,
-                payload,
+                payload: match query.payloads {
+                    true => view.timer.payload().to_vec(),
+                    false => Vec::new(),
+                },
             });
-            if timers.len() >= 2 * query.limit.max(1) {
-                Listed::keep_first(&mut timers, query.limit);
-            }
-        }
-        Listed::keep_first(&mut timers, query.limit);
+            timers.len() < limit
+        });
         let (open, changes) = self.gate.open_now(&self.ring);
         Listing {
             timers,
-            next: (end < bound).then_some(end),
             open,
             changes,
         }

@@ -35,6 +35,7 @@ use crate::op::{Cancelled, Condition, Guarded, Reply};
 use crate::store::Ack;
 use crate::timer::{Debounce, PackedTimer};
 use crate::units::UtcMicros;
+use crate::wheel::TimerView;
 use std::sync::atomic::Ordering;
 
 /// The pending timer under a key, as a condition reads it.
@@ -46,15 +47,22 @@ pub(super) struct Current {
     pub fire_at_us: u64,
 }
 
+impl Current {
+    /// A timer of the table, as a condition (and a listing) reads it.
+    pub(super) fn of(v: &TimerView<'_>) -> Current {
+        let own = crate::sink::webhook::describe(v.timer.meta()).map(|d| d.fire_at_us);
+        Current {
+            version: v.version,
+            fire_at_us: own.unwrap_or(v.deadline.0),
+        }
+    }
+}
+
 impl<S: TimeSource> Shard<S> {
     /// The pending timer `identity`, in the wheel or paged.
     pub(super) fn current(&self, identity: &[u8]) -> Option<Current> {
         if let Some(v) = self.table.get(identity) {
-            let own = crate::sink::webhook::describe(v.timer.meta()).map(|d| d.fire_at_us);
-            return Some(Current {
-                version: v.version,
-                fire_at_us: own.unwrap_or(v.deadline.0),
-            });
+            return Some(Current::of(&v));
         }
         self.pager
             .as_ref()

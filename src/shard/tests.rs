@@ -123,6 +123,9 @@ impl Store for Told {
     fn admit(&self, _: &str) -> Result<(), crate::error::Error> {
         Ok(())
     }
+    fn has_room(&self, _: &str) -> bool {
+        true
+    }
     fn refusal(&self) -> crate::error::Error {
         crate::error::Error::StoreUnavailable { retry_after_s: 1 }
     }

@@ -16,7 +16,7 @@
 //! `shared.shard` whichever part holds them: a plain struct, generic only over the outbox,
 //! reads more simply than a trait of accessors, and the tasks' code does not change.
 
-use super::acks::Acks;
+use super::acks::{Acks, Room};
 use crate::error::{Error, Result};
 use crate::metrics::{ShardMetrics, StoreMetrics};
 use std::cell::{Cell, RefCell};
@@ -130,6 +130,11 @@ impl<O: Queue> Durable<O> {
         outbox
             .acks()
             .admit(tenant, self.shard, self.m(), || self.unavailable())
+    }
+
+    /// Whether [`Durable::admit`] would admit one more write of `tenant` now; nothing counted.
+    pub fn has_room(&self, tenant: &str) -> bool {
+        matches!(self.outbox.borrow().acks().room_for(tenant), Room::Yes)
     }
 
     /// Stamps the writes of the pass the shard is about to apply (one clock read a pass).

@@ -30,6 +30,10 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    fn has_room(&self, _tenant: &str) -> bool {
+        true
+    }
+
     fn refusal(&self) -> Error {
         Error::StoreUnavailable { retry_after_s: 1 }
     }

@@ -177,6 +177,11 @@ pub trait Store {
     /// already holds its share of the writes waiting (`acks.rs`).
     fn admit(&self, tenant: &str) -> Result<(), Error>;
 
+    /// Whether [`Store::admit`] would admit one more write of `tenant` now, with nothing
+    /// counted: a look before the write (whether a write may wait behind a due timer,
+    /// `shard/defer.rs`), which the write's own `admit` then refuses, counted, or admits.
+    fn has_room(&self, tenant: &str) -> bool;
+
     /// What an op gets when it waited longer than [`Store::ack_timeout`] (during recovery).
     fn refusal(&self) -> Error;
 

@@ -79,6 +79,7 @@
 mod expired;
 mod fired;
 mod index;
+mod keys;
 mod level;
 mod list;
 mod rearm;

@@ -1,6 +1,7 @@
 //! Model check: the timer table (wheel + index) against a plain `BTreeMap`, on generated
 //! sequences of insert, reschedule, cancel, advance, backward clock steps and the walks that
-//! warm the next cascades, with and without fired timers re-armed at their fire.
+//! warm the next cascades, with and without fired timers re-armed at their fire; and the key
+//! order, whose runs are kept small enough to split and merge, listing the model's keys.
 
 use super::table::TimerTable;
 use super::tests::{packed, poll_all, poll_keeping_all, Fire, Rearm};
@@ -110,6 +111,7 @@ fn run(
 ) -> Result<(), TestCaseError> {
     let mut now = start;
     let mut table = TimerTable::new(UtcMicros(now), 64);
+    table.set_key_run_max(4 + ops.len() % 5);
     table.set_move_ns(move_ns);
     table.set_sort_step(sort_step);
     if sweep {
@@ -174,6 +176,15 @@ fn run(
             table.len(),
             "index entries vs pending timers"
         );
+        prop_assert_eq!(table.keys_len(), table.len(), "key order vs pending timers");
+        let mut keys: Vec<String> = model.by_key.keys().map(|k| format!("key-{k}")).collect();
+        keys.sort_unstable();
+        let mut walked = Vec::new();
+        table.walk_keys("tenant", "", false, |v| {
+            walked.push(v.timer.key().to_string());
+            true
+        });
+        prop_assert_eq!(walked, keys, "the key order's walk");
         prop_assert_eq!(
             table.occupancy().iter().map(|&n| n as usize).sum::<usize>(),
             table.len(),

@@ -15,13 +15,18 @@
 //! timer of the same identity, and the timer stays in its slab entry, under its version and
 //! its index entry; only its deadline and its bytes change. No lookup, no removal, no insert.
 //!
+//! The key order (`keys.rs`) keeps each tenant's slab indices sorted by key, for listings by
+//! key prefix ([`TimerTable::walk_keys`]): every insert places its timer there, every way out
+//! (a cancel, a fire that is done, a purge) takes it out, and a re-arm leaves it be.
+//!
 //! Memory per pending timer: one slab entry (40 bytes: deadline, links, generation, position,
 //! version and the packed timer's one pointer) plus one index bucket (8 bytes and a control byte, 7/16 to
-//! 7/8 full), besides the packed bytes themselves; and one bit per slab entry, to sweep the
-//! index after a poll that fired many.
+//! 7/8 full), besides the packed bytes themselves; one bit per slab entry, to sweep the
+//! index after a poll that fired many; and 8 to 12 bytes in the key order.
 
 use super::fired::{FiredBits, FiredList};
 use super::index::Index;
+use super::keys::KeyIndex;
 use super::{Fate, InsertError, Wheel};
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
@@ -60,6 +65,8 @@ pub enum UpsertError {
 pub struct TimerTable {
     wheel: Wheel<TimerRecord>,
     index: Index,
+    /// Each tenant's slab indices by key.
+    keys: KeyIndex,
     /// Seeded at random per table (foldhash's `RandomState`: a per-process random global seed
     /// and a per-instance one). Keys are chosen by clients: with a fixed seed, a client who
     /// knows it could send keys that all land in one probe sequence and turn every insert and
@@ -106,6 +113,7 @@ impl TimerTable {
         TimerTable {
             wheel: Wheel::new(now, 0),
             index: Index::new(capacity),
+            keys: KeyIndex::default(),
             hasher: foldhash::fast::RandomState::default(),
             last_version: 0,
             capacity,
@@ -167,6 +175,18 @@ impl TimerTable {
         self.index.len()
     }
 
+    /// Entries in the key order: equal to `len()` between polls.
+    #[cfg(test)]
+    pub(crate) fn keys_len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Lowers the most slab indices a run of the key order holds (`keys.rs`).
+    #[cfg(test)]
+    pub(crate) fn set_key_run_max(&mut self, n: usize) {
+        self.keys.set_run_max(n);
+    }
+
     /// Pending timers on each level of the wheel, then on its expired list.
     pub fn occupancy(&self) -> [u32; super::LEVELS + 1] {
         self.wheel.occupancy()
@@ -183,6 +203,7 @@ impl TimerTable {
             + self.index.allocation_size()
             + self.fired.heap_bytes()
             + self.fired_bits.heap_bytes()
+            + self.keys.heap_bytes()
     }
 
     fn hash(&self, identity: &[u8]) -> u64 {
@@ -283,13 +304,22 @@ impl TimerTable {
         self.observe_version(version);
         if let Some(old) = existing {
             // Replace: the old entry leaves the wheel (its slab slot is free, so the insert
-            // below cannot fail), and its index bucket is pointed at the new entry.
+            // below cannot fail), and its index bucket and its place in the key order are
+            // pointed at the new entry.
             self.wheel.remove_index(old);
         }
         let index = match self.wheel.insert(deadline, TimerRecord { version, timer }) {
             Ok(handle) => handle.index,
-            Err(InsertError::OutOfRange) => return Err(UpsertError::OutOfRange),
-            Err(InsertError::Full) => return Err(UpsertError::Capacity),
+            Err(e) => {
+                if let Some(old) = existing {
+                    self.index.remove(hash, |i| i == old);
+                    self.keys.remove(old);
+                }
+                return Err(match e {
+                    InsertError::OutOfRange => UpsertError::OutOfRange,
+                    InsertError::Full => UpsertError::Capacity,
+                });
+            }
         };
         // Grown here, as the slab grows, one chunk at a time, never in a poll: a burst's
         // first fire must not wait for fresh pages (`bitmap.rs`).
@@ -298,6 +328,17 @@ impl TimerTable {
             let (wheel, hasher) = (&self.wheel, &self.hasher);
             self.index
                 .insert(hash, index, |i| slot_hash(wheel, hasher, i));
+        }
+        match existing {
+            Some(old) if old == index => {}
+            Some(old) => self.keys.replace(old, index),
+            None => {
+                let (wheel, keys) = (&self.wheel, &mut self.keys);
+                if let Some((_, r)) = wheel.get_index(index) {
+                    let (tenant, key) = (r.timer.tenant(), r.timer.key().as_bytes());
+                    keys.insert(tenant, key, index, |i| key_in(wheel, i));
+                }
+            }
         }
         Ok(Upserted {
             version,
@@ -312,6 +353,7 @@ impl TimerTable {
         let wheel = &self.wheel;
         let index = self.index.remove(hash, |i| is_timer(wheel, i, identity))?;
         let deadline = self.wheel.get_index(index).map(|(d, _)| d)?;
+        self.keys.remove(index);
         Some((deadline, self.wheel.remove_index(index)))
     }
 
@@ -360,6 +402,7 @@ impl TimerTable {
                 _ => continue,
             };
             self.index.remove(hash, |j| j == i);
+            self.keys.remove(i);
             if let Some((deadline, _)) = self.wheel.get_index(i) {
                 removed(deadline, self.wheel.remove_index(i));
                 *n += 1;
@@ -371,6 +414,31 @@ impl TimerTable {
     /// The pending timer in `slot` (from [`Upserted::slot`]), without a lookup by key.
     pub fn timer_at(&self, slot: u32) -> Option<&PackedTimer> {
         self.wheel.get_index(slot).map(|(_, r)| &r.timer)
+    }
+
+    /// Visits the pending timers of `tenant` by key, from the first whose key is `start` or
+    /// comes after it (strictly after when `after`), for as long as `visit` answers true. A
+    /// walk reads only the timers it visits and the search to the first (`keys.rs`).
+    pub fn walk_keys(
+        &self,
+        tenant: &str,
+        start: &str,
+        after: bool,
+        mut visit: impl FnMut(TimerView<'_>) -> bool,
+    ) {
+        let wheel = &self.wheel;
+        let key_of = |i| key_in(wheel, i);
+        self.keys
+            .walk(tenant, start.as_bytes(), after, key_of, |i| {
+                match wheel.get_index(i) {
+                    Some((deadline, record)) => visit(TimerView {
+                        deadline,
+                        version: record.version,
+                        timer: &record.timer,
+                    }),
+                    None => true,
+                }
+            });
     }
 
     pub fn get(&self, identity: &[u8]) -> Option<TimerView<'_>> {
@@ -478,16 +546,25 @@ impl TimerTable {
         if fired_count > record_max {
             let bits = &self.fired_bits;
             self.index.retain(|i| !bits.get(i));
+            self.keys.retain(|i| !bits.get(i));
             self.fired_bits.clear_all();
         } else {
             for &(hash, slab_index) in self.fired.iter() {
                 self.index.remove(hash, |i| i == slab_index);
+                self.keys.remove(slab_index);
                 self.fired_bits.clear(slab_index);
             }
         }
         self.fired.clear();
         more
     }
+}
+
+/// The key of the pending timer in slab entry `i` (the key order compares through it).
+fn key_in(wheel: &Wheel<TimerRecord>, i: u32) -> &[u8] {
+    wheel
+        .get_index(i)
+        .map_or(&[][..], |(_, r)| r.timer.key().as_bytes())
 }
 
 /// Whether slab entry `i` is the pending timer `identity` (index buckets compare through it).

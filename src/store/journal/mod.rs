@@ -238,6 +238,10 @@ impl Store for JournalStore {
         self.shared.admit(tenant)
     }
 
+    fn has_room(&self, tenant: &str) -> bool {
+        self.shared.health.get() == StoreState::Ready && self.shared.has_room(tenant)
+    }
+
     fn refusal(&self) -> Error {
         self.shared.unavailable()
     }

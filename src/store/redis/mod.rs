@@ -261,6 +261,10 @@ impl Store for RedisStore {
         self.shared.admit(tenant)
     }
 
+    fn has_room(&self, tenant: &str) -> bool {
+        self.shared.has_room(tenant)
+    }
+
     fn refusal(&self) -> Error {
         self.shared.unavailable()
     }
