@@ -27,6 +27,11 @@ impl<S: TimeSource> Shard<S> {
             if !view.timer.key().starts_with(&query.prefix) {
                 return false;
             }
+            if !query.picks(view.timer) {
+                // Under the prefix but not the listing's kind: a recurring schedule's
+                // internal timer, passed over (`ListQuery::picks`).
+                return true;
+            }
             let current = Current::of(&view);
             timers.push(Listed {
                 key: view.timer.key().to_string(),
