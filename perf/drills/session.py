@@ -33,7 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import free_port, log, now_us  # noqa: E402
-from crash_procs import SECRET, Receiver, Server  # noqa: E402
+from crash_procs import CHILDREN, SECRET, Receiver, Server  # noqa: E402
 
 TOKENS = {"shop": "shop-token-0123456789abcdef0123456789ab", "acme": "acme-token-0123456789abcdef0123456789ab"}
 DEBOUNCE_KEYS, MAX_WAIT_MS, DEBOUNCE_DELAY_MS = 4, 1500, 400
@@ -281,4 +281,12 @@ def judge(told, receiver, server, start_us, last_write, cancelled):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception as e:  # the drill could not run to its checks: say why, exit 2
+        log(f"session: could not run: {type(e).__name__}: {e}")
+        sys.exit(2)
+    finally:
+        for child in CHILDREN:   # never leave a server behind, whatever ended the drill
+            if child.poll() is None:
+                child.kill()
