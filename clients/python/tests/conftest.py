@@ -22,6 +22,7 @@ ACME_TOKEN = "acme-token-0123456789abcdef0123456789"
 STD_TOKEN = "std-token-0123456789abcdef0123456789ab"
 SLOW_TOKEN = "slow-token-0123456789abcdef0123456789ab"
 QUOTA_TOKEN = "quota-token-0123456789abcdef0123456789a"
+PULL_TOKEN = "pull-token-0123456789abcdef0123456789abc"
 NEW_SECRET = "rotation-new-0123456789abcdef0123456789"
 OLD_SECRET = "rotation-old-0123456789abcdef0123456789"
 WHSEC = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -196,7 +197,7 @@ def open_server(receiver):
 
 @pytest.fixture(scope="session")
 def tenants_server(receiver):
-    """The second run: tenants with tokens, signing secrets, a rate and a quota."""
+    """The second run: tenants with tokens, signing secrets, a rate, a quota and a pull queue."""
     s = start_server(_allow(receiver) + f"""
 [tenants.acme]
 token = "{ACME_TOKEN}"
@@ -212,6 +213,10 @@ burst = 1
 [tenants.capped]
 token = "{QUOTA_TOKEN}"
 max_pending = 2
+[tenants.pull]
+token = "{PULL_TOKEN}"
+queue = true
+queue_max_receives = 3
 """)
     yield s
     s.stop()

@@ -17,6 +17,10 @@ OPERATIONS = {
     "bulkCancel": "cancel_prefix", "getAction": "action",
     "listDeadLetters": "dead_letters", "redriveDeadLetter": "redrive", "discardDeadLetter": "discard",
     "health": "health", "metrics": "metrics", "clusterStatus": "cluster",
+    "listSchedules": "schedules", "putSchedule": "put_schedule", "getSchedule": "get_schedule",
+    "deleteSchedule": "delete_schedule", "pauseSchedule": "pause_schedule", "resumeSchedule": "resume_schedule",
+    "getQueue": "queue", "receiveMessages": "receive", "ackMessages": "ack", "nackMessages": "nack",
+    "extendMessages": "extend",
 }
 
 # Schema → what carries its properties: a dataclass, or a method whose keywords do.
@@ -31,9 +35,20 @@ SCHEMAS = {
     "ErrorDetail": punctual.ErrorDetail, "ClusterStatus": punctual.ClusterStatus,
     "ClusterHolder": punctual.ClusterHolder, "ClusterPartitions": punctual.ClusterPartitions,
     "ClusterEpochs": punctual.ClusterEpochs, "ClusterThisNode": punctual.ClusterThisNode,
+    "PutScheduleRequest": punctual.Client.put_schedule, "RecurringSchedule": punctual.Schedule,
+    "RecurringScheduleList": punctual.SchedulePage,
+    "ReceiveRequest": punctual.Client.receive, "AckRequest": punctual.Client.ack, "NackRequest": punctual.Client.nack,
+    "ExtendRequest": punctual.Client.extend, "QueueMessage": punctual.QueueMessage, "QueueDepth": punctual.QueueDepth,
 }
 # Envelopes the client unwraps: their one property.
-ENVELOPES = {"BatchRequest": "timers", "BatchResponse": "results", "DeadList": "dead", "Error": "error"}
+ENVELOPES = {"BatchRequest": "timers", "BatchResponse": "results", "DeadList": "dead", "Error": "error",
+             "ReceivedMessages": "messages", "SettleResults": "results"}
+# Objects nested in a schema's property (an array's items, an object): what carries their properties.
+NESTED = {
+    ("RecurringSchedule", "next"): punctual.Occurrence, ("RecurringScheduleList", "schedules"): punctual.ListedSchedule,
+    ("PutScheduleRequest", "catch_up"): punctual.CatchUp, ("PutScheduleRequest", "dst"): punctual.Dst,
+    ("SettleResults", "results"): punctual.SettleResult,
+}
 
 
 def load():
@@ -118,3 +133,19 @@ def test_coverage_notices_a_missing_field():
     assert {"delay_ms", "fire_at", "fire_at_ms", "payload", "callback", "retry"} <= names_of(punctual.Client.put)
     schemas = load()["components"]["schemas"]
     assert {"key", "fire_at", "delay_ms", "payload", "callback", "retry"} <= set(properties(schemas, schemas["BatchItemRequest"]))
+
+
+def test_every_nested_object_field_has_a_python_field():
+    schemas = load()["components"]["schemas"]
+    missing = []
+    for (name, prop), carrier in sorted(NESTED.items(), key=lambda kv: kv[0]):
+        s = properties(schemas, schemas[name])[prop]
+        s = s.get("items", s)
+        props = properties(schemas, s)
+        assert props, f"{name}.{prop} has no properties: NESTED names it wrongly"
+        for p in sorted(set(props) - names_of(carrier)):
+            missing.append(f"schema {name}.{prop}: field {p!r} is not in {carrier.__qualname__}")
+    error = properties(schemas, schemas["SettleResults"])["results"]["items"]["properties"]["error"]
+    for p in sorted(set(error["properties"]) - names_of(punctual.SettleError)):
+        missing.append(f"schema SettleResults.results.error: field {p!r} is not in SettleError")
+    assert not missing, "\n".join(missing)

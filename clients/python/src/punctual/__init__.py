@@ -1,12 +1,13 @@
-"""A client for the punctual timer service's HTTP API: timers, batches, dead letters, health,
-and verification of the webhooks punctual delivers. `Client` blocks; `AsyncClient` is the same
-for asyncio."""
+"""A client for the punctual timer service's HTTP API: timers, batches, recurring schedules, pull
+queues, dead letters, health, and verification of the webhooks punctual delivers. `Client`
+blocks; `AsyncClient` is the same for asyncio."""
 
 from ._client import AsyncClient, Client
 from ._core import NO_RETRY, RetryPolicy
 from ._errors import ApiError, PunctualError, TransportError, WebhookVerificationError
-from ._types import (Action, BatchItem, BatchResult, Callback, ClusterEpochs, ClusterHolder, ClusterPartitions, ClusterStatus,
-                     ClusterThisNode, DeadLetter, Debounce, DebounceState, Delivery, DeliveryRetry, ErrorDetail, Health, ListedTimer, PendingTimer, Scheduled, TimerPage,
+from ._types import (Action, BatchItem, BatchResult, Callback, CatchUp, ClusterEpochs, ClusterHolder, ClusterPartitions, ClusterStatus,
+                     ClusterThisNode, DeadLetter, Debounce, DebounceState, Delivery, DeliveryRetry, Dst, ErrorDetail, Health, ListedSchedule, ListedTimer,
+                     Occurrence, PendingTimer, QueueDepth, QueueMessage, Schedule, SchedulePage, Scheduled, SettleError, SettleResult, TimerPage,
                      WebhookDelivery)
 from .webhooks import verify
 
@@ -16,5 +17,6 @@ __all__ = [
     "Action", "BatchItem", "BatchResult", "Callback", "ClusterEpochs", "ClusterHolder", "ClusterPartitions", "ClusterStatus",
     "ClusterThisNode", "DeadLetter", "Debounce", "DebounceState", "Delivery", "DeliveryRetry", "ErrorDetail", "Health", "ListedTimer", "PendingTimer", "Scheduled", "TimerPage",
     "WebhookDelivery", "verify",
+    "CatchUp", "Dst", "ListedSchedule", "Occurrence", "QueueDepth", "QueueMessage", "Schedule", "SchedulePage", "SettleError", "SettleResult",
 ]
 __version__ = "0.1.0"

@@ -12,7 +12,8 @@ import httpx
 from . import _core
 from ._core import Call, RetryPolicy
 from ._errors import ApiError
-from ._types import Action, BatchItem, BatchResult, Callback, ClusterStatus, DeadLetter, Debounce, DeliveryRetry, Health, PendingTimer, Scheduled, TimerPage
+from ._types import (Action, BatchItem, BatchResult, Callback, CatchUp, ClusterStatus, DeadLetter, Debounce, DeliveryRetry, Dst, Health,
+                     PendingTimer, QueueDepth, QueueMessage, Schedule, SchedulePage, Scheduled, SettleResult, TimerPage)
 
 Deadline = Union[datetime.datetime, str, None]
 
@@ -64,7 +65,7 @@ class Client(_Base):
         while True:
             attempt += 1
             try:
-                r = self._http.request(**self._request(call), timeout=_core.attempt_timeout(self.retry, deadline))
+                r = self._http.request(**self._request(call), timeout=_core.attempt_timeout(self.retry, deadline, call.waits))
                 return _core.answer(call, r)
             except (ApiError, httpx.TransportError) as e:
                 exc = e if isinstance(e, ApiError) else _core.transport_error(e)
@@ -144,6 +145,70 @@ class Client(_Base):
     def cluster(self, *, timeout: Optional[float] = None) -> ClusterStatus:
         return self._run(_core.cluster_call(), timeout)
 
+    def put_schedule(self, tenant: str, key: str, *, cron: Optional[str] = None, every_ms: Optional[int] = None,
+                     time_zone: Optional[str] = None, start_at: Deadline = None, end_at: Deadline = None,
+                     max_occurrences: Optional[int] = None, catch_up: Optional[CatchUp] = None, dst: Optional[Dst] = None,
+                     payload: Any = None, callback: Union[str, Callback, None] = None, retry: Optional[DeliveryRetry] = None,
+                     timeout: Optional[float] = None) -> Schedule:
+        """Creates or replaces the recurring schedule under (tenant, key): exactly one of cron
+        (in time_zone, UTC by default) and every_ms. A replacement keeps its sequence, its pause
+        and what it has spent; `created` says whether none was there. A definition that cannot
+        fire is ApiError invalid_field, its message naming the field."""
+        body = _core.schedule_body(cron, every_ms, time_zone, start_at, end_at, max_occurrences, catch_up, dst,
+                                   payload, callback, retry)
+        return self._run(_core.put_schedule_call(tenant, key, body), timeout)
+
+    def get_schedule(self, tenant: str, key: str, *, next: Optional[int] = None,
+                     timeout: Optional[float] = None) -> Schedule:
+        """The schedule and its next occurrences (`next` of them, 1 to 100, default 5);
+        ApiError not_found when there is none."""
+        return self._run(_core.get_schedule_call(tenant, key, next), timeout)
+
+    def delete_schedule(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> None:
+        """Removes the schedule: no occurrence due after the answer fires; ApiError not_found
+        when there is none (or an earlier attempt of this call removed it)."""
+        self._run(_core.delete_schedule_call(tenant, key), timeout)
+
+    def pause_schedule(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> Schedule:
+        """Pauses the schedule: no occurrence due after the answer fires."""
+        return self._run(_core.pause_schedule_call(tenant, key, True), timeout)
+
+    def resume_schedule(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> Schedule:
+        """Resumes the schedule: what it missed while paused fires under its catch-up policy."""
+        return self._run(_core.pause_schedule_call(tenant, key, False), timeout)
+
+    def schedules(self, tenant: str, *, limit: Optional[int] = None, after: Optional[str] = None,
+                  timeout: Optional[float] = None) -> SchedulePage:
+        """One page of the tenant's schedules by key; the next page is after the page's `next`."""
+        return self._run(_core.schedules_call(tenant, limit, after), timeout)
+
+    def queue(self, tenant: str, *, timeout: Optional[float] = None) -> QueueDepth:
+        """The tenant's pull queue counted (for monitoring: it walks every shard); ApiError
+        not_found for a tenant without `queue = true`."""
+        return self._run(_core.queue_call(tenant), timeout)
+
+    def receive(self, tenant: str, *, max: Optional[int] = None, wait_ms: Optional[int] = None,
+                visibility_ms: Optional[int] = None, timeout: Optional[float] = None) -> List[QueueMessage]:
+        """Up to max ready messages (default 10), each leased for visibility_ms; with none
+        ready, waits up to wait_ms for one, then answers an empty list. Never retried: a lost
+        answer's messages come back when their leases end."""
+        return self._run(_core.receive_call(tenant, max, wait_ms, visibility_ms), timeout)
+
+    def ack(self, tenant: str, receipts: Sequence[str], *, timeout: Optional[float] = None) -> List[SettleResult]:
+        """Removes the received messages for good: one result per receipt, in order (`.ok`;
+        409 lease_expired, also for one an earlier attempt of this call acknowledged)."""
+        return self._run(_core.settle_call(tenant, "ack", receipts), timeout)
+
+    def nack(self, tenant: str, receipts: Sequence[str], *, delay_ms: Optional[int] = None,
+             timeout: Optional[float] = None) -> List[SettleResult]:
+        """Gives the messages back, ready after delay_ms; one on its last receive becomes a dead letter."""
+        return self._run(_core.settle_call(tenant, "nack", receipts, delay_ms=delay_ms), timeout)
+
+    def extend(self, tenant: str, receipts: Sequence[str], *, visibility_ms: int,
+               timeout: Optional[float] = None) -> List[SettleResult]:
+        """Each lease now ends visibility_ms from now; the receipts stay valid."""
+        return self._run(_core.settle_call(tenant, "extend", receipts, visibility_ms=visibility_ms), timeout)
+
 
 class AsyncClient(_Base):
     """The same calls as Client, for asyncio; a call is also cancelled with its task (for
@@ -169,7 +234,7 @@ class AsyncClient(_Base):
         while True:
             attempt += 1
             try:
-                r = await self._http.request(**self._request(call), timeout=_core.attempt_timeout(self.retry, deadline))
+                r = await self._http.request(**self._request(call), timeout=_core.attempt_timeout(self.retry, deadline, call.waits))
                 return _core.answer(call, r)
             except (ApiError, httpx.TransportError) as e:
                 exc = e if isinstance(e, ApiError) else _core.transport_error(e)
@@ -226,4 +291,46 @@ class AsyncClient(_Base):
     async def cluster(self, *, timeout: Optional[float] = None) -> ClusterStatus:
         return await self._run(_core.cluster_call(), timeout)
 
+    async def put_schedule(self, tenant: str, key: str, *, cron: Optional[str] = None, every_ms: Optional[int] = None,
+                           time_zone: Optional[str] = None, start_at: Deadline = None, end_at: Deadline = None,
+                           max_occurrences: Optional[int] = None, catch_up: Optional[CatchUp] = None,
+                           dst: Optional[Dst] = None, payload: Any = None, callback: Union[str, Callback, None] = None,
+                           retry: Optional[DeliveryRetry] = None, timeout: Optional[float] = None) -> Schedule:
+        body = _core.schedule_body(cron, every_ms, time_zone, start_at, end_at, max_occurrences, catch_up, dst,
+                                   payload, callback, retry)
+        return await self._run(_core.put_schedule_call(tenant, key, body), timeout)
 
+    async def get_schedule(self, tenant: str, key: str, *, next: Optional[int] = None,
+                           timeout: Optional[float] = None) -> Schedule:
+        return await self._run(_core.get_schedule_call(tenant, key, next), timeout)
+
+    async def delete_schedule(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> None:
+        await self._run(_core.delete_schedule_call(tenant, key), timeout)
+
+    async def pause_schedule(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> Schedule:
+        return await self._run(_core.pause_schedule_call(tenant, key, True), timeout)
+
+    async def resume_schedule(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> Schedule:
+        return await self._run(_core.pause_schedule_call(tenant, key, False), timeout)
+
+    async def schedules(self, tenant: str, *, limit: Optional[int] = None, after: Optional[str] = None,
+                        timeout: Optional[float] = None) -> SchedulePage:
+        return await self._run(_core.schedules_call(tenant, limit, after), timeout)
+
+    async def queue(self, tenant: str, *, timeout: Optional[float] = None) -> QueueDepth:
+        return await self._run(_core.queue_call(tenant), timeout)
+
+    async def receive(self, tenant: str, *, max: Optional[int] = None, wait_ms: Optional[int] = None,
+                      visibility_ms: Optional[int] = None, timeout: Optional[float] = None) -> List[QueueMessage]:
+        return await self._run(_core.receive_call(tenant, max, wait_ms, visibility_ms), timeout)
+
+    async def ack(self, tenant: str, receipts: Sequence[str], *, timeout: Optional[float] = None) -> List[SettleResult]:
+        return await self._run(_core.settle_call(tenant, "ack", receipts), timeout)
+
+    async def nack(self, tenant: str, receipts: Sequence[str], *, delay_ms: Optional[int] = None,
+                   timeout: Optional[float] = None) -> List[SettleResult]:
+        return await self._run(_core.settle_call(tenant, "nack", receipts, delay_ms=delay_ms), timeout)
+
+    async def extend(self, tenant: str, receipts: Sequence[str], *, visibility_ms: int,
+                     timeout: Optional[float] = None) -> List[SettleResult]:
+        return await self._run(_core.settle_call(tenant, "extend", receipts, visibility_ms=visibility_ms), timeout)

@@ -14,7 +14,8 @@ from urllib.parse import quote
 import httpx
 
 from ._errors import ApiError, TransportError
-from ._types import BatchItem, BatchResult, Callback, DeadLetter, Debounce, DeliveryRetry, PendingTimer, Scheduled, from_json
+from ._types import (BatchItem, BatchResult, Callback, CatchUp, DeadLetter, Debounce, DeliveryRetry, Dst, PendingTimer, QueueDepth,
+                     QueueMessage, Schedule, SchedulePage, Scheduled, SettleResult, from_json)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class Call:
     metrics: bool = False
     reads_errors: bool = False
     """read() is given every answer, not only a 2xx (it raises what it does not read)."""
+    waits: float = 0.0
+    """Seconds the server may hold the answer on purpose (a receive's wait_ms), added to each
+    attempt's bound."""
 
 
 def seg(s: str) -> str:
@@ -100,10 +104,12 @@ def answer(call: Call, r: httpx.Response) -> Any:
     return call.read(r)
 
 
-def attempt_timeout(policy: RetryPolicy, deadline: Optional[float]) -> Optional[float]:
-    """The time one attempt may take: the policy's bound, cut to what is left of the call's."""
+def attempt_timeout(policy: RetryPolicy, deadline: Optional[float], waits: float = 0.0) -> Optional[float]:
+    """The time one attempt may take: the policy's bound (plus what the server may wait on
+    purpose), cut to what is left of the call's."""
     left = None if deadline is None else max(0.001, deadline - time.monotonic())
-    bounds = [b for b in (policy.attempt_timeout, left) if b is not None]
+    bound = None if policy.attempt_timeout is None else policy.attempt_timeout + waits
+    bounds = [b for b in (bound, left) if b is not None]
     return min(bounds) if bounds else None
 
 
@@ -118,6 +124,27 @@ def next_wait(policy: RetryPolicy, call: Call, attempt: int, exc: Exception, dea
     if policy.on_retry is not None:
         policy.on_retry(attempt, exc, wait)
     return wait
+
+
+def rfc3339(name: str, at: Union[datetime.datetime, str]) -> str:
+    """An aware datetime as RFC 3339 (a string is sent as it is); a naive one is refused."""
+    if isinstance(at, datetime.datetime):
+        if at.tzinfo is None:
+            raise ValueError(f"{name} needs a time zone (a naive datetime is ambiguous)")
+        return at.isoformat()
+    return at
+
+
+def delivery_fields(body: Dict[str, Any], payload: Any, callback: Union[str, Callback, None],
+                    retry: Optional[DeliveryRetry]) -> Dict[str, Any]:
+    """What a timer and a schedule's occurrences carry, added to body."""
+    if payload is not None:
+        body["payload"] = payload
+    if callback is not None:
+        body["callback"] = {"url": callback.url if isinstance(callback, Callback) else callback}
+    if retry is not None:
+        body["retry"] = retry.to_json()
+    return body
 
 
 def timer_body(
@@ -141,20 +168,10 @@ def timer_body(
     if delay_ms is not None:
         body["delay_ms"] = int(delay_ms)
     if fire_at is not None:
-        if isinstance(fire_at, datetime.datetime):
-            if fire_at.tzinfo is None:
-                raise ValueError("fire_at needs a time zone (a naive datetime is ambiguous)")
-            fire_at = fire_at.isoformat()
-        body["fire_at"] = fire_at
+        body["fire_at"] = rfc3339("fire_at", fire_at)
     if fire_at_ms is not None:
         body["fire_at_ms"] = int(fire_at_ms)
-    if payload is not None:
-        body["payload"] = payload
-    if callback is not None:
-        body["callback"] = {"url": callback.url if isinstance(callback, Callback) else callback}
-    if retry is not None:
-        body["retry"] = retry.to_json()
-    return body
+    return delivery_fields(body, payload, callback, retry)
 
 
 # The calls, one per route (docs/API.md), shared by Client and AsyncClient.
@@ -266,6 +283,98 @@ def health_call() -> Call:
         raise error_from(r)
 
     return Call("GET", "/healthz", read, reads_errors=True)
+
+
+def schedule_body(cron: Optional[str], every_ms: Optional[int], time_zone: Optional[str],
+                  start_at: Union[datetime.datetime, str, None], end_at: Union[datetime.datetime, str, None],
+                  max_occurrences: Optional[int], catch_up: Optional[CatchUp], dst: Optional[Dst], payload: Any,
+                  callback: Union[str, Callback, None], retry: Optional[DeliveryRetry]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {}
+    if cron is not None:
+        body["cron"] = cron
+    if every_ms is not None:
+        body["every_ms"] = int(every_ms)
+    if time_zone is not None:
+        body["time_zone"] = time_zone
+    for name, at in (("start_at", start_at), ("end_at", end_at)):
+        if at is not None:
+            body[name] = rfc3339(name, at)
+    if max_occurrences is not None:
+        body["max_occurrences"] = int(max_occurrences)
+    if catch_up is not None:
+        body["catch_up"] = catch_up.to_json()
+    if dst is not None:
+        body["dst"] = dst.to_json()
+    return delivery_fields(body, payload, callback, retry)
+
+
+def _schedule(r: httpx.Response) -> Schedule:
+    return from_json(Schedule, {**r.json(), "created": r.status_code == 201})
+
+
+def _schedule_path(tenant: str, key: str, action: str = "") -> str:
+    return f"/v1/schedules/{seg(tenant)}/{seg(key)}{action}"
+
+
+def put_schedule_call(tenant: str, key: str, body: Dict[str, Any]) -> Call:
+    # An upsert: a repeat puts the same definition again.
+    return Call("PUT", _schedule_path(tenant, key), _schedule, body=body, safe=True)
+
+
+def get_schedule_call(tenant: str, key: str, next_: Optional[int]) -> Call:
+    params = {} if next_ is None else {"next": str(int(next_))}
+    return Call("GET", _schedule_path(tenant, key), _schedule, params=params, safe=True)
+
+
+def delete_schedule_call(tenant: str, key: str) -> Call:
+    return Call("DELETE", _schedule_path(tenant, key), lambda r: None, safe=True)
+
+
+def pause_schedule_call(tenant: str, key: str, pause: bool) -> Call:
+    # Pausing a paused schedule (resuming a running one) changes nothing: safe to repeat.
+    return Call("POST", _schedule_path(tenant, key, "/pause" if pause else "/resume"), _schedule, safe=True)
+
+
+def schedules_call(tenant: str, limit: Optional[int], after: Optional[str]) -> Call:
+    params = {}
+    if limit is not None:
+        params["limit"] = str(int(limit))
+    if after is not None:
+        params["after"] = after
+    return Call("GET", f"/v1/schedules/{seg(tenant)}", lambda r: from_json(SchedulePage, r.json()), params=params, safe=True)
+
+
+def queue_call(tenant: str) -> Call:
+    return Call("GET", f"/v1/queues/{seg(tenant)}", lambda r: from_json(QueueDepth, r.json()), safe=True)
+
+
+def receive_call(tenant: str, max_: Optional[int], wait_ms: Optional[int], visibility_ms: Optional[int]) -> Call:
+    """Never retried: an attempt whose answer was lost leased its messages, which come back
+    only when those leases end."""
+    body: Dict[str, Any] = {}
+    if max_ is not None:
+        body["max"] = int(max_)
+    if wait_ms is not None:
+        body["wait_ms"] = int(wait_ms)
+    if visibility_ms is not None:
+        body["visibility_ms"] = int(visibility_ms)
+
+    def read(r: httpx.Response) -> List[QueueMessage]:
+        return [from_json(QueueMessage, m) for m in r.json()["messages"]]
+
+    return Call("POST", f"/v1/queues/{seg(tenant)}/receive", read, body=body, waits=(wait_ms or 0) / 1000)
+
+
+def settle_call(tenant: str, verb: str, receipts: Sequence[str], **fields: Optional[int]) -> Call:
+    """ack, nack or extend: a repeat answers each receipt already settled 409 lease_expired in
+    its result (not an error), so they are retried."""
+    body: Dict[str, Any] = {"receipts": list(receipts)}
+    body.update({k: int(v) for k, v in fields.items() if v is not None})
+
+    def read(r: httpx.Response) -> List[SettleResult]:
+        return [from_json(SettleResult, x) for x in r.json()["results"]]
+
+    return Call("POST", f"/v1/queues/{seg(tenant)}/{verb}", read, body=body, safe=True)
 
 
 def transport_error(e: Exception) -> TransportError:

@@ -52,7 +52,7 @@ class DeliveryRetry:
     max_delay_ms: Optional[int] = None
 
     def to_json(self) -> Dict[str, int]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return _present(self)
 
 
 @dataclass(frozen=True)
@@ -279,6 +279,126 @@ class WebhookDelivery:
     def id(self) -> str:
         """`<tenant>/<key>/<version>`: the same in every attempt, and signed; de-duplicate on it."""
         return f"{self.tenant}/{self.key}/{self.version}"
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """What fires for occurrences missed (a downtime, a pause, a forward clock step): policy
+    "skip", "latest" or "all", within window_ms; None takes the server's default."""
+
+    policy: Optional[str] = None
+    window_ms: Optional[int] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return _present(self)
+
+
+@dataclass(frozen=True)
+class Dst:
+    """A local time a daylight-saving gap skips ("shift" or "skip") or an overlap repeats
+    ("first", "last" or "both"); None takes the server's default."""
+
+    gap: Optional[str] = None
+    overlap: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return _present(self)
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One coming occurrence: its nominal UTC instant, and the local time in the schedule's zone."""
+
+    occurrence_us: int
+    local: str
+
+    @property
+    def at(self) -> datetime.datetime:
+        return _from_us(self.occurrence_us)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A recurring schedule: definition is the body of its last put, as sent; sequence counts
+    the occurrences fired; next the coming ones. created (not in the JSON) is True when put
+    made it (201), False when it replaced one (200) or for any other call."""
+
+    tenant: str
+    key: str
+    version: int
+    paused: bool
+    sequence: int
+    definition: Dict[str, Any]
+    next: List[Occurrence]
+    created: bool = field(default=False, metadata={"json": False})
+
+
+@dataclass(frozen=True)
+class ListedSchedule:
+    key: str
+    version: int
+    paused: bool
+    sequence: int
+
+
+@dataclass(frozen=True)
+class SchedulePage:
+    """One page of a tenant's schedules by key; next (the key to list after) is None on the last page."""
+
+    schedules: List[ListedSchedule]
+    next: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    """A received message: a fired timer without a callback, leased to this receive. receipt
+    names this receive, for ack, nack and extend."""
+
+    receipt: str
+    key: str
+    version: int
+    fire_at_us: int
+    fired_at_us: int
+    receive_count: int
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class SettleError:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class SettleResult:
+    """One receipt's outcome of ack, nack or extend: status 204 done, 409 lease_expired, 404
+    unknown_receipt, 503 the store did not take it (error says which)."""
+
+    receipt: str
+    status: int
+    error: Optional[SettleError] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 204
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """A tenant's queue counted: depth is ready plus delayed; oldest_age_ms is None when none is ready."""
+
+    tenant: str
+    depth: int
+    ready: int
+    delayed: int
+    in_flight: int
+    max_receives: int
+    oldest_age_ms: Optional[int] = None
+
+
+def _present(obj: Any) -> Dict[str, Any]:
+    """A dataclass's fields that are not None, as JSON: what the server defaults is left out."""
+    return {k: v for k, v in dataclasses.asdict(obj).items() if v is not None}
 
 
 def _from_us(us: int) -> datetime.datetime:
