@@ -94,7 +94,7 @@ test("a definition that cannot fire is an ApiError naming the field", async () =
   assert.ok(e instanceof ApiError, String(e));
   assert.equal(e.status, 400);
   assert.equal(e.code, "invalid_field");
-  assert.match(e.message, /^cron/);
+  assert.match(e.detail, /^cron/);
 });
 
 test("queue receive, extend, nack, receive again, ack round trip", async () => {
