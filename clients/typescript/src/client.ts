@@ -10,10 +10,21 @@ import type {
   ClusterStatus,
   DeadLetter,
   DeadListOptions,
+  ExtendRequest,
+  GetScheduleOptions,
   Health,
   ListOptions,
+  NackRequest,
   PendingTimer,
+  QueueDepth,
+  QueueMessage,
+  ReceiveOptions,
+  RecurringSchedule,
   Scheduled,
+  ScheduleListOptions,
+  SchedulePage,
+  ScheduleSpec,
+  SettleResult,
   TimerPage,
   TimerSpec,
 } from "./types.js";
@@ -48,6 +59,9 @@ interface Call<T> {
   metrics?: boolean;
   /** Reads every answer, not only a 2xx (and throws what it does not read). */
   readsErrors?: boolean;
+  /** Milliseconds the server may hold the request on purpose (a receive's long poll): added
+   * to the attempt's timeout. */
+  holdMs?: number;
   read: (status: number, text: string, headers: Headers) => T;
 }
 
@@ -180,6 +194,128 @@ export class Client {
     return this.run({ method: "DELETE", path: `/v1/dead/${seg(tenant)}/${seg(key)}`, safe: true, read: none }, opts);
   }
 
+  /** Creates or replaces the recurring schedule under (tenant, key) (an upsert, so it is
+   * retried). A replacement keeps the schedule's `sequence`, its pause and what it has spent;
+   * `created` says whether none was there. */
+  putSchedule(tenant: string, key: string, schedule: ScheduleSpec, opts?: CallOptions): Promise<RecurringSchedule> {
+    return this.run(
+      {
+        method: "PUT",
+        path: `/v1/schedules/${seg(tenant)}/${seg(key)}`,
+        body: scheduleBody(schedule),
+        safe: true,
+        read: (status, text) => ({ ...JSON.parse(text), created: status === 201 }),
+      },
+      opts,
+    );
+  }
+
+  /** The schedule, where it stands, and its next `query.next` occurrences (5 by default);
+   * ApiError not_found when there is none. */
+  getSchedule(tenant: string, key: string, query: GetScheduleOptions = {}, opts?: CallOptions): Promise<RecurringSchedule> {
+    const q: Record<string, string> = {};
+    if (query.next !== undefined) q.next = String(query.next);
+    return this.run(
+      { method: "GET", path: `/v1/schedules/${seg(tenant)}/${seg(key)}`, query: q, safe: true, read: json },
+      opts,
+    );
+  }
+
+  /** Removes the schedule: no occurrence due after the answer fires. ApiError not_found when
+   * there is none (or an earlier attempt of this call, whose answer was lost, removed it). */
+  deleteSchedule(tenant: string, key: string, opts?: CallOptions): Promise<void> {
+    return this.run({ method: "DELETE", path: `/v1/schedules/${seg(tenant)}/${seg(key)}`, safe: true, read: none }, opts);
+  }
+
+  /** Pauses the schedule (no occurrence due after the answer fires); pausing a paused one
+   * changes nothing, so it is retried. */
+  pauseSchedule(tenant: string, key: string, opts?: CallOptions): Promise<RecurringSchedule> {
+    return this.run(
+      { method: "POST", path: `/v1/schedules/${seg(tenant)}/${seg(key)}/pause`, safe: true, read: json },
+      opts,
+    );
+  }
+
+  /** Resumes the schedule: what it missed while paused fires under its `catch_up` policy. */
+  resumeSchedule(tenant: string, key: string, opts?: CallOptions): Promise<RecurringSchedule> {
+    return this.run(
+      { method: "POST", path: `/v1/schedules/${seg(tenant)}/${seg(key)}/resume`, safe: true, read: json },
+      opts,
+    );
+  }
+
+  /** One page of the tenant's schedules by key; the next page is after the page's `next`
+   * (null on the last). */
+  listSchedules(tenant: string, query: ScheduleListOptions = {}, opts?: CallOptions): Promise<SchedulePage> {
+    const q: Record<string, string> = {};
+    if (query.limit !== undefined) q.limit = String(query.limit);
+    if (query.after !== undefined) q.after = query.after;
+    return this.run({ method: "GET", path: `/v1/schedules/${seg(tenant)}`, query: q, safe: true, read: json }, opts);
+  }
+
+  /** Leases up to `options.max` ready messages of the tenant's pull queue, waiting up to
+   * `options.wait_ms` for the first; an empty list when none became ready. Never retried: the
+   * messages an attempt whose answer was lost leased come back when their lease ends. The
+   * attempt's timeout (`attemptTimeoutMs`) counts from the end of `wait_ms`; the call's
+   * `timeoutMs` (30 s by default) bounds the whole wait. */
+  receive(tenant: string, options: ReceiveOptions = {}, opts?: CallOptions): Promise<QueueMessage[]> {
+    const body: Record<string, number> = {};
+    if (options.max !== undefined) body.max = options.max;
+    if (options.wait_ms !== undefined) body.wait_ms = options.wait_ms;
+    if (options.visibility_ms !== undefined) body.visibility_ms = options.visibility_ms;
+    return this.run(
+      {
+        method: "POST",
+        path: `/v1/queues/${seg(tenant)}/receive`,
+        body,
+        holdMs: options.wait_ms,
+        read: (_, text) => JSON.parse(text).messages,
+      },
+      opts,
+    );
+  }
+
+  /** Acknowledges received messages: each gone for good once its result is `204`. One result
+   * per receipt, in order. Retried: a receipt an attempt whose answer was lost acknowledged
+   * reads `409 lease_expired` on the retry. */
+  ack(tenant: string, receipts: string[], opts?: CallOptions): Promise<SettleResult[]> {
+    return this.settle(tenant, "ack", { receipts }, opts);
+  }
+
+  /** Gives received messages back, ready after `request.delay_ms` (0 by default); a message on
+   * its last receive becomes a dead letter. One result per receipt, in order; retried as
+   * `ack`. */
+  nack(tenant: string, request: NackRequest, opts?: CallOptions): Promise<SettleResult[]> {
+    const body: Record<string, unknown> = { receipts: request.receipts };
+    if (request.delay_ms !== undefined) body.delay_ms = request.delay_ms;
+    return this.settle(tenant, "nack", body, opts);
+  }
+
+  /** Each lease now ends `request.visibility_ms` from now; the receipts stay valid. One result
+   * per receipt, in order. */
+  extend(tenant: string, request: ExtendRequest, opts?: CallOptions): Promise<SettleResult[]> {
+    return this.settle(tenant, "extend", { receipts: request.receipts, visibility_ms: request.visibility_ms }, opts);
+  }
+
+  /** The tenant's pull queue counted on every shard (for monitoring, not for a loop);
+   * ApiError not_found for a tenant without a queue. */
+  queue(tenant: string, opts?: CallOptions): Promise<QueueDepth> {
+    return this.run({ method: "GET", path: `/v1/queues/${seg(tenant)}`, safe: true, read: json }, opts);
+  }
+
+  private settle(tenant: string, verb: string, body: Record<string, unknown>, opts?: CallOptions): Promise<SettleResult[]> {
+    return this.run(
+      {
+        method: "POST",
+        path: `/v1/queues/${seg(tenant)}/${verb}`,
+        body,
+        safe: true,
+        read: (_, text) => JSON.parse(text).results,
+      },
+      opts,
+    );
+  }
+
   /** /healthz, not retried: a server that cannot take writes answers its Health too, with its
    * status `unavailable` or `draining` and the reason. */
   health(opts?: CallOptions): Promise<Health> {
@@ -245,7 +381,8 @@ export class Client {
   /** One attempt. `signal` ends the call (the caller's `callerSignal` or the deadline): the
    * caller's abort rejects with its reason, the deadline with a TransportError. */
   private async once<T>(call: Call<T>, signal: AbortSignal, callerSignal?: AbortSignal): Promise<T> {
-    const attempt = linkedSignal([signal], this.retry.attemptTimeoutMs || undefined);
+    const attemptMs = this.retry.attemptTimeoutMs ? this.retry.attemptTimeoutMs + (call.holdMs ?? 0) : undefined;
+    const attempt = linkedSignal([signal], attemptMs);
     const headers: Record<string, string> = {};
     const token = call.metrics ? this.metricsToken : this.token;
     if (token) headers.authorization = `Bearer ${token}`;
@@ -310,5 +447,22 @@ function timerBody(t: TimerSpec): Record<string, unknown> {
   if (t.if !== undefined) body.if = t.if;
   if (t.if_version !== undefined) body.if_version = t.if_version;
   if (t.debounce !== undefined) body.debounce = t.debounce;
+  return body;
+}
+
+function scheduleBody(s: ScheduleSpec): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  const time = (t: string | Date) => (t instanceof Date ? t.toISOString() : t);
+  if (s.cron !== undefined) body.cron = s.cron;
+  if (s.every_ms !== undefined) body.every_ms = s.every_ms;
+  if (s.time_zone !== undefined) body.time_zone = s.time_zone;
+  if (s.start_at !== undefined) body.start_at = time(s.start_at);
+  if (s.end_at !== undefined) body.end_at = time(s.end_at);
+  if (s.max_occurrences !== undefined) body.max_occurrences = s.max_occurrences;
+  if (s.catch_up !== undefined) body.catch_up = s.catch_up;
+  if (s.dst !== undefined) body.dst = s.dst;
+  if (s.payload !== undefined) body.payload = s.payload;
+  if (s.callback !== undefined) body.callback = s.callback;
+  if (s.retry !== undefined) body.retry = s.retry;
   return body;
 }

@@ -1,5 +1,5 @@
-// A client for the punctual timer service's HTTP API: timers, batches, dead letters, health,
-// and verification of the webhooks punctual delivers.
+// A client for the punctual timer service's HTTP API: timers, batches, dead letters, recurring
+// schedules, pull queues, health, and verification of the webhooks punctual delivers.
 export { Client } from "./client.js";
 export type { CallOptions, ClientOptions } from "./client.js";
 export { ApiError, PunctualError, TransportError, WebhookVerificationError } from "./errors.js";

@@ -224,3 +224,155 @@ export interface DeadListOptions {
   limit?: number;
   after?: string;
 }
+
+/** A recurring schedule's definition, the body of `putSchedule`: exactly one of `cron` and
+ * `every_ms`; every other field optional (docs/API.md, "Recurring schedules"). */
+export interface ScheduleSpec {
+  /** 5 fields, or 6 with seconds first; names of months and days; `@hourly`-style macros. */
+  cron?: string;
+  /** A fixed period in absolute time (at least 1,000), anchored at `start_at`. */
+  every_ms?: number;
+  /** An IANA zone name, `UTC` by default; with `cron` only. */
+  time_zone?: string;
+  /** No occurrence before it (RFC 3339 or a Date). */
+  start_at?: string | Date;
+  /** No occurrence after it (RFC 3339 or a Date). */
+  end_at?: string | Date;
+  /** The schedule ends after this many fires. */
+  max_occurrences?: number;
+  catch_up?: CatchUp;
+  dst?: DstPolicy;
+  /** Any JSON value, carried by every occurrence's delivery; at most 65,536 bytes of JSON. */
+  payload?: unknown;
+  callback?: Callback;
+  retry?: DeliveryRetry;
+}
+
+/** What fires for occurrences missed (a downtime, a pause, a forward clock step) within
+ * `window_ms`; `latest` and an hour by default, the window at most 7 days. */
+export interface CatchUp {
+  policy?: "skip" | "latest" | "all";
+  window_ms?: number;
+}
+
+/** A local time a spring-forward gap skips (`shift` by default) and one a fall-back overlap
+ * repeats (`first` by default). */
+export interface DstPolicy {
+  gap?: "shift" | "skip";
+  overlap?: "first" | "last" | "both";
+}
+
+/** One coming occurrence: its nominal UTC instant and the local time in the schedule's zone. */
+export interface ScheduleOccurrence {
+  occurrence_us: number;
+  /** RFC 3339 with the zone's offset. */
+  local: string;
+}
+
+/** A schedule as every schedule route answers it. */
+export interface RecurringSchedule {
+  tenant: string;
+  key: string;
+  /** Changes with every write and every fire. */
+  version: number;
+  paused: boolean;
+  /** Occurrences fired so far. */
+  sequence: number;
+  /** The body of the last `putSchedule`, as sent. */
+  definition: Record<string, unknown>;
+  /** The next occurrences from where the schedule stands (`getSchedule`'s `next`, 5 by default). */
+  next: ScheduleOccurrence[];
+  /** True when no schedule was under the key (201), false when one was replaced (200); only
+   * on `putSchedule`'s answer. */
+  created?: boolean;
+}
+
+/** `getSchedule`'s query. */
+export interface GetScheduleOptions {
+  /** How many of the next occurrences to show, 1 to 100 (default 5). */
+  next?: number;
+}
+
+/** `listSchedules`' query. */
+export interface ScheduleListOptions {
+  /** At most this many, 1 to 1,000 (default 100). */
+  limit?: number;
+  /** Only keys after this one: the previous page's `next`. */
+  after?: string;
+}
+
+/** A schedule as a listing shows it. */
+export interface ListedSchedule {
+  key: string;
+  version: number;
+  paused: boolean;
+  sequence: number;
+}
+
+/** One page of a tenant's schedules, by key; `next` is the `after` of the next page, `null`
+ * on the last. */
+export interface SchedulePage {
+  schedules: ListedSchedule[];
+  next: string | null;
+}
+
+/** A receive's options; each left out takes its default. */
+export interface ReceiveOptions {
+  /** At most this many messages, 1 to 1,000 (default 10). */
+  max?: number;
+  /** With none ready, wait up to this long for one, 0 to 20,000 (default 0). */
+  wait_ms?: number;
+  /** Each message received is leased this long, 1 to 43,200,000 (default 30,000). */
+  visibility_ms?: number;
+}
+
+/** A message received from a tenant's pull queue: a fired timer, leased under `receipt`. */
+export interface QueueMessage {
+  /** Names this receive of this message, for `ack`, `nack` and `extend`. */
+  receipt: string;
+  key: string;
+  version: number;
+  /** The timer's deadline. */
+  fire_at_us: number;
+  /** When it fired. */
+  fired_at_us: number;
+  /** Receives of this message, this one included. */
+  receive_count: number;
+  /** The payload as it was sent, or null. */
+  payload: unknown;
+}
+
+/** A nack: the messages are ready again after `delay_ms` (0 to 43,200,000, default 0). */
+export interface NackRequest {
+  receipts: string[];
+  delay_ms?: number;
+}
+
+/** An extend: each lease now ends `visibility_ms` from now (1 to 43,200,000). */
+export interface ExtendRequest {
+  receipts: string[];
+  visibility_ms: number;
+}
+
+/** The outcome for one receipt of an ack, nack or extend: `204` done, durably; `409`
+ * `lease_expired`; `404` `unknown_receipt`; `503` the store did not take it. */
+export interface SettleResult {
+  receipt: string;
+  status: 204 | 404 | 409 | 503;
+  error?: { code: string; message: string };
+}
+
+/** A tenant's pull queue, counted on every shard. */
+export interface QueueDepth {
+  tenant: string;
+  /** Messages not leased: `ready` plus `delayed`. */
+  depth: number;
+  ready: number;
+  /** Nacked with a delay, not yet ready. */
+  delayed: number;
+  /** Leased and not acknowledged. */
+  in_flight: number;
+  /** The age of the oldest ready message, null when none is ready. */
+  oldest_age_ms: number | null;
+  max_receives: number;
+}

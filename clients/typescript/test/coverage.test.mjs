@@ -17,6 +17,10 @@ const OPERATIONS = {
   bulkCancel: ["cancelPrefix", "CancelPrefixOptions"], getAction: "action",
   listDeadLetters: ["deadLetters", "DeadListOptions"], redriveDeadLetter: "redrive", discardDeadLetter: "discard",
   health: "health", metrics: "metrics", clusterStatus: "cluster",
+  listSchedules: ["listSchedules", "ScheduleListOptions"], putSchedule: "putSchedule",
+  getSchedule: ["getSchedule", "GetScheduleOptions"], deleteSchedule: "deleteSchedule", pauseSchedule: "pauseSchedule",
+  resumeSchedule: "resumeSchedule",
+  getQueue: "queue", receiveMessages: "receive", ackMessages: "ack", nackMessages: "nack", extendMessages: "extend",
 };
 // Schema → the interface that carries its properties.
 const SCHEMAS = {
@@ -27,9 +31,15 @@ const SCHEMAS = {
   HealthOk: "Health", HealthDegraded: "Health", HealthUnavailable: "Health", HealthDraining: "Health", ErrorDetail: "ErrorDetail",
   ClusterStatus: "ClusterStatus", ClusterHolder: "ClusterHolder", ClusterPartitions: "ClusterPartitions",
   ClusterEpochs: "ClusterEpochs", ClusterThisNode: "ClusterThisNode",
+  PutScheduleRequest: "ScheduleSpec", RecurringSchedule: "RecurringSchedule", RecurringScheduleList: "SchedulePage",
+  ReceiveRequest: "ReceiveOptions", QueueMessage: "QueueMessage", NackRequest: "NackRequest", ExtendRequest: "ExtendRequest",
+  QueueDepth: "QueueDepth",
 };
 // Envelopes the client unwraps: their one property.
-const ENVELOPES = { BatchRequest: "timers", BatchResponse: "results", DeadList: "dead", Error: "error" };
+const ENVELOPES = {
+  BatchRequest: "timers", BatchResponse: "results", DeadList: "dead", Error: "error",
+  ReceivedMessages: "messages", AckRequest: "receipts", SettleResults: "results",
+};
 
 const doc = YAML.parse(readFileSync(path.join(ROOT, "docs", "openapi.yaml"), "utf8"));
 
