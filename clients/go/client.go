@@ -231,5 +231,18 @@ func (c *Client) decode(a answer, v any) error {
 	return nil
 }
 
+// call runs r and reads its 2xx answer as a T.
+func call[T any](ctx context.Context, c *Client, r request) (T, answer, error) {
+	var v T
+	a, err := c.do(ctx, r)
+	if err != nil {
+		return v, a, err
+	}
+	if err := c.decode(a, &v); err != nil {
+		return v, a, err
+	}
+	return v, a, nil
+}
+
 // seg escapes one path segment (tenant, key) as the server decodes it.
 func seg(s string) string { return url.PathEscape(s) }

@@ -30,14 +30,7 @@ type DeadListOptions struct {
 // DeadLetters lists the tenant's dead letters by key, one page. The next page is the one
 // after the last key of this one; a page shorter than the limit is the last.
 func (c *Client) DeadLetters(ctx context.Context, tenant string, o DeadListOptions) ([]DeadLetter, error) {
-	q := url.Values{}
-	if o.Limit > 0 {
-		q.Set("limit", strconv.Itoa(o.Limit))
-	}
-	if o.After != "" {
-		q.Set("after", o.After)
-	}
-	a, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/dead/" + seg(tenant), query: q, safe: true})
+	a, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/dead/" + seg(tenant), query: pageQuery(o.Limit, o.After), safe: true})
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +38,18 @@ func (c *Client) DeadLetters(ctx context.Context, tenant string, o DeadListOptio
 		Dead []DeadLetter `json:"dead"`
 	}
 	return r.Dead, c.decode(a, &r)
+}
+
+// pageQuery is a page's limit (when not zero) and the key it starts after (when not empty).
+func pageQuery(limit int, after string) url.Values {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	return q
 }
 
 // Redrive makes the dead letter under (tenant, key) pending again, delivered now with a

@@ -37,6 +37,9 @@ const (
 	CodeTooManyConnections = "too_many_connections"
 	CodePeerUnavailable    = "peer_unavailable"
 	CodeInternal           = "internal"
+	CodeNotImplemented     = "not_implemented"
+	CodeLeaseExpired       = "lease_expired"
+	CodeUnknownReceipt     = "unknown_receipt"
 )
 
 // Error is an answer of the server that is not a success: its HTTP status, the stable code

@@ -223,6 +223,7 @@ const (
 	whsecOld   = "whsec_dGhpcy1pcy10aGUtb2xkLWtleS0wMTIzNDU2Nzg5"
 	slowToken  = "slow-token-0123456789abcdef0123456789ab"
 	quotaToken = "quota-token-0123456789abcdef0123456789a"
+	pullToken  = "pull-token-0123456789abcdef0123456789ab"
 )
 
 // open is the first run (no tenants: every tenant open), tenants the second. examplePort is
@@ -255,6 +256,7 @@ func TestMain(m *testing.M) {
 			fmt.Sprintf("webhook_secrets = [%q, %q]", whsec, whsecOld),
 			"[tenants.slow]", fmt.Sprintf("token = %q", slowToken), "max_requests_per_s = 1", "burst = 1",
 			"[tenants.capped]", fmt.Sprintf("token = %q", quotaToken), "max_pending = 2",
+			"[tenants.pull]", fmt.Sprintf("token = %q", pullToken), "queue = true",
 		}, "\n") + "\n")
 	}
 	if err != nil {

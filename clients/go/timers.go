@@ -141,12 +141,8 @@ type Delivery struct {
 // Put schedules t under (tenant, key), replacing the timer pending there (an upsert, so it
 // is retried). The answer says whether it created or replaced one.
 func (c *Client) Put(ctx context.Context, tenant, key string, t Timer) (Scheduled, error) {
-	a, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/timers/" + seg(tenant) + "/" + seg(key), body: t, safe: true})
+	s, a, err := call[Scheduled](ctx, c, request{method: http.MethodPut, path: "/v1/timers/" + seg(tenant) + "/" + seg(key), body: t, safe: true})
 	if err != nil {
-		return Scheduled{}, err
-	}
-	var s Scheduled
-	if err := c.decode(a, &s); err != nil {
 		return Scheduled{}, err
 	}
 	s.Created = a.status == http.StatusCreated
