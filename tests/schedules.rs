@@ -358,6 +358,13 @@ fn a_bad_definition_is_a_400_that_names_its_field() {
     assert_eq!(s.req("PUT", "/v1/schedules/shop/bad@x", "{}").status, 400);
     let r = s.req("GET", "/v1/schedules/shop/bad?next=101", "");
     assert_eq!(r.status, 400);
+    // A whole number written as JSON may write one is an integer (JSON Schema's, which the
+    // document gives these fields): accepted as the timer's fields are; a fraction is not.
+    let whole = r#"{"every_ms": 60000.0, "max_occurrences": 3e0, "catch_up": {"policy": "skip", "window_ms": 1000.0}}"#;
+    let r = s.req("PUT", "/v1/schedules/shop/whole", whole);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let r = s.req("PUT", "/v1/schedules/shop/half", r#"{"every_ms": 60000.5}"#);
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
 }
 
 #[test]

@@ -47,10 +47,12 @@ const TRIES: usize = 8;
 #[serde(deny_unknown_fields)]
 struct PutBody<'a> {
     cron: Option<String>,
+    #[serde(default, deserialize_with = "crate::schedule::whole")]
     every_ms: Option<u64>,
     time_zone: Option<String>,
     start_at: Option<String>,
     end_at: Option<String>,
+    #[serde(default, deserialize_with = "crate::schedule::whole")]
     max_occurrences: Option<u64>,
     catch_up: Option<CatchUpSpec>,
     dst: Option<DstSpec>,

@@ -66,4 +66,6 @@ pub use dst::{DstSpec, Gap, Overlap};
 pub use error::SpecError;
 pub use record::{Recurrence, ScheduleRecord, ON_TIME, PARK_US};
 pub use rule::{Occurrence, Schedule};
-pub use spec::{CatchUpPolicy, CatchUpSpec, Limits, ScheduleSpec, DEFAULT_WINDOW_MS, MAX_EVERY_MS};
+pub use spec::{
+    whole, CatchUpPolicy, CatchUpSpec, Limits, ScheduleSpec, DEFAULT_WINDOW_MS, MAX_EVERY_MS,
+};

@@ -18,7 +18,7 @@
 //! `retry`) belong to the delivery side and are ignored here. `compile.rs` validates it.
 
 use super::dst::DstSpec;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// The default catch-up window: a missed occurrence up to an hour old is still worth firing.
 pub const DEFAULT_WINDOW_MS: u64 = 3_600_000;
@@ -30,7 +30,11 @@ pub const MAX_EVERY_MS: u64 = 100 * 365_250 * 86_400;
 pub struct ScheduleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole"
+    )]
     pub every_ms: Option<u64>,
     /// An IANA zone name; `UTC` when absent. With `cron` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -43,7 +47,11 @@ pub struct ScheduleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_at: Option<String>,
     /// The schedule ends after this many fires.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole"
+    )]
     pub max_occurrences: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catch_up: Option<CatchUpSpec>,
@@ -58,7 +66,11 @@ pub struct CatchUpSpec {
     #[serde(default)]
     pub policy: CatchUpPolicy,
     /// How old a missed occurrence may be and still fire; [`DEFAULT_WINDOW_MS`] when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole"
+    )]
     pub window_ms: Option<u64>,
 }
 
@@ -89,5 +101,23 @@ impl Default for Limits {
             min_every_ms: 1_000,
             max_window_ms: 7 * 86_400_000,
         }
+    }
+}
+
+/// A whole number as JSON may write one (`1000`, `1000.0`, `1e3`: JSON Schema's `integer`,
+/// which the document gives these fields, counts them all), or `null` for none; a fraction, a
+/// negative number or one past `u64` is refused.
+pub fn whole<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if let Some(u) = n.as_u64() {
+        return Ok(Some(u));
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && (0.0..u64::MAX as f64).contains(&f) => Ok(Some(f as u64)),
+        _ => Err(serde::de::Error::custom(format_args!(
+            "invalid value: {n}, expected a whole number from 0"
+        ))),
     }
 }
