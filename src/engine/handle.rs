@@ -357,17 +357,15 @@ impl Handle {
         key: &str,
         make: impl FnOnce(PackedTimer, Reply<Result<T>>) -> Op,
     ) -> impl Future<Output = Result<T>> + Send + 'static {
-        let (tx, rx) = reply_channel();
-        let pushed = validate_name(NameKind::Tenant, tenant)
+        let packed = validate_name(NameKind::Tenant, tenant)
             .and_then(|()| crate::error::validate_letter_key(key))
             .and_then(|()| {
                 PackedTimer::new(tenant, key, b"").ok_or(Error::NameTooLong {
                     kind: NameKind::Key,
                     len: key.len(),
                 })
-            })
-            .and_then(|timer| self.push(tenant, key, make(timer, tx)));
-        answer(pushed, rx)
+            });
+        self.call_packed(tenant, packed, make)
     }
 
     /// The quota of `tenant`, if it has one.
@@ -425,10 +423,22 @@ impl Handle {
         key: &str,
         make: impl FnOnce(PackedTimer, Reply<Result<T>>) -> Op,
     ) -> impl Future<Output = Result<T>> + Send + 'static {
+        self.call_packed(tenant, self.pack(tenant, key, &[]), make)
+    }
+
+    /// Sends the op `make` builds around `packed` to the shard of its tenant and key, and
+    /// answers its reply; a `packed` error is the answer.
+    pub(super) fn call_packed<T: Send + 'static>(
+        &self,
+        tenant: &str,
+        packed: Result<PackedTimer>,
+        make: impl FnOnce(PackedTimer, Reply<Result<T>>) -> Op,
+    ) -> impl Future<Output = Result<T>> + Send + 'static {
         let (tx, rx) = reply_channel();
-        let pushed = self
-            .pack(tenant, key, &[])
-            .and_then(|timer| self.push(tenant, key, make(timer, tx)));
+        let pushed = packed.and_then(|timer| {
+            let shard = self.shard_for(tenant, timer.key());
+            self.push_to(shard, tenant, make(timer, tx))
+        });
         answer(pushed, rx)
     }
 
@@ -490,10 +500,6 @@ impl Handle {
             len: meta.len(),
             limit: u16::MAX as usize,
         })
-    }
-
-    fn push(&self, tenant: &str, key: &str, op: Op) -> Result<()> {
-        self.push_to(self.shard_for(tenant, key), tenant, op)
     }
 
     pub(super) fn push_to(&self, shard: usize, tenant: &str, op: Op) -> Result<()> {

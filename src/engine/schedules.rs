@@ -107,12 +107,7 @@ impl Handle {
         key: &str,
         make: impl FnOnce(PackedTimer, Reply<Result<T>>) -> Op,
     ) -> impl Future<Output = Result<T>> + Send + 'static {
-        let (tx, rx) = reply_channel();
-        let pushed = pack(tenant, key, &[], &[]).and_then(|timer| {
-            let shard = self.shard_for(tenant, timer.key());
-            self.push_to(shard, tenant, make(timer, tx))
-        });
-        answer(pushed, rx)
+        self.call_packed(tenant, pack(tenant, key, &[], &[]), make)
     }
 }
 
