@@ -156,9 +156,13 @@ fn dense_timers_within_the_spin_window_leave_the_shards_other_tasks_prompt() {
     engine.shutdown().expect("clean shutdown");
     assert_eq!(fired, 15_000);
     assert_eq!(early, 0);
+    // A shard that does not yield after a pass that fired keeps its companion waiting for much
+    // of the 1.5 s spread (723 ms with that yield taken out). The bound sits well between: a
+    // host that deschedules the thread adds a pause of its own (101 ms was seen once under
+    // AddressSanitizer on a busy 2-core host), which is not the shard's doing.
     let worst = worst_companion.load(Ordering::Relaxed);
     assert!(
-        worst < 100_000,
+        worst < 300_000,
         "the shard's other task waited {worst} µs past its 1 ms timer while the shard spun"
     );
 }
