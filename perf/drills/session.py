@@ -13,12 +13,18 @@ What runs (SECONDS of load, default 30; a SIGKILL every 3-6 s):
   - a bulk cancel of 12,000 `acme` timers under `bulk-` (due 50 s after the start), sent again
     until its action reports `done` (an action cut by a kill reports `interrupted`);
   - 400 `acme` timers under `keep-` due in an hour, listed by prefix 97 a page after each start;
-  - each tenant's token against the other's timers (401).
+  - each tenant's token against the other's timers (401);
+  - a recurring schedule of `shop` every second, catch-up `all`, to the same receiver;
+  - a third tenant, `jobs`, with a pull queue and no callback: timers PUT by one connection
+    (due in 0.1-1.5 s), received by a consumer in long polls and acknowledged.
 Checks (exit 1 on any failure): never early; every acknowledged create-only and compare-and-set
 version that nothing replaced was delivered; each debounced key fired at least once per
 `max_wait_ms` (plus the outages) while it was written, and its last acknowledged payload was
 delivered; no `bulk-` timer fired and none is listed; each listing held the 400 `keep-` keys
-once each; every signature verified; SIGTERM exits 0."""
+once each; every signature verified; the schedule's occurrences came one a second with none
+missing from the first to the last, each under one version and one `sequence`, one higher than
+the last; every acknowledged `jobs` timer was received, none before its deadline and none again
+after an ack answered 204, and the queue is empty at the end; SIGTERM exits 0."""
 
 import argparse
 import http.client
@@ -35,9 +41,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import free_port, log, now_us  # noqa: E402
 from crash_procs import CHILDREN, SECRET, Receiver, Server  # noqa: E402
 
-TOKENS = {"shop": "shop-token-0123456789abcdef0123456789ab", "acme": "acme-token-0123456789abcdef0123456789ab"}
+TOKENS = {"shop": "shop-token-0123456789abcdef0123456789ab", "acme": "acme-token-0123456789abcdef0123456789ab",
+          "jobs": "jobs-token-0123456789abcdef0123456789ab"}
 DEBOUNCE_KEYS, MAX_WAIT_MS, DEBOUNCE_DELAY_MS = 4, 1500, 400
 BULK, KEEP, BULK_DUE_S = 12000, 400, 50
+TICK_US = 1_000_000
 
 
 class Cut(Exception):
@@ -79,6 +87,10 @@ class Told:
         self.ended = set()     # (tenant, key, version) replaced or cancelled by an acknowledged op
         self.uncertain = set()  # (tenant, key): a request cut by a kill
         self.debounce = {}     # key -> [(acked_us, payload)]
+        self.queued = {}       # (key, version) of `jobs` -> fire_at_us, acknowledged
+        self.jobs_uncertain = 0  # `jobs` PUTs cut by a kill (their key is never checked)
+        self.received = {}     # (key, version) -> [receive_count, ...]
+        self.acked_msgs = set()  # (key, version) whose ack answered 204
         self.fails = []
 
     def fail(self, msg):
@@ -177,6 +189,105 @@ def list_keep(port, told):
         told.fail(f"listing keep- held {len(seen)} keys, {len(set(seen))} distinct; expected the {KEEP} once each")
 
 
+def producer(port, told, stop, rng):
+    """`jobs` timers without a callback: each enters the tenant's queue when it fires."""
+    api, n = Api(port, "jobs"), 0
+    while not stop.is_set():
+        n += 1
+        try:
+            st, v = api.call("PUT", f"/v1/timers/jobs/job-{n}", {"delay_ms": rng.randint(100, 1500), "payload": {"n": n}})
+        except Cut:
+            with told.lock:
+                told.jobs_uncertain += 1
+            time.sleep(0.05)
+            continue
+        if st == 201:
+            with told.lock:
+                told.queued[(f"job-{n}", v["version"])] = v["fire_at_us"]
+        elif st not in (503, 429):
+            told.fail(f"jobs PUT job-{n}: {st} {v}")
+        time.sleep(0.02)
+
+
+def consumer(port, told, stop):
+    """Receives `jobs` messages in long polls and acknowledges each batch."""
+    api = Api(port, "jobs")
+    while not stop.is_set():
+        try:
+            st, v = api.call("POST", "/v1/queues/jobs/receive", {"max": 50, "wait_ms": 1000, "visibility_ms": 5000})
+        except Cut:
+            time.sleep(0.1)
+            continue
+        if st != 200:
+            if st not in (503, 429):
+                told.fail(f"receive: {st} {v}")
+            time.sleep(0.1)
+            continue
+        got_us = now_us()
+        with told.lock:
+            for m in v["messages"]:
+                ident = (m["key"], m["version"])
+                if ident in told.acked_msgs:
+                    told.fail(f"received again after its ack answered 204: {ident}, receive_count {m['receive_count']}")
+                if m["fire_at_us"] > got_us or m["fired_at_us"] < m["fire_at_us"]:
+                    told.fail(f"received before its deadline: {m}")
+                told.received.setdefault(ident, []).append(m["receive_count"])
+        receipts = {m["receipt"]: (m["key"], m["version"]) for m in v["messages"]}
+        if not receipts:
+            continue
+        try:
+            st, r = api.call("POST", "/v1/queues/jobs/ack", {"receipts": list(receipts)})
+        except Cut:
+            continue
+        if st != 200:
+            if st != 503:
+                told.fail(f"ack: {st} {r}")
+            continue
+        with told.lock:
+            for res in r["results"]:
+                if res["status"] == 204:
+                    told.acked_msgs.add(receipts[res["receipt"]])
+                elif res["status"] not in (409, 404, 503):
+                    told.fail(f"ack result {res}")
+
+
+def judge_queue(told, port):
+    """Every acknowledged `jobs` timer received; the queue empty at the end."""
+    missing = [k for k in told.queued if k not in told.received]
+    if missing:
+        told.fail(f"jobs: {len(missing)} acknowledged timers never received, e.g. {missing[:3]}")
+    twice = sum(1 for v in told.received.values() if len(v) > 1)
+    st, q = Api(port, "jobs").call("GET", "/v1/queues/jobs")
+    if st != 200 or q["depth"] or q["in_flight"]:
+        told.fail(f"jobs queue not empty at the end: {st} {q}")
+    log(f"queue: {len(told.queued)} timers acknowledged ({told.jobs_uncertain} PUT attempts cut by a kill), "
+        f"{len(told.received)} received ({twice} more than once), {len(told.acked_msgs)} acks answered 204")
+
+
+def judge_schedule(told, receiver, last_write):
+    """The `tick` schedule: one occurrence a second, none missing, each once by version and sequence."""
+    occ = {}
+    for a in receiver.attempts:
+        if a["tenant"] == "shop" and (a["key"] or "").startswith("@tick@") and a["status"] == 200:
+            p = a["payload"] or {}
+            occ.setdefault(p.get("occurrence_us"), set()).add((a["version"], p.get("sequence")))
+    if not occ:
+        told.fail("schedule tick: no occurrence delivered")
+        return
+    times = sorted(occ)
+    for o in times:
+        if len(occ[o]) > 1:
+            told.fail(f"schedule tick: occurrence {o} delivered under {sorted(occ[o])} (version, sequence)")
+    for a, b in zip(times, times[1:]):
+        if b - a != TICK_US:
+            told.fail(f"schedule tick: {(b - a) // TICK_US - 1} occurrences missing after {a}")
+        elif min(s for _, s in occ[b]) != max(s for _, s in occ[a]) + 1:
+            told.fail(f"schedule tick: sequence {sorted(occ[a])} then {sorted(occ[b])}")
+    if times[-1] < last_write:
+        told.fail(f"schedule tick: the last occurrence delivered, {times[-1]}, is before the load ended ({last_write})")
+    log(f"schedule tick: {len(times)} occurrences delivered, one a second")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -191,6 +302,7 @@ def main():
         f.write(f'callback_allow = ["{base}"]\nwebhook_timeout_ms = 2000\n')
         for t in ("shop", "acme"):
             f.write(f'[tenants.{t}]\ntoken = "{TOKENS[t]}"\ncallback_url = "{base}ok/{t}"\nwebhook_secret = "{SECRET}"\n')
+        f.write(f'[tenants.jobs]\ntoken = "{TOKENS["jobs"]}"\nqueue = true\n')
     port = free_port()
     server = Server(args.bin, workdir, port, cfg, ["--data-dir", os.path.join(workdir, "data")])
     server.start()
@@ -208,11 +320,16 @@ def main():
         st, _ = Api(port, who).call("GET", path)
         if st != 401:
             told.fail(f"{who}'s token on {path}: {st}, not 401")
-    stop, cancelled = threading.Event(), threading.Event()
+    st, v = Api(port, "shop").call("PUT", "/v1/schedules/shop/tick", {
+        "every_ms": TICK_US // 1000, "catch_up": {"policy": "all", "window_ms": 3_600_000}, "payload": {"drill": "tick"}})
+    assert st == 201, (st, v)
+    stop, cancelled, drained = threading.Event(), threading.Event(), threading.Event()
     threads = [threading.Thread(target=debouncer, args=(port, told, stop, i)) for i in range(DEBOUNCE_KEYS)]
     threads += [threading.Thread(target=conditional, args=(port, told, stop, i, random.Random(i))) for i in range(2)]
+    threads += [threading.Thread(target=producer, args=(port, told, stop, random.Random(99)))]
+    pull = threading.Thread(target=consumer, args=(port, told, drained))
     bulk = threading.Thread(target=lambda: told.__setattr__("bulk_action", bulk_cancel(port, told, cancelled)))
-    for t in threads + [bulk]:
+    for t in threads + [bulk, pull]:
         t.start()
     t_end = time.monotonic() + args.seconds
     first = True
@@ -229,7 +346,11 @@ def main():
     last_write = now_us()
     # Wait for everything acknowledged to be due and delivered, and past bulk-'s deadline.
     time.sleep(max(0, (start_us + (BULK_DUE_S + 2) * 1_000_000 - now_us()) / 1e6) + 3)
+    drained.set()
+    pull.join()
     judge(told, receiver, server, start_us, last_write, cancelled)
+    judge_schedule(told, receiver, last_write)
+    judge_queue(told, port)
     list_keep(port, told)
     st, v = Api(port, "acme").call("GET", "/v1/timers/acme?prefix=bulk-&limit=10")
     if st != 200 or v["timers"]:
