@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # A user's session: conditional writes, debounce, listing by prefix, a bulk cancel, a recurring
 # schedule and a pull queue, as three tenants with tokens (two with signed webhooks, one with a
-# queue and a consumer) on the journal, the server
-# SIGKILLed every 3-6 s (the first time in the bulk cancel's first moments) and restarted on
-# the same port. Then it checks: nothing early, every acknowledged create-only and
-# compare-and-set version delivered, each debounced key fired while written and its last
-# payload delivered, no bulk-cancelled timer fired or listed, each listing whole, each token
-# refused on the other tenant, the schedule's occurrences one a second with none missing or
-# repeated, every queued timer received and none again after its ack, SIGTERM exits 0. perf/drills/session.py holds the details.
+# queue and a consumer) on the journal, the server SIGKILLed every 3-6 s (the first time in the
+# bulk cancel's first moments) and restarted on the same port. Then it checks: nothing early,
+# every acknowledged create-only and compare-and-set version delivered, each debounced key fired
+# while written and its last payload delivered, no bulk-cancelled timer fired or listed, each
+# listing whole, each token refused on the other tenant, the schedule's occurrences one a second
+# with none missing or repeated, every queued timer received and none again after its ack,
+# SIGTERM exits 0. perf/drills/session.py holds the details.
 #
 #   perf/drills/session.sh [SECONDS]                       # 30 s of load by default
 #   PUNCTUAL_BIN=/path/to/punctual perf/drills/session.sh  # use that binary, build nothing
