@@ -16,7 +16,8 @@ What runs (SECONDS of load, default 30; a SIGKILL every 3-6 s):
   - each tenant's token against the other's timers (401);
   - a recurring schedule of `shop` every second, catch-up `all`, to the same receiver;
   - a third tenant, `jobs`, with a pull queue and no callback: timers PUT by one connection
-    (due in 0.1-1.5 s), received by a consumer in long polls and acknowledged.
+    (due in 0.1-1.5 s), received by a consumer in long polls and acknowledged (one in 20 left
+    unacknowledged on its first receive, as by a consumer that died holding it).
 Checks (exit 1 on any failure): never early; every acknowledged create-only and compare-and-set
 version that nothing replaced was delivered; each debounced key fired at least once per
 `max_wait_ms` (plus the outages) while it was written, and its last acknowledged payload was
@@ -24,7 +25,8 @@ delivered; no `bulk-` timer fired and none is listed; each listing held the 400 
 once each; every signature verified; the schedule's occurrences came one a second with none
 missing from the first to the last, each under one version and one `sequence`, one higher than
 the last; every acknowledged `jobs` timer was received, none before its deadline and none again
-after an ack answered 204, and the queue is empty at the end; SIGTERM exits 0."""
+after an ack answered 204, each one left unacknowledged received again, and the queue is empty
+at the end; SIGTERM exits 0."""
 
 import argparse
 import http.client
@@ -232,7 +234,10 @@ def consumer(port, told, stop):
                 if m["fire_at_us"] > got_us or m["fired_at_us"] < m["fire_at_us"]:
                     told.fail(f"received before its deadline: {m}")
                 told.received.setdefault(ident, []).append(m["receive_count"])
-        receipts = {m["receipt"]: (m["key"], m["version"]) for m in v["messages"]}
+        # One message in 20, on its first receive, is left unacknowledged, as by a consumer
+        # that died holding it: its lease must end and bring it back, across kills as well.
+        receipts = {m["receipt"]: (m["key"], m["version"]) for m in v["messages"]
+                    if not (m["receive_count"] == 1 and dropped(m["key"]))}
         if not receipts:
             continue
         try:
@@ -251,17 +256,27 @@ def consumer(port, told, stop):
                     told.fail(f"ack result {res}")
 
 
+def dropped(key):
+    """Whether the consumer leaves `key`'s first receive unacknowledged."""
+    return int(key.rsplit("-", 1)[1]) % 20 == 7
+
+
 def judge_queue(told, port):
-    """Every acknowledged `jobs` timer received; the queue empty at the end."""
+    """Every acknowledged `jobs` timer received, a dropped one again; the queue empty at the end."""
     missing = [k for k in told.queued if k not in told.received]
     if missing:
         told.fail(f"jobs: {len(missing)} acknowledged timers never received, e.g. {missing[:3]}")
+    back = [k for k in told.queued if dropped(k[0]) and k in told.received]
+    once = [k for k in back if max(told.received[k]) < 2]
+    if once:
+        told.fail(f"jobs: {len(once)} of {len(back)} messages left unacknowledged never came back, e.g. {once[:3]}")
     twice = sum(1 for v in told.received.values() if len(v) > 1)
     st, q = Api(port, "jobs").call("GET", "/v1/queues/jobs")
     if st != 200 or q["depth"] or q["in_flight"]:
         told.fail(f"jobs queue not empty at the end: {st} {q}")
     log(f"queue: {len(told.queued)} timers acknowledged ({told.jobs_uncertain} PUT attempts cut by a kill), "
-        f"{len(told.received)} received ({twice} more than once), {len(told.acked_msgs)} acks answered 204")
+        f"{len(told.received)} received ({twice} more than once; {len(back)} left unacknowledged once on "
+        f"purpose, each received again), {len(told.acked_msgs)} acks answered 204")
 
 
 def judge_schedule(told, receiver, last_write):
