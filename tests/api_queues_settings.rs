@@ -22,51 +22,21 @@ fn start(toml: &str) -> (Server, tempfile::NamedTempFile) {
     (s, f)
 }
 
-fn call(s: &Server, token: &str, method: &str, path: &str, body: &Value) -> (u16, Value) {
-    let auth = format!("Bearer {token}");
-    let text = if body.is_null() {
-        String::new()
-    } else {
-        body.to_string()
-    };
-    let r = s.req_h(method, path, &[("authorization", &auth)], &text);
-    (r.status, r.json())
-}
-
 fn put_due(s: &Server, token: &str, tenant: &str, key: &str) {
     let body = json!({"delay_ms": 0, "payload": {"k": key}});
-    let (status, b) = call(
-        s,
-        token,
-        "PUT",
-        &format!("/v1/timers/{tenant}/{key}"),
-        &body,
-    );
+    let (status, b) = s.call(token, "PUT", &format!("/v1/timers/{tenant}/{key}"), &body);
     assert!(status == 201 || status == 200, "PUT {key}: {status} {b}");
 }
 
 fn depth(s: &Server, token: &str, tenant: &str) -> Value {
-    let (status, d) = call(
-        s,
-        token,
-        "GET",
-        &format!("/v1/queues/{tenant}"),
-        &Value::Null,
-    );
+    let (status, d) = s.call(token, "GET", &format!("/v1/queues/{tenant}"), &Value::Null);
     assert_eq!(status, 200, "{d}");
     d
 }
 
 fn dead_keys(s: &Server, token: &str, tenant: &str) -> Vec<String> {
-    let (_, d) = call(s, token, "GET", &format!("/v1/dead/{tenant}"), &Value::Null);
-    d["dead"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|l| l["key"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    let (_, d) = s.call(token, "GET", &format!("/v1/dead/{tenant}"), &Value::Null);
+    api_support::keys_of(&d["dead"])
 }
 
 /// The value of `family`'s sample for `tenant` in a scrape's text.
@@ -74,6 +44,14 @@ fn sample(text: &str, family: &str, tenant: &str) -> Option<f64> {
     let head = format!("{family}{{tenant=\"{tenant}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&head)?.trim().parse().ok())
+}
+
+/// Asserts `tenant`'s sample of each `punctual_queue_<family>` in a scrape's text.
+fn expect(text: &str, tenant: &str, families: &[(&str, f64)]) {
+    for (family, v) in families {
+        let name = format!("punctual_queue_{family}");
+        assert_eq!(sample(text, &name, tenant), Some(*v), "{name}: {text}");
+    }
 }
 
 fn scrape(s: &Server) -> String {
@@ -204,10 +182,9 @@ fn receives_past_the_tenants_waiting_cap_are_refused_429_until_one_ends() {
     assert_eq!((r.status, r.code()), (429, "too_many_receives".to_string()));
     assert_eq!(r.header("retry-after"), Some("1"));
     // A receive that would not wait is not refused, nor is another tenant's wait.
-    let (status, b) = call(&s, TOKEN, "POST", "/v1/queues/shop/receive", &json!({}));
+    let (status, b) = s.call(TOKEN, "POST", "/v1/queues/shop/receive", &json!({}));
     assert_eq!((status, b), (200, json!({"messages": []})));
-    let (status, b) = call(
-        &s,
+    let (status, b) = s.call(
         OTHER,
         "POST",
         "/v1/queues/other/receive",
@@ -220,8 +197,7 @@ fn receives_past_the_tenants_waiting_cap_are_refused_429_until_one_ends() {
         let text = scrape(&s);
         (sample(&text, "punctual_queue_waiting_receives", "shop") == Some(1.0)).then_some(())
     });
-    let (status, b) = call(
-        &s,
+    let (status, b) = s.call(
         TOKEN,
         "POST",
         "/v1/queues/shop/receive",
@@ -269,7 +245,7 @@ fn queue_metrics_count_receives_acks_nacks_expiries_and_dead_letters_per_tenant(
     assert_eq!(sample(&text, "punctual_queue_ready", "other"), Some(0.0));
     let receive = |max: u64, visibility_ms: u64| {
         let body = json!({"max": max, "visibility_ms": visibility_ms});
-        let (status, b) = call(&s, TOKEN, "POST", "/v1/queues/shop/receive", &body);
+        let (status, b) = s.call(TOKEN, "POST", "/v1/queues/shop/receive", &body);
         assert_eq!(status, 200, "{b}");
         b["messages"].as_array().cloned().unwrap_or_default()
     };
@@ -277,13 +253,7 @@ fn queue_metrics_count_receives_acks_nacks_expiries_and_dead_letters_per_tenant(
     assert_eq!(first.len(), 2);
     let settle = |action: &str, m: &Value| {
         let body = json!({"receipts": [m["receipt"]]});
-        let (status, b) = call(
-            &s,
-            TOKEN,
-            "POST",
-            &format!("/v1/queues/shop/{action}"),
-            &body,
-        );
+        let (status, b) = s.call(TOKEN, "POST", &format!("/v1/queues/shop/{action}"), &body);
         assert_eq!(
             (status, b["results"][0]["status"].clone()),
             (200, json!(204))
@@ -292,43 +262,29 @@ fn queue_metrics_count_receives_acks_nacks_expiries_and_dead_letters_per_tenant(
     settle("ack", &first[0]);
     settle("nack", &first[1]);
     let text = scrape(&s);
-    assert_eq!(
-        sample(&text, "punctual_queue_received_total", "shop"),
-        Some(2.0)
-    );
-    assert_eq!(
-        sample(&text, "punctual_queue_acked_total", "shop"),
-        Some(1.0)
-    );
-    assert_eq!(
-        sample(&text, "punctual_queue_nacked_total", "shop"),
-        Some(1.0)
-    );
-    assert_eq!(sample(&text, "punctual_queue_ready", "shop"), Some(2.0));
+    let shop = [
+        ("received_total", 2.0),
+        ("acked_total", 1.0),
+        ("nacked_total", 1.0),
+    ];
+    expect(&text, "shop", &shop);
+    expect(&text, "shop", &[("ready", 2.0)]);
     // Both left are received, their leases end: the nacked one on its second receive is a
     // dead letter, the other is ready again.
     assert_eq!(receive(10, 300).len(), 2);
-    assert_eq!(
-        sample(&scrape(&s), "punctual_queue_in_flight", "shop"),
-        Some(2.0)
-    );
+    expect(&scrape(&s), "shop", &[("in_flight", 2.0)]);
     let text = eventually("both leases ended", || {
         let text = scrape(&s);
         (sample(&text, "punctual_queue_expired_total", "shop") == Some(2.0)).then_some(text)
     });
-    assert_eq!(
-        sample(&text, "punctual_queue_received_total", "shop"),
-        Some(4.0)
-    );
-    assert_eq!(
-        sample(&text, "punctual_queue_dead_letters_made_total", "shop"),
-        Some(1.0)
-    );
-    assert_eq!(sample(&text, "punctual_queue_in_flight", "shop"), Some(0.0));
-    assert_eq!(
-        sample(&text, "punctual_queue_received_total", "other"),
-        Some(0.0)
-    );
+    let shop = [
+        ("received_total", 4.0),
+        ("dead_letters_made_total", 1.0),
+        ("in_flight", 0.0),
+        ("ready", 1.0),
+    ];
+    expect(&text, "shop", &shop);
+    expect(&text, "other", &[("received_total", 0.0)]);
     promtool_check(&text);
 }
 

@@ -35,64 +35,62 @@ pub(super) fn encode_queues(
         return Ok(());
     }
     type Get = fn(&QueueFigures) -> u64;
-    let counters: [(&str, &str, Get); 6] = [
-        ("punctual_queue_received", "Messages handed out by receives", |q| {
+    use MetricType::{Counter, Gauge};
+    let families: [(&str, &str, MetricType, Get); 9] = [
+        ("punctual_queue_received", "Messages handed out by receives", Counter, |q| {
             q.received.load(Relaxed)
         }),
-        ("punctual_queue_acked", "Messages acknowledged", |q| {
+        ("punctual_queue_acked", "Messages acknowledged", Counter, |q| {
             q.acked.load(Relaxed)
         }),
-        ("punctual_queue_nacked", "Messages given back by a nack", |q| {
+        ("punctual_queue_nacked", "Messages given back by a nack", Counter, |q| {
             q.nacked.load(Relaxed)
         }),
         (
             "punctual_queue_expired",
             "Leases that ended without an ack or a nack (the message is ready again, or a dead letter)",
+            Counter,
             |q| q.expired.load(Relaxed),
         ),
         (
             "punctual_queue_dead_letters_made",
             "Messages that became dead letters: received queue_max_receives times, or ready past queue_retention_s",
+            Counter,
             |q| q.dead.load(Relaxed),
         ),
         (
             "punctual_queue_receives_refused",
             "Receives refused 429 too_many_receives: queue_max_waiting were waiting already",
+            Counter,
             |q| q.refused.load(Relaxed),
         ),
-    ];
-    for (name, help, get) in counters {
-        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-        for (tenant, q) in &rows {
-            family
-                .encode_family(&[("tenant", *tenant)])?
-                .encode_counter::<(), _, u64>(&get(q), None)?;
-        }
-    }
-    let gauges: [(&str, &str, Get); 3] = [
-        (
-            "punctual_queue_ready",
-            "Messages ready to be received",
-            |q| q.ready.load(Relaxed),
-        ),
+        ("punctual_queue_ready", "Messages ready to be received", Gauge, |q| {
+            q.ready.load(Relaxed)
+        }),
         (
             "punctual_queue_in_flight",
             "Messages received and not yet acknowledged (leased)",
+            Gauge,
             |q| q.in_flight.load(Relaxed),
         ),
         (
             "punctual_queue_delayed",
             "Messages nacked with a delay or re-driven, not yet ready",
+            Gauge,
             |q| q.delayed.load(Relaxed),
         ),
     ];
-    for (name, help, get) in gauges {
-        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (name, help, kind, get) in families {
+        let counter = matches!(kind, Counter);
+        let mut family = encoder.encode_descriptor(name, help, None, kind)?;
         for (tenant, q) in &rows {
-            let v = i64::try_from(get(q)).unwrap_or(i64::MAX);
-            family
-                .encode_family(&[("tenant", *tenant)])?
-                .encode_gauge(&v)?;
+            let labels = [("tenant", *tenant)];
+            let mut sample = family.encode_family(&labels)?;
+            if counter {
+                sample.encode_counter::<(), _, u64>(&get(q), None)?;
+            } else {
+                sample.encode_gauge(&i64::try_from(get(q)).unwrap_or(i64::MAX))?;
+            }
         }
     }
     let mut waiting = encoder.encode_descriptor(
