@@ -145,7 +145,6 @@ impl<S: TimeSource> Shard<S> {
                 continue;
             };
             self.queues.made_out(tenant, &key);
-            count(&self.queues.shared, tenant, |q| &q.received, 1);
             got.push(Received {
                 key: key.into(),
                 version,
@@ -155,6 +154,9 @@ impl<S: TimeSource> Shard<S> {
                 receive_count: leased.receive_count,
                 payload,
             });
+        }
+        if !got.is_empty() {
+            count(&self.queues.shared, tenant, |q| &q.received, got.len() as u64);
         }
         if self
             .queues
