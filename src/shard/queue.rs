@@ -156,7 +156,12 @@ impl<S: TimeSource> Shard<S> {
             });
         }
         if !got.is_empty() {
-            count(&self.queues.shared, tenant, |q| &q.received, got.len() as u64);
+            count(
+                &self.queues.shared,
+                tenant,
+                |q| &q.received,
+                got.len() as u64,
+            );
         }
         if self
             .queues
