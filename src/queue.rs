@@ -11,7 +11,7 @@
 //!
 //! | state | deadline in the wheel | at that deadline |
 //! |---|---|---|
-//! | `Ready` | queued at + [`RETENTION`] | a dead letter (too old) |
+//! | `Ready` | queued at + its tenant's retention (`queue_retention_s`, [`DEFAULT_RETENTION`]) | a dead letter (too old) |
 //! | `Leased` (received, not acked) | the end of its visibility timeout | `Ready` again, or a dead letter after `max_receives` receives |
 //! | `Delayed` (nacked with a delay, or re-driven) | the end of the delay | `Ready` |
 //!
@@ -39,11 +39,20 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// How long a message waits to be received before it becomes a dead letter.
-pub const RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long a message waits to be received before it becomes a dead letter, unless the
+/// tenant sets it (`queue_retention_s`).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest retention a tenant may set: a year.
+pub const MAX_RETENTION_S: u64 = 365 * 24 * 3600;
+/// Receives of one tenant that may wait for messages at once (all shards together), unless
+/// the tenant sets it (`queue_max_waiting`); past it a receive that would wait is refused.
+pub const DEFAULT_MAX_WAITING: u32 = 100;
+/// The most waiting receives a tenant may allow.
+pub const MAX_WAITING: u64 = 10_000;
 /// Receives of one message before it becomes a dead letter, unless the tenant sets it.
 pub const DEFAULT_MAX_RECEIVES: u32 = 10;
 /// The longest a receive may wait for messages (`wait_ms`).
@@ -78,7 +87,7 @@ pub struct Message {
     /// The timer's own deadline, and when it fired.
     pub fire_at_us: u64,
     pub fired_at_us: u64,
-    /// When it entered the queue (its fire, or its re-drive): [`RETENTION`] counts from here.
+    /// When it entered the queue (its fire, or its re-drive): its retention counts from here.
     pub queued_at_us: u64,
 }
 
@@ -139,10 +148,9 @@ impl Message {
         })
     }
 
-    /// When a ready message becomes a dead letter for its age.
-    pub fn expires_at_us(&self) -> u64 {
-        let retention = RETENTION.as_micros() as u64;
-        self.queued_at_us.saturating_add(retention)
+    /// When a ready message kept `retention_us` becomes a dead letter for its age.
+    pub fn expires_at_us(&self, retention_us: u64) -> u64 {
+        self.queued_at_us.saturating_add(retention_us)
     }
 }
 
@@ -170,23 +178,101 @@ pub struct ReceiptOf {
     pub lease: u64,
 }
 
+/// One tenant's queue settings (`[tenants.<name>]`: `queue_max_receives`,
+/// `queue_retention_s`, `queue_max_waiting`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueSettings {
+    pub max_receives: u32,
+    pub retention: Duration,
+    pub max_waiting: u32,
+}
+
+impl Default for QueueSettings {
+    fn default() -> QueueSettings {
+        QueueSettings {
+            max_receives: DEFAULT_MAX_RECEIVES,
+            retention: DEFAULT_RETENTION,
+            max_waiting: DEFAULT_MAX_WAITING,
+        }
+    }
+}
+
+impl From<u32> for QueueSettings {
+    /// The defaults, with `max_receives`.
+    fn from(max_receives: u32) -> QueueSettings {
+        QueueSettings {
+            max_receives,
+            ..QueueSettings::default()
+        }
+    }
+}
+
 /// The tenants whose queue is on, the receipts' key, and per tenant the count each of its
 /// messages bumps as it becomes ready (a waiting receive looks at it to know when to ask the
-/// shards again). Shared by all shards and servers; the tenants are fixed at start, so the
-/// map is read without a lock.
+/// shards again), its waiting receives, and its figures for `/metrics`. Shared by all shards
+/// and servers; the tenants are fixed at start, so the map is read without a lock.
 pub struct PullQueues {
     tenants: HashMap<String, TenantQueue>,
     secret: [u8; 32],
 }
 
 struct TenantQueue {
-    max_receives: u32,
+    settings: QueueSettings,
     ready: AtomicU64,
+    /// Receives waiting for messages now (at most `settings.max_waiting`).
+    waiting: AtomicU32,
+    figures: QueueFigures,
+}
+
+/// One tenant's queue figures, all shards together (`/metrics`). The counters are bumped by
+/// the shards as messages change state; the gauges are filled by a scrape from the shards'
+/// counts ([`PullQueues::set_counts`]).
+#[derive(Default)]
+pub struct QueueFigures {
+    /// Messages handed out by receives.
+    pub received: AtomicU64,
+    pub acked: AtomicU64,
+    pub nacked: AtomicU64,
+    /// Leases that ended without an ack or a nack.
+    pub expired: AtomicU64,
+    /// Messages that became dead letters (too many receives, or too old).
+    pub dead: AtomicU64,
+    /// Receives refused for too many waiting (`429 too_many_receives`).
+    pub refused: AtomicU64,
+    pub ready: AtomicU64,
+    pub in_flight: AtomicU64,
+    pub delayed: AtomicU64,
+    /// When the oldest ready message entered the queue, µs (0: none ready).
+    pub oldest_queued_at_us: AtomicU64,
+}
+
+impl QueueFigures {
+    /// `counter += n`, from any shard.
+    pub fn count(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A receive waiting for messages, counted against its tenant's `max_waiting` until dropped.
+pub struct Waiting {
+    queues: Arc<PullQueues>,
+    tenant: String,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(t) = self.queues.tenants.get(&self.tenant) {
+            t.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl PullQueues {
-    /// Queues on for `tenants` (name, `max_receives`); a receipt key drawn from the OS.
-    pub fn new(tenants: impl IntoIterator<Item = (String, u32)>) -> PullQueues {
+    /// Queues on for `tenants` (name, settings, or only `max_receives`); a receipt key drawn
+    /// from the OS.
+    pub fn new<S: Into<QueueSettings>>(
+        tenants: impl IntoIterator<Item = (String, S)>,
+    ) -> PullQueues {
         let mut secret = [0u8; 32];
         if let Err(e) = getrandom::fill(&mut secret) {
             // Without the OS's randomness the key is the time's: receipts stay bound to
@@ -200,15 +286,15 @@ impl PullQueues {
         PullQueues {
             tenants: tenants
                 .into_iter()
-                .map(|(name, max_receives)| {
-                    let ready = AtomicU64::new(0);
-                    (
-                        name,
-                        TenantQueue {
-                            max_receives,
-                            ready,
-                        },
-                    )
+                .map(|(name, settings)| {
+                    let settings = settings.into();
+                    let q = TenantQueue {
+                        settings,
+                        ready: AtomicU64::new(0),
+                        waiting: AtomicU32::new(0),
+                        figures: QueueFigures::default(),
+                    };
+                    (name, q)
                 })
                 .collect(),
             secret,
@@ -217,7 +303,79 @@ impl PullQueues {
 
     /// `tenant`'s `max_receives` if its queue is on.
     pub fn max_receives(&self, tenant: &str) -> Option<u32> {
-        self.tenants.get(tenant).map(|t| t.max_receives)
+        self.tenants.get(tenant).map(|t| t.settings.max_receives)
+    }
+
+    /// `tenant`'s settings if its queue is on.
+    pub fn settings(&self, tenant: &str) -> Option<QueueSettings> {
+        self.tenants.get(tenant).map(|t| t.settings)
+    }
+
+    /// How long `tenant`'s messages are kept ready, in µs ([`DEFAULT_RETENTION`] for a
+    /// tenant without a queue: a message of a tenant whose queue was turned off).
+    pub fn retention_us(&self, tenant: &str) -> u64 {
+        let r = self
+            .tenants
+            .get(tenant)
+            .map_or(DEFAULT_RETENTION, |t| t.settings.retention);
+        r.as_micros() as u64
+    }
+
+    /// `tenant`'s figures, if its queue is on.
+    pub fn figures(&self, tenant: &str) -> Option<&QueueFigures> {
+        self.tenants.get(tenant).map(|t| &t.figures)
+    }
+
+    /// The tenants whose queue is on, by name, with their figures.
+    pub fn all_figures(&self) -> Vec<(&str, &QueueFigures)> {
+        let mut all: Vec<_> = self
+            .tenants
+            .iter()
+            .map(|(name, t)| (name.as_str(), &t.figures))
+            .collect();
+        all.sort_unstable_by_key(|(name, _)| *name);
+        all
+    }
+
+    /// Receives of `tenant` waiting now.
+    pub fn waiting(&self, tenant: &str) -> u32 {
+        self.tenants
+            .get(tenant)
+            .map_or(0, |t| t.waiting.load(Ordering::Relaxed))
+    }
+
+    /// Stores a scrape's count of `tenant`'s messages in its gauges.
+    pub fn set_counts(&self, tenant: &str, c: &QueueCounts) {
+        if let Some(f) = self.figures(tenant) {
+            f.ready.store(c.ready, Ordering::Relaxed);
+            f.in_flight.store(c.in_flight, Ordering::Relaxed);
+            f.delayed.store(c.delayed, Ordering::Relaxed);
+            let oldest = c.oldest_queued_at_us.unwrap_or(0);
+            f.oldest_queued_at_us.store(oldest, Ordering::Relaxed);
+        }
+    }
+
+    /// One more receive of `tenant` waiting, or its `max_waiting` if that many wait already.
+    pub fn start_waiting(self: &Arc<Self>, tenant: &str) -> Result<Waiting, u32> {
+        let Some(t) = self.tenants.get(tenant) else {
+            return Err(0);
+        };
+        let max = t.settings.max_waiting;
+        let took = t
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            });
+        match took {
+            Ok(_) => Ok(Waiting {
+                queues: self.clone(),
+                tenant: tenant.to_string(),
+            }),
+            Err(_) => {
+                QueueFigures::count(&t.figures.refused, 1);
+                Err(max)
+            }
+        }
     }
 
     /// A message of `tenant` became ready on some shard, after its table changed.
@@ -290,7 +448,7 @@ impl PullQueues {
 impl Default for PullQueues {
     /// No tenant has a queue.
     fn default() -> PullQueues {
-        PullQueues::new([])
+        PullQueues::new::<u32>([])
     }
 }
 

@@ -46,7 +46,7 @@ fn a_receipt_opens_for_its_tenant_only() {
 #[test]
 fn a_forged_or_mangled_receipt_is_unknown() {
     use base64::Engine;
-    let q = PullQueues::new([]);
+    let q = PullQueues::new::<u32>([]);
     let r = q.receipt("a", "k", 5, 9);
     let mut raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(&r)
@@ -60,7 +60,7 @@ fn a_forged_or_mangled_receipt_is_unknown() {
     assert_eq!(q.open("a", "!!"), None);
     assert_eq!(q.open("a", &r[..r.len() - 2]), None);
     // Another process's key: the same names, another tag.
-    let other = PullQueues::new([]);
+    let other = PullQueues::new::<u32>([]);
     assert_eq!(other.open("a", &r), None);
 }
 

@@ -92,14 +92,7 @@ fn get(s: &Server, key: &str) -> (u16, Value) {
 
 fn dead_keys(s: &Server) -> Vec<String> {
     let (_, d) = s.json("GET", "/v1/dead/t", "");
-    d["dead"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|l| l["key"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    api_support::keys_of(&d["dead"])
 }
 
 /// Puts the key into `state`, answering its version and deadline.

@@ -29,27 +29,15 @@ fn memory(max_receives: u64, shards: &str) -> (Server, tempfile::NamedTempFile) 
     (s, f)
 }
 
-/// A call as `token`'s tenant: the status and the JSON body.
-fn call(s: &Server, token: &str, method: &str, path: &str, body: &Value) -> (u16, Value) {
-    let auth = format!("Bearer {token}");
-    let text = if body.is_null() {
-        String::new()
-    } else {
-        body.to_string()
-    };
-    let r = s.req_h(method, path, &[("authorization", &auth)], &text);
-    (r.status, r.json())
-}
-
 fn put_due(s: &Server, key: &str, delay_ms: u64) {
     let body = json!({"delay_ms": delay_ms, "payload": {"order": key}});
-    let (status, b) = call(s, TOKEN, "PUT", &format!("/v1/timers/shop/{key}"), &body);
+    let (status, b) = s.call(TOKEN, "PUT", &format!("/v1/timers/shop/{key}"), &body);
     assert!(status == 201 || status == 200, "PUT {key}: {status} {b}");
 }
 
 fn receive(s: &Server, max: u64, wait_ms: u64, visibility_ms: u64) -> Vec<Value> {
     let body = json!({"max": max, "wait_ms": wait_ms, "visibility_ms": visibility_ms});
-    let (status, b) = call(s, TOKEN, "POST", "/v1/queues/shop/receive", &body);
+    let (status, b) = s.call(TOKEN, "POST", "/v1/queues/shop/receive", &body);
     assert_eq!(status, 200, "receive: {b}");
     b["messages"].as_array().cloned().unwrap_or_default()
 }
@@ -75,13 +63,7 @@ fn settle(s: &Server, token: &str, action: &str, receipt: &str, extra: Value) ->
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
         b.extend(e.clone());
     }
-    let (status, b) = call(
-        s,
-        token,
-        "POST",
-        &format!("/v1/queues/shop/{action}"),
-        &body,
-    );
+    let (status, b) = s.call(token, "POST", &format!("/v1/queues/shop/{action}"), &body);
     assert_eq!(status, 200, "{action}: {b}");
     let r = &b["results"][0];
     assert_eq!(r["receipt"], receipt);
@@ -155,12 +137,12 @@ fn receive_ack_nack_extend_and_redelivery_count_receives_and_end_in_dead_letters
         (third[0]["key"].clone(), third[0]["receive_count"].clone()),
         (json!("c"), json!(3))
     );
-    let (_, depth) = call(&s, TOKEN, "GET", "/v1/queues/shop", &Value::Null);
+    let (_, depth) = s.call(TOKEN, "GET", "/v1/queues/shop", &Value::Null);
     assert_eq!(depth["in_flight"], 2, "b extended, c leased: {depth}");
     assert_eq!(depth["max_receives"], 3);
     // The third lease passes too: max_receives reached, c is a dead letter, not ready again.
     let letters = eventually("c becomes a dead letter", || {
-        let (_, d) = call(&s, TOKEN, "GET", "/v1/dead/shop", &Value::Null);
+        let (_, d) = s.call(TOKEN, "GET", "/v1/dead/shop", &Value::Null);
         let keys: Vec<Value> = d["dead"]
             .as_array()?
             .iter()
@@ -174,7 +156,7 @@ fn receive_ack_nack_extend_and_redelivery_count_receives_and_end_in_dead_letters
         "b is still leased, c is dead"
     );
     // Re-driven, it is received again, its receives counted afresh.
-    let (status, _) = call(&s, TOKEN, "POST", "/v1/dead/shop/c/retry", &Value::Null);
+    let (status, _) = s.call(TOKEN, "POST", "/v1/dead/shop/c/retry", &Value::Null);
     assert_eq!(status, 202);
     let back = receive_n(&s, 1, 1000);
     assert_eq!(
@@ -207,7 +189,7 @@ fn a_long_poll_answers_when_a_timer_fires_and_leaves_the_shard_serving() {
     });
     std::thread::sleep(Duration::from_millis(300));
     // The one shard answers other requests while the receive waits.
-    let (status, _) = call(&s, TOKEN, "GET", "/v1/timers/shop/none", &Value::Null);
+    let (status, _) = s.call(TOKEN, "GET", "/v1/timers/shop/none", &Value::Null);
     assert_eq!(status, 404);
     put_due(&s, "late", 200);
     let (status, body, took) = poll.join().expect("poll");
@@ -226,7 +208,7 @@ fn a_long_poll_answers_when_a_timer_fires_and_leaves_the_shard_serving() {
 #[test]
 fn bad_input_is_refused_and_a_tenant_reaches_only_its_own_messages() {
     let (s, _f) = memory(10, "2");
-    let post = |token: &str, path: &str, body: Value| call(&s, token, "POST", path, &body);
+    let post = |token: &str, path: &str, body: Value| s.call(token, "POST", path, &body);
     for body in [
         json!({"max": 0}),
         json!({"max": 1001}),
@@ -242,7 +224,7 @@ fn bad_input_is_refused_and_a_tenant_reaches_only_its_own_messages() {
             "{body}"
         );
     }
-    let (status, _) = call(&s, TOKEN, "POST", "/v1/queues/shop/receive", &json!("{"));
+    let (status, _) = s.call(TOKEN, "POST", "/v1/queues/shop/receive", &json!("{"));
     assert_eq!(status, 400);
     for (action, body) in [
         ("ack", json!({"receipts": []})),
@@ -254,13 +236,12 @@ fn bad_input_is_refused_and_a_tenant_reaches_only_its_own_messages() {
         let (status, b) = post(TOKEN, &format!("/v1/queues/shop/{action}"), body.clone());
         assert_eq!(status, 400, "{action} {body}: {b}");
     }
-    let (status, _) = call(&s, TOKEN, "GET", "/v1/queues/shop/receive", &Value::Null);
+    let (status, _) = s.call(TOKEN, "GET", "/v1/queues/shop/receive", &Value::Null);
     assert_eq!(status, 405);
-    let (status, _) = call(&s, TOKEN, "POST", "/v1/queues/shop/peek", &json!({}));
+    let (status, _) = s.call(TOKEN, "POST", "/v1/queues/shop/peek", &json!({}));
     assert_eq!(status, 404);
     // A tenant without a queue has none; another tenant's token opens nothing.
-    let (status, b) = call(
-        &s,
+    let (status, b) = s.call(
         &format!("{OTHER}x"),
         "GET",
         "/v1/queues/plain",
@@ -270,22 +251,20 @@ fn bad_input_is_refused_and_a_tenant_reaches_only_its_own_messages() {
         (status, b["error"]["code"].clone()),
         (404, json!("not_found"))
     );
-    let (status, _) = call(&s, OTHER, "POST", "/v1/queues/shop/receive", &json!({}));
+    let (status, _) = s.call(OTHER, "POST", "/v1/queues/shop/receive", &json!({}));
     assert_eq!(status, 401);
     // A message of shop's: other's receive never sees it, and shop's receipt is unknown to other.
     put_due(&s, "mine", 0);
     let got = receive_n(&s, 1, 10_000);
     let r = receipt(&got[0]);
-    let (status, b) = call(
-        &s,
+    let (status, b) = s.call(
         OTHER,
         "POST",
         "/v1/queues/other/receive",
         &json!({"wait_ms": 200}),
     );
     assert_eq!((status, b["messages"].clone()), (200, json!([])));
-    let (status, b) = call(
-        &s,
+    let (status, b) = s.call(
         OTHER,
         "POST",
         "/v1/queues/other/ack",
@@ -341,7 +320,7 @@ fn after_a_sigkill_acked_messages_stay_gone_and_leased_ones_come_back() {
         put_due(&first.s, k, 0);
     }
     eventually("the five are ready", || {
-        let (_, d) = call(&first.s, TOKEN, "GET", "/v1/queues/shop", &Value::Null);
+        let (_, d) = first.s.call(TOKEN, "GET", "/v1/queues/shop", &Value::Null);
         (d["ready"] == 5).then_some(())
     });
     first.sigkill();
@@ -385,13 +364,7 @@ fn after_a_sigkill_acked_messages_stay_gone_and_leased_ones_come_back() {
     );
     // The acked ones are gone for good.
     for k in &acked {
-        let (status, _) = call(
-            &second,
-            TOKEN,
-            "GET",
-            &format!("/v1/timers/shop/{k}"),
-            &Value::Null,
-        );
+        let (status, _) = second.call(TOKEN, "GET", &format!("/v1/timers/shop/{k}"), &Value::Null);
         assert_eq!(status, 404, "{k} was acked");
     }
 }

@@ -61,6 +61,8 @@ pub enum ApiError {
     TooManyItems { count: usize, limit: usize },
     #[error("tenant {tenant:?} has reached its quota of {limit} pending timers")]
     QuotaExceeded { tenant: String, limit: u64 },
+    #[error("tenant {tenant:?} has {limit} receives waiting already (queue_max_waiting); retry, or wait less")]
+    TooManyReceives { tenant: String, limit: u32 },
     #[error("{0}")]
     Overloaded(String),
     #[error("{0}")]
@@ -103,7 +105,9 @@ impl ApiError {
             BodyTooLarge { .. } | PayloadTooLarge(_) | TooManyItems { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            QuotaExceeded { .. } | RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            QuotaExceeded { .. } | RateLimited { .. } | TooManyReceives { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Overloaded(_)
             | CapacityExceeded(_)
             | StoreUnavailable { .. }
@@ -139,6 +143,7 @@ impl ApiError {
             PayloadTooLarge(_) => "payload_too_large",
             TooManyItems { .. } => "too_many_items",
             QuotaExceeded { .. } => "quota_exceeded",
+            TooManyReceives { .. } => "too_many_receives",
             Overloaded(_) => "overloaded",
             CapacityExceeded(_) => "capacity_exceeded",
             StoreUnavailable { .. } => "store_unavailable",

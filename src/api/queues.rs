@@ -4,7 +4,10 @@
 //! nothing, looks every millisecond at the count a shard raises when one of the tenant's
 //! messages becomes ready (`PullQueues::ready_count`), asking the shards again only when it
 //! moved: another tenant's traffic never wakes it. A stopping server answers a waiting receive
-//! at once, with what it has (nothing).
+//! at once, with what it has (nothing). At most `queue_max_waiting` receives of a tenant wait at
+//! once (`PullQueues::start_waiting`); one more that would wait is `429 too_many_receives`,
+//! so that one tenant's consumers cannot fill a shard with waiting tasks. A receive that finds
+//! messages, or asks with `wait_ms` 0, is never refused by it.
 
 use super::error::{ApiError, ErrorBody};
 use super::respond::{self, Resp};
@@ -207,6 +210,8 @@ impl App {
         )?;
         let queues = self.handle.pull_queues().clone();
         let until = Instant::now() + Duration::from_millis(wait_ms);
+        // Counted against the tenant's `max_waiting` from its first wait to its answer.
+        let mut waiting = None;
         let got = loop {
             let seen = queues.ready_count(tenant);
             let got = self
@@ -215,6 +220,16 @@ impl App {
                 .await?;
             if !got.is_empty() || Instant::now() >= until || self.shared.is_draining() {
                 break got;
+            }
+            if waiting.is_none() {
+                let w =
+                    queues
+                        .start_waiting(tenant)
+                        .map_err(|limit| ApiError::TooManyReceives {
+                            tenant: tenant.to_string(),
+                            limit,
+                        })?;
+                waiting = Some(w);
             }
             while queues.ready_count(tenant) == seen
                 && Instant::now() < until

@@ -290,7 +290,8 @@ pub fn error(e: &ApiError) -> Resp {
         | ApiError::CapacityExceeded(_)
         | ApiError::ShuttingDown
         | ApiError::PeerUnavailable(_)
-        | ApiError::QuotaExceeded { .. } => {
+        | ApiError::QuotaExceeded { .. }
+        | ApiError::TooManyReceives { .. } => {
             h.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
         ApiError::StoreUnavailable { retry_after_s, .. }

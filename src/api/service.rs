@@ -97,10 +97,16 @@ pub fn serve(config: Config) -> Result<(), String> {
         }
         // The Redis store keeps no queue: its fired timers go to the stream (docs/STORES.md).
         if t.queue == Some(true) && config.store != StoreChoice::Redis {
-            let max = t
-                .queue_max_receives
-                .map_or(crate::queue::DEFAULT_MAX_RECEIVES, |n| n as u32);
-            builder = builder.queue(tenant.clone(), max);
+            let settings = crate::queue::QueueSettings {
+                max_receives: t
+                    .queue_max_receives
+                    .map_or(crate::queue::DEFAULT_MAX_RECEIVES, |n| n as u32),
+                retention: Duration::from_secs(
+                    t.queue_retention_s.unwrap_or(config.queue_retention_s),
+                ),
+                max_waiting: t.queue_max_waiting.unwrap_or(config.queue_max_waiting) as u32,
+            };
+            builder = builder.queue_settings(tenant.clone(), settings);
         }
     }
     builder = match (config.store, &redis) {

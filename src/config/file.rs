@@ -64,6 +64,12 @@ pub struct TenantConfig {
     pub queue: Option<bool>,
     /// Receives of one message before it becomes a dead letter (default 10, 1 to 1,000).
     pub queue_max_receives: Option<u64>,
+    /// Seconds a message stays ready without a receive before it becomes a dead letter
+    /// (default: the top-level `queue_retention_s`).
+    pub queue_retention_s: Option<u64>,
+    /// Receives of this tenant that may wait for messages at once (default: the top-level
+    /// `queue_max_waiting`); past it a receive that would wait is `429 too_many_receives`.
+    pub queue_max_waiting: Option<u64>,
 }
 
 /// What the file may hold: the same keys, all optional; unknown keys are an error.
@@ -111,6 +117,8 @@ pub struct FileConfig {
     pub(super) retry_max_delay_ms: Option<u64>,
     pub(super) open_tenants: Option<bool>,
     pub(super) metrics_token: Option<String>,
+    pub(super) queue_retention_s: Option<u64>,
+    pub(super) queue_max_waiting: Option<u64>,
     #[serde(default)]
     pub(super) tenants: BTreeMap<String, TenantConfig>,
 }

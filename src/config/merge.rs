@@ -270,8 +270,11 @@ impl Config {
                     "must be from 1 to 1000",
                 ));
             }
+            check_queue(&key, t)?;
             check_rate(&key, t)?;
         }
+        let (queue_retention_s, queue_max_waiting) =
+            queue_defaults(file.queue_retention_s, file.queue_max_waiting)?;
         let open_tenants =
             pick::<bool>("open_tenants", &args.open_tenants, file.open_tenants)?.unwrap_or(false);
         let metrics_token = match (&args.metrics_token, file.metrics_token) {
@@ -386,6 +389,8 @@ impl Config {
             )?,
             open_tenants,
             metrics_token,
+            queue_retention_s,
+            queue_max_waiting,
             tenants,
         })
     }
@@ -475,6 +480,54 @@ fn check_advertise(a: &str, redis: Option<&str>) -> Result<(), ConfigError> {
             a,
             format!("applies to a Redis Cluster store only; set `redis` = {cluster}host:port,…/"),
         ));
+    }
+    Ok(())
+}
+
+/// The top-level `queue_retention_s` and `queue_max_waiting`, checked, or their defaults.
+fn queue_defaults(
+    retention_s: Option<u64>,
+    max_waiting: Option<u64>,
+) -> Result<(u64, u64), ConfigError> {
+    let d = Config::default();
+    let retention_s = retention_s.unwrap_or(d.queue_retention_s);
+    let max_waiting = max_waiting.unwrap_or(d.queue_max_waiting);
+    check_retention("queue_retention_s", retention_s)?;
+    in_range(
+        "queue_max_waiting",
+        max_waiting,
+        1,
+        crate::queue::MAX_WAITING,
+    )?;
+    Ok((retention_s, max_waiting))
+}
+
+fn check_retention(key: &str, v: u64) -> Result<(), ConfigError> {
+    use crate::queue::MAX_RETENTION_S;
+    if (1..=MAX_RETENTION_S).contains(&v) {
+        return Ok(());
+    }
+    Err(invalid(
+        key,
+        v,
+        format!(
+            "must be from 1 to {MAX_RETENTION_S} seconds (a year); the default is 604800 (7 days)"
+        ),
+    ))
+}
+
+/// A tenant's `queue_retention_s` and `queue_max_waiting`, when it sets them.
+fn check_queue(key: &str, t: &TenantConfig) -> Result<(), ConfigError> {
+    if let Some(v) = t.queue_retention_s {
+        check_retention(&format!("{key}.queue_retention_s"), v)?;
+    }
+    if let Some(n) = t.queue_max_waiting {
+        in_range(
+            &format!("{key}.queue_max_waiting"),
+            n,
+            1,
+            crate::queue::MAX_WAITING,
+        )?;
     }
     Ok(())
 }

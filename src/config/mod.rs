@@ -109,6 +109,12 @@ pub struct Config {
     pub open_tenants: bool,
     /// `GET /metrics` then needs `Authorization: Bearer <metrics_token>`.
     pub metrics_token: Option<String>,
+    /// Seconds a queued message stays ready before it becomes a dead letter, for tenants
+    /// without their own `queue_retention_s`.
+    pub queue_retention_s: u64,
+    /// Receives that may wait at once per tenant, for tenants without their own
+    /// `queue_max_waiting`.
+    pub queue_max_waiting: u64,
     pub tenants: BTreeMap<String, TenantConfig>,
 }
 
@@ -156,6 +162,8 @@ impl Default for Config {
             webhooks: WebhookConfig::default(),
             open_tenants: false,
             metrics_token: None,
+            queue_retention_s: crate::queue::DEFAULT_RETENTION.as_secs(),
+            queue_max_waiting: crate::queue::DEFAULT_MAX_WAITING as u64,
             tenants: BTreeMap::new(),
         }
     }

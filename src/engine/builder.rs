@@ -71,8 +71,8 @@ pub struct EngineBuilder {
     start_timeout: Option<Duration>,
     shutdown_timeout: Duration,
     quotas: Vec<(String, u64)>,
-    /// Tenants whose queue is on, with their `max_receives` (`queue`).
-    queues: Vec<(String, u32)>,
+    /// Tenants whose queue is on, with their settings (`queue`, `queue_settings`).
+    queues: Vec<(String, crate::queue::QueueSettings)>,
     webhooks: Option<Arc<WebhookSettings>>,
     holders: Option<Arc<dyn Holders>>,
 }
@@ -234,8 +234,23 @@ impl EngineBuilder {
     /// Turns `tenant`'s pull queue on (`queue`): its fired timers without a callback wait as
     /// messages until a consumer receives and acknowledges them, and become dead letters after
     /// `max_receives` receives.
-    pub fn queue(mut self, tenant: impl Into<String>, max_receives: u32) -> Self {
-        self.queues.push((tenant.into(), max_receives.max(1)));
+    pub fn queue(self, tenant: impl Into<String>, max_receives: u32) -> Self {
+        self.queue_settings(tenant, max_receives.into())
+    }
+
+    /// [`EngineBuilder::queue`] with every setting: `max_receives`, the retention of a ready
+    /// message, and the receives that may wait at once.
+    pub fn queue_settings(
+        mut self,
+        tenant: impl Into<String>,
+        mut settings: crate::queue::QueueSettings,
+    ) -> Self {
+        settings.max_receives = settings.max_receives.max(1);
+        settings.max_waiting = settings.max_waiting.max(1);
+        if settings.retention.is_zero() {
+            settings.retention = crate::queue::DEFAULT_RETENTION;
+        }
+        self.queues.push((tenant.into(), settings));
         self
     }
 

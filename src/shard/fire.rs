@@ -281,8 +281,12 @@ impl<S: TimeSource> Shard<S> {
                 };
                 let fate = settle.fate(&f, &record.timer, next);
                 if let Fate::Rearm(_, kept) = &fate {
-                    if Message::decode(kept.meta()).is_some_and(|m| m.state == MessageState::Ready)
-                    {
+                    // Ready again, or still ready (kept past a retention that grew): indexed
+                    // once.
+                    let ready = |meta| {
+                        Message::decode(meta).is_some_and(|m| m.state == MessageState::Ready)
+                    };
+                    if ready(kept.meta()) && !ready(f.meta) {
                         queues.made_ready(f.tenant, f.key, f.version);
                     }
                 }

@@ -5,7 +5,7 @@
 //! | transition | function | store | quota |
 //! |---|---|---|---|
 //! | fired, no callback, queue on → ready | [`enqueued`] (from `fire.rs`, settled by `Settle::fate`) | `fired_kept` | held |
-//! | leased or delayed, at its deadline → ready; leased `max_receives` times, or ready past `RETENTION` → dead | [`message_fired`] | `schedule`, `dead` | held |
+//! | leased or delayed, at its deadline → ready; leased `max_receives` times, or ready past its tenant's retention → dead | [`message_fired`] | `schedule`, `dead` | held |
 //! | ready → leased | [`Shard::queue_receive`] | `schedule` | held |
 //! | leased → acked | [`Shard::queue_settle`] | `cancel` | released (`fate::release`) |
 //! | leased → nacked (ready, delayed, or dead at `max_receives`), extended | [`Shard::queue_settle`] | `schedule`, `dead` | held |
@@ -17,6 +17,9 @@
 //!
 //! Ready messages are found through the shard's ready index (`ready.rs`).
 //!
+//! Each transition bumps its tenant's counter (`QueueFigures`, `/metrics`): one relaxed add,
+//! the only cost the figures put on a fire.
+//!
 //! Cost: a receive is a pop, a table lookup and a re-arm per message; a settle is a lookup and
 //! a re-arm or removal. A count (`GET /v1/queues/{tenant}`) walks the tenant's entries on the
 //! shard: for monitoring, not for a hot loop.
@@ -27,8 +30,8 @@ use crate::clock::TimeSource;
 use crate::error::Error;
 use crate::op::{Reply, Scheduled};
 use crate::queue::{
-    Message, MessageState, PullQueues, QueueCounts, Received, Settled, Settlement,
-    DEFAULT_MAX_RECEIVES, RETENTION,
+    Message, MessageState, PullQueues, QueueCounts, QueueFigures, Received, Settled, Settlement,
+    DEFAULT_MAX_RECEIVES,
 };
 use crate::sink::Next;
 use crate::store::Ack;
@@ -36,20 +39,27 @@ use crate::timer::{sink_meta, FiredTimer, Firing, PackedTimer};
 use crate::units::UtcMicros;
 use crate::wheel::TimerTable;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The message a fired timer enters its tenant's queue as, when it is its own firing, it has
-/// no callback, and its tenant's queue is on: kept for [`RETENTION`], ready.
+/// no callback, and its tenant's queue is on: kept for its tenant's retention, ready.
 pub(super) fn enqueued(shared: &PullQueues, f: &FiredTimer<'_>) -> Option<Next> {
     if f.firing != Firing::Own || !sink_meta(f.meta).is_empty() {
         return None;
     }
-    shared.max_receives(f.tenant)?;
+    let settings = shared.settings(f.tenant)?;
     let m = Message::queued(f.deadline.0, f.fired_at.as_micros().0);
     Some(Next::Reschedule {
-        after: RETENTION,
+        after: settings.retention,
         meta: m.encode(),
     })
+}
+
+/// Counts `n` on `tenant`'s counter `which` picks, if its queue is on.
+fn count(shared: &PullQueues, tenant: &str, which: fn(&QueueFigures) -> &AtomicU64, n: u64) {
+    if let Some(f) = shared.figures(tenant) {
+        QueueFigures::count(which(f), n);
+    }
 }
 
 /// What becomes of a message whose deadline came (see the module's table).
@@ -62,22 +72,25 @@ pub(super) fn message_fired(shared: &PullQueues, f: &FiredTimer<'_>, m: Message)
         .max_receives(f.tenant)
         .unwrap_or(DEFAULT_MAX_RECEIVES);
     let now = f.fired_at.as_micros().0;
-    match m.state {
-        MessageState::Ready => dead,
-        MessageState::Leased if m.receive_count >= max => dead,
-        MessageState::Leased | MessageState::Delayed => {
-            let ready = Message {
-                state: MessageState::Ready,
-                ..m
-            };
-            match ready.expires_at_us().checked_sub(now) {
-                Some(left) if left > 0 => Next::Reschedule {
-                    after: std::time::Duration::from_micros(left),
-                    meta: ready.encode(),
-                },
-                _ => dead,
-            }
-        }
+    if m.state == MessageState::Leased {
+        count(shared, f.tenant, |q| &q.expired, 1);
+    }
+    let ready = Message {
+        state: MessageState::Ready,
+        ..m
+    };
+    let left = ready
+        .expires_at_us(shared.retention_us(f.tenant))
+        .saturating_sub(now);
+    // A ready message fires at the end of its retention; one still young (its tenant's
+    // retention grew across a restart) is kept to its new end.
+    if left == 0 || (m.state == MessageState::Leased && m.receive_count >= max) {
+        count(shared, f.tenant, |q| &q.dead, 1);
+        return dead;
+    }
+    Next::Reschedule {
+        after: std::time::Duration::from_micros(left),
+        meta: ready.encode(),
     }
 }
 
@@ -142,6 +155,14 @@ impl<S: TimeSource> Shard<S> {
                 payload,
             });
         }
+        if !got.is_empty() {
+            count(
+                &self.queues.shared,
+                tenant,
+                |q| &q.received,
+                got.len() as u64,
+            );
+        }
         if self
             .queues
             .ready
@@ -185,11 +206,14 @@ impl<S: TimeSource> Shard<S> {
         let ack = Ack::Then(Box::new(move |r| {
             let _ = reply.send(r.map(|()| Settled::Done));
         }));
-        let max = self
-            .queues
-            .shared
-            .max_receives(tenant)
-            .unwrap_or(DEFAULT_MAX_RECEIVES);
+        let shared = &self.queues.shared;
+        let max = shared.max_receives(tenant).unwrap_or(DEFAULT_MAX_RECEIVES);
+        let expires_at_us = m.expires_at_us(shared.retention_us(tenant));
+        match how {
+            Settlement::Ack => count(shared, tenant, |q| &q.acked, 1),
+            Settlement::Nack { .. } => count(shared, tenant, |q| &q.nacked, 1),
+            Settlement::Extend { .. } => {}
+        }
         let ms = |ms: u64| now.saturating_add_micros(ms.saturating_mul(1000));
         match how {
             Settlement::Ack => {
@@ -201,7 +225,8 @@ impl<S: TimeSource> Shard<S> {
             Settlement::Extend { visibility_ms } => {
                 self.rearm(tenant, key, version, m, ms(visibility_ms), ack);
             }
-            Settlement::Nack { .. } if m.receive_count >= max || m.expires_at_us() <= now.0 => {
+            Settlement::Nack { .. } if m.receive_count >= max || expires_at_us <= now.0 => {
+                count(&self.queues.shared, tenant, |q| &q.dead, 1);
                 let dead = Message {
                     state: MessageState::Ready,
                     ..m
@@ -219,7 +244,7 @@ impl<S: TimeSource> Shard<S> {
                     state: MessageState::Ready,
                     ..m
                 };
-                let at = UtcMicros(ready.expires_at_us());
+                let at = UtcMicros(expires_at_us);
                 if self.rearm(tenant, key, version, ready, at, ack).is_some() {
                     self.queues.made_ready(tenant, key, version);
                 }

@@ -4,7 +4,7 @@
 
 use crate::clock::FakeSource;
 use crate::op::{reply_channel, Op};
-use crate::queue::{PullQueues, Received, Settled, Settlement};
+use crate::queue::{PullQueues, QueueSettings, Received, Settled, Settlement};
 use crate::shard::tests::shard;
 use crate::timer::PackedTimer;
 use crate::units::{UtcMicros, UtcNanos};
@@ -19,10 +19,14 @@ struct Q {
 
 impl Q {
     fn new(max_receives: u32) -> Q {
+        Q::with(max_receives.into())
+    }
+
+    fn with(settings: QueueSettings) -> Q {
         let src = FakeSource::new(UtcNanos(1_750_000_000_000_000_000), 2_900);
         let (mut s, _) = shard(&src);
         s.quotas = Arc::new(crate::quota::Quotas::new([("t".to_string(), 10)], 1));
-        let shared = Arc::new(PullQueues::new([("t".to_string(), max_receives)]));
+        let shared = Arc::new(PullQueues::new([("t".to_string(), settings)]));
         s.queues = crate::shard::ShardQueues::new(shared);
         let quota = s.quotas.get("t").cloned().expect("a quota");
         Q { src, s, quota }
@@ -144,4 +148,54 @@ fn a_nack_with_a_delay_hides_it_until_then_and_an_extend_keeps_the_receipt() {
     assert_eq!((again.len(), again[0].receive_count), (1, 2));
     let c = q.s.queue_count("t");
     assert_eq!((c.ready, c.in_flight, c.delayed), (0, 1, 0));
+}
+
+#[test]
+fn a_message_past_its_tenants_retention_at_its_leases_end_is_a_dead_letter_and_counted() {
+    let mut q = Q::with(QueueSettings {
+        retention: Duration::from_secs(2),
+        ..QueueSettings::default()
+    });
+    q.schedule("a");
+    q.schedule("b");
+    q.pass(2);
+    assert_eq!(q.s.queue_count("t").ready, 2);
+    q.pass(1_000);
+    assert_eq!(q.s.queue_count("t").ready, 2, "not yet 2 s old");
+    // Received: a lease that ends after the retention makes each a dead letter.
+    assert_eq!(q.receive(1_500).len(), 2);
+    q.pass(1_100);
+    let c = q.s.queue_count("t");
+    assert_eq!((c.ready, c.in_flight), (0, 2), "both leased");
+    q.pass(500);
+    let c = q.s.queue_count("t");
+    assert_eq!((c.ready, c.in_flight), (0, 0), "both dead, none ready");
+    assert_eq!(q.quota.pending(), 2, "a dead letter keeps its slot");
+    let f = q.s.queues.shared.figures("t").expect("figures");
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((get(&f.received), get(&f.expired), get(&f.dead)), (2, 2, 2));
+}
+
+#[test]
+fn the_waiting_receives_of_a_tenant_are_capped_and_freed_as_they_end() {
+    let shared = Arc::new(PullQueues::new([
+        (
+            "t".to_string(),
+            QueueSettings {
+                max_waiting: 2,
+                ..QueueSettings::default()
+            },
+        ),
+        ("u".to_string(), QueueSettings::default()),
+    ]));
+    let a = shared.start_waiting("t").expect("first");
+    let b = shared.start_waiting("t").expect("second");
+    assert_eq!(shared.start_waiting("t").err(), Some(2));
+    assert!(shared.start_waiting("u").is_ok(), "another tenant's cap");
+    assert_eq!(shared.waiting("t"), 2);
+    drop(a);
+    let c = shared.start_waiting("t").expect("a place freed");
+    drop((b, c));
+    assert_eq!(shared.waiting("t"), 0);
+    assert!(shared.start_waiting("none").is_err(), "no queue");
 }

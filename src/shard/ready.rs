@@ -9,6 +9,7 @@
 
 use crate::queue::{Message, MessageState, PullQueues};
 use crate::timer::PackedTimer;
+use crate::units::UtcMicros;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -46,6 +47,18 @@ impl ShardQueues {
             .entry(tenant.into())
             .or_default()
             .insert(key.into());
+    }
+
+    /// The deadline a stored message comes back with: a ready one's no later than the end of
+    /// its tenant's retention as configured now (it may have shrunk since it was written).
+    pub fn recovered_deadline(&self, timer: &PackedTimer, deadline: UtcMicros) -> UtcMicros {
+        match Message::decode(timer.meta()) {
+            Some(m) if m.state == MessageState::Ready => {
+                let end = m.expires_at_us(self.shared.retention_us(timer.tenant()));
+                UtcMicros(deadline.0.min(end))
+            }
+            _ => deadline,
+        }
     }
 
     /// A stored message came back (start-up, a partition's load): indexed by its state.

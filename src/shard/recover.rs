@@ -169,6 +169,7 @@ impl Loader<'_> {
             return true;
         }
         let message = crate::queue::is_message(timer.meta()).then(|| timer.clone());
+        let deadline = self.queues.recovered_deadline(&timer, deadline);
         match self.table.insert_with_version(timer, deadline, version) {
             Ok(u) => {
                 if let Some(m) = message {

@@ -234,6 +234,25 @@ impl Server {
         (r.status, r.json())
     }
 
+    /// A call with `Authorization: Bearer <token>` and `body` as JSON (none when null): the
+    /// status and the JSON answer.
+    pub fn call(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let auth = format!("Bearer {token}");
+        let text = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        let r = self.req_h(method, path, &[("authorization", &auth)], &text);
+        (r.status, r.json())
+    }
+
     /// The sum over shards of a metric family's samples in a `/metrics` scrape (a counter by
     /// its family name, without `_total`, or with it).
     pub fn metric(&self, name: &str) -> f64 {
@@ -310,6 +329,17 @@ impl Resp {
             .unwrap_or("")
             .to_string()
     }
+}
+
+/// The `key` of each entry of a listing's array (`{"dead": [...]}`'s, `{"timers": [...]}`'s).
+pub fn keys_of(list: &serde_json::Value) -> Vec<String> {
+    list.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|l| l["key"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub fn request(

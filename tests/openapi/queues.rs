@@ -1,6 +1,7 @@
 //! The pull queues' routes: each documented answer provoked on a server with a queue tenant
 //! (`q`), a tenant with a token, and a tenant without a queue. The 429 and the unknown tenant
-//! are provoked by `admission`, the 501 of the Redis store by `store_down`.
+//! are provoked by `admission` (`rate_limited`) and here (`too_many_receives`), the 501 of the
+//! Redis store by `store_down`.
 
 use super::*;
 
@@ -8,6 +9,7 @@ const QUEUE_TENANTS: &str = r#"
 [tenants.q]
 queue = true
 queue_max_receives = 2
+queue_max_waiting = 1
 [tenants.locked]
 token = "s3cret-0123456789abcdef0123456789"
 queue = true
@@ -98,4 +100,18 @@ pub(super) fn queues(spec: &Spec) {
     assert_eq!(depth.body["in_flight"], 1);
     let empty = api.ask("POST", "/v1/queues/q/receive", "");
     assert_eq!(empty.body["messages"], json!([]));
+    // One receive waits (`queue_max_waiting = 1`): another that would wait is refused.
+    let addr = s.addr;
+    let waiting = std::thread::spawn(move || {
+        let body = br#"{"wait_ms": 3000}"#;
+        request(addr, "POST", "/v1/queues/q/receive", &[], body).status
+    });
+    let waits = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        s.metric("punctual_queue_waiting_receives") == 1.0
+    });
+    assert!(waits, "the first receive never waited");
+    let refused = api.ask("POST", "/v1/queues/q/receive", r#"{"wait_ms": 100}"#);
+    assert_eq!(refused.sc(), (429, "too_many_receives"));
+    assert_eq!(waiting.join().expect("waiting receive"), 200);
 }

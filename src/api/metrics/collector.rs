@@ -1,10 +1,11 @@
 //! The collector a scrape runs: it reads the engine's figures at that moment (nothing is
 //! copied on the hot path) and encodes every family in a fixed order: the per-shard
-//! families, webhooks, the resolver, the labelled gauges, the streams, the build.
+//! families, webhooks, the queues, the resolver, the labelled gauges, the streams, the build.
 
 use super::cluster::{encode_cluster, encode_forwards};
 use super::families::{encode_families, rows, ENGINE_FAMILIES, STORE_FAMILIES};
 use super::gauges::{encode_gauges, encode_resolver, encode_streams};
+use super::queues::encode_queues;
 use super::webhooks::encode_webhooks;
 use crate::api::forward::ForwardStats;
 use crate::engine::Handle;
@@ -33,6 +34,7 @@ impl Collector for EngineCollector {
         let families = ENGINE_FAMILIES.into_iter().chain(STORE_FAMILIES);
         encode_families(families, &rows, &mut encoder)?;
         encode_webhooks(&self.handle, &mut encoder)?;
+        encode_queues(&self.handle, &mut encoder)?;
         encode_resolver(&mut encoder)?;
         encode_gauges(&self.handle, &mut encoder)?;
         encode_streams(&self.handle, &mut encoder)?;

@@ -21,6 +21,7 @@
 //! | `collector.rs` | what a scrape encodes, in order |
 //! | `families.rs` | the per-shard families: one shard's row, and each family's pick from it |
 //! | `webhooks.rs` | the webhook families, per shard and tenant |
+//! | `queues.rs` | the pull queues' families, per tenant (their gauges counted by the scrape) |
 //! | `cluster.rs` | a node's partitions and lease events, on a Redis Cluster shared with other nodes |
 //! | `gauges.rs` | the gauges with other labels: rings, store state, wheel levels, quotas, the resolver, streams |
 
@@ -28,6 +29,7 @@ mod cluster;
 mod collector;
 mod families;
 mod gauges;
+mod queues;
 mod webhooks;
 
 use super::forward::ForwardStats;
@@ -57,6 +59,8 @@ pub const WAITING_SCRAPES: usize = 4;
 /// Everything `/metrics` serves. Cheap to clone.
 #[derive(Clone)]
 pub struct Metrics {
+    /// Asked for the pull queues' counts before each render (`queues.rs`).
+    handle: Handle,
     requests: Family<RequestLabels, Counter>,
     latency: LatencyFamily,
     renderer: Renderer,
@@ -120,13 +124,14 @@ impl Metrics {
             );
         }
         registry.register_collector(Box::new(EngineCollector {
-            handle,
+            handle: handle.clone(),
             store,
             node,
             forwards,
         }));
         Metrics {
             renderer: Renderer::start(Arc::new(registry)),
+            handle,
             requests,
             latency,
         }
@@ -142,6 +147,7 @@ impl Metrics {
     /// The text exposition, rendered on the render thread; the caller's thread only waits
     /// (through its executor's doorbell, when it has one).
     pub async fn scrape(&self) -> Result<String, ScrapeRefused> {
+        queues::count_queues(&self.handle).await;
         self.renderer.scrape().await
     }
 }
