@@ -28,6 +28,7 @@ options.binary_location = "/usr/bin/chromium"
 for arg in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
             "--window-size=1280,800", "--no-first-run", "--disable-extensions"]:
     options.add_argument(arg)
+options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
 driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
 driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                        {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
@@ -184,5 +185,11 @@ until("order-2 delivered", lambda: redriven_state("order-2") == "delivered")
 until("an empty list", lambda: letter_keys() == [])
 shot("all-re-driven")
 
+# The page ran whole under its Content-Security-Policy: nothing refused, no script error.
+logs = driver.get_log("browser")
+broken = [entry["message"] for entry in logs
+          if "Content Security Policy" in entry["message"] or "Uncaught" in entry["message"]]
+assert not broken, broken
+print("browser log:", len(logs), "entries, none a CSP refusal or a script error", flush=True)
 driver.quit()
 print("console: every step passed", flush=True)

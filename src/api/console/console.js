@@ -182,7 +182,7 @@
     if (name === "all") tr.className = "all";
     const rate = seconds > 0 ? (d.fired / seconds).toFixed(1) : "–";
     tr.append(cell(name === "all" ? "all" : name, "text"), cell(rate), cell(String(d.pending)));
-    tr.append(cell(String(M.count(d.buckets))));
+    tr.append(cell(String(d.fired)));
     for (const q of [0.5, 0.99, 0.999]) {
       const v = M.quantile(d.buckets, q);
       tr.append(cell(duration(v, d.buckets), v !== null && v > bound() ? "over" : ""));
