@@ -24,6 +24,8 @@
 //!   callbacks of registrations and the dead-letter routes; `cluster` owns `/cluster`, and
 //!   `cli` the `punctual cluster status` command that asks a node for it.
 //! - `schedules` owns the recurring schedules' routes (`/v1/schedules`).
+//! - `console` serves the operator console (`/console`), a page compiled into the binary
+//!   that acts only through the public API with the token it is given.
 //! - `list` lists a tenant's pending timers by key prefix; `bulk` runs a bulk cancel in the
 //!   background, and `actions` keeps the bulk actions' progress, a bounded number a tenant.
 //!
@@ -41,6 +43,7 @@ mod bulk_run;
 pub mod cli;
 mod clients;
 mod cluster;
+mod console;
 mod drain;
 pub mod error;
 mod forward;

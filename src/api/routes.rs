@@ -156,6 +156,10 @@ impl App {
     ) -> (&'static str, usize, Result<Resp, ApiError>) {
         let path = req.uri().path().to_owned();
         let limit = self.shared.config.max_body_bytes;
+        // Pages for a browser, not an operation of the API (`docs/openapi.yaml` has none).
+        if super::console::is_console(&path) {
+            return ("console", limit, Ok(super::console::serve(&req, &path)));
+        }
         match route(&path) {
             Route::Timer(t, k) => {
                 let name = match *req.method() {
