@@ -15,7 +15,7 @@ import (
 
 // The consumers' tenants, one per test so that no test sees another's messages: each has a
 // queue and a token of its own.
-var consumeNames = []string{"orders", "work", "flaky", "slow", "stopping"}
+var consumeNames = []string{"orders", "work", "flaky", "lingering", "stopping"}
 
 func queueToken(name string) string { return name + "-token-0123456789abcdef0123456789abcdef" }
 
@@ -174,8 +174,8 @@ func TestConsumeNackedMessageComesBack(t *testing.T) {
 // A handler running three times its visibility keeps its lease: the other loop never gets
 // the message, which is received once and acknowledged.
 func TestConsumeExtendsASlowHandler(t *testing.T) {
-	c := queueClient("slow")
-	if _, err := c.Put(ctx(t), "slow", "long", punctual.After(0)); err != nil {
+	c := queueClient("lingering")
+	if _, err := c.Put(ctx(t), "lingering", "long", punctual.After(0)); err != nil {
 		t.Fatal(err)
 	}
 	var handlings, lost atomic.Int64
@@ -190,8 +190,8 @@ func TestConsumeExtendsASlowHandler(t *testing.T) {
 	}
 	var reported atomic.Value
 	o := punctual.ConsumeOptions{Visibility: time.Second, Wait: 200 * time.Millisecond, OnError: func(err error) { reported.Store(err) }}
-	stopA := consumeAsync(c, "slow", h, o)
-	stopB := consumeAsync(c, "slow", h, o)
+	stopA := consumeAsync(c, "lingering", h, o)
+	stopB := consumeAsync(c, "lingering", h, o)
 	waitFor(t, "the handling", 20*time.Second, func() bool { return handlings.Load() >= 1 })
 	time.Sleep(3500 * time.Millisecond) // past its end, so that a second receive would have come
 	if err := stopA(); err != nil {
@@ -203,7 +203,7 @@ func TestConsumeExtendsASlowHandler(t *testing.T) {
 	if handlings.Load() != 1 || lost.Load() != 0 || reported.Load() != nil {
 		t.Fatalf("handlings %d, leases lost %d, reported %v", handlings.Load(), lost.Load(), reported.Load())
 	}
-	emptyQueue(t, c, "slow")
+	emptyQueue(t, c, "lingering")
 }
 
 // Stopping while handlers run: Consume returns only once they are done, with their
