@@ -74,7 +74,9 @@ def test_two_loops_handle_10000_messages_exactly_once(tenants_server):
             with lock:
                 seen[(m.key, m.version)] += 1
 
-        loops = [Loop(c, "work", handle, visibility_ms=60_000, on_error=problems.append) for _ in range(2)]
+        # Two workers, one handler each; a receive brings up to 100 messages, which Python's
+        # cost per request makes worth it.
+        loops = [Loop(c, "work", handle, prefetch=100, visibility_ms=60_000, on_error=problems.append) for _ in range(2)]
         wait_for("10,000 messages handled", 60, lambda: sum(seen.values()) >= N)
         for loop in loops:
             loop.stop()
@@ -106,8 +108,8 @@ def test_a_failed_handler_gets_its_message_again_after_the_nack_delay(tenants_se
 
 
 def test_a_slow_handler_keeps_its_lease_and_the_other_loop_never_gets_it(tenants_server):
-    with client(tenants_server, "slow") as c:
-        c.put("slow", "long", delay_ms=0)
+    with client(tenants_server, "lingering") as c:
+        c.put("lingering", "long", delay_ms=0)
         handled = []
         errors = []
 
@@ -115,13 +117,13 @@ def test_a_slow_handler_keeps_its_lease_and_the_other_loop_never_gets_it(tenants
             handled.append(m.receive_count)
             time.sleep(3)  # three times the visibility
 
-        loops = [Loop(c, "slow", handle, visibility_ms=1000, wait_ms=200, on_error=errors.append) for _ in range(2)]
+        loops = [Loop(c, "lingering", handle, visibility_ms=1000, wait_ms=200, on_error=errors.append) for _ in range(2)]
         wait_for("the handling", 20, lambda: handled)
         time.sleep(3.5)  # past its end, so that a second receive would have come
         for loop in loops:
             loop.stop()
         assert handled == [1] and errors == []
-        assert_empty(c, "slow")
+        assert_empty(c, "lingering")
 
 
 def test_stop_returns_once_the_running_handlers_finish_and_are_acknowledged(tenants_server):
@@ -150,6 +152,26 @@ def test_stop_returns_once_the_running_handlers_finish_and_are_acknowledged(tena
         assert (d.in_flight, d.depth) == (0, 1), d
 
 
+def test_stop_gives_back_the_prefetched_messages_not_begun(tenants_server):
+    with client(tenants_server, "prefetched") as c:
+        put_due(c, "prefetched", "p", 5)
+        release = threading.Event()
+        started = []
+
+        def handle(m):
+            started.append(m.key)
+            release.wait(20)
+
+        loop = Loop(c, "prefetched", handle, prefetch=10, visibility_ms=60_000)
+        wait_for("all five received", 20, lambda: started and c.queue("prefetched").in_flight == 5)
+        loop.stop_event.set()
+        release.set()
+        loop.stop()
+        assert len(started) == 1
+        d = c.queue("prefetched")
+        assert (d.in_flight, d.ready) == (0, 4), d
+
+
 def test_consume_raises_a_receive_that_cannot_succeed(tenants_server):
     with punctual.Client(tenants_server.url, token="acme-token-0123456789abcdef0123456789") as c:
         with pytest.raises(punctual.ApiError) as e:
@@ -172,7 +194,7 @@ def test_async_loops_handle_10000_messages_exactly_once(tenants_server):
                     done.set()
 
             stop = asyncio.Event()
-            loops = [asyncio.ensure_future(c.consume("awork", handle, visibility_ms=60_000, stop=stop, on_error=problems.append))
+            loops = [asyncio.ensure_future(c.consume("awork", handle, prefetch=100, visibility_ms=60_000, stop=stop, on_error=problems.append))
                      for _ in range(2)]
             await asyncio.wait_for(done.wait(), 60)
             stop.set()

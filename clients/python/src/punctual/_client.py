@@ -210,13 +210,14 @@ class Client(_Base):
         """Each lease now ends visibility_ms from now; the receipts stay valid."""
         return self._run(_core.settle_call(tenant, "extend", receipts, visibility_ms=visibility_ms), timeout)
 
-    def consume(self, tenant: str, handler: Callable[[QueueMessage], Any], *, concurrency: int = 1,
+    def consume(self, tenant: str, handler: Callable[[QueueMessage], Any], *, concurrency: int = 1, prefetch: int = 0,
                 visibility_ms: int = 30_000, wait_ms: int = 20_000, nack_delay_ms: int = 5_000,
                 stop: Optional[threading.Event] = None, on_error: Optional[Callable[[Exception], None]] = None) -> None:
         """Receives the tenant's messages and calls handler on each, in up to `concurrency`
         threads at once, until `stop` is set: long-polled receives (wait_ms, at most 20 s) for as
-        many messages as handlers are free, each leased for visibility_ms and extended while its
-        handler runs past half of it; a message whose handler returned is acknowledged (in
+        many messages as handlers are free (and `prefetch` more, held leased until a handler is
+        free: a receive then waits until half of those are free, to bring a batch), each leased
+        for visibility_ms and extended while it is held past half of it; a message whose handler returned is acknowledged (in
         batches), one whose handler raised is nacked to come back after nack_delay_ms. A receive
         that fails with 503, 429 rate_limited, 408 or no answer is not repeated: after a backoff
         (the client's retry policy, at least Retry-After) a new one follows, and what a lost
@@ -224,7 +225,7 @@ class Client(_Base):
         raised. On `stop` it receives no more (what a receive in flight brings is given back),
         lets the running handlers finish, acknowledges or nacks their messages and returns.
         on_error observes what the loop goes on after (a handler's exception, a failed settle)."""
-        _consume.consume(self, tenant, handler, _consume._Options(concurrency, visibility_ms, wait_ms, nack_delay_ms, on_error), stop)
+        _consume.consume(self, tenant, handler, _consume._Options(concurrency, prefetch, visibility_ms, wait_ms, nack_delay_ms, on_error), stop)
 
 
 class AsyncClient(_Base):
@@ -352,9 +353,9 @@ class AsyncClient(_Base):
                      timeout: Optional[float] = None) -> List[SettleResult]:
         return await self._run(_core.settle_call(tenant, "extend", receipts, visibility_ms=visibility_ms), timeout)
 
-    async def consume(self, tenant: str, handler: Callable[[QueueMessage], Awaitable[Any]], *, concurrency: int = 1,
+    async def consume(self, tenant: str, handler: Callable[[QueueMessage], Awaitable[Any]], *, concurrency: int = 1, prefetch: int = 0,
                       visibility_ms: int = 30_000, wait_ms: int = 20_000, nack_delay_ms: int = 5_000,
                       stop: Optional[asyncio.Event] = None, on_error: Optional[Callable[[Exception], None]] = None) -> None:
         """Client.consume for a coroutine handler, up to `concurrency` tasks at once; on `stop`
         a receive in flight is cancelled (what it leased comes back when its leases end)."""
-        await _consume.consume_async(self, tenant, handler, _consume._Options(concurrency, visibility_ms, wait_ms, nack_delay_ms, on_error), stop)
+        await _consume.consume_async(self, tenant, handler, _consume._Options(concurrency, prefetch, visibility_ms, wait_ms, nack_delay_ms, on_error), stop)

@@ -64,12 +64,17 @@ class _Leases:
 
 
 class _Options:
-    def __init__(self, concurrency: int, visibility_ms: int, wait_ms: int, nack_delay_ms: int, on_error: ErrorHook):
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+    def __init__(self, concurrency: int, prefetch: int, visibility_ms: int, wait_ms: int, nack_delay_ms: int, on_error: ErrorHook):
+        if concurrency < 1 or prefetch < 0:
+            raise ValueError("concurrency must be at least 1, prefetch at least 0")
         if visibility_ms < 1:
             raise ValueError("visibility_ms must be at least 1")
         self.concurrency = concurrency
+        # At most `held` messages are leased at once, running or waiting for a handler; a
+        # receive is made once `low` of them are free, so that with a prefetch a receive
+        # brings a batch rather than the one message a finished handler frees.
+        self.held = min(concurrency + prefetch, _BATCH)
+        self.low = max(1, min(prefetch // 2, self.held))
         self.visibility_ms = visibility_ms
         self.wait_ms = max(0, min(wait_ms, 20_000))
         self.nack_delay_ms = max(0, nack_delay_ms)
@@ -100,7 +105,7 @@ def consume(client: "Client", tenant: str, handler: Callable[[QueueMessage], Any
             stop: Optional[threading.Event]) -> None:
     stop = stop or threading.Event()
     leases = _Leases(o.visibility_ms)
-    slots = threading.Semaphore(o.concurrency)
+    slots = threading.Semaphore(o.held)
     handlers = concurrent.futures.ThreadPoolExecutor(o.concurrency, thread_name_prefix="punctual-handler")
     receiver = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="punctual-receive")
     settling = threading.Event()
@@ -120,6 +125,10 @@ def consume(client: "Client", tenant: str, handler: Callable[[QueueMessage], Any
 
     def run(m: QueueMessage) -> None:
         try:
+            if stop.is_set():  # prefetched, not begun: given back
+                leases.done(m.receipt, False)
+                settle("nack", [m.receipt], delay_ms=0)
+                return
             handler(m)
         except Exception as e:  # noqa: BLE001 - a handler's failure nacks its message
             leases.done(m.receipt, False)
@@ -151,13 +160,15 @@ def consume(client: "Client", tenant: str, handler: Callable[[QueueMessage], Any
     settler_thread.start()
     failures = 0
     error: Optional[Exception] = None
+    free = 0
     try:
         while not stop.is_set():
-            if not slots.acquire(timeout=0.05):
-                continue
-            free = 1
-            while free < min(o.concurrency, _BATCH) and slots.acquire(blocking=False):
+            while free < o.held and slots.acquire(blocking=False):
                 free += 1
+            if free < o.low:
+                if slots.acquire(timeout=0.05):
+                    free += 1
+                continue
             sent = time.monotonic()
             f = receiver.submit(client.receive, tenant, max=free, wait_ms=o.wait_ms, visibility_ms=o.visibility_ms)
             while not stop.is_set():
@@ -170,13 +181,9 @@ def consume(client: "Client", tenant: str, handler: Callable[[QueueMessage], Any
                     break
             if stop.is_set():  # what the receive brings is given back
                 f.add_done_callback(give_back)
-                for _ in range(free):
-                    slots.release()
                 break
             e = f.exception()
             if e is not None:
-                for _ in range(free):
-                    slots.release()
                 if not isinstance(e, Exception) or not retriable(e):
                     error = e if isinstance(e, Exception) else RuntimeError(e)
                     break
@@ -186,8 +193,7 @@ def consume(client: "Client", tenant: str, handler: Callable[[QueueMessage], Any
                 continue
             failures = 0
             messages = f.result()
-            for _ in range(free - len(messages)):
-                slots.release()
+            free -= len(messages)
             began = o.lease_start(sent)
             for m in messages:
                 leases.hold(m.receipt, began + o.visibility_ms / 1000)
@@ -205,7 +211,8 @@ async def consume_async(client: "AsyncClient", tenant: str, handler: Callable[[Q
                         stop: Optional[asyncio.Event]) -> None:
     stop = stop or asyncio.Event()
     leases = _Leases(o.visibility_ms)
-    slots = asyncio.Semaphore(o.concurrency)
+    slots = asyncio.Semaphore(o.held)
+    gate = asyncio.Semaphore(o.concurrency)
     running: set = set()
     settling = asyncio.Event()
 
@@ -220,7 +227,12 @@ async def consume_async(client: "AsyncClient", tenant: str, handler: Callable[[Q
 
     async def run(m: QueueMessage) -> None:
         try:
-            await handler(m)
+            async with gate:
+                if stop.is_set():  # prefetched, not begun: given back
+                    leases.done(m.receipt, False)
+                    await settle("nack", [m.receipt], delay_ms=0)
+                    return
+                await handler(m)
         except Exception as e:  # noqa: BLE001 - a handler's failure nacks its message
             leases.done(m.receipt, False)
             o.report(e)
@@ -257,29 +269,28 @@ async def consume_async(client: "AsyncClient", tenant: str, handler: Callable[[Q
     stop_task = asyncio.ensure_future(stopped())
     failures = 0
     error: Optional[Exception] = None
+    free = 0
     try:
         while not stop.is_set():
-            acquire = asyncio.ensure_future(slots.acquire())
-            await asyncio.wait({acquire, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-            if not acquire.done():
-                acquire.cancel()
-                break
-            free = 1
-            while free < min(o.concurrency, _BATCH) and not slots.locked():
+            while free < o.held and not slots.locked():
                 await slots.acquire()
                 free += 1
+            if free < o.low:
+                acquire = asyncio.ensure_future(slots.acquire())
+                await asyncio.wait({acquire, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+                if not acquire.done():
+                    acquire.cancel()
+                    break
+                free += 1
+                continue
             sent = time.monotonic()
             receive = asyncio.ensure_future(client.receive(tenant, max=free, wait_ms=o.wait_ms, visibility_ms=o.visibility_ms))
             await asyncio.wait({receive, stop_task}, return_when=asyncio.FIRST_COMPLETED)
             if not receive.done():  # stopped: the receive is abandoned, its leases end on their own
                 receive.cancel()
-                for _ in range(free):
-                    slots.release()
                 break
             e = receive.exception()
             if e is not None:
-                for _ in range(free):
-                    slots.release()
                 if not isinstance(e, Exception) or not retriable(e):
                     error = e if isinstance(e, Exception) else RuntimeError(e)
                     break
@@ -292,14 +303,11 @@ async def consume_async(client: "AsyncClient", tenant: str, handler: Callable[[Q
                 continue
             failures = 0
             messages = receive.result()
-            for _ in range(free - len(messages)):
-                slots.release()
             if stop.is_set():
                 if messages:
                     await settle("nack", [m.receipt for m in messages], delay_ms=0)
-                    for _ in messages:
-                        slots.release()
                 break
+            free -= len(messages)
             began = o.lease_start(sent)
             for m in messages:
                 leases.hold(m.receipt, began + o.visibility_ms / 1000)
