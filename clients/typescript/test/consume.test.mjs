@@ -137,7 +137,7 @@ test("stop resolves once the running handlers finish, their messages acknowledge
       await pause(100);
       finished.push(m.key);
     },
-    { concurrency: 4, visibility_ms: 60_000 }, // the fourth slot's receive waits as it stops
+    { concurrency: 3, visibility_ms: 60_000 },
   );
   await waitFor("three handlers running", 20_000, () => started.length === 3);
   await pause(100);

@@ -13,14 +13,16 @@ const HERE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const [block, consumer] = [...readFileSync(path.join(HERE, "README.md"), "utf8").matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]);
 const ORDERS_TOKEN = "orders-token-0123456789abcdef0123456789abcdef";
 
-let server, dir;
+let server, queueServer, dir;
 before(async () => {
-  server = await startServer(`[tenants.orders]\ntoken = "${ORDERS_TOKEN}"\nqueue = true\n`);
+  server = await startServer("");
+  queueServer = await startServer(`[tenants.orders]\ntoken = "${ORDERS_TOKEN}"\nqueue = true\n`);
   // Inside the package, so that "punctual-client" resolves to it (its exports).
   dir = mkdtempSync(path.join(HERE, ".readme-"));
 });
 after(async () => {
   await server?.stop();
+  await queueServer?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -61,7 +63,7 @@ test("the quick start runs", async () => {
 });
 
 test("the consumer runs", async () => {
-  process.env.PUNCTUAL_QUEUE_URL = server.url;
+  process.env.PUNCTUAL_QUEUE_URL = queueServer.url;
   process.env.PUNCTUAL_TOKEN = ORDERS_TOKEN;
   assert.equal(await run(consumer, "consumer.mjs"), 'closing order-8813 {"order":8813}');
 });
