@@ -15,7 +15,7 @@ import (
 
 // The consumers' tenants, one per test so that no test sees another's messages: each has a
 // queue and a token of its own.
-var consumeNames = []string{"orders", "work", "flaky", "lingering", "stopping"}
+var consumeNames = []string{"orders", "work", "flaky", "lingering", "stopping", "prefetched"}
 
 func queueToken(name string) string { return name + "-token-0123456789abcdef0123456789abcdef" }
 
@@ -244,6 +244,36 @@ func TestConsumeStopWaitsForRunningHandlers(t *testing.T) {
 	})
 	d, err := c.Queue(ctx(t), "stopping")
 	if err != nil || d.InFlight != 0 || d.Depth != 1 {
+		t.Fatalf("after the stop: %+v %v", d, err)
+	}
+}
+
+// Stopping with prefetched messages not begun gives them back at once.
+func TestConsumeStopGivesBackPrefetchedMessages(t *testing.T) {
+	c := queueClient("prefetched")
+	putDue(t, c, "prefetched", "p", 5)
+	release := make(chan struct{})
+	var started atomic.Int64
+	stop := consumeAsync(c, "prefetched", func(ctx context.Context, m punctual.Message) error {
+		started.Add(1)
+		<-release
+		return nil
+	}, punctual.ConsumeOptions{Prefetch: 10, Visibility: time.Minute})
+	waitFor(t, "all five held", 20*time.Second, func() bool {
+		d, err := c.Queue(ctx(t), "prefetched")
+		return err == nil && d.InFlight == 5 && started.Load() == 1
+	})
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if started.Load() != 1 {
+		t.Fatalf("%d handlers began", started.Load())
+	}
+	if d, err := c.Queue(ctx(t), "prefetched"); err != nil || d.InFlight != 0 || d.Ready != 4 {
 		t.Fatalf("after the stop: %+v %v", d, err)
 	}
 }
