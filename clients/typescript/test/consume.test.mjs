@@ -4,7 +4,7 @@ import { after, before, test } from "node:test";
 import { ApiError, Client } from "punctual-client";
 import { ACME_TOKEN, startServer } from "./harness.mjs";
 
-const TENANTS = ["work", "flaky", "slow", "stopping"];
+const TENANTS = ["work", "flaky", "slow", "stopping", "prefetched"];
 const token = (name) => `${name}-token-0123456789abcdef0123456789abcdef`;
 
 let server;
@@ -152,6 +152,31 @@ test("stop resolves once the running handlers finish, their messages acknowledge
   await waitFor("the message put after the stop, ready", 10_000, async () => (await c.queue("stopping")).ready === 1);
   const d = await c.queue("stopping");
   assert.deepEqual([d.in_flight, d.depth], [0, 1], JSON.stringify(d));
+});
+
+test("stop gives back the prefetched messages not begun", async () => {
+  const c = client("prefetched");
+  await putDue(c, "prefetched", "p", 5);
+  let release;
+  const released = new Promise((r) => (release = r));
+  const started = [];
+  const l = loop(
+    c,
+    "prefetched",
+    async (m) => {
+      started.push(m.key);
+      await released;
+    },
+    { prefetch: 10, visibility_ms: 60_000 },
+  );
+  await waitFor("all five held", 20_000, async () => started.length === 1 && (await c.queue("prefetched")).in_flight === 5);
+  const stopped = l.stop();
+  await pause(100);
+  release();
+  await stopped;
+  assert.equal(started.length, 1);
+  const d = await c.queue("prefetched");
+  assert.deepEqual([d.in_flight, d.ready], [0, 4], JSON.stringify(d));
 });
 
 test("a receive that cannot succeed ends consume with its error", async () => {
