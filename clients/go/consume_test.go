@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,8 @@ func consumeTenants() string {
 	for _, n := range consumeNames {
 		fmt.Fprintf(&b, "[tenants.%s]\ntoken = %q\nqueue = true\n", n, queueToken(n))
 	}
+	// Two requests a second: a consumer's receives are refused 429 rate_limited.
+	fmt.Fprintf(&b, "[tenants.throttled]\ntoken = %q\nqueue = true\nmax_requests_per_s = 2\nburst = 2\n", queueToken("throttled"))
 	return b.String()
 }
 
@@ -275,6 +278,91 @@ func TestConsumeStopGivesBackPrefetchedMessages(t *testing.T) {
 	}
 	if d, err := c.Queue(ctx(t), "prefetched"); err != nil || d.InFlight != 0 || d.Ready != 4 {
 		t.Fatalf("after the stop: %+v %v", d, err)
+	}
+}
+
+// exchange is one request the consumer made: when, its route and its answer.
+type exchange struct {
+	at         time.Time
+	path       string
+	status     int
+	retryAfter string
+}
+
+type recorder struct {
+	mu  sync.Mutex
+	log []exchange
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	at := time.Now()
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err == nil {
+		r.mu.Lock()
+		r.log = append(r.log, exchange{at, req.URL.Path, resp.StatusCode, resp.Header.Get("Retry-After")})
+		r.mu.Unlock()
+	}
+	return resp, err
+}
+
+// A receive refused 429 rate_limited is not repeated at once: the next comes after its
+// Retry-After, and every message is still handled once.
+func TestConsumeBacksOffAfterRateLimitedReceives(t *testing.T) {
+	rec := &recorder{}
+	c := punctual.New(tenants.URL, punctual.WithToken(queueToken("throttled")), punctual.WithHTTPClient(&http.Client{Transport: rec}))
+	putDue(t, c, "throttled", "r", 3)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var limited atomic.Int64
+	stop := consumeAsync(c, "throttled", func(ctx context.Context, m punctual.Message) error {
+		mu.Lock()
+		seen[m.Key]++
+		mu.Unlock()
+		return nil
+	}, punctual.ConsumeOptions{Visibility: time.Minute, Wait: time.Second, OnError: func(err error) {
+		if punctual.ErrorCode(err) == punctual.CodeRateLimited {
+			limited.Add(1)
+		}
+	}})
+	waitFor(t, "three messages handled and a receive refused", 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 3 && limited.Load() > 0
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s handled %d times", k, n)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var receives []exchange
+	for _, e := range rec.log {
+		if strings.HasSuffix(e.path, "/receive") {
+			receives = append(receives, e)
+		}
+	}
+	refused := 0
+	for i, e := range receives {
+		if e.status != 429 || i+1 == len(receives) {
+			continue
+		}
+		refused++
+		wait, err := time.ParseDuration(e.retryAfter + "s")
+		if err != nil || wait <= 0 {
+			t.Fatalf("a 429 with Retry-After %q", e.retryAfter)
+		}
+		// The request's start is before the server's answer: the bound is loose by the
+		// request's own time, never short of what a backoff of Retry-After gives.
+		if gap := receives[i+1].at.Sub(e.at); gap < wait {
+			t.Fatalf("the receive after a 429 with Retry-After %s came %s later", e.retryAfter, gap)
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("no receive was refused and followed by another: %+v", receives)
 	}
 }
 
