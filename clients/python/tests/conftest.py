@@ -225,7 +225,9 @@ max_pending = 2
 token = "{PULL_TOKEN}"
 queue = true
 queue_max_receives = 3
-""" + "".join(f'[tenants.{n}]\ntoken = "{queue_token(n)}"\nqueue = true\n' for n in CONSUME_TENANTS))
+""" + "".join(f'[tenants.{n}]\ntoken = "{queue_token(n)}"\nqueue = true\n' for n in CONSUME_TENANTS)
+        # Two requests a second: a consumer's receives are refused 429 rate_limited.
+        + f'[tenants.throttled]\ntoken = "{queue_token("throttled")}"\nqueue = true\nmax_requests_per_s = 2\nburst = 2\n')
     os.environ["PUNCTUAL_QUEUE_URL"] = s.url  # the README's consumer reads them
     os.environ["PUNCTUAL_TOKEN"] = queue_token("orders")
     yield s

@@ -5,6 +5,7 @@ import collections
 import threading
 import time
 
+import httpx
 import pytest
 
 import punctual
@@ -170,6 +171,37 @@ def test_stop_gives_back_the_prefetched_messages_not_begun(tenants_server):
         assert len(started) == 1
         d = c.queue("prefetched")
         assert (d.in_flight, d.ready) == (0, 4), d
+
+
+def test_a_rate_limited_receive_is_followed_by_the_next_only_after_its_retry_after(tenants_server):
+    log = []  # (when, "request" or the status, path, Retry-After)
+
+    def on_request(request):
+        log.append((time.monotonic(), "request", request.url.path, None))
+
+    def on_response(response):
+        log.append((time.monotonic(), response.status_code, response.request.url.path, response.headers.get("retry-after")))
+
+    http = httpx.Client(event_hooks={"request": [on_request], "response": [on_response]})
+    with punctual.Client(tenants_server.url, token=queue_token("throttled"), http=http) as c:
+        put_due(c, "throttled", "r", 3)
+        seen = collections.Counter()
+        limited = []
+        loop = Loop(c, "throttled", lambda m: seen.update([m.key]), visibility_ms=60_000, wait_ms=1000,
+                    on_error=lambda e: limited.append(e) if getattr(e, "code", "") == "rate_limited" else None)
+        wait_for("three messages handled and a receive refused", 30, lambda: len(seen) == 3 and limited)
+        loop.stop()
+        assert set(seen.values()) == {1}
+    receives = [e for e in log if e[2].endswith("/receive")]
+    refused = 0
+    for i, (at, what, _, retry_after) in enumerate(receives):
+        if what != 429:
+            continue
+        later = [e for e in receives[i + 1:] if e[1] == "request"]
+        if later:
+            refused += 1
+            assert later[0][0] - at >= float(retry_after), (retry_after, later[0][0] - at)
+    assert refused > 0, receives
 
 
 def test_consume_raises_a_receive_that_cannot_succeed(tenants_server):
