@@ -71,6 +71,9 @@ type request struct {
 	body    any
 	safe    bool
 	metrics bool
+	// waits is how long the server may hold the request before it answers (a receive's
+	// long poll), added to the attempt's timeout.
+	waits time.Duration
 }
 
 // answer is a 2xx answer, its body read.
@@ -124,7 +127,7 @@ func (c *Client) do(ctx context.Context, r request) (answer, error) {
 func (c *Client) once(ctx context.Context, r request, body []byte) (answer, error) {
 	if c.retry.AttemptTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.retry.AttemptTimeout)
+		ctx, cancel = context.WithTimeout(ctx, c.retry.AttemptTimeout+r.waits)
 		defer cancel()
 	}
 	u := c.base + r.path

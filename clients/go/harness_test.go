@@ -257,7 +257,7 @@ func TestMain(m *testing.M) {
 			"[tenants.slow]", fmt.Sprintf("token = %q", slowToken), "max_requests_per_s = 1", "burst = 1",
 			"[tenants.capped]", fmt.Sprintf("token = %q", quotaToken), "max_pending = 2",
 			"[tenants.pull]", fmt.Sprintf("token = %q", pullToken), "queue = true",
-		}, "\n") + "\n")
+		}, "\n") + "\n" + consumeTenants())
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -265,6 +265,8 @@ func TestMain(m *testing.M) {
 	}
 	// The README's examples read the server's address from the environment.
 	os.Setenv("PUNCTUAL_URL", open.URL)
+	os.Setenv("PUNCTUAL_QUEUE_URL", tenants.URL)
+	os.Setenv("PUNCTUAL_TOKEN", queueToken("orders"))
 	code := m.Run()
 	open.stop()
 	tenants.stop()

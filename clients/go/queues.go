@@ -97,10 +97,12 @@ func (c *Client) Queue(ctx context.Context, tenant string) (QueueDepth, error) {
 }
 
 // Receive leases up to o.Max ready messages, waiting up to o.WaitMs for the first; an empty
-// list once the wait passes with none ready. Never retried: an attempt whose answer was
+// list once the wait passes with none ready. The attempt's timeout (RetryPolicy.AttemptTimeout)
+// runs from the end of the wait. Never retried: an attempt whose answer was
 // lost leased its messages, which come back only when their leases end.
 func (c *Client) Receive(ctx context.Context, tenant string, o ReceiveOptions) ([]Message, error) {
-	a, err := c.do(ctx, request{method: http.MethodPost, path: queuePath(tenant) + "/receive", body: o})
+	a, err := c.do(ctx, request{method: http.MethodPost, path: queuePath(tenant) + "/receive", body: o,
+		waits: time.Duration(o.WaitMs) * time.Millisecond})
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,14 @@ OLD_SECRET = "rotation-old-0123456789abcdef0123456789"
 WHSEC = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 WHSEC_OLD = "whsec_dGhpcy1pcy10aGUtb2xkLWtleS0wMTIzNDU2Nzg5"
 
+# The consumers' tenants, one per test so that none sees another's messages.
+CONSUME_TENANTS = ["orders", "work", "awork", "flaky", "lingering", "stopping", "astopping", "prefetched"]
+
+
+def queue_token(name: str) -> str:
+    return f"{name}-token-0123456789abcdef0123456789abcdef"
+
+
 # Abstract sockets claiming the ports given out, held while the process lives: the
 # repository's Rust tests claim theirs the same way (tests/support/ports.rs), so no two tests
 # running side by side get one port.
@@ -217,6 +225,10 @@ max_pending = 2
 token = "{PULL_TOKEN}"
 queue = true
 queue_max_receives = 3
-""")
+""" + "".join(f'[tenants.{n}]\ntoken = "{queue_token(n)}"\nqueue = true\n' for n in CONSUME_TENANTS)
+        # Two requests a second: a consumer's receives are refused 429 rate_limited.
+        + f'[tenants.throttled]\ntoken = "{queue_token("throttled")}"\nqueue = true\nmax_requests_per_s = 2\nburst = 2\n')
+    os.environ["PUNCTUAL_QUEUE_URL"] = s.url  # the README's consumer reads them
+    os.environ["PUNCTUAL_TOKEN"] = queue_token("orders")
     yield s
     s.stop()

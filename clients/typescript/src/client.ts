@@ -1,3 +1,4 @@
+import { consume, type ConsumeOptions, type Handler } from "./consume.js";
 import { ApiError, PunctualError, TransportError } from "./errors.js";
 import { backoff, DEFAULT_RETRY, parseRetryAfter, retriable, RetryPolicy, sleep, linkedSignal } from "./retry.js";
 import type {
@@ -301,6 +302,18 @@ export class Client {
    * ApiError not_found for a tenant without a queue. */
   queue(tenant: string, opts?: CallOptions): Promise<QueueDepth> {
     return this.run({ method: "GET", path: `/v1/queues/${seg(tenant)}`, safe: true, read: json }, opts);
+  }
+
+  /** A pull consumer's loop until `options.signal` aborts: long-polled receives for as many
+   * messages as handlers are free (up to `concurrency`), each lease extended at half its
+   * `visibility_ms` while its handler runs, acks in batches, a nack with `nack_delay_ms` when a
+   * handler throws. A receive is never repeated: after a 503, 429 rate_limited, 408 or no
+   * answer it waits (the retry backoff, at least Retry-After) and receives anew, and what a
+   * lost answer leased comes back when its lease ends; any other ApiError ends the loop and
+   * rejects. On abort it receives no more, lets the running handlers finish, settles their
+   * messages and resolves. */
+  consume(tenant: string, handler: Handler, options?: ConsumeOptions): Promise<void> {
+    return consume(this, tenant, handler, options);
   }
 
   private settle(tenant: string, verb: string, body: Record<string, unknown>, opts?: CallOptions): Promise<SettleResult[]> {

@@ -2,6 +2,7 @@
 // schedules, pull queues, health, and verification of the webhooks punctual delivers.
 export { Client } from "./client.js";
 export type { CallOptions, ClientOptions } from "./client.js";
+export type { ConsumeOptions, Handler } from "./consume.js";
 export { ApiError, PunctualError, TransportError, WebhookVerificationError } from "./errors.js";
 export { DEFAULT_RETRY, NO_RETRY } from "./retry.js";
 export type { RetryPolicy } from "./retry.js";

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import threading
 import time
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Union
 
 import httpx
 
-from . import _core
+from . import _consume, _core
 from ._core import Call, RetryPolicy
 from ._errors import ApiError
 from ._types import (Action, BatchItem, BatchResult, Callback, CatchUp, ClusterStatus, DeadLetter, Debounce, DeliveryRetry, Dst, Health,
@@ -209,6 +210,23 @@ class Client(_Base):
         """Each lease now ends visibility_ms from now; the receipts stay valid."""
         return self._run(_core.settle_call(tenant, "extend", receipts, visibility_ms=visibility_ms), timeout)
 
+    def consume(self, tenant: str, handler: Callable[[QueueMessage], Any], *, concurrency: int = 1, prefetch: int = 0,
+                visibility_ms: int = 30_000, wait_ms: int = 20_000, nack_delay_ms: int = 5_000,
+                stop: Optional[threading.Event] = None, on_error: Optional[Callable[[Exception], None]] = None) -> None:
+        """Receives the tenant's messages and calls handler on each, in up to `concurrency`
+        threads at once, until `stop` is set: long-polled receives (wait_ms, at most 20 s) for as
+        many messages as handlers are free (and `prefetch` more, held leased until a handler is
+        free: a receive then waits until half of those are free, to bring a batch), each leased
+        for visibility_ms and extended while it is held past half of it; a message whose handler returned is acknowledged (in
+        batches), one whose handler raised is nacked to come back after nack_delay_ms. A receive
+        that fails with 503, 429 rate_limited, 408 or no answer is not repeated: after a backoff
+        (the client's retry policy, at least Retry-After) a new one follows, and what a lost
+        answer leased comes back when its lease ends; any other ApiError stops the loop and is
+        raised. On `stop` it receives no more (what a receive in flight brings is given back),
+        lets the running handlers finish, acknowledges or nacks their messages and returns.
+        on_error observes what the loop goes on after (a handler's exception, a failed settle)."""
+        _consume.consume(self, tenant, handler, _consume._Options(concurrency, prefetch, visibility_ms, wait_ms, nack_delay_ms, on_error), stop)
+
 
 class AsyncClient(_Base):
     """The same calls as Client, for asyncio; a call is also cancelled with its task (for
@@ -334,3 +352,10 @@ class AsyncClient(_Base):
     async def extend(self, tenant: str, receipts: Sequence[str], *, visibility_ms: int,
                      timeout: Optional[float] = None) -> List[SettleResult]:
         return await self._run(_core.settle_call(tenant, "extend", receipts, visibility_ms=visibility_ms), timeout)
+
+    async def consume(self, tenant: str, handler: Callable[[QueueMessage], Awaitable[Any]], *, concurrency: int = 1, prefetch: int = 0,
+                      visibility_ms: int = 30_000, wait_ms: int = 20_000, nack_delay_ms: int = 5_000,
+                      stop: Optional[asyncio.Event] = None, on_error: Optional[Callable[[Exception], None]] = None) -> None:
+        """Client.consume for a coroutine handler, up to `concurrency` tasks at once; on `stop`
+        a receive in flight is cancelled (what it leased comes back when its leases end)."""
+        await _consume.consume_async(self, tenant, handler, _consume._Options(concurrency, prefetch, visibility_ms, wait_ms, nack_delay_ms, on_error), stop)
