@@ -61,6 +61,9 @@ pub enum ApiError {
     TooManyItems { count: usize, limit: usize },
     #[error("tenant {tenant:?} has reached its quota of {limit} pending timers")]
     QuotaExceeded { tenant: String, limit: u64 },
+    /// A new recurring schedule past the tenant's `max_schedules`.
+    #[error("tenant {tenant:?} has reached its quota of {limit} schedules (max_schedules); delete one first, or replace one under its key")]
+    SchedulesExceeded { tenant: String, limit: u64 },
     #[error("{0}")]
     Overloaded(String),
     #[error("{0}")]
@@ -103,7 +106,9 @@ impl ApiError {
             BodyTooLarge { .. } | PayloadTooLarge(_) | TooManyItems { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            QuotaExceeded { .. } | RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            QuotaExceeded { .. } | SchedulesExceeded { .. } | RateLimited { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Overloaded(_)
             | CapacityExceeded(_)
             | StoreUnavailable { .. }
@@ -138,7 +143,7 @@ impl ApiError {
             BodyTooLarge { .. } => "body_too_large",
             PayloadTooLarge(_) => "payload_too_large",
             TooManyItems { .. } => "too_many_items",
-            QuotaExceeded { .. } => "quota_exceeded",
+            QuotaExceeded { .. } | SchedulesExceeded { .. } => "quota_exceeded",
             Overloaded(_) => "overloaded",
             CapacityExceeded(_) => "capacity_exceeded",
             StoreUnavailable { .. } => "store_unavailable",
