@@ -217,11 +217,9 @@ impl App {
         body: &[u8],
         limits: &Limits,
     ) -> Result<Vec<u8>, ApiError> {
-        let whole: serde_json::Value =
-            serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
-        no_null(&whole)?;
-        let b: PutBody<'_> = serde_json::from_slice(body)
-            .map_err(|e| ApiError::InvalidField(format!("schedule: {e}")))?;
+        let refused = |e: serde_json::Error| ApiError::InvalidField(format!("schedule: {e}"));
+        no_null(&serde_json::from_slice(body).map_err(refused)?)?;
+        let b: PutBody<'_> = serde_json::from_slice(body).map_err(refused)?;
         let spec = ScheduleSpec {
             cron: b.cron,
             every_ms: b.every_ms,
