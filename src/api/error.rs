@@ -63,6 +63,9 @@ pub enum ApiError {
     QuotaExceeded { tenant: String, limit: u64 },
     #[error("tenant {tenant:?} has {limit} receives waiting already (queue_max_waiting); retry, or wait less")]
     TooManyReceives { tenant: String, limit: u32 },
+    /// A new recurring schedule past the tenant's `max_schedules`.
+    #[error("tenant {tenant:?} has reached its quota of {limit} schedules (max_schedules); delete one first, or replace one under its key")]
+    SchedulesExceeded { tenant: String, limit: u64 },
     #[error("{0}")]
     Overloaded(String),
     #[error("{0}")]
@@ -105,7 +108,10 @@ impl ApiError {
             BodyTooLarge { .. } | PayloadTooLarge(_) | TooManyItems { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            QuotaExceeded { .. } | RateLimited { .. } | TooManyReceives { .. } => {
+            QuotaExceeded { .. }
+            | SchedulesExceeded { .. }
+            | RateLimited { .. }
+            | TooManyReceives { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
             }
             Overloaded(_)
@@ -142,7 +148,7 @@ impl ApiError {
             BodyTooLarge { .. } => "body_too_large",
             PayloadTooLarge(_) => "payload_too_large",
             TooManyItems { .. } => "too_many_items",
-            QuotaExceeded { .. } => "quota_exceeded",
+            QuotaExceeded { .. } | SchedulesExceeded { .. } => "quota_exceeded",
             TooManyReceives { .. } => "too_many_receives",
             Overloaded(_) => "overloaded",
             CapacityExceeded(_) => "capacity_exceeded",

@@ -19,6 +19,7 @@ use super::body::{CallbackBody, RetryBody};
 use super::error::ApiError;
 use super::forward::Here;
 use super::respond::{self, Resp};
+use super::schedule_quota::Entered;
 use super::state::App;
 use super::unread::RequestBody;
 use crate::engine::{Cancelled, Condition, Scheduled, TimerInfo};
@@ -136,6 +137,17 @@ impl App {
             Here::Local(req) => req,
             Here::Forwarded(resp) => return Ok(resp),
         };
+        // A write takes no query parameter: its terms are its body's, and a parameter read
+        // as nothing (`?if_version=5`) would write without the condition it meant.
+        if req.method() != Method::GET {
+            super::query::pairs(req.uri().query(), &[]).map_err(|e| match e {
+                ApiError::InvalidField(m) => ApiError::InvalidField(format!(
+                    "{m}: a schedule's {} takes no query parameter",
+                    req.method()
+                )),
+                other => other,
+            })?;
+        }
         let limits = Limits::default();
         match (action, req.method().clone()) {
             (Some("pause" | "resume"), _) => {
@@ -205,8 +217,9 @@ impl App {
         body: &[u8],
         limits: &Limits,
     ) -> Result<Vec<u8>, ApiError> {
-        let b: PutBody<'_> = serde_json::from_slice(body)
-            .map_err(|e| ApiError::InvalidField(format!("schedule: {e}")))?;
+        let refused = |e: serde_json::Error| ApiError::InvalidField(format!("schedule: {e}"));
+        no_null(&serde_json::from_slice(body).map_err(refused)?)?;
+        let b: PutBody<'_> = serde_json::from_slice(body).map_err(refused)?;
         let spec = ScheduleSpec {
             cron: b.cron,
             every_ms: b.every_ms,
@@ -273,6 +286,11 @@ impl App {
             };
             let now = self.handle.now();
             let record = change(old, now)?;
+            // A new schedule needs room under the tenant's quota, held until it is written.
+            let _room = match prior {
+                None => Some(self.room_for_schedule(tenant).await?),
+                Some(_) => None,
+            };
             let schedule = record.schedule(limits).map_err(invalid)?;
             let Some(at) = record.armed_at(&schedule, now) else {
                 return Err(ApiError::InvalidField(
@@ -306,6 +324,31 @@ impl App {
         Err(ApiError::Overloaded(format!(
             "the schedule changed under {TRIES} writes in a row; retry"
         )))
+    }
+
+    /// Room for one more schedule of `tenant`'s under its `max_schedules` (its table's, else
+    /// the top-level one), held and counted by other creations until the answer is dropped,
+    /// after the write; `429` when the quota is reached (`schedule_quota.rs`).
+    async fn room_for_schedule(&self, tenant: &str) -> Result<Entered<'_>, ApiError> {
+        let config = &self.shared.config;
+        let limit = config
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.max_schedules)
+            .unwrap_or(config.max_schedules);
+        let (entered, others) = self.shared.creating.enter(tenant);
+        let room = usize::try_from(limit.saturating_sub(others)).unwrap_or(usize::MAX);
+        let held = match room {
+            0 => 0,
+            _ => self.handle.count_schedules_async(tenant, room).await?,
+        };
+        if held >= room {
+            return Err(ApiError::SchedulesExceeded {
+                tenant: tenant.to_string(),
+                limit,
+            });
+        }
+        Ok(entered)
     }
 
     /// `GET /v1/schedules/{tenant}?after=KEY&limit=N`.
@@ -413,6 +456,34 @@ fn next_of(query: Option<&str>) -> Result<usize, ApiError> {
             })?;
     }
     Ok(n)
+}
+
+/// A `PUT`'s body is an object, and `null` is the value of no field but `payload` (and of
+/// nothing inside one, but inside the payload): a `null` taken for a field left out would
+/// pass a mistake silently, as the timer's `PUT` refuses it (`body.rs`).
+fn no_null(body: &serde_json::Value) -> Result<(), ApiError> {
+    use serde_json::Value;
+    fn inside(v: &Value, path: &str) -> Result<(), ApiError> {
+        match v {
+            Value::Null => Err(ApiError::InvalidField(format!(
+                "{path}: null is not a value here; leave the field out for its default"
+            ))),
+            Value::Object(m) => m
+                .iter()
+                .try_for_each(|(k, v)| inside(v, &format!("{path}.{k}"))),
+            Value::Array(a) => a.iter().try_for_each(|v| inside(v, path)),
+            _ => Ok(()),
+        }
+    }
+    let Value::Object(fields) = body else {
+        return Err(ApiError::InvalidField(
+            "schedule: the body must be a JSON object with \"cron\" or \"every_ms\"".into(),
+        ));
+    };
+    fields
+        .iter()
+        .filter(|(k, _)| *k != "payload")
+        .try_for_each(|(k, v)| inside(v, k))
 }
 
 fn invalid(e: SpecError) -> ApiError {

@@ -43,6 +43,8 @@ pub struct Servers {
     /// Open connections per client address (`clients.rs`).
     pub(super) clients: Clients,
     pub(super) listeners: AtomicUsize,
+    /// New schedules being written, per tenant (`schedule_quota.rs`).
+    pub(super) creating: super::schedule_quota::Creating,
     draining: AtomicBool,
     drain_event: Event,
 }
@@ -81,6 +83,7 @@ impl Servers {
             actions,
             connections: AtomicUsize::new(0),
             listeners: AtomicUsize::new(0),
+            creating: Default::default(),
             draining: AtomicBool::new(false),
             drain_event: Event::new(),
         }

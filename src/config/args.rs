@@ -116,6 +116,10 @@ pub struct ServeArgs {
     /// is reserved for them: a shard's table grows with its timers [default: 10000000].
     #[arg(long, env = "PUNCTUAL_SHARD_CAPACITY", value_name = "N")]
     pub shard_capacity: Option<String>,
+    /// Recurring schedules one tenant may hold, unless its table says; past it a new one gets
+    /// 429 quota_exceeded [default: 10000].
+    #[arg(long, env = "PUNCTUAL_MAX_SCHEDULES", value_name = "N")]
+    pub max_schedules: Option<String>,
     /// Open HTTP connections, all shards together; more are answered 503 and closed
     /// [default: 10000].
     #[arg(long, env = "PUNCTUAL_MAX_CONNECTIONS", value_name = "N")]

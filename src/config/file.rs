@@ -37,6 +37,8 @@ pub struct TenantConfig {
     pub burst: Option<u64>,
     /// Quota of pending timers.
     pub max_pending: Option<u64>,
+    /// Quota of recurring schedules (replaces the top-level `max_schedules`).
+    pub max_schedules: Option<u64>,
     /// The callback of a registration that names none.
     pub callback_url: Option<String>,
     /// URL prefixes this tenant's callbacks must start with (replaces the top-level list).
@@ -95,6 +97,7 @@ pub struct FileConfig {
     pub(super) spin_adaptive: Option<bool>,
     pub(super) ring_capacity: Option<u64>,
     pub(super) shard_capacity: Option<u64>,
+    pub(super) max_schedules: Option<u64>,
     pub(super) max_connections: Option<u64>,
     pub(super) max_connections_per_address: Option<u64>,
     pub(super) max_connections_per_address_exempt: Option<Vec<String>>,

@@ -263,6 +263,13 @@ impl Config {
                     "must be at least 1 (leave it out for no quota)",
                 ));
             }
+            if t.max_schedules == Some(0) {
+                return Err(invalid(
+                    &format!("{key}.max_schedules"),
+                    0,
+                    "must be at least 1",
+                ));
+            }
             if let Some(n) = t.queue_max_receives.filter(|n| !(1..=1000).contains(n)) {
                 return Err(invalid(
                     &format!("{key}.queue_max_receives"),
@@ -326,6 +333,14 @@ impl Config {
                 1,
                 1 << 32,
             )? as usize,
+            max_schedules: u(
+                "max_schedules",
+                &args.max_schedules,
+                file.max_schedules,
+                d.max_schedules,
+                1,
+                1 << 32,
+            )?,
             max_connections: u(
                 "max_connections",
                 &args.max_connections,

@@ -86,6 +86,8 @@ pub struct Config {
     pub spin_adaptive: bool,
     pub ring_capacity: usize,
     pub shard_capacity: usize,
+    /// Recurring schedules a tenant may hold unless its table says (`max_schedules`).
+    pub max_schedules: u64,
     pub max_connections: usize,
     /// Open connections from one client address (an IPv6 client by its /64), all shards
     /// together; more are answered 503 and closed.
@@ -148,6 +150,11 @@ impl Default for Config {
             spin_adaptive: false,
             ring_capacity: 65_536,
             shard_capacity: 10_000_000,
+            // Unlike a timer, a schedule makes work for as long as it lives: at the shortest
+            // period (1 s) 10,000 schedules are 10,000 fires a second for one tenant, a
+            // shard's share of a busy node; and a creation counts the tenant's schedules
+            // (`api/schedule_quota.rs`), O(this) once per new schedule.
+            max_schedules: 10_000,
             max_connections: 10_000,
             max_connections_per_address: 1_000,
             max_connections_per_address_exempt: Vec::new(),

@@ -101,6 +101,23 @@ impl Handle {
         }
     }
 
+    /// How many schedules `tenant` holds, counted up to `limit` (the answer is at most
+    /// `limit`): a listing of the schedules' own timers, without their records.
+    pub fn count_schedules_async(
+        &self,
+        tenant: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<usize>> + Send + 'static {
+        let listed = self.list_timers_async(ListQuery {
+            tenant: tenant.to_string(),
+            prefix: INTERNAL.to_string(),
+            after: None,
+            limit,
+            payloads: false,
+        });
+        async move { Ok(listed.await?.timers.len().min(limit)) }
+    }
+
     fn schedule_call<T: Send + 'static>(
         &self,
         tenant: &str,

@@ -18,11 +18,33 @@ impl Configured {
     pub fn journal(data: &std::path::Path, toml: &str, args: &[&str]) -> Configured {
         let mut config = tempfile::NamedTempFile::new().expect("config file");
         config.write_all(toml.as_bytes()).expect("write config");
+        let all = Self::args(&config, data, args);
+        let s = Server::start(&all.iter().map(String::as_str).collect::<Vec<_>>());
+        Configured { s, _config: config }
+    }
+
+    fn args(
+        config: &tempfile::NamedTempFile,
+        data: &std::path::Path,
+        args: &[&str],
+    ) -> Vec<String> {
         let (cfg, dir) = (config.path().to_string_lossy(), data.to_string_lossy());
         let mut all = vec!["--config", &cfg, "--store", "journal", "--data-dir", &dir];
         all.extend_from_slice(args);
-        let s = Server::start(&all);
-        Configured { s, _config: config }
+        all.into_iter().map(str::to_string).collect()
+    }
+
+    /// Ends the server with SIGKILL and starts it again at once on the same port, config file
+    /// and data directory, with `args` (those it was started with): a supervisor's restart.
+    pub fn restart_after_sigkill(mut self, data: &std::path::Path, args: &[&str]) -> Configured {
+        let _ = self.s.child.kill();
+        let _ = self.s.child.wait();
+        let all = Self::args(&self._config, data, args);
+        let s = Server::start_at(
+            self.s.addr,
+            &all.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        Configured { s, ..self }
     }
 
     /// Ends the server with SIGKILL and waits for it.
