@@ -49,6 +49,8 @@ func (o ConsumeOptions) withDefaults() ConsumeOptions {
 	}
 	if o.Visibility <= 0 {
 		o.Visibility = 30 * time.Second
+	} else if o.Visibility < time.Millisecond {
+		o.Visibility = time.Millisecond // the server's least
 	}
 	if o.Wait <= 0 || o.Wait > 20*time.Second {
 		o.Wait = 20 * time.Second

@@ -29,7 +29,7 @@ WHSEC = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 WHSEC_OLD = "whsec_dGhpcy1pcy10aGUtb2xkLWtleS0wMTIzNDU2Nzg5"
 
 # The consumers' tenants, one per test so that none sees another's messages.
-CONSUME_TENANTS = ["orders", "work", "awork", "flaky", "lingering", "stopping", "astopping", "prefetched"]
+CONSUME_TENANTS = ["orders", "work", "awork", "flaky", "lingering", "stopping", "astopping", "prefetched", "aflaky", "alingering"]
 
 
 def queue_token(name: str) -> str:

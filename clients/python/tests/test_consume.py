@@ -267,3 +267,41 @@ def test_async_stop_waits_for_running_handlers_and_cancels_the_waiting_receive(t
             assert (d.in_flight, d.depth) == (0, 0), d
 
     asyncio.run(main())
+
+
+def test_async_a_failed_handler_is_nacked_and_a_slow_one_extended(tenants_server):
+    async def main():
+        flaky = punctual.AsyncClient(tenants_server.url, token=queue_token("aflaky"))
+        lingering = punctual.AsyncClient(tenants_server.url, token=queue_token("alingering"))
+        async with flaky, lingering:
+            await flaky.put("aflaky", "once", delay_ms=0)
+            await lingering.put("alingering", "long", delay_ms=0)
+            calls, slow, errors = [], [], []
+
+            async def fail_once(m):
+                calls.append((m.receive_count, time.monotonic()))
+                if len(calls) == 1:
+                    raise RuntimeError("the first try fails")
+
+            async def take_long(m):
+                slow.append(m.receive_count)
+                await asyncio.sleep(3)  # three times the visibility
+
+            stop = asyncio.Event()
+            loops = [asyncio.ensure_future(flaky.consume("aflaky", fail_once, nack_delay_ms=300, stop=stop))]
+            loops += [asyncio.ensure_future(lingering.consume("alingering", take_long, visibility_ms=1000, wait_ms=200, stop=stop,
+                                                              on_error=errors.append)) for _ in range(2)]
+            end = time.monotonic() + 20
+            while len(calls) < 2 or not slow:
+                assert time.monotonic() < end, (calls, slow)
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(3.5)  # past the slow handler's end, so that a second receive would have come
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(*loops), 30)
+            assert [n for n, _ in calls] == [1, 2] and calls[1][1] - calls[0][1] >= 0.3
+            assert slow == [1] and errors == []
+            for c, tenant in ((flaky, "aflaky"), (lingering, "alingering")):
+                d = await c.queue(tenant)
+                assert (d.depth, d.in_flight) == (0, 0), d
+
+    asyncio.run(main())

@@ -10,7 +10,10 @@ const token = (name) => `${name}-token-0123456789abcdef0123456789abcdef`;
 let server;
 before(async () => {
   server = await startServer(
-    TENANTS.map((n) => `[tenants.${n}]\ntoken = "${token(n)}"\nqueue = true\n`).join("") + `[tenants.acme]\ntoken = "${ACME_TOKEN}"\n`,
+    TENANTS.map((n) => `[tenants.${n}]\ntoken = "${token(n)}"\nqueue = true\n`).join("") +
+      `[tenants.acme]\ntoken = "${ACME_TOKEN}"\n` +
+      // Two requests a second: a consumer's receives are refused 429 rate_limited.
+      `[tenants.throttled]\ntoken = "${token("throttled")}"\nqueue = true\nmax_requests_per_s = 2\nburst = 2\n`,
   );
 });
 after(async () => {
@@ -177,6 +180,39 @@ test("stop gives back the prefetched messages not begun", async () => {
   assert.equal(started.length, 1);
   const d = await c.queue("prefetched");
   assert.deepEqual([d.in_flight, d.ready], [0, 4], JSON.stringify(d));
+});
+
+test("a rate-limited receive is followed by the next only after its Retry-After", async () => {
+  const log = []; // [when, "request" or the status, path, Retry-After]
+  const recording = async (url, init) => {
+    const path = new URL(url).pathname;
+    log.push([Date.now(), "request", path]);
+    const r = await fetch(url, init);
+    log.push([Date.now(), r.status, path, r.headers.get("retry-after")]);
+    return r;
+  };
+  const c = new Client(server.url, { token: token("throttled"), fetch: recording });
+  await putDue(c, "throttled", "r", 3);
+  const seen = new Map();
+  const limited = [];
+  const l = loop(c, "throttled", (m) => void seen.set(m.key, (seen.get(m.key) ?? 0) + 1), {
+    visibility_ms: 60_000,
+    wait_ms: 1000,
+    onError: (e) => e instanceof ApiError && e.code === "rate_limited" && limited.push(e),
+  });
+  await waitFor("three messages handled and a receive refused", 30_000, () => seen.size === 3 && limited.length > 0);
+  await l.stop();
+  assert.ok([...seen.values()].every((n) => n === 1));
+  const receives = log.filter((e) => e[2].endsWith("/receive"));
+  let refused = 0;
+  receives.forEach(([at, what, , retryAfter], i) => {
+    if (what !== 429) return;
+    const next = receives.slice(i + 1).find((e) => e[1] === "request");
+    if (!next) return;
+    refused++;
+    assert.ok(next[0] - at >= Number(retryAfter) * 1000, `Retry-After ${retryAfter} s, the next receive ${next[0] - at} ms later`);
+  });
+  assert.ok(refused > 0, JSON.stringify(receives));
 });
 
 test("a receive that cannot succeed ends consume with its error", async () => {

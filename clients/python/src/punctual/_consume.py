@@ -101,13 +101,27 @@ class _Options:
                                      + (r.error.message if r.error else "")))
 
 
+def _in_daemon(call: Callable[[], Any]) -> "concurrent.futures.Future[Any]":
+    """call() in a daemon thread: a receive abandoned by a stop keeps no exiting interpreter
+    waiting for its long poll."""
+    f: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+
+    def work() -> None:
+        try:
+            f.set_result(call())
+        except BaseException as e:  # noqa: BLE001 - handed to the loop
+            f.set_exception(e)
+
+    threading.Thread(target=work, name="punctual-receive", daemon=True).start()
+    return f
+
+
 def consume(client: "Client", tenant: str, handler: Callable[[QueueMessage], Any], o: _Options,
             stop: Optional[threading.Event]) -> None:
     stop = stop or threading.Event()
     leases = _Leases(o.visibility_ms)
     slots = threading.Semaphore(o.held)
     handlers = concurrent.futures.ThreadPoolExecutor(o.concurrency, thread_name_prefix="punctual-handler")
-    receiver = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="punctual-receive")
     settling = threading.Event()
 
     def settle(verb: str, receipts: List[str], **kw: int) -> List[SettleResult]:
@@ -170,7 +184,7 @@ def consume(client: "Client", tenant: str, handler: Callable[[QueueMessage], Any
                     free += 1
                 continue
             sent = time.monotonic()
-            f = receiver.submit(client.receive, tenant, max=free, wait_ms=o.wait_ms, visibility_ms=o.visibility_ms)
+            f = _in_daemon(lambda: client.receive(tenant, max=free, wait_ms=o.wait_ms, visibility_ms=o.visibility_ms))
             while not stop.is_set():
                 try:
                     f.result(timeout=0.05)
@@ -200,7 +214,6 @@ def consume(client: "Client", tenant: str, handler: Callable[[QueueMessage], Any
                 handlers.submit(run, m)
     finally:
         handlers.shutdown(wait=True)
-        receiver.shutdown(wait=False)
         settling.set()
         settler_thread.join()
     if error is not None:
