@@ -97,9 +97,10 @@ pub(crate) enum Op {
         how: Settlement,
         reply: Reply<Result<Settled, Error>>,
     },
-    /// The shard's count of `tenant`'s messages.
+    /// The shard's count of `tenant`'s messages: walked (`walk`), or the index's lengths.
     QueueCount {
         tenant: String,
+        walk: bool,
         reply: Reply<Result<QueueCounts, Error>>,
     },
 }

@@ -111,9 +111,7 @@ impl ApiError {
             QuotaExceeded { .. }
             | SchedulesExceeded { .. }
             | RateLimited { .. }
-            | TooManyReceives { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            | TooManyReceives { .. } => StatusCode::TOO_MANY_REQUESTS,
             Overloaded(_)
             | CapacityExceeded(_)
             | StoreUnavailable { .. }

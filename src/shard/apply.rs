@@ -216,8 +216,16 @@ impl<S: TimeSource> Shard<S> {
                 how,
                 reply,
             } => self.queue_settle(&timer, (version, lease), how, reply),
-            Op::QueueCount { tenant, reply } => {
-                let _ = reply.send(Ok(self.queue_count(&tenant)));
+            Op::QueueCount {
+                tenant,
+                walk,
+                reply,
+            } => {
+                let counts = match walk {
+                    true => self.queue_count(&tenant),
+                    false => self.queue_lengths(&tenant),
+                };
+                let _ = reply.send(Ok(counts));
             }
         }
     }

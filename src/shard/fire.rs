@@ -264,7 +264,12 @@ impl<S: TimeSource> Shard<S> {
                 };
                 // A queued message changes state at its deadline; the sinks never see it.
                 let next = match Message::decode(f.meta) {
-                    Some(m) => message_fired(&queues.shared, &f, m),
+                    Some(m) => {
+                        if m.state != MessageState::Ready {
+                            queues.settled(f.tenant, f.key);
+                        }
+                        message_fired(&queues.shared, &f, m)
+                    }
                     None => {
                         let mut next = Next::Done;
                         for sink in sinks.iter_mut() {

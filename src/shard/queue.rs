@@ -22,7 +22,8 @@
 //!
 //! Cost: a receive is a pop, a table lookup and a re-arm per message; a settle is a lookup and
 //! a re-arm or removal. A count (`GET /v1/queues/{tenant}`) walks the tenant's entries on the
-//! shard: for monitoring, not for a hot loop.
+//! shard: for monitoring, not for a hot loop; a scrape reads the index's lengths instead
+//! ([`Shard::queue_lengths`]).
 
 use super::fate::release;
 use super::Shard;
@@ -144,7 +145,7 @@ impl<S: TimeSource> Shard<S> {
             else {
                 continue;
             };
-            self.queues.made_out(tenant, &key);
+            self.queues.made_out(tenant, &key, false);
             got.push(Received {
                 key: key.into(),
                 version,
@@ -215,6 +216,9 @@ impl<S: TimeSource> Shard<S> {
             Settlement::Extend { .. } => {}
         }
         let ms = |ms: u64| now.saturating_add_micros(ms.saturating_mul(1000));
+        if !matches!(how, Settlement::Extend { .. }) {
+            self.queues.settled(tenant, key);
+        }
         match how {
             Settlement::Ack => {
                 if self.table.cancel(timer.identity()).is_some() {
@@ -254,7 +258,12 @@ impl<S: TimeSource> Shard<S> {
                     state: MessageState::Delayed,
                     ..m
                 };
-                self.rearm(tenant, key, version, delayed, ms(delay_ms), ack);
+                if self
+                    .rearm(tenant, key, version, delayed, ms(delay_ms), ack)
+                    .is_some()
+                {
+                    self.queues.made_out(tenant, key, true);
+                }
             }
         }
         self.metrics
@@ -298,6 +307,34 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 
+    /// The shard's figures of `tenant`'s messages for a scrape, from the index's lengths
+    /// (`ready.rs` says what they may still count), with no walk: the oldest ready message is
+    /// the one at the head of the ready index once the entries there that moved on are dropped.
+    pub(super) fn queue_lengths(&mut self, tenant: &str) -> QueueCounts {
+        let table = &self.table;
+        let mut oldest = None;
+        if let Some(q) = self.queues.ready.get_mut(tenant) {
+            while let Some((key, version)) = q.front() {
+                match message_at(table, tenant, key) {
+                    Some((m, v, _)) if v == *version && m.state == MessageState::Ready => {
+                        oldest = Some(m.queued_at_us);
+                        break;
+                    }
+                    _ => {
+                        q.pop_front();
+                    }
+                }
+            }
+        }
+        let (ready, in_flight, delayed) = self.queues.lengths(tenant);
+        QueueCounts {
+            ready,
+            in_flight,
+            delayed,
+            oldest_queued_at_us: oldest,
+        }
+    }
+
     /// The shard's count of `tenant`'s messages; drops index entries whose message moved on.
     pub(super) fn queue_count(&mut self, tenant: &str) -> QueueCounts {
         let mut c = QueueCounts::default();
@@ -313,20 +350,22 @@ impl<S: TimeSource> Shard<S> {
                 _ => false,
             });
         }
-        if let Some(keys) = self.queues.out.get_mut(tenant) {
-            keys.retain(
-                |key| match message_at(table, tenant, key).map(|(m, ..)| m.state) {
-                    Some(MessageState::Leased) => {
+        for (set, state) in [
+            (&mut self.queues.leased, MessageState::Leased),
+            (&mut self.queues.delayed, MessageState::Delayed),
+        ] {
+            if let Some(keys) = set.get_mut(tenant) {
+                keys.retain(|key| {
+                    let here =
+                        message_at(table, tenant, key).is_some_and(|(m, ..)| m.state == state);
+                    if here && state == MessageState::Leased {
                         c.in_flight += 1;
-                        true
-                    }
-                    Some(MessageState::Delayed) => {
+                    } else if here {
                         c.delayed += 1;
-                        true
                     }
-                    _ => false,
-                },
-            );
+                    here
+                });
+            }
         }
         c
     }

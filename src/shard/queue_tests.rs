@@ -199,3 +199,47 @@ fn the_waiting_receives_of_a_tenant_are_capped_and_freed_as_they_end() {
     assert_eq!(shared.waiting("t"), 0);
     assert!(shared.start_waiting("none").is_err(), "no queue");
 }
+
+/// The figures a scrape reads are the index's lengths, no walk: the queue's own transitions
+/// must keep them equal to a walk's count at every step (an acked key left in the leased set
+/// would count as in flight until a walk pruned it).
+#[test]
+fn a_scrapes_lengths_follow_each_transition_as_a_walk_counts_them() {
+    let mut q = Q::new(5);
+    let both = |q: &mut Q| {
+        let l = q.s.queue_lengths("t");
+        let c = q.s.queue_count("t");
+        assert_eq!(
+            (l.ready, l.in_flight, l.delayed, l.oldest_queued_at_us),
+            (c.ready, c.in_flight, c.delayed, c.oldest_queued_at_us),
+            "the lengths and the walk disagree"
+        );
+        (l.ready, l.in_flight, l.delayed)
+    };
+    for key in ["a", "b", "c"] {
+        q.schedule(key);
+    }
+    q.pass(2);
+    assert_eq!(both(&mut q), (3, 0, 0));
+    let got = q.receive(50);
+    assert_eq!(both(&mut q), (0, 3, 0));
+    assert_eq!(q.settle(&got[0], Settlement::Ack), Settled::Done);
+    assert_eq!(both(&mut q), (0, 2, 0), "the acked one is gone");
+    let delay = Settlement::Nack { delay_ms: 200 };
+    assert_eq!(q.settle(&got[1], delay), Settled::Done);
+    assert_eq!(both(&mut q), (0, 1, 1), "one leased, one delayed");
+    assert_eq!(
+        q.settle(&got[1], Settlement::Ack),
+        Settled::LeaseExpired,
+        "nacked: its receipt is spent"
+    );
+    q.pass(60);
+    assert_eq!(both(&mut q), (1, 0, 1), "the lease ended: ready again");
+    q.pass(200);
+    assert_eq!(both(&mut q), (2, 0, 0), "the delay ended");
+    let again = q.receive(50);
+    assert_eq!(again.len(), 2);
+    let nack = Settlement::Nack { delay_ms: 0 };
+    assert_eq!(q.settle(&again[0], nack), Settled::Done);
+    assert_eq!(both(&mut q), (1, 1, 0), "nacked at once: ready");
+}

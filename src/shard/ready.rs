@@ -1,11 +1,19 @@
 //! The shard's ready index of the pull queues (`queue.rs` has the messages' transitions):
 //! per tenant, the (key, version) of each message that became ready, oldest first, and the
-//! keys of its messages out of the queue (leased, delayed), for counts. An entry is only a
+//! keys of its messages out of the queue, leased and delayed, for counts. An entry is only a
 //! hint: a receive checks the table (same version, still `Ready`) and skips one whose message
 //! moved on (replaced, cancelled). A message is ready at most once between two receives, so an
 //! entry is never doubled. Start-up and a partition's load fill it from the recovered records.
 //!
-//! Cost: a push or a pop per change; a count walks the tenant's entries.
+//! The queue's own transitions keep the sets exact (a receive adds its key to `leased`; an
+//! ack, a nack, a lease's end moves or removes it), so their sizes and the ready index's
+//! length are the scrape's gauges at no walk ([`ShardQueues::lengths`]). What the queue does
+//! not see, a message deleted or replaced through the timer routes, or a ready one that ends
+//! its retention, stays counted until a receive passes it or a count walks the tenant
+//! (`GET /v1/queues/{tenant}`, which prunes it).
+//!
+//! Cost: a push, a pop or a set insert or removal per change; a count walks the tenant's
+//! entries.
 
 use crate::queue::{Message, MessageState, PullQueues};
 use crate::timer::PackedTimer;
@@ -17,9 +25,10 @@ use std::sync::Arc;
 pub(crate) struct ShardQueues {
     pub shared: Arc<PullQueues>,
     pub(super) ready: HashMap<Box<str>, VecDeque<(Box<str>, u64)>>,
-    /// Keys of messages leased or delayed, per tenant: what a count looks at beside the ready
-    /// index. Pruned by the count.
-    pub(super) out: HashMap<Box<str>, HashSet<Box<str>>>,
+    /// Keys of messages leased, per tenant: what a count looks at beside the ready index.
+    pub(super) leased: HashMap<Box<str>, HashSet<Box<str>>>,
+    /// Keys of messages nacked with a delay, per tenant.
+    pub(super) delayed: HashMap<Box<str>, HashSet<Box<str>>>,
     pub(super) next_lease: u64,
 }
 
@@ -28,7 +37,8 @@ impl ShardQueues {
         ShardQueues {
             shared,
             ready: HashMap::new(),
-            out: HashMap::new(),
+            leased: HashMap::new(),
+            delayed: HashMap::new(),
             next_lease: 0,
         }
     }
@@ -42,11 +52,41 @@ impl ShardQueues {
         self.shared.bump(tenant);
     }
 
-    pub(super) fn made_out(&mut self, tenant: &str, key: &str) {
-        self.out
-            .entry(tenant.into())
-            .or_default()
-            .insert(key.into());
+    /// A message of `tenant` under `key` left the queue: leased, or (`delayed`) nacked with
+    /// a delay.
+    pub(super) fn made_out(&mut self, tenant: &str, key: &str, delayed: bool) {
+        self.settled(tenant, key);
+        let set = match delayed {
+            true => &mut self.delayed,
+            false => &mut self.leased,
+        };
+        set.entry(tenant.into()).or_default().insert(key.into());
+    }
+
+    /// The message under `key` is neither leased nor delayed any more: acked, nacked, its
+    /// lease or delay ended, or a dead letter.
+    pub(super) fn settled(&mut self, tenant: &str, key: &str) {
+        for set in [&mut self.leased, &mut self.delayed] {
+            if let Some(keys) = set.get_mut(tenant) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    set.remove(tenant);
+                }
+            }
+        }
+    }
+
+    /// The tenant's ready entries, leased keys and delayed keys on this shard, as the index
+    /// holds them: no walk (the module doc says what they may still count).
+    pub(super) fn lengths(&self, tenant: &str) -> (u64, u64, u64) {
+        let ready = self.ready.get(tenant).map_or(0, VecDeque::len);
+        let len =
+            |set: &HashMap<Box<str>, HashSet<Box<str>>>| set.get(tenant).map_or(0, HashSet::len);
+        (
+            ready as u64,
+            len(&self.leased) as u64,
+            len(&self.delayed) as u64,
+        )
     }
 
     /// The deadline a stored message comes back with: a ready one's no later than the end of
@@ -65,7 +105,8 @@ impl ShardQueues {
     pub fn recovered(&mut self, timer: &PackedTimer, version: u64) {
         match Message::decode(timer.meta()).map(|m| m.state) {
             Some(MessageState::Ready) => self.made_ready(timer.tenant(), timer.key(), version),
-            Some(_) => self.made_out(timer.tenant(), timer.key()),
+            Some(MessageState::Leased) => self.made_out(timer.tenant(), timer.key(), false),
+            Some(MessageState::Delayed) => self.made_out(timer.tenant(), timer.key(), true),
             None => {}
         }
     }

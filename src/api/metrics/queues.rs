@@ -3,9 +3,9 @@
 //! a tenant taken out of it has none after the restart).
 //!
 //! The counters are bumped by the shards as messages change state (`shard::queue`). The
-//! gauges (ready, in flight, delayed, the oldest ready message's age) are the shards' counts,
-//! asked for by the scrape on its shard before it is rendered ([`count_queues`]): the fire
-//! path keeps nothing for them.
+//! gauges (ready, in flight, delayed, the oldest ready message's age) are the lengths of the
+//! shards' queue indexes, asked for by the scrape before it is rendered ([`count_queues`]):
+//! no walk of the messages, so a backlog of millions costs a scrape what an empty queue does.
 
 use crate::engine::Handle;
 use crate::queue::QueueFigures;
@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 pub(super) async fn count_queues(handle: &Handle) {
     let queues = handle.pull_queues().clone();
     for (tenant, _) in queues.all_figures() {
-        if let Ok(c) = handle.queue_count_async(tenant).await {
+        if let Ok(c) = handle.queue_count_async(tenant, false).await {
             queues.set_counts(tenant, &c);
         }
     }
