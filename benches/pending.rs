@@ -39,7 +39,7 @@ mod measure;
 #[path = "pending/probes.rs"]
 mod probes;
 
-use measure::{allocated_bytes, store_sum};
+use measure::{allocated_bytes, rss_bytes, store_sum};
 use punctual::engine::Pinning;
 use punctual::store::journal::JournalConfig;
 use punctual::{EngineBuilder, UtcMicros};
@@ -287,15 +287,6 @@ fn schedule_all(h: &punctual::Handle, n: usize, threads: usize) {
             });
         }
     });
-}
-
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kib| kib * 1024)
 }
 
 fn gib(bytes: u64) -> f64 {

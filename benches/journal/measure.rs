@@ -1,5 +1,6 @@
-//! What the journal benches read back from a run: a store figure summed over the shards, and
-//! the disk a data directory takes (`tests/support/disk.rs`, shared with the journal's tests).
+//! What the journal benches read back from a run: a store figure summed over the shards, the
+//! disk a data directory takes (`tests/support/disk.rs`, shared with the journal's tests), and
+//! the process's resident memory.
 
 #[path = "../../tests/support/disk.rs"]
 mod disk;
@@ -14,4 +15,15 @@ pub fn store_sum(h: &punctual::Handle, field: impl Fn(&StoreMetrics) -> &AtomicU
         .iter()
         .map(|m| field(&m.store).load(Ordering::Relaxed))
         .sum()
+}
+
+/// The process's resident memory (VmRSS), in bytes.
+#[allow(dead_code)]
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
 }
