@@ -185,6 +185,8 @@ pub struct Clock<S: TimeSource> {
     /// A counter that moves when the system clock is set ([`SetWatch::generation`]).
     sets: Option<FollowedSets>,
     stats: ClockStats,
+    /// See [`Clock::unseen_before`].
+    unseen_before_ns: u64,
 }
 
 struct FollowedSets {
@@ -216,6 +218,7 @@ impl<S: TimeSource> Clock<S> {
             next_anchor_ticks: 0,
             sets: None,
             stats: ClockStats::default(),
+            unseen_before_ns: second.utc,
         };
         clock.rebase_on(&second);
         clock.stats.bracket_ns = mul_rate(second.width, clock.rate);
@@ -227,6 +230,14 @@ impl<S: TimeSource> Clock<S> {
             );
         }
         clock
+    }
+
+    /// The latest instant before which a deadline may have passed unseen, in no time of this
+    /// clock's: its calibration (nothing ran before it), or where the last forward step of the
+    /// system clock landed (the instants it jumped over passed at once). A deadline at or
+    /// after it passed while this clock ran: whatever made it late was the owner's own work.
+    pub fn unseen_before(&self) -> UtcNanos {
+        UtcNanos(self.unseen_before_ns)
     }
 
     /// Makes an anchor due as soon as `generation` moves: pass [`SetWatch::generation`], so
@@ -329,6 +340,9 @@ impl<S: TimeSource> Clock<S> {
                 "system clock stepped; the mapping follows it (deadlines are UTC instants)"
             );
             self.rebase_on(&s);
+            if offset_ns < 0 {
+                self.unseen_before_ns = self.unseen_before_ns.max(s.utc);
+            }
             AnchorOutcome::Stepped { offset_ns }
         } else if offset_ns > 0 {
             self.stats.set_backs += 1;

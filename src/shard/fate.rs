@@ -353,7 +353,8 @@ impl<S: TimeSource> Shard<S> {
     /// delivery's outcome comes after the record in the log, so it is still pending) is not
     /// armed twice. Each occurrence takes a quota slot past the quota (`Quota::force`):
     /// it stands for a schedule already admitted, and leaves through `release` as any timer.
-    pub(super) fn recur(&mut self, now: UtcMicros, timer: &PackedTimer) {
+    /// The catch-up policy judges what is on time at `judged_at` (`fire.rs` says which).
+    pub(super) fn recur(&mut self, now: UtcMicros, judged_at: UtcMicros, timer: &PackedTimer) {
         let (tenant, internal) = (timer.tenant(), timer.key());
         let Some(key) = schedule_of(internal) else {
             return;
@@ -362,7 +363,7 @@ impl<S: TimeSource> Shard<S> {
             .ok_or_else(|| "its record does not read".to_string())
             .and_then(|mut r| {
                 let s = r.schedule(&Limits::default()).map_err(|e| e.to_string())?;
-                Ok((r.fire(&s, now), r))
+                Ok((r.fire(&s, judged_at), r))
             });
         let (plan, record) = match planned {
             Ok(p) => p,
@@ -541,3 +542,7 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "recur_tests.rs"]
+mod recur_tests;

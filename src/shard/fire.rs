@@ -206,7 +206,7 @@ impl<S: TimeSource> Shard<S> {
         );
         // Schedules' timers that fired: their occurrences are armed after the poll, when the
         // table takes inserts again (`Shard::recur`, `fate.rs`).
-        let mut recurring: Vec<PackedTimer> = Vec::new();
+        let mut recurring: Vec<(UtcMicros, PackedTimer)> = Vec::new();
         let more = self.table.poll_keeping(
             now,
             n,
@@ -238,7 +238,7 @@ impl<S: TimeSource> Shard<S> {
                 }
                 if schedule_of(record.timer.key()).is_some() {
                     // A schedule's own timer: not a delivery, so no sink sees it.
-                    recurring.push(record.timer.clone());
+                    recurring.push((deadline, record.timer.clone()));
                     return Fate::Done;
                 }
                 // The mapping, moved up to the reading the pass fires by: never before it, so
@@ -299,8 +299,16 @@ impl<S: TimeSource> Shard<S> {
             },
             |timer| spent.keep(timer),
         );
-        for timer in recurring {
-            self.recur(now, &timer);
+        // An occurrence is judged on time against its schedule's deadline when that passed
+        // while the shard ran, however long the shard then took to get to it (a burst of
+        // schedules due at once): only a downtime or a forward clock step misses one.
+        let unseen_before = self.clock.unseen_before().as_micros();
+        for (deadline, timer) in recurring {
+            let judged_at = match deadline >= unseen_before {
+                true => deadline.min(now),
+                false => now,
+            };
+            self.recur(now, judged_at, &timer);
         }
         more
     }
