@@ -133,15 +133,17 @@ impl ScheduleRecord {
         }
     }
 
-    /// When the schedule's timer should fire, seen at `now`: its first unspent occurrence
-    /// (at once when that is past: a resume after missed ones), at most [`PARK_US`] ahead;
-    /// [`PARK_US`] ahead while paused; `None` once the schedule has ended.
+    /// When the schedule's timer should fire, seen at `now`: its first unspent occurrence,
+    /// or `now` when that is past (a resume after missed ones, a `start_at` in the past: the
+    /// timer's deadline is when its catch-up is judged, so what passed before `now` is judged
+    /// missed, not on time), at most [`PARK_US`] ahead; [`PARK_US`] ahead while paused;
+    /// `None` once the schedule has ended.
     pub fn armed_at(&self, s: &Schedule, now: UtcMicros) -> Option<UtcMicros> {
         let park = now.saturating_add_micros(PARK_US);
         if self.paused {
             return Some(park);
         }
-        s.armed(self.cursor()).map(|o| o.at.min(park))
+        s.armed(self.cursor()).map(|o| o.at.max(now).min(park))
     }
 
     /// The next `n` occurrences from where the schedule stands.

@@ -50,8 +50,9 @@ fn a_paused_schedule_spends_nothing_and_its_resume_catches_up_by_policy() {
     assert!(parked.fires.is_empty());
     assert_eq!(parked.arm, Some(UtcMicros(T + 5 * S + PARK_US)));
     r.paused = false;
-    // Resumed: the first unspent occurrence is past, so the timer fires at once …
-    assert_eq!(r.armed_at(&s, UtcMicros(T + 5 * S)), Some(UtcMicros(T + S)));
+    // Resumed: the first unspent occurrence is past, so the timer is due at once, at the
+    // resume (not at that occurrence: its deadline is when the catch-up is judged) …
+    assert_eq!(r.armed_at(&s, UtcMicros(T + 5 * S)), Some(UtcMicros(T + 5 * S)));
     // … and `latest` fires the most recent missed one, once.
     let resumed = r.fire(&s, UtcMicros(T + 5 * S + S / 2 + 2 * S));
     assert_eq!(resumed.fires.len(), 1, "{resumed:?}");

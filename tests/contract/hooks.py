@@ -155,6 +155,12 @@ def _schedule_refusal_is_right(case, status, error):
         return isinstance(body.get("time_zone"), str)
     if field in ("start_at", "end_at"):
         return isinstance(body.get(field), str)
+    if field == "end_at, max_occurrences":
+        # A replacement keeps the schedule's count of occurrences fired: one that already
+        # fired max_occurrences (or passed end_at) under this key has none left to fire.
+        return "no occurrence left" in message and (
+            isinstance(body.get("max_occurrences"), int) or isinstance(body.get("end_at"), str)
+        )
     return False
 
 
