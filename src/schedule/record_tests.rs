@@ -52,7 +52,10 @@ fn a_paused_schedule_spends_nothing_and_its_resume_catches_up_by_policy() {
     r.paused = false;
     // Resumed: the first unspent occurrence is past, so the timer is due at once, at the
     // resume (not at that occurrence: its deadline is when the catch-up is judged) …
-    assert_eq!(r.armed_at(&s, UtcMicros(T + 5 * S)), Some(UtcMicros(T + 5 * S)));
+    assert_eq!(
+        r.armed_at(&s, UtcMicros(T + 5 * S)),
+        Some(UtcMicros(T + 5 * S))
+    );
     // … and `latest` fires the most recent missed one, once.
     let resumed = r.fire(&s, UtcMicros(T + 5 * S + S / 2 + 2 * S));
     assert_eq!(resumed.fires.len(), 1, "{resumed:?}");
