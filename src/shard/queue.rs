@@ -95,6 +95,14 @@ pub(super) fn message_fired(shared: &PullQueues, f: &FiredTimer<'_>, m: Message)
     }
 }
 
+/// The message a ready index entry names, if it is still there and ready under that version
+/// (an entry is a hint: `ready.rs`).
+fn ready_at(table: &TimerTable, tenant: &str, key: &str, version: u64) -> Option<Message> {
+    message_at(table, tenant, key)
+        .filter(|(m, v, _)| *v == version && m.state == MessageState::Ready)
+        .map(|(m, ..)| m)
+}
+
 /// The message under (tenant, key) in `table`, if it is one, with its version and deadline.
 fn message_at(table: &TimerTable, tenant: &str, key: &str) -> Option<(Message, u64, UtcMicros)> {
     let probe = PackedTimer::new(tenant, key, &[])?;
@@ -128,12 +136,9 @@ impl<S: TimeSource> Shard<S> {
             else {
                 break;
             };
-            let Some((m, v, _)) = message_at(&self.table, tenant, &key) else {
+            let Some(m) = ready_at(&self.table, tenant, &key, version) else {
                 continue;
             };
-            if v != version || m.state != MessageState::Ready {
-                continue;
-            }
             self.queues.next_lease += 1;
             let leased = Message {
                 state: MessageState::Leased,
@@ -315,15 +320,11 @@ impl<S: TimeSource> Shard<S> {
         let mut oldest = None;
         if let Some(q) = self.queues.ready.get_mut(tenant) {
             while let Some((key, version)) = q.front() {
-                match message_at(table, tenant, key) {
-                    Some((m, v, _)) if v == *version && m.state == MessageState::Ready => {
-                        oldest = Some(m.queued_at_us);
-                        break;
-                    }
-                    _ => {
-                        q.pop_front();
-                    }
+                if let Some(m) = ready_at(table, tenant, key, *version) {
+                    oldest = Some(m.queued_at_us);
+                    break;
                 }
+                q.pop_front();
             }
         }
         let (ready, in_flight, delayed) = self.queues.lengths(tenant);
@@ -340,15 +341,17 @@ impl<S: TimeSource> Shard<S> {
         let mut c = QueueCounts::default();
         let table = &self.table;
         if let Some(q) = self.queues.ready.get_mut(tenant) {
-            q.retain(|(key, version)| match message_at(table, tenant, key) {
-                Some((m, v, _)) if v == *version && m.state == MessageState::Ready => {
-                    c.ready += 1;
-                    let oldest = c.oldest_queued_at_us.get_or_insert(m.queued_at_us);
-                    *oldest = (*oldest).min(m.queued_at_us);
-                    true
-                }
-                _ => false,
-            });
+            q.retain(
+                |(key, version)| match ready_at(table, tenant, key, *version) {
+                    Some(m) => {
+                        c.ready += 1;
+                        let oldest = c.oldest_queued_at_us.get_or_insert(m.queued_at_us);
+                        *oldest = (*oldest).min(m.queued_at_us);
+                        true
+                    }
+                    None => false,
+                },
+            );
         }
         for (set, state) in [
             (&mut self.queues.leased, MessageState::Leased),
