@@ -68,6 +68,7 @@ impl History {
         let writer = Writer {
             index: index.clone(),
             log,
+            trimmed_us: now_us(),
         };
         std::thread::Builder::new()
             .name("punctual-history".into())
@@ -126,6 +127,8 @@ struct Log {
 struct Writer {
     index: Arc<Mutex<Index>>,
     log: Option<Log>,
+    /// When the index was last trimmed.
+    trimmed_us: u64,
 }
 
 impl Writer {
@@ -146,7 +149,13 @@ impl Writer {
             for e in batch {
                 index.apply(e);
             }
-            index.trim(now_us());
+            // A look at every tenant's oldest entry: once a second at most (reads leave out
+            // what is past the retention meanwhile).
+            let now = now_us();
+            if now.saturating_sub(self.trimmed_us) >= 1_000_000 {
+                index.trim(now);
+                self.trimmed_us = now;
+            }
             if let Some(log) = &mut self.log {
                 if log.lines > 2 * index.len() + COMPACT_SLACK {
                     match rewrite(&log.path, &index).and_then(|n| Ok((n, append(&log.path)?))) {
