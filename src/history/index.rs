@@ -2,7 +2,7 @@
 //! the order they were first recorded, each numbered (its `seq`, which pages are cursored
 //! by), with an index by key. Bounded by the retention and the per-tenant cap (`mod.rs`).
 
-use super::{Attempt, Event, Outcome, ATTEMPTS_KEPT};
+use super::event::{Attempt, Event, Outcome, ATTEMPTS_KEPT};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 

@@ -8,7 +8,8 @@
 //! is rewritten from the index (a new file renamed over it), so it stays within a small
 //! multiple of the retention's and the caps' bound.
 
-use super::{Event, Index, Outcome, Page, Recorder};
+use super::event::{Event, Outcome, Recorder};
+use super::index::{Index, Page};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -65,10 +66,13 @@ impl History {
         };
         let index = Arc::new(Mutex::new(index));
         let (tx, rx) = sync_channel(CHANNEL_BATCHES);
+        let dropped = Arc::new(AtomicU64::new(0));
         let writer = Writer {
             index: index.clone(),
             log,
             trimmed_us: now_us(),
+            dropped: dropped.clone(),
+            reported: 0,
         };
         std::thread::Builder::new()
             .name("punctual-history".into())
@@ -76,7 +80,7 @@ impl History {
         Ok(Arc::new(History {
             index,
             tx,
-            dropped: Arc::new(AtomicU64::new(0)),
+            dropped,
             durable: dir.is_some(),
         }))
     }
@@ -127,8 +131,11 @@ struct Log {
 struct Writer {
     index: Arc<Mutex<Index>>,
     log: Option<Log>,
-    /// When the index was last trimmed.
+    /// When the index was last trimmed (and the drops last looked at).
     trimmed_us: u64,
+    /// Events the shards dropped, and how many of them the log has reported.
+    dropped: Arc<AtomicU64>,
+    reported: u64,
 }
 
 impl Writer {
@@ -155,6 +162,15 @@ impl Writer {
             if now.saturating_sub(self.trimmed_us) >= 1_000_000 {
                 index.trim(now);
                 self.trimmed_us = now;
+                let dropped = self.dropped.load(Ordering::Relaxed);
+                if dropped > self.reported {
+                    tracing::warn!(
+                        events = dropped - self.reported,
+                        "history: events were dropped, the shards' buffers or the queue to the \
+                         history's thread being full; the history misses them"
+                    );
+                    self.reported = dropped;
+                }
             }
             if let Some(log) = &mut self.log {
                 if log.lines > 2 * index.len() + COMPACT_SLACK {
