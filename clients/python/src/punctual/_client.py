@@ -14,7 +14,7 @@ from . import _consume, _core
 from ._core import Call, RetryPolicy
 from ._errors import ApiError
 from ._types import (Action, BatchItem, BatchResult, Callback, CatchUp, ClusterStatus, DeadLetter, Debounce, DeliveryRetry, Dst, Health,
-                     PendingTimer, QueueDepth, QueueMessage, Schedule, SchedulePage, Scheduled, SettleResult, TimerPage)
+                     HistoryPage, PendingTimer, QueueDepth, QueueMessage, Schedule, SchedulePage, Scheduled, SettleResult, TimerPage)
 
 Deadline = Union[datetime.datetime, str, None]
 
@@ -125,6 +125,13 @@ class Client(_Base):
                      timeout: Optional[float] = None) -> List[DeadLetter]:
         """One page of the tenant's dead letters by key; the next page is after the last key."""
         return self._run(_core.dead_letters_call(tenant, limit, after), timeout)
+
+    def history(self, tenant: str, *, key: Optional[str] = None, limit: Optional[int] = None,
+                after: Optional[str] = None, timeout: Optional[float] = None) -> HistoryPage:
+        """One page of what became of the tenant's recent fires (only key's when given), newest
+        first: each entry's attempts and outcome. The next page is after the page's `next`
+        (None on the last page). ApiError not_implemented where the server keeps no history."""
+        return self._run(_core.history_call(tenant, key, limit, after), timeout)
 
     def redrive(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> Scheduled:
         """Delivers the dead letter again now (never retried); 409 timer_pending while a timer
@@ -293,6 +300,10 @@ class AsyncClient(_Base):
     async def dead_letters(self, tenant: str, *, limit: Optional[int] = None, after: Optional[str] = None,
                            timeout: Optional[float] = None) -> List[DeadLetter]:
         return await self._run(_core.dead_letters_call(tenant, limit, after), timeout)
+
+    async def history(self, tenant: str, *, key: Optional[str] = None, limit: Optional[int] = None,
+                      after: Optional[str] = None, timeout: Optional[float] = None) -> HistoryPage:
+        return await self._run(_core.history_call(tenant, key, limit, after), timeout)
 
     async def redrive(self, tenant: str, key: str, *, timeout: Optional[float] = None) -> Scheduled:
         return await self._run(_core.redrive_call(tenant, key), timeout)

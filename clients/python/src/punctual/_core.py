@@ -250,6 +250,19 @@ def dead_letters_call(tenant: str, limit: Optional[int], after: Optional[str]) -
     return Call("GET", f"/v1/dead/{seg(tenant)}", read, params=params, safe=True)
 
 
+def history_call(tenant: str, key: Optional[str], limit: Optional[int], after: Optional[str]) -> Call:
+    from ._types import HistoryPage
+
+    params = {}
+    if key is not None:
+        params["key"] = key
+    if limit is not None:
+        params["limit"] = str(limit)
+    if after is not None:
+        params["after"] = after
+    return Call("GET", f"/v1/history/{seg(tenant)}", lambda r: from_json(HistoryPage, r.json()), params=params, safe=True)
+
+
 def redrive_call(tenant: str, key: str) -> Call:
     # Never retried: an attempt whose answer was lost may have re-driven it.
     return Call("POST", f"/v1/dead/{seg(tenant)}/{seg(key)}/retry", lambda r: from_json(Scheduled, r.json()))

@@ -208,6 +208,42 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class HistoryAttempt:
+    """One attempt of a fire's webhook delivery: when it ended (at_us), and either the
+    receiver's HTTP status or, when there was no answer, the class of the failure (error:
+    "connect", "timeout", "dns", …); the other is None."""
+
+    at_us: int
+    status: Optional[int] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One fire of a timer (its key and version): its deadline, when it fired, the delivery's
+    attempts in order (the last 100), and its outcome: "fired" (no webhook), "queued" (to the
+    tenant's pull queue), "retrying" (a delivery under way, or stopped by a cancel or a
+    replacement), "delivered" (an attempt answered 2xx) or "dead_lettered"."""
+
+    key: str
+    version: int
+    fire_at_us: int
+    fired_at_us: int
+    lateness_us: int
+    outcome: str
+    attempts: List[HistoryAttempt] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """One page of the history, newest first; next (the cursor of the next page, valid until
+    the server restarts) is None on the last page."""
+
+    entries: List[HistoryEntry]
+    next: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Health:
     """/healthz: status "ok", "degraded" (a fleet node holds partitions it has not loaded for
     over 5 s; `partitions_not_loaded` lists them as ranges), "unavailable" or "draining"."""
