@@ -14,6 +14,8 @@ import type {
   ExtendRequest,
   GetScheduleOptions,
   Health,
+  HistoryOptions,
+  HistoryPage,
   ListOptions,
   NackRequest,
   PendingTimer,
@@ -182,6 +184,17 @@ export class Client {
       { method: "GET", path: `/v1/dead/${seg(tenant)}`, query: q, safe: true, read: (_, text) => JSON.parse(text).dead },
       opts,
     );
+  }
+
+  /** One page of what became of the tenant's recent fires (only `query.key`'s when given),
+   * newest first: each entry's attempts and outcome; the next page is after the page's `next`
+   * (left out on the last page). ApiError not_implemented where the server keeps no history. */
+  history(tenant: string, query: HistoryOptions = {}, opts?: CallOptions): Promise<HistoryPage> {
+    const q: Record<string, string> = {};
+    if (query.key !== undefined) q.key = query.key;
+    if (query.limit !== undefined) q.limit = String(query.limit);
+    if (query.after !== undefined) q.after = query.after;
+    return this.run({ method: "GET", path: `/v1/history/${seg(tenant)}`, query: q, safe: true, read: json }, opts);
   }
 
   /** Delivers the dead letter again now. Never retried: an attempt whose answer was lost may

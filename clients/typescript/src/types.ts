@@ -225,6 +225,47 @@ export interface DeadListOptions {
   after?: string;
 }
 
+/** A page of the history: only `key`'s entries (all the tenant's when left out), at most
+ * `limit` (1 to 1,000; the server's 100 when left out), older than the previous page (`after`,
+ * its `next`; a cursor is valid until the server restarts). */
+export interface HistoryOptions {
+  key?: string;
+  limit?: number;
+  after?: string;
+}
+
+/** Where a fire ended, or is: `fired` (no webhook), `queued` (to the tenant's pull queue),
+ * `retrying` (a delivery under way, or stopped by a cancel or a replacement), `delivered` (an
+ * attempt answered 2xx), `dead_lettered`. */
+export type HistoryOutcome = "fired" | "queued" | "retrying" | "delivered" | "dead_lettered";
+
+/** One attempt of a fire's webhook delivery: when it ended, and either the receiver's HTTP
+ * `status` or, when there was no answer, the class of the failure (`error`: `connect`,
+ * `timeout`, `dns`, …); the other is null. */
+export interface HistoryAttempt {
+  at_us: number;
+  status: number | null;
+  error: string | null;
+}
+
+/** One fire of a timer (its key and version): its deadline, when it fired, its delivery's
+ * attempts in order (the last 100) and its outcome. */
+export interface HistoryEntry {
+  key: string;
+  version: number;
+  fire_at_us: number;
+  fired_at_us: number;
+  lateness_us: number;
+  outcome: HistoryOutcome;
+  attempts: HistoryAttempt[];
+}
+
+/** One page of the history, newest first; `next` is left out on the last page. */
+export interface HistoryPage {
+  entries: HistoryEntry[];
+  next?: string;
+}
+
 /** A recurring schedule's definition, the body of `putSchedule`: exactly one of `cron` and
  * `every_ms`; every other field optional (docs/API.md, "Recurring schedules"). */
 export interface ScheduleSpec {

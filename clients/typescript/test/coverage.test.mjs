@@ -16,6 +16,7 @@ const OPERATIONS = {
   putTimer: "put", getTimer: "get", cancelTimer: ["cancelIf", "CancelOptions"], postBatch: "batch", listTimers: ["list", "ListOptions"],
   bulkCancel: ["cancelPrefix", "CancelPrefixOptions"], getAction: "action",
   listDeadLetters: ["deadLetters", "DeadListOptions"], redriveDeadLetter: "redrive", discardDeadLetter: "discard",
+  getHistory: ["history", "HistoryOptions"],
   health: "health", metrics: "metrics", clusterStatus: "cluster",
   listSchedules: ["listSchedules", "ScheduleListOptions"], putSchedule: "putSchedule",
   getSchedule: ["getSchedule", "GetScheduleOptions"], deleteSchedule: "deleteSchedule", pauseSchedule: "pauseSchedule",
@@ -25,7 +26,8 @@ const OPERATIONS = {
 // Schema → the interface that carries its properties.
 const SCHEMAS = {
   TimerFields: "TimerSpec", PutTimerRequest: "TimerSpec", BatchItemRequest: "BatchItem", Scheduled: "Scheduled",
-  Timer: "PendingTimer", Callback: "Callback", Debounce: "Debounce", DebounceState: "DebounceState", Retry: "DeliveryRetry", Delivery: "Delivery", DeadLetter: "DeadLetter", TimerPage: "TimerPage", ListedTimer: "ListedTimer",
+  Timer: "PendingTimer", Callback: "Callback", Debounce: "Debounce", DebounceState: "DebounceState", Retry: "DeliveryRetry", Delivery: "Delivery", DeadLetter: "DeadLetter",
+  HistoryPage: "HistoryPage", HistoryEntry: "HistoryEntry", HistoryAttempt: "HistoryAttempt", TimerPage: "TimerPage", ListedTimer: "ListedTimer",
   ActionStarted: "ActionStarted", Action: "Action",
   WebhookDelivery: "WebhookDelivery", BatchItemScheduled: "BatchResult", BatchItemFailed: "BatchResult",
   HealthOk: "Health", HealthDegraded: "Health", HealthUnavailable: "Health", HealthDraining: "Health", ErrorDetail: "ErrorDetail",
