@@ -12,7 +12,8 @@
 //! ```
 
 use super::file::BLOCK;
-use super::replay::{breathe, LiveCursor, Replay, YIELD_EVERY};
+use super::replay::order::LiveCursor;
+use super::replay::{breathe, Replay, YIELD_EVERY};
 use super::segment::Log;
 use super::shard_dir::{check_dir, Checked, Owner};
 use super::ShardJournal;

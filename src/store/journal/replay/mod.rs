@@ -36,7 +36,7 @@
 
 #[cfg(test)]
 mod continuity_tests;
-mod order;
+pub mod order;
 mod pace;
 mod parts;
 mod report;
@@ -44,7 +44,6 @@ mod source;
 #[cfg(test)]
 mod tests;
 
-pub use order::LiveCursor;
 pub use pace::Pace;
 pub use report::{corrupt_error, data_dir_of, Report};
 pub use source::{Buf, Source};
