@@ -4,16 +4,11 @@
 //! loads its timers and applies them in order once its table is whole, or refuses those that
 //! waited past the store's ack timeout (503): no answer may come from a table loaded in part
 //! (a GET or DELETE answered 404, a PUT answered 201 "new" for a key that is pending).
-//!
-//! With paging on, a start takes the timers due within the horizon first and fires them while
-//! it pages the rest: a timer that falls due then fires before the start ends, on time, once,
-//! and the requests still wait for the whole start.
+//! The same holds with paging on, where a start pages the timers due beyond the horizon as it
+//! loads them.
 
 mod api_support;
-#[path = "support/receiver.rs"]
-mod receiver;
-use api_support::{read_response, request, try_request, Configured, Server};
-use receiver::{now_us, Receiver};
+use api_support::{read_response, request, Server};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -113,8 +108,7 @@ fn requests_while_the_journal_recovers_are_held_or_refused_never_answered_from_a
     requests_during_a_restart(&[]);
 }
 
-/// The same with paging on: the timers, due in an hour, are all paged at the start's second
-/// walk, which the requests wait for.
+/// The same with paging on: the timers, due in an hour, are all paged as the start loads them.
 #[test]
 fn requests_while_a_paged_journal_recovers_are_held_or_refused_never_answered_from_a_partial_table()
 {
@@ -164,96 +158,5 @@ fn requests_during_a_restart(extra: &[&str]) {
     );
     eprintln!(
         "{early} requests sent during the recovery of {TIMERS} timers ({recovery:?} from the spawn to /healthz 200), every answer whole"
-    );
-}
-
-/// Probe timers with a webhook, due 100 ms apart from 3 s after they are written.
-const PROBES: u64 = 200;
-
-/// A restart on a journal of `TIMERS` paged timers (due in an hour, beyond a 60 s horizon)
-/// and `PROBES` probes due within the horizon: the probes that fall due while the start pages
-/// the rest fire then, before `/healthz` says the start is over, none before its deadline and
-/// each once; the paged timers are all still there afterwards.
-#[test]
-fn timers_due_during_a_paged_start_fire_before_it_ends() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("data");
-    let rx = Receiver::ok();
-    let toml = format!("callback_allow = [{:?}]\n", rx.base());
-    let args = [
-        "--shards",
-        "1",
-        "--shard-capacity",
-        "400000",
-        "--page-horizon-s",
-        "60",
-    ];
-    let first = Configured::journal(&data, &toml, &args);
-    let versions = fill(&first.s.addr);
-    let at = now_us() / 1_000 + 3_000;
-    let probes: Vec<String> = (0..PROBES)
-        .map(|i| {
-            let url = format!("{}probe", rx.base());
-            format!(
-                r#"{{"key": "probe-{i}", "fire_at_ms": {}, "callback": {{"url": "{url}"}}}}"#,
-                at + i * 100
-            )
-        })
-        .collect();
-    let body = format!(r#"{{"timers": [{}]}}"#, probes.join(","));
-    let r = request(
-        first.s.addr,
-        "POST",
-        "/v1/timers/shop",
-        &[],
-        body.as_bytes(),
-    );
-    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    let addr = first.s.addr;
-    let spawned = now_us();
-    let second = first.respawn_after_sigkill(&data, &args);
-    // The last moment /healthz was asked and answered 503: the start was not over then.
-    let mut loading_at = spawned;
-    let give_up = Instant::now() + Duration::from_secs(60);
-    loop {
-        assert!(Instant::now() < give_up, "the start did not end in 60 s");
-        let asked = now_us();
-        match try_request(addr, "GET", "/healthz", &[], b"") {
-            Ok(r) if r.status == 200 => break,
-            Ok(_) => loading_at = asked,
-            Err(_) => {}
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let last_due = (at + (PROBES - 1) * 100) * 1_000;
-    while now_us() < last_due + 2_000_000 {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut fired = std::collections::BTreeMap::<String, Vec<u64>>::new();
-    for d in rx.received() {
-        let b = d.json();
-        let due = b["fire_at_us"].as_u64().expect("fire_at_us");
-        assert!(d.at_us >= due, "delivered before its deadline: {b}");
-        let key = b["key"].as_str().expect("key").to_string();
-        fired.entry(key).or_default().push(d.at_us);
-    }
-    let twice: Vec<_> = fired.iter().filter(|(_, at)| at.len() > 1).collect();
-    assert!(twice.is_empty(), "fired more than once: {twice:?}");
-    assert_eq!(fired.len() as u64, PROBES, "every probe fired");
-    let during = fired.values().filter(|at| at[0] < loading_at).count();
-    assert!(
-        loading_at > spawned + 1_000_000 && during > 0,
-        "no probe fired while the start paged the rest ({} ms of start seen loading, {during} fired in it)",
-        (loading_at - spawned) / 1_000
-    );
-    for i in (0..TIMERS).step_by(TIMERS / 10) {
-        let r = request(addr, "GET", &format!("/v1/timers/shop/k-{i}"), &[], b"");
-        assert_eq!(r.status, 200, "k-{i}");
-        assert_eq!(r.json()["version"].as_u64(), Some(versions[i]), "k-{i}");
-    }
-    drop(second);
-    eprintln!(
-        "{during} of {PROBES} probes fired while the start ({} ms seen loading) paged {TIMERS} timers",
-        (loading_at - spawned) / 1_000
     );
 }

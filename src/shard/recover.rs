@@ -9,15 +9,12 @@
 //! start, and for a partition loaded at run time (`load_drop.rs`).
 
 use super::dead::{DeadLetters, Letter};
-use super::pass::FIRE_BATCH;
 use super::Shard;
 use crate::clock::TimeSource;
 use crate::metrics::{DeliveryMetrics, ShardMetrics};
 use crate::op::Op;
 use crate::page::Pager;
 use crate::quota::Quotas;
-use crate::ring::Ring;
-use crate::runtime::cooperate::Slice;
 use crate::sink::webhook;
 use crate::store::Recovered;
 use crate::timer::PackedTimer;
@@ -28,13 +25,6 @@ use std::time::{Duration, Instant};
 
 impl<S: TimeSource> Shard<S> {
     /// Recovers the shard's timers; `false` when the shard was stopped first.
-    ///
-    /// A shard that pages, on a store that can hand its records over twice (the journal),
-    /// recovers in two walks: the first takes every record but the timers due beyond the
-    /// horizon, which it puts off; the second pages those, a slice at a time, while the shard
-    /// fires what is due from the first (`page_the_rest`). Every record a store hands over is
-    /// its identity's last (the journal reads its segments before it hands anything over), so
-    /// a timer taken by the first walk is final and may fire before the second ends.
     pub(super) async fn recover(&mut self) -> bool {
         let limit = self.store.ack_timeout();
         let refusal = self.store.refusal();
@@ -44,12 +34,6 @@ impl<S: TimeSource> Shard<S> {
             Some(pager) => pager.reserve(self.store.to_recover()),
             None => self.table.reserve(self.store.to_recover()),
         }
-        // Over a cluster of nodes (a closed gate) every partition comes through a load from the
-        // node's loop once its lease is held, so recovery loads nothing (the store reads
-        // nothing: `store::redis::recover`), and this drops whatever it would hand over.
-        let gated = self.gate.is_closed();
-        let split = !gated && self.pager.is_some() && self.store.keep_for_again();
-        let mut put_off = 0u64;
         let (ring, stop, store) = (&self.ring, &self.stop, &mut self.store);
         let mut loader = Loader {
             queues: &mut self.queues,
@@ -59,19 +43,30 @@ impl<S: TimeSource> Shard<S> {
             metrics: &self.metrics,
             pager: self.pager.as_mut(),
         };
+        // Over a cluster of nodes (a closed gate) every partition comes through a load from the
+        // node's loop once its lease is held, so recovery loads nothing (the store reads
+        // nothing: `store::redis::recover`), and this drops whatever it would hand over.
+        let gated = self.gate.is_closed();
         let mut insert = |r: Recovered<'_>| -> bool {
             if gated {
                 return true;
             }
-            if split && loader.would_page(&r) {
-                put_off += 1;
+            let dead = r.dead.unwrap_or_else(|| webhook::is_dead(r.meta));
+            if !dead && loader.page(&r) {
                 return true;
             }
-            loader.take(&r)
+            PackedTimer::with_meta(r.tenant, r.key, r.meta, r.payload)
+                .is_some_and(|timer| loader.insert_as(timer, r.version, r.deadline, dead))
         };
         let hold = async {
             loop {
-                hold_ops(ring, &mut held, limit, &refusal);
+                while let Some(op) = ring.pop() {
+                    held.push((Instant::now(), op));
+                }
+                let expired = held.partition_point(|(t, _)| t.elapsed() >= limit);
+                for (_, op) in held.drain(..expired) {
+                    op.refuse(refusal.clone());
+                }
                 if stop.load(Ordering::Acquire) {
                     return false;
                 }
@@ -82,18 +77,11 @@ impl<S: TimeSource> Shard<S> {
         if !recovered {
             return false;
         }
-        // Versions only grow, even past a restart with the clock behind.
-        self.table.observe_version(self.store.version_floor());
-        if put_off > 0 {
-            if !self.page_the_rest(&mut held, limit, &refusal).await {
-                return false;
-            }
-        } else {
-            self.store.end_recovery();
-        }
         if let Some(pager) = self.pager.as_mut() {
             pager.recovered();
         }
+        // Versions only grow, even past a restart with the clock behind.
+        self.table.observe_version(self.store.version_floor());
         self.metrics
             .pending
             .store(self.pending() as u64, Ordering::Relaxed);
@@ -102,83 +90,6 @@ impl<S: TimeSource> Shard<S> {
             self.apply(op);
         }
         true
-    }
-
-    /// The second walk of a split recovery: the timers the first put off are paged, a slice
-    /// at a time, and between slices the shard fires what is due from the table (writing the
-    /// fires to the store, whose commit task runs) and takes its deliveries' follow-ups. Ops
-    /// still wait, as through the first walk: a key whose record is not handed over yet can be
-    /// answered neither 404 nor 201. The pager's line does not move meanwhile (no bucket
-    /// loads), so whether a timer is put off is the same question at both walks. False when
-    /// the shard was stopped first (its fires in flight finished, its store closed).
-    async fn page_the_rest(
-        &mut self,
-        held: &mut Vec<(Instant, Op)>,
-        limit: Duration,
-        refusal: &crate::Error,
-    ) -> bool {
-        loop {
-            hold_ops(&self.ring, held, limit, refusal);
-            if self.stop.load(Ordering::Acquire) {
-                self.finish_deliveries().await;
-                self.store.close().await;
-                return false;
-            }
-            // A slice ends early when a timer in the wheel falls due, as a page load's does.
-            let (slice, next) = (Slice::begin(), self.table.next_deadline());
-            let clock = &self.clock;
-            let due = || next.is_some_and(|d| clock.now().as_micros() >= d);
-            let mut loader = Loader {
-                queues: &mut self.queues,
-                table: &mut self.table,
-                dead: &mut self.deliveries.dead,
-                quotas: &self.quotas,
-                metrics: &self.metrics,
-                pager: self.pager.as_mut(),
-            };
-            let mut insert =
-                |r: Recovered<'_>| -> bool { !loader.would_page(&r) || loader.take(&r) };
-            let done = loop {
-                if self.store.recover_again(&mut insert, AGAIN_STEP) {
-                    break true;
-                }
-                if slice.is_over() || due() {
-                    break false;
-                }
-            };
-            if done {
-                return true;
-            }
-            self.follow_up(Some(Slice::begin()));
-            let t = self.clock.source().ticks_now();
-            if self.clock.anchor_due(t) {
-                self.clock.anchor();
-                let now = Instant::now();
-                for sink in self.sinks.iter_mut() {
-                    sink.tick(now);
-                }
-            }
-            self.store.begin_pass();
-            let (_, more) = self.fire_due(FIRE_BATCH, Some(Slice::begin()));
-            self.store.after_pass();
-            self.spent.after_pass(more);
-            self.yield_now().await;
-        }
-    }
-}
-
-/// Records the second walk of a recovery looks at between two checks of its slice.
-const AGAIN_STEP: usize = 256;
-
-/// Takes the ops the ring holds into `held`, in order, and refuses those that waited past
-/// `limit`.
-fn hold_ops(ring: &Ring, held: &mut Vec<(Instant, Op)>, limit: Duration, refusal: &crate::Error) {
-    while let Some(op) = ring.pop() {
-        held.push((Instant::now(), op));
-    }
-    let expired = held.partition_point(|(t, _)| t.elapsed() >= limit);
-    for (_, op) in held.drain(..expired) {
-        op.refuse(refusal.clone());
     }
 }
 
@@ -221,25 +132,6 @@ impl Loader<'_> {
             q.force();
         }
         true
-    }
-
-    /// Whether [`Loader::page`] would page `r` now: the shard pages, `r` is due beyond the
-    /// horizon, and it is neither a dead letter nor a queued message.
-    pub fn would_page(&self, r: &Recovered<'_>) -> bool {
-        self.pager.as_deref().is_some_and(|p| p.is_far(r.deadline))
-            && !r.dead.unwrap_or_else(|| webhook::is_dead(r.meta))
-            && !crate::queue::is_message(r.meta)
-    }
-
-    /// Takes a recovered record: paged when [`Loader::page`] pages it, else inserted
-    /// ([`Loader::insert_as`]); false when neither could take it.
-    pub fn take(&mut self, r: &Recovered<'_>) -> bool {
-        let dead = r.dead.unwrap_or_else(|| webhook::is_dead(r.meta));
-        if !dead && self.page(r) {
-            return true;
-        }
-        PackedTimer::with_meta(r.tenant, r.key, r.meta, r.payload)
-            .is_some_and(|timer| self.insert_as(timer, r.version, r.deadline, dead))
     }
 
     /// Inserts a stored record under its stored version: a pending timer into the table, a

@@ -157,26 +157,6 @@ pub trait Store {
         stop: &'a AtomicBool,
     ) -> LocalFuture<'a, bool>;
 
-    /// Before [`Store::recover`]: whether the store can hand its records over a second time
-    /// ([`Store::recover_again`]), and then keeps what that needs. When it can, the shard's
-    /// `insert` may put a record off (answer `true` without taking it) and take it at the
-    /// second walk, run a slice at a time while the shard already fires what it took.
-    fn keep_for_again(&mut self) -> bool {
-        false
-    }
-
-    /// After a [`Store::recover`] that kept (see [`Store::keep_for_again`]): hands every
-    /// record over again, the same ones in the same order, at most `n` looked at a call;
-    /// whether it is done. Only once it is done (or [`Store::end_recovery`]) does the store
-    /// report itself recovered (`/healthz`). Done at once when nothing was kept.
-    fn recover_again(&mut self, _insert: &mut dyn FnMut(Recovered<'_>) -> bool, _n: usize) -> bool {
-        true
-    }
-
-    /// Drops what [`Store::recover`] kept for a second walk that is not wanted (the shard put
-    /// nothing off), and reports the store recovered.
-    fn end_recovery(&mut self) {}
-
     /// At most how many records the next [`Store::recover`] hands over, when the store knows
     /// before it begins (0 when it does not): the shard makes room for them in one step
     /// rather than growing its index as they come.

@@ -47,19 +47,6 @@ impl Configured {
         Configured { s, ..self }
     }
 
-    /// [`Configured::restart_after_sigkill`], returning at once: the new server may not
-    /// listen yet, nor have recovered.
-    pub fn respawn_after_sigkill(mut self, data: &std::path::Path, args: &[&str]) -> Configured {
-        let _ = self.s.child.kill();
-        let _ = self.s.child.wait();
-        let all = Self::args(&self._config, data, args);
-        let s = Server::spawn_at(
-            self.s.addr,
-            &all.iter().map(String::as_str).collect::<Vec<_>>(),
-        );
-        Configured { s, ..self }
-    }
-
     /// Ends the server with SIGKILL and waits for it.
     pub fn sigkill(mut self) {
         let _ = self.s.child.kill();

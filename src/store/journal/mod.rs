@@ -138,10 +138,6 @@ pub struct JournalStore {
     task: Option<glommio::Task<()>>,
     /// The highest version the journal's records ever carried (see `replay`).
     version_floor: u64,
-    /// Whether `recover` keeps its replay for a second walk (`Store::keep_for_again`).
-    keep: bool,
-    /// The replay kept for the second walk, until it ends (`Store::recover_again`).
-    again: Option<open::Again>,
 }
 
 impl JournalStore {
@@ -171,8 +167,6 @@ impl JournalStore {
             opened: Some(opened),
             task: None,
             version_floor: 0,
-            keep: false,
-            again: None,
         })
     }
 
@@ -219,38 +213,12 @@ impl Store for JournalStore {
             self.version_floor = opened.version_floor();
             *self.shared.ceiling.borrow_mut() =
                 ceiling::VersionCeiling::recovered(self.version_floor);
-            let keep = self.keep;
-            let Some((log, again)) =
-                open::hand_over(&self.shared, opened, insert, stop, keep).await
-            else {
+            let Some(log) = open::hand_over(&self.shared, opened, insert, stop).await else {
                 return false;
             };
-            self.again = again;
             self.task = Some(glommio::spawn_local(commit::run(self.shared.clone(), log)));
             true
         })
-    }
-
-    fn keep_for_again(&mut self) -> bool {
-        self.keep = self.opened.is_some();
-        self.keep
-    }
-
-    fn recover_again(&mut self, insert: &mut dyn FnMut(Recovered<'_>) -> bool, n: usize) -> bool {
-        let Some(again) = self.again.as_mut() else {
-            return true;
-        };
-        let done = again.step(&self.shared, insert, n);
-        if done {
-            self.again = None;
-        }
-        done
-    }
-
-    fn end_recovery(&mut self) {
-        if let Some(again) = self.again.take() {
-            again.end(&self.shared);
-        }
     }
 
     fn version_floor(&self) -> u64 {

@@ -12,7 +12,6 @@
 //! ```
 
 use super::file::BLOCK;
-use super::replay::order::LiveCursor;
 use super::replay::{breathe, Replay, YIELD_EVERY};
 use super::segment::Log;
 use super::shard_dir::{check_dir, Checked, Owner};
@@ -174,16 +173,14 @@ async fn cut(
     replay.map_segment(seq)
 }
 
-/// Hands every live timer to `insert`; the segment for the commit task, and what `Again`
-/// needs when `keep` (the shard puts some records off, to take them at a second walk), or
-/// `None` if `stop` was set first.
+/// Hands every live timer to `insert`; the segment for the commit task, or `None` if
+/// `stop` was set first.
 pub(crate) async fn hand_over(
     shared: &ShardJournal,
     opened: Opened,
     insert: &mut dyn FnMut(Recovered<'_>) -> bool,
     stop: &AtomicBool,
-    keep: bool,
-) -> Option<(Log, Option<Again>)> {
+) -> Option<Log> {
     let Opened {
         replay,
         active,
@@ -191,7 +188,16 @@ pub(crate) async fn hand_over(
     } = opened;
     let (mut loaded, mut refused) = (0u64, 0u64);
     for (i, (t, frame)) in replay.live().enumerate() {
-        if insert(recovered(&t, frame)) {
+        let fits = insert(Recovered {
+            tenant: t.tenant,
+            key: t.key,
+            version: t.version,
+            deadline: t.deadline,
+            meta: t.meta,
+            payload: t.payload,
+            dead: Some(super::record::is_dead_letter(frame)),
+        });
+        if fits {
             loaded += 1;
             shared.note_record(frame.len());
         } else {
@@ -207,89 +213,14 @@ pub(crate) async fn hand_over(
             breathe().await;
         }
     }
+    drop(replay);
     // Timers that did not fit stay live in the journal's files (compaction replays files, not
     // the shard's table), so a restart with room recovers them.
-    refused_error(shared, refused);
-    shared.live.set(loaded);
-    if !keep {
-        drop(replay);
-        recovered_all(shared, loaded, started);
-        return Some((active, None));
-    }
-    let at = replay.live_cursor();
-    let again = Again {
-        replay,
-        at,
-        loaded,
-        refused: 0,
-        started,
-    };
-    Some((active, Some(again)))
-}
-
-/// What a start keeps to walk the live records a second time (`Store::recover_again`): the
-/// replay, its files still mapped, and where the walk stands.
-pub(crate) struct Again {
-    replay: Replay,
-    at: LiveCursor,
-    loaded: u64,
-    /// Records the shard put off at the first walk and refused at the second.
-    refused: u64,
-    started: Instant,
-}
-
-impl Again {
-    /// Hands `insert` the live records among the next `n` looked at; whether the walk is over
-    /// (the start is then reported as done).
-    pub(crate) fn step(
-        &mut self,
-        shared: &ShardJournal,
-        insert: &mut dyn FnMut(Recovered<'_>) -> bool,
-        n: usize,
-    ) -> bool {
-        let refused = &mut self.refused;
-        let done = self.replay.live_step(&mut self.at, n, &mut |t, frame| {
-            if !insert(recovered(&t, frame)) {
-                *refused += 1;
-            }
-        });
-        if done {
-            self.end(shared);
-        }
-        done
-    }
-
-    /// Ends the start: counts what the second walk refused, and reports the start done.
-    pub(crate) fn end(&self, shared: &ShardJournal) {
-        refused_error(shared, self.refused);
-        shared
-            .live
-            .set(shared.live.get().saturating_sub(self.refused));
-        recovered_all(shared, self.loaded - self.refused, self.started);
-    }
-}
-
-fn recovered<'a>(t: &super::record::Timer<'a>, frame: &'a [u8]) -> Recovered<'a> {
-    Recovered {
-        tenant: t.tenant,
-        key: t.key,
-        version: t.version,
-        deadline: t.deadline,
-        meta: t.meta,
-        payload: t.payload,
-        dead: Some(super::record::is_dead_letter(frame)),
-    }
-}
-
-fn refused_error(shared: &ShardJournal, refused: u64) {
     if refused > 0 {
         StoreMetrics::count(&shared.m().errors_total, refused);
         tracing::error!(shard = shared.shard, refused, "journal: recovered timers refused by the shard; they stay in the journal: raise shard_capacity and restart");
     }
-}
-
-/// Every live record is handed over: the store is ready (`/healthz`), and says so.
-fn recovered_all(shared: &ShardJournal, loaded: u64, started: Instant) {
+    shared.live.set(loaded);
     shared.m().recovered(loaded, started.elapsed());
     tracing::info!(
         shard = shared.shard,
@@ -297,6 +228,7 @@ fn recovered_all(shared: &ShardJournal, loaded: u64, started: Instant) {
         ms = started.elapsed().as_millis() as u64,
         "journal: recovered pending timers"
     );
+    Some(active)
 }
 
 #[cfg(test)]

@@ -125,30 +125,6 @@ impl<'a> Scan<'a> {
     }
 
     /// Requires the first `batch` record to carry `seq` (and each later one the next).
-    /// The same scan, reading `buf` from where this one stopped: a scan kept between two
-    /// calls (bound to no file, `&[]`, in between) resumes on the same file's bytes.
-    pub fn rebind<'b>(self, buf: &'b [u8]) -> Scan<'b> {
-        Scan {
-            buf,
-            block: self.block,
-            at: self.at,
-            role: self.role,
-            skip_corrupt: self.skip_corrupt,
-            done: self.done,
-            left: self.left,
-            pad: self.pad,
-            next_batch: self.next_batch,
-            first_batch: self.first_batch,
-            last_batch: self.last_batch,
-            end: self.end,
-            torn: self.torn,
-            corrupt: self.corrupt,
-            skipped: self.skipped,
-            dropped_after_tear: self.dropped_after_tear,
-            dropped_versions: self.dropped_versions,
-        }
-    }
-
     pub fn expecting(mut self, seq: u64) -> Scan<'a> {
         self.next_batch = Some(seq);
         self

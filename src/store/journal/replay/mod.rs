@@ -36,7 +36,7 @@
 
 #[cfg(test)]
 mod continuity_tests;
-pub mod order;
+mod order;
 mod pace;
 mod parts;
 mod report;
@@ -366,23 +366,16 @@ impl Replay {
         self.snapshot
             .iter()
             .flat_map(|s| self.snapshot_scan(s))
-            .map(|item| self.snapshot_entry(item))
-    }
-
-    /// A snapshot's record as [`Replay::snapshot_steps`] yields it: `None` for damage, a record
-    /// that is no entry, or an entry a later record replaced.
-    fn snapshot_entry<'a>(
-        &'a self,
-        item: Result<super::scan::Item<'a>, Damage>,
-    ) -> Option<(Timer<'a>, &'a [u8])> {
-        let (record, frame, _) = item.ok()?;
-        let set = matches!(record, Record::DeadLetter(_));
-        let t = record.entry()?;
-        let hash = hash_of(&self.hasher, (set, t.identity));
-        self.index
-            .find(hash, |l| l.is(hash, (set, t.identity), &self.segments))
-            .is_none()
-            .then_some((t, frame))
+            .map(|item| {
+                let (record, frame, _) = item.ok()?;
+                let set = matches!(record, Record::DeadLetter(_));
+                let t = record.entry()?;
+                let hash = hash_of(&self.hasher, (set, t.identity));
+                self.index
+                    .find(hash, |l| l.is(hash, (set, t.identity), &self.segments))
+                    .is_none()
+                    .then_some((t, frame))
+            })
     }
 
     /// The live entry whose record is at `off` in segment `src`.

@@ -20,68 +20,9 @@ impl Replay {
     /// first, each read would miss and evict the next one to read (an LRU cache flooded in
     /// its own order), where newest first reads what is still cached before the rest.
     pub fn live(&self) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
-        InFileIter::new(self, IN_ORDER_CHUNK)
+        InFileOrder::new(self, IN_ORDER_CHUNK)
             .flatten()
             .chain(self.snapshot_steps().flatten())
-    }
-
-    /// Where [`Replay::live_step`] begins: the first of [`Replay::live`]'s records.
-    pub fn live_cursor(&self) -> LiveCursor {
-        LiveCursor {
-            segments: InFileOrder::new(self, IN_ORDER_CHUNK),
-            segments_done: false,
-            snapshot: None,
-            snapshot_begun: false,
-        }
-    }
-
-    /// [`Replay::live`] a step at a time: hands `f` the live records among the next `n` looked
-    /// at from `at`, in the same order, and moves `at` past them; whether every record has
-    /// been looked at. Nothing is borrowed between two steps, so the caller may do other work
-    /// in between (a start that fires what is due while it pages the rest).
-    pub fn live_step(
-        &self,
-        at: &mut LiveCursor,
-        n: usize,
-        f: &mut dyn FnMut(Timer<'_>, &[u8]),
-    ) -> bool {
-        let mut looked = 0;
-        while !at.segments_done && looked < n {
-            match at.segments.next_in(self) {
-                Some(entry) => {
-                    looked += 1;
-                    if let Some((t, frame)) = entry {
-                        f(t, frame);
-                    }
-                }
-                None => at.segments_done = true,
-            }
-        }
-        if looked == n {
-            return false;
-        }
-        let Some(snap) = &self.snapshot else {
-            return true;
-        };
-        let mut scan = match at.snapshot.take() {
-            Some(parked) => parked.rebind(&snap.buf),
-            None if !at.snapshot_begun => {
-                at.snapshot_begun = true;
-                self.snapshot_scan(snap)
-            }
-            None => return true,
-        };
-        while looked < n {
-            let Some(item) = scan.next() else {
-                return true;
-            };
-            looked += 1;
-            if let Some((t, frame)) = self.snapshot_entry(item) {
-                f(t, frame);
-            }
-        }
-        at.snapshot = Some(scan.rebind(&[]));
-        false
     }
 
     /// [`Replay::live`]'s segment entries, read in ranges of at most `chunk` live entries.
@@ -90,7 +31,7 @@ impl Replay {
         &self,
         chunk: u64,
     ) -> impl Iterator<Item = (Timer<'_>, &[u8])> + '_ {
-        InFileIter::new(self, chunk).flatten()
+        InFileOrder::new(self, chunk).flatten()
     }
 }
 
@@ -106,7 +47,8 @@ pub(super) const IN_ORDER_CHUNK: u64 = 16 << 20;
 /// one pass over the index gathers its entries' locations, which are sorted, then read. Costs
 /// a pass over the index per range (its entries, not their frames) and the sort: at 50
 /// million entries in a shard's index, 4 passes and 4 sorts of up to 16 million.
-struct InFileOrder {
+struct InFileOrder<'a> {
+    replay: &'a Replay,
     /// Live entries per segment.
     per_segment: Vec<u64>,
     /// Most live entries of a range of more than one segment.
@@ -118,8 +60,8 @@ struct InFileOrder {
     at: usize,
 }
 
-impl InFileOrder {
-    fn new(replay: &Replay, chunk: u64) -> InFileOrder {
+impl<'a> InFileOrder<'a> {
+    fn new(replay: &'a Replay, chunk: u64) -> InFileOrder<'a> {
         let mut per_segment = vec![0u64; replay.segments.len()];
         for l in replay.index.iter().filter(|l| l.live()) {
             if let Some(n) = per_segment.get_mut(l.src()) {
@@ -127,6 +69,7 @@ impl InFileOrder {
             }
         }
         InFileOrder {
+            replay,
             rest: per_segment.len(),
             per_segment,
             chunk,
@@ -134,11 +77,12 @@ impl InFileOrder {
             at: 0,
         }
     }
+}
 
-    /// The next entry of `replay` (the one it was made from): `None` once all were taken,
-    /// `Some(None)` for one that is not live any more.
-    #[allow(clippy::type_complexity)]
-    fn next_in<'a>(&mut self, replay: &'a Replay) -> Option<Option<(Timer<'a>, &'a [u8])>> {
+impl<'a> Iterator for InFileOrder<'a> {
+    type Item = Option<(Timer<'a>, &'a [u8])>;
+
+    fn next(&mut self) -> Option<Self::Item> {
         while self.at == self.batch.len() {
             let end = self.rest;
             if end == 0 {
@@ -155,7 +99,7 @@ impl InFileOrder {
             self.batch.clear();
             self.batch.reserve(entries as usize);
             self.batch.extend(
-                replay
+                self.replay
                     .index
                     .iter()
                     .filter(|l| l.live() && range.contains(&l.src()))
@@ -166,38 +110,6 @@ impl InFileOrder {
         }
         let loc = self.batch[self.at];
         self.at += 1;
-        Some(replay.segment_entry((loc >> 32) as usize, loc as u32))
+        Some(self.replay.segment_entry((loc >> 32) as usize, loc as u32))
     }
-}
-
-/// [`InFileOrder`] over the replay it was made from.
-struct InFileIter<'a> {
-    replay: &'a Replay,
-    order: InFileOrder,
-}
-
-impl<'a> InFileIter<'a> {
-    fn new(replay: &'a Replay, chunk: u64) -> InFileIter<'a> {
-        InFileIter {
-            replay,
-            order: InFileOrder::new(replay, chunk),
-        }
-    }
-}
-
-impl<'a> Iterator for InFileIter<'a> {
-    type Item = Option<(Timer<'a>, &'a [u8])>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.order.next_in(self.replay)
-    }
-}
-
-/// Where a walk of [`Replay::live`] a step at a time stands ([`Replay::live_step`]).
-pub struct LiveCursor {
-    segments: InFileOrder,
-    segments_done: bool,
-    /// The snapshot's scan between two steps, bound to no file (`Scan::rebind`).
-    snapshot: Option<Scan<'static>>,
-    snapshot_begun: bool,
 }

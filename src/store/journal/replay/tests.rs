@@ -116,56 +116,6 @@ fn every_record_looked_at_is_a_step_even_one_that_is_not_live() {
     });
 }
 
-/// `live_step` walks what `live` yields, in the same order, whatever the step's size: a
-/// snapshot half replaced by a segment, so that both parts and the skipped entries count.
-#[test]
-fn live_step_yields_what_live_yields_in_its_order_at_any_step() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let n = 500u64;
-    let old: Vec<Frame> = (0..n).map(|i| schedule(&format!("k{i}"), i + 1)).collect();
-    snapshot(tmp.path(), 2, &old, 1, n);
-    let new: Vec<Vec<Frame>> = (0..n)
-        .step_by(2)
-        .map(|i| vec![schedule(&format!("k{i}"), n + i + 1)])
-        .chain([vec![cancel("k1")], vec![dead("k3", 3 * n)]])
-        .collect();
-    segment(tmp.path(), 2, 2, &new);
-    let source = |name: String| {
-        let path = tmp.path().join(name);
-        let buf = super::Buf::map(&path).expect("map");
-        let header = super::super::file::Header::decode(&buf).expect("a header");
-        super::Source { path, buf, header }
-    };
-    let snap = source(snapshot_name(2));
-    let seg = source(segment_name(2));
-    on_executor(async move {
-        let mut replay = super::Replay::new(Some(snap), vec![seg], false, false);
-        replay.check_snapshot().await.expect("a clean snapshot");
-        replay.index().await.expect("a clean segment");
-        let all: Vec<(String, u64)> = replay
-            .live()
-            .map(|(t, _)| (t.key.to_string(), t.version))
-            .collect();
-        assert!(all.len() as u64 >= n - 2, "{} live", all.len());
-        for step in [1, 3, 64, 250, 4096] {
-            let mut at = replay.live_cursor();
-            let mut walked = Vec::new();
-            let mut calls = 0;
-            while !replay.live_step(&mut at, step, &mut |t, _| {
-                walked.push((t.key.to_string(), t.version))
-            }) {
-                calls += 1;
-                assert!(calls <= 2 * n as usize + 10, "step {step}: never done");
-            }
-            assert_eq!(walked, all, "step {step}");
-            assert!(
-                replay.live_step(&mut at, step, &mut |_, _| panic!("after the end")),
-                "step {step}: done stays done"
-            );
-        }
-    });
-}
-
 /// `live` reads the segments' records in file order, whatever the range of segments it
 /// sorts at a time, and yields exactly the entries `live_steps` yields (in the index's order):
 /// versions are written rising through four segments, with replaces, cancels and dead
