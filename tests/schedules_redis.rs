@@ -3,17 +3,20 @@
 //! sequences without a gap), never before its nominal instant; a SIGKILL and a restart on the
 //! same port neither lose nor double one, and the missed ones fire under the catch-up policy;
 //! a pause, a delete and the `max_schedules` count hold across a restart, from what Redis
-//! holds.
+//! holds; and a Sentinel failover neither loses nor doubles one.
 
 mod api_support;
 #[path = "support/occurrences.rs"]
 mod occurrences;
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/sentinel.rs"]
+mod sentinel;
 
 use api_support::Server;
 use occurrences::{now_us, occurrences, once_each, Occurrence};
 use redis_server::{read_stream, wait_stream, RedisServer};
+use sentinel::Sentinels;
 use std::time::Duration;
 
 /// Polls the stream until schedule `name` has an occurrence after `past_us` (30 s at most).
@@ -190,4 +193,49 @@ fn pause_delete_and_the_quota_on_redis_hold_across_sigkills() {
     );
     once_each(&occurrences(&entries, "sec"));
     once_each(&occurrences(&entries, "third"));
+}
+
+/// Sentinel with `--redis-wait-replicas 1`: the master is SIGKILLed while a schedule fires
+/// every second; after the switch the schedule goes on from the cursor the replica holds, and
+/// the new master's stream holds each occurrence once, under one version, none early.
+#[test]
+fn a_schedule_goes_on_across_a_sentinel_failover_each_occurrence_once() {
+    let mut redis = Sentinels::start();
+    let old = redis.master.port;
+    let url = redis.url();
+    let s = Server::start(&[
+        "--redis",
+        &url,
+        "--redis-wait-replicas",
+        "1",
+        "--shards",
+        "2",
+    ]);
+    let every = r#"{"every_ms": 1000, "catch_up": {"policy": "all", "window_ms": 120000}}"#;
+    let (status, put) = s.json("PUT", "/v1/schedules/shop/tick", every);
+    assert_eq!(status, 201, "{put}");
+    let mut con = redis.master.client().expect("master");
+    wait_past(&mut con, "tick", now_us() + 2_000_000);
+
+    redis.master.kill();
+    let new = redis
+        .wait_switch(old, Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("no failover within 30 s of the kill\n{}", redis.logs()));
+    assert_eq!(new, redis.replica.port, "the replica is the new master");
+    redis.master.start_replica_of(new);
+    let mut con = redis.replica.client().expect("the new master");
+    let seq = once_each(&wait_past(&mut con, "tick", now_us() + 3_000_000));
+    for w in seq.windows(2) {
+        assert_eq!(
+            w[1].occurrence_us - w[0].occurrence_us,
+            1_000_000,
+            "{seq:#?}"
+        );
+    }
+    let (status, got) = s.json("GET", "/v1/schedules/shop/tick", "");
+    assert_eq!(status, 200, "{got}");
+    assert!(
+        got["sequence"].as_u64() >= seq.last().map(|o| o.sequence),
+        "{got}"
+    );
 }

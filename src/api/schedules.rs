@@ -6,7 +6,7 @@
 //! | `GET /v1/schedules/{tenant}/{key}?next=N` | 200: the schedule and its next N occurrences (N ≤ 100, default 5); 404 |
 //! | `DELETE /v1/schedules/{tenant}/{key}` | 204; 404. No occurrence due after the answer fires |
 //! | `POST /v1/schedules/{tenant}/{key}/pause`, `…/resume` | 200: the schedule; 404 |
-//! | `GET /v1/schedules/{tenant}?after=KEY&limit=N` | 200 `{"schedules": [...], "next": KEY}`, by key (N ≤ 1,000, default 100) |
+//! | `GET /v1/schedules/{tenant}?after=KEY&limit=N` | 200 `{"schedules": [...], "next": KEY}`, by key (N ≤ 1,000, default 100); on a node among others, every live node's (`schedule_gather.rs`) |
 //!
 //! A schedule is one pending timer whose payload is its record (`schedule::ScheduleRecord`:
 //! the definition as sent, and its cursor), reached through the engine's schedule calls
