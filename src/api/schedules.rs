@@ -121,7 +121,7 @@ impl App {
                 allow,
             });
         }
-        self.check(tenant, &req)?;
+        self.check_read(tenant, &req)?;
         if self.handle.store_kind() == "redis" {
             return Err(ApiError::NotImplemented(
                 "recurring schedules are not served on the Redis store yet; run with the \
