@@ -221,11 +221,17 @@ fn the_metrics_token_reads_every_tenant_and_acts_on_none() {
         ("POST", "/v1/queues/shop/receive", r#"{"max":1}"#),
     ] {
         let r = s.req_h(method, path, &reader, body);
-        assert_eq!(status_code(&r), refused, "{method} {path} with the metrics token");
+        assert_eq!(
+            status_code(&r),
+            refused,
+            "{method} {path} with the metrics token"
+        );
     }
     // The timer and the schedule are as they were.
     assert_eq!(s.req_h("GET", "/v1/timers/shop/k", &own, "").status, 200);
-    let sched = s.req_h("GET", "/v1/schedules/shop/nightly", &own, "").json();
+    let sched = s
+        .req_h("GET", "/v1/schedules/shop/nightly", &own, "")
+        .json();
     assert_eq!(sched["paused"], false);
     // An unknown tenant stays unknown to the metrics token.
     let r = s.req_h("GET", "/v1/timers/stranger", &reader, "");

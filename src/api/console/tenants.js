@@ -10,7 +10,7 @@
   const $ = (id) => document.getElementById(id);
   const POLL_MS = 2000;
   const WINDOW = 31; // readings kept: the last minute at one every 2 s
-  const OTHER = "other"; // the tenants beyond the 64 with series of their own, together
+  const OTHER = "other"; // where /metrics counts the tenants beyond the 64 with series of their own
 
   let readings = []; // [{at (ms), tenants: Map}]
   let poll = null;
@@ -183,8 +183,9 @@
     tr.dataset.tenant = name;
     const first = document.createElement("td");
     first.className = "text";
-    if (name === OTHER) first.textContent = "other (beyond 64 tenants)";
-    else first.append(link(name));
+    first.append(link(name));
+    // The exposition counts deliveries of the tenants beyond its 64 under this name too.
+    if (name === OTHER) first.append(" (and the tenants beyond 64)");
     tr.append(first, C.cell(d.pending === null ? "–" : String(d.pending)), quotaCell(d));
     tr.append(C.cell(seconds > 0 ? (d.attempts / seconds).toFixed(1) : "–"));
     const w = d.attempts > 0 ? d : all;
