@@ -75,6 +75,12 @@ def tenant_cells(name):
     return [c.text for c in row.find_elements(By.TAG_NAME, "td")]
 
 
+def click(what, css):
+    """Clicks `css`, looked up again should the page redraw it under the click (the Tenants
+    table is redrawn every 2 s)."""
+    until(what, lambda: driver.find_element(By.CSS_SELECTOR, css).click() or True)
+
+
 def sign_in_by_keyboard(token, own=""):
     """The token, Tab to the tenant field, Enter: no pointer."""
     driver.get(base + "/console")
@@ -105,13 +111,13 @@ assert cells[5].startswith("≤") and cells[6].startswith("≤"), cells  # laten
 assert cells[7] == "1", cells  # fail-1, a dead letter
 assert "queued" in cells[8], cells
 assert "failed: 5xx 1" in cells[9], cells
-assert "of 1000" in tenant_cells(other)[2], tenant_cells(other)
+until("other's quota use", lambda: "of 1000" in tenant_cells(other)[2])
 assert driver.find_elements(By.CSS_SELECTOR, "#tenant-table svg.bar[role=img][aria-label]")
 shot("tenants")
 console_axe.check(driver, "tenants")
 
 # A tenant's page: queue, timers paged and by prefix, schedules with next occurrences.
-driver.find_element(By.CSS_SELECTOR, f'#tenant-table tr[data-tenant="{tenant}"] a').click()
+click("the tenant's link", f'#tenant-table tr[data-tenant="{tenant}"] a')
 until("the tenant's page", lambda: by_id("tenant-page").is_displayed())
 assert by_id("tenant-title").text == f"Tenant {tenant}", by_id("tenant-title").text
 page1 = until("a page of 50 timers", lambda: len(k := rows("timers", "data-key")) == 50 and k)
@@ -119,7 +125,8 @@ assert page1[0] == "cart-001" and page1[-1] == "cart-050", page1
 until("nightly's next occurrences",
       lambda: len(driver.find_element(By.CSS_SELECTOR, '#schedules tr[data-key="nightly"] .next')
                   .text.split(", ")) == 5)
-nxt = driver.find_element(By.CSS_SELECTOR, '#schedules tr[data-key="nightly"] .next').text
+nxt = until("nightly's row", lambda: driver.find_element(
+    By.CSS_SELECTOR, '#schedules tr[data-key="nightly"] .next').text)
 print("nightly next:", nxt, flush=True)
 assert "T02:30:00" in nxt, nxt
 queue = until("the queue", lambda: visible_text("queue"))
@@ -155,7 +162,7 @@ until("its own tenant only", lambda: rows("tenant-table", "data-tenant") == [ten
 assert other not in by_id("tenants").text
 shot("tenants-own")
 console_axe.check(driver, "tenants, a tenant's token")
-driver.find_element(By.CSS_SELECTOR, f'#tenant-table tr[data-tenant="{tenant}"] a').click()
+click("the tenant's link", f'#tenant-table tr[data-tenant="{tenant}"] a')
 until("its timers", lambda: len(rows("timers", "data-key")) == 50)
 
 # Another tenant's page: the API refuses the token; nothing of it is shown.
