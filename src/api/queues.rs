@@ -137,7 +137,7 @@ impl App {
             )));
         };
         let Some(action) = action else {
-            let c = self.handle.queue_count_async(tenant, true).await?;
+            let c = self.handle.queue_count_async(tenant).await?;
             let now = self.handle.now().0;
             let depth = Depth {
                 tenant,

@@ -285,15 +285,15 @@ impl<S: TimeSource> Shard<S> {
                     }
                 };
                 let fate = settle.fate(&f, &record.timer, next);
-                if let Fate::Rearm(_, kept) = &fate {
-                    // Ready again, or still ready (kept past a retention that grew): indexed
-                    // once.
-                    let ready = |meta| {
-                        Message::decode(meta).is_some_and(|m| m.state == MessageState::Ready)
-                    };
-                    if ready(kept.meta()) && !ready(f.meta) {
-                        queues.made_ready(f.tenant, f.key, f.version);
-                    }
+                let ready =
+                    |meta| Message::decode(meta).is_some_and(|m| m.state == MessageState::Ready);
+                let ready_after = matches!(&fate, Fate::Rearm(_, kept) if ready(kept.meta()));
+                // Ready again: indexed once. Still ready (kept past a retention that grew):
+                // its entry holds. No longer ready (its retention ended): its entry is stale.
+                match (ready(f.meta), ready_after) {
+                    (false, true) => queues.made_ready(f.tenant, f.key, f.version),
+                    (true, false) => queues.went_stale(f.tenant),
+                    _ => {}
                 }
                 fate
             },
