@@ -109,7 +109,7 @@ impl App {
                 allow,
             });
         }
-        self.check(tenant, &req)?;
+        self.check_read(tenant, &req)?;
         let Some(key) = key else {
             return self.list_schedules(tenant, &req).await;
         };
