@@ -45,6 +45,7 @@ pub mod cpus;
 pub mod doctor;
 pub mod engine;
 pub mod error;
+pub mod history;
 pub mod metrics;
 pub mod nodes;
 pub mod op;

@@ -560,3 +560,26 @@ fn print_config_masks_the_cluster_secret() {
     assert!(!out.contains(secret), "{out}");
     assert!(out.contains("cluster_secret = \"***\""), "{out}");
 }
+
+#[test]
+fn the_history_keys_default_to_a_day_and_ten_thousand_and_are_checked() {
+    let c = Config::resolve(FileConfig::default(), &ServeArgs::default()).expect("defaults");
+    assert_eq!(
+        (c.history_retention_s, c.history_max_per_tenant),
+        (86_400, 10_000)
+    );
+    let f = file("history_retention_s = 0\nhistory_max_per_tenant = 5\n");
+    let c = Config::resolve(f, &ServeArgs::default()).expect("valid");
+    assert_eq!((c.history_retention_s, c.history_max_per_tenant), (0, 5));
+    for (text, key) in [
+        ("history_retention_s = 2592001\n", "history_retention_s"),
+        ("history_max_per_tenant = 0\n", "history_max_per_tenant"),
+        (
+            "history_max_per_tenant = 1000001\n",
+            "history_max_per_tenant",
+        ),
+    ] {
+        let e = err_text(Config::resolve(file(text), &ServeArgs::default()));
+        assert!(e.contains(key), "{text}: {e}");
+    }
+}

@@ -34,6 +34,16 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("console/console.js"),
     ),
     (
+        "history.html",
+        "text/html; charset=utf-8",
+        include_bytes!("console/history.html"),
+    ),
+    (
+        "history.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("console/history.js"),
+    ),
+    (
         "metrics.js",
         "text/javascript; charset=utf-8",
         include_bytes!("console/metrics.js"),

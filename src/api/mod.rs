@@ -51,6 +51,7 @@ pub mod forward_answer;
 pub mod forward_replay;
 pub mod forward_sign;
 mod gather;
+mod history;
 mod http;
 mod list;
 mod listen;

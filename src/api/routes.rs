@@ -34,6 +34,8 @@ enum Route<'a> {
     Dead(Cow<'a, str>, Option<Cow<'a, str>>, bool),
     /// `/v1/schedules/{tenant}[/{key}[/{action}]]`.
     Schedule(Cow<'a, str>, Option<Cow<'a, str>>, Option<&'a str>),
+    /// `/v1/history/{tenant}`.
+    History(Cow<'a, str>),
     /// `/v1/queues/{tenant}[/{receive|ack|nack|extend}]`.
     Queue(Cow<'a, str>, Option<&'a str>),
     Metrics,
@@ -64,6 +66,9 @@ fn route(path: &str) -> Route<'_> {
         }
         (Some("v1"), Some("queues"), Some(t), Some("extend"), None) if !t.is_empty() => {
             Route::Queue(decoded(t), Some("extend"))
+        }
+        (Some("v1"), Some("history"), Some(t), None, _) if !t.is_empty() => {
+            Route::History(decoded(t))
         }
         (Some("v1"), Some("dead"), Some(t), None, _) => dead_route(t, None, false),
         (Some("v1"), Some("dead"), Some(t), Some(k), None) => dead_route(t, Some(k), false),
@@ -211,6 +216,7 @@ impl App {
                 };
                 (name, limit, self.queue(&t, action, req).await)
             }
+            Route::History(t) => ("get_history", limit, self.history(&t, &req)),
             Route::Metrics => ("metrics", limit, self.metrics(&req).await),
             Route::Healthz => ("healthz", limit, self.healthz(&req)),
             Route::Cluster => ("cluster", limit, self.cluster(&req).await),

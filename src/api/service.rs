@@ -132,6 +132,9 @@ pub fn serve(config: Config) -> Result<(), String> {
         }
         _ => builder,
     };
+    if let Some(history) = open_history(&config)? {
+        builder = builder.history(history);
+    }
     if let Some(holdings) = &node {
         builder = builder.partition_holders(holdings.clone());
     }
@@ -308,4 +311,18 @@ fn webhook_settings(config: &Config) -> Result<WebhookSettings, String> {
         );
     }
     Ok(s)
+}
+
+/// The history of fires and deliveries (`crate::history`): on disk beside the journal, in
+/// memory with the memory store; none on Redis or with `history_retention_s = 0`.
+fn open_history(config: &Config) -> Result<Option<Arc<crate::history::History>>, String> {
+    if config.history_retention_s == 0 || config.store == StoreChoice::Redis {
+        return Ok(None);
+    }
+    let dir = (config.store == StoreChoice::Journal).then(|| config.data_dir.join("history"));
+    let retention = Duration::from_secs(config.history_retention_s);
+    let cap = usize::try_from(config.history_max_per_tenant).unwrap_or(usize::MAX);
+    crate::history::History::open(dir.as_deref(), retention, cap)
+        .map(Some)
+        .map_err(|e| format!("history: cannot open {:?}: {e}", dir.unwrap_or_default()))
 }

@@ -122,6 +122,8 @@ pub struct FileConfig {
     pub(super) metrics_token: Option<String>,
     pub(super) queue_retention_s: Option<u64>,
     pub(super) queue_max_waiting: Option<u64>,
+    pub(super) history_retention_s: Option<u64>,
+    pub(super) history_max_per_tenant: Option<u64>,
     #[serde(default)]
     pub(super) tenants: BTreeMap<String, TenantConfig>,
 }

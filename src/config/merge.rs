@@ -406,6 +406,19 @@ impl Config {
             metrics_token,
             queue_retention_s,
             queue_max_waiting,
+            history_retention_s: in_range(
+                "history_retention_s",
+                file.history_retention_s.unwrap_or(d.history_retention_s),
+                0,
+                30 * 86_400,
+            )?,
+            history_max_per_tenant: in_range(
+                "history_max_per_tenant",
+                file.history_max_per_tenant
+                    .unwrap_or(d.history_max_per_tenant),
+                1,
+                1_000_000,
+            )?,
             tenants,
         })
     }

@@ -117,6 +117,10 @@ pub struct Config {
     /// Receives that may wait at once per tenant, for tenants without their own
     /// `queue_max_waiting`.
     pub queue_max_waiting: u64,
+    /// Seconds the history keeps an entry after its last event (0: no history).
+    pub history_retention_s: u64,
+    /// Entries of the history kept per tenant, at most.
+    pub history_max_per_tenant: u64,
     pub tenants: BTreeMap<String, TenantConfig>,
 }
 
@@ -171,6 +175,8 @@ impl Default for Config {
             metrics_token: None,
             queue_retention_s: crate::queue::DEFAULT_RETENTION.as_secs(),
             queue_max_waiting: crate::queue::DEFAULT_MAX_WAITING as u64,
+            history_retention_s: 86_400,
+            history_max_per_tenant: 10_000,
             tenants: BTreeMap::new(),
         }
     }

@@ -75,6 +75,7 @@ pub struct EngineBuilder {
     queues: Vec<(String, crate::queue::QueueSettings)>,
     webhooks: Option<Arc<WebhookSettings>>,
     holders: Option<Arc<dyn Holders>>,
+    history: Option<Arc<crate::history::History>>,
 }
 
 /// Runs on each shard's thread, inside its executor, before the shard's loop starts: the place
@@ -101,6 +102,7 @@ impl Default for EngineBuilder {
             queues: Vec::new(),
             webhooks: None,
             holders: None,
+            history: None,
             watchdog: (
                 crate::runtime::watchdog::PERIOD,
                 crate::runtime::watchdog::GRACE,
@@ -254,6 +256,12 @@ impl EngineBuilder {
         self
     }
 
+    /// Keeps the history of fires and deliveries in `history` (`crate::history`).
+    pub fn history(mut self, history: Arc<crate::history::History>) -> Self {
+        self.history = Some(history);
+        self
+    }
+
     /// Delivers timers registered with a callback (`sink::webhook`) with these settings.
     /// Without it, a timer's callback is ignored and it fires like any other.
     pub fn webhooks(mut self, settings: Arc<WebhookSettings>) -> Self {
@@ -383,6 +391,7 @@ impl EngineBuilder {
                 holders: self.holders.clone(),
                 handler: self.handler.clone(),
                 webhooks: self.webhooks.clone(),
+                history: self.history.as_ref().map(|h| h.recorder()),
                 hook,
                 ready: ready_tx.clone(),
             };
@@ -448,6 +457,7 @@ impl EngineBuilder {
                     .map(|_| Arc::new(ShardMetrics::default()))
                     .collect(),
                 stopping: AtomicBool::new(false),
+                history: self.history.clone(),
             }),
         };
         Ok((handle, wakees))

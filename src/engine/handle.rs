@@ -42,6 +42,8 @@ pub(super) struct Shards {
     pub(super) rings: Vec<Arc<Ring>>,
     pub(super) metrics: Vec<Arc<ShardMetrics>>,
     pub(super) stopping: AtomicBool,
+    /// The history of fires and deliveries, when it is kept.
+    pub(super) history: Option<Arc<crate::history::History>>,
 }
 
 /// A cloneable, `Send` handle on the engine's shards.
@@ -90,6 +92,11 @@ impl Handle {
     }
 
     /// Which store the shards use: "journal", "memory" or "redis".
+    /// The history of fires and deliveries, when it is kept (`crate::history`).
+    pub fn history(&self) -> Option<&crate::history::History> {
+        self.inner.history.as_deref()
+    }
+
     pub fn store_kind(&self) -> &'static str {
         self.inner.store_kind
     }

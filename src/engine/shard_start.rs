@@ -69,6 +69,8 @@ pub(super) struct ShardSeed {
     pub holders: Option<Arc<dyn Holders>>,
     pub handler: Option<FireHandler>,
     pub webhooks: Option<Arc<WebhookSettings>>,
+    /// The shard's end of the history, when it is kept (`crate::history`).
+    pub history: Option<crate::history::Recorder>,
     /// The engine's start hook, bound to this shard and a handle.
     pub hook: Option<Box<dyn FnOnce() + Send>>,
     /// Where the shard reports its id once it runs, or why it could not start.
@@ -167,6 +169,7 @@ async fn run_shard(seed: ShardSeed) {
         capacity,
         store,
         holders,
+        history,
         handler,
         webhooks,
         hook,
@@ -212,7 +215,7 @@ async fn run_shard(seed: ShardSeed) {
     };
     // A follow-up wakes the shard if it parked meanwhile.
     let waker = ring.clone();
-    let inbox = Followups::new(Box::new(move || waker.nudge()));
+    let inbox = Followups::with_history(Box::new(move || waker.nudge()), history);
     let sinks = make_sinks(id, handler, webhooks, &inbox, &metrics);
     let pager = match paging {
         Some((dir, horizon, disk, exit)) => {

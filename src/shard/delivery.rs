@@ -49,6 +49,7 @@ impl<S: TimeSource> Shard<S> {
         loop {
             self.follow_up(None);
             self.store.after_pass();
+            self.deliveries.inbox.flush_history();
             let left = until.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() || self.sinks.iter().all(|s| s.in_flight() == 0) {
                 break;
@@ -60,6 +61,7 @@ impl<S: TimeSource> Shard<S> {
         }
         self.follow_up(None);
         self.store.after_pass();
+        self.deliveries.inbox.flush_history();
     }
 
     /// Applies the follow-ups the sinks handed over, in the order they were sent; how many.

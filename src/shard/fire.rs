@@ -196,6 +196,7 @@ impl<S: TimeSource> Shard<S> {
             dead: &mut self.deliveries.dead,
             horizon: self.table.horizon(),
         };
+        let inbox = &self.deliveries.inbox;
         let (sinks, spent, gate, ring, purging, queues) = (
             &mut self.sinks,
             &mut self.spent,
@@ -263,7 +264,9 @@ impl<S: TimeSource> Shard<S> {
                     firing,
                 };
                 // A queued message changes state at its deadline; the sinks never see it.
-                let next = match Message::decode(f.meta) {
+                let message = Message::decode(f.meta);
+                let queued_message = message.is_some();
+                let next = match message {
                     Some(m) => {
                         if m.state != MessageState::Ready {
                             queues.settled(f.tenant, f.key);
@@ -284,6 +287,9 @@ impl<S: TimeSource> Shard<S> {
                         }
                     }
                 };
+                if f.firing == Firing::Own && !queued_message {
+                    inbox.record(|| history_of(&f, &next));
+                }
                 let fate = settle.fate(&f, &record.timer, next);
                 let ready =
                     |meta| Message::decode(meta).is_some_and(|m| m.state == MessageState::Ready);
@@ -313,5 +319,27 @@ impl<S: TimeSource> Shard<S> {
             self.recur(now, judged_at, &timer);
         }
         more
+    }
+}
+
+/// The history's event for a timer's own fire (`crate::history`), from what its sinks
+/// answered: a webhook's delivery under way, a message put on its tenant's queue, a dead
+/// letter at once (a callback no longer allowed), or done.
+fn history_of(f: &FiredTimer<'_>, next: &Next) -> crate::history::Event {
+    use crate::history::Outcome;
+    let outcome = match next {
+        Next::Reschedule { meta, .. } if Message::decode(meta).is_some() => Outcome::Queued,
+        Next::Reschedule { .. } => Outcome::Retrying,
+        Next::Dead { .. } => Outcome::DeadLettered,
+        Next::Done | Next::Wake => Outcome::Fired,
+    };
+    crate::history::Event {
+        tenant: f.tenant.into(),
+        key: f.key.into(),
+        version: f.version,
+        fire_at_us: f.deadline.0,
+        at_us: f.fired_at.as_micros().0,
+        attempt: None,
+        outcome,
     }
 }

@@ -243,6 +243,7 @@ impl<S: TimeSource> Shard<S> {
                 let (fired, more) = self.fire_due(fire_budget, cooperative.then(Slice::begin));
                 let loaded = self.load_pages(cooperative.then(Slice::begin));
                 self.store.after_pass();
+                self.deliveries.inbox.flush_history();
                 let freed = self.spent.after_pass(more);
                 if cooperative && worked(drained + loaded, fired, freed, more) {
                     self.yield_now().await;

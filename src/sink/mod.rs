@@ -70,15 +70,43 @@ struct Queue {
     queued: RefCell<Vec<Followup>>,
     /// Wakes the shard's loop if it is parked (the ring's `nudge`).
     wake: Box<dyn Fn()>,
+    /// The shard's end of the history (`crate::history`), when it is kept.
+    history: Option<crate::history::Recorder>,
 }
 
 impl Followups {
     /// A queue whose [`Followups::send`] calls `wake` (on the shard's thread).
     pub fn new(wake: Box<dyn Fn()>) -> Followups {
+        Followups::with_history(wake, None)
+    }
+
+    /// As [`Followups::new`], the fires and attempts recorded into `history`.
+    pub fn with_history(
+        wake: Box<dyn Fn()>,
+        history: Option<crate::history::Recorder>,
+    ) -> Followups {
         Followups(Rc::new(Queue {
             queued: RefCell::default(),
             wake,
+            history,
         }))
+    }
+
+    /// Records a history event, made by `event` only when the history is kept: a push onto
+    /// the shard's buffer (`crate::history`).
+    #[inline]
+    pub fn record(&self, event: impl FnOnce() -> crate::history::Event) {
+        if let Some(h) = &self.0.history {
+            h.record(event());
+        }
+    }
+
+    /// Hands the history events recorded since the last call to the history's thread (the
+    /// shard, after each pass).
+    pub fn flush_history(&self) {
+        if let Some(h) = &self.0.history {
+            h.flush();
+        }
     }
 
     /// Hands the shard a follow-up: queued for its next pass, and the shard woken if it is

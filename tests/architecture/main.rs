@@ -77,6 +77,9 @@ fn the_parts_import_only_what_the_architecture_allows() {
                     Some("wheel imports only units and timer")
                 }
                 "clock" if b != "units" => Some("clock imports only units"),
+                "history" if !matches!(b, "units" | "clock") => Some(
+                    "history, the record of fires the shards and the sinks push to, imports only units and clock",
+                ),
                 "runtime" if !matches!(b, "units" | "clock" | "metrics" | "cpus") => Some(
                     "runtime, what punctual does about glommio, imports only units, clock, metrics and cpus",
                 ),

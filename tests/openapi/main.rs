@@ -168,6 +168,7 @@ fn real_answers_match_the_openapi_document() {
         scope.spawn(|| journal_store(&spec));
         scope.spawn(|| dead_letters(&spec));
         scope.spawn(|| queues::queues(&spec));
+        scope.spawn(|| history::history(&spec));
         let args = [
             "--config",
             &conf,
@@ -322,6 +323,7 @@ fn route(path: &str) -> Route<'_> {
     assert_eq!(router_routes(source), want);
 }
 
+mod history;
 mod queues;
 mod scenarios;
 mod schedules;

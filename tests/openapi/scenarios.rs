@@ -379,6 +379,7 @@ pub(super) fn admission(api: &Api) {
             ("GET", format!("/v1/dead/{t}"), ""),
             ("DELETE", format!("/v1/dead/{t}/k"), ""),
             ("POST", format!("/v1/dead/{t}/k/retry"), ""),
+            ("GET", format!("/v1/history/{t}"), ""),
             ("GET", format!("/v1/queues/{t}"), ""),
             ("POST", format!("/v1/queues/{t}/receive"), "{}"),
             (
@@ -472,6 +473,8 @@ pub(super) fn store_down(spec: &Spec) {
         let a = api.ask(method, &format!("/v1/queues/t{p}"), "{}");
         assert_eq!(a.sc(), (501, "not_implemented"), "{method} {p}");
     }
+    let a = api.ask("GET", "/v1/history/t", "");
+    assert_eq!(a.sc(), (501, "not_implemented"));
 }
 
 /// The default store, the journal: `/healthz` names it.

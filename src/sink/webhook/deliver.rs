@@ -115,7 +115,11 @@ pub(super) fn spawn(
         release(&ctx, &target, expect.tenant());
         wake_next(&ctx, &target, expect.tenant());
         DeliveryMetrics::add(&m.in_flight, -1);
-        let next = settle(&ctx, &m, d, outcome, expect.tenant());
+        let fire_at_us = d.fire_at_us;
+        let attempt = attempt_of(&outcome);
+        let next = settle(&ctx, &m, d, outcome.map(|_| ()), expect.tenant());
+        ctx.followups
+            .record(|| history_of(&expect, version, fire_at_us, attempt, &next));
         ctx.followups.send(Followup {
             timer: expect,
             version,
@@ -125,13 +129,14 @@ pub(super) fn spawn(
     .detach();
 }
 
-/// Sends the request and reads the answer within the timeout.
+/// Sends the request and reads the answer within the timeout: a `2xx`'s status, or why
+/// not.
 async fn attempt(
     ctx: &Ctx,
     target: &Target,
     tenant: &str,
     req: Request<Full<Bytes>>,
-) -> Result<(), Failure> {
+) -> Result<u16, Failure> {
     let timeout = ctx.settings.timeout;
     let send = async {
         let allow = ctx.settings.allow_list(tenant);
@@ -142,7 +147,8 @@ async fn attempt(
                     .retry_after
                     .as_ref()
                     .and_then(|v| policy::parse_retry_after(v.as_bytes(), now_s));
-                policy::classify(a.status.as_u16(), retry_after)
+                let status = a.status.as_u16();
+                policy::classify(status, retry_after).map(|()| status)
             }
             Err(e) => Err(Failure::Send(e)),
         }
@@ -152,6 +158,48 @@ async fn attempt(
         Err(Failure::Timeout)
     };
     futures_lite::future::or(send, expire).await
+}
+
+/// An attempt's end for the history: its status, or the class of its error.
+fn attempt_of(outcome: &Result<u16, Failure>) -> crate::history::Attempt {
+    let at_us = crate::clock::clock_ns(libc::CLOCK_REALTIME) / 1_000;
+    let (status, error) = match outcome {
+        Ok(status) => (Some(*status), None),
+        Err(Failure::Retriable { status, .. } | Failure::Permanent { status }) => {
+            (Some(*status), None)
+        }
+        Err(f) => (None, Some(f.public().into())),
+    };
+    crate::history::Attempt {
+        at_us,
+        status,
+        error,
+    }
+}
+
+/// The history's event for an attempt of `timer`'s delivery that ended as `attempt`, the
+/// timer then going to `next`.
+fn history_of(
+    timer: &PackedTimer,
+    version: u64,
+    fire_at_us: u64,
+    attempt: crate::history::Attempt,
+    next: &Next,
+) -> crate::history::Event {
+    use crate::history::Outcome;
+    crate::history::Event {
+        tenant: timer.tenant().into(),
+        key: timer.key().into(),
+        version,
+        fire_at_us,
+        at_us: attempt.at_us,
+        attempt: Some(attempt),
+        outcome: match next {
+            Next::Done => Outcome::Delivered,
+            Next::Dead { .. } => Outcome::DeadLettered,
+            Next::Reschedule { .. } | Next::Wake => Outcome::Retrying,
+        },
+    }
 }
 
 fn release(ctx: &Ctx, target: &Target, tenant: &str) {
