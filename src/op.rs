@@ -237,9 +237,7 @@ impl ListQuery {
             true => crate::partition::schedule_of(key).is_some(),
             false => !key.starts_with(crate::partition::INTERNAL),
         };
-        kind_fits
-            && key.starts_with(&self.prefix)
-            && self.after.as_deref().is_none_or(|a| key > a)
+        kind_fits && key.starts_with(&self.prefix) && self.after.as_deref().is_none_or(|a| key > a)
     }
 }
 

@@ -16,7 +16,11 @@ use std::time::Duration;
 
 /// A journal server of 2 shards on `data` paging beyond `horizon_s`.
 fn serve(data: &Path, toml: &str, horizon_s: &str) -> Svc {
-    Svc::journal(data, toml, &["--shards", "2", "--page-horizon-s", horizon_s])
+    Svc::journal(
+        data,
+        toml,
+        &["--shards", "2", "--page-horizon-s", horizon_s],
+    )
 }
 
 /// PUTs `tenant/key` due `delay_ms` ahead with `body` extra fields; (fire_at_us, version).
@@ -25,7 +29,11 @@ fn put(s: &Server, tenant: &str, key: &str, delay_ms: u64, extra: Value) -> (u64
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
         b.extend(e.clone());
     }
-    let (st, r) = s.json("PUT", &format!("/v1/timers/{tenant}/{key}"), &body.to_string());
+    let (st, r) = s.json(
+        "PUT",
+        &format!("/v1/timers/{tenant}/{key}"),
+        &body.to_string(),
+    );
     assert_eq!(st, 201, "PUT {tenant}/{key}: {r}");
     (
         r["fire_at_us"].as_u64().expect("deadline"),
@@ -85,7 +93,10 @@ fn a_listing_shows_paged_timers_among_the_wheels_by_key() {
     let want_keys: Vec<String> = want.keys().cloned().collect();
     for limit in [1, 7, 1_000] {
         let got = list_all(s, "shop", "prefix=order", limit);
-        let keys: Vec<String> = got.iter().map(|t| t["key"].as_str().unwrap_or("").to_string()).collect();
+        let keys: Vec<String> = got
+            .iter()
+            .map(|t| t["key"].as_str().unwrap_or("").to_string())
+            .collect();
         assert_eq!(keys, want_keys, "limit {limit}");
         for t in &got {
             let key = t["key"].as_str().unwrap_or("");
@@ -98,11 +109,22 @@ fn a_listing_shows_paged_timers_among_the_wheels_by_key() {
     }
     // From a paged key on, and from a wheel key on.
     for after in ["order-051", "order-050"] {
-        let (st, page) = s.json("GET", &format!("/v1/timers/shop?prefix=order-&after={after}&limit=3"), "");
+        let (st, page) = s.json(
+            "GET",
+            &format!("/v1/timers/shop?prefix=order-&after={after}&limit=3"),
+            "",
+        );
         assert_eq!(st, 200, "{page}");
-        let keys: Vec<&str> = page["timers"].as_array().expect("timers").iter().filter_map(|t| t["key"].as_str()).collect();
+        let keys: Vec<&str> = page["timers"]
+            .as_array()
+            .expect("timers")
+            .iter()
+            .filter_map(|t| t["key"].as_str())
+            .collect();
         let from: usize = after[6..].parse().expect("number");
-        let expect: Vec<String> = (from + 1..from + 4).map(|i| format!("order-{i:03}")).collect();
+        let expect: Vec<String> = (from + 1..from + 4)
+            .map(|i| format!("order-{i:03}"))
+            .collect();
         assert_eq!(keys, expect, "after {after}");
         assert_eq!(page["next"].as_str(), Some(expect[2].as_str()));
     }
@@ -154,10 +176,17 @@ fn a_bulk_cancel_cancels_paged_timers_and_none_fires_after_a_sigkill() {
         cancelled_at + 2_000_000 < first,
         "the puts and the cancel took so long that the timers were no longer paged"
     );
-    assert_eq!((done["matched"].as_u64(), done["cancelled"].as_u64()), (Some(200), Some(200)), "{done}");
+    assert_eq!(
+        (done["matched"].as_u64(), done["cancelled"].as_u64()),
+        (Some(200), Some(200)),
+        "{done}"
+    );
     let svc = serve(data.path(), &toml, "2");
     let s = &svc.s;
-    assert!(list_all(s, "shop", "prefix=order-", 1_000).is_empty(), "none pending after the restart");
+    assert!(
+        list_all(s, "shop", "prefix=order-", 1_000).is_empty(),
+        "none pending after the restart"
+    );
     assert_eq!(s.req("GET", "/v1/timers/shop/order-007", "").status, 404);
     assert_eq!(list_all(s, "shop", "prefix=keep-", 1_000).len(), 20);
     paged(s, 20.0);
@@ -172,6 +201,9 @@ fn a_bulk_cancel_cancels_paged_timers_and_none_fires_after_a_sigkill() {
         .map(|d| d.json()["key"].as_str().unwrap_or("").to_string())
         .collect();
     assert!(got.len() >= 20, "the kept timers fire: {fired:?}");
-    assert!(fired.iter().all(|k| k.starts_with("keep-")), "a cancelled timer fired: {fired:?}");
+    assert!(
+        fired.iter().all(|k| k.starts_with("keep-")),
+        "a cancelled timer fired: {fired:?}"
+    );
     assert_eq!(fired.len(), 20, "{fired:?}");
 }

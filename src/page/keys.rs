@@ -78,11 +78,7 @@ impl PagedKeys {
                 blocks.insert(key.into(), b);
             }
         }
-        let head: Box<[u8]> = if key < &first[..] {
-            key.into()
-        } else {
-            first
-        };
+        let head: Box<[u8]> = if key < &first[..] { key.into() } else { first };
         if blocks.get(&head).is_some_and(|b| b.len() > BLOCK) {
             if let Some((mid, rest)) = blocks.get_mut(&head).and_then(split) {
                 blocks.insert(mid, rest);
@@ -180,7 +176,10 @@ fn upto(key: &[u8]) -> (Bound<&[u8]>, Bound<&[u8]>) {
 
 /// The tenant and key of an identity (`PackedTimer::identity`: both lengths, then each).
 pub fn parts(identity: &[u8]) -> Option<(&str, &str)> {
-    let (t, k) = (usize::from(*identity.first()?), usize::from(*identity.get(1)?));
+    let (t, k) = (
+        usize::from(*identity.first()?),
+        usize::from(*identity.get(1)?),
+    );
     let tenant = std::str::from_utf8(identity.get(2..2 + t)?).ok()?;
     let key = std::str::from_utf8(identity.get(2 + t..2 + t + k)?).ok()?;
     Some((tenant, key))

@@ -40,7 +40,11 @@ fn inserts_removes_and_walks_agree_with_a_sorted_set() {
         if rng.u8(..3) == 0 {
             assert_eq!(keys.remove("t", &k), model.remove(&k), "remove {k}");
         } else {
-            assert_eq!(keys.insert("t", &k), Some(model.insert(k.clone())), "insert {k}");
+            assert_eq!(
+                keys.insert("t", &k),
+                Some(model.insert(k.clone())),
+                "insert {k}"
+            );
         }
         assert_eq!(keys.len(), model.len());
         if round % 997 == 0 {
@@ -52,7 +56,10 @@ fn inserts_removes_and_walks_agree_with_a_sorted_set() {
                     "from {start} after {after}"
                 );
             }
-            assert_eq!(walked(&keys, "t", "", false, usize::MAX), model_walk(&model, "", false, usize::MAX));
+            assert_eq!(
+                walked(&keys, "t", "", false, usize::MAX),
+                model_walk(&model, "", false, usize::MAX)
+            );
         }
     }
     // Everything out again: the tenant goes with its last key.

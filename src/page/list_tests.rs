@@ -106,7 +106,8 @@ fn paged_listing_figure() {
         let started = std::time::Instant::now();
         for (v, &i) in ids.iter().enumerate() {
             let d = UtcMicros(T0 + 7_200 * SECOND + rng.u64(0..100 * 86_400 * SECOND));
-            p.put(&timer(&key(i), b"p"), d, v as u64 + 1).expect("paged");
+            p.put(&timer(&key(i), b"p"), d, v as u64 + 1)
+                .expect("paged");
             if v % 10_000 == 0 {
                 glommio::timer::sleep(Duration::from_micros(10)).await;
             }

@@ -25,7 +25,11 @@ fn the_wheels_and_the_pages_keys_merge_by_key_up_to_the_limit() {
     let (out, at) = merge(listed(&["a"]), listed(&["b", "c"]), 10);
     assert_eq!((keys(&out), at), (vec!["a", "b", "c"], vec![1, 2]));
     let (out, at) = merge(listed(&["b", "c"]), Vec::new(), 1);
-    assert_eq!((keys(&out), at), (vec!["b", "c"], vec![]), "the wheel's own limit");
+    assert_eq!(
+        (keys(&out), at),
+        (vec!["b", "c"], vec![]),
+        "the wheel's own limit"
+    );
     let (out, at) = merge(listed(&["a", "b"]), listed(&["b"]), 10);
     assert_eq!((keys(&out), at), (vec!["a", "b"], vec![]), "a key once");
 }
