@@ -52,37 +52,26 @@ impl PagedKeys {
             Some(b) => b,
             None => self.tenants.entry(tenant.into()).or_default(),
         };
-        let first = match blocks.range::<[u8], _>(upto(key)).next_back() {
-            Some((f, _)) => f.clone(),
-            None => match blocks.keys().next() {
-                Some(f) => f.clone(),
-                None => {
-                    let mut block = Vec::new();
-                    push_entry(&mut block, &[], key);
-                    blocks.insert(key.into(), block);
-                    self.len += 1;
-                    return Some(true);
+        let split_off = match blocks.range_mut::<[u8], _>(upto(key)).next_back() {
+            Some((_, block)) => {
+                if !insert_into(block, key) {
+                    return Some(false);
                 }
-            },
+                split(block)
+            }
+            None => {
+                // Before every block's first key (or the tenant's first): the first block
+                // takes it, filed under it from now on.
+                let mut block = blocks.pop_first().map(|(_, b)| b).unwrap_or_default();
+                insert_into(&mut block, key);
+                let rest = split(&mut block);
+                blocks.insert(key.into(), block);
+                rest
+            }
         };
-        let Some(block) = blocks.get_mut(&first) else {
-            return Some(false);
-        };
-        if !insert_into(block, key) {
-            return Some(false);
-        }
         self.len += 1;
-        if key < &first[..] {
-            // The block's new first key: it is filed under it.
-            if let Some(b) = blocks.remove(&first) {
-                blocks.insert(key.into(), b);
-            }
-        }
-        let head: Box<[u8]> = if key < &first[..] { key.into() } else { first };
-        if blocks.get(&head).is_some_and(|b| b.len() > BLOCK) {
-            if let Some((mid, rest)) = blocks.get_mut(&head).and_then(split) {
-                blocks.insert(mid, rest);
-            }
+        if let Some((mid, rest)) = split_off {
+            blocks.insert(mid, rest);
         }
         Some(true)
     }
@@ -93,26 +82,20 @@ impl PagedKeys {
         let Some(blocks) = self.tenants.get_mut(tenant) else {
             return false;
         };
-        let Some(first) = blocks
-            .range::<[u8], _>(upto(key))
-            .next_back()
-            .map(|(f, _)| f.clone())
-        else {
-            return false;
+        // The block's first key, when the block must be filed again (or dropped, emptied).
+        let refile = match blocks.range_mut::<[u8], _>(upto(key)).next_back() {
+            None => return false,
+            Some((first, block)) => {
+                if !remove_from(block, key) {
+                    return false;
+                }
+                (block.is_empty() || &first[..] == key).then(|| first.clone())
+            }
         };
-        let Some(block) = blocks.get_mut(&first) else {
-            return false;
-        };
-        if !remove_from(block, key) {
-            return false;
-        }
         self.len -= 1;
-        if block.is_empty() {
-            blocks.remove(&first);
-        } else if &first[..] == key {
-            let head = first_key(block);
-            if let Some(b) = blocks.remove(&first) {
-                blocks.insert(head, b);
+        if let Some(first) = refile {
+            if let Some(block) = blocks.remove(&first).filter(|b| !b.is_empty()) {
+                blocks.insert(first_key(&block), block);
             }
         }
         if blocks.is_empty() {
@@ -319,9 +302,12 @@ fn first_key(block: &[u8]) -> Box<[u8]> {
     c.key().into()
 }
 
-/// Splits `block` about its middle: the second half, and its first key; `None` if it holds a
-/// single entry.
+/// Splits `block` about its middle once it is over `BLOCK` bytes: the second half, and its
+/// first key; `None` if it is not over, or holds a single entry.
 fn split(block: &mut Vec<u8>) -> Option<(Box<[u8]>, Vec<u8>)> {
+    if block.len() <= BLOCK {
+        return None;
+    }
     let half = block.len() / 2;
     let mut c = Cursor::new(block);
     let mut mid = None;
