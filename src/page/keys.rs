@@ -28,10 +28,13 @@ const SLACK: usize = 64;
 /// The longest key a block can hold.
 const MAX_KEY: usize = u8::MAX as usize;
 
+/// A tenant's blocks, each under its first key.
+type Blocks = BTreeMap<Box<[u8]>, Vec<u8>>;
+
 /// The paged keys of every tenant of a shard (see the module doc).
 #[derive(Default)]
 pub struct PagedKeys {
-    tenants: HashMap<Box<str>, BTreeMap<Box<[u8]>, Vec<u8>>>,
+    tenants: HashMap<Box<str>, Blocks>,
     len: usize,
 }
 

@@ -136,23 +136,35 @@ fn paged_listing_figure() {
             bytes as f64 / held as f64,
         );
     });
-    let names: Vec<String> = ids.iter().map(|&i| key(i)).collect();
+    let sequential: Vec<String> = ids.iter().map(|&i| key(i)).collect();
+    let mut rng = fastrand::Rng::with_seed(9);
+    let random: Vec<String> = (0..n).map(|_| format!("{:032x}", rng.u128(..))).collect();
+    for (shape, names) in [("order-%08d", sequential), ("32 random hex digits", random)] {
+        key_order_cost(shape, &names);
+    }
+}
+
+/// What a key order of `names` (inserted in their order) costs in time and RSS, against an
+/// owned `BTreeSet<String>` of them.
+fn key_order_cost(shape: &str, names: &[String]) {
     let before = rss();
     let started = std::time::Instant::now();
     let mut keys = super::keys::PagedKeys::default();
-    for k in &names {
+    for k in names {
         keys.insert("acme", k);
     }
     let built = started.elapsed();
-    let front = rss() - before;
+    let front = rss().saturating_sub(before);
     let before = rss();
     let set: std::collections::BTreeSet<String> = names.iter().cloned().collect();
-    let owned = rss() - before;
+    let owned = rss().saturating_sub(before);
+    let n = names.len() as f64;
     println!(
-        "front-coded key order: {:.0} ns an insert in random order; RSS a key: front-coded {:.1} B, BTreeSet<String> {:.1} B ({} keys)",
-        built.as_nanos() as f64 / n as f64,
-        front as f64 / n as f64,
-        owned as f64 / n as f64,
-        keys.len().min(set.len())
+        "{shape}: {} keys; an insert in random order {:.0} ns; RSS a key: front-coded {:.1} B ({:.1} B by its count), BTreeSet<String> {:.1} B",
+        keys.len().min(set.len()),
+        built.as_nanos() as f64 / n,
+        front as f64 / n,
+        keys.bytes() as f64 / n,
+        owned as f64 / n,
     );
 }

@@ -435,9 +435,8 @@ impl Pager {
             };
             match take_records(
                 load,
-                &mut self.index,
+                (&mut self.index, &mut self.keys),
                 &self.keyed,
-                &mut self.keys,
                 &self.files,
                 &mut self.held,
                 &mut stop,

@@ -34,12 +34,12 @@ pub enum Step {
 }
 
 /// Puts the records of `load` that arrived into the wheel (see `Pager::load_step`); one the
-/// wheel hands back is held (`HELD`). A damaged record is passed over to the next mark.
+/// wheel hands back is held (`HELD`). The index entries and the key order go as their
+/// records do. A damaged record is passed over to the next mark.
 pub fn take_records(
     load: &mut Load,
-    index: &mut FarIndex,
+    (index, keys): (&mut FarIndex, &mut PagedKeys),
     keyed: &Keyed,
-    keys: &mut PagedKeys,
     files: &Rc<Files>,
     held: &mut Vec<(Id, record::PageRecord)>,
     stop: &mut impl FnMut() -> bool,
