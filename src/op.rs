@@ -97,10 +97,9 @@ pub(crate) enum Op {
         how: Settlement,
         reply: Reply<Result<Settled, Error>>,
     },
-    /// The shard's count of `tenant`'s messages: walked (`walk`), or the index's lengths.
+    /// The shard's count of `tenant`'s messages, from its index's lengths.
     QueueCount {
         tenant: String,
-        walk: bool,
         reply: Reply<Result<QueueCounts, Error>>,
     },
 }

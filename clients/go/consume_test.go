@@ -16,7 +16,7 @@ import (
 
 // The consumers' tenants, one per test so that no test sees another's messages: each has a
 // queue and a token of its own.
-var consumeNames = []string{"orders", "work", "flaky", "lingering", "stopping", "prefetched"}
+var consumeNames = []string{"orders", "work", "flaky", "lingering", "stopping", "prefetched", "panicky"}
 
 func queueToken(name string) string { return name + "-token-0123456789abcdef0123456789abcdef" }
 
@@ -172,6 +172,42 @@ func TestConsumeNackedMessageComesBack(t *testing.T) {
 		t.Fatalf("came back %s after its nack with a delay of 300 ms", gap)
 	}
 	emptyQueue(t, c, "flaky")
+}
+
+// A handler that panics does not take the loop (or the process) down: its message is nacked
+// as for an error, comes back with its receive count one higher, and the loop goes on to
+// acknowledge it on the next handling.
+func TestConsumeAPanickingHandlerIsNackedAndTheLoopGoesOn(t *testing.T) {
+	c := queueClient("panicky")
+	if _, err := c.Put(ctx(t), "panicky", "boom", punctual.After(0)); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var counts []int
+	var observed []error
+	o := punctual.ConsumeOptions{Concurrency: 2, NackDelay: 100 * time.Millisecond, Visibility: time.Minute,
+		OnError: func(err error) { mu.Lock(); observed = append(observed, err); mu.Unlock() }}
+	stop := consumeAsync(c, "panicky", func(ctx context.Context, m punctual.Message) error {
+		mu.Lock()
+		counts = append(counts, m.ReceiveCount)
+		first := len(counts) == 1
+		mu.Unlock()
+		if first {
+			panic("the handler's own bug")
+		}
+		return nil
+	}, o)
+	waitFor(t, "the second handling", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(counts) >= 2 })
+	if err := stop(); err != nil {
+		t.Fatalf("the loop ended with %v after a handler's panic", err)
+	}
+	if len(counts) != 2 || counts[0] != 1 || counts[1] != 2 {
+		t.Fatalf("receive counts: %v", counts)
+	}
+	if len(observed) == 0 || !strings.Contains(observed[0].Error(), "the handler's own bug") {
+		t.Fatalf("OnError saw %v, not the panic", observed)
+	}
+	emptyQueue(t, c, "panicky")
 }
 
 // A handler running three times its visibility keeps its lease: the other loop never gets

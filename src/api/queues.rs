@@ -123,7 +123,7 @@ impl App {
                 allow,
             });
         }
-        self.check(tenant, &req)?;
+        self.check_read(tenant, &req)?;
         if self.handle.store_kind() == "redis" {
             return Err(ApiError::NotImplemented(
                 "the Redis store keeps no pull queue: consume fired timers from the tenant's \
@@ -137,7 +137,7 @@ impl App {
             )));
         };
         let Some(action) = action else {
-            let c = self.handle.queue_count_async(tenant, true).await?;
+            let c = self.handle.queue_count_async(tenant).await?;
             let now = self.handle.now().0;
             let depth = Depth {
                 tenant,

@@ -80,13 +80,11 @@ impl Handle {
         })
     }
 
-    /// `tenant`'s messages on every shard, counted: each shard walks the tenant's messages
-    /// (`walk`, exact), or answers from its index's lengths (for a scrape: no walk, and what
-    /// `shard::ready` says they may still count).
+    /// `tenant`'s messages on every shard, counted: each shard answers from its index's
+    /// lengths, exact with no walk (`shard::ready`).
     pub fn queue_count_async(
         &self,
         tenant: &str,
-        walk: bool,
     ) -> impl Future<Output = Result<QueueCounts>> + Send + 'static {
         let checked = validate_name(NameKind::Tenant, tenant);
         let waits: Vec<_> = (0..self.inner.rings.len())
@@ -94,7 +92,6 @@ impl Handle {
                 let (tx, rx) = reply_channel();
                 let op = Op::QueueCount {
                     tenant: tenant.to_string(),
-                    walk,
                     reply: tx,
                 };
                 answer(self.push_to(shard, tenant, op), rx)

@@ -302,3 +302,58 @@ fn leaving_releases_every_task_waker_on_the_shards_thread() {
         Some(std::thread::current().id())
     );
 }
+
+/// The CPU-clock judgment: a thread counts as having run only on a reading newer than the
+/// last one, taken within the window; without a recent reading it is unknown (not busy), so
+/// the `/proc` probe decides.
+#[test]
+fn a_thread_ran_only_when_its_cpu_clock_moved_since_a_recent_reading() {
+    let w = Duration::from_millis(2);
+    assert!(!ran_between(0, 0, 5_000, 1_000_000, w), "no reading yet");
+    assert!(ran_between(1_000, 1_000_000, 5_000, 2_000_000, w));
+    assert!(
+        !ran_between(5_000, 1_000_000, 5_000, 2_000_000, w),
+        "no CPU used"
+    );
+    assert!(
+        !ran_between(1_000, 1_000_000, 5_000, 4_000_000, w),
+        "the last reading is older than the window"
+    );
+}
+
+/// A spinning thread reads as having run since the last look; a sleeping one does not, so a
+/// late shard's sleeping thread still has its `/proc` files read.
+#[test]
+fn the_cpu_clock_tells_a_spinning_shard_thread_from_a_sleeping_one() {
+    for spin in [true, false] {
+        let pulse = Arc::new(Pulse::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (pulse.clone(), stop.clone());
+        let t = std::thread::spawn(move || {
+            p.on_this_thread();
+            while !s.load(Ordering::Relaxed) {
+                if spin {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::park();
+                }
+            }
+        });
+        while pulse.tid.load(Ordering::Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(60));
+        let window = Duration::from_millis(500);
+        assert!(
+            !pulse.ran_since_last_look(monotonic_ns(), window),
+            "the first look knows nothing yet"
+        );
+        // Long enough for a spinning thread to get a CPU on a loaded host.
+        std::thread::sleep(Duration::from_millis(50));
+        let ran = pulse.ran_since_last_look(monotonic_ns(), window);
+        stop.store(true, Ordering::Relaxed);
+        t.thread().unpark();
+        t.join().expect("thread");
+        assert_eq!(ran, spin, "spinning: {spin}");
+    }
+}

@@ -25,6 +25,7 @@ use super::Shard;
 use crate::clock::TimeSource;
 use crate::error::Error;
 use crate::op::{Cancelled, Op, Reply, Scheduled, TimerInfo};
+use crate::queue::MessageState;
 use crate::quota::QuotaSlot;
 use crate::ring::Taken;
 use crate::runtime::cooperate::Slice;
@@ -242,16 +243,8 @@ impl<S: TimeSource> Shard<S> {
                 how,
                 reply,
             } => self.queue_settle(&timer, (version, lease), how, reply),
-            Op::QueueCount {
-                tenant,
-                walk,
-                reply,
-            } => {
-                let counts = match walk {
-                    true => self.queue_count(&tenant),
-                    false => self.queue_lengths(&tenant),
-                };
-                let _ = reply.send(Ok(counts));
+            Op::QueueCount { tenant, reply } => {
+                let _ = reply.send(Ok(self.queue_lengths(&tenant)));
             }
         }
     }
@@ -287,6 +280,7 @@ impl<S: TimeSource> Shard<S> {
             }
         } else if let Some((deadline, record)) = self.table.cancel(timer.identity()) {
             self.forget_in_sinks(&record.timer);
+            self.queues.left(&record.timer);
             self.release_quota(record.timer.tenant());
             let answer = Cancelled::Cancelled {
                 version: record.version,
@@ -361,9 +355,13 @@ impl<S: TimeSource> Shard<S> {
         // another thread packed is copied into this thread's heap first (`into_local`).
         let local = |t: PackedTimer| if home { t } else { t.into_local() };
         if self.pager.is_none() {
+            let leaving = self.queue_state_of(timer.identity());
             let timer = local(timer);
             return match self.table.insert_with_version(timer, deadline, version) {
-                Ok(u) => Ok((Placed::Wheel(u.slot), u.replaced)),
+                Ok(u) => {
+                    self.left_queue(u.slot, leaving);
+                    Ok((Placed::Wheel(u.slot), u.replaced))
+                }
                 Err(e) => Err(self.upsert_error(e, deadline)),
             };
         }
@@ -382,21 +380,43 @@ impl<S: TimeSource> Shard<S> {
                 let in_wheel = self.table.cancel(timer.identity());
                 if let Some((_, record)) = &in_wheel {
                     self.forget_in_sinks(&record.timer);
+                    self.queues.left(&record.timer);
                 }
                 return Ok((Placed::Paged(timer), old.is_some() || in_wheel.is_some()));
             }
             // Its bucket is full: the wheel keeps it.
         }
+        let leaving = self.queue_state_of(timer.identity());
         // Into the wheel first, then out of the pages: a timer is never in neither.
         let u = match self.table.insert_loaded(local(timer), deadline, version) {
             Ok(u) => u,
             Err(e) => return Err(self.upsert_error(e, deadline)),
         };
+        self.left_queue(u.slot, leaving);
         let paged = match (self.pager.as_mut(), self.table.timer_at(u.slot)) {
             (Some(pager), Some(t)) => pager.remove(t.identity()).is_some(),
             _ => false,
         };
         Ok((Placed::Wheel(u.slot), u.replaced || paged))
+    }
+
+    /// The queue state of the timer under `identity`, if it is a message, before a write
+    /// replaces it. No lookup on a shard that holds no message.
+    fn queue_state_of(&self, identity: &[u8]) -> Option<MessageState> {
+        if self.queues.holds_none() {
+            return None;
+        }
+        self.queues.state_of(self.table.get(identity)?.timer)
+    }
+
+    /// The message read by [`Shard::queue_state_of`] was replaced by the timer now in `slot`:
+    /// it leaves its queue's counts (`ShardQueues::left`).
+    fn left_queue(&mut self, slot: u32, leaving: Option<MessageState>) {
+        let Some(state) = leaving else { return };
+        if let Some(t) = self.table.timer_at(slot) {
+            let (tenant, key) = (t.tenant().to_owned(), t.key().to_owned());
+            self.queues.left_as(&tenant, &key, state);
+        }
     }
 
     /// Whether the shard holds a pending timer `identity`, in the wheel or paged.

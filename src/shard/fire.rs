@@ -285,26 +285,28 @@ impl<S: TimeSource> Shard<S> {
                     }
                 };
                 let fate = settle.fate(&f, &record.timer, next);
-                if let Fate::Rearm(_, kept) = &fate {
-                    // Ready again, or still ready (kept past a retention that grew): indexed
-                    // once.
-                    let ready = |meta| {
-                        Message::decode(meta).is_some_and(|m| m.state == MessageState::Ready)
-                    };
-                    if ready(kept.meta()) && !ready(f.meta) {
-                        queues.made_ready(f.tenant, f.key, f.version);
-                    }
+                let ready =
+                    |meta| Message::decode(meta).is_some_and(|m| m.state == MessageState::Ready);
+                let ready_after = matches!(&fate, Fate::Rearm(_, kept) if ready(kept.meta()));
+                // Ready again: indexed once. Still ready (kept past a retention that grew):
+                // its entry holds. No longer ready (its retention ended): its entry is stale.
+                match (ready(f.meta), ready_after) {
+                    (false, true) => queues.made_ready(f.tenant, f.key, f.version),
+                    (true, false) => queues.went_stale(f.tenant),
+                    _ => {}
                 }
                 fate
             },
             |timer| spent.keep(timer),
         );
         // An occurrence is judged on time against its schedule's deadline when that passed
-        // while the shard ran, however long the shard then took to get to it (a burst of
-        // schedules due at once): only a downtime or a forward clock step misses one.
+        // while the shard ran and held its partition, however long the shard then took to get
+        // to it (a burst of schedules due at once): only a downtime, a forward clock step or,
+        // on nodes among others, a partition's time without a holder misses one.
         let unseen_before = self.clock.unseen_before().as_micros();
         for (deadline, timer) in recurring {
-            let judged_at = match deadline >= unseen_before {
+            let seen_from = unseen_before.max(self.gate.seen_from(timer.tenant(), timer.key()));
+            let judged_at = match deadline >= seen_from {
                 true => deadline.min(now),
                 false => now,
             };

@@ -421,4 +421,26 @@ mod unit {
         g.dropped(p);
         assert!(!g.is_filled(p) && g.admit(&t, &r).is_err());
     }
+
+    /// A recurring schedule's missed occurrences are judged from its partition's last load on
+    /// a node among others; an open gate has watched every partition from the start.
+    #[test]
+    fn a_partition_is_watched_from_its_last_load() {
+        let open = Gate::default();
+        assert_eq!(open.seen_from("shop", "a"), UtcMicros(0));
+        let mut g = Gate::new(Some(Arc::new(All(AtomicBool::new(true)))));
+        let (p, q) = (partition_of("shop", "a"), partition_of("shop", "b"));
+        assert_ne!(p, q);
+        g.loaded(p);
+        g.loaded_at(p, UtcMicros(5_000_000));
+        assert_eq!(g.seen_from("shop", "a"), UtcMicros(5_000_000));
+        assert_eq!(
+            g.seen_from("shop", "@a@17"),
+            UtcMicros(5_000_000),
+            "its occurrences too"
+        );
+        assert_eq!(g.seen_from("shop", "b"), UtcMicros(0));
+        g.loaded_at(p, UtcMicros(9_000_000));
+        assert_eq!(g.seen_from("shop", "@a"), UtcMicros(9_000_000));
+    }
 }

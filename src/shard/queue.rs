@@ -21,9 +21,8 @@
 //! the only cost the figures put on a fire.
 //!
 //! Cost: a receive is a pop, a table lookup and a re-arm per message; a settle is a lookup and
-//! a re-arm or removal. A count (`GET /v1/queues/{tenant}`) walks the tenant's entries on the
-//! shard: for monitoring, not for a hot loop; a scrape reads the index's lengths instead
-//! ([`Shard::queue_lengths`]).
+//! a re-arm or removal. A count (`GET /v1/queues/{tenant}`, a scrape) reads the index's
+//! lengths, exact with no walk ([`Shard::queue_lengths`]).
 
 use super::fate::release;
 use super::Shard;
@@ -137,6 +136,7 @@ impl<S: TimeSource> Shard<S> {
                 break;
             };
             let Some(m) = ready_at(&self.table, tenant, &key, version) else {
+                self.queues.popped_stale(tenant);
                 continue;
             };
             self.queues.next_lease += 1;
@@ -175,7 +175,7 @@ impl<S: TimeSource> Shard<S> {
             .get(tenant)
             .is_some_and(VecDeque::is_empty)
         {
-            self.queues.ready.remove(tenant);
+            self.queues.index_emptied(tenant);
         }
         let ack = Ack::Then(Box::new(move |r| {
             let _ = reply.send(r.map(|()| got));
@@ -312,12 +312,13 @@ impl<S: TimeSource> Shard<S> {
         }
     }
 
-    /// The shard's figures of `tenant`'s messages for a scrape, from the index's lengths
-    /// (`ready.rs` says what they may still count), with no walk: the oldest ready message is
-    /// the one at the head of the ready index once the entries there that moved on are dropped.
+    /// The shard's figures of `tenant`'s messages, exact, from the index's lengths with no
+    /// walk (`ready.rs`): the oldest ready message is the one at the head of the ready index
+    /// (ready longest) once the entries there that moved on are dropped.
     pub(super) fn queue_lengths(&mut self, tenant: &str) -> QueueCounts {
         let table = &self.table;
         let mut oldest = None;
+        let mut dropped = 0;
         if let Some(q) = self.queues.ready.get_mut(tenant) {
             while let Some((key, version)) = q.front() {
                 if let Some(m) = ready_at(table, tenant, key, *version) {
@@ -325,7 +326,11 @@ impl<S: TimeSource> Shard<S> {
                     break;
                 }
                 q.pop_front();
+                dropped += 1;
             }
+        }
+        for _ in 0..dropped {
+            self.queues.popped_stale(tenant);
         }
         let (ready, in_flight, delayed) = self.queues.lengths(tenant);
         QueueCounts {
@@ -334,43 +339,6 @@ impl<S: TimeSource> Shard<S> {
             delayed,
             oldest_queued_at_us: oldest,
         }
-    }
-
-    /// The shard's count of `tenant`'s messages; drops index entries whose message moved on.
-    pub(super) fn queue_count(&mut self, tenant: &str) -> QueueCounts {
-        let mut c = QueueCounts::default();
-        let table = &self.table;
-        if let Some(q) = self.queues.ready.get_mut(tenant) {
-            q.retain(
-                |(key, version)| match ready_at(table, tenant, key, *version) {
-                    Some(m) => {
-                        c.ready += 1;
-                        let oldest = c.oldest_queued_at_us.get_or_insert(m.queued_at_us);
-                        *oldest = (*oldest).min(m.queued_at_us);
-                        true
-                    }
-                    None => false,
-                },
-            );
-        }
-        for (set, state) in [
-            (&mut self.queues.leased, MessageState::Leased),
-            (&mut self.queues.delayed, MessageState::Delayed),
-        ] {
-            if let Some(keys) = set.get_mut(tenant) {
-                keys.retain(|key| {
-                    let here =
-                        message_at(table, tenant, key).is_some_and(|(m, ..)| m.state == state);
-                    if here && state == MessageState::Leased {
-                        c.in_flight += 1;
-                    } else if here {
-                        c.delayed += 1;
-                    }
-                    here
-                });
-            }
-        }
-        c
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::clock::FakeSource;
 use crate::op::{reply_channel, Op};
-use crate::queue::{PullQueues, QueueSettings, Received, Settled, Settlement};
+use crate::queue::{MessageState, PullQueues, QueueSettings, Received, Settled, Settlement};
 use crate::shard::tests::shard;
 use crate::timer::PackedTimer;
 use crate::units::{UtcMicros, UtcNanos};
@@ -146,7 +146,7 @@ fn a_nack_with_a_delay_hides_it_until_then_and_an_extend_keeps_the_receipt() {
     q.pass(210);
     let again = q.receive(50);
     assert_eq!((again.len(), again[0].receive_count), (1, 2));
-    let c = q.s.queue_count("t");
+    let c = q.s.queue_lengths("t");
     assert_eq!((c.ready, c.in_flight, c.delayed), (0, 1, 0));
 }
 
@@ -159,16 +159,16 @@ fn a_message_past_its_tenants_retention_at_its_leases_end_is_a_dead_letter_and_c
     q.schedule("a");
     q.schedule("b");
     q.pass(2);
-    assert_eq!(q.s.queue_count("t").ready, 2);
+    assert_eq!(q.s.queue_lengths("t").ready, 2);
     q.pass(1_000);
-    assert_eq!(q.s.queue_count("t").ready, 2, "not yet 2 s old");
+    assert_eq!(q.s.queue_lengths("t").ready, 2, "not yet 2 s old");
     // Received: a lease that ends after the retention makes each a dead letter.
     assert_eq!(q.receive(1_500).len(), 2);
     q.pass(1_100);
-    let c = q.s.queue_count("t");
+    let c = q.s.queue_lengths("t");
     assert_eq!((c.ready, c.in_flight), (0, 2), "both leased");
     q.pass(500);
-    let c = q.s.queue_count("t");
+    let c = q.s.queue_lengths("t");
     assert_eq!((c.ready, c.in_flight), (0, 0), "both dead, none ready");
     assert_eq!(q.quota.pending(), 2, "a dead letter keeps its slot");
     let f = q.s.queues.shared.figures("t").expect("figures");
@@ -200,21 +200,36 @@ fn the_waiting_receives_of_a_tenant_are_capped_and_freed_as_they_end() {
     assert!(shared.start_waiting("none").is_err(), "no queue");
 }
 
-/// The figures a scrape reads are the index's lengths, no walk: the queue's own transitions
-/// must keep them equal to a walk's count at every step (an acked key left in the leased set
-/// would count as in flight until a walk pruned it).
+/// The messages of `keys` in the table, by state (ready, leased, delayed): what the index's
+/// lengths must say, counted without the index.
+fn in_table(q: &Q, keys: &[&str]) -> (u64, u64, u64) {
+    let mut c = (0, 0, 0);
+    for key in keys {
+        match super::message_at(&q.s.table, "t", key).map(|(m, ..)| m.state) {
+            Some(MessageState::Ready) => c.0 += 1,
+            Some(MessageState::Leased) => c.1 += 1,
+            Some(MessageState::Delayed) => c.2 += 1,
+            None => {}
+        }
+    }
+    c
+}
+
+/// The figures `GET /v1/queues` and a scrape read are the index's lengths, no walk: the
+/// queue's own transitions must keep them equal to the table's messages at every step (an
+/// acked key left in the leased set would count as in flight).
 #[test]
 fn a_scrapes_lengths_follow_each_transition_as_a_walk_counts_them() {
     let mut q = Q::new(5);
     let both = |q: &mut Q| {
         let l = q.s.queue_lengths("t");
-        let c = q.s.queue_count("t");
+        let lengths = (l.ready, l.in_flight, l.delayed);
         assert_eq!(
-            (l.ready, l.in_flight, l.delayed, l.oldest_queued_at_us),
-            (c.ready, c.in_flight, c.delayed, c.oldest_queued_at_us),
-            "the lengths and the walk disagree"
+            lengths,
+            in_table(q, &["a", "b", "c"]),
+            "the lengths and the table disagree"
         );
-        (l.ready, l.in_flight, l.delayed)
+        lengths
     };
     for key in ["a", "b", "c"] {
         q.schedule(key);
@@ -242,4 +257,82 @@ fn a_scrapes_lengths_follow_each_transition_as_a_walk_counts_them() {
     let nack = Settlement::Nack { delay_ms: 0 };
     assert_eq!(q.settle(&again[0], nack), Settled::Done);
     assert_eq!(both(&mut q), (1, 1, 0), "nacked at once: ready");
+}
+
+/// A message that leaves the queue otherwise than through it (deleted or replaced through
+/// the timer routes, in any state, or a ready one whose retention ends) leaves the counts at
+/// once, with no walk; a receive then passes its stale entry and hands out only the live ones.
+#[test]
+fn the_counts_follow_messages_deleted_replaced_or_expired_without_a_walk() {
+    let keys = ["a", "b", "c", "d", "e", "f"];
+    let mut q = Q::with(QueueSettings {
+        retention: Duration::from_millis(500),
+        ..QueueSettings::from(5)
+    });
+    let counts = |q: &mut Q| {
+        let l = q.s.queue_lengths("t");
+        let lengths = (l.ready, l.in_flight, l.delayed);
+        assert_eq!(
+            lengths,
+            in_table(q, &keys),
+            "the lengths and the table disagree"
+        );
+        lengths
+    };
+    let cancel = |q: &mut Q, key: &str| {
+        let (tx, _rx) = reply_channel();
+        let timer = PackedTimer::new("t", key, b"").expect("small");
+        q.s.apply(Op::Cancel { timer, reply: tx });
+    };
+    let replace = |q: &mut Q, key: &str| {
+        let timer = PackedTimer::new("t", key, b"{}").expect("small");
+        let at = UtcMicros(q.s.clock.now().as_micros().0 + 60_000_000);
+        q.s.apply(Op::Schedule {
+            timer,
+            deadline: at,
+            reply: None,
+            slot: None,
+            home: true,
+        });
+    };
+    for key in ["a", "b", "c", "d"] {
+        q.schedule(key);
+    }
+    q.pass(2);
+    assert_eq!(counts(&mut q), (4, 0, 0));
+    cancel(&mut q, "a");
+    assert_eq!(counts(&mut q), (3, 0, 0), "a ready one deleted");
+    replace(&mut q, "b");
+    assert_eq!(counts(&mut q), (2, 0, 0), "a ready one replaced by a timer");
+    let got = q.receive(10_000);
+    let mut names: Vec<&str> = got.iter().map(|m| m.key.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["c", "d"], "the receive passes the stale entries");
+    assert_eq!(counts(&mut q), (0, 2, 0));
+    replace(&mut q, "c");
+    assert_eq!(counts(&mut q), (0, 1, 0), "a leased one replaced");
+    cancel(&mut q, "d");
+    assert_eq!(counts(&mut q), (0, 0, 0), "a leased one deleted");
+    q.schedule("e");
+    q.pass(2);
+    let e = q.receive(10_000);
+    assert_eq!(
+        q.settle(&e[0], Settlement::Nack { delay_ms: 10_000 }),
+        Settled::Done
+    );
+    assert_eq!(counts(&mut q), (0, 0, 1));
+    cancel(&mut q, "e");
+    assert_eq!(counts(&mut q), (0, 0, 0), "a delayed one deleted");
+    // A ready message whose retention ends becomes a dead letter: out of the counts.
+    q.schedule("f");
+    q.pass(2);
+    assert_eq!(counts(&mut q), (1, 0, 0));
+    q.pass(600);
+    assert_eq!(counts(&mut q), (0, 0, 0), "a ready one past its retention");
+    // Nothing left counted stale: a new message counts once, and is received.
+    q.schedule("a");
+    q.pass(2);
+    assert_eq!(counts(&mut q), (1, 0, 0));
+    assert_eq!(q.receive(10_000).len(), 1);
+    assert_eq!(counts(&mut q), (0, 1, 0));
 }

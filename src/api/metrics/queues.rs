@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 pub(super) async fn count_queues(handle: &Handle) {
     let queues = handle.pull_queues().clone();
     for (tenant, _) in queues.all_figures() {
-        if let Ok(c) = handle.queue_count_async(tenant, false).await {
+        if let Ok(c) = handle.queue_count_async(tenant).await {
             queues.set_counts(tenant, &c);
         }
     }

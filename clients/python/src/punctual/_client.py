@@ -184,7 +184,7 @@ class Client(_Base):
         return self._run(_core.schedules_call(tenant, limit, after), timeout)
 
     def queue(self, tenant: str, *, timeout: Optional[float] = None) -> QueueDepth:
-        """The tenant's pull queue counted (for monitoring: it walks every shard); ApiError
+        """The tenant's pull queue counted (exact, from each shard's index); ApiError
         not_found for a tenant without `queue = true`."""
         return self._run(_core.queue_call(tenant), timeout)
 
