@@ -89,3 +89,29 @@ fn a_full_buffer_is_handed_over_and_a_full_channel_drops_and_counts() {
     r.flush();
     assert_eq!(dropped.load(Ordering::Relaxed), 1);
 }
+
+/// A second process on the same directory is refused before it touches the log: the history
+/// opens before the journal's own lock is taken, so it holds one of its own.
+#[test]
+fn a_second_opener_of_the_same_directory_is_refused_and_the_log_left_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let h = History::open(Some(dir.path()), Duration::from_secs(3600), 100).expect("open");
+    let r = h.recorder();
+    r.record(event("a", 1, Some(200), Outcome::Delivered));
+    r.flush();
+    wait_for(&h, "a", Outcome::Delivered);
+    let before = std::fs::read(dir.path().join(LOG_NAME)).expect("log");
+    let second = History::open(Some(dir.path()), Duration::from_secs(3600), 100);
+    let err = second.err().expect("a second opener is refused");
+    assert!(
+        err.to_string()
+            .contains("in use by another punctual process"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join(LOG_NAME)).expect("log"),
+        before
+    );
+    drop((r, h));
+    History::open(Some(dir.path()), Duration::from_secs(3600), 100).expect("free again");
+}
