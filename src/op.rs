@@ -227,15 +227,16 @@ impl ListQuery {
     /// that lists) never picks them, unless its prefix is internal itself, and then it picks
     /// the schedules' own timers only, never their occurrences'.
     pub fn picks(&self, timer: &PackedTimer) -> bool {
-        let key = timer.key();
+        timer.tenant() == self.tenant && self.picks_key(timer.key())
+    }
+
+    /// [`ListQuery::picks`] of a key of the listing's tenant.
+    pub fn picks_key(&self, key: &str) -> bool {
         let kind_fits = match self.prefix.starts_with(crate::partition::INTERNAL) {
             true => crate::partition::schedule_of(key).is_some(),
             false => !key.starts_with(crate::partition::INTERNAL),
         };
-        timer.tenant() == self.tenant
-            && kind_fits
-            && key.starts_with(&self.prefix)
-            && self.after.as_deref().is_none_or(|a| key > a)
+        kind_fits && key.starts_with(&self.prefix) && self.after.as_deref().is_none_or(|a| key > a)
     }
 }
 

@@ -4,6 +4,8 @@
 //! loads its timers and applies them in order once its table is whole, or refuses those that
 //! waited past the store's ack timeout (503): no answer may come from a table loaded in part
 //! (a GET or DELETE answered 404, a PUT answered 201 "new" for a key that is pending).
+//! The same holds with paging on, where a start pages the timers due beyond the horizon as it
+//! loads them.
 
 mod api_support;
 use api_support::{read_response, request, Server};
@@ -20,14 +22,14 @@ const BATCH: usize = 10_000;
 const PER_CLIENT: usize = 300;
 
 /// Writes `TIMERS` timers due in an hour, in batches: their versions, by index.
-fn fill(s: &Server) -> Vec<u64> {
+fn fill(addr: &SocketAddr) -> Vec<u64> {
     let mut versions = Vec::with_capacity(TIMERS);
     for b in 0..TIMERS / BATCH {
         let items: Vec<String> = (b * BATCH..(b + 1) * BATCH)
             .map(|i| format!(r#"{{"key": "k-{i}", "delay_ms": 3600000}}"#))
             .collect();
         let body = format!(r#"{{"timers": [{}]}}"#, items.join(","));
-        let r = request(s.addr, "POST", "/v1/timers/shop", &[], body.as_bytes());
+        let r = request(*addr, "POST", "/v1/timers/shop", &[], body.as_bytes());
         assert_eq!(r.status, 200, "batch {b}");
         for item in r.json()["results"].as_array().expect("results") {
             assert_eq!(item["status"].as_u64(), Some(201), "{item}");
@@ -103,13 +105,24 @@ fn during_recovery(
 /// client retries) is reset.
 #[test]
 fn requests_while_the_journal_recovers_are_held_or_refused_never_answered_from_a_partial_table() {
+    requests_during_a_restart(&[]);
+}
+
+/// The same with paging on: the timers, due in an hour, are all paged as the start loads them.
+#[test]
+fn requests_while_a_paged_journal_recovers_are_held_or_refused_never_answered_from_a_partial_table()
+{
+    requests_during_a_restart(&["--page-horizon-s", "60"]);
+}
+
+fn requests_during_a_restart(extra: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let data = data.to_str().expect("utf-8");
     let args = ["--store", "journal", "--data-dir", data, "--shards", "1"];
-    let args = [&args[..], &["--shard-capacity", "400000"]].concat();
+    let args = [&args[..], &["--shard-capacity", "400000"], extra].concat();
     let mut first = Server::start(&args);
-    let versions = Arc::new(fill(&first));
+    let versions = Arc::new(fill(&first.addr));
     first.child.kill().expect("SIGKILL");
     let _ = first.child.wait();
 

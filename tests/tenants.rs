@@ -162,3 +162,78 @@ fn a_tenant_over_its_rate_gets_429_with_retry_after_and_another_tenant_none() {
         .and_then(|v| v.trim().parse::<usize>().ok());
     assert_eq!(pending, Some(admitted), "{metrics}");
 }
+
+#[test]
+fn the_metrics_token_reads_every_tenant_and_acts_on_none() {
+    let (s, _f) = start(&format!(
+        "metrics_token = \"{METRICS_TOKEN}\"\n\
+         [tenants.shop]\ntoken = \"{TOKEN}\"\nqueue = true\n"
+    ));
+    let own = [("authorization", auth(TOKEN))];
+    let own: Vec<(&str, &str)> = own.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = s.req_h("PUT", "/v1/timers/shop/k", &own, r#"{"delay_ms":600000}"#);
+    assert_eq!(r.status, 201);
+    let r = s.req_h(
+        "PUT",
+        "/v1/schedules/shop/nightly",
+        &own,
+        r#"{"every_ms":3600000}"#,
+    );
+    assert_eq!(r.status, 201);
+
+    let reader = auth(METRICS_TOKEN);
+    let reader = [("authorization", reader.as_str())];
+    for (path, status) in [
+        ("/v1/timers/shop?prefix=k&limit=10", 200),
+        ("/v1/timers/shop/k", 200),
+        ("/v1/dead/shop", 200),
+        ("/v1/schedules/shop", 200),
+        ("/v1/schedules/shop/nightly?next=5", 200),
+        ("/v1/queues/shop", 200),
+    ] {
+        let r = s.req_h("GET", path, &reader, "");
+        assert_eq!(r.status, status, "GET {path} with the metrics token");
+        // Without any token, the same read is refused: the tenant has one.
+        let r = s.req("GET", path, "");
+        assert_eq!(status_code(&r), (401, "unauthorized".into()), "GET {path}");
+    }
+    let listed = s.req_h("GET", "/v1/timers/shop", &reader, "").json();
+    assert_eq!(listed["timers"][0]["key"], "k");
+    let next = s.req_h("GET", "/v1/schedules/shop/nightly?next=5", &reader, "");
+    assert_eq!(next.json()["next"].as_array().map(Vec::len), Some(5));
+
+    // Every write and action stays the tenant's own token's.
+    let refused = (401, "unauthorized".to_string());
+    for (method, path, body) in [
+        ("PUT", "/v1/timers/shop/k2", r#"{"delay_ms":600000}"#),
+        ("DELETE", "/v1/timers/shop/k", ""),
+        ("DELETE", "/v1/timers/shop?prefix=k", ""),
+        (
+            "POST",
+            "/v1/timers/shop",
+            r#"{"timers":[{"key":"b","delay_ms":1000}]}"#,
+        ),
+        ("DELETE", "/v1/dead/shop/k", ""),
+        ("POST", "/v1/dead/shop/k/retry", ""),
+        ("PUT", "/v1/schedules/shop/n2", r#"{"every_ms":3600000}"#),
+        ("DELETE", "/v1/schedules/shop/nightly", ""),
+        ("POST", "/v1/schedules/shop/nightly/pause", ""),
+        ("POST", "/v1/queues/shop/receive", r#"{"max":1}"#),
+    ] {
+        let r = s.req_h(method, path, &reader, body);
+        assert_eq!(
+            status_code(&r),
+            refused,
+            "{method} {path} with the metrics token"
+        );
+    }
+    // The timer and the schedule are as they were.
+    assert_eq!(s.req_h("GET", "/v1/timers/shop/k", &own, "").status, 200);
+    let sched = s
+        .req_h("GET", "/v1/schedules/shop/nightly", &own, "")
+        .json();
+    assert_eq!(sched["paused"], false);
+    // An unknown tenant stays unknown to the metrics token.
+    let r = s.req_h("GET", "/v1/timers/stranger", &reader, "");
+    assert_eq!(status_code(&r), (401, "unknown_tenant".into()));
+}

@@ -1,7 +1,8 @@
 //! `GET /console` and its assets: the operator console, a page of plain HTML, CSS and
 //! JavaScript compiled into the binary (`console/`). The page holds no power of its own: it
 //! asks for a token and makes every request through the public API with it (`/metrics` for
-//! the overview, `/v1/dead/{tenant}` for dead letters), so it can do nothing its token's
+//! the overview and the tenants, `/v1/dead/{tenant}` for dead letters, a tenant's timers,
+//! schedules and queue under `/v1/`), so it can do nothing its token's
 //! client cannot. Every answer here, an error included, carries headers that keep the page
 //! from running inline script or style, from being framed, and from leaking its URL.
 
@@ -46,6 +47,16 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         "metrics.js",
         "text/javascript; charset=utf-8",
         include_bytes!("console/metrics.js"),
+    ),
+    (
+        "tenants.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("console/tenants.js"),
+    ),
+    (
+        "tenant.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("console/tenant.js"),
     ),
 ];
 

@@ -78,3 +78,17 @@ fn the_console_paths_are_its_own() {
         assert!(!is_console(path), "{path:?}");
     }
 }
+
+#[test]
+fn every_script_and_sheet_the_page_names_is_served() {
+    let page = std::str::from_utf8(INDEX).expect("utf-8");
+    let named: Vec<&str> = page
+        .split("\"/console/")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    assert!(named.len() >= 5, "{named:?}");
+    for name in named {
+        assert!(asset(&format!("/console/{name}")).is_some(), "{name}");
+    }
+}

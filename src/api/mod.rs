@@ -62,6 +62,7 @@ mod queues;
 mod respond;
 mod routes;
 pub mod scan;
+mod schedule_gather;
 mod schedule_quota;
 mod schedules;
 mod segment;

@@ -123,7 +123,7 @@ impl App {
                 allow,
             });
         }
-        self.check(tenant, &req)?;
+        self.check_read(tenant, &req)?;
         if self.handle.store_kind() == "redis" {
             return Err(ApiError::NotImplemented(
                 "the Redis store keeps no pull queue: consume fired timers from the tenant's \

@@ -266,6 +266,22 @@ impl App {
         self.shared.tenants.admit(tenant, auth)
     }
 
+    /// `check` for a request that only reads (a `GET`): with `metrics_token` set, that token
+    /// opens it too, for every known tenant (docs/SECURITY.md). Any other method is `check`.
+    pub(super) fn check_read(
+        &self,
+        tenant: &str,
+        req: &Request<RequestBody>,
+    ) -> Result<(), ApiError> {
+        if req.method() != Method::GET {
+            return self.check(tenant, req);
+        }
+        validate_name(NameKind::Tenant, tenant)?;
+        let auth = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
+        let reader = self.shared.config.metrics_token.as_deref();
+        self.shared.tenants.admit_read(tenant, auth, reader)
+    }
+
     async fn timer(
         &self,
         tenant: &str,
@@ -281,7 +297,7 @@ impl App {
                 allow: "PUT, GET, DELETE",
             });
         }
-        self.check(tenant, &req)?;
+        self.check_read(tenant, &req)?;
         validate_name(NameKind::Key, key)?;
         let req = match self.route_keyed(tenant, key, req).await? {
             Here::Local(req) => req,
@@ -333,7 +349,7 @@ impl App {
 
     /// `GET /v1/timers/{tenant}`: the tenant's pending timers by key prefix (`list.rs`).
     async fn list(&self, tenant: &str, req: Request<RequestBody>) -> Result<Resp, ApiError> {
-        self.check(tenant, &req)?;
+        self.check_read(tenant, &req)?;
         self.list_timers(tenant, req).await
     }
 

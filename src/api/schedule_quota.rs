@@ -6,11 +6,12 @@
 //! There is no counter to keep: a creation counts the schedules the shards hold
 //! (`Handle::count_schedules_async`: a listing of the tenant's schedule timers, without their
 //! records, up to the quota), so the count is what the store holds and, after a restart, what
-//! recovery loaded; it cannot drift from it. Creations of one tenant that run at once on
-//! several shards' servers each count the others still being written ([`Creating`]); one
-//! already written is then counted twice, so at the edge of the quota a creation racing
-//! another may be refused while one slot is left (the client retries), and none passes the
-//! quota.
+//! recovery loaded; it cannot drift from it. On a node among others the other live nodes'
+//! schedules are counted too, through their listings (`schedule_gather.rs`). Creations of one
+//! tenant that run at once on several shards' servers each count the others still being
+//! written ([`Creating`]); one already written is then counted twice, so at the edge of the
+//! quota a creation racing another may be refused while one slot is left (the client
+//! retries), and none passes the quota on one node (on two nodes, each may pass it by one).
 //!
 //! Cost: one listing per new schedule, O(schedules held, up to the quota) key copies; none
 //! for a replacement.

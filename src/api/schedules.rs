@@ -6,7 +6,7 @@
 //! | `GET /v1/schedules/{tenant}/{key}?next=N` | 200: the schedule and its next N occurrences (N ≤ 100, default 5); 404 |
 //! | `DELETE /v1/schedules/{tenant}/{key}` | 204; 404. No occurrence due after the answer fires |
 //! | `POST /v1/schedules/{tenant}/{key}/pause`, `…/resume` | 200: the schedule; 404 |
-//! | `GET /v1/schedules/{tenant}?after=KEY&limit=N` | 200 `{"schedules": [...], "next": KEY}`, by key (N ≤ 1,000, default 100) |
+//! | `GET /v1/schedules/{tenant}?after=KEY&limit=N` | 200 `{"schedules": [...], "next": KEY}`, by key (N ≤ 1,000, default 100); on a node among others, every live node's (`schedule_gather.rs`) |
 //!
 //! A schedule is one pending timer whose payload is its record (`schedule::ScheduleRecord`:
 //! the definition as sent, and its cursor), reached through the engine's schedule calls
@@ -19,6 +19,7 @@ use super::body::{CallbackBody, RetryBody};
 use super::error::ApiError;
 use super::forward::Here;
 use super::respond::{self, Resp};
+use super::schedule_gather::{merged, ListItem, ListView};
 use super::schedule_quota::Entered;
 use super::state::App;
 use super::unread::RequestBody;
@@ -29,6 +30,7 @@ use crate::schedule::{
 };
 use crate::sink::webhook::new_meta;
 use crate::units::UtcMicros;
+use hyper::header::{HeaderValue, AUTHORIZATION};
 use hyper::{Method, Request, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -83,20 +85,6 @@ struct NextView {
     local: String,
 }
 
-#[derive(Serialize)]
-struct ListItem {
-    key: String,
-    version: u64,
-    paused: bool,
-    sequence: u64,
-}
-
-#[derive(Serialize)]
-struct ListView {
-    schedules: Vec<ListItem>,
-    next: Option<String>,
-}
-
 /// What a write does to the stored schedule (`None`: there is none).
 type Change<'a> =
     dyn Fn(Option<ScheduleRecord>, UtcMicros) -> Result<ScheduleRecord, ApiError> + 'a;
@@ -121,16 +109,9 @@ impl App {
                 allow,
             });
         }
-        self.check(tenant, &req)?;
-        if self.handle.store_kind() == "redis" {
-            return Err(ApiError::NotImplemented(
-                "recurring schedules are not served on the Redis store yet; run with the \
-                 journal (the default) or the memory store (docs/STORES.md)"
-                    .into(),
-            ));
-        }
+        self.check_read(tenant, &req)?;
         let Some(key) = key else {
-            return self.list_schedules(tenant, req.uri().query()).await;
+            return self.list_schedules(tenant, &req).await;
         };
         validate_name(NameKind::Key, key)?;
         let req = match self.route_keyed(tenant, key, req).await? {
@@ -149,6 +130,8 @@ impl App {
             })?;
         }
         let limits = Limits::default();
+        let auth = req.headers().get(AUTHORIZATION).cloned();
+        let auth = auth.as_ref();
         match (action, req.method().clone()) {
             (Some("pause" | "resume"), _) => {
                 let paused = action == Some("pause");
@@ -163,7 +146,9 @@ impl App {
                         None => Err(no_schedule(tenant, key)),
                     }
                 };
-                let (_, view) = self.write(tenant, key, &change, None, &limits).await?;
+                let (_, view) = self
+                    .write(tenant, key, &change, (None, auth), &limits)
+                    .await?;
                 Ok(view)
             }
             (Some(other), _) => Err(ApiError::NotFound(format!(
@@ -186,7 +171,7 @@ impl App {
                     })
                 };
                 let (s, view) = self
-                    .write(tenant, key, &change, Some(&meta), &limits)
+                    .write(tenant, key, &change, (Some(&meta), auth), &limits)
                     .await?;
                 let status = if s.replaced {
                     StatusCode::OK
@@ -263,13 +248,14 @@ impl App {
     /// Reads the schedule, applies `change`, and writes the result on condition of what was
     /// read, armed where it stands now, with the callback metadata `meta` (`None`: the stored
     /// one); read again while a fire or another write came between. The answer is the
-    /// schedule as written.
+    /// schedule as written. `auth` is the request's, for the count a creation asks of the
+    /// other nodes.
     async fn write(
         &self,
         tenant: &str,
         key: &str,
         change: &Change<'_>,
-        meta: Option<&[u8]>,
+        (meta, auth): (Option<&[u8]>, Option<&HeaderValue>),
         limits: &Limits,
     ) -> Result<(Scheduled, Resp), ApiError> {
         for _ in 0..TRIES {
@@ -288,7 +274,7 @@ impl App {
             let record = change(old, now)?;
             // A new schedule needs room under the tenant's quota, held until it is written.
             let _room = match prior {
-                None => Some(self.room_for_schedule(tenant).await?),
+                None => Some(self.room_for_schedule(tenant, auth).await?),
                 Some(_) => None,
             };
             let schedule = record.schedule(limits).map_err(invalid)?;
@@ -329,7 +315,11 @@ impl App {
     /// Room for one more schedule of `tenant`'s under its `max_schedules` (its table's, else
     /// the top-level one), held and counted by other creations until the answer is dropped,
     /// after the write; `429` when the quota is reached (`schedule_quota.rs`).
-    async fn room_for_schedule(&self, tenant: &str) -> Result<Entered<'_>, ApiError> {
+    async fn room_for_schedule(
+        &self,
+        tenant: &str,
+        auth: Option<&HeaderValue>,
+    ) -> Result<Entered<'_>, ApiError> {
         let config = &self.shared.config;
         let limit = config
             .tenants
@@ -338,10 +328,14 @@ impl App {
             .unwrap_or(config.max_schedules);
         let (entered, others) = self.shared.creating.enter(tenant);
         let room = usize::try_from(limit.saturating_sub(others)).unwrap_or(usize::MAX);
-        let held = match room {
+        let mut held = match room {
             0 => 0,
             _ => self.handle.count_schedules_async(tenant, room).await?,
         };
+        if held < room {
+            // On a node among others, theirs too (`schedule_gather.rs`).
+            held += self.count_on_peers(tenant, room - held, auth).await?;
+        }
         if held >= room {
             return Err(ApiError::SchedulesExceeded {
                 tenant: tenant.to_string(),
@@ -351,10 +345,15 @@ impl App {
         Ok(entered)
     }
 
-    /// `GET /v1/schedules/{tenant}?after=KEY&limit=N`.
-    async fn list_schedules(&self, tenant: &str, query: Option<&str>) -> Result<Resp, ApiError> {
+    /// `GET /v1/schedules/{tenant}?after=KEY&limit=N`; on a node among others, every live
+    /// node's page merged (`schedule_gather.rs`), unless the request came forwarded.
+    async fn list_schedules(
+        &self,
+        tenant: &str,
+        req: &Request<RequestBody>,
+    ) -> Result<Resp, ApiError> {
         let (mut after, mut limit) = (None, DEFAULT_LIMIT);
-        for (name, v) in super::query::pairs(query, &["after", "limit"])? {
+        for (name, v) in super::query::pairs(req.uri().query(), &["after", "limit"])? {
             if name == "after" {
                 let v = super::segment::decoded(v).into_owned();
                 validate_name(NameKind::Key, &v)
@@ -372,6 +371,13 @@ impl App {
                     })?;
             }
         }
+        let (others, asks) = match req.headers().contains_key(super::forward::FORWARDED) {
+            true => (Vec::new(), Vec::new()),
+            false => {
+                let path = req.uri().path_and_query().map_or("", |p| p.as_str());
+                self.ask_peers(path, req.headers().get(AUTHORIZATION))
+            }
+        };
         let page = self
             .handle
             .list_schedules_async(tenant, after.as_deref(), limit)
@@ -389,10 +395,11 @@ impl App {
                 }
             })
             .collect();
-        let body = ListView {
+        let mine = ListView {
             schedules,
             next: page.next,
         };
+        let body = merged(mine, limit, &others, asks).await?;
         Ok(respond::json_of(StatusCode::OK, &body))
     }
 }

@@ -85,6 +85,28 @@ impl Tenants {
     /// three checks of the module doc, in their order. A header sent for a tenant without a
     /// token is ignored; the scheme name is case-insensitive.
     pub fn admit(&self, tenant: &str, authorization: Option<&[u8]>) -> Result<(), ApiError> {
+        self.admit_as(tenant, authorization, None)
+    }
+
+    /// As `admit`, for a read: `reader` (the `metrics_token`, when one is set) opens it as
+    /// the tenant's own token does. The tenant must still be known, and the read counts
+    /// against the tenant's rate, so a reader cannot spend more of the server than the
+    /// tenant may.
+    pub fn admit_read(
+        &self,
+        tenant: &str,
+        authorization: Option<&[u8]>,
+        reader: Option<&str>,
+    ) -> Result<(), ApiError> {
+        self.admit_as(tenant, authorization, reader)
+    }
+
+    fn admit_as(
+        &self,
+        tenant: &str,
+        authorization: Option<&[u8]>,
+        reader: Option<&str>,
+    ) -> Result<(), ApiError> {
         let Some(t) = self.table.get(tenant) else {
             return if self.serve_unlisted {
                 Ok(())
@@ -93,7 +115,8 @@ impl Tenants {
             };
         };
         if let Some(token) = t.token.as_deref() {
-            if !bearer_matches(authorization, token) {
+            let read = reader.is_some_and(|r| bearer_matches(authorization, r));
+            if !read && !bearer_matches(authorization, token) {
                 return Err(ApiError::Unauthorized(tenant.to_string()));
             }
         }

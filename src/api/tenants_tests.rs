@@ -90,3 +90,39 @@ fn a_tenant_past_its_burst_is_rate_limited_and_told_when_to_retry() {
         assert_eq!(code(t.admit("calm", Some(auth.as_bytes()))), "ok");
     }
 }
+
+#[test]
+fn the_reader_token_opens_a_read_of_every_known_tenant_and_spends_its_rate() {
+    const READER: &str = "reader-reader-reader-reader-0123456789";
+    let limited = TenantConfig {
+        max_requests_per_s: Some(1),
+        burst: Some(1),
+        ..acme()
+    };
+    let t = Tenants::new(&table(&[("acme", limited)]), false);
+    let reader = format!("Bearer {READER}");
+    // Not for a write: `admit` knows no reader.
+    assert_eq!(
+        code(t.admit("acme", Some(reader.as_bytes()))),
+        "unauthorized"
+    );
+    // Without a reader token set, nothing but the tenant's own opens a read.
+    assert_eq!(
+        code(t.admit_read("acme", Some(reader.as_bytes()), None)),
+        "unauthorized"
+    );
+    assert_eq!(
+        code(t.admit_read("acme", Some(reader.as_bytes()), Some(READER))),
+        "ok"
+    );
+    // The read counted against the tenant's rate.
+    assert_eq!(
+        code(t.admit_read("acme", Some(reader.as_bytes()), Some(READER))),
+        "rate_limited"
+    );
+    // An unknown tenant stays unknown to the reader.
+    assert_eq!(
+        code(t.admit_read("ghost", Some(reader.as_bytes()), Some(READER))),
+        "unknown_tenant"
+    );
+}

@@ -82,7 +82,7 @@ impl App {
                 allow,
             });
         }
-        self.check(tenant, &req)?;
+        self.check_read(tenant, &req)?;
         let Some(key) = key else {
             return self.list_dead(tenant, req).await;
         };

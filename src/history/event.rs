@@ -69,16 +69,15 @@ impl Recorder {
         }
     }
 
-    /// Holds `e` until the shard's next [`Recorder::flush`]; dropped (and counted) past
-    /// [`BUFFER_MAX`].
+    /// Holds `e` until the shard's next [`Recorder::flush`]; a full buffer ([`BUFFER_MAX`]:
+    /// a pass that fired more, a shard alone on its thread fires a whole burst in one) is
+    /// handed over first, without waiting.
     #[inline]
     pub fn record(&self, e: Event) {
-        let mut buf = self.buf.borrow_mut();
-        if buf.len() < BUFFER_MAX {
-            buf.push(e);
-        } else {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        if self.buf.borrow().len() >= BUFFER_MAX {
+            self.flush();
         }
+        self.buf.borrow_mut().push(e);
     }
 
     /// Hands what is held to the history's thread, as one batch, without waiting: a full

@@ -24,11 +24,36 @@ const CHANNEL_BATCHES: usize = 1024;
 /// Lines the log may hold beyond twice its live ones before it is rewritten.
 const COMPACT_SLACK: usize = 65_536;
 
+/// Creates `dir` and holds its `LOCK` (`flock`, exclusive, not waiting) for as long as the
+/// file lives; refused while another process holds it.
+fn hold(dir: &Path) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(dir)?;
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is shared with the kernel.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("the history is in use by another punctual process ({e}); stop it or choose another --data-dir"),
+        ));
+    }
+    Ok(f)
+}
+
 /// The log's name in its directory.
 pub const LOG_NAME: &str = "history.log";
 
 /// The history: the index the API reads and the channel the shards' recorders send to.
 pub struct History {
+    /// The log's directory held for this process (`flock`), on disk only: the history opens
+    /// before the journal takes its data directory's lock, and a second process started on
+    /// the same directory must be refused before it rewrites the log, not after.
+    _lock: Option<File>,
     index: Arc<Mutex<Index>>,
     tx: SyncSender<Vec<Event>>,
     dropped: Arc<AtomicU64>,
@@ -41,9 +66,9 @@ impl History {
     pub fn open(dir: Option<&Path>, retention: Duration, cap: usize) -> io::Result<Arc<History>> {
         let retention_us = u64::try_from(retention.as_micros()).unwrap_or(u64::MAX);
         let mut index = Index::new(retention_us, cap);
+        let lock = dir.map(hold).transpose()?;
         let log = match dir {
             Some(dir) => {
-                std::fs::create_dir_all(dir)?;
                 let path = dir.join(LOG_NAME);
                 let skipped = load(&path, &mut index)?;
                 if skipped > 0 {
@@ -78,6 +103,7 @@ impl History {
             .name("punctual-history".into())
             .spawn(move || writer.run(rx))?;
         Ok(Arc::new(History {
+            _lock: lock,
             index,
             tx,
             dropped,

@@ -66,13 +66,52 @@ fn the_log_brings_the_history_back_and_skips_a_torn_line() {
 }
 
 #[test]
-fn a_full_buffer_drops_and_counts() {
-    let h = History::open(None, Duration::from_secs(3600), 100).expect("open");
+fn a_full_buffer_is_handed_over_and_a_full_channel_drops_and_counts() {
+    let h = History::open(None, Duration::from_secs(3600), 100_000).expect("open");
     let r = h.recorder();
     for i in 0..(BUFFER_MAX as u64 + 3) {
         r.record(event("k", i, None, Outcome::Fired));
     }
-    assert_eq!(r.held(), BUFFER_MAX);
-    assert_eq!(h.dropped(), 3);
+    assert_eq!(r.held(), 3, "the full buffer went to the history's thread");
+    r.flush();
+    let until = Instant::now() + Duration::from_secs(10);
+    while h.entries() < BUFFER_MAX + 3 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!((h.entries(), h.dropped()), (BUFFER_MAX + 3, 0));
     assert!(!h.durable());
+    // A channel whose other end is gone (or full) drops the batch, counted.
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    drop(rx);
+    let dropped = Arc::new(AtomicU64::new(0));
+    let r = Recorder::new(tx, dropped.clone());
+    r.record(event("k", 1, None, Outcome::Fired));
+    r.flush();
+    assert_eq!(dropped.load(Ordering::Relaxed), 1);
+}
+
+/// A second process on the same directory is refused before it touches the log: the history
+/// opens before the journal's own lock is taken, so it holds one of its own.
+#[test]
+fn a_second_opener_of_the_same_directory_is_refused_and_the_log_left_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let h = History::open(Some(dir.path()), Duration::from_secs(3600), 100).expect("open");
+    let r = h.recorder();
+    r.record(event("a", 1, Some(200), Outcome::Delivered));
+    r.flush();
+    wait_for(&h, "a", Outcome::Delivered);
+    let before = std::fs::read(dir.path().join(LOG_NAME)).expect("log");
+    let second = History::open(Some(dir.path()), Duration::from_secs(3600), 100);
+    let err = second.err().expect("a second opener is refused");
+    assert!(
+        err.to_string()
+            .contains("in use by another punctual process"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join(LOG_NAME)).expect("log"),
+        before
+    );
+    drop((r, h));
+    History::open(Some(dir.path()), Duration::from_secs(3600), 100).expect("free again");
 }

@@ -5,10 +5,10 @@
 //!
 //! A shard records an [`Event`] for each timer's own firing (`shard::fire`) and the webhook
 //! sink one for each delivery attempt's end (`sink::webhook::deliver`), both on the shard's
-//! thread, into the shard's [`Recorder`]: a push onto a vector of at most [`BUFFER_MAX`]
-//! events (past it an event is dropped and counted), nothing else. After each pass the shard
-//! hands what it holds, as one batch, to the history's thread (a bounded channel; a batch
-//! that finds it full is dropped and counted). That thread appends the batch to the log on
+//! thread, into the shard's [`Recorder`]: a push onto a vector, nothing else. After each pass
+//! (and whenever it holds [`BUFFER_MAX`] events) the shard hands what it holds, as one batch,
+//! to the history's thread (a bounded channel; a batch that finds it full is dropped and
+//! counted). That thread appends the batch to the log on
 //! disk (the journal store), then applies it to the [`Index`] the API reads under a mutex.
 //! So the fire path never takes a lock, never writes a file and never waits.
 //!

@@ -40,12 +40,14 @@
 //! |---|---|
 //! | `mod.rs` | [`Pager`]: which timers are paged, and the loads |
 //! | `index.rs` | the in-memory entries, by keyed hash |
+//! | `keys.rs` | the paged keys in order per tenant, for listings by prefix |
 //! | `files.rs` | the page files, their writes, reads, and the loads' reads |
 //! | `take.rs` | a load's records taken into the wheel, past a damaged one |
 //! | `record.rs` | a record's bytes, and where one lies (`Loc`) |
 
 mod files;
 pub mod index;
+mod keys;
 pub mod record;
 mod take;
 
@@ -57,6 +59,7 @@ use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
 use files::{Bytes, Files};
 use index::{Far, FarIndex, Id, Keyed};
+use keys::PagedKeys;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
@@ -131,6 +134,8 @@ pub(crate) struct Pager {
     line: u32,
     index: FarIndex,
     keyed: Keyed,
+    /// The paged timers' keys, in order per tenant: each entry of `index` has its key here.
+    keys: PagedKeys,
     files: Rc<Files>,
     load: Option<Load>,
     /// Loaded timers the wheel did not take, with their ids; their entries point at `HELD`.
@@ -171,6 +176,7 @@ impl Pager {
             line: 0,
             index: FarIndex::default(),
             keyed: Keyed::new(),
+            keys: PagedKeys::default(),
             files,
             load: None,
             held: Vec::new(),
@@ -224,9 +230,14 @@ impl Pager {
         version: u64,
     ) -> Result<Option<Paged>, ()> {
         let id = self.keyed.id(timer.identity());
-        self.page(id, deadline, version, |out| {
+        let old = self.page(id, deadline, version, |out| {
             record::put(out, timer, deadline, version)
-        })
+        })?;
+        if old.is_none() {
+            // `keyed.id` took it: its key is 255 bytes at most, as the keys hold.
+            self.keys.insert(timer.tenant(), timer.key());
+        }
+        Ok(old)
     }
 
     /// [`Pager::put`] of a timer a start recovered, in its parts (tenant, key, metadata,
@@ -250,6 +261,7 @@ impl Pager {
             version,
             at,
         });
+        self.keys.insert(parts.0, parts.1);
         Ok(())
     }
 
@@ -315,6 +327,9 @@ impl Pager {
     pub fn remove(&mut self, identity: &[u8]) -> Option<Paged> {
         let far = self.index.remove(self.keyed.id(identity))?;
         self.forget(&far);
+        if let Some((tenant, key)) = keys::parts(identity) {
+            self.keys.remove(tenant, key);
+        }
         Some(Paged {
             deadline: far.deadline,
             version: far.version,
@@ -329,6 +344,40 @@ impl Pager {
         } else {
             self.files.forget(far.at.bucket, 1);
         }
+    }
+
+    /// `tenant`'s paged timers from the key `start` on (after it when `after`), by key, each
+    /// with what it is, to `f` until it answers `false`.
+    pub fn walk_keys(
+        &self,
+        tenant: &str,
+        start: &str,
+        after: bool,
+        mut f: impl FnMut(&str, Paged) -> bool,
+    ) {
+        self.keys.walk(tenant, start, after, |key| {
+            let far = self
+                .keyed
+                .id_of(tenant, key)
+                .and_then(|id| self.index.get(id));
+            match far {
+                Some(far) => f(
+                    key,
+                    Paged {
+                        deadline: far.deadline,
+                        version: far.version,
+                    },
+                ),
+                // Every key held has its entry; one without is passed over.
+                None => true,
+            }
+        });
+    }
+
+    /// Paged keys held in order, and about the bytes of memory they take.
+    #[cfg(test)]
+    pub fn keys_held(&self) -> (usize, usize) {
+        (self.keys.len(), self.keys.bytes())
     }
 
     /// Timers held because the wheel did not take them (see the module doc).
@@ -386,7 +435,7 @@ impl Pager {
             };
             match take_records(
                 load,
-                &mut self.index,
+                (&mut self.index, &mut self.keys),
                 &self.keyed,
                 &self.files,
                 &mut self.held,
@@ -418,12 +467,14 @@ impl Pager {
             if self.index.get(id).is_none_or(|f| f.at != HELD) {
                 continue;
             }
+            self.keys.remove(r.timer.tenant(), r.timer.key());
             match insert(r.timer, r.deadline, r.version) {
                 Ok(()) => {
                     self.index.remove(id);
                     n += 1;
                 }
                 Err(timer) => {
+                    self.keys.insert(timer.tenant(), timer.key());
                     r.timer = timer;
                     self.held.push((id, r));
                 }
@@ -488,6 +539,8 @@ impl Drop for Pager {
     }
 }
 
+#[cfg(test)]
+mod list_tests;
 #[cfg(test)]
 mod loss_tests;
 #[cfg(test)]

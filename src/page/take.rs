@@ -5,6 +5,7 @@
 
 use super::files::{Files, PageChunks};
 use super::index::{Far, FarIndex, Id, Keyed};
+use super::keys::PagedKeys;
 use super::record::{self, Loc, HELD};
 use crate::timer::PackedTimer;
 use crate::units::UtcMicros;
@@ -33,10 +34,11 @@ pub enum Step {
 }
 
 /// Puts the records of `load` that arrived into the wheel (see `Pager::load_step`); one the
-/// wheel hands back is held (`HELD`). A damaged record is passed over to the next mark.
+/// wheel hands back is held (`HELD`). The index entries and the key order go as their
+/// records do. A damaged record is passed over to the next mark.
 pub fn take_records(
     load: &mut Load,
-    index: &mut FarIndex,
+    (index, keys): (&mut FarIndex, &mut PagedKeys),
     keyed: &Keyed,
     files: &Rc<Files>,
     held: &mut Vec<(Id, record::PageRecord)>,
@@ -61,10 +63,12 @@ pub fn take_records(
                 let id = keyed.id(r.timer.identity());
                 if let Some(far) = index.remove_at(id, where_) {
                     took += 1;
+                    keys.remove(r.timer.tenant(), r.timer.key());
                     match insert(r.timer, r.deadline, r.version) {
                         Ok(()) => n += 1,
                         Err(timer) => {
                             index.insert(Far { at: HELD, ..far });
+                            keys.insert(timer.tenant(), timer.key());
                             held.push((id, record::PageRecord { timer, ..r }));
                         }
                     }

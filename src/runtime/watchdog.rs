@@ -50,11 +50,7 @@
 //!
 //! The shard: two relaxed stores and a `CLOCK_MONOTONIC` read per `await`, none per fire.
 //! The watchdog: one wake-up every [`PERIOD`] (1,000 a second) that reads one atomic per
-//! shard, and for a late shard the CPU time of its thread (one `clock_gettime`): a thread that
-//! ran since the last look is busy, not asleep, and is left alone without reading `/proc`.
-//! Only a late shard whose thread did not run since the last look (or the first look of a
-//! late stretch) has its `/proc` files read. Reading them on every look cost a busy 2-vCPU
-//! host 134 ns of CPU a registration under batch load, the watchdog's thread alone. A wake it sends is counted
+//! shard, and a read of one `/proc` file per late shard. A wake it sends is counted
 //! (`punctual_shard_watchdog_wakes_total`) and logged: each means a shard's executor slept
 //! through its work (the episode is counted once as a stall).
 
@@ -109,13 +105,6 @@ pub(crate) struct Pulse {
     due_ns: AtomicU64,
     /// The shard thread's id (0 until it runs), for [`asleep_in_io_uring`].
     tid: AtomicI32,
-    /// The CPU-time clock of the shard's thread (`pthread_getcpuclockid`), valid once `tid`
-    /// is set.
-    cpu_clock: AtomicI32,
-    /// The watchdog's last reading of that clock and when it took it (`CLOCK_MONOTONIC` ns;
-    /// 0: none): only the watchdog's thread uses them.
-    cpu_seen: AtomicU64,
-    cpu_seen_at: AtomicU64,
     /// Polls of the shard's start so far; a nudge is sent only once the last one was
     /// answered by a poll, so at most one is ever outstanding.
     start_polls: AtomicU64,
@@ -197,9 +186,6 @@ impl Default for Pulse {
             noter,
             due_ns: AtomicU64::new(RUNNING),
             tid: AtomicI32::new(0),
-            cpu_clock: AtomicI32::new(0),
-            cpu_seen: AtomicU64::new(0),
-            cpu_seen_at: AtomicU64::new(0),
             start_polls: AtomicU64::new(0),
             nudged: Mutex::new((u64::MAX, 0)),
             waker: Mutex::new(None),
@@ -321,41 +307,7 @@ impl Pulse {
     pub fn on_this_thread(&self) {
         // SAFETY: gettid takes no arguments and cannot fail.
         let tid = unsafe { libc::gettid() };
-        let mut clock: libc::clockid_t = 0;
-        // SAFETY: pthread_self names the calling thread, alive for the call; `clock` is a
-        // valid place for the result.
-        if unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0 {
-            self.cpu_clock.store(clock, Ordering::Relaxed);
-        }
         self.tid.store(tid, Ordering::Relaxed);
-    }
-
-    /// Whether the shard's thread used CPU since the watchdog's last look, `within` ago at
-    /// most: then it is busy (running a task, or it was until a moment ago), not an executor
-    /// asleep in io_uring, and `/proc` need not be read. False when unknown (no recent reading,
-    /// or the clock cannot be read): the caller reads `/proc`. Called from the watchdog's
-    /// thread only.
-    fn ran_since_last_look(&self, now_ns: u64, within: Duration) -> bool {
-        if self.tid.load(Ordering::Relaxed) <= 0 {
-            return false;
-        }
-        let clock = self.cpu_clock.load(Ordering::Relaxed);
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid place for the result; a clock of a thread that has exited
-        // makes the call fail (EINVAL), which is answered "unknown".
-        if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-            self.cpu_seen_at.store(0, Ordering::Relaxed);
-            return false;
-        }
-        let cpu = (ts.tv_sec as u64)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(ts.tv_nsec as u64);
-        let before = self.cpu_seen.swap(cpu, Ordering::Relaxed);
-        let at = self.cpu_seen_at.swap(now_ns, Ordering::Relaxed);
-        ran_between(before, at, cpu, now_ns, within)
     }
 
     /// Looks at the shard: wakes it if it is waiting more than `grace` past its time while its
@@ -434,12 +386,6 @@ impl Pulse {
     }
 }
 
-/// Whether a thread whose CPU clock read `before` at `at` (0: never) and `cpu` at `now_ns`
-/// ran in between, judged only when the earlier reading is at most `within` old.
-fn ran_between(before: u64, at: u64, cpu: u64, now_ns: u64, within: Duration) -> bool {
-    at != 0 && now_ns.saturating_sub(at) <= within.as_nanos() as u64 && cpu > before
-}
-
 fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
@@ -500,11 +446,7 @@ fn watch(shards: &[Watched], stop: &AtomicBool, period: Duration, grace: Duratio
         std::thread::park_timeout(period);
         let now = monotonic_ns();
         for (id, (pulse, metrics)) in shards.iter().enumerate() {
-            // A late shard whose thread ran since the last look is busy: no /proc read. Two
-            // periods cover a look that came a little late.
-            let look = pulse.check(now, grace, |tid| {
-                !pulse.ran_since_last_look(now, 2 * period) && asleep_in_io_uring(tid)
-            });
+            let look = pulse.check(now, grace, asleep_in_io_uring);
             if look == Look::Nothing {
                 continue;
             }

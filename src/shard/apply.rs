@@ -200,7 +200,33 @@ impl<S: TimeSource> Shard<S> {
                 let _ = reply.send(Ok(self.dead_list(&tenant, range, limit, bodies)));
             }
             Op::ListTimers { query, reply } => {
-                let _ = reply.send(Ok(self.list_step(&query)));
+                let (mut listing, reads) = self.list_step(&query);
+                if reads.is_empty() {
+                    let _ = reply.send(Ok(listing));
+                    return;
+                }
+                // Paged timers' payloads are read back from their pages on the page I/O
+                // thread, as a GET's; the shard goes on.
+                let shard = self.id;
+                glommio::spawn_local(async move {
+                    for (i, read) in reads {
+                        match read.await {
+                            Ok(r) => {
+                                if let Some(t) = listing.timers.get_mut(i) {
+                                    t.payload = r.timer.payload().to_vec();
+                                }
+                            }
+                            Err(e) => {
+                                tracing::error!(shard, error = %e, "paging: a paged timer's payload could not be read back for a listing");
+                                let busy = Error::StoreUnavailable { retry_after_s: 1 };
+                                let _ = reply.send(Err(busy));
+                                return;
+                            }
+                        }
+                    }
+                    let _ = reply.send(Ok(listing));
+                })
+                .detach();
             }
             Op::DeadRedrive { timer, reply } => self.redrive(timer, reply),
             Op::DeadDiscard { timer, reply } => self.discard(timer, reply),

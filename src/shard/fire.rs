@@ -306,11 +306,13 @@ impl<S: TimeSource> Shard<S> {
             |timer| spent.keep(timer),
         );
         // An occurrence is judged on time against its schedule's deadline when that passed
-        // while the shard ran, however long the shard then took to get to it (a burst of
-        // schedules due at once): only a downtime or a forward clock step misses one.
+        // while the shard ran and held its partition, however long the shard then took to get
+        // to it (a burst of schedules due at once): only a downtime, a forward clock step or,
+        // on nodes among others, a partition's time without a holder misses one.
         let unseen_before = self.clock.unseen_before().as_micros();
         for (deadline, timer) in recurring {
-            let judged_at = match deadline >= unseen_before {
+            let seen_from = unseen_before.max(self.gate.seen_from(timer.tenant(), timer.key()));
+            let judged_at = match deadline >= seen_from {
                 true => deadline.min(now),
                 false => now,
             };

@@ -35,6 +35,7 @@ use crate::partition::{partition_of, PartitionSet, PARTITIONS};
 use crate::ring::Ring;
 use crate::store::redis::clustered::Holders;
 use crate::timer::PackedTimer;
+use crate::units::UtcMicros;
 use std::sync::Arc;
 
 #[derive(Default)]
@@ -51,6 +52,9 @@ pub(crate) struct Gate {
     /// Loads, drops and partitions closed so far: a listing whose steps saw the same count
     /// saw the same partitions loaded throughout ([`Gate::open_now`]).
     changes: u64,
+    /// Per partition: when its records were last loaded (UTC microseconds). A deadline
+    /// before it passed while another node held the partition, or none did: unseen here.
+    loaded_at_us: Vec<u64>,
 }
 
 impl Gate {
@@ -63,6 +67,7 @@ impl Gate {
             filled: vec![false; n as usize],
             count: 0,
             changes: 0,
+            loaded_at_us: vec![0; n as usize],
         }
     }
 
@@ -149,6 +154,24 @@ impl Gate {
                 self.changes += 1;
             }
         }
+    }
+
+    /// `partition`'s records were loaded at `now` ([`Gate::seen_from`]).
+    pub fn loaded_at(&mut self, partition: u32, now: UtcMicros) {
+        if let Some(at) = self.loaded_at_us.get_mut(partition as usize) {
+            *at = now.0;
+        }
+    }
+
+    /// Since when this shard has watched the deadlines of (tenant, key)'s partition: its last
+    /// load on a gated shard (a recurring schedule judges what passed before as missed, as
+    /// after a restart), the epoch on any other (it has always owned it).
+    pub fn seen_from(&self, tenant: &str, key: &str) -> UtcMicros {
+        if self.loaded_at_us.is_empty() {
+            return UtcMicros(0);
+        }
+        let p = partition_of(tenant, key) as usize;
+        UtcMicros(self.loaded_at_us.get(p).copied().unwrap_or(0))
     }
 
     /// `partition` was purged and is not acted on.

@@ -331,29 +331,29 @@ fn a_listing_step_says_which_partitions_were_open_and_when_the_gate_changed() {
         payloads: false,
     };
     let (open, _) = shard(&src);
-    assert!(open.list_step(&query).open.is_full(), "an open gate");
+    assert!(open.list_step(&query).0.open.is_full(), "an open gate");
     let (mut s, _, _) = gated(&src, &held);
     let later = UtcMicros(s.clock.now().as_micros().0 + 60_000_000);
-    let before = s.list_step(&query);
+    let before = s.list_step(&query).0;
     assert!(before.open.members().is_empty());
     load_two(&mut s, (p, &keys), (q, &other), later);
-    let loaded = s.list_step(&query);
+    let loaded = s.list_step(&query).0;
     let mut both = vec![p, q];
     both.sort_unstable();
     assert_eq!((loaded.open.members(), loaded.timers.len()), (both, 4));
     assert!(loaded.changes > before.changes);
     // A lease gone: not open, though still loaded; a drop on its way: not open either.
     held.set(&[q]);
-    let lapsed = s.list_step(&query);
+    let lapsed = s.list_step(&query).0;
     assert_eq!(
         (lapsed.open.members(), lapsed.changes),
         (vec![q], loaded.changes)
     );
     s.ring.control(q, Control::Drop);
-    assert!(s.list_step(&query).open.members().is_empty());
+    assert!(s.list_step(&query).0.open.members().is_empty());
     assert_eq!(s.take_controls(None), 1);
     assert!(
-        s.list_step(&query).changes > loaded.changes,
+        s.list_step(&query).0.changes > loaded.changes,
         "a drop is a change"
     );
 }
@@ -420,5 +420,27 @@ mod unit {
         );
         g.dropped(p);
         assert!(!g.is_filled(p) && g.admit(&t, &r).is_err());
+    }
+
+    /// A recurring schedule's missed occurrences are judged from its partition's last load on
+    /// a node among others; an open gate has watched every partition from the start.
+    #[test]
+    fn a_partition_is_watched_from_its_last_load() {
+        let open = Gate::default();
+        assert_eq!(open.seen_from("shop", "a"), UtcMicros(0));
+        let mut g = Gate::new(Some(Arc::new(All(AtomicBool::new(true)))));
+        let (p, q) = (partition_of("shop", "a"), partition_of("shop", "b"));
+        assert_ne!(p, q);
+        g.loaded(p);
+        g.loaded_at(p, UtcMicros(5_000_000));
+        assert_eq!(g.seen_from("shop", "a"), UtcMicros(5_000_000));
+        assert_eq!(
+            g.seen_from("shop", "@a@17"),
+            UtcMicros(5_000_000),
+            "its occurrences too"
+        );
+        assert_eq!(g.seen_from("shop", "b"), UtcMicros(0));
+        g.loaded_at(p, UtcMicros(9_000_000));
+        assert_eq!(g.seen_from("shop", "@a"), UtcMicros(9_000_000));
     }
 }

@@ -288,5 +288,7 @@ impl<S: TimeSource> Shard<S> {
             "partition loaded"
         );
         self.gate.loaded(partition);
+        let now = self.clock.now().as_micros();
+        self.gate.loaded_at(partition, now);
     }
 }

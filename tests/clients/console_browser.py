@@ -1,7 +1,8 @@
 """Drives the operator console (/console) in Debian's chromium through chromedriver, as an
 operator would: sign in, read the overview, list, re-drive and discard dead letters, and meet
-the API's refusals where a token reaches beyond what it may read (the metrics token for a
-tenant's dead letters, a tenant's token for /metrics and for another tenant). Run by tests/console.rs,
+the API's refusals where a token reaches beyond what it may do (the metrics token reads a
+tenant's dead letters but cannot re-drive them, a tenant's token cannot read /metrics or
+another tenant). axe-core checks each page shown (console_axe.py). Run by tests/console.rs,
 which starts punctual and the webhook receiver, makes the dead letters, and passes:
 
     console_browser.py BASE_URL SCREENSHOT_DIR METRICS_TOKEN TENANT TENANT_TOKEN OTHER
@@ -19,6 +20,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+
+import console_axe
 
 base, shots, metrics_token, tenant, tenant_token, other = sys.argv[1:7]
 os.makedirs(shots, exist_ok=True)
@@ -116,6 +119,7 @@ driver.get(base + "/console")
 until("the sign-in form", lambda: by_id("login").is_displayed())
 assert not by_id("overview").is_displayed()
 shot("sign-in")
+console_axe.check(driver, "sign-in")
 
 # The metrics token: the overview. Once it reads the last interval (two readings), a timer
 # fires, and its lateness shows in the window against the bound.
@@ -140,11 +144,17 @@ verdict = until("a verdict", lambda: "bound" in by_id("verdict").text and by_id(
 print("verdict:", verdict, flush=True)
 until("the chart's bound line", lambda: driver.find_elements(By.CSS_SELECTOR, "#chart line.bound"))
 shot("overview")
+console_axe.check(driver, "overview")
 
-# The metrics token is no tenant's token: the API refuses it a tenant's dead letters.
+# The metrics token reads every tenant's dead letters, and acts on none: the API refuses it
+# a re-drive.
 list_tenant(tenant)
-refused = until("the listing refused", lambda: visible_text("dead-error"))
+until("order-1 listed for the metrics token", lambda: "order-1" in letter_keys())
+row("order-1").find_element(By.CSS_SELECTOR, "button.redrive").click()
+refused = until("the re-drive refused", lambda: visible_text("dead-error"))
+print("metrics token re-driving:", refused, flush=True)
 assert "401" in refused, refused
+assert redriven_state("order-1") == "", "nothing was re-driven"
 sign_out()
 
 # A tenant's token: no /metrics, its own dead letters with their attempts and last error.
@@ -156,6 +166,7 @@ cols = [c.text for c in row("order-1").find_elements(By.TAG_NAME, "td")]
 print("dead letter:", cols, flush=True)
 assert cols[1] == "2" and cols[2] == "HTTP 503", cols
 shot("dead-letters")
+console_axe.check(driver, "dead letters")
 
 # Re-drive order-1, the receiver answering 2xx now: delivered, and gone from the list.
 row("order-1").find_element(By.CSS_SELECTOR, "button.redrive").click()
@@ -180,6 +191,7 @@ by_id("redrive-all").click()
 until("the confirmation", lambda: by_id("confirm").is_displayed())
 assert "1 listed" in by_id("confirm-text").text, by_id("confirm-text").text
 shot("confirm-redrive-all")
+console_axe.check(driver, "dead letters, confirming")
 by_id("confirm-yes").click()
 until("order-2 delivered", lambda: redriven_state("order-2") == "delivered")
 until("an empty list", lambda: letter_keys() == [])

@@ -1,5 +1,5 @@
 //! The requests that provoke each documented answer of the recurring schedules' routes, on
-//! the main scenario server (the 401, 429, 501 and 503 answers come from `admission`,
+//! the main scenario server (the 401, 429 and 503 answers come from `admission`,
 //! `store_down` and `small_server`, with the other routes').
 
 use super::*;

@@ -2,6 +2,8 @@
 // operator gave (`Authorization: Bearer …`), so the page can do nothing that token's client
 // cannot: the overview reads `/metrics`, the dead-letter page `/v1/dead/{tenant}` and
 // `/v1/timers/{tenant}/{key}`. Text from the server goes into the page as text, never as HTML.
+// Other pages, each in a file of its own, register with `PunctualConsole.page` and use the
+// helpers it exports; the route `#name/arg` shows the section `name` and calls its `enter(arg)`.
 "use strict";
 
 (() => {
@@ -9,6 +11,7 @@
   const $ = (id) => document.getElementById(id);
   const TOKEN = "punctual.console.token";
   const TENANT = "punctual.console.tenant";
+  const OWN = "punctual.console.own"; // the tenant named at sign-in, for a tenant's token
   const POLL_MS = 2000;
   const WINDOW = 31; // readings kept: the last minute at one every 2 s
   const CHART_POINTS = 90;
@@ -83,21 +86,36 @@
     return sessionStorage.getItem(TOKEN) !== null;
   }
 
+  // Pages from other files: name -> {enter(arg), leave(), section (its id, when not the name)}.
+  const views = {};
+
   function route() {
-    const page = signedIn() ? (location.hash === "#dead" ? "dead" : "overview") : "login";
-    for (const id of ["login", "overview", "dead"]) $(id).hidden = id !== page;
+    const [hash, ...rest] = location.hash.slice(1).split("/");
+    const arg = rest.length ? decodeURIComponent(rest.join("/")) : "";
+    const known = ["overview", "dead", ...Object.keys(views)];
+    const page = signedIn() ? (known.includes(hash) ? hash : "overview") : "login";
+    const section = (name) => (views[name] && views[name].section) || name;
+    for (const id of ["login", ...known]) $(section(id)).hidden = id !== page;
     $("nav").hidden = page === "login";
-    $("nav-overview").classList.toggle("current", page === "overview");
-    $("nav-dead").classList.toggle("current", page === "dead");
+    for (const a of document.querySelectorAll("#nav a[data-page]")) {
+      const current = a.dataset.page === page || (page === "tenant" && a.dataset.page === "tenants");
+      a.classList.toggle("current", current);
+      if (current) a.setAttribute("aria-current", "page");
+      else a.removeAttribute("aria-current");
+    }
     clearInterval(poll);
     poll = null;
-    if (page === "overview") {
+    for (const v of Object.values(views)) if (v.leave) v.leave();
+    if (views[page]) {
+      views[page].enter(arg);
+    } else if (page === "overview") {
       readings = [];
       chart = [];
       scrape();
       poll = setInterval(scrape, POLL_MS);
     } else if (page === "dead") {
-      $("tenant").value = sessionStorage.getItem(TENANT) || "";
+      if (arg) sessionStorage.setItem(TENANT, arg);
+      $("tenant").value = sessionStorage.getItem(TENANT) || sessionStorage.getItem(OWN) || "";
       if ($("tenant").value) list();
     } else {
       $("token").focus();
@@ -107,13 +125,18 @@
   $("login-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem(TOKEN, $("token").value.trim());
+    const own = $("own-tenant").value.trim();
+    if (own) sessionStorage.setItem(OWN, own);
+    else sessionStorage.removeItem(OWN);
     $("token").value = "";
+    $("own-tenant").value = "";
     route();
   });
 
   $("signout").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN);
     sessionStorage.removeItem(TENANT);
+    sessionStorage.removeItem(OWN);
     location.hash = "";
     route();
   });
@@ -302,8 +325,8 @@
     again.className = "redrive";
     again.textContent = "Re-drive";
     again.addEventListener("click", async () => {
-      await redrive(l.key);
-      list();
+      // A refused re-drive leaves its refusal shown: the list is as it was.
+      if (await redrive(l.key)) list();
     });
     const drop = document.createElement("button");
     drop.type = "button";
@@ -384,5 +407,20 @@
     }
   }
 
-  route();
+  // What the other pages' files use.
+  window.PunctualConsole = {
+    api,
+    refusal,
+    cell,
+    show,
+    seg,
+    duration,
+    ownTenant: () => sessionStorage.getItem(OWN) || "",
+    page: (name, v) => {
+      views[name] = v;
+    },
+  };
+
+  // Deferred scripts run in order before this event: every page has registered by then.
+  document.addEventListener("DOMContentLoaded", route);
 })();

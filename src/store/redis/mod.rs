@@ -67,6 +67,18 @@
 //! executor after every pass that did work (see `shard`), so that Redis's replies are read
 //! between passes, not after them.
 //!
+//! # A schedule's occurrence
+//!
+//! A recurring schedule (`schedule`, `Shard::recur`) is a timer `@key` whose record is its
+//! cursor; its fire writes one timer per due occurrence (`@key@occurrence_us`), then the record
+//! moved on, in that order through the outbox, each in the schedule's partition (one slot). Any
+//! other timer fires from memory without waiting for Redis, but an occurrence fires only once
+//! Redis has answered its write and the schedule's record written after it
+//! (`Store::may_fire`, `Outbox::written`; about one round trip later): delivered before, then
+//! lost with a crash, the restart would find the cursor that arms it and fire the same
+//! occurrence again under a new version. Once both are in Redis, a restart finds the cursor past
+//! it. While Redis is away, due occurrences wait for it.
+//!
 //! # Why this store writes the stream entry
 //!
 //! A fired timer's stream entry (`XADD`) and the removal of its record (`HDEL`) travel in the
@@ -97,6 +109,7 @@ use super::{Ack, DeadLetter, LocalFuture, Recovered, Store};
 use crate::error::{Error, Result};
 use crate::metrics::{ShardMetrics, StoreState};
 use crate::op::Scheduled;
+use crate::partition::{occurrence_of, schedule_of};
 use crate::timer::{FiredTimer, PackedTimer};
 pub use config::RedisConfig;
 use endpoint::Endpoint;
@@ -286,10 +299,22 @@ impl Store for RedisStore {
     fn schedule(&mut self, timer: &PackedTimer, s: &Scheduled, ack: Ack) {
         let write = put_cmd(timer, s.version, s.deadline.0);
         let holder = self.holder(timer.tenant(), timer.key());
-        self.shared
-            .outbox
-            .borrow_mut()
-            .push(write, None, ack, timer.tenant(), holder);
+        let mut outbox = self.shared.outbox.borrow_mut();
+        let (tenant, key) = (timer.tenant(), timer.key());
+        if occurrence_of(key).is_some() {
+            // A recurring schedule's occurrence: armed by its fire, retried, re-driven.
+            outbox.push_unfired(write, ack, tenant, holder, s.version);
+        } else if schedule_of(key).is_some() {
+            outbox.push_cursor(write, ack, tenant, holder);
+        } else {
+            outbox.push(write, None, ack, tenant, holder);
+        }
+    }
+
+    /// A recurring schedule's occurrence fires once Redis holds its record; any other timer at
+    /// once, from memory (see the module doc, "A schedule's occurrence").
+    fn may_fire(&self, version: u64) -> bool {
+        self.shared.outbox.borrow().written(version)
     }
 
     fn cancel(&mut self, tenant: &str, key: &str, ack: Ack) {

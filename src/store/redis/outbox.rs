@@ -13,6 +13,10 @@
 //! admitted), but the shard stops firing while `fires == fire_limit` (`fire_room`), so the
 //! outbox holds at most `limit + fire_limit` entries.
 //!
+//! A write may also name the version of the timer it writes, when that timer must not fire
+//! before Redis holds it (a recurring schedule's occurrence, see `Outbox::push_unfired`):
+//! [`Outbox::written`] says whether it does yet.
+//!
 //! Cost: one push per write; the caller's reply channel rides in the entry. The entries are
 //! kept in fixed chunks (`store::deque`): a doubling `VecDeque` of up to `limit + fire_limit`
 //! 232-byte entries copied 30 MB in one push, in the fire pass, the first time a burst filled
@@ -23,6 +27,7 @@ use crate::store::acks::Acks;
 use crate::store::deque::Deque;
 use crate::store::Ack;
 use redis::Cmd;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,6 +84,12 @@ pub struct Outbox {
     entries: Deque<Entry>,
     /// The callers' acks, one per entry, in the same order (`store::acks`).
     pub acks: Acks,
+    /// Entries ever pushed, and ever popped: an entry's number is `pushed` at its push.
+    pushed: u64,
+    popped: u64,
+    /// (entry number, version) of the writes whose timer may not fire until Redis answered
+    /// them, oldest first; the versions increase, as the shard hands them out.
+    unfired: VecDeque<(u64, u64)>,
 }
 
 impl Outbox {
@@ -86,7 +97,50 @@ impl Outbox {
         Outbox {
             entries: Deque::new(),
             acks: Acks::new(limit, fire_limit, ack_timeout),
+            pushed: 0,
+            popped: 0,
+            unfired: VecDeque::new(),
         }
+    }
+
+    /// A write of the timer of `version` that may not fire before Redis answered it
+    /// ([`Outbox::written`]).
+    pub fn push_unfired(
+        &mut self,
+        first: Cmd,
+        ack: Ack,
+        tenant: &str,
+        holder: Option<Arc<str>>,
+        version: u64,
+    ) {
+        self.unfired.push_back((self.pushed, version));
+        self.push(first, None, ack, tenant, holder);
+    }
+
+    /// A recurring schedule's record, written after the occurrences its fire armed: those
+    /// pushed just before it (by [`Outbox::push_unfired`]) fire only once it too is answered,
+    /// so that no occurrence is delivered while Redis still holds the cursor that arms it
+    /// again.
+    pub fn push_cursor(&mut self, first: Cmd, ack: Ack, tenant: &str, holder: Option<Arc<str>>) {
+        let mut before = self.pushed;
+        for (n, _) in self.unfired.iter_mut().rev() {
+            if *n + 1 != before {
+                break;
+            }
+            before = *n;
+            *n = self.pushed;
+        }
+        self.push(first, None, ack, tenant, holder);
+    }
+
+    /// Whether the timer of `version` may fire: no write of it pushed by
+    /// [`Outbox::push_unfired`] waits for Redis's answer. Answered (or dropped as refused)
+    /// entries leave from the front, so what waits is a suffix of what was pushed, and a
+    /// binary search over its increasing versions finds it.
+    pub fn written(&self, version: u64) -> bool {
+        self.unfired
+            .binary_search_by_key(&version, |&(_, v)| v)
+            .is_err()
     }
 
     pub fn len(&self) -> usize {
@@ -137,6 +191,7 @@ impl Outbox {
             third,
             holder,
         });
+        self.pushed += 1;
         debug_assert_eq!(self.entries.len(), self.acks.len(), "one ack per entry");
     }
 
@@ -165,9 +220,13 @@ impl Outbox {
     pub fn complete(&mut self, outcomes: impl IntoIterator<Item = Result<(), Error>>) {
         for outcome in outcomes {
             if self.entries.pop_front().is_none() {
-                return;
+                break;
             }
             self.acks.pop(outcome);
+            self.popped += 1;
+        }
+        while self.unfired.front().is_some_and(|&(n, _)| n < self.popped) {
+            self.unfired.pop_front();
         }
         debug_assert_eq!(self.entries.len(), self.acks.len(), "one ack per entry");
     }

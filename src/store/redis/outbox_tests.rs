@@ -115,3 +115,46 @@ fn pipeline_encoding_figure() {
         );
     }
 }
+
+/// An occurrence's write holds its timer's fire until Redis answered it, and only its own:
+/// writes pushed otherwise, older or newer versions, never hold one.
+#[test]
+fn a_write_pushed_unfired_holds_its_version_until_answered() {
+    let mut o = Outbox::new(10, 10, Duration::from_secs(2));
+    o.push(redis::cmd("HSET"), None, Ack::None, "", None);
+    o.push_unfired(redis::cmd("HSET"), Ack::None, "", None, 7);
+    o.push(redis::cmd("HSET"), None, Ack::None, "", None);
+    o.push_unfired(redis::cmd("HSET"), Ack::None, "", None, 9);
+    assert!(!o.written(7) && !o.written(9));
+    assert!(o.written(6) && o.written(8) && o.written(10));
+    o.complete([Ok(())]);
+    assert!(!o.written(7), "the entry before it was answered, not it");
+    o.complete([Ok(()), Ok(())]);
+    assert!(o.written(7) && !o.written(9));
+    // Refused for good is answered too: nothing waits for it any more.
+    o.complete([Err(Error::StoreUnavailable { retry_after_s: 1 })]);
+    assert!(o.written(9) && o.is_empty());
+}
+
+/// The occurrences a schedule's fire armed wait for the schedule's record written after them
+/// too; an occurrence pushed earlier, before some other write, does not.
+#[test]
+fn occurrences_wait_for_the_cursor_written_after_them() {
+    let mut o = Outbox::new(10, 10, Duration::from_secs(2));
+    o.push_unfired(redis::cmd("HSET"), Ack::None, "", None, 3);
+    o.push(redis::cmd("HSET"), None, Ack::None, "", None);
+    o.push_unfired(redis::cmd("HSET"), Ack::None, "", None, 5);
+    o.push_unfired(redis::cmd("HSET"), Ack::None, "", None, 6);
+    o.push_cursor(redis::cmd("HSET"), Ack::None, "", None);
+    o.complete([Ok(()), Ok(()), Ok(()), Ok(())]);
+    assert!(
+        o.written(3),
+        "its own write was answered, and no cursor followed it"
+    );
+    assert!(
+        !o.written(5) && !o.written(6),
+        "their cursor is not answered yet"
+    );
+    o.complete([Ok(())]);
+    assert!(o.written(5) && o.written(6) && o.is_empty());
+}
