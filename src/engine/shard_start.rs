@@ -246,6 +246,7 @@ async fn run_shard(seed: ShardSeed) {
         pulse,
         quotas,
         queues: crate::shard::ShardQueues::new(queues),
+        recovered_occurrences: Default::default(),
         deliveries: Deliveries {
             inbox,
             ..Default::default()

@@ -351,7 +351,8 @@ impl<S: TimeSource> Shard<S> {
     /// the same occurrences again at the restart (none of them was delivered). An occurrence
     /// already pending under its key (armed before a crash that lost the record after it; its
     /// delivery's outcome comes after the record in the log, so it is still pending) is not
-    /// armed twice. Each occurrence takes a quota slot past the quota (`Quota::force`):
+    /// armed twice, nor is one that came back so and fired before its schedule did
+    /// (`RecoveredOccurrences`). Each occurrence takes a quota slot past the quota (`Quota::force`):
     /// it stands for a schedule already admitted, and leaves through `release` as any timer.
     /// The catch-up policy judges what is on time at `judged_at` (`fire.rs` says which).
     pub(super) fn recur(&mut self, now: UtcMicros, judged_at: UtcMicros, timer: &PackedTimer) {
@@ -374,8 +375,13 @@ impl<S: TimeSource> Shard<S> {
                 return;
             }
         };
+        // Occurrences that came back from the store fire from their own records.
+        let recovered = self.recovered_occurrences.take(tenant, key);
         for fire in &plan.fires {
             let at = fire.occurrence.at;
+            if recovered.contains(&at.0) {
+                continue;
+            }
             let meta = match timer.meta().is_empty() {
                 true => Some(Vec::new()),
                 false => for_occurrence(timer.meta(), at.0),

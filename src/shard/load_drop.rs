@@ -246,6 +246,7 @@ impl<S: TimeSource> Shard<S> {
             metrics: &self.metrics,
             // A cluster's stores are Redis: nothing is paged.
             pager: None,
+            occurrences: &mut self.recovered_occurrences,
         }
     }
 

@@ -201,6 +201,9 @@ pub(crate) struct Shard<S: TimeSource> {
     pub deferred: defer::Deferred,
     /// The ready index of the pull queues, and their settings (`queue.rs`).
     pub queues: ShardQueues,
+    /// Occurrences of schedules loaded from the store, until their schedule next fires
+    /// (`recover.rs`, `fate.rs`).
+    pub recovered_occurrences: recover::RecoveredOccurrences,
 }
 
 /// The shard's delivery state: dead letters, the follow-ups its sinks hand it, and reusable

@@ -78,3 +78,54 @@ fn occurrences_a_forward_clock_step_jumps_over_are_missed_under_skip() {
         "{fired} fired: the jumped-over ones are not on time"
     );
 }
+
+/// A crash between an occurrence's record and its schedule's moved cursor brings back both:
+/// the occurrence fires from its own record, and when the schedule fires after it (they fall
+/// due at the same instant, in either order) it must not arm that occurrence again, which
+/// would deliver it twice under two versions.
+#[test]
+fn a_recovered_occurrence_that_fired_before_its_schedule_is_not_armed_again() {
+    use crate::partition::occurrence_key;
+    use crate::units::UtcMicros;
+    let src = FakeSource::new(UtcNanos(1_750_000_000_000_000_000), 2_900);
+    let (mut s, _) = shard(&src);
+    let now = s.clock.now().as_micros();
+    let def = r#"{"every_ms": 1000}"#;
+    let (record, schedule) =
+        ScheduleRecord::create(def, now, &Limits::default()).expect("a valid definition");
+    let first = record.armed_at(&schedule, now).expect("an occurrence");
+    // What the store hands back: the schedule's record with its cursor still before `first`,
+    // and the occurrence at `first`, armed before the crash. Here the occurrence falls due
+    // first: the order a pass may take them in.
+    let schedule_timer =
+        PackedTimer::with_meta("t", &schedule_key("tick"), b"", &record.encode()).expect("small");
+    let occurrence = PackedTimer::new("t", &occurrence_key("tick", first.0), b"{}").expect("small");
+    let mut loader = super::super::recover::Loader {
+        queues: &mut s.queues,
+        table: &mut s.table,
+        dead: &mut s.deliveries.dead,
+        quotas: &s.quotas,
+        metrics: &s.metrics,
+        pager: None,
+        occurrences: &mut s.recovered_occurrences,
+    };
+    assert!(loader.insert(occurrence.clone(), 10, first));
+    assert!(loader.insert(schedule_timer, 11, UtcMicros(first.0 + 1_000)));
+    src.advance(Duration::from_micros(first.0 - now.0 + 500));
+    s.fire_due(usize::MAX, None);
+    assert!(
+        s.table.get(occurrence.identity()).is_none(),
+        "the occurrence fired from its own record"
+    );
+    src.advance(Duration::from_millis(1));
+    s.fire_due(usize::MAX, None);
+    assert!(
+        s.table.get(occurrence.identity()).is_none(),
+        "the schedule armed the recovered occurrence again"
+    );
+    // The schedule goes on: its next occurrence is its own to arm.
+    src.advance(Duration::from_secs(1));
+    passes(&mut s);
+    let planned = s.metrics.schedule_occurrences_total.load(Ordering::Relaxed);
+    assert_eq!(planned, 2, "the recovered one, then the next");
+}

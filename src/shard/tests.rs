@@ -62,6 +62,7 @@ pub(super) fn shard_on<S: TimeSource>(clock_src: S, src: &FakeSource) -> (Shard<
         pager: None,
         deferred: Default::default(),
         queues: super::ShardQueues::new(Arc::default()),
+        recovered_occurrences: Default::default(),
     };
     (shard, seen)
 }
