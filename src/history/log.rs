@@ -45,6 +45,30 @@ fn hold(dir: &Path) -> io::Result<File> {
     Ok(f)
 }
 
+/// Holds `dir` (see [`hold`]), loads its log into `index`, and rewrites the log with only
+/// what is kept: the lock and the log to append to.
+fn on_disk(dir: &Path, index: &mut Index) -> io::Result<(File, Log)> {
+    let lock = hold(dir)?;
+    let path = dir.join(LOG_NAME);
+    let skipped = load(&path, index)?;
+    if skipped > 0 {
+        tracing::warn!(
+            path = %path.display(),
+            skipped,
+            "history: lines of the log did not parse and were skipped (a torn write)"
+        );
+    }
+    index.trim(now_us());
+    let lines = rewrite(&path, index)?;
+    let log = Log {
+        out: append(&path)?,
+        path,
+        lines,
+        failed: false,
+    };
+    Ok((lock, log))
+}
+
 /// The log's name in its directory.
 pub const LOG_NAME: &str = "history.log";
 
@@ -52,7 +76,7 @@ pub const LOG_NAME: &str = "history.log";
 pub struct History {
     /// The log's directory held for this process (`flock`), on disk only: the history opens
     /// before the journal takes its data directory's lock, and a second process started on
-    /// the same directory must be refused before it rewrites the log, not after.
+    /// the same directory must leave the log alone (the journal's lock then refuses it).
     _lock: Option<File>,
     index: Arc<Mutex<Index>>,
     tx: SyncSender<Vec<Event>>,
@@ -66,29 +90,22 @@ impl History {
     pub fn open(dir: Option<&Path>, retention: Duration, cap: usize) -> io::Result<Arc<History>> {
         let retention_us = u64::try_from(retention.as_micros()).unwrap_or(u64::MAX);
         let mut index = Index::new(retention_us, cap);
-        let lock = dir.map(hold).transpose()?;
-        let log = match dir {
-            Some(dir) => {
-                let path = dir.join(LOG_NAME);
-                let skipped = load(&path, &mut index)?;
-                if skipped > 0 {
-                    tracing::warn!(
-                        path = %path.display(),
-                        skipped,
-                        "history: lines of the log did not parse and were skipped (a torn write)"
-                    );
-                }
-                index.trim(now_us());
-                let lines = rewrite(&path, &index)?;
-                Some(Log {
-                    out: append(&path)?,
-                    path,
-                    lines,
-                    failed: false,
-                })
+        // A history that cannot be kept on disk is kept in memory, said once, rather than stop
+        // the start: the journal beside it gives the reason that matters first (a disk that
+        // fails, a directory another process holds, where the journal then refuses the start).
+        let (lock, log) = match dir.map(|d| (d, on_disk(d, &mut index))) {
+            Some((_, Ok((lock, log)))) => (Some(lock), Some(log)),
+            Some((d, Err(e))) => {
+                tracing::error!(
+                    dir = %d.display(),
+                    error = %e,
+                    "history: cannot keep the history of fires on disk; it is kept in memory only until the next start"
+                );
+                (None, None)
             }
-            None => None,
+            None => (None, None),
         };
+        let durable = log.is_some();
         let index = Arc::new(Mutex::new(index));
         let (tx, rx) = sync_channel(CHANNEL_BATCHES);
         let dropped = Arc::new(AtomicU64::new(0));
@@ -107,7 +124,7 @@ impl History {
             index,
             tx,
             dropped,
-            durable: dir.is_some(),
+            durable,
         }))
     }
 

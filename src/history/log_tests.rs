@@ -90,28 +90,45 @@ fn a_full_buffer_is_handed_over_and_a_full_channel_drops_and_counts() {
     assert_eq!(dropped.load(Ordering::Relaxed), 1);
 }
 
-/// A second process on the same directory is refused before it touches the log: the history
-/// opens before the journal's own lock is taken, so it holds one of its own.
+/// A second process on the same directory leaves the log alone (the journal's own lock then
+/// refuses its start): the history opens before that lock is taken, so it holds one of its
+/// own, and a history it cannot keep on disk is kept in memory rather than stop a start.
 #[test]
-fn a_second_opener_of_the_same_directory_is_refused_and_the_log_left_alone() {
+fn a_second_opener_of_the_same_directory_leaves_the_log_alone() {
     let dir = tempfile::tempdir().expect("temp dir");
     let h = History::open(Some(dir.path()), Duration::from_secs(3600), 100).expect("open");
+    assert!(h.durable());
     let r = h.recorder();
     r.record(event("a", 1, Some(200), Outcome::Delivered));
     r.flush();
     wait_for(&h, "a", Outcome::Delivered);
     let before = std::fs::read(dir.path().join(LOG_NAME)).expect("log");
-    let second = History::open(Some(dir.path()), Duration::from_secs(3600), 100);
-    let err = second.err().expect("a second opener is refused");
-    assert!(
-        err.to_string()
-            .contains("in use by another punctual process"),
-        "{err}"
-    );
+    let second = History::open(Some(dir.path()), Duration::from_secs(3600), 100).expect("open");
+    assert!(!second.durable(), "held by the first: in memory only");
+    second
+        .recorder()
+        .record(event("b", 2, None, Outcome::Fired));
+    drop(second);
     assert_eq!(
         std::fs::read(dir.path().join(LOG_NAME)).expect("log"),
         before
     );
     drop((r, h));
-    History::open(Some(dir.path()), Duration::from_secs(3600), 100).expect("free again");
+    let again = History::open(Some(dir.path()), Duration::from_secs(3600), 100).expect("open");
+    assert!(again.durable(), "free again");
+    assert_eq!(again.page("shop", Some("a"), None, 10).entries.len(), 1);
+}
+
+/// A directory that cannot be made (here a file is in its place) keeps the history in memory.
+#[test]
+fn a_history_that_cannot_be_kept_on_disk_is_kept_in_memory() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("history");
+    std::fs::write(&file, b"not a directory").expect("a file");
+    let h = History::open(Some(&file), Duration::from_secs(3600), 100).expect("open");
+    assert!(!h.durable());
+    let r = h.recorder();
+    r.record(event("a", 1, Some(200), Outcome::Delivered));
+    r.flush();
+    assert_eq!(wait_for(&h, "a", Outcome::Delivered).entries.len(), 1);
 }
