@@ -99,6 +99,7 @@
 //! | `delivery.rs` | the sinks' follow-ups taken a slice at a time, the deliveries finished at a stop, the dead letters' room and listing |
 //! | `dead.rs` | the dead-letter table |
 //! | `recover.rs` | start-up recovery from the store, and the one insert of a stored record (`Loader`) |
+//! | `occurrences.rs` | the occurrences of schedules loaded from the store, which their schedule must not arm again |
 //! | `failure.rs` | what a panic does |
 //!
 //! The loop's file names only what the files without an `impl Shard` define (`pass.rs`,
@@ -123,6 +124,7 @@ mod fire;
 pub(crate) mod gate;
 mod list;
 mod load_drop;
+mod occurrences;
 mod park;
 mod pass;
 mod purge;
@@ -203,7 +205,7 @@ pub(crate) struct Shard<S: TimeSource> {
     pub queues: ShardQueues,
     /// Occurrences of schedules loaded from the store, until their schedule next fires
     /// (`recover.rs`, `fate.rs`).
-    pub recovered_occurrences: recover::RecoveredOccurrences,
+    pub recovered_occurrences: occurrences::RecoveredOccurrences,
 }
 
 /// The shard's delivery state: dead letters, the follow-ups its sinks hand it, and reusable
