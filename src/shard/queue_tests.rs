@@ -33,8 +33,13 @@ impl Q {
     }
 
     fn schedule(&mut self, key: &str) {
-        let timer = PackedTimer::new("t", key, b"{\"n\":1}").expect("small");
-        let at = UtcMicros(self.s.clock.now().as_micros().0 + 1_000);
+        self.put(key, b"{\"n\":1}", 1_000);
+    }
+
+    /// A plain timer under `key`, due `after_us` from now (a PUT through the timer routes).
+    fn put(&mut self, key: &str, payload: &[u8], after_us: u64) {
+        let timer = PackedTimer::new("t", key, payload).expect("small");
+        let at = UtcMicros(self.s.clock.now().as_micros().0 + after_us);
         self.s.apply(Op::Schedule {
             timer,
             deadline: at,
@@ -284,17 +289,7 @@ fn the_counts_follow_messages_deleted_replaced_or_expired_without_a_walk() {
         let timer = PackedTimer::new("t", key, b"").expect("small");
         q.s.apply(Op::Cancel { timer, reply: tx });
     };
-    let replace = |q: &mut Q, key: &str| {
-        let timer = PackedTimer::new("t", key, b"{}").expect("small");
-        let at = UtcMicros(q.s.clock.now().as_micros().0 + 60_000_000);
-        q.s.apply(Op::Schedule {
-            timer,
-            deadline: at,
-            reply: None,
-            slot: None,
-            home: true,
-        });
-    };
+    let replace = |q: &mut Q, key: &str| q.put(key, b"{}", 60_000_000);
     for key in ["a", "b", "c", "d"] {
         q.schedule(key);
     }
